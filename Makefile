@@ -1,0 +1,88 @@
+# Everything this project needs is built or installed from here: Go tools from the Go module proxy
+# (pinned in hack/tools and hack/kube), protoc from Debian packages. Nothing is installed by hand.
+
+SHELL := /usr/bin/env bash -o pipefail -o errexit
+.DEFAULT_GOAL := build
+
+ROOT := $(abspath .)
+BIN := $(ROOT)/bin
+# Go modules of this repository that hold code and tests. api and proto are separate modules so
+# that drivers can import them without controller-runtime or client-go.
+MODULES := . api proto
+
+CONTROLLER_GEN := $(BIN)/controller-gen
+PROTOC_GEN_GO := $(BIN)/protoc-gen-go
+PROTOC_GEN_GO_GRPC := $(BIN)/protoc-gen-go-grpc
+CODEGEN_TOOLS := $(CONTROLLER_GEN) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC)
+KUBE_BINARIES := $(BIN)/kube-apiserver $(BIN)/etcd $(BIN)/kubectl
+
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+GO_TEST_FLAGS ?= -race -count=1
+
+##@ General
+
+.PHONY: help
+help: ## Show the targets.
+	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*?##/ { printf "  %-18s %s\n", $$1, $$2 } /^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: build
+build: ## Compile every module.
+	@for m in $(MODULES); do (cd $$m && go build ./...); done
+
+.PHONY: generate
+generate: $(CODEGEN_TOOLS) protoc ## Regenerate deepcopy, CRDs and protobuf Go code.
+	cd api && $(CONTROLLER_GEN) object paths=./...
+	cd api && $(CONTROLLER_GEN) crd paths=./... output:crd:artifacts:config=$(ROOT)/config/crd/bases
+	hack/generate-proto.sh
+
+.PHONY: verify
+verify: verify-generated verify-fmt verify-mod vet ## All static checks.
+
+.PHONY: verify-generated
+verify-generated: $(CODEGEN_TOOLS) protoc ## Fail if regenerating changes a committed file.
+	hack/verify-generated.sh
+
+.PHONY: verify-fmt
+verify-fmt: ## Fail if a Go file is not gofmt-ed.
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt-ed: $$out" >&2; exit 1; fi
+
+.PHONY: verify-mod
+verify-mod: ## Fail if a go.mod or go.sum is not tidy.
+	@for m in $(MODULES) hack/tools hack/kube; do (cd $$m && go mod tidy -diff) || { echo "go.mod of $$m is not tidy (run go mod tidy there)" >&2; exit 1; }; done
+
+.PHONY: vet
+vet: ## go vet every module.
+	@for m in $(MODULES); do (cd $$m && go vet ./...); done
+
+##@ Test
+
+.PHONY: test
+test: $(KUBE_BINARIES) verify ## Run all tests, against a real kube-apiserver and etcd built from source.
+	@for m in $(MODULES); do (cd $$m && KUBEBUILDER_ASSETS=$(BIN) go test $(GO_TEST_FLAGS) ./...); done
+
+##@ Build dependencies
+
+# Grouped targets: one go build produces all three.
+$(CODEGEN_TOOLS) &: hack/tools/go.mod hack/tools/go.sum
+	cd hack/tools && go build -o $(BIN)/ sigs.k8s.io/controller-tools/cmd/controller-gen google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc
+
+.PHONY: kube-binaries
+kube-binaries: $(KUBE_BINARIES) ## Build kube-apiserver, etcd and kubectl into bin/.
+
+$(KUBE_BINARIES) &: hack/kube/go.mod hack/kube/go.sum hack/kube/etcd/main.go
+	@echo "building kube-apiserver, etcd and kubectl from the Go module proxy (about 6 minutes on 2 cores the first time)"
+	cd hack/kube && go build -o $(BIN)/ k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl ./etcd
+
+.PHONY: protoc
+protoc: ## Install protoc and the protobuf well-known types from Debian packages if missing.
+	@if ! command -v protoc >/dev/null || [ ! -f /usr/include/google/protobuf/descriptor.proto ]; then \
+		echo "installing protoc from Debian packages (protobuf-compiler, libprotobuf-dev)"; \
+		$(SUDO) apt-get install -y --no-install-recommends protobuf-compiler libprotobuf-dev >/dev/null \
+		|| { $(SUDO) apt-get update >/dev/null && $(SUDO) apt-get install -y --no-install-recommends protobuf-compiler libprotobuf-dev >/dev/null; }; \
+	fi
+
+.PHONY: clean
+clean: ## Remove built binaries.
+	rm -rf $(BIN)

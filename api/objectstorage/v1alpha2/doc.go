@@ -1,0 +1,18 @@
+// Package v1alpha2 contains the COSI API types of group objectstorage.k8s.io, version v1alpha2, as
+// specified by KEP-1979 "Object Storage Support".
+//
+// Five kinds make up the API:
+//   - BucketClass and BucketAccessClass (cluster-scoped, admin-owned) configure how buckets and
+//     accesses are provisioned, like StorageClass does for volumes;
+//   - BucketClaim (namespaced, user-owned) asks for a bucket, like a PersistentVolumeClaim;
+//   - Bucket (cluster-scoped) represents one bucket in the object store, like a PersistentVolume;
+//   - BucketAccess (namespaced, user-owned) asks for credentials to one or more claimed buckets,
+//     delivered in Secrets.
+//
+// Validation that the API server can do (required fields, enums, formats, immutability) is
+// expressed with OpenAPI and CEL markers on the types, so invalid objects are rejected when they
+// are applied rather than failing later in a controller.
+//
+// +kubebuilder:object:generate=true
+// +groupName=objectstorage.k8s.io
+package v1alpha2

@@ -1,0 +1,187 @@
+package v1alpha2
+
+// This file is the one place that names every annotation, finalizer, condition, event reason and
+// Secret data key of COSI (KEP-1979 v1alpha2, "Annotations and finalizers", "Conditions" and
+// "BucketAccess Secret data"). Each entry says who sets it, who clears it, and when.
+//
+// The KEP writes some keys as "objectstorage.k8.io/..."; that is a typo for the group name
+// objectstorage.k8s.io, which every key here uses (a test checks the prefix).
+
+// Annotations.
+const (
+	// AnnotationBucketClaimBeingDeleted is set on a Bucket by the COSI Controller when the
+	// BucketClaim bound to the Bucket is being deleted. It tells the Sidecar that it is safe to
+	// unbind and, with deletion policy Delete, to deprovision the bucket. It is never cleared: the
+	// Bucket is either deleted or left retained and unbound. An admin deleting a Bucket whose claim
+	// is not being deleted does not trigger deprovisioning until this annotation appears.
+	AnnotationBucketClaimBeingDeleted = "objectstorage.k8s.io/bucketclaim-being-deleted"
+
+	// AnnotationHasBucketAccessReferences is set on a BucketClaim by the COSI Controller while one
+	// or more BucketAccesses reference the claim, and removed by the Controller when the last of
+	// them is deleted. While it is present, deleting the claim is blocked.
+	AnnotationHasBucketAccessReferences = "objectstorage.k8s.io/has-bucketaccess-references"
+
+	// AnnotationSidecarCleanupFinished is set on a deleting BucketAccess by the Sidecar once it has
+	// deleted the access Secrets and revoked the access in the driver. The Controller then removes
+	// the claim references and the BucketAccess finalizer. It is not cleared; the object goes away.
+	AnnotationSidecarCleanupFinished = "objectstorage.k8s.io/sidecar-cleanup-finished"
+
+	// AnnotationBucketAccessReference is set by the Sidecar on each BucketAccess Secret, with the
+	// value "<namespace>/<name>" of the BucketAccess. Informational only: it helps users
+	// cross-reference a Secret; COSI never reads it.
+	AnnotationBucketAccessReference = "objectstorage.k8s.io/bucketaccess-reference"
+
+	// AnnotationBucketClaimReference is set by the Sidecar on each BucketAccess Secret, with the
+	// value "<namespace>/<name>" of the BucketClaim the Secret gives access to. Informational only.
+	AnnotationBucketClaimReference = "objectstorage.k8s.io/bucketclaim-reference"
+)
+
+// Finalizers.
+const (
+	// FinalizerProtection keeps an object until COSI has cleaned up what it stands for.
+	//   - BucketClaim: added and removed by the Controller (removed after the Bucket is handled).
+	//   - Bucket: added and removed by the Sidecar (removed after the driver deleted the bucket,
+	//     or at once when the policy is Retain).
+	//   - BucketAccess: added by the Controller (and by the Sidecar if missing); removed by the
+	//     Controller after the Sidecar set AnnotationSidecarCleanupFinished.
+	//   - BucketAccess Secrets: added and removed by the Sidecar.
+	FinalizerProtection = "objectstorage.k8s.io/protection"
+)
+
+// Condition types, used in the status of Bucket, BucketClaim and BucketAccess.
+const (
+	// ConditionProvisioned says whether the backend resource (bucket or access) was provisioned.
+	// Unknown at first and while retrying; True once the driver returned OK; False only when COSI
+	// determined that the resource cannot be provisioned or is permanently lost. It does not go
+	// from True to another status because of a transient RPC failure.
+	ConditionProvisioned = "Provisioned"
+
+	// ConditionResourcesValidated says whether the Kubernetes object and the objects it references
+	// are valid. Unknown while waiting for references to exist; True when valid; False when they
+	// are invalid or become degraded (for example a referenced object goes missing).
+	ConditionResourcesValidated = "ResourcesValidated"
+
+	// ConditionProvisionFailed records the result of the latest provisioning RPC: False when the
+	// driver returned OK, True with the driver's message when it did not.
+	ConditionProvisionFailed = "ProvisionFailed"
+)
+
+// Condition reasons. KEP-1979 does not name reasons; these are COSI's, stable across releases.
+const (
+	// ReasonProvisioned (Provisioned=True): the driver provisioned the resource.
+	ReasonProvisioned = "Provisioned"
+	// ReasonProvisioning (Provisioned=Unknown): provisioning is in progress or being retried.
+	ReasonProvisioning = "Provisioning"
+	// ReasonProvisioningFailed (Provisioned=False): provisioning failed with a final error.
+	ReasonProvisioningFailed = "ProvisioningFailed"
+	// ReasonDeleting (Provisioned): the resource is being deprovisioned.
+	ReasonDeleting = "Deleting"
+	// ReasonDeletionBlocked (Provisioned): deletion waits for something, named in the message (for
+	// example a BucketClaim that BucketAccesses still reference).
+	ReasonDeletionBlocked = "DeletionBlocked"
+
+	// ReasonValid (ResourcesValidated=True): the object and its references are valid.
+	ReasonValid = "Valid"
+	// ReasonWaitingForResources (ResourcesValidated=Unknown): a referenced object does not exist
+	// yet or is not ready; COSI watches it and continues when it changes.
+	ReasonWaitingForResources = "WaitingForResources"
+	// ReasonInvalidReference (ResourcesValidated=False): a referenced object is invalid, missing
+	// after provisioning, bound elsewhere, or being deleted.
+	ReasonInvalidReference = "InvalidReference"
+	// ReasonForbiddenByClass (ResourcesValidated=False): the request asks for something its class
+	// forbids (multi-bucket access, a disallowed access mode, an authentication requirement).
+	ReasonForbiddenByClass = "ForbiddenByClass"
+	// ReasonUnsupportedProtocol (ResourcesValidated=False): a requested protocol is not supported
+	// by the driver or the bucket.
+	ReasonUnsupportedProtocol = "UnsupportedProtocol"
+	// ReasonSecretConflict (ResourcesValidated=False): an access Secret exists and is not owned by
+	// the BucketAccess, so COSI will not overwrite it.
+	ReasonSecretConflict = "SecretConflict"
+
+	// ReasonDriverSucceeded (ProvisionFailed=False): the latest provisioning RPC returned OK.
+	ReasonDriverSucceeded = "DriverSucceeded"
+	// ReasonDriverError (ProvisionFailed=True): the latest provisioning RPC failed; the message
+	// carries the gRPC code and the driver's message.
+	ReasonDriverError = "DriverError"
+)
+
+// Event reasons (KEP-1979 "Monitoring Requirements"). Failures are recorded as Warning events on
+// the object, in addition to its conditions.
+const (
+	// EventFailedCreateBucket: the driver failed to create (or, for a static Bucket, find) a bucket.
+	EventFailedCreateBucket = "FailedCreateBucket"
+	// EventFailedDeleteBucket: the driver failed to delete a bucket.
+	EventFailedDeleteBucket = "FailedDeleteBucket"
+	// EventWaitingForBucket: access cannot be granted yet because a bucket is not provisioned.
+	EventWaitingForBucket = "WaitingForBucket"
+	// EventFailedGrantAccess: the driver failed to grant access.
+	EventFailedGrantAccess = "FailedGrantAccess"
+	// EventFailedRevokeAccess: the driver failed to revoke access.
+	EventFailedRevokeAccess = "FailedRevokeAccess"
+)
+
+// Keys of the data in a BucketAccess Secret (KEP-1979 "BucketAccess Secret data"). Bucket info keys
+// are not sensitive; credential keys are, and COSI never logs their values.
+const (
+	// SecretKeyProtocol (bucket info, all protocols): the protocol, one of S3, Azure, GCS.
+	SecretKeyProtocol = "COSI_PROTOCOL"
+	// SecretKeyCertificateAuthority (credential info, optional, all protocols): PEM certificate
+	// authority that clients can use to verify the object store endpoint.
+	SecretKeyCertificateAuthority = "COSI_CERTIFICATE_AUTHORITY"
+
+	// SecretKeyS3EndpointURL (S3 bucket info): endpoint URL, for example https://s3.amazonaws.com.
+	SecretKeyS3EndpointURL = "AWS_ENDPOINT_URL"
+	// SecretKeyS3BucketName (S3 bucket info): the client-facing bucket name.
+	SecretKeyS3BucketName = "BUCKET_NAME"
+	// SecretKeyS3Region (S3 bucket info): region, for example us-west-1.
+	SecretKeyS3Region = "AWS_DEFAULT_REGION"
+	// SecretKeyS3AddressingStyle (S3 bucket info): "path" or "virtual".
+	SecretKeyS3AddressingStyle = "AWS_S3_ADDRESSING_STYLE"
+	// SecretKeyS3AccessKeyID (S3 credential info): access key ID.
+	SecretKeyS3AccessKeyID = "AWS_ACCESS_KEY_ID"
+	// SecretKeyS3SecretAccessKey (S3 credential info): secret access key.
+	SecretKeyS3SecretAccessKey = "AWS_SECRET_ACCESS_KEY"
+
+	// SecretKeyAzureStorageAccount (Azure bucket info): the storage account ID.
+	SecretKeyAzureStorageAccount = "AZURE_STORAGE_ACCOUNT"
+	// SecretKeyAzureSASToken (Azure credential info): the SAS token, including the resource URI.
+	SecretKeyAzureSASToken = "AZURE_STORAGE_SAS_TOKEN"
+	// SecretKeyAzureSASTokenExpiry (Azure credential info): empty when the token does not expire,
+	// else its expiry as an ISO 8601 date and time.
+	SecretKeyAzureSASTokenExpiry = "AZURE_STORAGE_SAS_TOKEN_EXPIRY_TIMESTAMP"
+
+	// SecretKeyGCSProjectID (GCS bucket info): the project ID.
+	SecretKeyGCSProjectID = "PROJECT_ID"
+	// SecretKeyGCSBucketName (GCS bucket info): the client-facing bucket name.
+	SecretKeyGCSBucketName = "BUCKET_NAME"
+	// SecretKeyGCSServiceAccountName (GCS credential info): service account name.
+	SecretKeyGCSServiceAccountName = "SERVICE_ACCOUNT_NAME"
+	// SecretKeyGCSClientEmail (GCS credential info): service account email.
+	SecretKeyGCSClientEmail = "CLIENT_EMAIL"
+	// SecretKeyGCSClientID (GCS credential info): client ID.
+	SecretKeyGCSClientID = "CLIENT_ID"
+	// SecretKeyGCSPrivateKeyID (GCS credential info): private key ID.
+	SecretKeyGCSPrivateKeyID = "PRIVATE_KEY_ID"
+	// SecretKeyGCSPrivateKey (GCS credential info): private key.
+	SecretKeyGCSPrivateKey = "PRIVATE_KEY"
+	// SecretKeyGCSHMACAccessID (GCS credential info): HMAC access ID.
+	SecretKeyGCSHMACAccessID = "HMAC_ACCESS_ID"
+	// SecretKeyGCSHMACSecret (GCS credential info): HMAC secret.
+	SecretKeyGCSHMACSecret = "HMAC_SECRET"
+)
+
+// Name prefixes that COSI uses to derive stable names from UIDs (KEP-1979 "Creating a Bucket" and
+// "DriverGenerateBucketAccessId").
+const (
+	// BucketNamePrefix prefixes the BucketClaim UID to name a dynamically provisioned Bucket.
+	BucketNamePrefix = "bc-"
+	// AccountNamePrefix prefixes the BucketAccess UID to form the account_name sent to drivers.
+	AccountNamePrefix = "ba-"
+)
+
+// CEL and OpenAPI limits shared by several kinds.
+const (
+	// MaxDriverNameLength is the longest driver name: drivers name themselves in domain-name
+	// notation of 63 characters or less (COSI spec, DriverGetInfo).
+	MaxDriverNameLength = 63
+)
