@@ -64,7 +64,7 @@ type BucketSpec struct {
 
 // BucketClaimReference identifies the BucketClaim a Bucket is bound to.
 // +kubebuilder:validation:XValidation:rule="self.name == oldSelf.name",fieldPath=".name",message="name is immutable"
-// +kubebuilder:validation:XValidation:rule="self.namespace == oldSelf.namespace",fieldPath=".namespace",message="namespace is immutable"
+// +kubebuilder:validation:XValidation:rule="self.__namespace__ == oldSelf.__namespace__",fieldPath=".namespace",message="namespace is immutable"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.uid) || (has(self.uid) && self.uid == oldSelf.uid)",fieldPath=".uid",message="uid can be set once, when the claim binds, and is then immutable"
 type BucketClaimReference struct {
 	// name of the BucketClaim. Immutable.
