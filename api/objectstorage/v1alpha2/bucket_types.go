@@ -146,7 +146,8 @@ type Bucket struct {
 	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	// spec is the desired state of the Bucket.
+	// spec is the desired state of the Bucket. Immutable, except for deletionPolicy and for
+	// bucketClaimRef.uid, which is set once when the claim binds.
 	// +required
 	Spec BucketSpec `json:"spec"`
 

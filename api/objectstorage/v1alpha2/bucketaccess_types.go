@@ -189,7 +189,8 @@ type BucketAccess struct {
 	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	// spec is the desired state of the BucketAccess.
+	// spec is the desired state of the BucketAccess: which claims, with which access modes, through
+	// which class and protocol. Immutable: create a new BucketAccess to change what it grants.
 	// +required
 	Spec BucketAccessSpec `json:"spec"`
 

@@ -86,7 +86,8 @@ type BucketAccessClass struct {
 	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	// spec configures the accesses of this class.
+	// spec configures the accesses of this class. It is immutable, like a StorageClass: create a new
+	// class to change it. BucketAccesses keep a copy, so changing classes never affects them.
 	// +required
 	Spec BucketAccessClassSpec `json:"spec"`
 }

@@ -85,7 +85,8 @@ type BucketClaim struct {
 	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	// spec is the desired state of the BucketClaim.
+	// spec is the desired state of the BucketClaim: either a BucketClass for a new bucket, or an
+	// existing Bucket to bind to. Immutable.
 	// +required
 	Spec BucketClaimSpec `json:"spec"`
 

@@ -45,7 +45,8 @@ type BucketClass struct {
 	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	// spec configures the buckets of this class.
+	// spec configures the buckets of this class. It is immutable, like a StorageClass: create a new
+	// class to change it. Buckets keep a copy, so changing classes never affects existing buckets.
 	// +required
 	Spec BucketClassSpec `json:"spec"`
 }
