@@ -158,8 +158,10 @@ func TestBucketAccessUpdate(t *testing.T) {
 			wantErrors: []string{"spec.protocol", "protocol is immutable"},
 		},
 		{
-			name:       "access modes are immutable",
-			update:     func(a *cosi.BucketAccess) { a.Spec.BucketClaims[0].AccessModes.ObjectData = cosi.BucketAccessModeReadOnly },
+			name: "access modes are immutable",
+			update: func(a *cosi.BucketAccess) {
+				a.Spec.BucketClaims[0].AccessModes.ObjectData = cosi.BucketAccessModeReadOnly
+			},
 			wantErrors: []string{"spec.bucketClaims", "bucketClaims is immutable"},
 		},
 		{

@@ -10,7 +10,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="self.driverName == oldSelf.driverName",fieldPath=".driverName",message="driverName is immutable"
 // +kubebuilder:validation:XValidation:rule="(has(self.protocols) ? self.protocols : []) == (has(oldSelf.protocols) ? oldSelf.protocols : [])",fieldPath=".protocols",message="protocols is immutable"
 // +kubebuilder:validation:XValidation:rule="(has(self.parameters) ? self.parameters : {}) == (has(oldSelf.parameters) ? oldSelf.parameters : {})",fieldPath=".parameters",message="parameters is immutable"
-// +kubebuilder:validation:XValidation:rule="(has(self.existingBucketID) ? self.existingBucketID : '') == (has(oldSelf.existingBucketID) ? oldSelf.existingBucketID : '')",fieldPath=".existingBucketID",message="existingBucketID is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.existingBucketID) == has(oldSelf.existingBucketID) && (!has(self.existingBucketID) || self.existingBucketID == oldSelf.existingBucketID)",fieldPath=".existingBucketID",message="existingBucketID is immutable"
 type BucketSpec struct {
 	// driverName is the name of the COSI driver that manages this bucket, as the driver reports it
 	// (domain-name notation, for example "s3.example.com"). Only the sidecar of that driver acts

@@ -57,7 +57,7 @@ type BucketClaimAccess struct {
 // +kubebuilder:validation:XValidation:rule="self.bucketClaims == oldSelf.bucketClaims",fieldPath=".bucketClaims",message="bucketClaims is immutable"
 // +kubebuilder:validation:XValidation:rule="self.bucketAccessClassName == oldSelf.bucketAccessClassName",fieldPath=".bucketAccessClassName",message="bucketAccessClassName is immutable"
 // +kubebuilder:validation:XValidation:rule="self.protocol == oldSelf.protocol",fieldPath=".protocol",message="protocol is immutable"
-// +kubebuilder:validation:XValidation:rule="(has(self.serviceAccountName) ? self.serviceAccountName : '') == (has(oldSelf.serviceAccountName) ? oldSelf.serviceAccountName : '')",fieldPath=".serviceAccountName",message="serviceAccountName is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.serviceAccountName) == has(oldSelf.serviceAccountName) && (!has(self.serviceAccountName) || self.serviceAccountName == oldSelf.serviceAccountName)",fieldPath=".serviceAccountName",message="serviceAccountName is immutable"
 type BucketAccessSpec struct {
 	// bucketClaims lists the BucketClaims to access, each with its Secret name and access modes.
 	// A claim may appear only once. More than one claim is allowed only when the

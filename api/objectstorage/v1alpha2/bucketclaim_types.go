@@ -7,9 +7,9 @@ import (
 // BucketClaimSpec is the desired state of a BucketClaim. Exactly one of bucketClassName (a new
 // bucket) and existingBucketName (an imported bucket) is set. Immutable.
 // +kubebuilder:validation:XValidation:rule="has(self.bucketClassName) != has(self.existingBucketName)",message="exactly one of bucketClassName or existingBucketName must be set"
-// +kubebuilder:validation:XValidation:rule="(has(self.bucketClassName) ? self.bucketClassName : '') == (has(oldSelf.bucketClassName) ? oldSelf.bucketClassName : '')",fieldPath=".bucketClassName",message="bucketClassName is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.bucketClassName) == has(oldSelf.bucketClassName) && (!has(self.bucketClassName) || self.bucketClassName == oldSelf.bucketClassName)",fieldPath=".bucketClassName",message="bucketClassName is immutable"
 // +kubebuilder:validation:XValidation:rule="(has(self.protocols) ? self.protocols : []) == (has(oldSelf.protocols) ? oldSelf.protocols : [])",fieldPath=".protocols",message="protocols is immutable"
-// +kubebuilder:validation:XValidation:rule="(has(self.existingBucketName) ? self.existingBucketName : '') == (has(oldSelf.existingBucketName) ? oldSelf.existingBucketName : '')",fieldPath=".existingBucketName",message="existingBucketName is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.existingBucketName) == has(oldSelf.existingBucketName) && (!has(self.existingBucketName) || self.existingBucketName == oldSelf.existingBucketName)",fieldPath=".existingBucketName",message="existingBucketName is immutable"
 type BucketClaimSpec struct {
 	// bucketClassName is the name of the BucketClass to create a new bucket with. Set it to have
 	// COSI provision a new bucket; leave it empty when existingBucketName is set. Immutable.
