@@ -1,0 +1,112 @@
+// Command cosi-sanity checks that a COSI driver follows the COSI driver protocol: it runs one case
+// per requirement against the driver's socket and prints one line per case.
+//
+//	cosi-sanity --endpoint unix:///var/lib/cosi/driver.sock [--junit report.xml]
+//
+// Exit code: 0 when no case failed, 1 when a case failed, 2 when the suite could not run.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/kube-cosi/cosi/test/sanity"
+)
+
+type paramsFlag struct{ m map[string]string }
+
+func (p *paramsFlag) String() string { return fmt.Sprint(p.m) }
+func (p *paramsFlag) Set(v string) error {
+	p.m = map[string]string{}
+	if v == "" {
+		return nil
+	}
+	for _, kv := range strings.Split(v, ",") {
+		k, val, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("%q is not key=value", kv)
+		}
+		p.m[k] = val
+	}
+	return nil
+}
+
+func main() {
+	var (
+		cfg                                       sanity.Config
+		bucket, invalidBucket, incompatibleBucket paramsFlag
+		access, invalidAccess                     paramsFlag
+		run                                       = flag.String("run", "", "run only the cases whose name matches this regular expression")
+		junit                                     = flag.String("junit", "", "write a JUnit XML report to this file")
+		driverLog                                 = flag.String("driver-log", "", "the driver's log file, to check that no credential reaches it (run the driver at its highest verbosity)")
+		list                                      = flag.Bool("list", false, "list the cases and exit")
+	)
+	flag.StringVar(&cfg.Endpoint, "endpoint", os.Getenv("COSI_ENDPOINT"), "the driver's endpoint, unix:///path/to/driver.sock (default $COSI_ENDPOINT)")
+	flag.DurationVar(&cfg.Timeout, "timeout", 30*time.Second, "timeout of each RPC")
+	flag.StringVar(&cfg.StaticBucketID, "static-bucket-id", "", "an existing bucket for DriverGetBucket (default: one the suite creates)")
+	flag.Var(&bucket, "bucket-parameters", "valid bucket parameters, k=v,k=v")
+	flag.Var(&invalidBucket, "invalid-bucket-parameters", "bucket parameters the driver must refuse with InvalidArgument")
+	flag.Var(&incompatibleBucket, "incompatible-bucket-parameters", "valid bucket parameters different from --bucket-parameters")
+	flag.Var(&access, "access-parameters", "valid access parameters, k=v,k=v")
+	flag.Var(&invalidAccess, "invalid-access-parameters", "access parameters the driver must refuse with InvalidArgument")
+	flag.Parse()
+
+	if *list {
+		for _, c := range sanity.Cases() {
+			fmt.Println(c.Name)
+		}
+		return
+	}
+	cfg.BucketParameters, cfg.InvalidBucketParameters, cfg.IncompatibleBucketParameters = bucket.m, invalidBucket.m, incompatibleBucket.m
+	cfg.AccessParameters, cfg.InvalidAccessParameters = access.m, invalidAccess.m
+	if *run != "" {
+		re, err := regexp.Compile(*run)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "cosi-sanity: --run:", err)
+			os.Exit(2)
+		}
+		cfg.Run = re
+	}
+	if *driverLog != "" {
+		cfg.DriverLogs = func() ([]byte, error) { return os.ReadFile(*driverLog) }
+	}
+
+	results, err := sanity.Run(context.Background(), cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cosi-sanity:", err)
+		os.Exit(2)
+	}
+	for _, r := range results {
+		switch r.Status {
+		case sanity.Passed:
+			fmt.Printf("PASS %s (%s)\n", r.Name, r.Duration.Round(time.Millisecond))
+		case sanity.Failed:
+			fmt.Printf("FAIL %s: %s\n", r.Name, r.Message)
+		case sanity.Skipped:
+			fmt.Printf("SKIP %s: %s\n", r.Name, r.Message)
+		}
+	}
+	passed, failed, skipped := sanity.Summary(results)
+	fmt.Printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped)
+	if *junit != "" {
+		f, err := os.Create(*junit)
+		if err == nil {
+			err = sanity.WriteJUnit(f, results)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "cosi-sanity: writing JUnit report:", err)
+			os.Exit(2)
+		}
+	}
+	if failed > 0 {
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,93 @@
+package memory
+
+import (
+	"crypto/subtle"
+	"maps"
+	"slices"
+
+	cosi "github.com/kube-cosi/cosi/proto"
+)
+
+// Category is one of the three kinds of data KEP-1979 separates access modes for.
+type Category int
+
+const (
+	ObjectData Category = iota
+	ObjectMetadata
+	BucketMetadata
+)
+
+// Backend answers questions about the driver's storage directly, not through the driver protocol:
+// what a test (or cosi-sanity's backend probe) would ask a real object store.
+type Backend struct{ d *Driver }
+
+// Backend returns the driver's backend view.
+func (d *Driver) Backend() Backend { return Backend{d} }
+
+// BucketExists reports whether the bucket exists.
+func (b Backend) BucketExists(bucketID string) bool {
+	b.d.mu.Lock()
+	defer b.d.mu.Unlock()
+	_, ok := b.d.state.Buckets[bucketID]
+	return ok
+}
+
+// Buckets returns the IDs of all buckets, sorted.
+func (b Backend) Buckets() []string {
+	b.d.mu.Lock()
+	defer b.d.mu.Unlock()
+	return slices.Sorted(maps.Keys(b.d.state.Buckets))
+}
+
+// Accounts returns the IDs of all accounts, sorted.
+func (b Backend) Accounts() []string {
+	b.d.mu.Lock()
+	defer b.d.mu.Unlock()
+	return slices.Sorted(maps.Keys(b.d.state.Accounts))
+}
+
+// Allowed reports whether creds open bucketID for reading (write false) or writing (write true)
+// data of the category: the credentials must belong to a live account that was granted the
+// bucket with a mode allowing it. Unrequested categories are denied: least privilege.
+func (b Backend) Allowed(creds *cosi.CredentialInfo, bucketID string, category Category, write bool) bool {
+	b.d.mu.Lock()
+	defer b.d.mu.Unlock()
+	for id, acct := range b.d.state.Accounts {
+		if !sameCredentials(acct.credentials(id), creds) {
+			continue
+		}
+		m, ok := acct.Buckets[bucketID]
+		if !ok || !b.bucketExists(bucketID) {
+			return false
+		}
+		mode := [...]cosi.AccessMode_Mode{m.ObjectData, m.ObjectMetadata, m.BucketMetadata}[category]
+		switch mode {
+		case cosi.AccessMode_READ_WRITE:
+			return true
+		case cosi.AccessMode_READ_ONLY:
+			return !write
+		case cosi.AccessMode_WRITE_ONLY:
+			return write
+		}
+		return false
+	}
+	return false
+}
+
+func (b Backend) bucketExists(id string) bool {
+	_, ok := b.d.state.Buckets[id]
+	return ok
+}
+
+func sameCredentials(a, b *cosi.CredentialInfo) bool {
+	eq := func(x, y string) bool { return x != "" && subtle.ConstantTimeCompare([]byte(x), []byte(y)) == 1 }
+	switch {
+	case a.GetS3() != nil:
+		return eq(a.GetS3().GetAccessKeyId(), b.GetS3().GetAccessKeyId()) && eq(a.GetS3().GetAccessSecretKey(), b.GetS3().GetAccessSecretKey())
+	case a.GetAzure() != nil:
+		return eq(a.GetAzure().GetAccessToken(), b.GetAzure().GetAccessToken())
+	case a.GetGcs() != nil:
+		return eq(a.GetGcs().GetHmacAccessId(), b.GetGcs().GetHmacAccessId()) && eq(a.GetGcs().GetHmacSecret(), b.GetGcs().GetHmacSecret())
+	}
+	return false
+}

@@ -1,0 +1,360 @@
+// Package memory is COSI's reference driver: it keeps buckets and accounts in memory (optionally
+// persisted to a file) and implements the eight RPCs of the COSI driver protocol exactly as
+// KEP-1979 describes them. Read it first when writing a driver: each RPC below shows what the spec
+// asks of a real backend, in a few lines.
+//
+// It also serves tests and benchmarks: see Faults for latency and failure injection, and Backend
+// for what a test can ask the "backend" directly (does this bucket exist, does this key work).
+package memory
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	cosi "github.com/kube-cosi/cosi/proto"
+)
+
+// DefaultName is the memory driver's name unless configured otherwise.
+const DefaultName = "memory.cosi.kube-cosi.io"
+
+// Config configures the driver.
+type Config struct {
+	// Name is the driver name reported by DriverGetInfo; empty means DefaultName.
+	Name string
+	// Protocols are the protocols the driver supports; empty means S3, Azure and GCS.
+	Protocols []cosi.ObjectProtocol_Type
+	// S3Endpoint and Region are reported in S3 bucket info.
+	S3Endpoint, Region string
+	// SingleBucketAccess makes multi-bucket access requests fail with OutOfRange, as a backend
+	// that cannot share one credential across buckets must.
+	SingleBucketAccess bool
+	// NoServiceAccountAuth makes ServiceAccount authentication fail with InvalidArgument, as a
+	// backend without a Kubernetes identity mapping must.
+	NoServiceAccountAuth bool
+	// ExistingBuckets are buckets that exist from the start, for static provisioning.
+	ExistingBuckets []string
+	// StateFile, when set, persists buckets and accounts so a restarted driver remembers them.
+	StateFile string
+}
+
+// Driver is the memory driver. It implements cosi.IdentityServer and cosi.ProvisionerServer.
+type Driver struct {
+	// The Unimplemented servers make the driver compile against newer protocol versions that add
+	// RPCs; every RPC of v1alpha2 is implemented below.
+	cosi.UnimplementedIdentityServer
+	cosi.UnimplementedProvisionerServer
+
+	cfg Config
+
+	mu    sync.Mutex
+	state state
+}
+
+// Parameters the driver understands. A real driver documents its own and rejects unknown keys,
+// so that a typo in a class is an error instead of a silently ignored setting.
+const (
+	// ParamVersioning ("true" or "false") is a bucket parameter.
+	ParamVersioning = "versioning"
+	// ParamRegion overrides the region of a bucket.
+	ParamRegion = "region"
+	// ParamSASExpiry (a Go duration, e.g. "24h") is an access parameter: Azure tokens expire then.
+	ParamSASExpiry = "sasExpiry"
+)
+
+// New returns a driver, loading its state file if configured.
+func New(cfg Config) (*Driver, error) {
+	if cfg.Name == "" {
+		cfg.Name = DefaultName
+	}
+	if len(cfg.Protocols) == 0 {
+		cfg.Protocols = []cosi.ObjectProtocol_Type{cosi.ObjectProtocol_S3, cosi.ObjectProtocol_AZURE, cosi.ObjectProtocol_GCS}
+	}
+	if cfg.S3Endpoint == "" {
+		cfg.S3Endpoint = "https://s3.memory.invalid"
+	}
+	if cfg.Region == "" {
+		cfg.Region = "memory-1"
+	}
+	d := &Driver{cfg: cfg, state: newState()}
+	if err := d.load(); err != nil {
+		return nil, err
+	}
+	for _, id := range cfg.ExistingBuckets {
+		if _, ok := d.state.Buckets[id]; !ok {
+			d.state.Buckets[id] = &bucket{Protocols: cfg.Protocols}
+		}
+	}
+	return d, nil
+}
+
+// DriverGetInfo returns the driver's name and protocols.
+func (d *Driver) DriverGetInfo(context.Context, *cosi.DriverGetInfoRequest) (*cosi.DriverGetInfoResponse, error) {
+	return &cosi.DriverGetInfoResponse{Name: d.cfg.Name, SupportedProtocols: d.cfg.Protocols}, nil
+}
+
+// DriverGenerateBucketId is phase 1: the ID is the request name, so it is deterministic and no
+// backend resource exists until DriverCreateBucket.
+func (d *Driver) DriverGenerateBucketId(_ context.Context, req *cosi.DriverGenerateBucketIdRequest) (*cosi.DriverGenerateBucketIdResponse, error) {
+	want, err := d.newBucket(req.GetProtocols(), req.GetParameters())
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if have, ok := d.state.Buckets[req.GetName()]; ok && !have.equal(want) {
+		return nil, status.Errorf(codes.AlreadyExists, "bucket %q exists with other protocols or parameters", req.GetName())
+	}
+	return &cosi.DriverGenerateBucketIdResponse{BucketId: req.GetName()}, nil
+}
+
+// DriverCreateBucket is phase 2: it creates the bucket, or returns it unchanged if it exists with
+// the same protocols and parameters.
+func (d *Driver) DriverCreateBucket(_ context.Context, req *cosi.DriverCreateBucketRequest) (*cosi.DriverCreateBucketResponse, error) {
+	want, err := d.newBucket(req.GetProtocols(), req.GetParameters())
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	id := req.GetBucketId()
+	if have, ok := d.state.Buckets[id]; ok {
+		if !have.equal(want) {
+			return nil, status.Errorf(codes.AlreadyExists, "bucket %q exists with other protocols or parameters", id)
+		}
+		return &cosi.DriverCreateBucketResponse{Protocols: d.bucketInfo(id, have)}, nil
+	}
+	d.state.Buckets[id] = want
+	if err := d.save(); err != nil {
+		delete(d.state.Buckets, id)
+		return nil, err
+	}
+	return &cosi.DriverCreateBucketResponse{Protocols: d.bucketInfo(id, want)}, nil
+}
+
+// DriverGetBucket finds an existing bucket for static provisioning.
+func (d *Driver) DriverGetBucket(_ context.Context, req *cosi.DriverGetBucketRequest) (*cosi.DriverGetBucketResponse, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	b, ok := d.state.Buckets[req.GetBucketId()]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "bucket %q does not exist", req.GetBucketId())
+	}
+	for _, p := range req.GetProtocols() {
+		if !slices.Contains(b.Protocols, p) {
+			return nil, status.Errorf(codes.AlreadyExists, "bucket %q does not support %v", req.GetBucketId(), p)
+		}
+	}
+	if len(req.GetParameters()) > 0 && !maps.Equal(req.GetParameters(), b.Parameters) {
+		return nil, status.Errorf(codes.AlreadyExists, "bucket %q exists with other parameters", req.GetBucketId())
+	}
+	return &cosi.DriverGetBucketResponse{Protocols: d.bucketInfo(req.GetBucketId(), b)}, nil
+}
+
+// DriverDeleteBucket deletes the bucket; a bucket that does not exist is already deleted.
+func (d *Driver) DriverDeleteBucket(_ context.Context, req *cosi.DriverDeleteBucketRequest) (*cosi.DriverDeleteBucketResponse, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	b, ok := d.state.Buckets[req.GetBucketId()]
+	if !ok {
+		return &cosi.DriverDeleteBucketResponse{}, nil
+	}
+	delete(d.state.Buckets, req.GetBucketId())
+	if err := d.save(); err != nil {
+		d.state.Buckets[req.GetBucketId()] = b
+		return nil, err
+	}
+	return &cosi.DriverDeleteBucketResponse{}, nil
+}
+
+// DriverGenerateBucketAccessId is phase 1: the ID is the account name; nothing is created.
+func (d *Driver) DriverGenerateBucketAccessId(_ context.Context, req *cosi.DriverGenerateBucketAccessIdRequest) (*cosi.DriverGenerateBucketAccessIdResponse, error) {
+	want, err := d.newAccount(req.GetBuckets(), req.GetProtocol(), req.GetAuthenticationType(), req.GetServiceAccount(), req.GetParameters())
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if have, ok := d.state.Accounts[req.GetAccountName()]; ok && !have.sameGrant(want) {
+		return nil, status.Errorf(codes.AlreadyExists, "account %q exists with another grant", req.GetAccountName())
+	}
+	return &cosi.DriverGenerateBucketAccessIdResponse{AccountId: req.GetAccountName()}, nil
+}
+
+// DriverGrantBucketAccess is phase 2: it creates the account with one key for all its buckets, or
+// returns the existing account's key when the grant is the same.
+func (d *Driver) DriverGrantBucketAccess(_ context.Context, req *cosi.DriverGrantBucketAccessRequest) (*cosi.DriverGrantBucketAccessResponse, error) {
+	want, err := d.newAccount(req.GetBuckets(), req.GetProtocol(), req.GetAuthenticationType(), req.GetServiceAccount(), req.GetParameters())
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for id := range want.Buckets {
+		b, ok := d.state.Buckets[id]
+		if !ok {
+			return nil, status.Errorf(codes.NotFound, "bucket %q does not exist", id)
+		}
+		if !slices.Contains(b.Protocols, want.Protocol) {
+			return nil, status.Errorf(codes.InvalidArgument, "bucket %q does not support %v", id, want.Protocol)
+		}
+	}
+	id := req.GetAccountId()
+	acct, ok := d.state.Accounts[id]
+	switch {
+	case ok && !acct.sameGrant(want):
+		return nil, status.Errorf(codes.AlreadyExists, "account %q exists with another grant", id)
+	case !ok:
+		acct = want
+		acct.Secret = rand.Text()
+		acct.Created = time.Now()
+		d.state.Accounts[id] = acct
+		if err := d.save(); err != nil {
+			delete(d.state.Accounts, id)
+			return nil, err
+		}
+	}
+
+	resp := &cosi.DriverGrantBucketAccessResponse{}
+	for _, b := range req.GetBuckets() {
+		info := d.bucketInfo(b.GetBucketId(), &bucket{Protocols: []cosi.ObjectProtocol_Type{want.Protocol}, Parameters: d.state.Buckets[b.GetBucketId()].Parameters})
+		resp.Buckets = append(resp.Buckets, &cosi.DriverGrantBucketAccessResponse_BucketInfo{BucketId: b.GetBucketId(), BucketInfo: info})
+	}
+	if acct.AuthenticationType == cosi.AuthenticationType_KEY {
+		resp.Credentials = acct.credentials(id)
+	}
+	return resp, nil
+}
+
+// DriverRevokeBucketAccess deletes the account and its key; an account that does not exist is
+// already revoked.
+func (d *Driver) DriverRevokeBucketAccess(_ context.Context, req *cosi.DriverRevokeBucketAccessRequest) (*cosi.DriverRevokeBucketAccessResponse, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	acct, ok := d.state.Accounts[req.GetAccountId()]
+	if !ok {
+		return &cosi.DriverRevokeBucketAccessResponse{}, nil
+	}
+	delete(d.state.Accounts, req.GetAccountId())
+	if err := d.save(); err != nil {
+		d.state.Accounts[req.GetAccountId()] = acct
+		return nil, err
+	}
+	return &cosi.DriverRevokeBucketAccessResponse{}, nil
+}
+
+// newBucket checks a bucket request against what the driver supports.
+func (d *Driver) newBucket(protocols []cosi.ObjectProtocol_Type, params map[string]string) (*bucket, error) {
+	for _, p := range protocols {
+		if !slices.Contains(d.cfg.Protocols, p) {
+			return nil, status.Errorf(codes.InvalidArgument, "protocol %v is not supported by this driver", p)
+		}
+	}
+	for k, v := range params {
+		switch k {
+		case ParamVersioning:
+			if v != "true" && v != "false" {
+				return nil, status.Errorf(codes.InvalidArgument, "parameter %s must be \"true\" or \"false\"", ParamVersioning)
+			}
+		case ParamRegion:
+			if v == "" {
+				return nil, status.Errorf(codes.InvalidArgument, "parameter %s must not be empty", ParamRegion)
+			}
+		default:
+			return nil, status.Errorf(codes.InvalidArgument, "unknown bucket parameter %q", k)
+		}
+	}
+	if len(protocols) == 0 {
+		protocols = d.cfg.Protocols // no preference: support every protocol
+	}
+	return &bucket{Protocols: sortedProtocols(protocols), Parameters: params}, nil
+}
+
+// newAccount checks an access request against what the driver supports.
+func (d *Driver) newAccount(buckets []*cosi.AccessedBucket, protocol cosi.ObjectProtocol_Type, auth cosi.AuthenticationType_Type, sa *cosi.ServiceAccount, params map[string]string) (*account, error) {
+	if len(buckets) > 1 && d.cfg.SingleBucketAccess {
+		return nil, status.Errorf(codes.OutOfRange, "this driver cannot share one credential across %d buckets", len(buckets))
+	}
+	if auth == cosi.AuthenticationType_SERVICE_ACCOUNT && d.cfg.NoServiceAccountAuth {
+		return nil, status.Error(codes.InvalidArgument, "ServiceAccount authentication is not supported by this driver")
+	}
+	if !slices.Contains(d.cfg.Protocols, protocol) {
+		return nil, status.Errorf(codes.InvalidArgument, "protocol %v is not supported by this driver", protocol)
+	}
+	for k, v := range params {
+		switch k {
+		case ParamSASExpiry:
+			if _, err := time.ParseDuration(v); err != nil {
+				return nil, status.Errorf(codes.InvalidArgument, "parameter %s: %v", ParamSASExpiry, err)
+			}
+		default:
+			return nil, status.Errorf(codes.InvalidArgument, "unknown access parameter %q", k)
+		}
+	}
+	a := &account{
+		Buckets:            map[string]modes{},
+		Protocol:           protocol,
+		AuthenticationType: auth,
+		ServiceAccount:     sa.GetNamespace() + "/" + sa.GetName(),
+		Parameters:         params,
+	}
+	for _, b := range buckets {
+		m := b.GetAccessModes()
+		a.Buckets[b.GetBucketId()] = modes{ObjectData: m.GetObjectData(), ObjectMetadata: m.GetObjectMetadata(), BucketMetadata: m.GetBucketMetadata()}
+	}
+	return a, nil
+}
+
+// bucketInfo is what clients need to reach bucket id with each of b's protocols.
+func (d *Driver) bucketInfo(id string, b *bucket) *cosi.ProtocolBucketInfo {
+	region := d.cfg.Region
+	if r := b.Parameters[ParamRegion]; r != "" {
+		region = r
+	}
+	info := &cosi.ProtocolBucketInfo{}
+	for _, p := range b.Protocols {
+		switch p {
+		case cosi.ObjectProtocol_S3:
+			info.S3 = &cosi.S3BucketInfo{BucketName: id, Endpoint: d.cfg.S3Endpoint, Region: region, AddressingStyle: cosi.S3AddressingStyle_PATH}
+		case cosi.ObjectProtocol_AZURE:
+			info.Azure = &cosi.AzureBucketInfo{StorageAccount: "memory"}
+		case cosi.ObjectProtocol_GCS:
+			info.Gcs = &cosi.GcsBucketInfo{ProjectId: "memory", BucketName: id}
+		}
+	}
+	return info
+}
+
+// credentials derives the account's key for its protocol from its secret.
+func (a *account) credentials(id string) *cosi.CredentialInfo {
+	sum := sha256.Sum256([]byte(id))
+	keyID := "MEM" + strings.ToUpper(hex.EncodeToString(sum[:8]))
+	switch a.Protocol {
+	case cosi.ObjectProtocol_S3:
+		return &cosi.CredentialInfo{S3: &cosi.S3Credentials{AccessKeyId: keyID, AccessSecretKey: a.Secret}}
+	case cosi.ObjectProtocol_AZURE:
+		creds := &cosi.AzureCredentials{AccessToken: "sv=memory&sig=" + a.Secret}
+		if expiry, err := time.ParseDuration(a.Parameters[ParamSASExpiry]); err == nil {
+			creds.ExpiryTimestamp = timestamppb.New(a.Created.Add(expiry))
+		}
+		return &cosi.CredentialInfo{Azure: creds}
+	default:
+		return &cosi.CredentialInfo{Gcs: &cosi.GcsCredentials{HmacAccessId: keyID, HmacSecret: a.Secret}}
+	}
+}
+
+func sortedProtocols(protocols []cosi.ObjectProtocol_Type) []cosi.ObjectProtocol_Type {
+	s := slices.Clone(protocols)
+	slices.Sort(s)
+	return slices.Compact(s)
+}

@@ -1,0 +1,361 @@
+package driver
+
+import (
+	"fmt"
+	"regexp"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	cosi "github.com/kube-cosi/cosi/proto"
+)
+
+// Limits on request fields. COSI never sends more: they match the limits the CRDs enforce (IDs,
+// names, parameter and bucket counts), with room to spare for parameter sizes.
+const (
+	MaxIDLength             = 1024 // bucket_id, account_id
+	MaxNameLength           = 253  // name, account_name (a Kubernetes object name or "ba-<uid>")
+	MaxParameters           = 64
+	MaxParameterKeyLength   = 256
+	MaxParameterValueLength = 4096
+	MaxBuckets              = 64 // buckets in one access request
+	MaxDriverNameLength     = 63
+)
+
+// driverNameRE is the driver name format of the COSI spec (DriverGetInfoResponse.name): domain
+// name notation, alphanumeric at both ends, dashes and dots between.
+var driverNameRE = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?$`)
+
+// ValidateRequest checks a request of any COSI RPC for missing required fields, invalid values and
+// size limits. It returns nil, or a status error with code InvalidArgument that names the field.
+// The server runs it before every handler.
+func ValidateRequest(req any) error {
+	var err error
+	switch r := req.(type) {
+	case *cosi.DriverGetInfoRequest:
+	case *cosi.DriverGenerateBucketIdRequest:
+		err = firstError(
+			checkString("name", r.GetName(), MaxNameLength),
+			checkProtocols("protocols", r.GetProtocols()),
+			checkParameters(r.GetParameters()))
+	case *cosi.DriverCreateBucketRequest:
+		err = firstError(
+			checkString("bucket_id", r.GetBucketId(), MaxIDLength),
+			checkProtocols("protocols", r.GetProtocols()),
+			checkParameters(r.GetParameters()))
+	case *cosi.DriverGetBucketRequest:
+		err = firstError(
+			checkString("bucket_id", r.GetBucketId(), MaxIDLength),
+			checkProtocols("protocols", r.GetProtocols()),
+			checkParameters(r.GetParameters()))
+	case *cosi.DriverDeleteBucketRequest:
+		err = firstError(
+			checkString("bucket_id", r.GetBucketId(), MaxIDLength),
+			checkParameters(r.GetParameters()))
+	case *cosi.DriverGenerateBucketAccessIdRequest:
+		err = firstError(
+			checkString("account_name", r.GetAccountName(), MaxNameLength),
+			checkAccessedBuckets(r.GetBuckets()),
+			checkAccess(r.GetProtocol(), r.GetAuthenticationType(), r.GetServiceAccount()),
+			checkParameters(r.GetParameters()))
+	case *cosi.DriverGrantBucketAccessRequest:
+		err = firstError(
+			checkString("account_id", r.GetAccountId(), MaxIDLength),
+			checkAccessedBuckets(r.GetBuckets()),
+			checkAccess(r.GetProtocol(), r.GetAuthenticationType(), r.GetServiceAccount()),
+			checkParameters(r.GetParameters()))
+	case *cosi.DriverRevokeBucketAccessRequest:
+		err = firstError(
+			checkString("account_id", r.GetAccountId(), MaxIDLength),
+			checkRevokedBuckets(r.GetBuckets()),
+			checkAccess(r.GetProtocol(), r.GetAuthenticationType(), r.GetServiceAccount()),
+			checkParameters(r.GetParameters()))
+	default:
+		return status.Errorf(codes.Unimplemented, "unknown request type %T", req)
+	}
+	if err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	return nil
+}
+
+func firstError(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkString(field, value string, maxLen int) error {
+	if value == "" {
+		return fmt.Errorf("%s is required", field)
+	}
+	if len(value) > maxLen {
+		return fmt.Errorf("%s is longer than %d bytes", field, maxLen)
+	}
+	return nil
+}
+
+func checkProtocol(field string, p cosi.ObjectProtocol_Type) error {
+	if _, known := cosi.ObjectProtocol_Type_name[int32(p)]; !known || p == cosi.ObjectProtocol_UNKNOWN {
+		return fmt.Errorf("%s: %v is not a protocol (S3, AZURE or GCS)", field, p)
+	}
+	return nil
+}
+
+func checkProtocols(field string, protocols []cosi.ObjectProtocol_Type) error {
+	seen := map[cosi.ObjectProtocol_Type]bool{}
+	for i, p := range protocols {
+		if err := checkProtocol(fmt.Sprintf("%s[%d]", field, i), p); err != nil {
+			return err
+		}
+		if seen[p] {
+			return fmt.Errorf("%s[%d]: %v is listed twice", field, i, p)
+		}
+		seen[p] = true
+	}
+	return nil
+}
+
+func checkParameters(params map[string]string) error {
+	if len(params) > MaxParameters {
+		return fmt.Errorf("parameters: %d entries, more than %d", len(params), MaxParameters)
+	}
+	for k, v := range params {
+		if k == "" {
+			return fmt.Errorf("parameters: empty key")
+		}
+		if len(k) > MaxParameterKeyLength {
+			return fmt.Errorf("parameters: key %.32q... is longer than %d bytes", k, MaxParameterKeyLength)
+		}
+		if len(v) > MaxParameterValueLength {
+			return fmt.Errorf("parameters[%q]: value is longer than %d bytes", k, MaxParameterValueLength)
+		}
+	}
+	return nil
+}
+
+func checkAccessedBuckets(buckets []*cosi.AccessedBucket) error {
+	if len(buckets) == 0 {
+		return fmt.Errorf("buckets: at least one bucket is required")
+	}
+	if len(buckets) > MaxBuckets {
+		return fmt.Errorf("buckets: %d buckets, more than %d", len(buckets), MaxBuckets)
+	}
+	seen := map[string]bool{}
+	for i, b := range buckets {
+		field := fmt.Sprintf("buckets[%d]", i)
+		if err := checkString(field+".bucket_id", b.GetBucketId(), MaxIDLength); err != nil {
+			return err
+		}
+		if seen[b.GetBucketId()] {
+			return fmt.Errorf("%s.bucket_id: %q is listed twice", field, b.GetBucketId())
+		}
+		seen[b.GetBucketId()] = true
+		if err := checkAccessModes(field+".access_modes", b.GetAccessModes()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkAccessModes(field string, modes *cosi.AccessModes) error {
+	requested := 0
+	for name, mode := range map[string]cosi.AccessMode_Mode{
+		"object_data":     modes.GetObjectData(),
+		"object_metadata": modes.GetObjectMetadata(),
+		"bucket_metadata": modes.GetBucketMetadata(),
+	} {
+		if _, known := cosi.AccessMode_Mode_name[int32(mode)]; !known {
+			return fmt.Errorf("%s.%s: %v is not an access mode", field, name, mode)
+		}
+		if mode != cosi.AccessMode_UNSPECIFIED {
+			requested++
+		}
+	}
+	if requested == 0 {
+		return fmt.Errorf("%s: at least one of object_data, object_metadata or bucket_metadata must be requested", field)
+	}
+	return nil
+}
+
+func checkRevokedBuckets(buckets []*cosi.DriverRevokeBucketAccessRequest_Bucket) error {
+	if len(buckets) == 0 {
+		return fmt.Errorf("buckets: at least one bucket is required")
+	}
+	if len(buckets) > MaxBuckets {
+		return fmt.Errorf("buckets: %d buckets, more than %d", len(buckets), MaxBuckets)
+	}
+	for i, b := range buckets {
+		if err := checkString(fmt.Sprintf("buckets[%d].bucket_id", i), b.GetBucketId(), MaxIDLength); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkAccess checks the protocol, the authentication type and the service account, which is
+// required for SERVICE_ACCOUNT authentication and must be empty otherwise (COSI never sends it for
+// KEY, so that drivers cannot come to depend on it).
+func checkAccess(protocol cosi.ObjectProtocol_Type, auth cosi.AuthenticationType_Type, sa *cosi.ServiceAccount) error {
+	if err := checkProtocol("protocol", protocol); err != nil {
+		return err
+	}
+	switch auth {
+	case cosi.AuthenticationType_KEY:
+		if sa.GetName() != "" || sa.GetNamespace() != "" {
+			return fmt.Errorf("service_account must be empty for KEY authentication")
+		}
+	case cosi.AuthenticationType_SERVICE_ACCOUNT:
+		if sa.GetName() == "" || sa.GetNamespace() == "" {
+			return fmt.Errorf("service_account name and namespace are required for SERVICE_ACCOUNT authentication")
+		}
+		if len(sa.GetName()) > MaxNameLength || len(sa.GetNamespace()) > MaxNameLength {
+			return fmt.Errorf("service_account name or namespace is longer than %d bytes", MaxNameLength)
+		}
+	default:
+		return fmt.Errorf("authentication_type: %v is not KEY or SERVICE_ACCOUNT", auth)
+	}
+	return nil
+}
+
+// ValidateDriverName checks a driver name against the COSI spec's format.
+func ValidateDriverName(name string) error {
+	if name == "" {
+		return fmt.Errorf("driver name is empty")
+	}
+	if len(name) > MaxDriverNameLength {
+		return fmt.Errorf("driver name %q is longer than %d characters", name, MaxDriverNameLength)
+	}
+	if !driverNameRE.MatchString(name) {
+		return fmt.Errorf("driver name %q is not in domain name notation (alphanumerics at both ends, dashes and dots between)", name)
+	}
+	return nil
+}
+
+// ValidateGetInfoResponse checks what a driver says about itself: a valid name and at least one
+// known protocol, none twice.
+func ValidateGetInfoResponse(resp *cosi.DriverGetInfoResponse) error {
+	if err := ValidateDriverName(resp.GetName()); err != nil {
+		return err
+	}
+	if len(resp.GetSupportedProtocols()) == 0 {
+		return fmt.Errorf("supported_protocols is empty: a driver supports at least one protocol")
+	}
+	return checkProtocols("supported_protocols", resp.GetSupportedProtocols())
+}
+
+// BucketInfoProtocols returns the protocols present in a bucket info message, in S3, Azure, GCS
+// order.
+func BucketInfoProtocols(info *cosi.ProtocolBucketInfo) []cosi.ObjectProtocol_Type {
+	var protocols []cosi.ObjectProtocol_Type
+	if info.GetS3() != nil {
+		protocols = append(protocols, cosi.ObjectProtocol_S3)
+	}
+	if info.GetAzure() != nil {
+		protocols = append(protocols, cosi.ObjectProtocol_AZURE)
+	}
+	if info.GetGcs() != nil {
+		protocols = append(protocols, cosi.ObjectProtocol_GCS)
+	}
+	return protocols
+}
+
+// ValidateBucketInfo checks the bucket information of a DriverCreateBucket or DriverGetBucket
+// response: at least one protocol, each advertised by the driver, and each requested protocol
+// present.
+func ValidateBucketInfo(info *cosi.ProtocolBucketInfo, advertised, requested []cosi.ObjectProtocol_Type) error {
+	got := BucketInfoProtocols(info)
+	if len(got) == 0 {
+		return fmt.Errorf("the response names no protocol: a bucket supports at least one")
+	}
+	for _, p := range got {
+		if !containsProtocol(advertised, p) {
+			return fmt.Errorf("the response has %v info, a protocol the driver does not advertise", p)
+		}
+	}
+	for _, p := range requested {
+		if !containsProtocol(got, p) {
+			return fmt.Errorf("protocol %v was requested, the response has no %v info", p, p)
+		}
+	}
+	return nil
+}
+
+// ValidateGrantResponse checks a DriverGrantBucketAccess response against its request: one entry
+// per requested bucket with the fields workloads need for the protocol, and, for KEY
+// authentication, complete credentials for the protocol. Messages never include credential values.
+func ValidateGrantResponse(req *cosi.DriverGrantBucketAccessRequest, resp *cosi.DriverGrantBucketAccessResponse) error {
+	byID := map[string]*cosi.ProtocolBucketInfo{}
+	for i, b := range resp.GetBuckets() {
+		if _, dup := byID[b.GetBucketId()]; dup {
+			return fmt.Errorf("buckets[%d]: bucket %q is listed twice", i, b.GetBucketId())
+		}
+		byID[b.GetBucketId()] = b.GetBucketInfo()
+	}
+	for _, want := range req.GetBuckets() {
+		info, ok := byID[want.GetBucketId()]
+		if !ok {
+			return fmt.Errorf("buckets: no entry for requested bucket %q", want.GetBucketId())
+		}
+		if err := checkGrantBucketInfo(req.GetProtocol(), info); err != nil {
+			return fmt.Errorf("bucket %q: %w", want.GetBucketId(), err)
+		}
+	}
+	if len(byID) != len(req.GetBuckets()) {
+		return fmt.Errorf("buckets: %d entries for %d requested buckets", len(byID), len(req.GetBuckets()))
+	}
+	if req.GetAuthenticationType() == cosi.AuthenticationType_KEY {
+		return checkCredentials(req.GetProtocol(), resp.GetCredentials())
+	}
+	return nil
+}
+
+func checkGrantBucketInfo(protocol cosi.ObjectProtocol_Type, info *cosi.ProtocolBucketInfo) error {
+	switch protocol {
+	case cosi.ObjectProtocol_S3:
+		s3 := info.GetS3()
+		if s3 == nil || s3.GetBucketName() == "" || s3.GetEndpoint() == "" || s3.GetRegion() == "" {
+			return fmt.Errorf("S3 bucket info needs bucket_name, endpoint and region")
+		}
+	case cosi.ObjectProtocol_AZURE:
+		if info.GetAzure().GetStorageAccount() == "" {
+			return fmt.Errorf("Azure bucket info needs storage_account")
+		}
+	case cosi.ObjectProtocol_GCS:
+		if info.GetGcs().GetBucketName() == "" {
+			return fmt.Errorf("GCS bucket info needs bucket_name")
+		}
+	}
+	return nil
+}
+
+func checkCredentials(protocol cosi.ObjectProtocol_Type, creds *cosi.CredentialInfo) error {
+	switch protocol {
+	case cosi.ObjectProtocol_S3:
+		if creds.GetS3().GetAccessKeyId() == "" || creds.GetS3().GetAccessSecretKey() == "" {
+			return fmt.Errorf("S3 credentials need access_key_id and access_secret_key")
+		}
+	case cosi.ObjectProtocol_AZURE:
+		if creds.GetAzure().GetAccessToken() == "" {
+			return fmt.Errorf("Azure credentials need access_token")
+		}
+	case cosi.ObjectProtocol_GCS:
+		g := creds.GetGcs()
+		if g.GetPrivateKey() == "" && (g.GetHmacAccessId() == "" || g.GetHmacSecret() == "") {
+			return fmt.Errorf("GCS credentials need private_key, or hmac_access_id and hmac_secret")
+		}
+	}
+	return nil
+}
+
+func containsProtocol(list []cosi.ObjectProtocol_Type, p cosi.ObjectProtocol_Type) bool {
+	for _, q := range list {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,463 @@
+package sanity
+
+import (
+	"bytes"
+	"slices"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kube-cosi/cosi/pkg/driver"
+	cosi "github.com/kube-cosi/cosi/proto"
+)
+
+// cases are the requirements of KEP-1979 "COSI Driver" and the COSI spec's "Error Scheme", one
+// case each. Names are "<RPC or area>/<requirement>".
+var cases = []Case{
+	// DriverGetInfo
+	{"DriverGetInfo/returns a name in domain name notation, 63 characters at most", func(t *T) {
+		if err := driver.ValidateDriverName(t.s.info.GetName()); err != nil {
+			t.Errorf("%v", err)
+		}
+	}},
+	{"DriverGetInfo/advertises at least one protocol, each once", func(t *T) {
+		info := &cosi.DriverGetInfoResponse{Name: "valid.example.com", SupportedProtocols: t.protocols()}
+		if err := driver.ValidateGetInfoResponse(info); err != nil {
+			t.Errorf("%v", err)
+		}
+	}},
+
+	// DriverGenerateBucketId
+	{"DriverGenerateBucketId/is idempotent for the same name and parameters", func(t *T) {
+		req := &cosi.DriverGenerateBucketIdRequest{Name: t.name("b"), Parameters: t.s.cfg.BucketParameters}
+		first, err := t.s.prov.DriverGenerateBucketId(t.ctx, req)
+		t.ok(err, "first DriverGenerateBucketId")
+		second, err := t.s.prov.DriverGenerateBucketId(t.ctx, req)
+		t.ok(err, "second DriverGenerateBucketId")
+		if first.GetBucketId() == "" || first.GetBucketId() != second.GetBucketId() {
+			t.Errorf("bucket_id %q, then %q: want the same non-empty ID", first.GetBucketId(), second.GetBucketId())
+		}
+	}},
+	{"DriverGenerateBucketId/creates nothing in the backend", func(t *T) {
+		gen, err := t.s.prov.DriverGenerateBucketId(t.ctx, &cosi.DriverGenerateBucketIdRequest{Name: t.name("b"), Parameters: t.s.cfg.BucketParameters})
+		t.ok(err, "DriverGenerateBucketId")
+		if t.bucketExists(gen.GetBucketId()) {
+			t.Errorf("bucket %q exists after phase 1; it would leak if COSI never persisted the ID", gen.GetBucketId())
+			t.deleteBucket(gen.GetBucketId())
+		}
+	}},
+	{"DriverGenerateBucketId/rejects a missing name with InvalidArgument", func(t *T) {
+		_, err := t.s.prov.DriverGenerateBucketId(t.ctx, &cosi.DriverGenerateBucketIdRequest{Parameters: t.s.cfg.BucketParameters})
+		t.code(err, "DriverGenerateBucketId without name", codes.InvalidArgument)
+	}},
+	{"DriverGenerateBucketId/rejects invalid parameters with InvalidArgument", func(t *T) {
+		if t.s.cfg.InvalidBucketParameters == nil {
+			t.Skipf("no invalid bucket parameters configured")
+		}
+		_, err := t.s.prov.DriverGenerateBucketId(t.ctx, &cosi.DriverGenerateBucketIdRequest{Name: t.name("b"), Parameters: t.s.cfg.InvalidBucketParameters})
+		t.code(err, "DriverGenerateBucketId with invalid parameters", codes.InvalidArgument)
+	}},
+	{"DriverGenerateBucketId/returns AlreadyExists for an existing bucket with incompatible parameters", func(t *T) {
+		if t.s.cfg.IncompatibleBucketParameters == nil {
+			t.Skipf("no incompatible bucket parameters configured")
+		}
+		name := t.name("b")
+		gen, err := t.s.prov.DriverGenerateBucketId(t.ctx, &cosi.DriverGenerateBucketIdRequest{Name: name, Parameters: t.s.cfg.BucketParameters})
+		t.ok(err, "DriverGenerateBucketId")
+		_, err = t.s.prov.DriverCreateBucket(t.ctx, &cosi.DriverCreateBucketRequest{BucketId: gen.GetBucketId(), Parameters: t.s.cfg.BucketParameters})
+		t.ok(err, "DriverCreateBucket")
+		t.Cleanup(func() { t.deleteBucket(gen.GetBucketId()) })
+		_, err = t.s.prov.DriverGenerateBucketId(t.ctx, &cosi.DriverGenerateBucketIdRequest{Name: name, Parameters: t.s.cfg.IncompatibleBucketParameters})
+		t.code(err, "DriverGenerateBucketId for an existing bucket with other parameters", codes.AlreadyExists)
+	}},
+
+	// DriverCreateBucket
+	{"DriverCreateBucket/returns info for at least one protocol, only advertised ones", func(t *T) {
+		_, resp := t.createBucket()
+		if err := driver.ValidateBucketInfo(resp.GetProtocols(), t.protocols(), nil); err != nil {
+			t.Errorf("%v", err)
+		}
+	}},
+	{"DriverCreateBucket/supports each advertised protocol when requested", func(t *T) {
+		for _, p := range t.protocols() {
+			_, resp := t.createBucket(p)
+			if err := driver.ValidateBucketInfo(resp.GetProtocols(), t.protocols(), []cosi.ObjectProtocol_Type{p}); err != nil {
+				t.Errorf("%v: %v", p, err)
+			}
+		}
+	}},
+	{"DriverCreateBucket/creates the bucket in the backend", func(t *T) {
+		id, _ := t.createBucket()
+		if !t.bucketExists(id) {
+			t.Errorf("bucket %q does not exist in the backend after DriverCreateBucket returned OK", id)
+		}
+	}},
+	{"DriverCreateBucket/is idempotent for the same bucket_id", func(t *T) {
+		id, first := t.createBucket()
+		second, err := t.s.prov.DriverCreateBucket(t.ctx, &cosi.DriverCreateBucketRequest{BucketId: id, Parameters: t.s.cfg.BucketParameters})
+		t.ok(err, "second DriverCreateBucket for the same bucket_id")
+		if !proto.Equal(first.GetProtocols(), second.GetProtocols()) {
+			t.Errorf("the second call returned other bucket info: %v, then %v", first.GetProtocols(), second.GetProtocols())
+		}
+	}},
+	{"DriverCreateBucket/rejects a missing bucket_id with InvalidArgument", func(t *T) {
+		_, err := t.s.prov.DriverCreateBucket(t.ctx, &cosi.DriverCreateBucketRequest{Parameters: t.s.cfg.BucketParameters})
+		t.code(err, "DriverCreateBucket without bucket_id", codes.InvalidArgument)
+	}},
+	{"DriverCreateBucket/rejects invalid parameters with InvalidArgument", func(t *T) {
+		if t.s.cfg.InvalidBucketParameters == nil {
+			t.Skipf("no invalid bucket parameters configured")
+		}
+		id := t.name("b")
+		_, err := t.s.prov.DriverCreateBucket(t.ctx, &cosi.DriverCreateBucketRequest{BucketId: id, Parameters: t.s.cfg.InvalidBucketParameters})
+		if err == nil {
+			t.deleteBucket(id)
+		}
+		t.code(err, "DriverCreateBucket with invalid parameters", codes.InvalidArgument)
+	}},
+	{"DriverCreateBucket/returns AlreadyExists for an existing bucket with incompatible parameters", func(t *T) {
+		if t.s.cfg.IncompatibleBucketParameters == nil {
+			t.Skipf("no incompatible bucket parameters configured")
+		}
+		id, _ := t.createBucket()
+		_, err := t.s.prov.DriverCreateBucket(t.ctx, &cosi.DriverCreateBucketRequest{BucketId: id, Parameters: t.s.cfg.IncompatibleBucketParameters})
+		t.code(err, "DriverCreateBucket for an existing bucket with other parameters", codes.AlreadyExists)
+	}},
+	{"DriverCreateBucket/rejects a protocol the driver does not advertise with InvalidArgument", func(t *T) {
+		p := t.unsupportedProtocol()
+		id := t.name("b")
+		_, err := t.s.prov.DriverCreateBucket(t.ctx, &cosi.DriverCreateBucketRequest{BucketId: id, Protocols: []cosi.ObjectProtocol_Type{p}, Parameters: t.s.cfg.BucketParameters})
+		if err == nil {
+			t.deleteBucket(id)
+		}
+		t.code(err, "DriverCreateBucket for "+p.String(), codes.InvalidArgument)
+	}},
+
+	// DriverGetBucket
+	{"DriverGetBucket/returns info for an existing bucket", func(t *T) {
+		id := t.s.cfg.StaticBucketID
+		if id == "" {
+			id, _ = t.createBucket()
+		}
+		resp, err := t.s.prov.DriverGetBucket(t.ctx, &cosi.DriverGetBucketRequest{BucketId: id})
+		t.ok(err, "DriverGetBucket")
+		if err := driver.ValidateBucketInfo(resp.GetProtocols(), t.protocols(), nil); err != nil {
+			t.Errorf("%v", err)
+		}
+	}},
+	{"DriverGetBucket/returns NotFound for a missing bucket", func(t *T) {
+		_, err := t.s.prov.DriverGetBucket(t.ctx, &cosi.DriverGetBucketRequest{BucketId: t.name("missing")})
+		t.code(err, "DriverGetBucket for a bucket that does not exist", codes.NotFound)
+	}},
+	{"DriverGetBucket/rejects a missing bucket_id with InvalidArgument", func(t *T) {
+		_, err := t.s.prov.DriverGetBucket(t.ctx, &cosi.DriverGetBucketRequest{})
+		t.code(err, "DriverGetBucket without bucket_id", codes.InvalidArgument)
+	}},
+
+	// DriverDeleteBucket
+	{"DriverDeleteBucket/deletes the bucket so that DriverGetBucket no longer finds it", func(t *T) {
+		id, _ := t.createBucket()
+		_, err := t.s.prov.DriverDeleteBucket(t.ctx, &cosi.DriverDeleteBucketRequest{BucketId: id, Parameters: t.s.cfg.BucketParameters})
+		t.ok(err, "DriverDeleteBucket")
+		_, err = t.s.prov.DriverGetBucket(t.ctx, &cosi.DriverGetBucketRequest{BucketId: id})
+		t.code(err, "DriverGetBucket after DriverDeleteBucket", codes.NotFound)
+	}},
+	{"DriverDeleteBucket/deletes the bucket in the backend", func(t *T) {
+		id, _ := t.createBucket()
+		_, err := t.s.prov.DriverDeleteBucket(t.ctx, &cosi.DriverDeleteBucketRequest{BucketId: id, Parameters: t.s.cfg.BucketParameters})
+		t.ok(err, "DriverDeleteBucket")
+		if t.bucketExists(id) {
+			t.Errorf("bucket %q still exists in the backend after DriverDeleteBucket returned OK", id)
+		}
+	}},
+	{"DriverDeleteBucket/returns OK when deleting twice", func(t *T) {
+		id, _ := t.createBucket()
+		for i := range 2 {
+			_, err := t.s.prov.DriverDeleteBucket(t.ctx, &cosi.DriverDeleteBucketRequest{BucketId: id, Parameters: t.s.cfg.BucketParameters})
+			t.ok(err, []string{"first", "second"}[i]+" DriverDeleteBucket")
+		}
+	}},
+	{"DriverDeleteBucket/returns OK for an unknown bucket_id", func(t *T) {
+		_, err := t.s.prov.DriverDeleteBucket(t.ctx, &cosi.DriverDeleteBucketRequest{BucketId: t.name("missing"), Parameters: t.s.cfg.BucketParameters})
+		t.ok(err, "DriverDeleteBucket for a bucket that never existed")
+	}},
+	{"DriverDeleteBucket/rejects a missing bucket_id with InvalidArgument", func(t *T) {
+		_, err := t.s.prov.DriverDeleteBucket(t.ctx, &cosi.DriverDeleteBucketRequest{})
+		t.code(err, "DriverDeleteBucket without bucket_id", codes.InvalidArgument)
+	}},
+
+	// DriverGenerateBucketAccessId
+	{"DriverGenerateBucketAccessId/is idempotent for the same account_name and parameters", func(t *T) {
+		p := t.protocols()[0]
+		id, _ := t.createBucket(p)
+		req := t.keyGrant(p, readWrite, id).generateRequest(t.name("a"))
+		first, err := t.s.prov.DriverGenerateBucketAccessId(t.ctx, req)
+		t.ok(err, "first DriverGenerateBucketAccessId")
+		second, err := t.s.prov.DriverGenerateBucketAccessId(t.ctx, req)
+		t.ok(err, "second DriverGenerateBucketAccessId")
+		if first.GetAccountId() == "" || first.GetAccountId() != second.GetAccountId() {
+			t.Errorf("account_id %q, then %q: want the same non-empty ID", first.GetAccountId(), second.GetAccountId())
+		}
+	}},
+	{"DriverGenerateBucketAccessId/creates no account in the backend", func(t *T) {
+		p := t.protocols()[0]
+		id, _ := t.createBucket(p)
+		before := t.accounts()
+		_, err := t.s.prov.DriverGenerateBucketAccessId(t.ctx, t.keyGrant(p, readWrite, id).generateRequest(t.name("a")))
+		t.ok(err, "DriverGenerateBucketAccessId")
+		if after := t.accounts(); len(after) != len(before) {
+			t.Errorf("the backend has %d accounts after phase 1, %d before; they would leak if COSI never persisted the ID", len(after), len(before))
+		}
+	}},
+	{"DriverGenerateBucketAccessId/rejects a missing account_name with InvalidArgument", func(t *T) {
+		p := t.protocols()[0]
+		id, _ := t.createBucket(p)
+		_, err := t.s.prov.DriverGenerateBucketAccessId(t.ctx, t.keyGrant(p, readWrite, id).generateRequest(""))
+		t.code(err, "DriverGenerateBucketAccessId without account_name", codes.InvalidArgument)
+	}},
+	{"DriverGenerateBucketAccessId/rejects a request without buckets with InvalidArgument", func(t *T) {
+		_, err := t.s.prov.DriverGenerateBucketAccessId(t.ctx, t.keyGrant(t.protocols()[0], readWrite).generateRequest(t.name("a")))
+		t.code(err, "DriverGenerateBucketAccessId without buckets", codes.InvalidArgument)
+	}},
+
+	// DriverGrantBucketAccess
+	{"DriverGrantBucketAccess/returns complete credentials and bucket info for each advertised protocol", func(t *T) {
+		for _, p := range t.protocols() {
+			id, _ := t.createBucket(p)
+			g := t.keyGrant(p, readWrite, id)
+			_, resp, err := t.grant(g)
+			t.ok(err, "granting "+p.String()+" access")
+			if err := driver.ValidateGrantResponse(g.grantRequest("x"), resp); err != nil {
+				t.Errorf("%v: %v", p, err)
+			}
+		}
+	}},
+	{"DriverGrantBucketAccess/is idempotent for the same account_id", func(t *T) {
+		p := t.protocols()[0]
+		id, _ := t.createBucket(p)
+		g := t.keyGrant(p, readWrite, id)
+		account, first, err := t.grant(g)
+		t.ok(err, "first grant")
+		second, err := t.s.prov.DriverGrantBucketAccess(t.ctx, g.grantRequest(account))
+		t.ok(err, "second DriverGrantBucketAccess for the same account_id")
+		if proto.Equal(first.GetCredentials(), second.GetCredentials()) {
+			return
+		}
+		// Different credentials are acceptable if both work: a driver may issue a new key.
+		for i, creds := range []*cosi.CredentialInfo{first.GetCredentials(), second.GetCredentials()} {
+			if !t.allowed(p, creds, id, bucketInfoFor(second, id), ObjectData, false) {
+				t.Errorf("the credentials of grant %d do not work; repeating a grant must not break earlier credentials", i+1)
+			}
+		}
+	}},
+	{"DriverGrantBucketAccess/creates one backend account however often it is called", func(t *T) {
+		p := t.protocols()[0]
+		id, _ := t.createBucket(p)
+		before := t.accounts()
+		g := t.keyGrant(p, readWrite, id)
+		account, _, err := t.grant(g)
+		t.ok(err, "grant")
+		_, err = t.s.prov.DriverGrantBucketAccess(t.ctx, g.grantRequest(account))
+		t.ok(err, "second DriverGrantBucketAccess")
+		if after := t.accounts(); len(after) != len(before)+1 {
+			t.Errorf("the backend has %d accounts after granting twice, %d before: want exactly one more", len(after), len(before))
+		}
+	}},
+	{"DriverGrantBucketAccess/accepts each access mode or returns InvalidArgument", func(t *T) {
+		p := t.protocols()[0]
+		id, _ := t.createBucket(p)
+		for _, m := range accessModeCombinations() {
+			_, _, err := t.grant(t.keyGrant(p, m.modes, id))
+			if err != nil {
+				t.code(err, "granting "+m.name, codes.InvalidArgument)
+			}
+		}
+	}},
+	{"DriverGrantBucketAccess/enforces each granted access mode", func(t *T) {
+		p := t.protocols()[0]
+		id, _ := t.createBucket(p)
+		for _, m := range accessModeCombinations() {
+			_, resp, err := t.grant(t.keyGrant(p, m.modes, id))
+			if err != nil {
+				continue // refused with InvalidArgument: checked by the case above
+			}
+			info := bucketInfoFor(resp, id)
+			for _, write := range []bool{false, true} {
+				want := m.allows(write)
+				if got := t.allowed(p, resp.GetCredentials(), id, info, m.category, write); got != want {
+					t.Errorf("%s: %v %s allowed=%v, want %v", m.name, m.category, map[bool]string{true: "write", false: "read"}[write], got, want)
+				}
+			}
+		}
+	}},
+	{"DriverGrantBucketAccess/gives multiple buckets one credential, or returns OutOfRange", func(t *T) {
+		p := t.protocols()[0]
+		a, _ := t.createBucket(p)
+		b, _ := t.createBucket(p)
+		g := t.keyGrant(p, readWrite, a, b)
+		_, resp, err := t.grant(g)
+		if err != nil {
+			t.code(err, "multi-bucket grant", codes.OutOfRange)
+			return
+		}
+		if err := driver.ValidateGrantResponse(g.grantRequest("x"), resp); err != nil {
+			t.Fatalf("%v", err)
+		}
+		for _, id := range []string{a, b} {
+			if !t.allowed(p, resp.GetCredentials(), id, bucketInfoFor(resp, id), ObjectData, true) {
+				t.Errorf("the shared credential does not open bucket %q", id)
+			}
+		}
+	}},
+	{"DriverGrantBucketAccess/grants ServiceAccount authentication or returns InvalidArgument", func(t *T) {
+		p := t.protocols()[0]
+		id, _ := t.createBucket(p)
+		g := t.keyGrant(p, readWrite, id)
+		g.auth = cosi.AuthenticationType_SERVICE_ACCOUNT
+		g.sa = &cosi.ServiceAccount{Namespace: "sanity", Name: "workload"}
+		_, _, err := t.grant(g)
+		if err != nil {
+			t.code(err, "ServiceAccount grant", codes.InvalidArgument)
+		}
+	}},
+	{"DriverGrantBucketAccess/rejects a missing account_id with InvalidArgument", func(t *T) {
+		p := t.protocols()[0]
+		id, _ := t.createBucket(p)
+		_, err := t.s.prov.DriverGrantBucketAccess(t.ctx, t.keyGrant(p, readWrite, id).grantRequest(""))
+		t.code(err, "DriverGrantBucketAccess without account_id", codes.InvalidArgument)
+	}},
+	{"DriverGrantBucketAccess/rejects a protocol the driver does not advertise with InvalidArgument", func(t *T) {
+		unsupported := t.unsupportedProtocol()
+		id, _ := t.createBucket(t.protocols()[0])
+		_, _, err := t.grant(t.keyGrant(unsupported, readWrite, id))
+		t.code(err, "granting "+unsupported.String()+" access", codes.InvalidArgument)
+	}},
+	{"DriverGrantBucketAccess/rejects invalid parameters with InvalidArgument", func(t *T) {
+		if t.s.cfg.InvalidAccessParameters == nil {
+			t.Skipf("no invalid access parameters configured")
+		}
+		p := t.protocols()[0]
+		id, _ := t.createBucket(p)
+		g := t.keyGrant(p, readWrite, id)
+		g.params = t.s.cfg.InvalidAccessParameters
+		_, _, err := t.grant(g)
+		t.code(err, "grant with invalid parameters", codes.InvalidArgument)
+	}},
+
+	// DriverRevokeBucketAccess
+	{"DriverRevokeBucketAccess/revokes the credentials", func(t *T) {
+		p := t.protocols()[0]
+		id, _ := t.createBucket(p)
+		g := t.keyGrant(p, readWrite, id)
+		account, resp, err := t.grant(g)
+		t.ok(err, "grant")
+		info := bucketInfoFor(resp, id)
+		if !t.allowed(p, resp.GetCredentials(), id, info, ObjectData, false) {
+			t.Fatalf("the credentials do not work before revocation")
+		}
+		_, err = t.s.prov.DriverRevokeBucketAccess(t.ctx, g.revokeRequest(account))
+		t.ok(err, "DriverRevokeBucketAccess")
+		if t.allowed(p, resp.GetCredentials(), id, info, ObjectData, false) {
+			t.Errorf("the credentials still work after DriverRevokeBucketAccess returned OK")
+		}
+	}},
+	{"DriverRevokeBucketAccess/returns OK when revoking twice", func(t *T) {
+		p := t.protocols()[0]
+		id, _ := t.createBucket(p)
+		g := t.keyGrant(p, readWrite, id)
+		account, _, err := t.grant(g)
+		t.ok(err, "grant")
+		for i := range 2 {
+			_, err := t.s.prov.DriverRevokeBucketAccess(t.ctx, g.revokeRequest(account))
+			t.ok(err, []string{"first", "second"}[i]+" DriverRevokeBucketAccess")
+		}
+	}},
+	{"DriverRevokeBucketAccess/returns OK for an unknown account_id", func(t *T) {
+		p := t.protocols()[0]
+		_, err := t.s.prov.DriverRevokeBucketAccess(t.ctx, t.keyGrant(p, readWrite, t.name("missing")).revokeRequest(t.name("missing")))
+		t.ok(err, "DriverRevokeBucketAccess for an account that never existed")
+	}},
+	{"DriverRevokeBucketAccess/rejects a missing account_id with InvalidArgument", func(t *T) {
+		p := t.protocols()[0]
+		_, err := t.s.prov.DriverRevokeBucketAccess(t.ctx, t.keyGrant(p, readWrite, t.name("b")).revokeRequest(""))
+		t.code(err, "DriverRevokeBucketAccess without account_id", codes.InvalidArgument)
+	}},
+
+	// Error scheme (COSI spec): checked on every call of every case by the suite's interceptor;
+	// these cases make sure some errors happen even when run alone.
+	{"Errors/carry a readable message and no status details", func(t *T) {
+		_, _ = t.s.prov.DriverCreateBucket(t.ctx, &cosi.DriverCreateBucketRequest{})
+		_, _ = t.s.prov.DriverGetBucket(t.ctx, &cosi.DriverGetBucketRequest{BucketId: t.name("missing")})
+		_, _ = t.s.prov.DriverGrantBucketAccess(t.ctx, &cosi.DriverGrantBucketAccessRequest{})
+	}},
+	{"Errors/an unknown RPC returns Unimplemented", func(t *T) {
+		err := t.s.conn.Invoke(t.ctx, "/cosi.v1alpha2.Provisioner/DriverUnknownMethod", &cosi.DriverGetInfoRequest{}, &cosi.DriverGetInfoResponse{})
+		t.code(err, "calling an RPC the driver does not have", codes.Unimplemented)
+	}},
+
+	// Secrets
+	{"Secrets/the driver logs no credential", func(t *T) {
+		if t.s.cfg.DriverLogs == nil {
+			t.Skipf("no driver logs configured (run the driver at its highest verbosity and give its log)")
+		}
+		// Grant once more so that there is a credential to look for even when run alone.
+		p := t.protocols()[0]
+		id, _ := t.createBucket(p)
+		_, _, err := t.grant(t.keyGrant(p, readWrite, id))
+		t.ok(err, "grant")
+		logs, err := t.s.cfg.DriverLogs()
+		if err != nil {
+			t.Fatalf("reading the driver's logs: %v", err)
+		}
+		t.s.mu.Lock()
+		secrets := slices.Clone(t.s.secrets)
+		t.s.mu.Unlock()
+		if len(secrets) == 0 {
+			t.Fatalf("the driver returned no secret to look for")
+		}
+		for _, secret := range secrets {
+			if len(secret) >= 8 && bytes.Contains(logs, []byte(secret)) {
+				t.Fatalf("the driver's log contains a credential it returned (value not shown)")
+			}
+		}
+	}},
+}
+
+// modeCase is one access mode in one category, for the access-mode cases.
+type modeCase struct {
+	name     string
+	category Category
+	mode     cosi.AccessMode_Mode
+	modes    *cosi.AccessModes
+}
+
+func (m modeCase) allows(write bool) bool {
+	switch m.mode {
+	case cosi.AccessMode_READ_WRITE:
+		return true
+	case cosi.AccessMode_READ_ONLY:
+		return !write
+	default:
+		return write
+	}
+}
+
+// accessModeCombinations returns every (category, mode) pair, each requested alone.
+func accessModeCombinations() []modeCase {
+	var out []modeCase
+	for _, c := range []Category{ObjectData, ObjectMetadata, BucketMetadata} {
+		for _, mode := range []cosi.AccessMode_Mode{cosi.AccessMode_READ_WRITE, cosi.AccessMode_READ_ONLY, cosi.AccessMode_WRITE_ONLY} {
+			m := &cosi.AccessModes{}
+			switch c {
+			case ObjectData:
+				m.ObjectData = mode
+			case ObjectMetadata:
+				m.ObjectMetadata = mode
+			case BucketMetadata:
+				m.BucketMetadata = mode
+			}
+			out = append(out, modeCase{name: c.String() + " " + mode.String(), category: c, mode: mode, modes: m})
+		}
+	}
+	return out
+}

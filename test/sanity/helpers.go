@@ -1,0 +1,185 @@
+package sanity
+
+import (
+	"fmt"
+	"slices"
+	"sync/atomic"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	cosi "github.com/kube-cosi/cosi/proto"
+)
+
+var nameCounter atomic.Int64
+
+// name returns a name unique to this run, valid as an S3 bucket name.
+func (t *T) name(kind string) string {
+	return fmt.Sprintf("%s%s%d", t.s.prefix, kind, nameCounter.Add(1))
+}
+
+// ok ends the case when err is not nil.
+func (t *T) ok(err error, what string) {
+	if err != nil {
+		st := status.Convert(err)
+		t.Fatalf("%s: unexpected error %v: %s", what, st.Code(), st.Message())
+	}
+}
+
+// code ends the case unless err has one of the wanted codes.
+func (t *T) code(err error, what string, want ...codes.Code) codes.Code {
+	got := status.Code(err)
+	if !slices.Contains(want, got) {
+		if err == nil {
+			t.Fatalf("%s: returned OK, want %v", what, want)
+		}
+		t.Fatalf("%s: returned %v (%s), want %v", what, got, status.Convert(err).Message(), want)
+	}
+	return got
+}
+
+// protocols returns the protocols the driver advertises.
+func (t *T) protocols() []cosi.ObjectProtocol_Type { return t.s.info.GetSupportedProtocols() }
+
+// unsupportedProtocol returns a protocol the driver does not advertise, or skips the case.
+func (t *T) unsupportedProtocol() cosi.ObjectProtocol_Type {
+	for _, p := range []cosi.ObjectProtocol_Type{cosi.ObjectProtocol_S3, cosi.ObjectProtocol_AZURE, cosi.ObjectProtocol_GCS} {
+		if !slices.Contains(t.protocols(), p) {
+			return p
+		}
+	}
+	t.Skipf("the driver supports every protocol")
+	return cosi.ObjectProtocol_UNKNOWN
+}
+
+// createBucket provisions a bucket in two phases, as the sidecar does, and deletes it when the case
+// ends. It returns the bucket ID and the creation response.
+func (t *T) createBucket(protocols ...cosi.ObjectProtocol_Type) (string, *cosi.DriverCreateBucketResponse) {
+	gen, err := t.s.prov.DriverGenerateBucketId(t.ctx, &cosi.DriverGenerateBucketIdRequest{
+		Name: t.name("b"), Protocols: protocols, Parameters: t.s.cfg.BucketParameters,
+	})
+	t.ok(err, "DriverGenerateBucketId")
+	id := gen.GetBucketId()
+	if id == "" {
+		t.Fatalf("DriverGenerateBucketId returned an empty bucket_id")
+	}
+	resp, err := t.s.prov.DriverCreateBucket(t.ctx, &cosi.DriverCreateBucketRequest{
+		BucketId: id, Protocols: protocols, Parameters: t.s.cfg.BucketParameters,
+	})
+	t.ok(err, "DriverCreateBucket")
+	t.Cleanup(func() { t.deleteBucket(id) })
+	return id, resp
+}
+
+func (t *T) deleteBucket(id string) {
+	_, err := t.s.prov.DriverDeleteBucket(t.ctx, &cosi.DriverDeleteBucketRequest{BucketId: id, Parameters: t.s.cfg.BucketParameters})
+	if err != nil {
+		t.Errorf("cleanup: DriverDeleteBucket %q: %v", id, err)
+	}
+}
+
+// grant is an access request, built by accessRequest and sent by grant.
+type grant struct {
+	buckets  []*cosi.AccessedBucket
+	protocol cosi.ObjectProtocol_Type
+	auth     cosi.AuthenticationType_Type
+	sa       *cosi.ServiceAccount
+	params   map[string]string
+}
+
+// keyGrant asks for Key-authenticated access to the buckets with the modes, in the protocol.
+func (t *T) keyGrant(protocol cosi.ObjectProtocol_Type, modes *cosi.AccessModes, bucketIDs ...string) grant {
+	g := grant{protocol: protocol, auth: cosi.AuthenticationType_KEY, params: t.s.cfg.AccessParameters}
+	for _, id := range bucketIDs {
+		g.buckets = append(g.buckets, &cosi.AccessedBucket{BucketId: id, AccessModes: modes})
+	}
+	return g
+}
+
+func (g grant) generateRequest(accountName string) *cosi.DriverGenerateBucketAccessIdRequest {
+	return &cosi.DriverGenerateBucketAccessIdRequest{AccountName: accountName, Buckets: g.buckets, Protocol: g.protocol,
+		AuthenticationType: g.auth, ServiceAccount: g.sa, Parameters: g.params}
+}
+
+func (g grant) grantRequest(accountID string) *cosi.DriverGrantBucketAccessRequest {
+	return &cosi.DriverGrantBucketAccessRequest{AccountId: accountID, Buckets: g.buckets, Protocol: g.protocol,
+		AuthenticationType: g.auth, ServiceAccount: g.sa, Parameters: g.params}
+}
+
+func (g grant) revokeRequest(accountID string) *cosi.DriverRevokeBucketAccessRequest {
+	req := &cosi.DriverRevokeBucketAccessRequest{AccountId: accountID, Protocol: g.protocol,
+		AuthenticationType: g.auth, ServiceAccount: g.sa, Parameters: g.params}
+	for _, b := range g.buckets {
+		req.Buckets = append(req.Buckets, &cosi.DriverRevokeBucketAccessRequest_Bucket{BucketId: b.GetBucketId()})
+	}
+	return req
+}
+
+// grant provisions access in two phases, as the sidecar does, and revokes it when the case ends.
+// It returns the account ID, the response and the error of whichever phase failed.
+func (t *T) grant(g grant) (string, *cosi.DriverGrantBucketAccessResponse, error) {
+	gen, err := t.s.prov.DriverGenerateBucketAccessId(t.ctx, g.generateRequest(t.name("a")))
+	if err != nil {
+		return "", nil, err
+	}
+	id := gen.GetAccountId()
+	if id == "" {
+		t.Fatalf("DriverGenerateBucketAccessId returned an empty account_id")
+	}
+	resp, err := t.s.prov.DriverGrantBucketAccess(t.ctx, g.grantRequest(id))
+	if err != nil {
+		return id, nil, err
+	}
+	t.Cleanup(func() {
+		if _, err := t.s.prov.DriverRevokeBucketAccess(t.ctx, g.revokeRequest(id)); err != nil {
+			t.Errorf("cleanup: DriverRevokeBucketAccess %q: %v", id, err)
+		}
+	})
+	return id, resp, nil
+}
+
+// allowed asks the probe whether creds can access a bucket, or skips the case without a probe.
+func (t *T) allowed(protocol cosi.ObjectProtocol_Type, creds *cosi.CredentialInfo, bucketID string, info *cosi.ProtocolBucketInfo, c Category, write bool) bool {
+	if t.s.cfg.Probe.Allowed == nil {
+		t.Skipf("needs a backend probe (Probe.Allowed) to check what the credentials can do")
+	}
+	ok, err := t.s.cfg.Probe.Allowed(t.ctx, AccessCheck{Protocol: protocol, Credentials: creds, BucketID: bucketID, BucketInfo: info, Category: c, Write: write})
+	if err != nil {
+		t.Fatalf("probe: checking %v %s access to %q: %v", c, map[bool]string{true: "write", false: "read"}[write], bucketID, err)
+	}
+	return ok
+}
+
+func (t *T) bucketExists(id string) bool {
+	if t.s.cfg.Probe.BucketExists == nil {
+		t.Skipf("needs a backend probe (Probe.BucketExists) to see the backend's buckets")
+	}
+	ok, err := t.s.cfg.Probe.BucketExists(t.ctx, id)
+	if err != nil {
+		t.Fatalf("probe: does bucket %q exist: %v", id, err)
+	}
+	return ok
+}
+
+func (t *T) accounts() []string {
+	if t.s.cfg.Probe.Accounts == nil {
+		t.Skipf("needs a backend probe (Probe.Accounts) to see the backend's accounts")
+	}
+	accounts, err := t.s.cfg.Probe.Accounts(t.ctx)
+	if err != nil {
+		t.Fatalf("probe: listing accounts: %v", err)
+	}
+	return accounts
+}
+
+// bucketInfoFor returns the bucket info of bucketID in a grant response.
+func bucketInfoFor(resp *cosi.DriverGrantBucketAccessResponse, bucketID string) *cosi.ProtocolBucketInfo {
+	for _, b := range resp.GetBuckets() {
+		if b.GetBucketId() == bucketID {
+			return b.GetBucketInfo()
+		}
+	}
+	return nil
+}
+
+var readWrite = &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}

@@ -1,0 +1,331 @@
+// Package sanity is cosi-sanity, the conformance suite for COSI drivers: one named case per
+// requirement that KEP-1979's driver section and the COSI spec's error scheme place on a driver,
+// run against any driver socket. It is to COSI what csi-sanity is to CSI.
+//
+// Use it from Go tests with Test, or from the command line with cosi-sanity. Cases that need the
+// backend's own view (is the bucket really gone, does the key really stop working) use the
+// optional Probe; without it they are skipped with the reason, never reported as passed.
+package sanity
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/kube-cosi/cosi/pkg/driver"
+	cosi "github.com/kube-cosi/cosi/proto"
+)
+
+// Config says which driver to test and how.
+type Config struct {
+	// Endpoint of the driver, unix:///path/to/driver.sock.
+	Endpoint string
+	// Run, when set, runs only the cases whose name matches it.
+	Run *regexp.Regexp
+	// Timeout bounds each RPC; zero means 30 seconds.
+	Timeout time.Duration
+
+	// BucketParameters are valid bucket parameters for the driver, used in every bucket request.
+	BucketParameters map[string]string
+	// InvalidBucketParameters are parameters the driver must refuse with InvalidArgument. Cases
+	// that need them are skipped when nil.
+	InvalidBucketParameters map[string]string
+	// IncompatibleBucketParameters are valid parameters that differ from BucketParameters, so
+	// that re-creating a bucket with them must fail with AlreadyExists. Skipped when nil.
+	IncompatibleBucketParameters map[string]string
+	// AccessParameters are valid access parameters for the driver.
+	AccessParameters map[string]string
+	// InvalidAccessParameters are access parameters the driver must refuse with InvalidArgument.
+	InvalidAccessParameters map[string]string
+	// StaticBucketID is a bucket that exists in the backend, for DriverGetBucket. When empty the
+	// suite creates one through the driver.
+	StaticBucketID string
+
+	// Probe looks at the backend directly. Optional.
+	Probe Probe
+	// DriverLogs returns everything the driver has logged so far, for the case that checks that
+	// no credential reaches the logs. Run the driver at its highest verbosity. Optional.
+	DriverLogs func() ([]byte, error)
+}
+
+// Category is one of the three kinds of data KEP-1979 separates access modes for.
+type Category int
+
+const (
+	ObjectData Category = iota
+	ObjectMetadata
+	BucketMetadata
+)
+
+func (c Category) String() string {
+	return [...]string{"object data", "object metadata", "bucket metadata"}[c]
+}
+
+// AccessCheck asks whether credentials can read (Write false) or write (Write true) a category
+// of a bucket's data.
+type AccessCheck struct {
+	Protocol    cosi.ObjectProtocol_Type
+	Credentials *cosi.CredentialInfo
+	BucketID    string
+	BucketInfo  *cosi.ProtocolBucketInfo
+	Category    Category
+	Write       bool
+}
+
+// Probe looks at the backend directly, outside the driver. Each function is optional; the cases
+// that need a missing one are skipped.
+type Probe struct {
+	// BucketExists reports whether the backend holds the bucket.
+	BucketExists func(ctx context.Context, bucketID string) (bool, error)
+	// Accounts lists the backend accounts (users, identities) that hold bucket access.
+	Accounts func(ctx context.Context) ([]string, error)
+	// Allowed performs (or simulates exactly) the access and reports whether the backend allowed it.
+	Allowed func(ctx context.Context, check AccessCheck) (bool, error)
+}
+
+// Status is the outcome of a case.
+type Status string
+
+const (
+	Passed  Status = "passed"
+	Failed  Status = "failed"
+	Skipped Status = "skipped"
+)
+
+// Result is the outcome of one case.
+type Result struct {
+	Name     string
+	Status   Status
+	Message  string
+	Duration time.Duration
+}
+
+// Case is one requirement on drivers.
+type Case struct {
+	Name string
+	run  func(t *T)
+}
+
+// Cases lists every case, in the order they run.
+func Cases() []Case { return cases }
+
+// Run runs the selected cases against the driver and returns their results. The error is for
+// failures to run at all (no driver), not for failed cases.
+func Run(ctx context.Context, cfg Config) ([]Result, error) {
+	s, err := newSuite(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer s.conn.Close()
+	var results []Result
+	for _, c := range cases {
+		if cfg.Run != nil && !cfg.Run.MatchString(c.Name) {
+			continue
+		}
+		results = append(results, s.runCase(ctx, c))
+	}
+	return results, nil
+}
+
+// Test runs the suite as subtests of t, one per case: failed cases fail, skipped cases skip.
+func Test(t *testing.T, cfg Config) {
+	t.Helper()
+	s, err := newSuite(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.conn.Close() })
+	for _, c := range cases {
+		if cfg.Run != nil && !cfg.Run.MatchString(c.Name) {
+			continue
+		}
+		t.Run(c.Name, func(t *testing.T) {
+			r := s.runCase(t.Context(), c)
+			switch r.Status {
+			case Failed:
+				t.Error(r.Message)
+			case Skipped:
+				t.Skip(r.Message)
+			}
+		})
+	}
+}
+
+// suite is one run against one driver.
+type suite struct {
+	cfg      Config
+	conn     *grpc.ClientConn
+	identity cosi.IdentityClient
+	prov     cosi.ProvisionerClient
+	info     *cosi.DriverGetInfoResponse
+	prefix   string // makes this run's names unique in the backend
+
+	mu         sync.Mutex
+	violations []string // error scheme violations seen by the interceptor during the current case
+	secrets    []string // every secret value the driver returned during the run
+}
+
+func newSuite(ctx context.Context, cfg Config) (*suite, error) {
+	if _, err := driver.ParseEndpoint(cfg.Endpoint); err != nil {
+		return nil, err
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 30 * time.Second
+	}
+	s := &suite{cfg: cfg, prefix: "sanity-" + strings.ToLower(rand.Text()[:8]) + "-"}
+	conn, err := grpc.NewClient(cfg.Endpoint,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(s.intercept))
+	if err != nil {
+		return nil, err
+	}
+	s.conn = conn
+	s.identity = cosi.NewIdentityClient(conn)
+	s.prov = cosi.NewProvisionerClient(conn)
+	// Wait for the driver, as the sidecar does, but not forever.
+	probeCtx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	for {
+		s.info, err = s.identity.DriverGetInfo(probeCtx, &cosi.DriverGetInfoRequest{})
+		if err == nil || !driver.Retryable(err) || probeCtx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("driver at %s does not answer DriverGetInfo: %w", cfg.Endpoint, err)
+	}
+	return s, nil
+}
+
+// intercept applies the COSI error scheme to every call (a failed call carries a message and no
+// details) and collects every secret the driver returns, for the log-leak case.
+func (s *suite) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		st := status.Convert(err)
+		name := method[strings.LastIndex(method, "/")+1:]
+		if len(st.Details()) > 0 || len(st.Proto().GetDetails()) > 0 {
+			s.violations = append(s.violations, fmt.Sprintf("%s returned %v with status details; the COSI spec requires them to be empty", name, st.Code()))
+		}
+		if st.Code() != codes.OK && st.Message() == "" {
+			s.violations = append(s.violations, fmt.Sprintf("%s returned %v without a message; the COSI spec requires a readable one", name, st.Code()))
+		}
+		return err
+	}
+	if m, ok := reply.(proto.Message); ok {
+		s.secrets = append(s.secrets, secretValues(m.ProtoReflect())...)
+	}
+	return nil
+}
+
+// secretValues returns the values of every field marked cosi_secret in m.
+func secretValues(m protoreflect.Message) []string {
+	var values []string
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		secret, _ := proto.GetExtension(fd.Options(), cosi.E_CosiSecret).(bool)
+		switch {
+		case secret && fd.Kind() == protoreflect.StringKind && !fd.IsList() && !fd.IsMap():
+			if v.String() != "" {
+				values = append(values, v.String())
+			}
+		case fd.IsList() && fd.Message() != nil:
+			for i := range v.List().Len() {
+				values = append(values, secretValues(v.List().Get(i).Message())...)
+			}
+		case fd.Message() != nil && !fd.IsList() && !fd.IsMap():
+			values = append(values, secretValues(v.Message())...)
+		}
+		return true
+	})
+	return values
+}
+
+// runCase runs c in its own goroutine, so that Fatalf and Skipf can end it like testing.T does.
+func (s *suite) runCase(ctx context.Context, c Case) Result {
+	s.mu.Lock()
+	s.violations = nil
+	s.mu.Unlock()
+	t := &T{ctx: ctx, s: s}
+	start := time.Now()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() {
+			if r := recover(); r != nil {
+				t.fail(fmt.Sprintf("panic: %v", r))
+			}
+		}()
+		defer t.runCleanups()
+		c.run(t)
+	}()
+	<-done
+
+	s.mu.Lock()
+	for _, v := range s.violations {
+		t.fail(v)
+	}
+	s.mu.Unlock()
+	r := Result{Name: c.Name, Duration: time.Since(start), Status: Passed}
+	switch {
+	case len(t.failures) > 0:
+		r.Status, r.Message = Failed, strings.Join(t.failures, "; ")
+	case t.skipReason != "":
+		r.Status, r.Message = Skipped, t.skipReason
+	}
+	return r
+}
+
+// T is what a case uses to call the driver and report its outcome.
+type T struct {
+	ctx        context.Context
+	s          *suite
+	failures   []string
+	skipReason string
+	cleanups   []func()
+	names      int
+}
+
+// Errorf records a failure and continues.
+func (t *T) Errorf(format string, args ...any) { t.fail(fmt.Sprintf(format, args...)) }
+
+// Fatalf records a failure and ends the case.
+func (t *T) Fatalf(format string, args ...any) {
+	t.fail(fmt.Sprintf(format, args...))
+	runtime.Goexit()
+}
+
+// Skipf ends the case as skipped, with the reason.
+func (t *T) Skipf(format string, args ...any) {
+	t.skipReason = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+func (t *T) fail(msg string) { t.failures = append(t.failures, msg) }
+
+// Cleanup registers f to run when the case ends, last registered first.
+func (t *T) Cleanup(f func()) { t.cleanups = append(t.cleanups, f) }
+
+func (t *T) runCleanups() {
+	for i := len(t.cleanups) - 1; i >= 0; i-- {
+		t.cleanups[i]()
+	}
+}
