@@ -1,5 +1,6 @@
-// Package imports checks the import hygiene promised to driver authors: the API types and the
-// driver protocol can be imported without pulling in controller-runtime or client-go.
+// Package imports checks the import hygiene promised to driver authors: the API types, the driver
+// protocol, the SDK, the reference driver and the conformance suite can be imported without
+// pulling in controller-runtime or client-go.
 package imports
 
 import (
@@ -18,15 +19,18 @@ func TestImportHygiene(t *testing.T) {
 	}
 	cases := []struct {
 		module    string // directory of the module, relative to the repository root
-		packages  string
+		packages  []string
 		forbidden []string // import path prefixes that must not be among the dependencies
 	}{
-		{"api", "./...", []string{"sigs.k8s.io/controller-runtime", "k8s.io/client-go", "google.golang.org/grpc"}},
-		{"proto", "./...", []string{"k8s.io/", "sigs.k8s.io/"}},
+		{"api", []string{"./..."}, []string{"sigs.k8s.io/controller-runtime", "k8s.io/client-go", "google.golang.org/grpc"}},
+		{"proto", []string{"./..."}, []string{"k8s.io/", "sigs.k8s.io/"}},
+		// What a driver vendor imports or runs: the SDK, the reference driver, the conformance suite.
+		{".", []string{"./pkg/driver", "./drivers/...", "./test/sanity", "./cmd/cosi-driver-memory", "./cmd/cosi-sanity"},
+			[]string{"k8s.io/", "sigs.k8s.io/"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.module, func(t *testing.T) {
-			cmd := exec.CommandContext(t.Context(), "go", "list", "-deps", tc.packages)
+			cmd := exec.CommandContext(t.Context(), "go", append([]string{"list", "-deps"}, tc.packages...)...)
 			cmd.Dir = filepath.Join(root, tc.module)
 			out, err := cmd.Output()
 			if err != nil {

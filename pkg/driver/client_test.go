@@ -1,0 +1,117 @@
+package driver_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kube-cosi/cosi/drivers/memory"
+	"github.com/kube-cosi/cosi/pkg/driver"
+	cosi "github.com/kube-cosi/cosi/proto"
+)
+
+func TestProbeWaitsForTheDriver(t *testing.T) {
+	dir := t.TempDir()
+	endpoint := "unix://" + filepath.Join(dir, "late.sock")
+	c := connect(t, endpoint, driver.ClientOptions{})
+
+	probed := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		info, err := c.Probe(ctx)
+		if err == nil && info.GetName() != memory.DefaultName {
+			err = fmt.Errorf("Probe returned name %q", info.GetName())
+		}
+		probed <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // the driver starts after the sidecar
+	d := newMemory(t, memory.Config{})
+	srv, err := driver.NewServer(t.Context(), driver.Options{Endpoint: endpoint, Identity: d, Provisioner: d, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { _ = srv.Serve(ctx) }()
+	defer cancel()
+
+	if err := <-probed; err != nil {
+		t.Fatal(err)
+	}
+	if c.DriverName() != memory.DefaultName {
+		t.Errorf("DriverName() = %q after Probe", c.DriverName())
+	}
+}
+
+func TestProbeGivesUp(t *testing.T) {
+	c := connect(t, "unix://"+filepath.Join(t.TempDir(), "never.sock"), driver.ClientOptions{})
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	if _, err := c.Probe(ctx); err == nil || !strings.Contains(err.Error(), "did not answer") {
+		t.Fatalf("Probe without a driver: %v", err)
+	}
+}
+
+func TestClientCallTimeoutAndMetrics(t *testing.T) {
+	ts := startServer(t, newMemory(t, memory.Config{}))
+	registry := prometheus.NewRegistry()
+	c := connect(t, ts.endpoint, driver.ClientOptions{CallTimeout: 200 * time.Millisecond, Registerer: registry})
+	if _, err := c.Probe(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ts.faults.Set(5 * time.Second)
+	start := time.Now()
+	_, err := c.DriverCreateBucket(t.Context(), &cosi.DriverCreateBucketRequest{BucketId: "slow"})
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("a call slower than the call timeout: %v, want DeadlineExceeded", err)
+	}
+	if elapsed := time.Since(start); elapsed > 4*time.Second {
+		t.Errorf("the call took %v: the call timeout was not applied", elapsed)
+	}
+	want := `
+# HELP cosi_sidecar_operation_errors_total COSI driver gRPC operations that returned an error, by driver, method and gRPC status code.
+# TYPE cosi_sidecar_operation_errors_total counter
+cosi_sidecar_operation_errors_total{driver_name="memory.cosi.kube-cosi.io",grpc_status_code="DeadlineExceeded",method_name="DriverCreateBucket"} 1
+`
+	if err := testutil.GatherAndCompare(registry, strings.NewReader(want), "cosi_sidecar_operation_errors_total"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(registry, "cosi_sidecar_operation_duration_seconds"); n != 2 {
+		t.Errorf("cosi_sidecar_operation_duration_seconds has %d series, want 2 (DriverGetInfo OK, DriverCreateBucket DeadlineExceeded)", n)
+	}
+}
+
+func TestRetryable(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{status.Error(codes.Unavailable, ""), true},
+		{status.Error(codes.DeadlineExceeded, ""), true},
+		{status.Error(codes.Canceled, ""), true},
+		{status.Error(codes.Aborted, ""), true},
+		{status.Error(codes.ResourceExhausted, ""), true},
+		{status.Error(codes.InvalidArgument, ""), false},
+		{status.Error(codes.AlreadyExists, ""), false},
+		{status.Error(codes.OutOfRange, ""), false},
+		{status.Error(codes.Unimplemented, ""), false},
+		{status.Error(codes.NotFound, ""), false},
+		{status.Error(codes.Internal, ""), false},
+		{errors.New("connection reset"), true},
+		{fmt.Errorf("wrapped: %w", status.Error(codes.Unavailable, "")), true},
+	} {
+		if got := driver.Retryable(tc.err); got != tc.want {
+			t.Errorf("Retryable(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
