@@ -28,8 +28,19 @@ help: ## Show the targets.
 ##@ Development
 
 .PHONY: build
-build: ## Compile every module.
+build: ## Compile every module and build the commands into bin/.
 	@for m in $(MODULES); do (cd $$m && go build ./...); done
+	go build -o $(BIN)/ ./cmd/...
+
+.PHONY: sanity
+sanity: build ## Run cosi-sanity against the in-memory reference driver, as processes.
+	@dir=$$(mktemp -d); \
+	COSI_ENDPOINT=unix://$$dir/driver.sock $(BIN)/cosi-driver-memory -v 5 2>$$dir/driver.log & pid=$$!; \
+	trap 'kill $$pid 2>/dev/null; rm -rf $$dir' EXIT; \
+	$(BIN)/cosi-sanity --endpoint unix://$$dir/driver.sock --timeout 10s --driver-log $$dir/driver.log \
+		--bucket-parameters versioning=false --invalid-bucket-parameters versioning=maybe \
+		--incompatible-bucket-parameters versioning=true \
+		--access-parameters sasExpiry=1h --invalid-access-parameters sasExpiry=soon
 
 .PHONY: generate
 generate: $(CODEGEN_TOOLS) protoc ## Regenerate deepcopy, CRDs and protobuf Go code.
