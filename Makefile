@@ -46,6 +46,7 @@ sanity: build ## Run cosi-sanity against the in-memory reference driver, as proc
 generate: $(CODEGEN_TOOLS) protoc ## Regenerate deepcopy, CRDs and protobuf Go code.
 	cd api && $(CONTROLLER_GEN) object paths=./...
 	cd api && $(CONTROLLER_GEN) crd paths=./... output:crd:artifacts:config=$(ROOT)/config/crd/bases
+	$(CONTROLLER_GEN) rbac:roleName=cosi-sidecar paths=./internal/sidecar/... output:rbac:dir=config/rbac/sidecar
 	hack/generate-proto.sh
 
 .PHONY: verify

@@ -5,7 +5,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-generated=(config/crd api/objectstorage/v1alpha2/zz_generated.deepcopy.go proto/cosi.pb.go proto/cosi_grpc.pb.go)
+generated=(config/crd config/rbac api/objectstorage/v1alpha2/zz_generated.deepcopy.go proto/cosi.pb.go proto/cosi_grpc.pb.go)
 before=$(mktemp -d)
 trap 'rm -rf "$before"' EXIT
 for path in "${generated[@]}"; do

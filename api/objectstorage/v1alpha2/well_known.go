@@ -185,3 +185,11 @@ const (
 	// notation of 63 characters or less (COSI spec, DriverGetInfo).
 	MaxDriverNameLength = 63
 )
+
+// Labels. KEP-1979 defines none; these are COSI extensions.
+const (
+	// LabelBucketAccessUID is set by the Sidecar on each BucketAccess Secret, with the UID of the
+	// BucketAccess that owns it. The Sidecar watches only Secrets with this label, so it does not
+	// cache every Secret of the cluster.
+	LabelBucketAccessUID = "objectstorage.k8s.io/bucketaccess-uid"
+)

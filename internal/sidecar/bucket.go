@@ -1,0 +1,247 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/pkg/driver"
+	cosi "github.com/kube-cosi/cosi/proto"
+)
+
+// +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=buckets,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=buckets/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// BucketReconciler provisions, checks and deletes the backend buckets of the Buckets of one
+// driver (KEP-1979 "Creating a Bucket", "Accessing an Existing OSP Bucket", "Deleting a Bucket",
+// the sidecar steps). It never deletes a Bucket object: the sidecar has no permission to.
+type BucketReconciler struct {
+	Client   client.Client
+	Driver   *driver.Client
+	Info     *cosi.DriverGetInfoResponse
+	Recorder events.EventRecorder
+}
+
+// SetupWithManager registers the reconciler for this driver's Buckets.
+func (r *BucketReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
+	ours := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		return o.(*cosiapi.Bucket).Spec.DriverName == r.Info.GetName()
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("sidecar-bucket").
+		For(&cosiapi.Bucket{}, builder.WithPredicates(ours, specOrLifecycleChanged)).
+		WithOptions(opts).
+		Complete(r)
+}
+
+// specOrLifecycleChanged passes updates that change what a reconciler must do: the spec
+// (generation), annotations (the controller's signals) or the deletion timestamp. It drops
+// updates of status and finalizers only, which the reconcilers themselves make, so their own
+// writes do not wake them up again. Annotations and finalizers do not bump the generation, so
+// GenerationChangedPredicate alone would miss the controller's signals.
+var specOrLifecycleChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld, e.ObjectNew
+		return o.GetGeneration() != n.GetGeneration() ||
+			!equalMaps(o.GetAnnotations(), n.GetAnnotations()) ||
+			!o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp())
+	},
+	DeleteFunc: func(event.DeleteEvent) bool { return false },
+}
+
+func equalMaps(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Reconcile handles one Bucket.
+func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	bucket := &cosiapi.Bucket{}
+	if err := r.Client.Get(ctx, req.NamespacedName, bucket); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if bucket.Spec.DriverName != r.Info.GetName() {
+		return reconcile.Result{}, nil
+	}
+	if bucket.DeletionTimestamp != nil || bucket.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] != "" {
+		return result(r.delete(ctx, bucket))
+	}
+	if isTrue(bucket.Status.Conditions, cosiapi.ConditionProvisioned) && bucket.Status.BucketID != "" {
+		return reconcile.Result{}, nil // provisioned: nothing to do, and no second DriverCreateBucket
+	}
+	if err := addFinalizer(ctx, r.Client, bucket); err != nil {
+		return reconcile.Result{}, err
+	}
+	return result(r.provision(ctx, bucket))
+}
+
+// provision creates (dynamic) or finds (static) the backend bucket and records it in status.
+func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket) error {
+	protocols := rpcProtocols(bucket.Spec.Protocols)
+	var info *cosi.ProtocolBucketInfo
+	if id := bucket.Spec.ExistingBucketID; id != "" {
+		resp, err := r.Driver.DriverGetBucket(ctx, &cosi.DriverGetBucketRequest{BucketId: id, Protocols: protocols, Parameters: bucket.Spec.Parameters})
+		if err != nil {
+			// NotFound is retried: the bucket may appear (KEP-1979 "DriverGetBucket").
+			retry := status.Code(err) == codes.NotFound || driver.Retryable(err)
+			return r.failed(ctx, bucket, rpcError{"DriverGetBucket", err}, retry, cosiapi.EventFailedCreateBucket)
+		}
+		info = resp.GetProtocols()
+	} else {
+		if bucket.Status.BucketID == "" {
+			// Phase 1: get the ID and persist it before anything exists in the backend, so that
+			// whatever phase 2 creates can always be deleted.
+			resp, err := r.Driver.DriverGenerateBucketId(ctx, &cosi.DriverGenerateBucketIdRequest{Name: bucket.Name, Protocols: protocols, Parameters: bucket.Spec.Parameters})
+			if err != nil {
+				rpc := rpcError{"DriverGenerateBucketId", err}
+				return r.failed(ctx, bucket, rpc, rpc.retryable(), cosiapi.EventFailedCreateBucket)
+			}
+			if resp.GetBucketId() == "" {
+				return r.invalid(ctx, bucket, cosiapi.ReasonProvisioningFailed, "DriverGenerateBucketId returned an empty bucket_id")
+			}
+			orig := bucket.DeepCopy()
+			bucket.Status.BucketID = resp.GetBucketId()
+			setCondition(&bucket.Status.Conditions, bucket.Generation, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, "bucket ID generated; creating the bucket")
+			if err := r.Client.Status().Patch(ctx, bucket, client.MergeFrom(orig)); err != nil {
+				return err
+			}
+		}
+		// Phase 2.
+		resp, err := r.Driver.DriverCreateBucket(ctx, &cosi.DriverCreateBucketRequest{BucketId: bucket.Status.BucketID, Protocols: protocols, Parameters: bucket.Spec.Parameters})
+		if err != nil {
+			rpc := rpcError{"DriverCreateBucket", err}
+			return r.failed(ctx, bucket, rpc, rpc.retryable(), cosiapi.EventFailedCreateBucket)
+		}
+		info = resp.GetProtocols()
+	}
+
+	if err := driver.ValidateBucketInfo(info, r.Info.GetSupportedProtocols(), protocols); err != nil {
+		return r.invalid(ctx, bucket, cosiapi.ReasonUnsupportedProtocol, "the driver's answer does not fit the Bucket: "+err.Error())
+	}
+	orig := bucket.DeepCopy()
+	if id := bucket.Spec.ExistingBucketID; id != "" {
+		bucket.Status.BucketID = id
+	}
+	bucket.Status.Protocols = nil
+	for _, p := range driver.BucketInfoProtocols(info) {
+		bucket.Status.Protocols = append(bucket.Status.Protocols, apiProtocol(p))
+	}
+	bucket.Status.BucketInfo = bucketStatusInfo(info)
+	g := bucket.Generation
+	setCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned, "the bucket exists in the backend")
+	setCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisionFailed, metav1.ConditionFalse, cosiapi.ReasonDriverSucceeded, "")
+	setCondition(&bucket.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid, "")
+	return r.Client.Status().Patch(ctx, bucket, client.MergeFrom(orig))
+}
+
+// failed records a failed driver call in conditions and a Warning event. Provisioned becomes
+// Unknown while the call will be retried, False when it will not, and stays True once the bucket
+// was provisioned (KEP-1979 "Conditions": a failing RPC does not undo a provisioned bucket).
+func (r *BucketReconciler) failed(ctx context.Context, bucket *cosiapi.Bucket, rpc rpcError, retry bool, eventReason string) error {
+	orig := bucket.DeepCopy()
+	g := bucket.Generation
+	setCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, cosiapi.ReasonDriverError, rpc.Error())
+	if !isTrue(bucket.Status.Conditions, cosiapi.ConditionProvisioned) && bucket.DeletionTimestamp == nil {
+		if retry {
+			setCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, "retrying: "+rpc.Error())
+		} else {
+			setCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed, rpc.Error())
+		}
+	}
+	r.Recorder.Eventf(bucket, nil, corev1.EventTypeWarning, eventReason, rpc.method, truncate(rpc.Error()))
+	if err := r.Client.Status().Patch(ctx, bucket, client.MergeFrom(orig)); err != nil {
+		return errors.Join(rpc, err)
+	}
+	if retry {
+		return rpc.err // a status error with a retryable code: backoff
+	}
+	return reconcile.TerminalError(rpc)
+}
+
+// invalid records a final problem that is not a driver error code.
+func (r *BucketReconciler) invalid(ctx context.Context, bucket *cosiapi.Bucket, reason, msg string) error {
+	orig := bucket.DeepCopy()
+	g := bucket.Generation
+	setCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed, msg)
+	setCondition(&bucket.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, reason, msg)
+	r.Recorder.Eventf(bucket, nil, corev1.EventTypeWarning, cosiapi.EventFailedCreateBucket, "Provision", msg)
+	if err := r.Client.Status().Patch(ctx, bucket, client.MergeFrom(orig)); err != nil {
+		return err
+	}
+	return finalError("%s", msg)
+}
+
+// delete deprovisions the bucket once its claim is being deleted (KEP-1979 "Deleting a Bucket",
+// step 3). Without the controller's annotation nothing happens, even with a deletion timestamp:
+// an admin deleting a Bucket whose claim still exists must not lose data.
+func (r *BucketReconciler) delete(ctx context.Context, bucket *cosiapi.Bucket) error {
+	if !controllerutil.ContainsFinalizer(bucket, cosiapi.FinalizerProtection) {
+		return nil
+	}
+	if bucket.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] == "" {
+		orig := bucket.DeepCopy()
+		ref := bucket.Spec.BucketClaimRef
+		s := metav1.ConditionUnknown
+		if isTrue(bucket.Status.Conditions, cosiapi.ConditionProvisioned) {
+			s = metav1.ConditionTrue // a provisioned bucket stays provisioned while it waits
+		}
+		setCondition(&bucket.Status.Conditions, bucket.Generation, cosiapi.ConditionProvisioned, s, cosiapi.ReasonDeletionBlocked,
+			fmt.Sprintf("deletion waits until BucketClaim %s/%s is deleted", ref.Namespace, ref.Name))
+		if conditionsChanged(orig.Status.Conditions, bucket.Status.Conditions) {
+			return r.Client.Status().Patch(ctx, bucket, client.MergeFrom(orig))
+		}
+		return nil
+	}
+	if bucket.DeletionTimestamp == nil {
+		return nil // Delete policy: the controller deletes the Bucket next. Retain: nothing to do.
+	}
+	if bucket.Spec.DeletionPolicy == cosiapi.DeletionPolicyDelete && bucket.Status.BucketID != "" {
+		_, err := r.Driver.DriverDeleteBucket(ctx, &cosi.DriverDeleteBucketRequest{BucketId: bucket.Status.BucketID, Parameters: bucket.Spec.Parameters})
+		if err != nil {
+			rpc := rpcError{"DriverDeleteBucket", err}
+			return r.failed(ctx, bucket, rpc, rpc.retryable(), cosiapi.EventFailedDeleteBucket)
+		}
+	}
+	// Retain: the backend bucket stays; only the object goes.
+	orig := bucket.DeepCopy()
+	controllerutil.RemoveFinalizer(bucket, cosiapi.FinalizerProtection)
+	return client.IgnoreNotFound(r.Client.Patch(ctx, bucket, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})))
+}
+
+// addFinalizer adds the protection finalizer, with optimistic locking so that a concurrent change
+// of the finalizer list is not overwritten.
+func addFinalizer(ctx context.Context, c client.Client, obj client.Object) error {
+	orig, ok := obj.DeepCopyObject().(client.Object)
+	if !ok || !controllerutil.AddFinalizer(obj, cosiapi.FinalizerProtection) {
+		return nil
+	}
+	err := c.Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsConflict(err) {
+		return fmt.Errorf("adding finalizer: %w", err) // retried with the fresh object
+	}
+	return err
+}

@@ -1,0 +1,267 @@
+package sidecar_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/drivers/memory"
+	cosi "github.com/kube-cosi/cosi/proto"
+)
+
+// deleteAsController deletes a Bucket the way the controller does for a deleted claim: annotate
+// it, then delete it (Delete policy) or leave it (Retain).
+func deleteAsController(t *testing.T, b *cosiapi.Bucket) {
+	t.Helper()
+	annotate(t, b, cosiapi.AnnotationBucketClaimBeingDeleted)
+	if err := env.Client.Delete(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDynamicBucket(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		policy          cosiapi.DeletionPolicy
+		wantDriverEmpty bool
+	}{
+		{cosiapi.DeletionPolicyDelete, true},
+		{cosiapi.DeletionPolicyRetain, false},
+	} {
+		t.Run(string(tc.policy), func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, memory.Config{})
+			b := h.bucket(tc.policy, cosiapi.ProtocolS3)
+			h.create(b)
+			b = provisioned(t, b, bucketConditions)
+
+			if b.Status.BucketID != b.Name {
+				t.Errorf("status.bucketID = %q, want the memory driver's ID %q", b.Status.BucketID, b.Name)
+			}
+			if !slices.Equal(b.Status.Protocols, []cosiapi.Protocol{cosiapi.ProtocolS3}) {
+				t.Errorf("status.protocols = %v", b.Status.Protocols)
+			}
+			if b.Status.BucketInfo["COSI_S3_"+cosiapi.SecretKeyS3BucketName] != b.Name || b.Status.BucketInfo["COSI_S3_"+cosiapi.SecretKeyS3EndpointURL] == "" {
+				t.Errorf("status.bucketInfo = %v", b.Status.BucketInfo)
+			}
+			if !controllerutil.ContainsFinalizer(b, cosiapi.FinalizerProtection) {
+				t.Errorf("no protection finalizer: %v", b.Finalizers)
+			}
+			for _, typ := range []string{cosiapi.ConditionProvisionFailed} {
+				if c := condition(t, b, bucketConditions, typ, metav1.ConditionFalse, cosiapi.ReasonDriverSucceeded); c.ObservedGeneration != b.Generation {
+					t.Errorf("%s observedGeneration %d, generation %d", typ, c.ObservedGeneration, b.Generation)
+				}
+			}
+			if h.calls.count("DriverGenerateBucketId") != 1 || h.calls.count("DriverCreateBucket") != 1 {
+				t.Errorf("driver calls %v: want one DriverGenerateBucketId and one DriverCreateBucket", h.calls.counts)
+			}
+
+			deleteAsController(t, b)
+			gone(t, b)
+			if got := h.driver.Backend().BucketExists(b.Status.BucketID); got == tc.wantDriverEmpty {
+				t.Errorf("after deleting a %s Bucket the backend bucket exists=%v", tc.policy, got)
+			}
+			wantDeletes := map[cosiapi.DeletionPolicy]int{cosiapi.DeletionPolicyDelete: 1, cosiapi.DeletionPolicyRetain: 0}[tc.policy]
+			if n := h.calls.count("DriverDeleteBucket"); n != wantDeletes {
+				t.Errorf("DriverDeleteBucket called %d times, want %d", n, wantDeletes)
+			}
+		})
+	}
+}
+
+// TestDeletionWaitsForTheClaim: an admin deleting a Bucket whose claim still exists does not lose
+// data; the bucket is deprovisioned only once the controller signals the claim is deleting, and
+// the annotation alone (no deletion timestamp) deprovisions nothing.
+func TestDeletionWaitsForTheClaim(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, memory.Config{})
+
+	annotated := h.bucket(cosiapi.DeletionPolicyDelete)
+	h.create(annotated)
+	provisioned(t, annotated, bucketConditions)
+	annotate(t, annotated, cosiapi.AnnotationBucketClaimBeingDeleted)
+
+	b := h.bucket(cosiapi.DeletionPolicyDelete)
+	h.create(b)
+	b = provisioned(t, b, bucketConditions)
+	if err := env.Client.Delete(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	c := condition(t, b, bucketConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonDeletionBlocked)
+	if !strings.Contains(c.Message, b.Spec.BucketClaimRef.Name) {
+		t.Errorf("the condition does not name the claim: %q", c.Message)
+	}
+	never(t, time.Second, func() error {
+		if n := h.calls.count("DriverDeleteBucket"); n != 0 {
+			return fmt.Errorf("DriverDeleteBucket called %d times before the claim was deleting", n)
+		}
+		return nil
+	})
+
+	annotate(t, b, cosiapi.AnnotationBucketClaimBeingDeleted)
+	gone(t, b)
+	if h.driver.Backend().BucketExists(b.Name) {
+		t.Error("the backend bucket exists after deletion")
+	}
+	if !h.driver.Backend().BucketExists(annotated.Name) {
+		t.Error("a Bucket with the annotation but no deletion timestamp was deprovisioned")
+	}
+}
+
+func TestStaticBucket(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, memory.Config{Protocols: []cosi.ObjectProtocol_Type{cosi.ObjectProtocol_S3}})
+	static := func(existing string, protocols ...cosiapi.Protocol) *cosiapi.Bucket {
+		b := h.bucket(cosiapi.DeletionPolicyRetain, protocols...)
+		b.Spec.ExistingBucketID = existing
+		b.Spec.BucketClaimRef.UID = ""
+		return b
+	}
+
+	t.Run("appears later", func(t *testing.T) {
+		b := static("legacy-later")
+		h.create(b)
+		c := condition(t, b, bucketConditions, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, cosiapi.ReasonDriverError)
+		if !strings.Contains(c.Message, "NotFound") {
+			t.Errorf("ProvisionFailed message %q does not say NotFound", c.Message)
+		}
+		condition(t, b, bucketConditions, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning)
+		if ev := events(t, b); !slices.ContainsFunc(ev, func(e string) bool { return strings.HasPrefix(e, cosiapi.EventFailedCreateBucket) }) {
+			t.Errorf("no %s event: %v", cosiapi.EventFailedCreateBucket, ev)
+		}
+		// The admin creates the bucket in the backend; the sidecar retries with backoff.
+		if _, err := h.driver.DriverCreateBucket(t.Context(), &cosi.DriverCreateBucketRequest{BucketId: "legacy-later"}); err != nil {
+			t.Fatal(err)
+		}
+		b = provisioned(t, b, bucketConditions)
+		if b.Status.BucketID != "legacy-later" {
+			t.Errorf("status.bucketID = %q", b.Status.BucketID)
+		}
+		if h.calls.count("DriverCreateBucket/OK") != 0 || h.calls.count("DriverGenerateBucketId") != 0 {
+			t.Errorf("a static bucket was created: %v", h.calls.counts)
+		}
+	})
+
+	t.Run("incompatible is final", func(t *testing.T) {
+		if _, err := h.driver.DriverCreateBucket(t.Context(), &cosi.DriverCreateBucketRequest{BucketId: "legacy-versioned", Parameters: map[string]string{memory.ParamVersioning: "true"}}); err != nil {
+			t.Fatal(err)
+		}
+		b := static("legacy-versioned")
+		b.Spec.Parameters = map[string]string{memory.ParamVersioning: "false"}
+		h.create(b)
+		c := condition(t, b, bucketConditions, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
+		if !strings.Contains(c.Message, "AlreadyExists") {
+			t.Errorf("Provisioned message %q does not say AlreadyExists", c.Message)
+		}
+		before := h.calls.count("DriverGetBucket/AlreadyExists")
+		never(t, time.Second, func() error {
+			if n := h.calls.count("DriverGetBucket/AlreadyExists"); n != before {
+				return fmt.Errorf("a final error was retried: %d calls, then %d", before, n)
+			}
+			return nil
+		})
+	})
+
+	t.Run("protocol the bucket lacks is final", func(t *testing.T) {
+		if _, err := h.driver.DriverCreateBucket(t.Context(), &cosi.DriverCreateBucketRequest{BucketId: "legacy-s3"}); err != nil {
+			t.Fatal(err)
+		}
+		b := static("legacy-s3", cosiapi.ProtocolGCS)
+		h.create(b)
+		condition(t, b, bucketConditions, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
+	})
+
+	t.Run("Retain never deletes", func(t *testing.T) {
+		b := static("legacy-kept")
+		if _, err := h.driver.DriverCreateBucket(t.Context(), &cosi.DriverCreateBucketRequest{BucketId: "legacy-kept"}); err != nil {
+			t.Fatal(err)
+		}
+		h.create(b)
+		provisioned(t, b, bucketConditions)
+		deleteAsController(t, b)
+		gone(t, b)
+		if !h.driver.Backend().BucketExists("legacy-kept") {
+			t.Error("a retained imported bucket was deleted in the backend")
+		}
+	})
+}
+
+func TestTransientErrorsHeal(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, memory.Config{})
+	h.faults.Set(0, memory.Fault{Method: "DriverCreateBucket", Code: 14 /* Unavailable */, Count: 3})
+	b := h.bucket(cosiapi.DeletionPolicyDelete)
+	h.create(b)
+	provisioned(t, b, bucketConditions)
+	condition(t, b, bucketConditions, cosiapi.ConditionProvisionFailed, metav1.ConditionFalse, cosiapi.ReasonDriverSucceeded)
+	if ok, failed := h.calls.count("DriverCreateBucket/OK"), h.calls.count("DriverCreateBucket/Unavailable"); ok != 1 || failed != 3 {
+		t.Errorf("DriverCreateBucket: %d OK, %d Unavailable; want 1 and 3", ok, failed)
+	}
+	if n := h.calls.count("DriverGenerateBucketId"); n != 1 {
+		t.Errorf("DriverGenerateBucketId called %d times: the persisted ID must be reused", n)
+	}
+}
+
+func TestFinalErrorIsNotRetried(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, memory.Config{})
+	b := h.bucket(cosiapi.DeletionPolicyDelete)
+	b.Spec.Parameters = map[string]string{memory.ParamVersioning: "maybe"}
+	h.create(b)
+	c := condition(t, b, bucketConditions, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
+	if !strings.Contains(c.Message, "DriverGenerateBucketId: InvalidArgument") || !strings.Contains(c.Message, "versioning") {
+		t.Errorf("the condition does not carry the driver's message: %q", c.Message)
+	}
+	never(t, time.Second, func() error {
+		if n := h.calls.count("DriverGenerateBucketId"); n != 1 {
+			return fmt.Errorf("DriverGenerateBucketId called %d times; a final error must not be retried", n)
+		}
+		return nil
+	})
+	if ev := events(t, b); !slices.ContainsFunc(ev, func(e string) bool { return strings.HasPrefix(e, cosiapi.EventFailedCreateBucket+": DriverGenerateBucketId") }) {
+		t.Errorf("no %s event: %v", cosiapi.EventFailedCreateBucket, ev)
+	}
+
+	// A final error on a Bucket being deleted before it got an ID: nothing to delete in the backend.
+	deleteAsController(t, b)
+	gone(t, b)
+	if n := h.calls.count("DriverDeleteBucket"); n != 0 {
+		t.Errorf("DriverDeleteBucket called %d times for a bucket that never got an ID", n)
+	}
+}
+
+// TestRestartBetweenPhases: a sidecar that stops after phase 1 and restarts must use the persisted
+// ID: the driver sees one ID and ends with one bucket.
+func TestRestartBetweenPhases(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, memory.Config{})
+	h.faults.Set(0, memory.Fault{Method: "DriverCreateBucket", Code: 14 /* Unavailable */, Rate: 1})
+	b := h.bucket(cosiapi.DeletionPolicyDelete)
+	h.create(b)
+	eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
+			return err
+		}
+		if b.Status.BucketID == "" || h.calls.count("DriverCreateBucket") == 0 {
+			return fmt.Errorf("phase 1 not done yet")
+		}
+		return nil
+	})
+	h.stop()
+	h.faults.Set(0)
+	h.startSidecar()
+	provisioned(t, b, bucketConditions)
+	if n := h.calls.count("DriverGenerateBucketId"); n != 1 {
+		t.Errorf("DriverGenerateBucketId called %d times across the restart, want 1", n)
+	}
+	if got := h.driver.Backend().Buckets(); !slices.Equal(got, []string{b.Status.BucketID}) {
+		t.Errorf("backend buckets %v, want exactly [%s]", got, b.Status.BucketID)
+	}
+}

@@ -1,0 +1,422 @@
+package sidecar
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/pkg/driver"
+	cosi "github.com/kube-cosi/cosi/proto"
+)
+
+// +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketaccesses,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketaccesses/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
+
+// indexAccessedBucket indexes BucketAccesses by the names of the Buckets they were handed off
+// for, so that a Bucket's change wakes the accesses waiting for it.
+const indexAccessedBucket = "status.accessedBuckets.bucketName"
+
+// BucketAccessReconciler grants and revokes the accesses of one driver, and writes their Secrets
+// (KEP-1979 "Generating Bucket Access Credentials" and "Deleting a BucketAccess", the sidecar
+// steps). It acts only after the controller's hand-off: status.driverName names this driver.
+type BucketAccessReconciler struct {
+	Client client.Client
+	// APIReader reads Secrets that are not in the cache: the cache holds only COSI's own.
+	APIReader client.Reader
+	Driver    *driver.Client
+	Info      *cosi.DriverGetInfoResponse
+	Recorder  events.EventRecorder
+}
+
+// SetupWithManager registers the reconciler, its index and its watches.
+func (r *BucketAccessReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts controller.Options) error {
+	err := mgr.GetFieldIndexer().IndexField(ctx, &cosiapi.BucketAccess{}, indexAccessedBucket, func(o client.Object) []string {
+		var names []string
+		for _, b := range o.(*cosiapi.BucketAccess).Status.AccessedBuckets {
+			names = append(names, b.BucketName)
+		}
+		return names
+	})
+	if err != nil {
+		return err
+	}
+	ours := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		return o.(*cosiapi.BucketAccess).Status.DriverName == r.Info.GetName()
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("sidecar-bucketaccess").
+		For(&cosiapi.BucketAccess{}, builder.WithPredicates(ours, predicate.Or[client.Object](specOrLifecycleChanged, handOffChanged))).
+		// A Secret deleted or changed by someone else is written again.
+		Owns(&corev1.Secret{}, builder.WithPredicates(secretLostOrChanged)).
+		// A Bucket that becomes provisioned, or starts deleting, wakes the accesses for it.
+		Watches(&cosiapi.Bucket{}, handler.EnqueueRequestsFromMapFunc(r.accessesForBucket), builder.WithPredicates(bucketReadinessChanged)).
+		WithOptions(opts).
+		Complete(r)
+}
+
+// handOffChanged passes the controller's hand-off (a status change) and nothing else of status.
+var handOffChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld.(*cosiapi.BucketAccess), e.ObjectNew.(*cosiapi.BucketAccess)
+		return o.Status.DriverName != n.Status.DriverName || len(o.Status.AccessedBuckets) != len(n.Status.AccessedBuckets)
+	},
+	DeleteFunc: func(event.DeleteEvent) bool { return false },
+}
+
+var secretLostOrChanged = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false }, // the sidecar creates them
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld.(*corev1.Secret), e.ObjectNew.(*corev1.Secret)
+		return !maps.EqualFunc(o.Data, n.Data, bytes.Equal) || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil)
+	},
+	DeleteFunc: func(event.DeleteEvent) bool { return true },
+}
+
+var bucketReadinessChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld.(*cosiapi.Bucket), e.ObjectNew.(*cosiapi.Bucket)
+		return o.Status.BucketID != n.Status.BucketID ||
+			isTrue(o.Status.Conditions, cosiapi.ConditionProvisioned) != isTrue(n.Status.Conditions, cosiapi.ConditionProvisioned) ||
+			!equalMaps(o.Annotations, n.Annotations) || !o.DeletionTimestamp.Equal(n.DeletionTimestamp)
+	},
+	DeleteFunc: func(event.DeleteEvent) bool { return false },
+}
+
+func (r *BucketAccessReconciler) accessesForBucket(ctx context.Context, o client.Object) []reconcile.Request {
+	var list cosiapi.BucketAccessList
+	if err := r.Client.List(ctx, &list, client.MatchingFields{indexAccessedBucket: o.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing the accesses of a Bucket", "bucket", o.GetName())
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for _, ba := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&ba)})
+	}
+	return reqs
+}
+
+// Reconcile handles one BucketAccess.
+func (r *BucketAccessReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	ba := &cosiapi.BucketAccess{}
+	if err := r.Client.Get(ctx, req.NamespacedName, ba); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if ba.Status.DriverName != r.Info.GetName() {
+		return reconcile.Result{}, nil // not handed off to this driver (yet)
+	}
+	if ba.DeletionTimestamp != nil {
+		return result(r.delete(ctx, ba))
+	}
+	if len(ba.Status.AccessedBuckets) == 0 {
+		return reconcile.Result{}, nil
+	}
+	if isTrue(ba.Status.Conditions, cosiapi.ConditionProvisioned) && r.secretsIntact(ctx, ba) {
+		return reconcile.Result{}, nil // granted: no second DriverGrantBucketAccess
+	}
+	return result(r.grant(ctx, ba))
+}
+
+// grant provisions the access in two phases and writes its Secrets.
+func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAccess) error {
+	buckets, ready, err := r.buckets(ctx, ba)
+	if err != nil || !ready {
+		return err
+	}
+	if err := addFinalizer(ctx, r.Client, ba); err != nil {
+		return err
+	}
+
+	protocol := rpcProtocol(ba.Spec.Protocol)
+	auth := rpcAuthenticationType(ba.Status.AuthenticationType)
+	var sa *cosi.ServiceAccount
+	if auth == cosi.AuthenticationType_SERVICE_ACCOUNT {
+		// Only for ServiceAccount authentication, so that Key drivers never come to rely on it.
+		sa = &cosi.ServiceAccount{Namespace: ba.Namespace, Name: ba.Spec.ServiceAccountName}
+	}
+	var accessed []*cosi.AccessedBucket
+	for _, claim := range ba.Spec.BucketClaims {
+		accessed = append(accessed, &cosi.AccessedBucket{BucketId: buckets[claim.BucketClaimName].Status.BucketID, AccessModes: rpcAccessModes(claim.AccessModes)})
+	}
+
+	if ba.Status.AccountID == "" {
+		// Phase 1: get the account ID and persist it (with the bucket IDs, for the revocation)
+		// before anything exists in the backend.
+		resp, err := r.Driver.DriverGenerateBucketAccessId(ctx, &cosi.DriverGenerateBucketAccessIdRequest{
+			AccountName: cosiapi.AccountNamePrefix + string(ba.UID), Buckets: accessed, Protocol: protocol,
+			AuthenticationType: auth, ServiceAccount: sa, Parameters: ba.Status.Parameters,
+		})
+		if err != nil {
+			rpc := rpcError{"DriverGenerateBucketAccessId", err}
+			return r.failed(ctx, ba, rpc, cosiapi.EventFailedGrantAccess)
+		}
+		if resp.GetAccountId() == "" {
+			return r.invalid(ctx, ba, cosiapi.ReasonProvisioningFailed, "DriverGenerateBucketAccessId returned an empty account_id", false)
+		}
+		orig := ba.DeepCopy()
+		ba.Status.AccountID = resp.GetAccountId()
+		for i, ab := range ba.Status.AccessedBuckets {
+			ba.Status.AccessedBuckets[i].BucketID = buckets[ab.BucketClaimName].Status.BucketID
+		}
+		setCondition(&ba.Status.Conditions, ba.Generation, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, "account ID generated; granting access")
+		if err := r.patchStatus(ctx, ba, orig); err != nil {
+			return err
+		}
+	}
+
+	// Phase 2.
+	grantReq := &cosi.DriverGrantBucketAccessRequest{
+		AccountId: ba.Status.AccountID, Buckets: accessed, Protocol: protocol,
+		AuthenticationType: auth, ServiceAccount: sa, Parameters: ba.Status.Parameters,
+	}
+	resp, err := r.Driver.DriverGrantBucketAccess(ctx, grantReq)
+	if err != nil {
+		return r.failed(ctx, ba, rpcError{"DriverGrantBucketAccess", err}, cosiapi.EventFailedGrantAccess)
+	}
+	if err := driver.ValidateGrantResponse(grantReq, resp); err != nil {
+		return r.invalid(ctx, ba, cosiapi.ReasonProvisioningFailed, "DriverGrantBucketAccess returned an incomplete answer: "+err.Error(), false)
+	}
+
+	for _, claim := range ba.Spec.BucketClaims {
+		bucketID := buckets[claim.BucketClaimName].Status.BucketID
+		var info *cosi.ProtocolBucketInfo
+		for _, b := range resp.GetBuckets() {
+			if b.GetBucketId() == bucketID {
+				info = b.GetBucketInfo()
+			}
+		}
+		data := secretData(protocol, info, resp.GetCredentials(), resp.GetCertificateAuthority())
+		if err := r.writeSecret(ctx, ba, claim, data); err != nil {
+			return err
+		}
+	}
+
+	orig := ba.DeepCopy()
+	g := ba.Generation
+	setCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned, "access granted; Secrets written")
+	setCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisionFailed, metav1.ConditionFalse, cosiapi.ReasonDriverSucceeded, "")
+	setCondition(&ba.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid, "")
+	return r.patchStatus(ctx, ba, orig)
+}
+
+// buckets resolves the Buckets of the access by claim name. ready is false while a Bucket is not
+// provisioned yet: the access waits, and the Bucket watch wakes it.
+func (r *BucketAccessReconciler) buckets(ctx context.Context, ba *cosiapi.BucketAccess) (map[string]*cosiapi.Bucket, bool, error) {
+	buckets := map[string]*cosiapi.Bucket{}
+	var waiting []string
+	for _, ab := range ba.Status.AccessedBuckets {
+		b := &cosiapi.Bucket{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: ab.BucketName}, b); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, false, r.invalid(ctx, ba, cosiapi.ReasonInvalidReference, fmt.Sprintf("Bucket %s of BucketClaim %s does not exist", ab.BucketName, ab.BucketClaimName), true)
+			}
+			return nil, false, err
+		}
+		switch {
+		case b.DeletionTimestamp != nil || b.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] != "":
+			return nil, false, r.invalid(ctx, ba, cosiapi.ReasonInvalidReference, fmt.Sprintf("BucketClaim %s is being deleted: no new access is granted to it", ab.BucketClaimName), true)
+		case b.Spec.DriverName != r.Info.GetName():
+			return nil, false, r.invalid(ctx, ba, cosiapi.ReasonInvalidReference, fmt.Sprintf("Bucket %s belongs to driver %s, not %s", ab.BucketName, b.Spec.DriverName, r.Info.GetName()), true)
+		case b.Status.BucketID == "" || !isTrue(b.Status.Conditions, cosiapi.ConditionProvisioned):
+			waiting = append(waiting, ab.BucketName)
+		case !slices.Contains(b.Status.Protocols, ba.Spec.Protocol):
+			return nil, false, r.invalid(ctx, ba, cosiapi.ReasonUnsupportedProtocol, fmt.Sprintf("Bucket %s does not support %s (it supports %v)", ab.BucketName, ba.Spec.Protocol, b.Status.Protocols), true)
+		}
+		buckets[ab.BucketClaimName] = b
+	}
+	for _, claim := range ba.Spec.BucketClaims {
+		if buckets[claim.BucketClaimName] == nil {
+			return nil, false, r.invalid(ctx, ba, cosiapi.ReasonInvalidReference, fmt.Sprintf("BucketClaim %s has no accessed Bucket in status", claim.BucketClaimName), true)
+		}
+	}
+	if len(waiting) == 0 {
+		return buckets, true, nil
+	}
+	orig := ba.DeepCopy()
+	msg := fmt.Sprintf("waiting for Buckets %v to be provisioned", waiting)
+	setCondition(&ba.Status.Conditions, ba.Generation, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources, msg)
+	if !conditionsChanged(orig.Status.Conditions, ba.Status.Conditions) {
+		return nil, false, nil
+	}
+	r.Recorder.Eventf(ba, nil, corev1.EventTypeNormal, cosiapi.EventWaitingForBucket, "Grant", msg)
+	return nil, false, r.patchStatus(ctx, ba, orig)
+}
+
+// secretsIntact reports whether every Secret of the access exists, is owned by it and has data.
+func (r *BucketAccessReconciler) secretsIntact(ctx context.Context, ba *cosiapi.BucketAccess) bool {
+	for _, claim := range ba.Spec.BucketClaims {
+		key := types.NamespacedName{Namespace: ba.Namespace, Name: claim.AccessSecretName}
+		s := &corev1.Secret{}
+		err := r.Client.Get(ctx, key, s)
+		if apierrors.IsNotFound(err) {
+			// The cache may lag the Secret just written: ask the API server before re-granting.
+			err = r.APIReader.Get(ctx, key, s)
+		}
+		if err != nil || !metav1.IsControlledBy(s, ba) || s.DeletionTimestamp != nil || len(s.Data[cosiapi.SecretKeyProtocol]) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// writeSecret creates or updates the Secret of one claim. A Secret that exists and is not owned by
+// the access is never overwritten: the user may have created it, and its data is theirs.
+func (r *BucketAccessReconciler) writeSecret(ctx context.Context, ba *cosiapi.BucketAccess, claim cosiapi.BucketClaimAccess, data map[string][]byte) error {
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      claim.AccessSecretName,
+			Namespace: ba.Namespace,
+			Labels:    map[string]string{cosiapi.LabelBucketAccessUID: string(ba.UID)},
+			Annotations: map[string]string{
+				cosiapi.AnnotationBucketAccessReference: ba.Namespace + "/" + ba.Name,
+				cosiapi.AnnotationBucketClaimReference:  ba.Namespace + "/" + claim.BucketClaimName,
+			},
+			Finalizers: []string{cosiapi.FinalizerProtection},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: data,
+	}
+	if err := controllerutil.SetControllerReference(ba, secret, r.Client.Scheme()); err != nil {
+		return err
+	}
+	err := r.Client.Create(ctx, secret)
+	if !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	existing := &corev1.Secret{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(secret), existing); err != nil {
+		return err
+	}
+	if !metav1.IsControlledBy(existing, ba) {
+		return r.invalid(ctx, ba, cosiapi.ReasonSecretConflict, fmt.Sprintf("Secret %s exists and is not owned by this BucketAccess; COSI will not overwrite it: delete it or choose another accessSecretName", secret.Name), true)
+	}
+	if existing.DeletionTimestamp != nil {
+		return fmt.Errorf("secret %s is being deleted; writing it again when it is gone", secret.Name)
+	}
+	orig := existing.DeepCopy()
+	existing.Data = data
+	existing.Labels, existing.Annotations = secret.Labels, secret.Annotations
+	controllerutil.AddFinalizer(existing, cosiapi.FinalizerProtection)
+	return r.Client.Patch(ctx, existing, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+}
+
+// delete removes the Secrets, revokes the access, and tells the controller (KEP-1979 "Deleting a
+// BucketAccess", step 3). The Secrets go first, before the credentials in them stop working.
+func (r *BucketAccessReconciler) delete(ctx context.Context, ba *cosiapi.BucketAccess) error {
+	if ba.Annotations[cosiapi.AnnotationSidecarCleanupFinished] != "" {
+		return nil
+	}
+	for _, claim := range ba.Spec.BucketClaims {
+		s := &corev1.Secret{}
+		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ba.Namespace, Name: claim.AccessSecretName}, s)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if !metav1.IsControlledBy(s, ba) {
+			continue // not ours: never touched
+		}
+		if controllerutil.ContainsFinalizer(s, cosiapi.FinalizerProtection) {
+			orig := s.DeepCopy()
+			controllerutil.RemoveFinalizer(s, cosiapi.FinalizerProtection)
+			if err := r.Client.Patch(ctx, s, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
+				return err
+			}
+		}
+		if err := r.Client.Delete(ctx, s, client.Preconditions{UID: &s.UID}); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+
+	if ba.Status.AccountID != "" {
+		req := &cosi.DriverRevokeBucketAccessRequest{
+			AccountId: ba.Status.AccountID, Protocol: rpcProtocol(ba.Spec.Protocol),
+			AuthenticationType: rpcAuthenticationType(ba.Status.AuthenticationType), Parameters: ba.Status.Parameters,
+		}
+		if req.AuthenticationType == cosi.AuthenticationType_SERVICE_ACCOUNT {
+			req.ServiceAccount = &cosi.ServiceAccount{Namespace: ba.Namespace, Name: ba.Spec.ServiceAccountName}
+		}
+		for _, ab := range ba.Status.AccessedBuckets {
+			if ab.BucketID != "" {
+				req.Buckets = append(req.Buckets, &cosi.DriverRevokeBucketAccessRequest_Bucket{BucketId: ab.BucketID})
+			}
+		}
+		if _, err := r.Driver.DriverRevokeBucketAccess(ctx, req); err != nil {
+			return r.failed(ctx, ba, rpcError{"DriverRevokeBucketAccess", err}, cosiapi.EventFailedRevokeAccess)
+		}
+	}
+
+	orig := ba.DeepCopy()
+	if ba.Annotations == nil {
+		ba.Annotations = map[string]string{}
+	}
+	ba.Annotations[cosiapi.AnnotationSidecarCleanupFinished] = "true"
+	return client.IgnoreNotFound(r.Client.Patch(ctx, ba, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})))
+}
+
+// failed records a failed driver call in conditions and a Warning event (see
+// BucketReconciler.failed).
+func (r *BucketAccessReconciler) failed(ctx context.Context, ba *cosiapi.BucketAccess, rpc rpcError, eventReason string) error {
+	orig := ba.DeepCopy()
+	g := ba.Generation
+	setCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, cosiapi.ReasonDriverError, rpc.Error())
+	if !isTrue(ba.Status.Conditions, cosiapi.ConditionProvisioned) && ba.DeletionTimestamp == nil {
+		if rpc.retryable() {
+			setCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, "retrying: "+rpc.Error())
+		} else {
+			setCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed, rpc.Error())
+		}
+	}
+	r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, eventReason, rpc.method, truncate(rpc.Error()))
+	if err := r.patchStatus(ctx, ba, orig); err != nil {
+		return fmt.Errorf("%w (and recording it: %w)", rpc, err)
+	}
+	return rpc
+}
+
+// invalid records a final problem with the objects (not a driver error code) and stops retrying.
+// validation says whether it is about the Kubernetes objects (ResourcesValidated False) or the
+// driver's answer.
+func (r *BucketAccessReconciler) invalid(ctx context.Context, ba *cosiapi.BucketAccess, reason, msg string, validation bool) error {
+	orig := ba.DeepCopy()
+	g := ba.Generation
+	if !isTrue(ba.Status.Conditions, cosiapi.ConditionProvisioned) {
+		setCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed, msg)
+	}
+	if validation {
+		setCondition(&ba.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, reason, msg)
+	} else {
+		setCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, reason, msg)
+	}
+	r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, cosiapi.EventFailedGrantAccess, "Grant", msg)
+	if err := r.patchStatus(ctx, ba, orig); err != nil {
+		return err
+	}
+	return finalError("%s", msg)
+}
+
+// patchStatus patches the status with optimistic locking: the controller writes this status too,
+// and a merge patch of the conditions list would otherwise drop its conditions.
+func (r *BucketAccessReconciler) patchStatus(ctx context.Context, ba *cosiapi.BucketAccess, orig *cosiapi.BucketAccess) error {
+	return r.Client.Status().Patch(ctx, ba, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+}

@@ -1,0 +1,87 @@
+package sidecar
+
+import (
+	"fmt"
+	"slices"
+
+	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/kube-cosi/cosi/pkg/driver"
+)
+
+// maxMessage bounds condition and event messages; driver messages can be long.
+const maxMessage = 1024
+
+func truncate(s string) string {
+	if len(s) <= maxMessage {
+		return s
+	}
+	return s[:maxMessage-3] + "..."
+}
+
+// setCondition sets a condition, recording the generation it was computed for.
+func setCondition(conds *[]metav1.Condition, generation int64, typ string, s metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(conds, metav1.Condition{
+		Type: typ, Status: s, Reason: reason, Message: truncate(msg), ObservedGeneration: generation,
+	})
+}
+
+// conditionsChanged reports whether two condition lists differ in anything but transition times.
+func conditionsChanged(before, after []metav1.Condition) bool {
+	return !slices.EqualFunc(before, after, func(a, b metav1.Condition) bool {
+		return a.Type == b.Type && a.Status == b.Status && a.Reason == b.Reason && a.Message == b.Message && a.ObservedGeneration == b.ObservedGeneration
+	})
+}
+
+// isTrue reports whether the condition typ is True.
+func isTrue(conds []metav1.Condition, typ string) bool {
+	return meta.IsStatusConditionTrue(conds, typ)
+}
+
+// rpcError describes a failed driver call for conditions, events and the returned error. The
+// message is the driver's own (drivers must not put secrets in it, per the COSI spec); COSI never
+// adds request or response contents.
+type rpcError struct {
+	method string
+	err    error
+}
+
+func (e rpcError) Error() string {
+	st := status.Convert(e.err)
+	return fmt.Sprintf("%s: %s: %s", e.method, st.Code(), st.Message())
+}
+
+func (e rpcError) Unwrap() error { return e.err }
+
+// retryable reports whether the driver call may succeed when repeated (see driver.Retryable).
+func (e rpcError) retryable() bool { return driver.Retryable(e.err) }
+
+// result hands err to controller-runtime: retryable driver errors and API errors are retried with
+// backoff; final driver errors stop retrying until the object changes.
+func result(err error) (reconcile.Result, error) {
+	if err == nil {
+		return reconcile.Result{}, nil
+	}
+	var rpc rpcError
+	if asRPC(err, &rpc) && !rpc.retryable() {
+		return reconcile.Result{}, reconcile.TerminalError(err)
+	}
+	return reconcile.Result{}, err
+}
+
+func asRPC(err error, target *rpcError) bool {
+	e, ok := err.(rpcError)
+	if ok {
+		*target = e
+	}
+	return ok
+}
+
+// finalError is an error that retrying cannot fix (an invalid combination of objects); it is
+// recorded in conditions and not retried until the object changes.
+func finalError(format string, args ...any) error {
+	return reconcile.TerminalError(fmt.Errorf(format, args...))
+}

@@ -1,0 +1,322 @@
+package sidecar_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/drivers/memory"
+	"github.com/kube-cosi/cosi/internal/sidecar"
+	"github.com/kube-cosi/cosi/internal/testenv"
+	"github.com/kube-cosi/cosi/pkg/driver"
+)
+
+const (
+	testNamespace    = "apps"
+	sidecarNamespace = "cosi-system"
+	sidecarSA        = "cosi-sidecar"
+)
+
+var (
+	env *testenv.Env
+	// sidecarConfig connects as the sidecar's ServiceAccount, bound to the generated ClusterRole
+	// and nothing else, so that a missing or excessive permission shows in the tests.
+	sidecarConfig *rest.Config
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	env, err = testenv.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if err := setupRBAC(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		_ = env.Stop()
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = env.Stop()
+	os.Exit(code)
+}
+
+// setupRBAC installs the generated sidecar ClusterRole and binds it to the sidecar's
+// ServiceAccount.
+func setupRBAC(ctx context.Context) error {
+	data, err := os.ReadFile(filepath.Join(env.RepoRoot, "config", "rbac", "sidecar", "role.yaml"))
+	if err != nil {
+		return err
+	}
+	role := &rbacv1.ClusterRole{}
+	if err := yaml.Unmarshal(data, role); err != nil {
+		return err
+	}
+	objs := []client.Object{
+		role,
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: sidecarNamespace}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNamespace}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sidecarSA, Namespace: sidecarNamespace}},
+		&rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "cosi-sidecar"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sidecarSA, Namespace: sidecarNamespace}},
+		},
+	}
+	for _, o := range objs {
+		if err := env.Client.Create(ctx, o); err != nil {
+			return err
+		}
+	}
+	sidecarConfig = rest.CopyConfig(env.Config)
+	sidecarConfig.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + sidecarNamespace + ":" + sidecarSA}
+	sidecarConfig.QPS, sidecarConfig.Burst = 200, 400
+	return nil
+}
+
+// calls counts the driver calls per method and code.
+type calls struct {
+	mu     sync.Mutex
+	counts map[string]int // "Method" and "Method/Code"
+}
+
+func (c *calls) interceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		resp, err := handler(ctx, req)
+		method := info.FullMethod[strings.LastIndex(info.FullMethod, "/")+1:]
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.counts[method]++
+		c.counts[method+"/"+status.Code(err).String()]++
+		return resp, err
+	}
+}
+
+// count returns how often method was called, or with a code ("DriverCreateBucket/OK").
+func (c *calls) count(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.counts[key]
+}
+
+var driverCounter atomic.Int64
+
+// harness is one driver (the memory driver on a real Unix socket) and its sidecar, with a driver
+// name of its own so that tests running in parallel do not see each other's objects.
+type harness struct {
+	t        *testing.T
+	name     string
+	endpoint string
+	driver   *memory.Driver
+	faults   *memory.Faults
+	calls    *calls
+	stop     func()
+}
+
+func newHarness(t *testing.T, cfg memory.Config) *harness {
+	t.Helper()
+	h := &harness{t: t, faults: &memory.Faults{}, calls: &calls{counts: map[string]int{}}}
+	h.name = fmt.Sprintf("memory-%d.sidecar-test.cosi.io", driverCounter.Add(1))
+	cfg.Name = h.name
+	var err error
+	h.driver, err = memory.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.endpoint = "unix://" + filepath.Join(t.TempDir(), "driver.sock")
+	h.startDriver()
+	h.startSidecar()
+	return h
+}
+
+func (h *harness) startDriver() {
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err := driver.NewServer(ctx, driver.Options{
+		Endpoint: h.endpoint, Identity: h.driver, Provisioner: h.driver, Registerer: prometheus.NewRegistry(),
+		Interceptors: []grpc.UnaryServerInterceptor{h.calls.interceptor(), h.faults.Interceptor()},
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = srv.Serve(ctx); close(done) }()
+	h.t.Cleanup(func() { cancel(); <-done })
+}
+
+func sidecarOptions(endpoint string) sidecar.Options {
+	return sidecar.Options{
+		DriverEndpoint: endpoint, DriverTimeout: 10 * time.Second, DriverStartTimeout: 30 * time.Second,
+		Workers: 4, MetricsAddress: "0", HealthAddress: "0", SkipNameValidation: true,
+	}
+}
+
+// startSidecar runs the sidecar until stop is called or the test ends.
+func (h *harness) startSidecar() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sidecar.Run(ctx, sidecarConfig, sidecarOptions(h.endpoint), logr.Discard()) }()
+	var once sync.Once
+	h.stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				h.t.Errorf("sidecar: %v", err)
+			}
+		})
+	}
+	h.t.Cleanup(h.stop)
+}
+
+// eventually polls f until it returns nil, failing the test with f's last error after a generous
+// timeout. It waits for reconciliation; it does not measure speed.
+func eventually(t *testing.T, f func() error) {
+	t.Helper()
+	var err error
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if err = f(); err == nil {
+			return
+		}
+	}
+	t.Fatalf("timed out: %v", err)
+}
+
+// never checks for a while that f keeps returning nil: for "must not retry" and "must not
+// delete" properties.
+func never(t *testing.T, d time.Duration, f func() error) {
+	t.Helper()
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if err := f(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+var objCounter atomic.Int64
+
+func uniqueName(prefix string) string {
+	return fmt.Sprintf("%s-%d", prefix, objCounter.Add(1))
+}
+
+// bucket returns a dynamically provisioned Bucket for the harness's driver, as the controller
+// creates it.
+func (h *harness) bucket(policy cosiapi.DeletionPolicy, protocols ...cosiapi.Protocol) *cosiapi.Bucket {
+	claim := uniqueName("claim")
+	return &cosiapi.Bucket{
+		ObjectMeta: metav1.ObjectMeta{Name: "bc-" + claim},
+		Spec: cosiapi.BucketSpec{
+			DriverName: h.name, DeletionPolicy: policy, Protocols: protocols,
+			BucketClaimRef: cosiapi.BucketClaimReference{Name: claim, Namespace: testNamespace, UID: types.UID("uid-" + claim)},
+		},
+	}
+}
+
+func (h *harness) create(obj client.Object) {
+	h.t.Helper()
+	if err := env.Client.Create(h.t.Context(), obj); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// provisioned waits until the object's Provisioned condition is True and returns it fresh.
+func provisioned[T client.Object](t *testing.T, obj T, conds func(T) []metav1.Condition) T {
+	t.Helper()
+	eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(conds(obj), cosiapi.ConditionProvisioned)
+		if c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("%s not provisioned: %+v", obj.GetName(), conds(obj))
+		}
+		return nil
+	})
+	return obj
+}
+
+func bucketConditions(b *cosiapi.Bucket) []metav1.Condition      { return b.Status.Conditions }
+func accessConditions(a *cosiapi.BucketAccess) []metav1.Condition { return a.Status.Conditions }
+
+// condition waits until the object has condition typ with the status and reason.
+func condition[T client.Object](t *testing.T, obj T, conds func(T) []metav1.Condition, typ string, s metav1.ConditionStatus, reason string) metav1.Condition {
+	t.Helper()
+	var found metav1.Condition
+	eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(conds(obj), typ)
+		if c == nil || c.Status != s || c.Reason != reason {
+			return fmt.Errorf("%s: want %s=%s (%s), have %+v", obj.GetName(), typ, s, reason, conds(obj))
+		}
+		found = *c
+		return nil
+	})
+	return found
+}
+
+// gone waits until the object no longer exists.
+func gone(t *testing.T, obj client.Object) {
+	t.Helper()
+	eventually(t, func() error {
+		err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(obj), obj)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("%s still exists (finalizers %v): %v", obj.GetName(), obj.GetFinalizers(), err)
+	})
+}
+
+// annotate sets an annotation as the controller does.
+func annotate(t *testing.T, obj client.Object, key string) {
+	t.Helper()
+	eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		a := obj.GetAnnotations()
+		if a == nil {
+			a = map[string]string{}
+		}
+		a[key] = "true"
+		obj.SetAnnotations(a)
+		return env.Client.Update(t.Context(), obj)
+	})
+}
+
+// events returns the events about an object.
+func events(t *testing.T, obj client.Object) []string {
+	t.Helper()
+	var list corev1.EventList
+	if err := env.Client.List(t.Context(), &list); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		if e.InvolvedObject.Name == obj.GetName() {
+			out = append(out, e.Reason+": "+e.Message)
+		}
+	}
+	return out
+}

@@ -1,0 +1,158 @@
+package sidecar
+
+import (
+	"strings"
+	"time"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	cosi "github.com/kube-cosi/cosi/proto"
+)
+
+// apiProtocol converts a protocol of the driver protocol to the API's.
+func apiProtocol(p cosi.ObjectProtocol_Type) cosiapi.Protocol {
+	switch p {
+	case cosi.ObjectProtocol_S3:
+		return cosiapi.ProtocolS3
+	case cosi.ObjectProtocol_AZURE:
+		return cosiapi.ProtocolAzure
+	case cosi.ObjectProtocol_GCS:
+		return cosiapi.ProtocolGCS
+	}
+	return ""
+}
+
+// rpcProtocol converts a protocol of the API to the driver protocol's.
+func rpcProtocol(p cosiapi.Protocol) cosi.ObjectProtocol_Type {
+	switch p {
+	case cosiapi.ProtocolS3:
+		return cosi.ObjectProtocol_S3
+	case cosiapi.ProtocolAzure:
+		return cosi.ObjectProtocol_AZURE
+	case cosiapi.ProtocolGCS:
+		return cosi.ObjectProtocol_GCS
+	}
+	return cosi.ObjectProtocol_UNKNOWN
+}
+
+func rpcProtocols(ps []cosiapi.Protocol) []cosi.ObjectProtocol_Type {
+	out := make([]cosi.ObjectProtocol_Type, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, rpcProtocol(p))
+	}
+	return out
+}
+
+func rpcAccessMode(m cosiapi.BucketAccessMode) cosi.AccessMode_Mode {
+	switch m {
+	case cosiapi.BucketAccessModeReadWrite:
+		return cosi.AccessMode_READ_WRITE
+	case cosiapi.BucketAccessModeReadOnly:
+		return cosi.AccessMode_READ_ONLY
+	case cosiapi.BucketAccessModeWriteOnly:
+		return cosi.AccessMode_WRITE_ONLY
+	}
+	return cosi.AccessMode_UNSPECIFIED
+}
+
+func rpcAccessModes(m cosiapi.BucketAccessModes) *cosi.AccessModes {
+	return &cosi.AccessModes{
+		ObjectData:     rpcAccessMode(m.ObjectData),
+		ObjectMetadata: rpcAccessMode(m.ObjectMetadata),
+		BucketMetadata: rpcAccessMode(m.BucketMetadata),
+	}
+}
+
+func rpcAuthenticationType(a cosiapi.AuthenticationType) cosi.AuthenticationType_Type {
+	if a == cosiapi.AuthenticationTypeServiceAccount {
+		return cosi.AuthenticationType_SERVICE_ACCOUNT
+	}
+	return cosi.AuthenticationType_KEY // the API's default
+}
+
+// bucketInfoData renders one protocol's bucket info with the BucketAccess Secret keys
+// (KEP-1979 "BucketAccess Secret data"). Empty values are left out.
+func bucketInfoData(p cosi.ObjectProtocol_Type, info *cosi.ProtocolBucketInfo) map[string]string {
+	data := map[string]string{}
+	set := func(k, v string) {
+		if v != "" {
+			data[k] = v
+		}
+	}
+	switch p {
+	case cosi.ObjectProtocol_S3:
+		s3 := info.GetS3()
+		set(cosiapi.SecretKeyS3EndpointURL, s3.GetEndpoint())
+		set(cosiapi.SecretKeyS3BucketName, s3.GetBucketName())
+		set(cosiapi.SecretKeyS3Region, s3.GetRegion())
+		switch s3.GetAddressingStyle() {
+		case cosi.S3AddressingStyle_PATH:
+			set(cosiapi.SecretKeyS3AddressingStyle, "path")
+		case cosi.S3AddressingStyle_VIRTUAL:
+			set(cosiapi.SecretKeyS3AddressingStyle, "virtual")
+		}
+	case cosi.ObjectProtocol_AZURE:
+		set(cosiapi.SecretKeyAzureStorageAccount, info.GetAzure().GetStorageAccount())
+	case cosi.ObjectProtocol_GCS:
+		set(cosiapi.SecretKeyGCSProjectID, info.GetGcs().GetProjectId())
+		set(cosiapi.SecretKeyGCSBucketName, info.GetGcs().GetBucketName())
+	}
+	return data
+}
+
+// bucketStatusInfo renders the bucket info of every protocol for Bucket.status.bucketInfo. Keys
+// are the Secret keys prefixed by the protocol, COSI_<PROTOCOL>_<SECRET KEY> (for example
+// COSI_S3_AWS_ENDPOINT_URL), because a bucket may support several protocols whose Secret keys
+// overlap (BUCKET_NAME is both S3's and GCS's).
+func bucketStatusInfo(info *cosi.ProtocolBucketInfo) map[string]string {
+	out := map[string]string{}
+	for _, p := range []cosi.ObjectProtocol_Type{cosi.ObjectProtocol_S3, cosi.ObjectProtocol_AZURE, cosi.ObjectProtocol_GCS} {
+		prefix := "COSI_" + strings.ToUpper(string(apiProtocol(p))) + "_"
+		for k, v := range bucketInfoData(p, info) {
+			out[prefix+k] = v
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// secretData renders the data of one BucketAccess Secret: the protocol, the bucket's info and the
+// shared credentials, with exactly the KEP's keys for the protocol.
+func secretData(p cosi.ObjectProtocol_Type, info *cosi.ProtocolBucketInfo, creds *cosi.CredentialInfo, ca string) map[string][]byte {
+	data := map[string][]byte{cosiapi.SecretKeyProtocol: []byte(apiProtocol(p))}
+	for k, v := range bucketInfoData(p, info) {
+		data[k] = []byte(v)
+	}
+	set := func(k, v string) {
+		if v != "" {
+			data[k] = []byte(v)
+		}
+	}
+	set(cosiapi.SecretKeyCertificateAuthority, ca)
+	switch p {
+	case cosi.ObjectProtocol_S3:
+		set(cosiapi.SecretKeyS3AccessKeyID, creds.GetS3().GetAccessKeyId())
+		set(cosiapi.SecretKeyS3SecretAccessKey, creds.GetS3().GetAccessSecretKey())
+	case cosi.ObjectProtocol_AZURE:
+		set(cosiapi.SecretKeyAzureSASToken, creds.GetAzure().GetAccessToken())
+		// The KEP: empty if the token does not expire, else ISO 8601.
+		expiry := ""
+		if ts := creds.GetAzure().GetExpiryTimestamp(); ts != nil {
+			expiry = ts.AsTime().UTC().Format(time.RFC3339)
+		}
+		if creds.GetAzure() != nil {
+			data[cosiapi.SecretKeyAzureSASTokenExpiry] = []byte(expiry)
+		}
+	case cosi.ObjectProtocol_GCS:
+		g := creds.GetGcs()
+		set(cosiapi.SecretKeyGCSServiceAccountName, g.GetServiceAccountName())
+		set(cosiapi.SecretKeyGCSClientEmail, g.GetClientEmail())
+		set(cosiapi.SecretKeyGCSClientID, g.GetClientId())
+		set(cosiapi.SecretKeyGCSPrivateKeyID, g.GetPrivateKeyId())
+		set(cosiapi.SecretKeyGCSPrivateKey, g.GetPrivateKey())
+		set(cosiapi.SecretKeyGCSHMACAccessID, g.GetHmacAccessId())
+		set(cosiapi.SecretKeyGCSHMACSecret, g.GetHmacSecret())
+	}
+	return data
+}

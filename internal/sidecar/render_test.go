@@ -1,0 +1,118 @@
+package sidecar
+
+import (
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	cosi "github.com/kube-cosi/cosi/proto"
+)
+
+func TestSecretData(t *testing.T) {
+	expiry := time.Date(2027, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, tc := range []struct {
+		name     string
+		protocol cosi.ObjectProtocol_Type
+		info     *cosi.ProtocolBucketInfo
+		creds    *cosi.CredentialInfo
+		ca       string
+		want     map[string]string
+	}{
+		{
+			name:     "S3, every key",
+			protocol: cosi.ObjectProtocol_S3,
+			info:     &cosi.ProtocolBucketInfo{S3: &cosi.S3BucketInfo{BucketName: "bc-1", Endpoint: "https://s3.example.com", Region: "eu-1", AddressingStyle: cosi.S3AddressingStyle_VIRTUAL}},
+			creds:    &cosi.CredentialInfo{S3: &cosi.S3Credentials{AccessKeyId: "AK", AccessSecretKey: "SK"}},
+			ca:       "-----BEGIN CERTIFICATE-----",
+			want: map[string]string{
+				"COSI_PROTOCOL": "S3", "AWS_ENDPOINT_URL": "https://s3.example.com", "BUCKET_NAME": "bc-1",
+				"AWS_DEFAULT_REGION": "eu-1", "AWS_S3_ADDRESSING_STYLE": "virtual",
+				"AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK", "COSI_CERTIFICATE_AUTHORITY": "-----BEGIN CERTIFICATE-----",
+			},
+		},
+		{
+			name:     "S3 info of other protocols is left out",
+			protocol: cosi.ObjectProtocol_S3,
+			info: &cosi.ProtocolBucketInfo{
+				S3:  &cosi.S3BucketInfo{BucketName: "bc-1", Endpoint: "e", Region: "r", AddressingStyle: cosi.S3AddressingStyle_PATH},
+				Gcs: &cosi.GcsBucketInfo{ProjectId: "p", BucketName: "other"},
+			},
+			creds: &cosi.CredentialInfo{S3: &cosi.S3Credentials{AccessKeyId: "AK", AccessSecretKey: "SK"}},
+			want: map[string]string{
+				"COSI_PROTOCOL": "S3", "AWS_ENDPOINT_URL": "e", "BUCKET_NAME": "bc-1", "AWS_DEFAULT_REGION": "r",
+				"AWS_S3_ADDRESSING_STYLE": "path", "AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK",
+			},
+		},
+		{
+			name:     "Azure with expiry",
+			protocol: cosi.ObjectProtocol_AZURE,
+			info:     &cosi.ProtocolBucketInfo{Azure: &cosi.AzureBucketInfo{StorageAccount: "acct"}},
+			creds:    &cosi.CredentialInfo{Azure: &cosi.AzureCredentials{AccessToken: "sv=x&sig=y", ExpiryTimestamp: timestamppb.New(expiry)}},
+			want: map[string]string{
+				"COSI_PROTOCOL": "Azure", "AZURE_STORAGE_ACCOUNT": "acct", "AZURE_STORAGE_SAS_TOKEN": "sv=x&sig=y",
+				"AZURE_STORAGE_SAS_TOKEN_EXPIRY_TIMESTAMP": "2027-01-02T03:04:05Z",
+			},
+		},
+		{
+			name:     "Azure without expiry has the key, empty",
+			protocol: cosi.ObjectProtocol_AZURE,
+			info:     &cosi.ProtocolBucketInfo{Azure: &cosi.AzureBucketInfo{StorageAccount: "acct"}},
+			creds:    &cosi.CredentialInfo{Azure: &cosi.AzureCredentials{AccessToken: "tok"}},
+			want: map[string]string{
+				"COSI_PROTOCOL": "Azure", "AZURE_STORAGE_ACCOUNT": "acct", "AZURE_STORAGE_SAS_TOKEN": "tok",
+				"AZURE_STORAGE_SAS_TOKEN_EXPIRY_TIMESTAMP": "",
+			},
+		},
+		{
+			name:     "GCS with service account key and HMAC",
+			protocol: cosi.ObjectProtocol_GCS,
+			info:     &cosi.ProtocolBucketInfo{Gcs: &cosi.GcsBucketInfo{ProjectId: "proj", BucketName: "b"}},
+			creds: &cosi.CredentialInfo{Gcs: &cosi.GcsCredentials{ServiceAccountName: "sa", ClientEmail: "sa@x", ClientId: "1",
+				PrivateKeyId: "kid", PrivateKey: "pk", HmacAccessId: "hid", HmacSecret: "hs"}},
+			want: map[string]string{
+				"COSI_PROTOCOL": "GCS", "PROJECT_ID": "proj", "BUCKET_NAME": "b", "SERVICE_ACCOUNT_NAME": "sa", "CLIENT_EMAIL": "sa@x",
+				"CLIENT_ID": "1", "PRIVATE_KEY_ID": "kid", "PRIVATE_KEY": "pk", "HMAC_ACCESS_ID": "hid", "HMAC_SECRET": "hs",
+			},
+		},
+		{
+			name:     "ServiceAccount authentication: bucket info only",
+			protocol: cosi.ObjectProtocol_GCS,
+			info:     &cosi.ProtocolBucketInfo{Gcs: &cosi.GcsBucketInfo{ProjectId: "proj", BucketName: "b"}},
+			want:     map[string]string{"COSI_PROTOCOL": "GCS", "PROJECT_ID": "proj", "BUCKET_NAME": "b"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := map[string]string{}
+			for k, v := range secretData(tc.protocol, tc.info, tc.creds, tc.ca) {
+				got[k] = string(v)
+			}
+			if !maps.Equal(got, tc.want) {
+				t.Errorf("keys %v\nwant %v", slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(tc.want)))
+			}
+		})
+	}
+}
+
+func TestBucketStatusInfo(t *testing.T) {
+	got := bucketStatusInfo(&cosi.ProtocolBucketInfo{
+		S3:    &cosi.S3BucketInfo{BucketName: "s3name", Endpoint: "e"},
+		Azure: &cosi.AzureBucketInfo{StorageAccount: "acct"},
+		Gcs:   &cosi.GcsBucketInfo{BucketName: "gcsname"},
+	})
+	want := map[string]string{
+		"COSI_S3_" + cosiapi.SecretKeyS3BucketName:           "s3name",
+		"COSI_S3_" + cosiapi.SecretKeyS3EndpointURL:          "e",
+		"COSI_AZURE_" + cosiapi.SecretKeyAzureStorageAccount: "acct",
+		"COSI_GCS_" + cosiapi.SecretKeyGCSBucketName:         "gcsname",
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("bucketStatusInfo = %v, want %v", got, want)
+	}
+	if bucketStatusInfo(&cosi.ProtocolBucketInfo{}) != nil {
+		t.Error("empty info should render as nil")
+	}
+}

@@ -1,0 +1,151 @@
+// Package sidecar is the COSI provisioner sidecar: it runs next to one driver and reconciles that
+// driver's Buckets and BucketAccesses by calling the driver over its Unix socket.
+package sidecar
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/pkg/driver"
+	cosi "github.com/kube-cosi/cosi/proto"
+)
+
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch
+
+// Options configure the sidecar.
+type Options struct {
+	// DriverEndpoint is the driver's socket, unix:///path/to/driver.sock.
+	DriverEndpoint string
+	// DriverTimeout bounds each driver call; DriverStartTimeout bounds the wait for the driver
+	// to answer at start-up.
+	DriverTimeout, DriverStartTimeout time.Duration
+	// Workers is the number of objects of each kind reconciled at once.
+	Workers int
+	// LeaderElection makes the sidecars of one driver elect one leader (a Lease named after the
+	// driver, in LeaderElectionNamespace).
+	LeaderElection          bool
+	LeaderElectionNamespace string
+	// MetricsAddress and HealthAddress serve /metrics and /healthz, /readyz ("0" disables).
+	MetricsAddress, HealthAddress string
+	// SkipNameValidation allows several sidecars in one process (tests).
+	SkipNameValidation bool
+}
+
+// Run connects to the driver, waits until it answers, and reconciles until ctx is done.
+func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) error {
+	drv, err := driver.NewClient(opts.DriverEndpoint, driver.ClientOptions{
+		Logger: log.WithName("driver"), Registerer: metrics.Registry, CallTimeout: opts.DriverTimeout,
+	})
+	if err != nil {
+		return err
+	}
+	defer drv.Close()
+
+	log.Info("waiting for the driver", "endpoint", opts.DriverEndpoint, "timeout", opts.DriverStartTimeout)
+	probeCtx, cancel := context.WithTimeout(ctx, opts.DriverStartTimeout)
+	info, err := drv.Probe(probeCtx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("driver at %s: %w", opts.DriverEndpoint, err)
+	}
+	log = log.WithValues("driverName", info.GetName())
+	log.Info("driver ready", "protocols", info.GetSupportedProtocols())
+
+	mgr, err := newManager(cfg, opts, info, log)
+	if err != nil {
+		return err
+	}
+	if err := setup(ctx, mgr, drv, info, opts); err != nil {
+		return err
+	}
+	// Readiness follows the driver: a sidecar whose driver stops answering is not ready.
+	if err := mgr.AddReadyzCheck("driver", func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), 5*time.Second)
+		defer cancel()
+		_, err := drv.DriverGetInfo(ctx, &cosi.DriverGetInfoRequest{})
+		return err
+	}); err != nil {
+		return err
+	}
+	return mgr.Start(ctx)
+}
+
+// Scheme returns the scheme the sidecar uses.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntimeMust(clientgoscheme.AddToScheme(s))
+	utilruntimeMust(cosiapi.AddToScheme(s))
+	return s
+}
+
+func utilruntimeMust(err error) {
+	if err != nil {
+		panic(err)
+	}
+}
+
+func newManager(cfg *rest.Config, opts Options, info *cosi.DriverGetInfoResponse, log logr.Logger) (ctrl.Manager, error) {
+	// Cache only the Secrets COSI wrote, not every Secret of the cluster.
+	ours, err := labels.NewRequirement(cosiapi.LabelBucketAccessUID, selection.Exists, nil)
+	if err != nil {
+		return nil, err
+	}
+	return ctrl.NewManager(cfg, ctrl.Options{
+		Scheme: Scheme(),
+		Logger: log,
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.Secret{}: {Label: labels.NewSelector().Add(*ours)},
+		}},
+		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddress},
+		HealthProbeBindAddress:        opts.HealthAddress,
+		LeaderElection:                opts.LeaderElection,
+		LeaderElectionID:              LeaseName(info.GetName()),
+		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		Controller:                    ctrlConfig(opts),
+	})
+}
+
+func ctrlConfig(opts Options) config.Controller {
+	return config.Controller{SkipNameValidation: ptr.To(opts.SkipNameValidation)}
+}
+
+func setup(ctx context.Context, mgr ctrl.Manager, drv *driver.Client, info *cosi.DriverGetInfoResponse, opts Options) error {
+	workers := max(opts.Workers, 1)
+	copts := controller.Options{MaxConcurrentReconciles: workers}
+	recorder := mgr.GetEventRecorder("cosi-sidecar")
+	if err := (&BucketReconciler{Client: mgr.GetClient(), Driver: drv, Info: info, Recorder: recorder}).SetupWithManager(mgr, copts); err != nil {
+		return err
+	}
+	if err := (&BucketAccessReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Driver: drv, Info: info, Recorder: recorder}).SetupWithManager(ctx, mgr, copts); err != nil {
+		return err
+	}
+	return mgr.AddHealthzCheck("ping", healthz.Ping)
+}
+
+// LeaseName is the leader election Lease of a driver's sidecars: one per driver name, so that the
+// replicas of one driver form one group with one leader (KEP-1979 "COSI Driver").
+func LeaseName(driverName string) string {
+	return strings.ToLower(driverName) + "-cosi-sidecar"
+}
