@@ -225,7 +225,9 @@ func TestFinalErrorIsNotRetried(t *testing.T) {
 		}
 		return nil
 	})
-	if ev := events(t, b); !slices.ContainsFunc(ev, func(e string) bool { return strings.HasPrefix(e, cosiapi.EventFailedCreateBucket+": DriverGenerateBucketId") }) {
+	if ev := events(t, b); !slices.ContainsFunc(ev, func(e string) bool {
+		return strings.HasPrefix(e, cosiapi.EventFailedCreateBucket+": DriverGenerateBucketId")
+	}) {
 		t.Errorf("no %s event: %v", cosiapi.EventFailedCreateBucket, ev)
 	}
 

@@ -255,7 +255,7 @@ func provisioned[T client.Object](t *testing.T, obj T, conds func(T) []metav1.Co
 	return obj
 }
 
-func bucketConditions(b *cosiapi.Bucket) []metav1.Condition      { return b.Status.Conditions }
+func bucketConditions(b *cosiapi.Bucket) []metav1.Condition       { return b.Status.Conditions }
 func accessConditions(a *cosiapi.BucketAccess) []metav1.Condition { return a.Status.Conditions }
 
 // condition waits until the object has condition typ with the status and reason.
