@@ -8,7 +8,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -16,11 +15,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/apiutil"
 	"github.com/kube-cosi/cosi/pkg/driver"
 	cosi "github.com/kube-cosi/cosi/proto"
 )
@@ -46,36 +45,9 @@ func (r *BucketReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Op
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("sidecar-bucket").
-		For(&cosiapi.Bucket{}, builder.WithPredicates(ours, specOrLifecycleChanged)).
+		For(&cosiapi.Bucket{}, builder.WithPredicates(ours, apiutil.SpecOrLifecycleChanged)).
 		WithOptions(opts).
 		Complete(r)
-}
-
-// specOrLifecycleChanged passes updates that change what a reconciler must do: the spec
-// (generation), annotations (the controller's signals) or the deletion timestamp. It drops
-// updates of status and finalizers only, which the reconcilers themselves make, so their own
-// writes do not wake them up again. Annotations and finalizers do not bump the generation, so
-// GenerationChangedPredicate alone would miss the controller's signals.
-var specOrLifecycleChanged = predicate.Funcs{
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		o, n := e.ObjectOld, e.ObjectNew
-		return o.GetGeneration() != n.GetGeneration() ||
-			!equalMaps(o.GetAnnotations(), n.GetAnnotations()) ||
-			!o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp())
-	},
-	DeleteFunc: func(event.DeleteEvent) bool { return false },
-}
-
-func equalMaps(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 // Reconcile handles one Bucket.
@@ -90,10 +62,10 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if bucket.DeletionTimestamp != nil || bucket.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] != "" {
 		return result(r.delete(ctx, bucket))
 	}
-	if isTrue(bucket.Status.Conditions, cosiapi.ConditionProvisioned) && bucket.Status.BucketID != "" {
+	if apiutil.IsTrue(bucket.Status.Conditions, cosiapi.ConditionProvisioned) && bucket.Status.BucketID != "" {
 		return reconcile.Result{}, nil // provisioned: nothing to do, and no second DriverCreateBucket
 	}
-	if err := addFinalizer(ctx, r.Client, bucket); err != nil {
+	if err := apiutil.AddFinalizer(ctx, r.Client, bucket); err != nil {
 		return reconcile.Result{}, err
 	}
 	return result(r.provision(ctx, bucket))
@@ -125,7 +97,7 @@ func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket
 			}
 			orig := bucket.DeepCopy()
 			bucket.Status.BucketID = resp.GetBucketId()
-			setCondition(&bucket.Status.Conditions, bucket.Generation, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, "bucket ID generated; creating the bucket")
+			apiutil.SetCondition(&bucket.Status.Conditions, bucket.Generation, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, "bucket ID generated; creating the bucket")
 			if err := r.Client.Status().Patch(ctx, bucket, client.MergeFrom(orig)); err != nil {
 				return err
 			}
@@ -152,9 +124,9 @@ func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket
 	}
 	bucket.Status.BucketInfo = bucketStatusInfo(info)
 	g := bucket.Generation
-	setCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned, "the bucket exists in the backend")
-	setCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisionFailed, metav1.ConditionFalse, cosiapi.ReasonDriverSucceeded, "")
-	setCondition(&bucket.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid, "")
+	apiutil.SetCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned, "the bucket exists in the backend")
+	apiutil.SetCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisionFailed, metav1.ConditionFalse, cosiapi.ReasonDriverSucceeded, "")
+	apiutil.SetCondition(&bucket.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid, "")
 	return r.Client.Status().Patch(ctx, bucket, client.MergeFrom(orig))
 }
 
@@ -164,15 +136,15 @@ func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket
 func (r *BucketReconciler) failed(ctx context.Context, bucket *cosiapi.Bucket, rpc rpcError, retry bool, eventReason string) error {
 	orig := bucket.DeepCopy()
 	g := bucket.Generation
-	setCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, cosiapi.ReasonDriverError, rpc.Error())
-	if !isTrue(bucket.Status.Conditions, cosiapi.ConditionProvisioned) && bucket.DeletionTimestamp == nil {
+	apiutil.SetCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, cosiapi.ReasonDriverError, rpc.Error())
+	if !apiutil.IsTrue(bucket.Status.Conditions, cosiapi.ConditionProvisioned) && bucket.DeletionTimestamp == nil {
 		if retry {
-			setCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, "retrying: "+rpc.Error())
+			apiutil.SetCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, "retrying: "+rpc.Error())
 		} else {
-			setCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed, rpc.Error())
+			apiutil.SetCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed, rpc.Error())
 		}
 	}
-	r.Recorder.Eventf(bucket, nil, corev1.EventTypeWarning, eventReason, rpc.method, truncate(rpc.Error()))
+	r.Recorder.Eventf(bucket, nil, corev1.EventTypeWarning, eventReason, rpc.method, apiutil.Truncate(rpc.Error()))
 	if err := r.Client.Status().Patch(ctx, bucket, client.MergeFrom(orig)); err != nil {
 		return errors.Join(rpc, err)
 	}
@@ -186,8 +158,8 @@ func (r *BucketReconciler) failed(ctx context.Context, bucket *cosiapi.Bucket, r
 func (r *BucketReconciler) invalid(ctx context.Context, bucket *cosiapi.Bucket, reason, msg string) error {
 	orig := bucket.DeepCopy()
 	g := bucket.Generation
-	setCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed, msg)
-	setCondition(&bucket.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, reason, msg)
+	apiutil.SetCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed, msg)
+	apiutil.SetCondition(&bucket.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, reason, msg)
 	r.Recorder.Eventf(bucket, nil, corev1.EventTypeWarning, cosiapi.EventFailedCreateBucket, "Provision", msg)
 	if err := r.Client.Status().Patch(ctx, bucket, client.MergeFrom(orig)); err != nil {
 		return err
@@ -206,12 +178,12 @@ func (r *BucketReconciler) delete(ctx context.Context, bucket *cosiapi.Bucket) e
 		orig := bucket.DeepCopy()
 		ref := bucket.Spec.BucketClaimRef
 		s := metav1.ConditionUnknown
-		if isTrue(bucket.Status.Conditions, cosiapi.ConditionProvisioned) {
+		if apiutil.IsTrue(bucket.Status.Conditions, cosiapi.ConditionProvisioned) {
 			s = metav1.ConditionTrue // a provisioned bucket stays provisioned while it waits
 		}
-		setCondition(&bucket.Status.Conditions, bucket.Generation, cosiapi.ConditionProvisioned, s, cosiapi.ReasonDeletionBlocked,
+		apiutil.SetCondition(&bucket.Status.Conditions, bucket.Generation, cosiapi.ConditionProvisioned, s, cosiapi.ReasonDeletionBlocked,
 			fmt.Sprintf("deletion waits until BucketClaim %s/%s is deleted", ref.Namespace, ref.Name))
-		if conditionsChanged(orig.Status.Conditions, bucket.Status.Conditions) {
+		if apiutil.ConditionsChanged(orig.Status.Conditions, bucket.Status.Conditions) {
 			return r.Client.Status().Patch(ctx, bucket, client.MergeFrom(orig))
 		}
 		return nil
@@ -227,21 +199,5 @@ func (r *BucketReconciler) delete(ctx context.Context, bucket *cosiapi.Bucket) e
 		}
 	}
 	// Retain: the backend bucket stays; only the object goes.
-	orig := bucket.DeepCopy()
-	controllerutil.RemoveFinalizer(bucket, cosiapi.FinalizerProtection)
-	return client.IgnoreNotFound(r.Client.Patch(ctx, bucket, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})))
-}
-
-// addFinalizer adds the protection finalizer, with optimistic locking so that a concurrent change
-// of the finalizer list is not overwritten.
-func addFinalizer(ctx context.Context, c client.Client, obj client.Object) error {
-	orig, ok := obj.DeepCopyObject().(client.Object)
-	if !ok || !controllerutil.AddFinalizer(obj, cosiapi.FinalizerProtection) {
-		return nil
-	}
-	err := c.Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
-	if apierrors.IsConflict(err) {
-		return fmt.Errorf("adding finalizer: %w", err) // retried with the fresh object
-	}
-	return err
+	return apiutil.RemoveFinalizer(ctx, r.Client, bucket)
 }

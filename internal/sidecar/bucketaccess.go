@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/apiutil"
 	"github.com/kube-cosi/cosi/pkg/driver"
 	cosi "github.com/kube-cosi/cosi/proto"
 )
@@ -64,7 +65,7 @@ func (r *BucketAccessReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("sidecar-bucketaccess").
-		For(&cosiapi.BucketAccess{}, builder.WithPredicates(ours, predicate.Or[client.Object](specOrLifecycleChanged, handOffChanged))).
+		For(&cosiapi.BucketAccess{}, builder.WithPredicates(ours, predicate.Or[client.Object](apiutil.SpecOrLifecycleChanged, handOffChanged))).
 		// A Secret deleted or changed by someone else is written again.
 		Owns(&corev1.Secret{}, builder.WithPredicates(secretLostOrChanged)).
 		// A Bucket that becomes provisioned, or starts deleting, wakes the accesses for it.
@@ -95,8 +96,8 @@ var bucketReadinessChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld.(*cosiapi.Bucket), e.ObjectNew.(*cosiapi.Bucket)
 		return o.Status.BucketID != n.Status.BucketID ||
-			isTrue(o.Status.Conditions, cosiapi.ConditionProvisioned) != isTrue(n.Status.Conditions, cosiapi.ConditionProvisioned) ||
-			!equalMaps(o.Annotations, n.Annotations) || !o.DeletionTimestamp.Equal(n.DeletionTimestamp)
+			apiutil.IsTrue(o.Status.Conditions, cosiapi.ConditionProvisioned) != apiutil.IsTrue(n.Status.Conditions, cosiapi.ConditionProvisioned) ||
+			!maps.Equal(o.Annotations, n.Annotations) || !o.DeletionTimestamp.Equal(n.DeletionTimestamp)
 	},
 	DeleteFunc: func(event.DeleteEvent) bool { return false },
 }
@@ -129,7 +130,7 @@ func (r *BucketAccessReconciler) Reconcile(ctx context.Context, req reconcile.Re
 	if len(ba.Status.AccessedBuckets) == 0 {
 		return reconcile.Result{}, nil
 	}
-	if isTrue(ba.Status.Conditions, cosiapi.ConditionProvisioned) && r.secretsIntact(ctx, ba) {
+	if apiutil.IsTrue(ba.Status.Conditions, cosiapi.ConditionProvisioned) && r.secretsIntact(ctx, ba) {
 		return reconcile.Result{}, nil // granted: no second DriverGrantBucketAccess
 	}
 	return result(r.grant(ctx, ba))
@@ -141,7 +142,7 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 	if err != nil || !ready {
 		return err
 	}
-	if err := addFinalizer(ctx, r.Client, ba); err != nil {
+	if err := apiutil.AddFinalizer(ctx, r.Client, ba); err != nil {
 		return err
 	}
 
@@ -176,7 +177,7 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 		for i, ab := range ba.Status.AccessedBuckets {
 			ba.Status.AccessedBuckets[i].BucketID = buckets[ab.BucketClaimName].Status.BucketID
 		}
-		setCondition(&ba.Status.Conditions, ba.Generation, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, "account ID generated; granting access")
+		apiutil.SetCondition(&ba.Status.Conditions, ba.Generation, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, "account ID generated; granting access")
 		if err := r.patchStatus(ctx, ba, orig); err != nil {
 			return err
 		}
@@ -211,9 +212,9 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 
 	orig := ba.DeepCopy()
 	g := ba.Generation
-	setCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned, "access granted; Secrets written")
-	setCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisionFailed, metav1.ConditionFalse, cosiapi.ReasonDriverSucceeded, "")
-	setCondition(&ba.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid, "")
+	apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned, "access granted; Secrets written")
+	apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisionFailed, metav1.ConditionFalse, cosiapi.ReasonDriverSucceeded, "")
+	apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid, "")
 	return r.patchStatus(ctx, ba, orig)
 }
 
@@ -235,7 +236,7 @@ func (r *BucketAccessReconciler) buckets(ctx context.Context, ba *cosiapi.Bucket
 			return nil, false, r.invalid(ctx, ba, cosiapi.ReasonInvalidReference, fmt.Sprintf("BucketClaim %s is being deleted: no new access is granted to it", ab.BucketClaimName), true)
 		case b.Spec.DriverName != r.Info.GetName():
 			return nil, false, r.invalid(ctx, ba, cosiapi.ReasonInvalidReference, fmt.Sprintf("Bucket %s belongs to driver %s, not %s", ab.BucketName, b.Spec.DriverName, r.Info.GetName()), true)
-		case b.Status.BucketID == "" || !isTrue(b.Status.Conditions, cosiapi.ConditionProvisioned):
+		case b.Status.BucketID == "" || !apiutil.IsTrue(b.Status.Conditions, cosiapi.ConditionProvisioned):
 			waiting = append(waiting, ab.BucketName)
 		case !slices.Contains(b.Status.Protocols, ba.Spec.Protocol):
 			return nil, false, r.invalid(ctx, ba, cosiapi.ReasonUnsupportedProtocol, fmt.Sprintf("Bucket %s does not support %s (it supports %v)", ab.BucketName, ba.Spec.Protocol, b.Status.Protocols), true)
@@ -252,8 +253,8 @@ func (r *BucketAccessReconciler) buckets(ctx context.Context, ba *cosiapi.Bucket
 	}
 	orig := ba.DeepCopy()
 	msg := fmt.Sprintf("waiting for Buckets %v to be provisioned", waiting)
-	setCondition(&ba.Status.Conditions, ba.Generation, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources, msg)
-	if !conditionsChanged(orig.Status.Conditions, ba.Status.Conditions) {
+	apiutil.SetCondition(&ba.Status.Conditions, ba.Generation, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources, msg)
+	if !apiutil.ConditionsChanged(orig.Status.Conditions, ba.Status.Conditions) {
 		return nil, false, nil
 	}
 	r.Recorder.Eventf(ba, nil, corev1.EventTypeNormal, cosiapi.EventWaitingForBucket, "Grant", msg)
@@ -336,12 +337,8 @@ func (r *BucketAccessReconciler) delete(ctx context.Context, ba *cosiapi.BucketA
 		if !metav1.IsControlledBy(s, ba) {
 			continue // not ours: never touched
 		}
-		if controllerutil.ContainsFinalizer(s, cosiapi.FinalizerProtection) {
-			orig := s.DeepCopy()
-			controllerutil.RemoveFinalizer(s, cosiapi.FinalizerProtection)
-			if err := r.Client.Patch(ctx, s, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
-				return err
-			}
+		if err := apiutil.RemoveFinalizer(ctx, r.Client, s); err != nil {
+			return err
 		}
 		if err := r.Client.Delete(ctx, s, client.Preconditions{UID: &s.UID}); client.IgnoreNotFound(err) != nil {
 			return err
@@ -366,12 +363,7 @@ func (r *BucketAccessReconciler) delete(ctx context.Context, ba *cosiapi.BucketA
 		}
 	}
 
-	orig := ba.DeepCopy()
-	if ba.Annotations == nil {
-		ba.Annotations = map[string]string{}
-	}
-	ba.Annotations[cosiapi.AnnotationSidecarCleanupFinished] = "true"
-	return client.IgnoreNotFound(r.Client.Patch(ctx, ba, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})))
+	return client.IgnoreNotFound(apiutil.SetAnnotation(ctx, r.Client, ba, cosiapi.AnnotationSidecarCleanupFinished))
 }
 
 // failed records a failed driver call in conditions and a Warning event (see
@@ -379,15 +371,15 @@ func (r *BucketAccessReconciler) delete(ctx context.Context, ba *cosiapi.BucketA
 func (r *BucketAccessReconciler) failed(ctx context.Context, ba *cosiapi.BucketAccess, rpc rpcError, eventReason string) error {
 	orig := ba.DeepCopy()
 	g := ba.Generation
-	setCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, cosiapi.ReasonDriverError, rpc.Error())
-	if !isTrue(ba.Status.Conditions, cosiapi.ConditionProvisioned) && ba.DeletionTimestamp == nil {
+	apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, cosiapi.ReasonDriverError, rpc.Error())
+	if !apiutil.IsTrue(ba.Status.Conditions, cosiapi.ConditionProvisioned) && ba.DeletionTimestamp == nil {
 		if rpc.retryable() {
-			setCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, "retrying: "+rpc.Error())
+			apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, "retrying: "+rpc.Error())
 		} else {
-			setCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed, rpc.Error())
+			apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed, rpc.Error())
 		}
 	}
-	r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, eventReason, rpc.method, truncate(rpc.Error()))
+	r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, eventReason, rpc.method, apiutil.Truncate(rpc.Error()))
 	if err := r.patchStatus(ctx, ba, orig); err != nil {
 		return fmt.Errorf("%w (and recording it: %w)", rpc, err)
 	}
@@ -400,13 +392,13 @@ func (r *BucketAccessReconciler) failed(ctx context.Context, ba *cosiapi.BucketA
 func (r *BucketAccessReconciler) invalid(ctx context.Context, ba *cosiapi.BucketAccess, reason, msg string, validation bool) error {
 	orig := ba.DeepCopy()
 	g := ba.Generation
-	if !isTrue(ba.Status.Conditions, cosiapi.ConditionProvisioned) {
-		setCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed, msg)
+	if !apiutil.IsTrue(ba.Status.Conditions, cosiapi.ConditionProvisioned) {
+		apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed, msg)
 	}
 	if validation {
-		setCondition(&ba.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, reason, msg)
+		apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, reason, msg)
 	} else {
-		setCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, reason, msg)
+		apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, reason, msg)
 	}
 	r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, cosiapi.EventFailedGrantAccess, "Grant", msg)
 	if err := r.patchStatus(ctx, ba, orig); err != nil {

@@ -2,44 +2,16 @@ package sidecar
 
 import (
 	"fmt"
-	"slices"
 
 	"google.golang.org/grpc/status"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kube-cosi/cosi/pkg/driver"
 )
 
-// maxMessage bounds condition and event messages; driver messages can be long.
-const maxMessage = 1024
 
-func truncate(s string) string {
-	if len(s) <= maxMessage {
-		return s
-	}
-	return s[:maxMessage-3] + "..."
-}
 
-// setCondition sets a condition, recording the generation it was computed for.
-func setCondition(conds *[]metav1.Condition, generation int64, typ string, s metav1.ConditionStatus, reason, msg string) {
-	meta.SetStatusCondition(conds, metav1.Condition{
-		Type: typ, Status: s, Reason: reason, Message: truncate(msg), ObservedGeneration: generation,
-	})
-}
 
-// conditionsChanged reports whether two condition lists differ in anything but transition times.
-func conditionsChanged(before, after []metav1.Condition) bool {
-	return !slices.EqualFunc(before, after, func(a, b metav1.Condition) bool {
-		return a.Type == b.Type && a.Status == b.Status && a.Reason == b.Reason && a.Message == b.Message && a.ObservedGeneration == b.ObservedGeneration
-	})
-}
-
-// isTrue reports whether the condition typ is True.
-func isTrue(conds []metav1.Condition, typ string) bool {
-	return meta.IsStatusConditionTrue(conds, typ)
-}
 
 // rpcError describes a failed driver call for conditions, events and the returned error. The
 // message is the driver's own (drivers must not put secrets in it, per the COSI spec); COSI never
