@@ -47,6 +47,7 @@ generate: $(CODEGEN_TOOLS) protoc ## Regenerate deepcopy, CRDs and protobuf Go c
 	cd api && $(CONTROLLER_GEN) object paths=./...
 	cd api && $(CONTROLLER_GEN) crd paths=./... output:crd:artifacts:config=$(ROOT)/config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=cosi-sidecar paths=./internal/sidecar/... output:rbac:dir=config/rbac/sidecar
+	$(CONTROLLER_GEN) rbac:roleName=cosi-controller paths=./internal/controller/... output:rbac:dir=config/rbac/controller
 	hack/generate-proto.sh
 
 .PHONY: verify

@@ -9,10 +9,6 @@ import (
 	"github.com/kube-cosi/cosi/pkg/driver"
 )
 
-
-
-
-
 // rpcError describes a failed driver call for conditions, events and the returned error. The
 // message is the driver's own (drivers must not put secrets in it, per the COSI spec); COSI never
 // adds request or response contents.

@@ -1,0 +1,306 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/apiutil"
+)
+
+// +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketclaims,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketclaims/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=buckets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketclasses,verbs=get;list;watch
+
+const indexClaimsByExistingBucket = "spec.existingBucketName"
+
+// BucketClaimReconciler binds BucketClaims to Buckets, dynamic and static, mirrors the Bucket's
+// status on the claim, and orchestrates the claim's deletion (KEP-1979 "Creating a Bucket",
+// "Accessing an Existing OSP Bucket" and "Deleting a Bucket", controller steps).
+type BucketClaimReconciler struct {
+	Client   client.Client
+	Recorder events.EventRecorder
+	Metrics  *metrics
+}
+
+// SetupWithManager registers the reconciler and its watches: a claim waits for its Bucket and its
+// BucketClass by watching them, never by returning errors.
+func (r *BucketClaimReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
+	err := mgr.GetFieldIndexer().IndexField(context.Background(), &cosiapi.BucketClaim{}, indexClaimsByExistingBucket, func(o client.Object) []string {
+		return []string{o.(*cosiapi.BucketClaim).Spec.ExistingBucketName}
+	})
+	if err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("bucketclaim").
+		For(&cosiapi.BucketClaim{}, builder.WithPredicates(apiutil.SpecOrLifecycleChanged)).
+		Watches(&cosiapi.Bucket{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfBucket), builder.WithPredicates(bucketChanged)).
+		Watches(&cosiapi.BucketClass{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfClass)).
+		WithOptions(opts).
+		Complete(r)
+}
+
+// bucketChanged passes Bucket changes a claim mirrors or waits for.
+var bucketChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld.(*cosiapi.Bucket), e.ObjectNew.(*cosiapi.Bucket)
+		return !reflect.DeepEqual(o.Status, n.Status) || o.Spec.BucketClaimRef != n.Spec.BucketClaimRef ||
+			!o.DeletionTimestamp.Equal(n.DeletionTimestamp)
+	},
+}
+
+// claimsOfBucket maps a Bucket to the claim it names, and to static claims that name it.
+func (r *BucketClaimReconciler) claimsOfBucket(ctx context.Context, o client.Object) []reconcile.Request {
+	b := o.(*cosiapi.Bucket)
+	reqs := []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: b.Spec.BucketClaimRef.Namespace, Name: b.Spec.BucketClaimRef.Name}}}
+	var claims cosiapi.BucketClaimList
+	if err := r.Client.List(ctx, &claims, client.MatchingFields{indexClaimsByExistingBucket: b.Name}); err == nil {
+		for _, c := range claims.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
+		}
+	}
+	return reqs
+}
+
+// claimsOfClass maps a BucketClass to the claims waiting for it.
+func (r *BucketClaimReconciler) claimsOfClass(ctx context.Context, o client.Object) []reconcile.Request {
+	var claims cosiapi.BucketClaimList
+	if err := r.Client.List(ctx, &claims, client.MatchingFields{indexClaimsByClass: o.GetName()}); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, c := range claims.Items {
+		if c.Status.BoundBucketName == "" {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
+		}
+	}
+	return reqs
+}
+
+// Reconcile handles one BucketClaim.
+func (r *BucketClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	claim := &cosiapi.BucketClaim{}
+	if err := r.Client.Get(ctx, req.NamespacedName, claim); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if claim.DeletionTimestamp != nil {
+		return reconcile.Result{}, r.delete(ctx, claim)
+	}
+	if err := apiutil.AddFinalizer(ctx, r.Client, claim); err != nil {
+		return reconcile.Result{}, err
+	}
+	orig := claim.DeepCopy()
+	bucket, err := r.bucket(ctx, claim)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if bucket != nil {
+		if err := r.bind(ctx, claim, bucket); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	return reconcile.Result{}, r.patchStatus(ctx, orig, claim, bucket)
+}
+
+// bucket returns the claim's Bucket, creating it for a dynamic claim. It returns nil, with the
+// claim's conditions saying why, while there is no Bucket to bind to.
+func (r *BucketClaimReconciler) bucket(ctx context.Context, claim *cosiapi.BucketClaim) (*cosiapi.Bucket, error) {
+	g := claim.Generation
+	name := claim.Status.BoundBucketName
+	if claim.Spec.ExistingBucketName != "" {
+		name = claim.Spec.ExistingBucketName
+	}
+	if name != "" {
+		bucket := &cosiapi.Bucket{}
+		err := r.Client.Get(ctx, types.NamespacedName{Name: name}, bucket)
+		switch {
+		case err == nil:
+			return bucket, nil
+		case !apierrors.IsNotFound(err):
+			return nil, err
+		case claim.Spec.ExistingBucketName != "":
+			// Static: wait for the admin's Bucket; the Bucket watch wakes the claim.
+			apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources, "waiting for Bucket "+name)
+			apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources, fmt.Sprintf("Bucket %s does not exist yet", name))
+			return nil, nil
+		case apiutil.IsTrue(claim.Status.Conditions, cosiapi.ConditionResourcesValidated):
+			// The claim was bound to this Bucket, which is gone: an error, not a re-create
+			// (KEP-1979 "Creating a Bucket", step 2.5).
+			apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonInvalidReference, fmt.Sprintf("bound Bucket %s went missing", name))
+			r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, cosiapi.EventFailedCreateBucket, "Bind", "bound Bucket %s went missing", name)
+			return nil, nil
+		}
+		// The name was recorded but the Bucket never seen: creating it was interrupted. Go on.
+	}
+
+	class := &cosiapi.BucketClass{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: claim.Spec.BucketClassName}, class); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return nil, err
+		}
+		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources, "waiting for BucketClass "+claim.Spec.BucketClassName)
+		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources, fmt.Sprintf("BucketClass %s does not exist", claim.Spec.BucketClassName))
+		return nil, nil
+	}
+	if name == "" {
+		// Record the bound name before creating the Bucket (KEP-1979 "Creating a Bucket").
+		orig := claim.DeepCopy()
+		claim.Status.BoundBucketName = cosiapi.BucketNamePrefix + string(claim.UID)
+		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, "creating Bucket "+claim.Status.BoundBucketName)
+		if err := r.Client.Status().Patch(ctx, claim, client.MergeFrom(orig)); err != nil {
+			return nil, err
+		}
+		name = claim.Status.BoundBucketName
+	}
+	bucket := &cosiapi.Bucket{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: cosiapi.BucketSpec{
+			DriverName:     class.Spec.DriverName,
+			DeletionPolicy: class.Spec.DeletionPolicy,
+			Parameters:     class.Spec.Parameters,
+			Protocols:      claim.Spec.Protocols,
+			BucketClaimRef: cosiapi.BucketClaimReference{Name: claim.Name, Namespace: claim.Namespace, UID: claim.UID},
+		},
+	}
+	if err := r.Client.Create(ctx, bucket); err != nil {
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("creating Bucket %s: %w", name, err)
+		}
+		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(bucket), bucket); err != nil {
+			return nil, err
+		}
+	}
+	return bucket, nil
+}
+
+// bind checks that the Bucket is bound to this claim, binds a static Bucket by setting the claim's
+// UID on it, and mirrors the Bucket's status on the claim.
+func (r *BucketClaimReconciler) bind(ctx context.Context, claim *cosiapi.BucketClaim, bucket *cosiapi.Bucket) error {
+	g := claim.Generation
+	ref := bucket.Spec.BucketClaimRef
+	if ref.Namespace != claim.Namespace || ref.Name != claim.Name || (ref.UID != "" && ref.UID != claim.UID) {
+		// Final until the Bucket changes: a Bucket reserved for another claim is never taken.
+		msg := fmt.Sprintf("Bucket %s is bound to BucketClaim %s/%s (uid %q), not to this claim", bucket.Name, ref.Namespace, ref.Name, ref.UID)
+		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed, msg)
+		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonInvalidReference, msg)
+		return nil
+	}
+	if ref.UID == "" {
+		if err := apiutil.PatchMeta(ctx, r.Client, bucket, func() bool { bucket.Spec.BucketClaimRef.UID = claim.UID; return true }); err != nil {
+			return err
+		}
+	}
+	claim.Status.BoundBucketName = bucket.Name
+
+	// Mirror the Bucket: Provisioned True/False (never Unknown), ProvisionFailed, protocols.
+	if bp := meta.FindStatusCondition(bucket.Status.Conditions, cosiapi.ConditionProvisioned); bp != nil && bp.Status != metav1.ConditionUnknown {
+		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionProvisioned, bp.Status, bp.Reason, bp.Message)
+	} else {
+		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, fmt.Sprintf("waiting for Bucket %s to be provisioned", bucket.Name))
+	}
+	if pf := meta.FindStatusCondition(bucket.Status.Conditions, cosiapi.ConditionProvisionFailed); pf != nil {
+		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionProvisionFailed, pf.Status, pf.Reason, pf.Message)
+	}
+	claim.Status.Protocols = bucket.Status.Protocols
+
+	rv := meta.FindStatusCondition(bucket.Status.Conditions, cosiapi.ConditionResourcesValidated)
+	missing := slices.DeleteFunc(slices.Clone(claim.Spec.Protocols), func(p cosiapi.Protocol) bool { return slices.Contains(bucket.Status.Protocols, p) })
+	switch {
+	case rv != nil && rv.Status == metav1.ConditionFalse:
+		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, rv.Reason, "Bucket "+bucket.Name+": "+rv.Message)
+	case apiutil.IsTrue(bucket.Status.Conditions, cosiapi.ConditionProvisioned) && len(missing) > 0:
+		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonUnsupportedProtocol,
+			fmt.Sprintf("Bucket %s supports %v; the claim requires %v", bucket.Name, bucket.Status.Protocols, missing))
+	default:
+		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid, "bound to Bucket "+bucket.Name)
+	}
+	return nil
+}
+
+// patchStatus writes the claim's status once, if it changed, and records the events and metrics
+// of what changed.
+func (r *BucketClaimReconciler) patchStatus(ctx context.Context, orig, claim *cosiapi.BucketClaim, bucket *cosiapi.Bucket) error {
+	if reflect.DeepEqual(orig.Status, claim.Status) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, claim, client.MergeFrom(orig)); err != nil {
+		return err
+	}
+	if pf := meta.FindStatusCondition(claim.Status.Conditions, cosiapi.ConditionProvisionFailed); pf != nil && pf.Status == metav1.ConditionTrue {
+		if old := meta.FindStatusCondition(orig.Status.Conditions, cosiapi.ConditionProvisionFailed); old == nil || old.Status != pf.Status || old.Message != pf.Message {
+			r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, cosiapi.EventFailedCreateBucket, "Provision", "%s", pf.Message)
+		}
+	}
+	if bucket != nil && !apiutil.IsTrue(orig.Status.Conditions, cosiapi.ConditionProvisioned) && apiutil.IsTrue(claim.Status.Conditions, cosiapi.ConditionProvisioned) {
+		r.Metrics.created(bucket.Spec.DriverName, "BucketClaim", claim.CreationTimestamp.Time)
+	}
+	return nil
+}
+
+// delete deletes a claim (KEP-1979 "Deleting a Bucket", step 2): blocked while BucketAccesses
+// reference it; then the Bucket is annotated, deleted with the Delete policy, left with Retain.
+func (r *BucketClaimReconciler) delete(ctx context.Context, claim *cosiapi.BucketClaim) error {
+	if !controllerutil.ContainsFinalizer(claim, cosiapi.FinalizerProtection) {
+		return nil
+	}
+	if _, referenced := claim.Annotations[cosiapi.AnnotationHasBucketAccessReferences]; referenced {
+		orig := claim.DeepCopy()
+		s := metav1.ConditionUnknown
+		if apiutil.IsTrue(claim.Status.Conditions, cosiapi.ConditionProvisioned) {
+			s = metav1.ConditionTrue
+		}
+		apiutil.SetCondition(&claim.Status.Conditions, claim.Generation, cosiapi.ConditionProvisioned, s, cosiapi.ReasonDeletionBlocked,
+			"deletion waits until the BucketAccesses that reference this claim are deleted")
+		return r.patchStatus(ctx, orig, claim, nil)
+	}
+
+	driverName := ""
+	if name := claim.Status.BoundBucketName; name != "" {
+		bucket := &cosiapi.Bucket{}
+		err := r.Client.Get(ctx, types.NamespacedName{Name: name}, bucket)
+		if client.IgnoreNotFound(err) != nil {
+			return err
+		}
+		ref := bucket.Spec.BucketClaimRef
+		if err == nil && ref.Namespace == claim.Namespace && ref.Name == claim.Name && (ref.UID == "" || ref.UID == claim.UID) {
+			driverName = bucket.Spec.DriverName
+			// Tell the sidecar the claim is going: it may now deprovision.
+			if err := apiutil.SetAnnotation(ctx, r.Client, bucket, cosiapi.AnnotationBucketClaimBeingDeleted); err != nil {
+				return err
+			}
+			if bucket.Spec.DeletionPolicy == cosiapi.DeletionPolicyDelete && bucket.DeletionTimestamp == nil {
+				if err := r.Client.Delete(ctx, bucket, client.Preconditions{UID: &bucket.UID}); client.IgnoreNotFound(err) != nil {
+					return err
+				}
+			}
+			// Retain: the Bucket and the backend bucket stay, unbound.
+		}
+		// A Bucket that is gone, or bound to another claim, is not this claim's to touch.
+	}
+	provisioned := apiutil.IsTrue(claim.Status.Conditions, cosiapi.ConditionProvisioned)
+	if err := apiutil.RemoveFinalizer(ctx, r.Client, claim); err != nil {
+		return err
+	}
+	r.Metrics.deleted(driverName, "BucketClaim", claim.DeletionTimestamp.Time, provisioned)
+	return nil
+}

@@ -1,0 +1,299 @@
+package controller_test
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+)
+
+func TestDynamicClaim(t *testing.T) {
+	t.Parallel()
+	class := bucketClass(cosiapi.DeletionPolicyDelete)
+	create(t, class)
+	c := claim(class.Name, cosiapi.ProtocolS3)
+	create(t, c)
+	b := boundBucket(t, c)
+
+	if want := cosiapi.BucketNamePrefix + string(c.UID); c.Status.BoundBucketName != want {
+		t.Errorf("boundBucketName = %q, want %q", c.Status.BoundBucketName, want)
+	}
+	if !controllerutil.ContainsFinalizer(c, cosiapi.FinalizerProtection) {
+		t.Error("the claim has no protection finalizer")
+	}
+	want := cosiapi.BucketSpec{
+		DriverName: driverName, DeletionPolicy: cosiapi.DeletionPolicyDelete, Protocols: []cosiapi.Protocol{cosiapi.ProtocolS3},
+		Parameters:     class.Spec.Parameters,
+		BucketClaimRef: cosiapi.BucketClaimReference{Name: c.Name, Namespace: c.Namespace, UID: c.UID},
+	}
+	if b.Spec.DriverName != want.DriverName || b.Spec.DeletionPolicy != want.DeletionPolicy || !slices.Equal(b.Spec.Protocols, want.Protocols) ||
+		!maps.Equal(b.Spec.Parameters, want.Parameters) || b.Spec.BucketClaimRef != want.BucketClaimRef {
+		t.Errorf("Bucket spec %+v\nwant %+v", b.Spec, want)
+	}
+	condition(t, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning)
+
+	provisionAsSidecar(t, b, metav1.ConditionTrue, cosiapi.ProtocolS3, cosiapi.ProtocolGCS)
+	p := condition(t, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned)
+	if p.ObservedGeneration != c.Generation {
+		t.Errorf("observedGeneration %d, generation %d", p.ObservedGeneration, c.Generation)
+	}
+	condition(t, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid)
+	if !slices.Equal(c.Status.Protocols, []cosiapi.Protocol{cosiapi.ProtocolS3, cosiapi.ProtocolGCS}) {
+		t.Errorf("claim protocols %v, want the Bucket's", c.Status.Protocols)
+	}
+}
+
+// TestClaimMirrorsTheBucket: True and False are copied, Unknown is not; ProvisionFailed is
+// mirrored and reported as an event; protocols the Bucket lacks invalidate the claim.
+func TestClaimMirrorsTheBucket(t *testing.T) {
+	t.Parallel()
+	class := bucketClass(cosiapi.DeletionPolicyDelete)
+	create(t, class)
+
+	t.Run("False is copied, with ProvisionFailed and an event", func(t *testing.T) {
+		t.Parallel()
+		c := claim(class.Name)
+		create(t, c)
+		b := boundBucket(t, c)
+		eventually(t, func() error {
+			if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
+				return err
+			}
+			b.Status.Conditions = []metav1.Condition{
+				{Type: cosiapi.ConditionProvisioned, Status: metav1.ConditionFalse, Reason: cosiapi.ReasonProvisioningFailed, Message: "DriverCreateBucket: InvalidArgument: bad region", LastTransitionTime: metav1.Now()},
+				{Type: cosiapi.ConditionProvisionFailed, Status: metav1.ConditionTrue, Reason: cosiapi.ReasonDriverError, Message: "DriverCreateBucket: InvalidArgument: bad region", LastTransitionTime: metav1.Now()},
+			}
+			return env.Client.Status().Update(t.Context(), b)
+		})
+		pc := condition(t, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
+		if !strings.Contains(pc.Message, "bad region") {
+			t.Errorf("claim message %q", pc.Message)
+		}
+		condition(t, c, claimConditions, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, cosiapi.ReasonDriverError)
+		eventually(t, func() error {
+			var list corev1.EventList
+			if err := env.Client.List(t.Context(), &list, client.InNamespace(testNamespace)); err != nil {
+				return err
+			}
+			for _, e := range list.Items {
+				if e.InvolvedObject.Name == c.Name && e.Reason == cosiapi.EventFailedCreateBucket && strings.Contains(e.Message, "bad region") {
+					return nil
+				}
+			}
+			return fmt.Errorf("no %s event on the claim", cosiapi.EventFailedCreateBucket)
+		})
+	})
+
+	t.Run("Unknown is not copied", func(t *testing.T) {
+		t.Parallel()
+		c := claim(class.Name)
+		create(t, c)
+		b := boundBucket(t, c)
+		provisionAsSidecar(t, b, metav1.ConditionUnknown)
+		condition(t, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning)
+	})
+
+	t.Run("a protocol the Bucket lacks", func(t *testing.T) {
+		t.Parallel()
+		c := claim(class.Name, cosiapi.ProtocolS3, cosiapi.ProtocolAzure)
+		create(t, c)
+		provisionAsSidecar(t, boundBucket(t, c), metav1.ConditionTrue, cosiapi.ProtocolS3)
+		rv := condition(t, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonUnsupportedProtocol)
+		if !strings.Contains(rv.Message, "Azure") {
+			t.Errorf("message %q does not name the missing protocol", rv.Message)
+		}
+	})
+}
+
+func TestClaimWaitsForItsClass(t *testing.T) {
+	t.Parallel()
+	class := bucketClass(cosiapi.DeletionPolicyDelete)
+	c := claim(class.Name)
+	create(t, c)
+	rv := condition(t, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources)
+	if !strings.Contains(rv.Message, class.Name) {
+		t.Errorf("message %q does not name the class", rv.Message)
+	}
+	if c.Status.BoundBucketName != "" {
+		t.Errorf("bound to %q without a class", c.Status.BoundBucketName)
+	}
+	create(t, class) // the class watch wakes the claim
+	boundBucket(t, c)
+}
+
+func TestBucketWentMissing(t *testing.T) {
+	t.Parallel()
+	class := bucketClass(cosiapi.DeletionPolicyDelete)
+	create(t, class)
+	c := claim(class.Name)
+	create(t, c)
+	b := boundBucket(t, c)
+	provisionAsSidecar(t, b, metav1.ConditionTrue, cosiapi.ProtocolS3)
+	condition(t, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid)
+
+	if err := env.Client.Delete(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	finishAsSidecar(t, b) // an admin forced it away
+	gone(t, b)
+	rv := condition(t, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonInvalidReference)
+	if !strings.Contains(rv.Message, "went missing") {
+		t.Errorf("message %q", rv.Message)
+	}
+	never(t, time.Second, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), &cosiapi.Bucket{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("the missing Bucket was re-created: %v", err)
+		}
+		return nil
+	})
+}
+
+func staticBucket(claimName string) *cosiapi.Bucket {
+	return &cosiapi.Bucket{
+		ObjectMeta: metav1.ObjectMeta{Name: uniqueName("static")},
+		Spec: cosiapi.BucketSpec{DriverName: driverName, DeletionPolicy: cosiapi.DeletionPolicyRetain, ExistingBucketID: "legacy",
+			BucketClaimRef: cosiapi.BucketClaimReference{Name: claimName, Namespace: testNamespace}},
+	}
+}
+
+func TestStaticClaim(t *testing.T) {
+	t.Parallel()
+	t.Run("binds to a Bucket that appears later", func(t *testing.T) {
+		t.Parallel()
+		c := &cosiapi.BucketClaim{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("claim"), Namespace: testNamespace}}
+		b := staticBucket(c.Name)
+		c.Spec.ExistingBucketName = b.Name
+		create(t, c)
+		condition(t, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources)
+		create(t, b) // the Bucket watch wakes the claim
+		eventually(t, func() error {
+			get(t, b)
+			if b.Spec.BucketClaimRef.UID != c.UID {
+				return fmt.Errorf("bucket claimRef uid %q, want %q", b.Spec.BucketClaimRef.UID, c.UID)
+			}
+			return nil
+		})
+		get(t, c)
+		if c.Status.BoundBucketName != b.Name {
+			t.Errorf("boundBucketName %q", c.Status.BoundBucketName)
+		}
+		provisionAsSidecar(t, b, metav1.ConditionTrue, cosiapi.ProtocolS3)
+		condition(t, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned)
+	})
+	t.Run("does not bind to a Bucket reserved for another claim", func(t *testing.T) {
+		t.Parallel()
+		b := staticBucket("someone-else")
+		create(t, b)
+		c := &cosiapi.BucketClaim{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("claim"), Namespace: testNamespace},
+			Spec: cosiapi.BucketClaimSpec{ExistingBucketName: b.Name}}
+		create(t, c)
+		rv := condition(t, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonInvalidReference)
+		if !strings.Contains(rv.Message, "someone-else") {
+			t.Errorf("message %q", rv.Message)
+		}
+		condition(t, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
+		get(t, b)
+		if b.Spec.BucketClaimRef.UID != "" {
+			t.Errorf("the other claim's Bucket was bound: uid %q", b.Spec.BucketClaimRef.UID)
+		}
+		// The claim that never bound can be deleted, and leaves the Bucket alone.
+		if err := env.Client.Delete(t.Context(), c); err != nil {
+			t.Fatal(err)
+		}
+		gone(t, c)
+		get(t, b)
+		if _, ok := b.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted]; ok || b.DeletionTimestamp != nil {
+			t.Errorf("deleting an unbound claim touched the Bucket: %v", b.Annotations)
+		}
+	})
+}
+
+func TestClaimDeletion(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []cosiapi.DeletionPolicy{cosiapi.DeletionPolicyDelete, cosiapi.DeletionPolicyRetain} {
+		t.Run(string(policy), func(t *testing.T) {
+			t.Parallel()
+			class := bucketClass(policy)
+			create(t, class)
+			c := claim(class.Name)
+			create(t, c)
+			b := boundBucket(t, c)
+			provisionAsSidecar(t, b, metav1.ConditionTrue, cosiapi.ProtocolS3)
+			condition(t, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned)
+			// The class may be gone: the Bucket carries what deletion needs.
+			if err := env.Client.Delete(t.Context(), class); err != nil {
+				t.Fatal(err)
+			}
+
+			if err := env.Client.Delete(t.Context(), c); err != nil {
+				t.Fatal(err)
+			}
+			gone(t, c)
+			get(t, b)
+			if b.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] == "" {
+				t.Errorf("the Bucket lacks the %s annotation", cosiapi.AnnotationBucketClaimBeingDeleted)
+			}
+			if deleting := b.DeletionTimestamp != nil; deleting != (policy == cosiapi.DeletionPolicyDelete) {
+				t.Errorf("%s policy: Bucket deleting=%v", policy, deleting)
+			}
+		})
+	}
+}
+
+// TestAdminDeletesABucket: a Bucket deleted while its claim exists waits; it is released for
+// deprovisioning when the claim goes, or at once when it has no claim.
+func TestAdminDeletesABucket(t *testing.T) {
+	t.Parallel()
+	class := bucketClass(cosiapi.DeletionPolicyRetain)
+	create(t, class)
+	c := claim(class.Name)
+	create(t, c)
+	b := boundBucket(t, c)
+	provisionAsSidecar(t, b, metav1.ConditionTrue, cosiapi.ProtocolS3)
+	if err := env.Client.Delete(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	never(t, time.Second, func() error {
+		get(t, b)
+		if b.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] != "" {
+			return fmt.Errorf("the Bucket was released while its claim exists")
+		}
+		return nil
+	})
+	if err := env.Client.Delete(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() error {
+		get(t, b)
+		if b.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] == "" {
+			return fmt.Errorf("not released after the claim was deleted")
+		}
+		return nil
+	})
+
+	orphan := staticBucket("never-created")
+	orphan.Finalizers = []string{cosiapi.FinalizerProtection}
+	create(t, orphan)
+	if err := env.Client.Delete(t.Context(), orphan); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() error {
+		get(t, orphan)
+		if orphan.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] == "" {
+			return fmt.Errorf("a deleted Bucket without a claim was not released")
+		}
+		return nil
+	})
+	finishAsSidecar(t, orphan)
+	finishAsSidecar(t, b)
+}

@@ -1,0 +1,262 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/controller"
+	"github.com/kube-cosi/cosi/internal/testenv"
+)
+
+const (
+	testNamespace = "apps"
+	driverName    = "memory.controller-test.cosi.io"
+)
+
+var env *testenv.Env
+
+// TestMain starts the API server and one controller for all tests. The controller connects as a
+// ServiceAccount bound to the generated ClusterRole only, so a missing permission fails the tests.
+func TestMain(m *testing.M) {
+	var err error
+	env, err = testenv.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	cfg, err := setup(ctx)
+	if err == nil {
+		go func() {
+			done <- controller.Run(ctx, cfg, controller.Options{Workers: 4, MetricsAddress: "0", HealthAddress: "0"}, logr.Discard())
+		}()
+	}
+	code := 1
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	} else {
+		code = m.Run()
+		cancel()
+		if err := <-done; err != nil {
+			fmt.Fprintln(os.Stderr, "controller:", err)
+			code = 1
+		}
+	}
+	cancel()
+	_ = env.Stop()
+	os.Exit(code)
+}
+
+// setup installs the generated controller ClusterRole, binds it to a ServiceAccount and returns a
+// configuration that impersonates it.
+func setup(ctx context.Context) (*rest.Config, error) {
+	data, err := os.ReadFile(filepath.Join(env.RepoRoot, "config", "rbac", "controller", "role.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	role := &rbacv1.ClusterRole{}
+	if err := yaml.Unmarshal(data, role); err != nil {
+		return nil, err
+	}
+	for _, o := range []client.Object{
+		role,
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "cosi-system"}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNamespace}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "cosi-controller", Namespace: "cosi-system"}},
+		&rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "cosi-controller"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "cosi-controller", Namespace: "cosi-system"}},
+		},
+	} {
+		if err := env.Client.Create(ctx, o); err != nil {
+			return nil, err
+		}
+	}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:cosi-system:cosi-controller"}
+	cfg.QPS, cfg.Burst = 200, 400
+	return cfg, nil
+}
+
+var counter atomic.Int64
+
+func uniqueName(prefix string) string { return fmt.Sprintf("%s-%d", prefix, counter.Add(1)) }
+
+func create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := env.Client.Create(t.Context(), obj); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func get(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eventually polls f until it returns nil, with a generous timeout: it waits for reconciliation,
+// it does not measure speed.
+func eventually(t *testing.T, f func() error) {
+	t.Helper()
+	var err error
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if err = f(); err == nil {
+			return
+		}
+	}
+	t.Fatalf("timed out: %v", err)
+}
+
+// never checks for a while that f keeps returning nil.
+func never(t *testing.T, d time.Duration, f func() error) {
+	t.Helper()
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if err := f(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func gone(t *testing.T, obj client.Object) {
+	t.Helper()
+	eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("%s still exists (finalizers %v, annotations %v)", obj.GetName(), obj.GetFinalizers(), obj.GetAnnotations())
+	})
+}
+
+// condition waits until the object has the condition with the status and reason, and returns it.
+func condition[T client.Object](t *testing.T, obj T, conds func(T) []metav1.Condition, typ string, s metav1.ConditionStatus, reason string) metav1.Condition {
+	t.Helper()
+	var found metav1.Condition
+	eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(conds(obj), typ)
+		if c == nil || c.Status != s || c.Reason != reason {
+			return fmt.Errorf("%s: want %s=%s (%s), have %+v", obj.GetName(), typ, s, reason, conds(obj))
+		}
+		found = *c
+		return nil
+	})
+	return found
+}
+
+func claimConditions(c *cosiapi.BucketClaim) []metav1.Condition   { return c.Status.Conditions }
+func accessConditions(a *cosiapi.BucketAccess) []metav1.Condition { return a.Status.Conditions }
+
+// Builders.
+
+func bucketClass(policy cosiapi.DeletionPolicy) *cosiapi.BucketClass {
+	return &cosiapi.BucketClass{
+		ObjectMeta: metav1.ObjectMeta{Name: uniqueName("class")},
+		Spec:       cosiapi.BucketClassSpec{DriverName: driverName, DeletionPolicy: policy, Parameters: map[string]string{"versioning": "true"}},
+	}
+}
+
+func claim(class string, protocols ...cosiapi.Protocol) *cosiapi.BucketClaim {
+	return &cosiapi.BucketClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: uniqueName("claim"), Namespace: testNamespace},
+		Spec:       cosiapi.BucketClaimSpec{BucketClassName: class, Protocols: protocols},
+	}
+}
+
+func accessClass(mutate ...func(*cosiapi.BucketAccessClass)) *cosiapi.BucketAccessClass {
+	c := &cosiapi.BucketAccessClass{
+		ObjectMeta: metav1.ObjectMeta{Name: uniqueName("accessclass")},
+		Spec:       cosiapi.BucketAccessClassSpec{DriverName: driverName, Parameters: map[string]string{"policy": "strict"}},
+	}
+	for _, m := range mutate {
+		m(c)
+	}
+	return c
+}
+
+func access(class string, claims ...string) *cosiapi.BucketAccess {
+	ba := &cosiapi.BucketAccess{
+		ObjectMeta: metav1.ObjectMeta{Name: uniqueName("access"), Namespace: testNamespace},
+		Spec:       cosiapi.BucketAccessSpec{BucketAccessClassName: class, Protocol: cosiapi.ProtocolS3},
+	}
+	for _, c := range claims {
+		ba.Spec.BucketClaims = append(ba.Spec.BucketClaims, cosiapi.BucketClaimAccess{
+			BucketClaimName: c, AccessSecretName: c + "-creds", AccessModes: cosiapi.BucketAccessModes{ObjectData: cosiapi.BucketAccessModeReadWrite},
+		})
+	}
+	return ba
+}
+
+// boundBucket waits until the controller created and bound the claim's Bucket, and returns it.
+func boundBucket(t *testing.T, c *cosiapi.BucketClaim) *cosiapi.Bucket {
+	t.Helper()
+	b := &cosiapi.Bucket{}
+	eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(c), c); err != nil {
+			return err
+		}
+		if c.Status.BoundBucketName == "" {
+			return fmt.Errorf("claim %s not bound yet", c.Name)
+		}
+		b.Name = c.Status.BoundBucketName
+		return env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), b)
+	})
+	return b
+}
+
+// provisionAsSidecar does what the sidecar does once the driver created the bucket.
+func provisionAsSidecar(t *testing.T, b *cosiapi.Bucket, s metav1.ConditionStatus, protocols ...cosiapi.Protocol) {
+	t.Helper()
+	eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
+			return err
+		}
+		if len(b.Finalizers) == 0 {
+			b.Finalizers = []string{cosiapi.FinalizerProtection}
+			if err := env.Client.Update(t.Context(), b); err != nil {
+				return err
+			}
+		}
+		b.Status.BucketID = b.Name
+		b.Status.Protocols = protocols
+		reason := cosiapi.ReasonProvisioned
+		if s == metav1.ConditionFalse {
+			reason = cosiapi.ReasonProvisioningFailed
+		}
+		meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: cosiapi.ConditionProvisioned, Status: s, Reason: reason, Message: "by the test"})
+		return env.Client.Status().Update(t.Context(), b)
+	})
+}
+
+// finishAsSidecar does what the sidecar does when a deleting Bucket may go: remove its finalizer.
+func finishAsSidecar(t *testing.T, obj client.Object) {
+	t.Helper()
+	eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		obj.SetFinalizers(nil)
+		return env.Client.Update(t.Context(), obj)
+	})
+}

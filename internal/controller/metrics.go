@@ -1,0 +1,78 @@
+package controller
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/kube-cosi/cosi/pkg/driver"
+)
+
+// Operation and status label values of the controller's metrics.
+const (
+	operationCreate = "Create"
+	operationDelete = "Delete"
+
+	statusSucceeded = "Succeeded"
+	statusCanceled  = "Canceled"
+)
+
+// metrics are KEP-1979's controller metrics: cosi_operation_total_seconds, from creation to
+// Provisioned and from the deletion timestamp to the finalizer's removal, and
+// cosi_operation_count. They are observed where the transition happens: in the patch that makes
+// a claim Provisioned, in the watch event that shows a Bucket or BucketAccess becoming
+// Provisioned or going away, and in the patch that removes a finalizer.
+type metrics struct {
+	duration *prometheus.HistogramVec
+	count    *prometheus.CounterVec
+}
+
+var (
+	metricsOnce   sync.Once
+	sharedMetrics *metrics
+)
+
+// newMetrics returns the controller metrics, registered once on controller-runtime's registry.
+func newMetrics() *metrics {
+	metricsOnce.Do(func() {
+		m := &metrics{
+			duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+				Name:    "cosi_operation_total_seconds",
+				Help:    "End-to-end duration of COSI operations: creation to Provisioned, deletion timestamp to finalizer removal.",
+				Buckets: driver.OperationBuckets,
+			}, []string{"driver_name", "resource_kind", "operation"}),
+			count: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Name: "cosi_operation_count",
+				Help: "End-to-end COSI operations, by driver, kind, operation and outcome.",
+			}, []string{"driver_name", "resource_kind", "operation", "status"}),
+		}
+		for _, c := range []prometheus.Collector{m.duration, m.count} {
+			if err := ctrlmetrics.Registry.Register(c); err != nil {
+				var already prometheus.AlreadyRegisteredError
+				if !errors.As(err, &already) {
+					panic(err)
+				}
+			}
+		}
+		sharedMetrics = m
+	})
+	return sharedMetrics
+}
+
+// created records a create that finished: the object became Provisioned.
+func (m *metrics) created(driverName, kind string, since time.Time) {
+	m.duration.WithLabelValues(driverName, kind, operationCreate).Observe(time.Since(since).Seconds())
+	m.count.WithLabelValues(driverName, kind, operationCreate, statusSucceeded).Inc()
+}
+
+// deleted records a delete that finished; provisioned false means the create was canceled.
+func (m *metrics) deleted(driverName, kind string, since time.Time, provisioned bool) {
+	if !provisioned {
+		m.count.WithLabelValues(driverName, kind, operationCreate, statusCanceled).Inc()
+	}
+	m.duration.WithLabelValues(driverName, kind, operationDelete).Observe(time.Since(since).Seconds())
+	m.count.WithLabelValues(driverName, kind, operationDelete, statusSucceeded).Inc()
+}
