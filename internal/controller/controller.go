@@ -43,9 +43,9 @@ const LeaseName = "cosi-controller"
 
 // Index names of the cache's field indexes.
 const (
-	indexClaimsByClass      = "spec.bucketClassName"
-	indexAccessesByClaim    = "spec.bucketClaims.bucketClaimName" // "<namespace>/<claim name>"
-	indexAccessesByClass    = "spec.bucketAccessClassName"
+	indexClaimsByClass   = "spec.bucketClassName"
+	indexAccessesByClaim = "spec.bucketClaims.bucketClaimName" // "<namespace>/<claim name>"
+	indexAccessesByClass = "spec.bucketAccessClassName"
 )
 
 // Scheme returns the scheme the controller uses.

@@ -1,0 +1,292 @@
+package controller_test
+
+import (
+	"fmt"
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+)
+
+// provisionedClaim returns a claim whose Bucket the "sidecar" provisioned with the protocols.
+func provisionedClaim(t *testing.T, protocols ...cosiapi.Protocol) (*cosiapi.BucketClaim, *cosiapi.Bucket) {
+	t.Helper()
+	class := bucketClass(cosiapi.DeletionPolicyDelete)
+	create(t, class)
+	c := claim(class.Name)
+	create(t, c)
+	b := boundBucket(t, c)
+	provisionAsSidecar(t, b, metav1.ConditionTrue, protocols...)
+	condition(t, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned)
+	return c, b
+}
+
+func TestAccessHandOff(t *testing.T) {
+	t.Parallel()
+	c, b := provisionedClaim(t, cosiapi.ProtocolS3)
+	ac := accessClass()
+	create(t, ac)
+	ba := access(ac.Name, c.Name)
+	create(t, ba)
+
+	eventually(t, func() error {
+		get(t, ba)
+		if ba.Status.DriverName == "" {
+			return fmt.Errorf("not handed off")
+		}
+		return nil
+	})
+	want := cosiapi.AccessedBucket{BucketClaimName: c.Name, BucketName: b.Name, BucketID: b.Status.BucketID}
+	if len(ba.Status.AccessedBuckets) != 1 || ba.Status.AccessedBuckets[0] != want {
+		t.Errorf("accessedBuckets %+v, want [%+v]", ba.Status.AccessedBuckets, want)
+	}
+	if ba.Status.DriverName != driverName || ba.Status.AuthenticationType != cosiapi.AuthenticationTypeKey || !maps.Equal(ba.Status.Parameters, ac.Spec.Parameters) {
+		t.Errorf("hand-off status %+v", ba.Status)
+	}
+	if !controllerutil.ContainsFinalizer(ba, cosiapi.FinalizerProtection) {
+		t.Error("no protection finalizer on the access")
+	}
+	get(t, c)
+	if c.Annotations[cosiapi.AnnotationHasBucketAccessReferences] == "" {
+		t.Errorf("the claim lacks %s", cosiapi.AnnotationHasBucketAccessReferences)
+	}
+	condition(t, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid)
+
+	// The class may change or go: the access carries its copy.
+	if err := env.Client.Delete(t.Context(), ac); err != nil {
+		t.Fatal(err)
+	}
+
+	// Claim deletion is blocked while the access exists.
+	if err := env.Client.Delete(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+	condition(t, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonDeletionBlocked)
+	never(t, time.Second, func() error {
+		get(t, c)
+		get(t, b)
+		if b.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] != "" {
+			return fmt.Errorf("the Bucket of an accessed claim was released")
+		}
+		return nil
+	})
+
+	// Deleting the access waits for the sidecar's cleanup, then releases the claim.
+	if err := env.Client.Delete(t.Context(), ba); err != nil {
+		t.Fatal(err)
+	}
+	never(t, 500*time.Millisecond, func() error {
+		get(t, ba)
+		if !controllerutil.ContainsFinalizer(ba, cosiapi.FinalizerProtection) {
+			return fmt.Errorf("the finalizer went before the sidecar cleaned up")
+		}
+		return nil
+	})
+	eventually(t, func() error { // as the sidecar does after revoking
+		get(t, ba)
+		ba.Annotations = map[string]string{cosiapi.AnnotationSidecarCleanupFinished: "true"}
+		return env.Client.Update(t.Context(), ba)
+	})
+	gone(t, ba)
+	gone(t, c)
+	get(t, b)
+	if b.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] == "" || b.DeletionTimestamp == nil {
+		t.Errorf("the Bucket was not released and deleted after the claim: %v", b.Annotations)
+	}
+	finishAsSidecar(t, b)
+}
+
+// TestClaimStaysReferencedWhileAnotherAccessExists: the reference annotation goes only with the
+// last access.
+func TestClaimStaysReferencedWhileAnotherAccessExists(t *testing.T) {
+	t.Parallel()
+	c, _ := provisionedClaim(t, cosiapi.ProtocolS3)
+	ac := accessClass()
+	create(t, ac)
+	first, second := access(ac.Name, c.Name), access(ac.Name, c.Name)
+	second.Spec.BucketClaims[0].AccessSecretName = "second-creds"
+	create(t, first)
+	create(t, second)
+	condition(t, first, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid)
+	condition(t, second, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid)
+	for i, ba := range []*cosiapi.BucketAccess{first, second} {
+		if err := env.Client.Delete(t.Context(), ba); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, func() error {
+			get(t, ba)
+			ba.Annotations = map[string]string{cosiapi.AnnotationSidecarCleanupFinished: "true"}
+			return env.Client.Update(t.Context(), ba)
+		})
+		gone(t, ba)
+		get(t, c)
+		if referenced := c.Annotations[cosiapi.AnnotationHasBucketAccessReferences] != ""; referenced != (i == 0) {
+			t.Errorf("after deleting access %d of 2 the claim is referenced=%v", i+1, referenced)
+		}
+	}
+}
+
+func TestAccessValidation(t *testing.T) {
+	t.Parallel()
+	c1, _ := provisionedClaim(t, cosiapi.ProtocolS3)
+	c2, _ := provisionedClaim(t, cosiapi.ProtocolS3)
+	gcsOnly, _ := provisionedClaim(t, cosiapi.ProtocolGCS)
+	for _, tc := range []struct {
+		name       string
+		class      func(*cosiapi.BucketAccessClass)
+		access     func(*cosiapi.BucketAccess)
+		claims     []string
+		wantReason string
+		wantText   string
+	}{
+		{name: "several claims, class without an opinion", claims: []string{c1.Name, c2.Name},
+			wantReason: cosiapi.ReasonForbiddenByClass, wantText: "one BucketClaim per BucketAccess"},
+		{name: "several claims, SingleBucket class", class: func(c *cosiapi.BucketAccessClass) { c.Spec.MultiBucketAccess = cosiapi.MultiBucketAccessSingleBucket },
+			claims: []string{c1.Name, c2.Name}, wantReason: cosiapi.ReasonForbiddenByClass, wantText: "references 2"},
+		{name: "several claims, MultipleBuckets class", class: func(c *cosiapi.BucketAccessClass) { c.Spec.MultiBucketAccess = cosiapi.MultiBucketAccessMultipleBuckets },
+			claims: []string{c1.Name, c2.Name}, wantReason: cosiapi.ReasonValid},
+		{name: "disallowed object data mode", class: func(c *cosiapi.BucketAccessClass) {
+			c.Spec.DisallowedBucketAccessModes.ObjectData = []cosiapi.BucketAccessMode{cosiapi.BucketAccessModeReadWrite, cosiapi.BucketAccessModeWriteOnly}
+		}, claims: []string{c1.Name}, wantReason: cosiapi.ReasonForbiddenByClass, wantText: "objectData access mode ReadWrite"},
+		{name: "disallowed bucket metadata mode", class: func(c *cosiapi.BucketAccessClass) {
+			c.Spec.DisallowedBucketAccessModes.BucketMetadata = []cosiapi.BucketAccessMode{cosiapi.BucketAccessModeWriteOnly}
+		}, access: func(a *cosiapi.BucketAccess) { a.Spec.BucketClaims[0].AccessModes.BucketMetadata = cosiapi.BucketAccessModeWriteOnly },
+			claims: []string{c1.Name}, wantReason: cosiapi.ReasonForbiddenByClass, wantText: "bucketMetadata"},
+		{name: "allowed mode next to a disallowed one", class: func(c *cosiapi.BucketAccessClass) {
+			c.Spec.DisallowedBucketAccessModes.ObjectData = []cosiapi.BucketAccessMode{cosiapi.BucketAccessModeWriteOnly}
+		}, claims: []string{c1.Name}, wantReason: cosiapi.ReasonValid},
+		{name: "ServiceAccount class without serviceAccountName", class: func(c *cosiapi.BucketAccessClass) {
+			c.Spec.AuthenticationType = cosiapi.AuthenticationTypeServiceAccount
+		}, claims: []string{c1.Name}, wantReason: cosiapi.ReasonForbiddenByClass, wantText: "serviceAccountName"},
+		{name: "protocol the claim does not support", claims: []string{gcsOnly.Name}, wantReason: cosiapi.ReasonUnsupportedProtocol, wantText: "GCS"},
+		{name: "class of another driver", class: func(c *cosiapi.BucketAccessClass) { c.Spec.DriverName = "other.example.com" },
+			claims: []string{c1.Name}, wantReason: cosiapi.ReasonInvalidReference, wantText: "other.example.com"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var mutate []func(*cosiapi.BucketAccessClass)
+			if tc.class != nil {
+				mutate = append(mutate, tc.class)
+			}
+			ac := accessClass(mutate...)
+			create(t, ac)
+			ba := access(ac.Name, tc.claims...)
+			if tc.access != nil {
+				tc.access(ba)
+			}
+			create(t, ba)
+			if tc.wantReason == cosiapi.ReasonValid {
+				condition(t, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid)
+				return
+			}
+			rv := condition(t, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, tc.wantReason)
+			if !strings.Contains(rv.Message, tc.wantText) {
+				t.Errorf("message %q does not contain %q", rv.Message, tc.wantText)
+			}
+			condition(t, ba, accessConditions, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
+			get(t, ba)
+			if ba.Status.DriverName != "" {
+				t.Errorf("a rejected access was handed off to %s", ba.Status.DriverName)
+			}
+			// A rejected access that was never handed off is deleted without the sidecar.
+			if err := env.Client.Delete(t.Context(), ba); err != nil {
+				t.Fatal(err)
+			}
+			gone(t, ba)
+		})
+	}
+}
+
+func TestAccessWaitsForClassAndClaim(t *testing.T) {
+	t.Parallel()
+	ac := accessClass()
+	c := claim("class-of-" + uniqueName("later"))
+	ba := access(ac.Name, c.Name)
+	create(t, ba)
+	rv := condition(t, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources)
+	if !strings.Contains(rv.Message, ac.Name) {
+		t.Errorf("message %q does not name the class", rv.Message)
+	}
+	create(t, ac)
+	eventually(t, func() error {
+		get(t, ba)
+		if rv := meta.FindStatusCondition(ba.Status.Conditions, cosiapi.ConditionResourcesValidated); rv == nil || !strings.Contains(rv.Message, "BucketClaim "+c.Name+" does not exist") {
+			return fmt.Errorf("not waiting for the claim: %+v", ba.Status.Conditions)
+		}
+		return nil
+	})
+	class := bucketClass(cosiapi.DeletionPolicyDelete)
+	class.Name = c.Spec.BucketClassName
+	create(t, class)
+	create(t, c)
+	provisionAsSidecar(t, boundBucket(t, c), metav1.ConditionTrue, cosiapi.ProtocolS3)
+	condition(t, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid)
+}
+
+func TestNoAccessToADeletingClaim(t *testing.T) {
+	t.Parallel()
+	c, b := provisionedClaim(t, cosiapi.ProtocolS3)
+	// Hold the claim in deletion with a foreign finalizer, as if its deletion were in progress.
+	get(t, c)
+	c.Finalizers = append(c.Finalizers, "example.com/hold")
+	if err := env.Client.Update(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+	ac := accessClass()
+	create(t, ac)
+	ba := access(ac.Name, c.Name)
+	create(t, ba)
+	rv := condition(t, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonInvalidReference)
+	if !strings.Contains(rv.Message, "being deleted") {
+		t.Errorf("message %q", rv.Message)
+	}
+	get(t, c)
+	c.Finalizers = nil
+	if err := env.Client.Update(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+	finishAsSidecar(t, b)
+}
+
+// TestControllerLeastPrivilege asks the API server what the controller's ServiceAccount may do.
+func TestControllerLeastPrivilege(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		group, resource, subresource, verb string
+		allowed                            bool
+	}{
+		{"objectstorage.k8s.io", "buckets", "", "create", true},
+		{"objectstorage.k8s.io", "buckets", "", "delete", true},
+		{"objectstorage.k8s.io", "bucketclaims", "", "patch", true},
+		{"objectstorage.k8s.io", "bucketclaims", "status", "patch", true},
+		{"objectstorage.k8s.io", "bucketclaims", "", "create", false},
+		{"objectstorage.k8s.io", "bucketclaims", "", "delete", false},
+		{"objectstorage.k8s.io", "bucketaccesses", "status", "patch", true},
+		{"objectstorage.k8s.io", "bucketaccesses", "", "delete", false},
+		{"objectstorage.k8s.io", "bucketclasses", "", "watch", true},
+		{"objectstorage.k8s.io", "bucketclasses", "", "update", false},
+		{"objectstorage.k8s.io", "bucketaccessclasses", "", "update", false},
+		{"", "secrets", "", "get", false},
+		{"", "secrets", "", "create", false},
+	} {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: "system:serviceaccount:cosi-system:cosi-controller",
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Group: tc.group, Resource: tc.resource, Subresource: tc.subresource,
+				Verb: tc.verb, Namespace: testNamespace},
+		}}
+		create(t, sar)
+		if sar.Status.Allowed != tc.allowed {
+			t.Errorf("%s %s/%s %s: allowed=%v, want %v", tc.verb, tc.group, tc.resource, tc.subresource, sar.Status.Allowed, tc.allowed)
+		}
+	}
+}
