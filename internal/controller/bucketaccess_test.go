@@ -150,14 +150,18 @@ func TestAccessValidation(t *testing.T) {
 			wantReason: cosiapi.ReasonForbiddenByClass, wantText: "one BucketClaim per BucketAccess"},
 		{name: "several claims, SingleBucket class", class: func(c *cosiapi.BucketAccessClass) { c.Spec.MultiBucketAccess = cosiapi.MultiBucketAccessSingleBucket },
 			claims: []string{c1.Name, c2.Name}, wantReason: cosiapi.ReasonForbiddenByClass, wantText: "references 2"},
-		{name: "several claims, MultipleBuckets class", class: func(c *cosiapi.BucketAccessClass) { c.Spec.MultiBucketAccess = cosiapi.MultiBucketAccessMultipleBuckets },
+		{name: "several claims, MultipleBuckets class", class: func(c *cosiapi.BucketAccessClass) {
+			c.Spec.MultiBucketAccess = cosiapi.MultiBucketAccessMultipleBuckets
+		},
 			claims: []string{c1.Name, c2.Name}, wantReason: cosiapi.ReasonValid},
 		{name: "disallowed object data mode", class: func(c *cosiapi.BucketAccessClass) {
 			c.Spec.DisallowedBucketAccessModes.ObjectData = []cosiapi.BucketAccessMode{cosiapi.BucketAccessModeReadWrite, cosiapi.BucketAccessModeWriteOnly}
 		}, claims: []string{c1.Name}, wantReason: cosiapi.ReasonForbiddenByClass, wantText: "objectData access mode ReadWrite"},
 		{name: "disallowed bucket metadata mode", class: func(c *cosiapi.BucketAccessClass) {
 			c.Spec.DisallowedBucketAccessModes.BucketMetadata = []cosiapi.BucketAccessMode{cosiapi.BucketAccessModeWriteOnly}
-		}, access: func(a *cosiapi.BucketAccess) { a.Spec.BucketClaims[0].AccessModes.BucketMetadata = cosiapi.BucketAccessModeWriteOnly },
+		}, access: func(a *cosiapi.BucketAccess) {
+			a.Spec.BucketClaims[0].AccessModes.BucketMetadata = cosiapi.BucketAccessModeWriteOnly
+		},
 			claims: []string{c1.Name}, wantReason: cosiapi.ReasonForbiddenByClass, wantText: "bucketMetadata"},
 		{name: "allowed mode next to a disallowed one", class: func(c *cosiapi.BucketAccessClass) {
 			c.Spec.DisallowedBucketAccessModes.ObjectData = []cosiapi.BucketAccessMode{cosiapi.BucketAccessModeWriteOnly}

@@ -4,20 +4,16 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/controller"
@@ -64,36 +60,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// setup installs the generated controller ClusterRole, binds it to a ServiceAccount and returns a
-// configuration that impersonates it.
+// setup returns a configuration for the controller's ServiceAccount, bound to the generated
+// ClusterRole only.
 func setup(ctx context.Context) (*rest.Config, error) {
-	data, err := os.ReadFile(filepath.Join(env.RepoRoot, "config", "rbac", "controller", "role.yaml"))
+	cfg, err := env.ServiceAccountConfig(ctx, "config/rbac/controller/role.yaml", "cosi-system", "cosi-controller")
 	if err != nil {
 		return nil, err
 	}
-	role := &rbacv1.ClusterRole{}
-	if err := yaml.Unmarshal(data, role); err != nil {
-		return nil, err
-	}
-	for _, o := range []client.Object{
-		role,
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "cosi-system"}},
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNamespace}},
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "cosi-controller", Namespace: "cosi-system"}},
-		&rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: "cosi-controller"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "cosi-controller", Namespace: "cosi-system"}},
-		},
-	} {
-		if err := env.Client.Create(ctx, o); err != nil {
-			return nil, err
-		}
-	}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:cosi-system:cosi-controller"}
-	cfg.QPS, cfg.Burst = 200, 400
-	return cfg, nil
+	return cfg, env.CreateNamespace(ctx, testNamespace)
 }
 
 var counter atomic.Int64

@@ -17,14 +17,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/drivers/memory"
@@ -63,37 +61,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// setupRBAC installs the generated sidecar ClusterRole and binds it to the sidecar's
-// ServiceAccount.
+// setupRBAC runs the sidecar as its ServiceAccount, bound to the generated ClusterRole only.
 func setupRBAC(ctx context.Context) error {
-	data, err := os.ReadFile(filepath.Join(env.RepoRoot, "config", "rbac", "sidecar", "role.yaml"))
+	var err error
+	sidecarConfig, err = env.ServiceAccountConfig(ctx, "config/rbac/sidecar/role.yaml", sidecarNamespace, sidecarSA)
 	if err != nil {
 		return err
 	}
-	role := &rbacv1.ClusterRole{}
-	if err := yaml.Unmarshal(data, role); err != nil {
-		return err
-	}
-	objs := []client.Object{
-		role,
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: sidecarNamespace}},
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNamespace}},
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sidecarSA, Namespace: sidecarNamespace}},
-		&rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: "cosi-sidecar"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sidecarSA, Namespace: sidecarNamespace}},
-		},
-	}
-	for _, o := range objs {
-		if err := env.Client.Create(ctx, o); err != nil {
-			return err
-		}
-	}
-	sidecarConfig = rest.CopyConfig(env.Config)
-	sidecarConfig.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + sidecarNamespace + ":" + sidecarSA}
-	sidecarConfig.QPS, sidecarConfig.Burst = 200, 400
-	return nil
+	return env.CreateNamespace(ctx, testNamespace)
 }
 
 // calls counts the driver calls per method and code.
