@@ -7,12 +7,14 @@ import (
 	"maps"
 	"slices"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 )
@@ -68,9 +70,20 @@ func RemoveFinalizer(ctx context.Context, c client.Client, obj client.Object) er
 	return client.IgnoreNotFound(PatchMeta(ctx, c, obj, func() bool { return controllerutil.RemoveFinalizer(obj, cosiapi.FinalizerProtection) }))
 }
 
+// patchAnnotations patches what mutate changes in obj's annotations. A JSON merge patch of a map
+// touches only the keys it names, so no optimistic lock is needed: concurrent writers of other
+// annotations (the controller and the sidecar each set their own) do not conflict.
+func patchAnnotations(ctx context.Context, c client.Client, obj client.Object, mutate func() bool) error {
+	orig, _ := obj.DeepCopyObject().(client.Object)
+	if !mutate() {
+		return nil
+	}
+	return c.Patch(ctx, obj, client.MergeFrom(orig))
+}
+
 // SetAnnotation sets an annotation to "true".
 func SetAnnotation(ctx context.Context, c client.Client, obj client.Object, key string) error {
-	return PatchMeta(ctx, c, obj, func() bool {
+	return patchAnnotations(ctx, c, obj, func() bool {
 		a := obj.GetAnnotations()
 		if _, ok := a[key]; ok {
 			return false
@@ -86,7 +99,7 @@ func SetAnnotation(ctx context.Context, c client.Client, obj client.Object, key 
 
 // RemoveAnnotation removes an annotation.
 func RemoveAnnotation(ctx context.Context, c client.Client, obj client.Object, key string) error {
-	return PatchMeta(ctx, c, obj, func() bool {
+	return patchAnnotations(ctx, c, obj, func() bool {
 		a := obj.GetAnnotations()
 		if _, ok := a[key]; !ok {
 			return false
@@ -95,6 +108,16 @@ func RemoveAnnotation(ctx context.Context, c client.Client, obj client.Object, k
 		obj.SetAnnotations(a)
 		return true
 	})
+}
+
+// Result turns a reconcile error into what controller-runtime should do: a conflict (another
+// writer changed the object since it was read) is retried at once without being logged as an
+// error; it is the expected cost of optimistic locking, not a failure.
+func Result(err error) (reconcile.Result, error) {
+	if apierrors.IsConflict(err) {
+		return reconcile.Result{Requeue: true}, nil
+	}
+	return reconcile.Result{}, err
 }
 
 // SpecOrLifecycleChanged passes updates that change what a reconciler must do: the spec

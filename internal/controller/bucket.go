@@ -75,7 +75,7 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if !claimGone && claim.DeletionTimestamp == nil {
 		return reconcile.Result{}, nil // the claim still uses it: wait (the claim watch wakes this)
 	}
-	return reconcile.Result{}, apiutil.SetAnnotation(ctx, r.Client, bucket, cosiapi.AnnotationBucketClaimBeingDeleted)
+	return apiutil.Result(apiutil.SetAnnotation(ctx, r.Client, bucket, cosiapi.AnnotationBucketClaimBeingDeleted))
 }
 
 // observe records the create and delete metrics of Buckets and BucketAccesses, whose Provisioned

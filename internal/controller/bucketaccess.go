@@ -88,19 +88,23 @@ func (r *BucketAccessReconciler) Reconcile(ctx context.Context, req reconcile.Re
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if ba.DeletionTimestamp != nil {
-		return reconcile.Result{}, r.delete(ctx, ba)
+		return apiutil.Result(r.delete(ctx, ba))
 	}
 	if ba.Status.DriverName != "" {
-		return reconcile.Result{}, r.checkHandedOff(ctx, ba)
+		return apiutil.Result(r.checkHandedOff(ctx, ba))
+	}
+	// The finalizer first, so that the status patch below is based on the current version.
+	if err := apiutil.AddFinalizer(ctx, r.Client, ba); err != nil {
+		return apiutil.Result(err)
 	}
 	orig := ba.DeepCopy()
 	if err := r.handOff(ctx, ba); err != nil {
-		return reconcile.Result{}, err
+		return apiutil.Result(err)
 	}
 	if reflect.DeepEqual(orig.Status, ba.Status) {
 		return reconcile.Result{}, nil
 	}
-	return reconcile.Result{}, r.Client.Status().Patch(ctx, ba, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	return apiutil.Result(r.Client.Status().Patch(ctx, ba, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})))
 }
 
 // handOff validates the access and, when everything is ready, fills in the status the sidecar
@@ -128,9 +132,6 @@ func (r *BucketAccessReconciler) handOff(ctx context.Context, ba *cosiapi.Bucket
 	if msg := forbiddenByClass(ba, class); msg != "" {
 		reject(cosiapi.ReasonForbiddenByClass, msg)
 		return nil
-	}
-	if err := apiutil.AddFinalizer(ctx, r.Client, ba); err != nil {
-		return err
 	}
 
 	var accessed []cosiapi.AccessedBucket

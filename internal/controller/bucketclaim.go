@@ -104,22 +104,22 @@ func (r *BucketClaimReconciler) Reconcile(ctx context.Context, req reconcile.Req
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if claim.DeletionTimestamp != nil {
-		return reconcile.Result{}, r.delete(ctx, claim)
+		return apiutil.Result(r.delete(ctx, claim))
 	}
 	if err := apiutil.AddFinalizer(ctx, r.Client, claim); err != nil {
-		return reconcile.Result{}, err
+		return apiutil.Result(err)
 	}
 	orig := claim.DeepCopy()
 	bucket, err := r.bucket(ctx, claim)
 	if err != nil {
-		return reconcile.Result{}, err
+		return apiutil.Result(err)
 	}
 	if bucket != nil {
 		if err := r.bind(ctx, claim, bucket); err != nil {
-			return reconcile.Result{}, err
+			return apiutil.Result(err)
 		}
 	}
-	return reconcile.Result{}, r.patchStatus(ctx, orig, claim, bucket)
+	return apiutil.Result(r.patchStatus(ctx, orig, claim, bucket))
 }
 
 // bucket returns the claim's Bucket, creating it for a dynamic claim. It returns nil, with the

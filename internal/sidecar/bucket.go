@@ -66,7 +66,7 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		return reconcile.Result{}, nil // provisioned: nothing to do, and no second DriverCreateBucket
 	}
 	if err := apiutil.AddFinalizer(ctx, r.Client, bucket); err != nil {
-		return reconcile.Result{}, err
+		return result(err)
 	}
 	return result(r.provision(ctx, bucket))
 }

@@ -2,10 +2,12 @@ package sidecar
 
 import (
 	"fmt"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"google.golang.org/grpc/status"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/kube-cosi/cosi/internal/apiutil"
 	"github.com/kube-cosi/cosi/pkg/driver"
 )
 
@@ -30,8 +32,8 @@ func (e rpcError) retryable() bool { return driver.Retryable(e.err) }
 // result hands err to controller-runtime: retryable driver errors and API errors are retried with
 // backoff; final driver errors stop retrying until the object changes.
 func result(err error) (reconcile.Result, error) {
-	if err == nil {
-		return reconcile.Result{}, nil
+	if err == nil || apierrors.IsConflict(err) {
+		return apiutil.Result(err)
 	}
 	var rpc rpcError
 	if asRPC(err, &rpc) && !rpc.retryable() {

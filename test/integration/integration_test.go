@@ -1,0 +1,228 @@
+// Package integration runs the COSI Controller, the provisioner sidecar and the in-memory driver
+// together, in one process, against a real kube-apiserver: the KEP's control flows end to end,
+// asserting what users see (Secrets whose credentials open the bucket) and what the backend ends
+// with (empty after Delete, untouched after Retain). test/e2e runs the same as separate processes.
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/drivers/memory"
+	"github.com/kube-cosi/cosi/internal/controller"
+	"github.com/kube-cosi/cosi/internal/sidecar"
+	"github.com/kube-cosi/cosi/internal/testenv"
+	"github.com/kube-cosi/cosi/pkg/driver"
+	cosi "github.com/kube-cosi/cosi/proto"
+)
+
+const namespace = "team-a"
+
+var (
+	env *testenv.Env
+	// system is the one driver, sidecar and controller all tests share.
+	system *cosiSystem
+)
+
+type cosiSystem struct {
+	driverName string
+	driver     *memory.Driver
+}
+
+func TestMain(m *testing.M) {
+	code, err := run(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+func run(m *testing.M) (int, error) {
+	var err error
+	env, err = testenv.Start()
+	if err != nil {
+		return 1, err
+	}
+	defer env.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stop, err := start(ctx, memory.Config{Name: "memory.integration.cosi.io", ExistingBuckets: []string{"legacy-data"}})
+	if err != nil {
+		return 1, err
+	}
+	code := m.Run()
+	cancel()
+	return code, stop()
+}
+
+// start runs the driver, the sidecar and the controller, each with its own least-privilege
+// identity, and returns a function that stops them and reports their errors.
+func start(ctx context.Context, cfg memory.Config) (func() error, error) {
+	if err := env.CreateNamespace(ctx, namespace); err != nil {
+		return nil, err
+	}
+	d, err := memory.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	system = &cosiSystem{driverName: cfg.Name, driver: d}
+	dir, err := os.MkdirTemp("", "cosi-integration")
+	if err != nil {
+		return nil, err
+	}
+	endpoint := "unix://" + filepath.Join(dir, "driver.sock")
+	srv, err := driver.NewServer(ctx, driver.Options{Endpoint: endpoint, Identity: d, Provisioner: d, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		return nil, err
+	}
+	sidecarCfg, err := env.ServiceAccountConfig(ctx, "config/rbac/sidecar/role.yaml", "cosi-system", "cosi-sidecar")
+	if err != nil {
+		return nil, err
+	}
+	controllerCfg, err := env.ServiceAccountConfig(ctx, "config/rbac/controller/role.yaml", "cosi-system", "cosi-controller")
+	if err != nil {
+		return nil, err
+	}
+	errs := make(chan error, 3)
+	go func() { errs <- srv.Serve(ctx) }()
+	go func() {
+		errs <- sidecar.Run(ctx, sidecarCfg, sidecar.Options{DriverEndpoint: endpoint, DriverTimeout: 10 * time.Second,
+			DriverStartTimeout: 30 * time.Second, Workers: 8, MetricsAddress: "0", HealthAddress: "0"}, logr.Discard())
+	}()
+	go func() {
+		errs <- controller.Run(ctx, controllerCfg, controller.Options{Workers: 8, MetricsAddress: "0", HealthAddress: "0"}, logr.Discard())
+	}()
+	return func() error {
+		var all []error
+		for range 3 {
+			if err := <-errs; err != nil && !errors.Is(err, context.Canceled) {
+				all = append(all, err)
+			}
+		}
+		return errors.Join(append(all, os.RemoveAll(dir))...)
+	}, nil
+}
+
+var counter atomic.Int64
+
+func uniqueName(prefix string) string { return fmt.Sprintf("%s-%d", prefix, counter.Add(1)) }
+
+func create(t testing.TB, obj client.Object) {
+	t.Helper()
+	if err := env.Client.Create(context.Background(), obj); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func del(t testing.TB, obj client.Object) {
+	t.Helper()
+	if err := env.Client.Delete(context.Background(), obj); client.IgnoreNotFound(err) != nil {
+		t.Fatal(err)
+	}
+}
+
+// eventually polls f until it returns nil, with a generous timeout: it waits for the system, it
+// does not measure it.
+func eventually(t testing.TB, f func() error) {
+	t.Helper()
+	var err error
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if err = f(); err == nil {
+			return
+		}
+	}
+	t.Fatalf("timed out: %v", err)
+}
+
+func provisioned(t testing.TB, obj client.Object) {
+	t.Helper()
+	eventually(t, func() error {
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		var conds []metav1.Condition
+		switch o := obj.(type) {
+		case *cosiapi.BucketClaim:
+			conds = o.Status.Conditions
+		case *cosiapi.BucketAccess:
+			conds = o.Status.Conditions
+		case *cosiapi.Bucket:
+			conds = o.Status.Conditions
+		}
+		if !meta.IsStatusConditionTrue(conds, cosiapi.ConditionProvisioned) {
+			return fmt.Errorf("%s not provisioned: %+v", obj.GetName(), conds)
+		}
+		return nil
+	})
+}
+
+func gone(t testing.TB, obj client.Object) {
+	t.Helper()
+	eventually(t, func() error {
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("%s still exists (finalizers %v, annotations %v)", obj.GetName(), obj.GetFinalizers(), obj.GetAnnotations())
+	})
+}
+
+func bucketClass(policy cosiapi.DeletionPolicy) *cosiapi.BucketClass {
+	return &cosiapi.BucketClass{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("class")},
+		Spec: cosiapi.BucketClassSpec{DriverName: system.driverName, DeletionPolicy: policy, Parameters: map[string]string{memory.ParamVersioning: "true"}}}
+}
+
+func accessClass(multi bool) *cosiapi.BucketAccessClass {
+	c := &cosiapi.BucketAccessClass{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("accessclass")},
+		Spec: cosiapi.BucketAccessClassSpec{DriverName: system.driverName}}
+	if multi {
+		c.Spec.MultiBucketAccess = cosiapi.MultiBucketAccessMultipleBuckets
+	}
+	return c
+}
+
+func claim(class string) *cosiapi.BucketClaim {
+	return &cosiapi.BucketClaim{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("claim"), Namespace: namespace},
+		Spec: cosiapi.BucketClaimSpec{BucketClassName: class, Protocols: []cosiapi.Protocol{cosiapi.ProtocolS3}}}
+}
+
+func access(class string, modes cosiapi.BucketAccessMode, claims ...*cosiapi.BucketClaim) *cosiapi.BucketAccess {
+	ba := &cosiapi.BucketAccess{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("access"), Namespace: namespace},
+		Spec: cosiapi.BucketAccessSpec{BucketAccessClassName: class, Protocol: cosiapi.ProtocolS3}}
+	for _, c := range claims {
+		ba.Spec.BucketClaims = append(ba.Spec.BucketClaims, cosiapi.BucketClaimAccess{BucketClaimName: c.Name, AccessSecretName: c.Name + "-creds",
+			AccessModes: cosiapi.BucketAccessModes{ObjectData: modes}})
+	}
+	return ba
+}
+
+// secretCredentials reads an access Secret as a workload would and returns its bucket and
+// credentials.
+func secretCredentials(t testing.TB, ba *cosiapi.BucketAccess, i int) (string, *cosi.CredentialInfo) {
+	t.Helper()
+	s := &corev1.Secret{}
+	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: ba.Namespace, Name: ba.Spec.BucketClaims[i].AccessSecretName}, s); err != nil {
+		t.Fatal(err)
+	}
+	return string(s.Data[cosiapi.SecretKeyS3BucketName]), &cosi.CredentialInfo{S3: &cosi.S3Credentials{
+		AccessKeyId: string(s.Data[cosiapi.SecretKeyS3AccessKeyID]), AccessSecretKey: string(s.Data[cosiapi.SecretKeyS3SecretAccessKey]),
+	}}
+}
+
+func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
