@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 
@@ -77,6 +78,7 @@ func run(log logr.Logger, cfg memory.Config, endpoint, protocols string, latency
 	f.Set(latency, injected...)
 
 	if metricsAddress != "" {
+		prometheus.MustRegister(d.Collector())
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.Handler())
 		go func() {

@@ -31,6 +31,9 @@ func TestDynamicClaim(t *testing.T) {
 	if !controllerutil.ContainsFinalizer(c, cosiapi.FinalizerProtection) {
 		t.Error("the claim has no protection finalizer")
 	}
+	if !controllerutil.ContainsFinalizer(b, cosiapi.FinalizerProtection) {
+		t.Error("the Bucket was not created with its protection finalizer")
+	}
 	want := cosiapi.BucketSpec{
 		DriverName: driverName, DeletionPolicy: cosiapi.DeletionPolicyDelete, Protocols: []cosiapi.Protocol{cosiapi.ProtocolS3},
 		Parameters:     class.Spec.Parameters,
