@@ -17,8 +17,8 @@ import (
 func main() {
 	var (
 		opts      controller.Options
-		qps       = flag.Float64("kube-api-qps", 100, "queries per second to the API server")
-		burst     = flag.Int("kube-api-burst", 200, "burst of queries to the API server")
+		qps       = flag.Float64("kube-api-qps", 500, "queries per second to the API server (client-side limit)")
+		burst     = flag.Int("kube-api-burst", 1000, "burst of queries to the API server (client-side limit)")
 		verbosity = flag.Int("v", 0, "log verbosity")
 	)
 	flag.IntVar(&opts.Workers, "workers", 16, "objects of each kind reconciled at once")

@@ -19,8 +19,8 @@ import (
 func main() {
 	var (
 		opts      sidecar.Options
-		qps       = flag.Float64("kube-api-qps", 100, "queries per second to the API server")
-		burst     = flag.Int("kube-api-burst", 200, "burst of queries to the API server")
+		qps       = flag.Float64("kube-api-qps", 500, "queries per second to the API server (client-side limit)")
+		burst     = flag.Int("kube-api-burst", 1000, "burst of queries to the API server (client-side limit)")
 		verbosity = flag.Int("v", 0, "log verbosity: 2 logs every driver call, 5 also requests and responses (secrets stripped)")
 	)
 	flag.StringVar(&opts.DriverEndpoint, "driver-endpoint", os.Getenv(driver.EndpointEnv), "the driver's socket, unix:///path/to/driver.sock (default $COSI_ENDPOINT)")

@@ -143,14 +143,16 @@ func (r *BucketClaimReconciler) bucket(ctx context.Context, claim *cosiapi.Bucke
 			apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources, "waiting for Bucket "+name)
 			apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources, fmt.Sprintf("Bucket %s does not exist yet", name))
 			return nil, nil
-		case apiutil.IsTrue(claim.Status.Conditions, cosiapi.ConditionResourcesValidated):
-			// The claim was bound to this Bucket, which is gone: an error, not a re-create
+		case wasProvisioned(claim):
+			// The claim's Bucket was provisioned and is gone: an error, not a re-create
 			// (KEP-1979 "Creating a Bucket", step 2.5).
 			apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonInvalidReference, fmt.Sprintf("bound Bucket %s went missing", name))
 			r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, cosiapi.EventFailedCreateBucket, "Bind", "bound Bucket %s went missing", name)
 			return nil, nil
 		}
-		// The name was recorded but the Bucket never seen: creating it was interrupted. Go on.
+		// The name was recorded but the Bucket never provisioned: creating it was interrupted, or
+		// it was deleted before the driver made anything. Creating it again is safe: the same
+		// name gives the same bucket ID.
 	}
 
 	class := &cosiapi.BucketClass{}
@@ -164,9 +166,11 @@ func (r *BucketClaimReconciler) bucket(ctx context.Context, claim *cosiapi.Bucke
 	}
 	if name == "" {
 		// Record the bound name before creating the Bucket (KEP-1979 "Creating a Bucket").
+		// The conditions say what bind will say once the Bucket exists, so that binding needs
+		// no second status write.
 		orig := claim.DeepCopy()
 		claim.Status.BoundBucketName = cosiapi.BucketNamePrefix + string(claim.UID)
-		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, "creating Bucket "+claim.Status.BoundBucketName)
+		setBoundConditions(claim)
 		if err := r.Client.Status().Patch(ctx, claim, client.MergeFrom(orig)); err != nil {
 			return nil, err
 		}
@@ -215,10 +219,9 @@ func (r *BucketClaimReconciler) bind(ctx context.Context, claim *cosiapi.BucketC
 	claim.Status.BoundBucketName = bucket.Name
 
 	// Mirror the Bucket: Provisioned True/False (never Unknown), ProvisionFailed, protocols.
+	setBoundConditions(claim)
 	if bp := meta.FindStatusCondition(bucket.Status.Conditions, cosiapi.ConditionProvisioned); bp != nil && bp.Status != metav1.ConditionUnknown {
 		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionProvisioned, bp.Status, bp.Reason, bp.Message)
-	} else {
-		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, fmt.Sprintf("waiting for Bucket %s to be provisioned", bucket.Name))
 	}
 	if pf := meta.FindStatusCondition(bucket.Status.Conditions, cosiapi.ConditionProvisionFailed); pf != nil {
 		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionProvisionFailed, pf.Status, pf.Reason, pf.Message)
@@ -233,10 +236,22 @@ func (r *BucketClaimReconciler) bind(ctx context.Context, claim *cosiapi.BucketC
 	case apiutil.IsTrue(bucket.Status.Conditions, cosiapi.ConditionProvisioned) && len(missing) > 0:
 		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonUnsupportedProtocol,
 			fmt.Sprintf("Bucket %s supports %v; the claim requires %v", bucket.Name, bucket.Status.Protocols, missing))
-	default:
-		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid, "bound to Bucket "+bucket.Name)
 	}
 	return nil
+}
+
+// wasProvisioned reports whether the claim mirrored a provisioning outcome of its Bucket.
+func wasProvisioned(claim *cosiapi.BucketClaim) bool {
+	p := meta.FindStatusCondition(claim.Status.Conditions, cosiapi.ConditionProvisioned)
+	return p != nil && p.Status != metav1.ConditionUnknown
+}
+
+// setBoundConditions sets the conditions of a claim bound to its Bucket that is not provisioned
+// yet (bind overrides them with what the Bucket reports).
+func setBoundConditions(claim *cosiapi.BucketClaim) {
+	g, name := claim.Generation, claim.Status.BoundBucketName
+	apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, fmt.Sprintf("waiting for Bucket %s to be provisioned", name))
+	apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid, "bound to Bucket "+name)
 }
 
 // patchStatus writes the claim's status once, if it changed, and records the events and metrics

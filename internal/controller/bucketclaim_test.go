@@ -300,3 +300,30 @@ func TestAdminDeletesABucket(t *testing.T) {
 	finishAsSidecar(t, orphan)
 	finishAsSidecar(t, b)
 }
+
+// TestUnprovisionedBucketIsCreatedAgain: a bound Bucket that disappears before it was provisioned
+// is created again, with the same name (so the driver sees the same bucket ID).
+func TestUnprovisionedBucketIsCreatedAgain(t *testing.T) {
+	t.Parallel()
+	class := bucketClass(cosiapi.DeletionPolicyDelete)
+	create(t, class)
+	c := claim(class.Name)
+	create(t, c)
+	b := boundBucket(t, c)
+	oldUID := b.UID
+	if err := env.Client.Delete(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	finishAsSidecar(t, b)
+	eventually(t, func() error {
+		again := &cosiapi.Bucket{}
+		again.Name = b.Name
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(again), again); err != nil {
+			return err
+		}
+		if again.UID == oldUID {
+			return fmt.Errorf("not created again yet")
+		}
+		return nil
+	})
+}

@@ -71,7 +71,13 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 		LeaderElectionID:              LeaseName,
 		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
-		Controller:                    config.Controller{SkipNameValidation: ptr.To(opts.SkipNameValidation)},
+		Controller: config.Controller{
+			SkipNameValidation: ptr.To(opts.SkipNameValidation),
+			// The priority queue of controller-runtime v0.24 can deadlock on shutdown
+			// (kubernetes-sigs/controller-runtime#3538, fixed in v0.25, which needs Kubernetes 0.37
+			// libraries): workers then never finish and the process does not stop on SIGTERM.
+			UsePriorityQueue: ptr.To(false),
+		},
 	})
 	if err != nil {
 		return err

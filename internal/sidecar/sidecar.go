@@ -128,7 +128,13 @@ func newManager(cfg *rest.Config, opts Options, info *cosi.DriverGetInfoResponse
 }
 
 func ctrlConfig(opts Options) config.Controller {
-	return config.Controller{SkipNameValidation: ptr.To(opts.SkipNameValidation)}
+	return config.Controller{
+		SkipNameValidation: ptr.To(opts.SkipNameValidation),
+		// The priority queue of controller-runtime v0.24 can deadlock on shutdown
+		// (kubernetes-sigs/controller-runtime#3538, fixed in v0.25, which needs Kubernetes 0.37
+		// libraries): workers then never finish and the process does not stop on SIGTERM.
+		UsePriorityQueue: ptr.To(false),
+	}
 }
 
 func setup(ctx context.Context, mgr ctrl.Manager, drv *driver.Client, info *cosi.DriverGetInfoResponse, opts Options) error {

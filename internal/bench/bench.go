@@ -1,0 +1,439 @@
+// Package bench is cosi-bench: it measures provisioning throughput, latency, API writes, driver
+// calls and memory of the real cosi-controller, cosi-sidecar and cosi-driver-memory processes
+// against a fresh local kube-apiserver, several runs over, and reports medians and ranges.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+)
+
+// Config says what to measure.
+type Config struct {
+	RepoRoot, BinDir string
+	Sizes            []int // numbers of claims (and accesses) per throughput measurement
+	Runs             int
+	Writers          int // concurrent writers creating and deleting objects
+	Workers          int // reconcile workers of controller and sidecar
+	Single           int // sequential single claims for the latency figures
+	RawObjects       int // objects for the API server's raw ceiling
+	RestartSize      int // claims and accesses created across restarts of controller and sidecar (0: skip)
+	RSSClaims        int // claims provisioned before measuring memory (0: skip)
+	JSON             string
+	Log              io.Writer
+}
+
+// SizeResult is one throughput measurement with N claims and N accesses.
+type SizeResult struct {
+	N                               int     `json:"n"`
+	ClaimsPerSec                    float64 `json:"claimsPerSec"`
+	ClaimP50, ClaimP90, ClaimP99    float64 // ms, create to Provisioned
+	ClaimWrites                     float64 `json:"claimWritesPerClaim"`
+	CreateRPCs                      float64 `json:"createBucketCallsPerClaim"`
+	AccessesPerSec                  float64 `json:"accessesPerSec"`
+	AccessP50, AccessP90, AccessP99 float64
+	AccessWrites                    float64 `json:"accessWritesPerAccess"`
+	GrantRPCs                       float64 `json:"grantCallsPerAccess"`
+	SecretsWithData                 int     `json:"secretsWithData"`
+	IdleReconciles                  float64 `json:"idleReconciles"` // reconciles in 2 s of quiet after provisioning
+	DeletionsPerSec                 float64 `json:"deletionsPerSec"`
+	DriverEmptyAfter                float64 `json:"driverEmptyAfterSec"`
+	Conflicts                       float64 `json:"conflicts"`
+}
+
+// RunResult is one run.
+type RunResult struct {
+	RawCreate1, RawCreate8, RawStatus1, RawStatus8 float64 // objects/s
+	SingleProvisionP50, SingleDeleteP50            float64 // ms
+	Sizes                                          []SizeResult
+	RestartCreateRPCs, RestartGrantRPCs            float64 // per object, across restarts
+	ControllerCPU, SidecarCPU                      float64 // seconds
+	ControllerPeakRSS, SidecarPeakRSS              float64 // MiB, during the throughput phases
+	ControllerRSS, SidecarRSS                      float64 // MiB, with RSSClaims claims provisioned
+}
+
+func (c Config) logf(format string, args ...any) {
+	if c.Log != nil {
+		fmt.Fprintf(c.Log, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+	}
+}
+
+// Run measures cfg.Runs times, prints the summary to out and writes the JSON file.
+func Run(ctx context.Context, cfg Config, out io.Writer) error {
+	var runs []RunResult
+	for i := range cfg.Runs {
+		cfg.logf("run %d of %d", i+1, cfg.Runs)
+		r, err := runOnce(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("run %d: %w", i+1, err)
+		}
+		runs = append(runs, r)
+	}
+	summary := summarizeRuns(cfg, runs)
+	printSummary(out, cfg, summary)
+	if cfg.JSON != "" {
+		data, err := json.MarshalIndent(map[string]any{"config": cfg, "summary": summary, "runs": runs}, "", "  ")
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(cfg.JSON, data, 0o644)
+	}
+	return nil
+}
+
+func runOnce(ctx context.Context, cfg Config) (r RunResult, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s, err := startSystem(ctx, cfg)
+	if err != nil {
+		return r, err
+	}
+	defer func() { s.stop(err != nil) }()
+
+	cfg.logf("raw API server ceiling with %d objects", cfg.RawObjects)
+	if err := s.rawCeiling(ctx, &r); err != nil {
+		return r, err
+	}
+	if err := s.startCOSI(ctx); err != nil {
+		return r, err
+	}
+	if err := s.setupClasses(ctx); err != nil {
+		return r, err
+	}
+	cfg.logf("single claims, one at a time (%d)", cfg.Single)
+	if err := s.single(ctx, &r); err != nil {
+		return r, err
+	}
+	for _, n := range cfg.Sizes {
+		cfg.logf("throughput with %d claims and %d accesses", n, n)
+		sr, err := s.throughput(ctx, n)
+		if err != nil {
+			return r, fmt.Errorf("N=%d: %w", n, err)
+		}
+		r.Sizes = append(r.Sizes, sr)
+	}
+	r.ControllerCPU, r.ControllerPeakRSS, _, _ = procStats(s.controller.cmd.Process.Pid)
+	r.SidecarCPU, r.SidecarPeakRSS, _, _ = procStats(s.sidecar.cmd.Process.Pid)
+	if cfg.RestartSize > 0 {
+		cfg.logf("%d claims and accesses across restarts of controller and sidecar", cfg.RestartSize)
+		if err := s.restarts(ctx, &r); err != nil {
+			return r, err
+		}
+	}
+	if cfg.RSSClaims > 0 {
+		cfg.logf("memory with %d claims and Buckets", cfg.RSSClaims)
+		if err := s.memory(ctx, &r); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
+
+// parallel runs f(0..n-1) on the configured number of writers and returns the first error.
+func (s *system) parallel(n int, f func(i int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	for range s.cfg.Writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				if err := f(i); err != nil {
+					once.Do(func() { first = err })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// rawCeiling measures creates/s and status updates/s of BucketClaims with 1 and with all writers,
+// before COSI runs, so nothing reconciles them.
+func (s *system) rawCeiling(ctx context.Context, r *RunResult) error {
+	if err := s.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "raw"}}); err != nil {
+		return err
+	}
+	n := s.cfg.RawObjects
+	writers := s.cfg.Writers
+	for _, w := range []int{1, writers} {
+		s.cfg.Writers = w
+		claims := make([]*cosiapi.BucketClaim, n)
+		start := time.Now()
+		err := s.parallel(n, func(i int) error {
+			claims[i] = &cosiapi.BucketClaim{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("raw-%d-%d", w, i), Namespace: "raw"},
+				Spec: cosiapi.BucketClaimSpec{BucketClassName: "none", Protocols: []cosiapi.Protocol{cosiapi.ProtocolS3}}}
+			return s.client.Create(ctx, claims[i])
+		})
+		if err != nil {
+			s.cfg.Writers = writers
+			return err
+		}
+		createRate := float64(n) / time.Since(start).Seconds()
+		start = time.Now()
+		err = s.parallel(n, func(i int) error {
+			claims[i].Status.BoundBucketName = "bc-" + string(claims[i].UID)
+			claims[i].Status.Conditions = []metav1.Condition{{Type: cosiapi.ConditionProvisioned, Status: metav1.ConditionUnknown,
+				Reason: cosiapi.ReasonProvisioning, Message: "raw", LastTransitionTime: metav1.Now()}}
+			return s.client.Status().Update(ctx, claims[i])
+		})
+		s.cfg.Writers = writers
+		if err != nil {
+			return err
+		}
+		statusRate := float64(n) / time.Since(start).Seconds()
+		if w == 1 {
+			r.RawCreate1, r.RawStatus1 = createRate, statusRate
+		} else {
+			r.RawCreate8, r.RawStatus8 = createRate, statusRate
+		}
+	}
+	return s.client.DeleteAllOf(ctx, &cosiapi.BucketClaim{}, client.InNamespace("raw"))
+}
+
+func (s *system) setupClasses(ctx context.Context) error {
+	if err := s.client.Create(ctx, &cosiapi.BucketClass{ObjectMeta: metav1.ObjectMeta{Name: "bench"},
+		Spec: cosiapi.BucketClassSpec{DriverName: driverName, DeletionPolicy: cosiapi.DeletionPolicyDelete}}); err != nil {
+		return err
+	}
+	return s.client.Create(ctx, &cosiapi.BucketAccessClass{ObjectMeta: metav1.ObjectMeta{Name: "bench"},
+		Spec: cosiapi.BucketAccessClassSpec{DriverName: driverName}})
+}
+
+func benchClaim(ns string, i int) *cosiapi.BucketClaim {
+	return &cosiapi.BucketClaim{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("claim-%d", i), Namespace: ns},
+		Spec: cosiapi.BucketClaimSpec{BucketClassName: "bench", Protocols: []cosiapi.Protocol{cosiapi.ProtocolS3}}}
+}
+
+func benchAccess(ns string, i int) *cosiapi.BucketAccess {
+	return &cosiapi.BucketAccess{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("access-%d", i), Namespace: ns},
+		Spec: cosiapi.BucketAccessSpec{BucketAccessClassName: "bench", Protocol: cosiapi.ProtocolS3, BucketClaims: []cosiapi.BucketClaimAccess{{
+			BucketClaimName: fmt.Sprintf("claim-%d", i), AccessSecretName: fmt.Sprintf("creds-%d", i),
+			AccessModes: cosiapi.BucketAccessModes{ObjectData: cosiapi.BucketAccessModeReadWrite},
+		}}}}
+}
+
+// single measures one claim at a time: create to Provisioned, delete to gone.
+func (s *system) single(ctx context.Context, r *RunResult) error {
+	if err := s.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "single"}}); err != nil {
+		return err
+	}
+	var provision, deletion []time.Duration
+	for i := range s.cfg.Single {
+		c := benchClaim("single", i)
+		start := time.Now()
+		if err := s.client.Create(ctx, c); err != nil {
+			return err
+		}
+		times, err := s.watch.waitFor(ctx, s.watch.provisioned, []types.UID{c.UID}, time.Minute)
+		if err != nil {
+			return err
+		}
+		provision = append(provision, times[0].Sub(start))
+		start = time.Now()
+		if err := s.client.Delete(ctx, c); err != nil {
+			return err
+		}
+		times, err = s.watch.waitFor(ctx, s.watch.deleted, []types.UID{c.UID}, time.Minute)
+		if err != nil {
+			return err
+		}
+		deletion = append(deletion, times[0].Sub(start))
+	}
+	r.SingleProvisionP50 = ms(percentile(provision, 50))
+	r.SingleDeleteP50 = ms(percentile(deletion, 50))
+	return s.waitDriverEmpty(ctx)
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// create creates objects with all writers and returns their UIDs and creation times.
+func (s *system) create(ctx context.Context, objs []client.Object) ([]types.UID, []time.Time, error) {
+	uids := make([]types.UID, len(objs))
+	starts := make([]time.Time, len(objs))
+	err := s.parallel(len(objs), func(i int) error {
+		starts[i] = time.Now()
+		if err := s.client.Create(ctx, objs[i]); err != nil {
+			return err
+		}
+		uids[i] = objs[i].GetUID()
+		return nil
+	})
+	return uids, starts, err
+}
+
+// latency returns the rate (first create to last done) and the latency percentiles in ms.
+func latency(starts, done []time.Time) (rate, p50, p90, p99 float64) {
+	first, last := starts[0], done[0]
+	d := make([]time.Duration, len(starts))
+	for i := range starts {
+		if starts[i].Before(first) {
+			first = starts[i]
+		}
+		if done[i].After(last) {
+			last = done[i]
+		}
+		d[i] = done[i].Sub(starts[i])
+	}
+	return float64(len(starts)) / last.Sub(first).Seconds(), ms(percentile(d, 50)), ms(percentile(d, 90)), ms(percentile(d, 99))
+}
+
+func (s *system) scrape(ctx context.Context) (api, drv, sidecar, ctrl metrics, err error) {
+	if api, err = scrapeAPIServer(ctx, s.rest); err != nil {
+		return
+	}
+	if drv, err = scrapeHTTP(ctx, s.driverMetrics); err != nil {
+		return
+	}
+	if sidecar, err = scrapeHTTP(ctx, s.sidecarMetrics); err != nil {
+		return
+	}
+	ctrl, err = scrapeHTTP(ctx, s.ctrlM)
+	return
+}
+
+func rpcs(before, after metrics, method string) float64 {
+	sel := map[string]string{"method_name": method, "grpc_status_code": "OK"}
+	return after.sum("cosi_driver_operation_duration_seconds", sel) - before.sum("cosi_driver_operation_duration_seconds", sel)
+}
+
+func reconciles(ms ...[2]metrics) float64 {
+	total := 0.0
+	for _, m := range ms {
+		total += m[1].sum("controller_runtime_reconcile_total", map[string]string{"result": "*"}) - m[0].sum("controller_runtime_reconcile_total", map[string]string{"result": "*"})
+	}
+	return total
+}
+
+// throughput creates n claims, then n accesses, as fast as the writers can, then deletes them all.
+func (s *system) throughput(ctx context.Context, n int) (SizeResult, error) {
+	sr := SizeResult{N: n}
+	ns := fmt.Sprintf("bench-%d-%d", n, time.Now().UnixNano())
+	if err := s.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return sr, err
+	}
+	timeout := time.Duration(n)*100*time.Millisecond + time.Minute
+
+	api0, drv0, _, _, err := s.scrape(ctx)
+	if err != nil {
+		return sr, err
+	}
+	claims := make([]client.Object, n)
+	for i := range claims {
+		claims[i] = benchClaim(ns, i)
+	}
+	claimUIDs, starts, err := s.create(ctx, claims)
+	if err != nil {
+		return sr, err
+	}
+	done, err := s.watch.waitFor(ctx, s.watch.provisioned, claimUIDs, timeout)
+	if err != nil {
+		return sr, fmt.Errorf("claims: %w", err)
+	}
+	sr.ClaimsPerSec, sr.ClaimP50, sr.ClaimP90, sr.ClaimP99 = latency(starts, done)
+	time.Sleep(500 * time.Millisecond) // let the last status writes land before counting
+	api1, drv1, side1, ctrl1, err := s.scrape(ctx)
+	if err != nil {
+		return sr, err
+	}
+	// COSI's writes: all writes to claims and Buckets but the benchmark's own creates.
+	sr.ClaimWrites = (apiWrites(api0, api1, "bucketclaims", "buckets") - float64(n)) / float64(n)
+	s.cfg.logf("N=%d claim writes: %v", n, writeBreakdown(api0, api1))
+	sr.CreateRPCs = rpcs(drv0, drv1, "DriverCreateBucket") / float64(n)
+
+	// Hot loops: nothing should reconcile once everything is provisioned and quiet.
+	time.Sleep(2 * time.Second)
+	_, _, side2, ctrl2, err := s.scrape(ctx)
+	if err != nil {
+		return sr, err
+	}
+	sr.IdleReconciles = reconciles([2]metrics{side1, side2}, [2]metrics{ctrl1, ctrl2})
+
+	api2, drv2, _, _, err := s.scrape(ctx)
+	if err != nil {
+		return sr, err
+	}
+	accesses := make([]client.Object, n)
+	for i := range accesses {
+		accesses[i] = benchAccess(ns, i)
+	}
+	accessUIDs, starts, err := s.create(ctx, accesses)
+	if err != nil {
+		return sr, err
+	}
+	done, err = s.watch.waitFor(ctx, s.watch.provisioned, accessUIDs, timeout)
+	if err != nil {
+		return sr, fmt.Errorf("accesses: %w", err)
+	}
+	sr.AccessesPerSec, sr.AccessP50, sr.AccessP90, sr.AccessP99 = latency(starts, done)
+	time.Sleep(500 * time.Millisecond)
+	api3, drv3, _, _, err := s.scrape(ctx)
+	if err != nil {
+		return sr, err
+	}
+	sr.AccessWrites = (apiWrites(api2, api3, "bucketaccesses", "secrets", "bucketclaims") - float64(n)) / float64(n)
+	s.cfg.logf("N=%d access writes: %v", n, writeBreakdown(api2, api3))
+	sr.GrantRPCs = rpcs(drv2, drv3, "DriverGrantBucketAccess") / float64(n)
+	var secrets corev1.SecretList
+	if err := s.client.List(ctx, &secrets, client.InNamespace(ns), client.HasLabels{cosiapi.LabelBucketAccessUID}); err != nil {
+		return sr, err
+	}
+	for _, sec := range secrets.Items {
+		if len(sec.Data[cosiapi.SecretKeyS3SecretAccessKey]) > 0 {
+			sr.SecretsWithData++
+		}
+	}
+
+	// Delete everything at once: claims wait for their accesses, as users would see.
+	start := time.Now()
+	all := append(append([]client.Object{}, accesses...), claims...)
+	if err := s.parallel(len(all), func(i int) error { return client.IgnoreNotFound(s.client.Delete(ctx, all[i])) }); err != nil {
+		return sr, err
+	}
+	if _, err := s.watch.waitFor(ctx, s.watch.deleted, append(accessUIDs, claimUIDs...), timeout); err != nil {
+		return sr, fmt.Errorf("deletion: %w", err)
+	}
+	sr.DeletionsPerSec = float64(len(all)) / time.Since(start).Seconds()
+	if err := s.waitDriverEmpty(ctx); err != nil {
+		return sr, err
+	}
+	sr.DriverEmptyAfter = time.Since(start).Seconds()
+	api4, _, _, _, err := s.scrape(ctx)
+	if err != nil {
+		return sr, err
+	}
+	sr.Conflicts = conflicts(api0, api4)
+	return sr, nil
+}
+
+// waitDriverEmpty waits until the driver holds no bucket and no account.
+func (s *system) waitDriverEmpty(ctx context.Context) error {
+	deadline := time.Now().Add(10 * time.Minute)
+	for time.Now().Before(deadline) {
+		m, err := scrapeHTTP(ctx, s.driverMetrics)
+		if err != nil {
+			return err
+		}
+		if m.sum("cosi_memory_buckets", nil) == 0 && m.sum("cosi_memory_accounts", nil) == 0 {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("the driver still holds buckets or accounts after 10 minutes")
+}

@@ -1,0 +1,94 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// restarts provisions claims and then accesses while restarting controller and sidecar once a
+// third of each is done, and counts the driver calls per object: the persisted IDs must keep it at
+// one DriverCreateBucket and one DriverGrantBucketAccess per object.
+func (s *system) restarts(ctx context.Context, r *RunResult) error {
+	n := s.cfg.RestartSize
+	ns := fmt.Sprintf("restart-%d", time.Now().UnixNano())
+	if err := s.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return err
+	}
+	_, drv0, _, _, err := s.scrape(ctx)
+	if err != nil {
+		return err
+	}
+	var all []client.Object
+	for _, newObj := range []func(string, int) client.Object{
+		func(ns string, i int) client.Object { return benchClaim(ns, i) },
+		func(ns string, i int) client.Object { return benchAccess(ns, i) },
+	} {
+		objs := make2(n, ns, newObj)
+		uids, _, err := s.create(ctx, objs)
+		if err != nil {
+			return err
+		}
+		all = append(all, objs...)
+		for {
+			_, done := s.watch.times(s.watch.provisioned, uids)
+			if done >= n/3 {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		for _, p := range []*process{s.controller, s.sidecar} {
+			if err := s.restart(ctx, p); err != nil {
+				return err
+			}
+		}
+		if _, err := s.watch.waitFor(ctx, s.watch.provisioned, uids, 10*time.Minute); err != nil {
+			return err
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	_, drv1, _, _, err := s.scrape(ctx)
+	if err != nil {
+		return err
+	}
+	r.RestartCreateRPCs = rpcs(drv0, drv1, "DriverCreateBucket") / float64(n)
+	r.RestartGrantRPCs = rpcs(drv0, drv1, "DriverGrantBucketAccess") / float64(n)
+	if err := s.parallel(len(all), func(i int) error { return client.IgnoreNotFound(s.client.Delete(ctx, all[len(all)-1-i])) }); err != nil {
+		return err
+	}
+	return s.waitDriverEmpty(ctx)
+}
+
+func make2(n int, ns string, f func(string, int) client.Object) []client.Object {
+	objs := make([]client.Object, n)
+	for i := range objs {
+		objs[i] = f(ns, i)
+	}
+	return objs
+}
+
+// memory provisions many claims and measures the resident memory of controller and sidecar.
+func (s *system) memory(ctx context.Context, r *RunResult) error {
+	n := s.cfg.RSSClaims
+	ns := "memory"
+	if err := s.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return err
+	}
+	uids, _, err := s.create(ctx, make2(n, ns, func(ns string, i int) client.Object { return benchClaim(ns, i) }))
+	if err != nil {
+		return err
+	}
+	if _, err := s.watch.waitFor(ctx, s.watch.provisioned, uids, 30*time.Minute); err != nil {
+		return err
+	}
+	time.Sleep(2 * time.Second) // settle
+	if _, _, r.ControllerRSS, err = procStats(s.controller.cmd.Process.Pid); err != nil {
+		return err
+	}
+	_, _, r.SidecarRSS, err = procStats(s.sidecar.cmd.Process.Pid)
+	return err
+}
