@@ -110,7 +110,7 @@ func (r *BucketClaimReconciler) Reconcile(ctx context.Context, req reconcile.Req
 		return apiutil.Result(err)
 	}
 	orig := claim.DeepCopy()
-	bucket, err := r.bucket(ctx, claim)
+	bucket, err := r.bucket(ctx, claim, orig)
 	if err != nil {
 		return apiutil.Result(err)
 	}
@@ -124,7 +124,10 @@ func (r *BucketClaimReconciler) Reconcile(ctx context.Context, req reconcile.Req
 
 // bucket returns the claim's Bucket, creating it for a dynamic claim. It returns nil, with the
 // claim's conditions saying why, while there is no Bucket to bind to.
-func (r *BucketClaimReconciler) bucket(ctx context.Context, claim *cosiapi.BucketClaim) (*cosiapi.Bucket, error) {
+//
+// When it writes the bound name, it updates orig to what it wrote, so the caller's final patch
+// carries only later changes.
+func (r *BucketClaimReconciler) bucket(ctx context.Context, claim, orig *cosiapi.BucketClaim) (*cosiapi.Bucket, error) {
 	g := claim.Generation
 	name := claim.Status.BoundBucketName
 	if claim.Spec.ExistingBucketName != "" {
@@ -168,12 +171,13 @@ func (r *BucketClaimReconciler) bucket(ctx context.Context, claim *cosiapi.Bucke
 		// Record the bound name before creating the Bucket (KEP-1979 "Creating a Bucket").
 		// The conditions say what bind will say once the Bucket exists, so that binding needs
 		// no second status write.
-		orig := claim.DeepCopy()
+		base := claim.DeepCopy()
 		claim.Status.BoundBucketName = cosiapi.BucketNamePrefix + string(claim.UID)
 		setBoundConditions(claim)
-		if err := r.Client.Status().Patch(ctx, claim, client.MergeFrom(orig)); err != nil {
+		if err := r.Client.Status().Patch(ctx, claim, client.MergeFrom(base)); err != nil {
 			return nil, err
 		}
+		claim.DeepCopyInto(orig)
 		name = claim.Status.BoundBucketName
 	}
 	bucket := &cosiapi.Bucket{
@@ -219,9 +223,12 @@ func (r *BucketClaimReconciler) bind(ctx context.Context, claim *cosiapi.BucketC
 	claim.Status.BoundBucketName = bucket.Name
 
 	// Mirror the Bucket: Provisioned True/False (never Unknown), ProvisionFailed, protocols.
-	setBoundConditions(claim)
+	// Set each condition once, to its final value: setting it twice in one pass (Unknown, then
+	// the Bucket's True) would stamp a new lastTransitionTime and write the claim every time.
 	if bp := meta.FindStatusCondition(bucket.Status.Conditions, cosiapi.ConditionProvisioned); bp != nil && bp.Status != metav1.ConditionUnknown {
 		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionProvisioned, bp.Status, bp.Reason, bp.Message)
+	} else {
+		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, waitingMessage(bucket.Name))
 	}
 	if pf := meta.FindStatusCondition(bucket.Status.Conditions, cosiapi.ConditionProvisionFailed); pf != nil {
 		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionProvisionFailed, pf.Status, pf.Reason, pf.Message)
@@ -231,6 +238,8 @@ func (r *BucketClaimReconciler) bind(ctx context.Context, claim *cosiapi.BucketC
 	rv := meta.FindStatusCondition(bucket.Status.Conditions, cosiapi.ConditionResourcesValidated)
 	missing := slices.DeleteFunc(slices.Clone(claim.Spec.Protocols), func(p cosiapi.Protocol) bool { return slices.Contains(bucket.Status.Protocols, p) })
 	switch {
+	default:
+		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid, boundMessage(bucket.Name))
 	case rv != nil && rv.Status == metav1.ConditionFalse:
 		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, rv.Reason, "Bucket "+bucket.Name+": "+rv.Message)
 	case apiutil.IsTrue(bucket.Status.Conditions, cosiapi.ConditionProvisioned) && len(missing) > 0:
@@ -246,12 +255,17 @@ func wasProvisioned(claim *cosiapi.BucketClaim) bool {
 	return p != nil && p.Status != metav1.ConditionUnknown
 }
 
-// setBoundConditions sets the conditions of a claim bound to its Bucket that is not provisioned
-// yet (bind overrides them with what the Bucket reports).
+func waitingMessage(bucket string) string {
+	return fmt.Sprintf("waiting for Bucket %s to be provisioned", bucket)
+}
+func boundMessage(bucket string) string { return "bound to Bucket " + bucket }
+
+// setBoundConditions sets the conditions of a claim bound to a Bucket that is not provisioned yet,
+// exactly as bind will compute them, so that binding needs no second status write.
 func setBoundConditions(claim *cosiapi.BucketClaim) {
 	g, name := claim.Generation, claim.Status.BoundBucketName
-	apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, fmt.Sprintf("waiting for Bucket %s to be provisioned", name))
-	apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid, "bound to Bucket "+name)
+	apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, waitingMessage(name))
+	apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid, boundMessage(name))
 }
 
 // patchStatus writes the claim's status once, if it changed, and records the events and metrics

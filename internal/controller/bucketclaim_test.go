@@ -54,6 +54,24 @@ func TestDynamicClaim(t *testing.T) {
 	if !slices.Equal(c.Status.Protocols, []cosiapi.Protocol{cosiapi.ProtocolS3, cosiapi.ProtocolGCS}) {
 		t.Errorf("claim protocols %v, want the Bucket's", c.Status.Protocols)
 	}
+
+	// Reconciling a provisioned claim again writes nothing: no new transition times, no write.
+	// Condition times have a resolution of one second: let one pass, or a new time would look
+	// the same.
+	time.Sleep(1100 * time.Millisecond)
+	get(t, c)
+	c.Annotations = map[string]string{"example.com/touched": "true"} // wakes the reconciler
+	if err := env.Client.Update(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+	touched := c.ResourceVersion
+	never(t, time.Second, func() error {
+		get(t, c)
+		if c.ResourceVersion != touched {
+			return fmt.Errorf("a provisioned claim was written again on reconcile: status %+v", c.Status.Conditions)
+		}
+		return nil
+	})
 }
 
 // TestClaimMirrorsTheBucket: True and False are copied, Unknown is not; ProvisionFailed is
