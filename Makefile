@@ -75,6 +75,13 @@ vet: ## go vet every module.
 test: $(KUBE_BINARIES) verify ## Run all tests, against a real kube-apiserver and etcd built from source.
 	@for m in $(MODULES); do (cd $$m && KUBEBUILDER_ASSETS=$(BIN) go test $(GO_TEST_FLAGS) ./...); done
 
+##@ Benchmark
+
+BENCH_FLAGS ?=
+.PHONY: bench
+bench: build $(KUBE_BINARIES) ## Measure throughput, latency, writes and memory (cosi-bench; about 20 minutes). BENCH_FLAGS=-h lists options.
+	$(BIN)/cosi-bench -json $(BIN)/bench.json $(BENCH_FLAGS)
+
 ##@ Build dependencies
 
 # Grouped targets: one go build produces all three.
