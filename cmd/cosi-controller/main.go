@@ -4,23 +4,17 @@ package main
 
 import (
 	"flag"
-	"log/slog"
 	"os"
 
-	"github.com/go-logr/logr"
-	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/kube-cosi/cosi/internal/cmdutil"
 	"github.com/kube-cosi/cosi/internal/controller"
 )
 
 func main() {
-	var (
-		opts      controller.Options
-		qps       = flag.Float64("kube-api-qps", 500, "queries per second to the API server (client-side limit)")
-		burst     = flag.Int("kube-api-burst", 1000, "burst of queries to the API server (client-side limit)")
-		verbosity = flag.Int("v", 0, "log verbosity")
-	)
+	var opts controller.Options
+	common := cmdutil.Register("log verbosity")
 	flag.IntVar(&opts.Workers, "workers", 16, "objects of each kind reconciled at once")
 	flag.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one leader among the controller replicas")
 	flag.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's namespace)")
@@ -28,17 +22,12 @@ func main() {
 	flag.StringVar(&opts.HealthAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz ("0" disables)`)
 	flag.Parse() // also --kubeconfig, registered by controller-runtime
 
-	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.Level(-*verbosity)}))
-	ctrl.SetLogger(log)
-	klog.SetLogger(log)
-
-	cfg, err := ctrl.GetConfig()
+	log := common.Logger()
+	cfg, err := common.KubeConfig("cosi-controller")
 	if err != nil {
 		log.Error(err, "no Kubernetes configuration")
 		os.Exit(1)
 	}
-	cfg.QPS, cfg.Burst = float32(*qps), *burst
-	cfg.UserAgent = "cosi-controller"
 	if err := controller.Run(ctrl.SetupSignalHandler(), cfg, opts, log); err != nil {
 		log.Error(err, "controller failed")
 		os.Exit(1)

@@ -4,25 +4,19 @@ package main
 
 import (
 	"flag"
-	"log/slog"
 	"os"
 	"time"
 
-	"github.com/go-logr/logr"
-	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/kube-cosi/cosi/internal/cmdutil"
 	"github.com/kube-cosi/cosi/internal/sidecar"
 	"github.com/kube-cosi/cosi/pkg/driver"
 )
 
 func main() {
-	var (
-		opts      sidecar.Options
-		qps       = flag.Float64("kube-api-qps", 500, "queries per second to the API server (client-side limit)")
-		burst     = flag.Int("kube-api-burst", 1000, "burst of queries to the API server (client-side limit)")
-		verbosity = flag.Int("v", 0, "log verbosity: 2 logs every driver call, 5 also requests and responses (secrets stripped)")
-	)
+	var opts sidecar.Options
+	common := cmdutil.Register("log verbosity: 2 logs every driver call, 5 also requests and responses (secrets stripped)")
 	flag.StringVar(&opts.DriverEndpoint, "driver-endpoint", os.Getenv(driver.EndpointEnv), "the driver's socket, unix:///path/to/driver.sock (default $COSI_ENDPOINT)")
 	flag.DurationVar(&opts.DriverTimeout, "driver-timeout", time.Minute, "timeout of each driver call")
 	flag.DurationVar(&opts.DriverStartTimeout, "driver-start-timeout", 2*time.Minute, "how long to wait for the driver to answer at start-up")
@@ -33,17 +27,12 @@ func main() {
 	flag.StringVar(&opts.HealthAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz ("0" disables)`)
 	flag.Parse() // also --kubeconfig, registered by controller-runtime
 
-	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.Level(-*verbosity)}))
-	ctrl.SetLogger(log)
-	klog.SetLogger(log)
-
-	cfg, err := ctrl.GetConfig()
+	log := common.Logger()
+	cfg, err := common.KubeConfig("cosi-sidecar")
 	if err != nil {
 		log.Error(err, "no Kubernetes configuration")
 		os.Exit(1)
 	}
-	cfg.QPS, cfg.Burst = float32(*qps), *burst
-	cfg.UserAgent = "cosi-sidecar"
 	if err := sidecar.Run(ctrl.SetupSignalHandler(), cfg, opts, log); err != nil {
 		log.Error(err, "sidecar failed")
 		os.Exit(1)

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/testenv"
 )
 
 // provisionedClaim returns a claim whose Bucket the "sidecar" provisioned with the protocols.
@@ -24,7 +25,7 @@ func provisionedClaim(t *testing.T, protocols ...cosiapi.Protocol) (*cosiapi.Buc
 	create(t, c)
 	b := boundBucket(t, c)
 	provisionAsSidecar(t, b, metav1.ConditionTrue, protocols...)
-	condition(t, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned)
+	testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned)
 	return c, b
 }
 
@@ -36,7 +37,7 @@ func TestAccessHandOff(t *testing.T) {
 	ba := access(ac.Name, c.Name)
 	create(t, ba)
 
-	eventually(t, func() error {
+	testenv.Eventually(t, func() error {
 		get(t, ba)
 		if ba.Status.DriverName == "" {
 			return fmt.Errorf("not handed off")
@@ -57,7 +58,7 @@ func TestAccessHandOff(t *testing.T) {
 	if c.Annotations[cosiapi.AnnotationHasBucketAccessReferences] == "" {
 		t.Errorf("the claim lacks %s", cosiapi.AnnotationHasBucketAccessReferences)
 	}
-	condition(t, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid)
+	testenv.Condition(t, env, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid)
 
 	// The class may change or go: the access carries its copy.
 	if err := env.Client.Delete(t.Context(), ac); err != nil {
@@ -68,8 +69,8 @@ func TestAccessHandOff(t *testing.T) {
 	if err := env.Client.Delete(t.Context(), c); err != nil {
 		t.Fatal(err)
 	}
-	condition(t, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonDeletionBlocked)
-	never(t, time.Second, func() error {
+	testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonDeletionBlocked)
+	testenv.Never(t, time.Second, func() error {
 		get(t, c)
 		get(t, b)
 		if b.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] != "" {
@@ -82,20 +83,20 @@ func TestAccessHandOff(t *testing.T) {
 	if err := env.Client.Delete(t.Context(), ba); err != nil {
 		t.Fatal(err)
 	}
-	never(t, 500*time.Millisecond, func() error {
+	testenv.Never(t, 500*time.Millisecond, func() error {
 		get(t, ba)
 		if !controllerutil.ContainsFinalizer(ba, cosiapi.FinalizerProtection) {
 			return fmt.Errorf("the finalizer went before the sidecar cleaned up")
 		}
 		return nil
 	})
-	eventually(t, func() error { // as the sidecar does after revoking
+	testenv.Eventually(t, func() error { // as the sidecar does after revoking
 		get(t, ba)
 		ba.Annotations = map[string]string{cosiapi.AnnotationSidecarCleanupFinished: "true"}
 		return env.Client.Update(t.Context(), ba)
 	})
-	gone(t, ba)
-	gone(t, c)
+	env.Gone(t, ba)
+	env.Gone(t, c)
 	get(t, b)
 	if b.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] == "" || b.DeletionTimestamp == nil {
 		t.Errorf("the Bucket was not released and deleted after the claim: %v", b.Annotations)
@@ -114,18 +115,18 @@ func TestClaimStaysReferencedWhileAnotherAccessExists(t *testing.T) {
 	second.Spec.BucketClaims[0].AccessSecretName = "second-creds"
 	create(t, first)
 	create(t, second)
-	condition(t, first, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid)
-	condition(t, second, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid)
+	testenv.Condition(t, env, first, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid)
+	testenv.Condition(t, env, second, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid)
 	for i, ba := range []*cosiapi.BucketAccess{first, second} {
 		if err := env.Client.Delete(t.Context(), ba); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, func() error {
+		testenv.Eventually(t, func() error {
 			get(t, ba)
 			ba.Annotations = map[string]string{cosiapi.AnnotationSidecarCleanupFinished: "true"}
 			return env.Client.Update(t.Context(), ba)
 		})
-		gone(t, ba)
+		env.Gone(t, ba)
 		get(t, c)
 		if referenced := c.Annotations[cosiapi.AnnotationHasBucketAccessReferences] != ""; referenced != (i == 0) {
 			t.Errorf("after deleting access %d of 2 the claim is referenced=%v", i+1, referenced)
@@ -187,14 +188,14 @@ func TestAccessValidation(t *testing.T) {
 			}
 			create(t, ba)
 			if tc.wantReason == cosiapi.ReasonValid {
-				condition(t, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid)
+				testenv.Condition(t, env, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid)
 				return
 			}
-			rv := condition(t, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, tc.wantReason)
+			rv := testenv.Condition(t, env, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, tc.wantReason)
 			if !strings.Contains(rv.Message, tc.wantText) {
 				t.Errorf("message %q does not contain %q", rv.Message, tc.wantText)
 			}
-			condition(t, ba, accessConditions, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
+			testenv.Condition(t, env, ba, accessConditions, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
 			get(t, ba)
 			if ba.Status.DriverName != "" {
 				t.Errorf("a rejected access was handed off to %s", ba.Status.DriverName)
@@ -203,7 +204,7 @@ func TestAccessValidation(t *testing.T) {
 			if err := env.Client.Delete(t.Context(), ba); err != nil {
 				t.Fatal(err)
 			}
-			gone(t, ba)
+			env.Gone(t, ba)
 		})
 	}
 }
@@ -214,12 +215,12 @@ func TestAccessWaitsForClassAndClaim(t *testing.T) {
 	c := claim("class-of-" + uniqueName("later"))
 	ba := access(ac.Name, c.Name)
 	create(t, ba)
-	rv := condition(t, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources)
+	rv := testenv.Condition(t, env, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources)
 	if !strings.Contains(rv.Message, ac.Name) {
 		t.Errorf("message %q does not name the class", rv.Message)
 	}
 	create(t, ac)
-	eventually(t, func() error {
+	testenv.Eventually(t, func() error {
 		get(t, ba)
 		if rv := meta.FindStatusCondition(ba.Status.Conditions, cosiapi.ConditionResourcesValidated); rv == nil || !strings.Contains(rv.Message, "BucketClaim "+c.Name+" does not exist") {
 			return fmt.Errorf("not waiting for the claim: %+v", ba.Status.Conditions)
@@ -231,7 +232,7 @@ func TestAccessWaitsForClassAndClaim(t *testing.T) {
 	create(t, class)
 	create(t, c)
 	provisionAsSidecar(t, boundBucket(t, c), metav1.ConditionTrue, cosiapi.ProtocolS3)
-	condition(t, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid)
+	testenv.Condition(t, env, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid)
 }
 
 func TestNoAccessToADeletingClaim(t *testing.T) {
@@ -250,7 +251,7 @@ func TestNoAccessToADeletingClaim(t *testing.T) {
 	create(t, ac)
 	ba := access(ac.Name, c.Name)
 	create(t, ba)
-	rv := condition(t, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonInvalidReference)
+	rv := testenv.Condition(t, env, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonInvalidReference)
 	if !strings.Contains(rv.Message, "being deleted") {
 		t.Errorf("message %q", rv.Message)
 	}

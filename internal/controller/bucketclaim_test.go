@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/testenv"
 )
 
 func TestDynamicClaim(t *testing.T) {
@@ -43,14 +44,14 @@ func TestDynamicClaim(t *testing.T) {
 		!maps.Equal(b.Spec.Parameters, want.Parameters) || b.Spec.BucketClaimRef != want.BucketClaimRef {
 		t.Errorf("Bucket spec %+v\nwant %+v", b.Spec, want)
 	}
-	condition(t, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning)
+	testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning)
 
 	provisionAsSidecar(t, b, metav1.ConditionTrue, cosiapi.ProtocolS3, cosiapi.ProtocolGCS)
-	p := condition(t, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned)
+	p := testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned)
 	if p.ObservedGeneration != c.Generation {
 		t.Errorf("observedGeneration %d, generation %d", p.ObservedGeneration, c.Generation)
 	}
-	condition(t, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid)
+	testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid)
 	if !slices.Equal(c.Status.Protocols, []cosiapi.Protocol{cosiapi.ProtocolS3, cosiapi.ProtocolGCS}) {
 		t.Errorf("claim protocols %v, want the Bucket's", c.Status.Protocols)
 	}
@@ -65,7 +66,7 @@ func TestDynamicClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	touched := c.ResourceVersion
-	never(t, time.Second, func() error {
+	testenv.Never(t, time.Second, func() error {
 		get(t, c)
 		if c.ResourceVersion != touched {
 			return fmt.Errorf("a provisioned claim was written again on reconcile: status %+v", c.Status.Conditions)
@@ -86,7 +87,7 @@ func TestClaimMirrorsTheBucket(t *testing.T) {
 		c := claim(class.Name)
 		create(t, c)
 		b := boundBucket(t, c)
-		eventually(t, func() error {
+		testenv.Eventually(t, func() error {
 			if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
 				return err
 			}
@@ -96,12 +97,12 @@ func TestClaimMirrorsTheBucket(t *testing.T) {
 			}
 			return env.Client.Status().Update(t.Context(), b)
 		})
-		pc := condition(t, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
+		pc := testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
 		if !strings.Contains(pc.Message, "bad region") {
 			t.Errorf("claim message %q", pc.Message)
 		}
-		condition(t, c, claimConditions, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, cosiapi.ReasonDriverError)
-		eventually(t, func() error {
+		testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, cosiapi.ReasonDriverError)
+		testenv.Eventually(t, func() error {
 			var list corev1.EventList
 			if err := env.Client.List(t.Context(), &list, client.InNamespace(testNamespace)); err != nil {
 				return err
@@ -121,7 +122,7 @@ func TestClaimMirrorsTheBucket(t *testing.T) {
 		create(t, c)
 		b := boundBucket(t, c)
 		provisionAsSidecar(t, b, metav1.ConditionUnknown)
-		condition(t, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning)
+		testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning)
 	})
 
 	t.Run("a protocol the Bucket lacks", func(t *testing.T) {
@@ -129,7 +130,7 @@ func TestClaimMirrorsTheBucket(t *testing.T) {
 		c := claim(class.Name, cosiapi.ProtocolS3, cosiapi.ProtocolAzure)
 		create(t, c)
 		provisionAsSidecar(t, boundBucket(t, c), metav1.ConditionTrue, cosiapi.ProtocolS3)
-		rv := condition(t, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonUnsupportedProtocol)
+		rv := testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonUnsupportedProtocol)
 		if !strings.Contains(rv.Message, "Azure") {
 			t.Errorf("message %q does not name the missing protocol", rv.Message)
 		}
@@ -141,7 +142,7 @@ func TestClaimWaitsForItsClass(t *testing.T) {
 	class := bucketClass(cosiapi.DeletionPolicyDelete)
 	c := claim(class.Name)
 	create(t, c)
-	rv := condition(t, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources)
+	rv := testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources)
 	if !strings.Contains(rv.Message, class.Name) {
 		t.Errorf("message %q does not name the class", rv.Message)
 	}
@@ -160,18 +161,18 @@ func TestBucketWentMissing(t *testing.T) {
 	create(t, c)
 	b := boundBucket(t, c)
 	provisionAsSidecar(t, b, metav1.ConditionTrue, cosiapi.ProtocolS3)
-	condition(t, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid)
+	testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid)
 
 	if err := env.Client.Delete(t.Context(), b); err != nil {
 		t.Fatal(err)
 	}
 	finishAsSidecar(t, b) // an admin forced it away
-	gone(t, b)
-	rv := condition(t, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonInvalidReference)
+	env.Gone(t, b)
+	rv := testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonInvalidReference)
 	if !strings.Contains(rv.Message, "went missing") {
 		t.Errorf("message %q", rv.Message)
 	}
-	never(t, time.Second, func() error {
+	testenv.Never(t, time.Second, func() error {
 		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), &cosiapi.Bucket{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("the missing Bucket was re-created: %v", err)
 		}
@@ -195,9 +196,9 @@ func TestStaticClaim(t *testing.T) {
 		b := staticBucket(c.Name)
 		c.Spec.ExistingBucketName = b.Name
 		create(t, c)
-		condition(t, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources)
+		testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources)
 		create(t, b) // the Bucket watch wakes the claim
-		eventually(t, func() error {
+		testenv.Eventually(t, func() error {
 			get(t, b)
 			if b.Spec.BucketClaimRef.UID != c.UID {
 				return fmt.Errorf("bucket claimRef uid %q, want %q", b.Spec.BucketClaimRef.UID, c.UID)
@@ -209,7 +210,7 @@ func TestStaticClaim(t *testing.T) {
 			t.Errorf("boundBucketName %q", c.Status.BoundBucketName)
 		}
 		provisionAsSidecar(t, b, metav1.ConditionTrue, cosiapi.ProtocolS3)
-		condition(t, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned)
+		testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned)
 	})
 	t.Run("does not bind to a Bucket reserved for another claim", func(t *testing.T) {
 		t.Parallel()
@@ -218,11 +219,11 @@ func TestStaticClaim(t *testing.T) {
 		c := &cosiapi.BucketClaim{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("claim"), Namespace: testNamespace},
 			Spec: cosiapi.BucketClaimSpec{ExistingBucketName: b.Name}}
 		create(t, c)
-		rv := condition(t, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonInvalidReference)
+		rv := testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonInvalidReference)
 		if !strings.Contains(rv.Message, "someone-else") {
 			t.Errorf("message %q", rv.Message)
 		}
-		condition(t, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
+		testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
 		get(t, b)
 		if b.Spec.BucketClaimRef.UID != "" {
 			t.Errorf("the other claim's Bucket was bound: uid %q", b.Spec.BucketClaimRef.UID)
@@ -231,7 +232,7 @@ func TestStaticClaim(t *testing.T) {
 		if err := env.Client.Delete(t.Context(), c); err != nil {
 			t.Fatal(err)
 		}
-		gone(t, c)
+		env.Gone(t, c)
 		get(t, b)
 		if _, ok := b.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted]; ok || b.DeletionTimestamp != nil {
 			t.Errorf("deleting an unbound claim touched the Bucket: %v", b.Annotations)
@@ -250,7 +251,7 @@ func TestClaimDeletion(t *testing.T) {
 			create(t, c)
 			b := boundBucket(t, c)
 			provisionAsSidecar(t, b, metav1.ConditionTrue, cosiapi.ProtocolS3)
-			condition(t, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned)
+			testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned)
 			// The class may be gone: the Bucket carries what deletion needs.
 			if err := env.Client.Delete(t.Context(), class); err != nil {
 				t.Fatal(err)
@@ -259,7 +260,7 @@ func TestClaimDeletion(t *testing.T) {
 			if err := env.Client.Delete(t.Context(), c); err != nil {
 				t.Fatal(err)
 			}
-			gone(t, c)
+			env.Gone(t, c)
 			get(t, b)
 			if b.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] == "" {
 				t.Errorf("the Bucket lacks the %s annotation", cosiapi.AnnotationBucketClaimBeingDeleted)
@@ -284,7 +285,7 @@ func TestAdminDeletesABucket(t *testing.T) {
 	if err := env.Client.Delete(t.Context(), b); err != nil {
 		t.Fatal(err)
 	}
-	never(t, time.Second, func() error {
+	testenv.Never(t, time.Second, func() error {
 		get(t, b)
 		if b.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] != "" {
 			return fmt.Errorf("the Bucket was released while its claim exists")
@@ -294,7 +295,7 @@ func TestAdminDeletesABucket(t *testing.T) {
 	if err := env.Client.Delete(t.Context(), c); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, func() error {
+	testenv.Eventually(t, func() error {
 		get(t, b)
 		if b.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] == "" {
 			return fmt.Errorf("not released after the claim was deleted")
@@ -308,7 +309,7 @@ func TestAdminDeletesABucket(t *testing.T) {
 	if err := env.Client.Delete(t.Context(), orphan); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, func() error {
+	testenv.Eventually(t, func() error {
 		get(t, orphan)
 		if orphan.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] == "" {
 			return fmt.Errorf("a deleted Bucket without a claim was not released")
@@ -333,7 +334,7 @@ func TestUnprovisionedBucketIsCreatedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	finishAsSidecar(t, b)
-	eventually(t, func() error {
+	testenv.Eventually(t, func() error {
 		again := &cosiapi.Bucket{}
 		again.Name = b.Name
 		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(again), again); err != nil {

@@ -6,10 +6,8 @@ import (
 	"os"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/go-logr/logr"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -88,57 +86,6 @@ func get(t *testing.T, obj client.Object) {
 	}
 }
 
-// eventually polls f until it returns nil, with a generous timeout: it waits for reconciliation,
-// it does not measure speed.
-func eventually(t *testing.T, f func() error) {
-	t.Helper()
-	var err error
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if err = f(); err == nil {
-			return
-		}
-	}
-	t.Fatalf("timed out: %v", err)
-}
-
-// never checks for a while that f keeps returning nil.
-func never(t *testing.T, d time.Duration, f func() error) {
-	t.Helper()
-	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if err := f(); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func gone(t *testing.T, obj client.Object) {
-	t.Helper()
-	eventually(t, func() error {
-		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("%s still exists (finalizers %v, annotations %v)", obj.GetName(), obj.GetFinalizers(), obj.GetAnnotations())
-	})
-}
-
-// condition waits until the object has the condition with the status and reason, and returns it.
-func condition[T client.Object](t *testing.T, obj T, conds func(T) []metav1.Condition, typ string, s metav1.ConditionStatus, reason string) metav1.Condition {
-	t.Helper()
-	var found metav1.Condition
-	eventually(t, func() error {
-		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); err != nil {
-			return err
-		}
-		c := meta.FindStatusCondition(conds(obj), typ)
-		if c == nil || c.Status != s || c.Reason != reason {
-			return fmt.Errorf("%s: want %s=%s (%s), have %+v", obj.GetName(), typ, s, reason, conds(obj))
-		}
-		found = *c
-		return nil
-	})
-	return found
-}
-
 func claimConditions(c *cosiapi.BucketClaim) []metav1.Condition   { return c.Status.Conditions }
 func accessConditions(a *cosiapi.BucketAccess) []metav1.Condition { return a.Status.Conditions }
 
@@ -186,7 +133,7 @@ func access(class string, claims ...string) *cosiapi.BucketAccess {
 func boundBucket(t *testing.T, c *cosiapi.BucketClaim) *cosiapi.Bucket {
 	t.Helper()
 	b := &cosiapi.Bucket{}
-	eventually(t, func() error {
+	testenv.Eventually(t, func() error {
 		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(c), c); err != nil {
 			return err
 		}
@@ -202,7 +149,7 @@ func boundBucket(t *testing.T, c *cosiapi.BucketClaim) *cosiapi.Bucket {
 // provisionAsSidecar does what the sidecar does once the driver created the bucket.
 func provisionAsSidecar(t *testing.T, b *cosiapi.Bucket, s metav1.ConditionStatus, protocols ...cosiapi.Protocol) {
 	t.Helper()
-	eventually(t, func() error {
+	testenv.Eventually(t, func() error {
 		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
 			return err
 		}
@@ -226,7 +173,7 @@ func provisionAsSidecar(t *testing.T, b *cosiapi.Bucket, s metav1.ConditionStatu
 // finishAsSidecar does what the sidecar does when a deleting Bucket may go: remove its finalizer.
 func finishAsSidecar(t *testing.T, obj client.Object) {
 	t.Helper()
-	eventually(t, func() error {
+	testenv.Eventually(t, func() error {
 		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); err != nil {
 			return client.IgnoreNotFound(err)
 		}

@@ -52,6 +52,8 @@ func (r *BucketReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Op
 
 // Reconcile handles one Bucket.
 func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	ctx, cancel := finishOnShutdown(ctx)
+	defer cancel()
 	bucket := &cosiapi.Bucket{}
 	if err := r.Client.Get(ctx, req.NamespacedName, bucket); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)

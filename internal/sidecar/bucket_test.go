@@ -13,6 +13,7 @@ import (
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/drivers/memory"
+	"github.com/kube-cosi/cosi/internal/testenv"
 	cosi "github.com/kube-cosi/cosi/proto"
 )
 
@@ -55,7 +56,7 @@ func TestDynamicBucket(t *testing.T) {
 				t.Errorf("no protection finalizer: %v", b.Finalizers)
 			}
 			for _, typ := range []string{cosiapi.ConditionProvisionFailed} {
-				if c := condition(t, b, bucketConditions, typ, metav1.ConditionFalse, cosiapi.ReasonDriverSucceeded); c.ObservedGeneration != b.Generation {
+				if c := testenv.Condition(t, env, b, bucketConditions, typ, metav1.ConditionFalse, cosiapi.ReasonDriverSucceeded); c.ObservedGeneration != b.Generation {
 					t.Errorf("%s observedGeneration %d, generation %d", typ, c.ObservedGeneration, b.Generation)
 				}
 			}
@@ -64,7 +65,7 @@ func TestDynamicBucket(t *testing.T) {
 			}
 
 			deleteAsController(t, b)
-			gone(t, b)
+			env.Gone(t, b)
 			if got := h.driver.Backend().BucketExists(b.Status.BucketID); got == tc.wantDriverEmpty {
 				t.Errorf("after deleting a %s Bucket the backend bucket exists=%v", tc.policy, got)
 			}
@@ -94,11 +95,11 @@ func TestDeletionWaitsForTheClaim(t *testing.T) {
 	if err := env.Client.Delete(t.Context(), b); err != nil {
 		t.Fatal(err)
 	}
-	c := condition(t, b, bucketConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonDeletionBlocked)
+	c := testenv.Condition(t, env, b, bucketConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonDeletionBlocked)
 	if !strings.Contains(c.Message, b.Spec.BucketClaimRef.Name) {
 		t.Errorf("the condition does not name the claim: %q", c.Message)
 	}
-	never(t, time.Second, func() error {
+	testenv.Never(t, time.Second, func() error {
 		if n := h.calls.count("DriverDeleteBucket"); n != 0 {
 			return fmt.Errorf("DriverDeleteBucket called %d times before the claim was deleting", n)
 		}
@@ -106,7 +107,7 @@ func TestDeletionWaitsForTheClaim(t *testing.T) {
 	})
 
 	annotate(t, b, cosiapi.AnnotationBucketClaimBeingDeleted)
-	gone(t, b)
+	env.Gone(t, b)
 	if h.driver.Backend().BucketExists(b.Name) {
 		t.Error("the backend bucket exists after deletion")
 	}
@@ -128,11 +129,11 @@ func TestStaticBucket(t *testing.T) {
 	t.Run("appears later", func(t *testing.T) {
 		b := static("legacy-later")
 		h.create(b)
-		c := condition(t, b, bucketConditions, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, cosiapi.ReasonDriverError)
+		c := testenv.Condition(t, env, b, bucketConditions, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, cosiapi.ReasonDriverError)
 		if !strings.Contains(c.Message, "NotFound") {
 			t.Errorf("ProvisionFailed message %q does not say NotFound", c.Message)
 		}
-		condition(t, b, bucketConditions, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning)
+		testenv.Condition(t, env, b, bucketConditions, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning)
 		if ev := events(t, b); !slices.ContainsFunc(ev, func(e string) bool { return strings.HasPrefix(e, cosiapi.EventFailedCreateBucket) }) {
 			t.Errorf("no %s event: %v", cosiapi.EventFailedCreateBucket, ev)
 		}
@@ -156,12 +157,12 @@ func TestStaticBucket(t *testing.T) {
 		b := static("legacy-versioned")
 		b.Spec.Parameters = map[string]string{memory.ParamVersioning: "false"}
 		h.create(b)
-		c := condition(t, b, bucketConditions, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
+		c := testenv.Condition(t, env, b, bucketConditions, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
 		if !strings.Contains(c.Message, "AlreadyExists") {
 			t.Errorf("Provisioned message %q does not say AlreadyExists", c.Message)
 		}
 		before := h.calls.count("DriverGetBucket/AlreadyExists")
-		never(t, time.Second, func() error {
+		testenv.Never(t, time.Second, func() error {
 			if n := h.calls.count("DriverGetBucket/AlreadyExists"); n != before {
 				return fmt.Errorf("a final error was retried: %d calls, then %d", before, n)
 			}
@@ -175,7 +176,7 @@ func TestStaticBucket(t *testing.T) {
 		}
 		b := static("legacy-s3", cosiapi.ProtocolGCS)
 		h.create(b)
-		condition(t, b, bucketConditions, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
+		testenv.Condition(t, env, b, bucketConditions, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
 	})
 
 	t.Run("Retain never deletes", func(t *testing.T) {
@@ -186,7 +187,7 @@ func TestStaticBucket(t *testing.T) {
 		h.create(b)
 		provisioned(t, b, bucketConditions)
 		deleteAsController(t, b)
-		gone(t, b)
+		env.Gone(t, b)
 		if !h.driver.Backend().BucketExists("legacy-kept") {
 			t.Error("a retained imported bucket was deleted in the backend")
 		}
@@ -200,7 +201,7 @@ func TestTransientErrorsHeal(t *testing.T) {
 	b := h.bucket(cosiapi.DeletionPolicyDelete)
 	h.create(b)
 	provisioned(t, b, bucketConditions)
-	condition(t, b, bucketConditions, cosiapi.ConditionProvisionFailed, metav1.ConditionFalse, cosiapi.ReasonDriverSucceeded)
+	testenv.Condition(t, env, b, bucketConditions, cosiapi.ConditionProvisionFailed, metav1.ConditionFalse, cosiapi.ReasonDriverSucceeded)
 	if ok, failed := h.calls.count("DriverCreateBucket/OK"), h.calls.count("DriverCreateBucket/Unavailable"); ok != 1 || failed != 3 {
 		t.Errorf("DriverCreateBucket: %d OK, %d Unavailable; want 1 and 3", ok, failed)
 	}
@@ -215,11 +216,11 @@ func TestFinalErrorIsNotRetried(t *testing.T) {
 	b := h.bucket(cosiapi.DeletionPolicyDelete)
 	b.Spec.Parameters = map[string]string{memory.ParamVersioning: "maybe"}
 	h.create(b)
-	c := condition(t, b, bucketConditions, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
+	c := testenv.Condition(t, env, b, bucketConditions, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
 	if !strings.Contains(c.Message, "DriverGenerateBucketId: InvalidArgument") || !strings.Contains(c.Message, "versioning") {
 		t.Errorf("the condition does not carry the driver's message: %q", c.Message)
 	}
-	never(t, time.Second, func() error {
+	testenv.Never(t, time.Second, func() error {
 		if n := h.calls.count("DriverGenerateBucketId"); n != 1 {
 			return fmt.Errorf("DriverGenerateBucketId called %d times; a final error must not be retried", n)
 		}
@@ -233,7 +234,7 @@ func TestFinalErrorIsNotRetried(t *testing.T) {
 
 	// A final error on a Bucket being deleted before it got an ID: nothing to delete in the backend.
 	deleteAsController(t, b)
-	gone(t, b)
+	env.Gone(t, b)
 	if n := h.calls.count("DriverDeleteBucket"); n != 0 {
 		t.Errorf("DriverDeleteBucket called %d times for a bucket that never got an ID", n)
 	}
@@ -247,7 +248,7 @@ func TestRestartBetweenPhases(t *testing.T) {
 	h.faults.Set(0, memory.Fault{Method: "DriverCreateBucket", Code: 14 /* Unavailable */, Rate: 1})
 	b := h.bucket(cosiapi.DeletionPolicyDelete)
 	h.create(b)
-	eventually(t, func() error {
+	testenv.Eventually(t, func() error {
 		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
 			return err
 		}

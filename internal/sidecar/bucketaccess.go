@@ -117,6 +117,8 @@ func (r *BucketAccessReconciler) accessesForBucket(ctx context.Context, o client
 
 // Reconcile handles one BucketAccess.
 func (r *BucketAccessReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	ctx, cancel := finishOnShutdown(ctx)
+	defer cancel()
 	ba := &cosiapi.BucketAccess{}
 	if err := r.Client.Get(ctx, req.NamespacedName, ba); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)

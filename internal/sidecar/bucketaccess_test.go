@@ -17,6 +17,7 @@ import (
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/drivers/memory"
+	"github.com/kube-cosi/cosi/internal/testenv"
 	cosi "github.com/kube-cosi/cosi/proto"
 )
 
@@ -78,7 +79,7 @@ func deleteAccess(t *testing.T, ba *cosiapi.BucketAccess) {
 	if err := env.Client.Delete(t.Context(), ba); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, func() error {
+	testenv.Eventually(t, func() error {
 		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(ba), ba); err != nil {
 			return err
 		}
@@ -91,7 +92,7 @@ func deleteAccess(t *testing.T, ba *cosiapi.BucketAccess) {
 	if err := env.Client.Update(t.Context(), ba); err != nil {
 		t.Fatal(err)
 	}
-	gone(t, ba)
+	env.Gone(t, ba)
 }
 
 func TestAccessLifecycle(t *testing.T) {
@@ -138,12 +139,12 @@ func TestAccessLifecycle(t *testing.T) {
 			}
 
 			deleteAccess(t, ba)
-			gone(t, s)
+			env.Gone(t, s)
 			if h.driver.Backend().Allowed(creds, b.Status.BucketID, memory.ObjectData, false) || len(h.driver.Backend().Accounts()) != 0 {
 				t.Errorf("the access was not revoked: accounts %v", h.driver.Backend().Accounts())
 			}
 			deleteAsController(t, b)
-			gone(t, b)
+			env.Gone(t, b)
 			if bs, as := h.driver.Backend().Buckets(), h.driver.Backend().Accounts(); len(bs)+len(as) != 0 {
 				t.Errorf("the driver is not empty after deleting everything: buckets %v, accounts %v", bs, as)
 			}
@@ -212,11 +213,11 @@ func TestOutOfRange(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, memory.Config{SingleBucketAccess: true})
 	ba := h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, h.provisionedBucket(cosiapi.ProtocolS3), h.provisionedBucket(cosiapi.ProtocolS3))
-	c := condition(t, ba, accessConditions, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
+	c := testenv.Condition(t, env, ba, accessConditions, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
 	if !strings.Contains(c.Message, "OutOfRange") {
 		t.Errorf("Provisioned message %q does not say OutOfRange", c.Message)
 	}
-	never(t, time.Second, func() error {
+	testenv.Never(t, time.Second, func() error {
 		if n := h.calls.count("DriverGenerateBucketAccessId"); n != 1 {
 			return fmt.Errorf("DriverGenerateBucketAccessId called %d times; OutOfRange is final", n)
 		}
@@ -257,7 +258,7 @@ func TestPrecreatedSecretIsNotOverwritten(t *testing.T) {
 	if err := env.Client.Status().Update(t.Context(), ba); err != nil {
 		t.Fatal(err)
 	}
-	c := condition(t, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonSecretConflict)
+	c := testenv.Condition(t, env, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonSecretConflict)
 	if !strings.Contains(c.Message, "mine") {
 		t.Errorf("the condition does not name the Secret: %q", c.Message)
 	}
@@ -280,7 +281,7 @@ func TestAccessWaitsForTheBucket(t *testing.T) {
 	b := h.bucket(cosiapi.DeletionPolicyDelete, cosiapi.ProtocolS3)
 	h.create(b)
 	ba := h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b)
-	condition(t, ba, accessConditions, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources)
+	testenv.Condition(t, env, ba, accessConditions, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources)
 	if ev := events(t, ba); !slices.ContainsFunc(ev, func(e string) bool { return strings.HasPrefix(e, cosiapi.EventWaitingForBucket) }) {
 		t.Errorf("no %s event: %v", cosiapi.EventWaitingForBucket, ev)
 	}
@@ -294,7 +295,7 @@ func TestNoAccessToADeletingBucket(t *testing.T) {
 	b := h.provisionedBucket(cosiapi.ProtocolS3)
 	annotate(t, b, cosiapi.AnnotationBucketClaimBeingDeleted)
 	ba := h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b)
-	c := condition(t, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonInvalidReference)
+	c := testenv.Condition(t, env, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonInvalidReference)
 	if !strings.Contains(c.Message, "being deleted") {
 		t.Errorf("condition message %q", c.Message)
 	}
@@ -316,7 +317,7 @@ func TestLostSecretIsWrittenAgain(t *testing.T) {
 	if err := env.Client.Delete(t.Context(), s); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, func() error {
+	testenv.Eventually(t, func() error {
 		again := &corev1.Secret{}
 		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(s), again); err != nil {
 			return err
@@ -334,7 +335,7 @@ func TestAccessRestartBetweenPhases(t *testing.T) {
 	b := h.provisionedBucket(cosiapi.ProtocolS3)
 	h.faults.Set(0, memory.Fault{Method: "DriverGrantBucketAccess", Code: 14 /* Unavailable */, Rate: 1})
 	ba := h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b)
-	eventually(t, func() error {
+	testenv.Eventually(t, func() error {
 		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(ba), ba); err != nil {
 			return err
 		}

@@ -1,8 +1,11 @@
 package sidecar
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"time"
 
 	"google.golang.org/grpc/status"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -36,22 +39,25 @@ func result(err error) (reconcile.Result, error) {
 		return apiutil.Result(err)
 	}
 	var rpc rpcError
-	if asRPC(err, &rpc) && !rpc.retryable() {
+	if errors.As(err, &rpc) && !rpc.retryable() {
 		return reconcile.Result{}, reconcile.TerminalError(err)
 	}
 	return reconcile.Result{}, err
-}
-
-func asRPC(err error, target *rpcError) bool {
-	e, ok := err.(rpcError)
-	if ok {
-		*target = e
-	}
-	return ok
 }
 
 // finalError is an error that retrying cannot fix (an invalid combination of objects); it is
 // recorded in conditions and not retried until the object changes.
 func finalError(format string, args ...any) error {
 	return reconcile.TerminalError(fmt.Errorf(format, args...))
+}
+
+// operationTimeout bounds a reconcile that outlives a shutdown.
+const operationTimeout = 2 * time.Minute
+
+// finishOnShutdown detaches a reconcile from the manager's shutdown: when the sidecar stops, a
+// reconcile in flight still records what the driver did. Otherwise a driver call that succeeded
+// could not write its result, and the next sidecar would repeat it (one extra DriverGrantBucketAccess
+// per object in flight at each restart, measured by cosi-bench).
+func finishOnShutdown(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), operationTimeout)
 }

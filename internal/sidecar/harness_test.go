@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -164,30 +163,6 @@ func (h *harness) startSidecar() {
 	h.t.Cleanup(h.stop)
 }
 
-// eventually polls f until it returns nil, failing the test with f's last error after a generous
-// timeout. It waits for reconciliation; it does not measure speed.
-func eventually(t *testing.T, f func() error) {
-	t.Helper()
-	var err error
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if err = f(); err == nil {
-			return
-		}
-	}
-	t.Fatalf("timed out: %v", err)
-}
-
-// never checks for a while that f keeps returning nil: for "must not retry" and "must not
-// delete" properties.
-func never(t *testing.T, d time.Duration, f func() error) {
-	t.Helper()
-	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if err := f(); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 var objCounter atomic.Int64
 
 func uniqueName(prefix string) string {
@@ -217,7 +192,7 @@ func (h *harness) create(obj client.Object) {
 // provisioned waits until the object's Provisioned condition is True and returns it fresh.
 func provisioned[T client.Object](t *testing.T, obj T, conds func(T) []metav1.Condition) T {
 	t.Helper()
-	eventually(t, func() error {
+	testenv.Eventually(t, func() error {
 		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); err != nil {
 			return err
 		}
@@ -233,40 +208,10 @@ func provisioned[T client.Object](t *testing.T, obj T, conds func(T) []metav1.Co
 func bucketConditions(b *cosiapi.Bucket) []metav1.Condition       { return b.Status.Conditions }
 func accessConditions(a *cosiapi.BucketAccess) []metav1.Condition { return a.Status.Conditions }
 
-// condition waits until the object has condition typ with the status and reason.
-func condition[T client.Object](t *testing.T, obj T, conds func(T) []metav1.Condition, typ string, s metav1.ConditionStatus, reason string) metav1.Condition {
-	t.Helper()
-	var found metav1.Condition
-	eventually(t, func() error {
-		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); err != nil {
-			return err
-		}
-		c := meta.FindStatusCondition(conds(obj), typ)
-		if c == nil || c.Status != s || c.Reason != reason {
-			return fmt.Errorf("%s: want %s=%s (%s), have %+v", obj.GetName(), typ, s, reason, conds(obj))
-		}
-		found = *c
-		return nil
-	})
-	return found
-}
-
-// gone waits until the object no longer exists.
-func gone(t *testing.T, obj client.Object) {
-	t.Helper()
-	eventually(t, func() error {
-		err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(obj), obj)
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("%s still exists (finalizers %v): %v", obj.GetName(), obj.GetFinalizers(), err)
-	})
-}
-
 // annotate sets an annotation as the controller does.
 func annotate(t *testing.T, obj client.Object, key string) {
 	t.Helper()
-	eventually(t, func() error {
+	testenv.Eventually(t, func() error {
 		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); err != nil {
 			return err
 		}

@@ -106,7 +106,6 @@ func utilruntimeMust(err error) {
 }
 
 func newManager(cfg *rest.Config, opts Options, info *cosi.DriverGetInfoResponse, log logr.Logger) (ctrl.Manager, error) {
-	// Cache only the Secrets COSI wrote, not every Secret of the cluster.
 	ours, err := labels.NewRequirement(cosiapi.LabelBucketAccessUID, selection.Exists, nil)
 	if err != nil {
 		return nil, err
@@ -114,9 +113,12 @@ func newManager(cfg *rest.Config, opts Options, info *cosi.DriverGetInfoResponse
 	return ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: Scheme(),
 		Logger: log,
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Secret{}: {Label: labels.NewSelector().Add(*ours)},
-		}},
+		Cache: cache.Options{
+			// Cache only the Secrets COSI wrote, and no object's managedFields, which COSI never
+			// reads and which would take much of the cache's memory.
+			ByObject:         map[client.Object]cache.ByObject{&corev1.Secret{}: {Label: labels.NewSelector().Add(*ours)}},
+			DefaultTransform: cache.TransformStripManagedFields(),
+		},
 		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddress},
 		HealthProbeBindAddress:        opts.HealthAddress,
 		LeaderElection:                opts.LeaderElection,

@@ -20,6 +20,7 @@ import (
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/drivers/memory"
 	"github.com/kube-cosi/cosi/internal/sidecar"
+	"github.com/kube-cosi/cosi/internal/testenv"
 )
 
 func TestDriverDownAtStartup(t *testing.T) {
@@ -133,7 +134,7 @@ func TestLeaderElectionHealthAndMetrics(t *testing.T) {
 	}
 
 	lease := &coordinationv1.Lease{}
-	eventually(t, func() error {
+	testenv.Eventually(t, func() error {
 		if err := env.Client.Get(t.Context(), types.NamespacedName{Namespace: sidecarNamespace, Name: sidecar.LeaseName(h.name)}, lease); err != nil {
 			return err
 		}
@@ -149,7 +150,7 @@ func TestLeaderElectionHealthAndMetrics(t *testing.T) {
 		t.Errorf("DriverCreateBucket called %d times by two sidecars, want 1 (one leader)", n)
 	}
 
-	eventually(t, func() error {
+	testenv.Eventually(t, func() error {
 		for _, path := range []string{"/healthz", "/readyz"} {
 			resp, err := http.Get("http://" + health + path)
 			if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/drivers/memory"
+	"github.com/kube-cosi/cosi/internal/testenv"
 )
 
 // TestDynamicLifecycle: create a bucket and an access, use the credentials, delete both. Delete
@@ -36,16 +37,16 @@ func TestDynamicLifecycle(t *testing.T) {
 			}
 
 			del(t, ba)
-			gone(t, ba)
+			env.Gone(t, ba)
 			if backend.Allowed(creds, bucketID, memory.ObjectData, false) {
 				t.Error("the credentials still work after the BucketAccess was deleted")
 			}
 			bucket := &cosiapi.Bucket{}
 			bucket.Name = c.Status.BoundBucketName
 			del(t, c)
-			gone(t, c)
+			env.Gone(t, c)
 			if policy == cosiapi.DeletionPolicyDelete {
-				gone(t, bucket)
+				env.Gone(t, bucket)
 				if backend.BucketExists(bucketID) {
 					t.Error("the backend bucket exists after deleting a Delete claim")
 				}
@@ -89,9 +90,9 @@ func TestStaticImport(t *testing.T) {
 		t.Error("a ReadOnly access to the imported bucket is not exactly read-only")
 	}
 	del(t, ba)
-	gone(t, ba)
+	env.Gone(t, ba)
 	del(t, c)
-	gone(t, c)
+	env.Gone(t, c)
 	if !backend.BucketExists("legacy-data") {
 		t.Error("the imported bucket was deleted")
 	}
@@ -121,13 +122,13 @@ func TestMultiBucketAccess(t *testing.T) {
 		}
 	}
 	del(t, ba)
-	gone(t, ba)
+	env.Gone(t, ba)
 	for _, c := range []*cosiapi.BucketClaim{a, b} {
 		del(t, c)
-		gone(t, c)
+		env.Gone(t, c)
 	}
 	for _, id := range []string{idA, idB} {
-		eventually(t, func() error {
+		testenv.Eventually(t, func() error {
 			if backend.BucketExists(id) {
 				return errorf("bucket %s still exists in the backend", id)
 			}
@@ -160,9 +161,9 @@ func TestClaimDeletionWaitsForItsAccess(t *testing.T) {
 		t.Fatal("the bucket of a claim in use was deleted")
 	}
 	del(t, ba)
-	gone(t, ba)
-	gone(t, c)
-	eventually(t, func() error {
+	env.Gone(t, ba)
+	env.Gone(t, c)
+	testenv.Eventually(t, func() error {
 		if backend.BucketExists(bucketID) {
 			return errorf("bucket %s still exists in the backend", bucketID)
 		}
@@ -185,7 +186,7 @@ func BenchmarkClaimLifecycle(b *testing.B) {
 		provision = append(provision, time.Since(start))
 		start = time.Now()
 		del(b, c)
-		gone(b, c)
+		env.Gone(b, c)
 		deletion = append(deletion, time.Since(start))
 	}
 	b.ReportMetric(median(provision).Seconds()*1000, "ms-to-provisioned-p50")

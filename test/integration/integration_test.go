@@ -17,7 +17,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -138,22 +137,9 @@ func del(t testing.TB, obj client.Object) {
 	}
 }
 
-// eventually polls f until it returns nil, with a generous timeout: it waits for the system, it
-// does not measure it.
-func eventually(t testing.TB, f func() error) {
-	t.Helper()
-	var err error
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if err = f(); err == nil {
-			return
-		}
-	}
-	t.Fatalf("timed out: %v", err)
-}
-
 func provisioned(t testing.TB, obj client.Object) {
 	t.Helper()
-	eventually(t, func() error {
+	testenv.Eventually(t, func() error {
 		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
 			return err
 		}
@@ -170,16 +156,6 @@ func provisioned(t testing.TB, obj client.Object) {
 			return fmt.Errorf("%s not provisioned: %+v", obj.GetName(), conds)
 		}
 		return nil
-	})
-}
-
-func gone(t testing.TB, obj client.Object) {
-	t.Helper()
-	eventually(t, func() error {
-		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("%s still exists (finalizers %v, annotations %v)", obj.GetName(), obj.GetFinalizers(), obj.GetAnnotations())
 	})
 }
 

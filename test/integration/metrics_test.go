@@ -7,6 +7,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/testenv"
 )
 
 // TestOperationMetrics checks KEP-1979's controller metrics after one full lifecycle: a create and
@@ -26,12 +27,12 @@ func TestOperationMetrics(t *testing.T) {
 	bucket := &cosiapi.Bucket{}
 	bucket.Name = c.Status.BoundBucketName
 	del(t, ba)
-	gone(t, ba)
+	env.Gone(t, ba)
 	del(t, c)
-	gone(t, c)
-	gone(t, bucket)
+	env.Gone(t, c)
+	env.Gone(t, bucket)
 
-	eventually(t, func() error {
+	testenv.Eventually(t, func() error {
 		after := operationCounts(t)
 		for _, kind := range []string{"BucketClaim", "Bucket", "BucketAccess"} {
 			for _, op := range []string{"Create", "Delete"} {
