@@ -191,3 +191,27 @@ func TestLeaderElectionHealthAndMetrics(t *testing.T) {
 		t.Errorf("no %s series for driver %s, DriverCreateBucket, OK", metric, h.name)
 	}
 }
+
+// TestStopFinishesTheGrantInFlight: a sidecar stopped while the driver grants records the grant,
+// so the next sidecar does not grant again.
+func TestStopFinishesTheGrantInFlight(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, memory.Config{})
+	b := h.provisionedBucket(cosiapi.ProtocolS3)
+	h.faults.Set(time.Second) // every call now takes a second
+	ba := h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b)
+	testenv.Eventually(t, func() error {
+		if h.calls.count("DriverGenerateBucketAccessId") == 0 {
+			return fmt.Errorf("phase 1 not done yet")
+		}
+		return nil
+	})
+	time.Sleep(300 * time.Millisecond) // DriverGrantBucketAccess is in flight
+	h.stop()
+	h.faults.Set(0)
+	h.startSidecar()
+	provisioned(t, ba, accessConditions)
+	if n := h.calls.count("DriverGrantBucketAccess"); n != 1 {
+		t.Errorf("DriverGrantBucketAccess called %d times across the stop, want 1: %v", n, h.calls.counts)
+	}
+}
