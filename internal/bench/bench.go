@@ -52,6 +52,9 @@ type SizeResult struct {
 	DeletionsPerSec                 float64 `json:"deletionsPerSec"`
 	DriverEmptyAfter                float64 `json:"driverEmptyAfterSec"`
 	Conflicts                       float64 `json:"conflicts"`
+	// CPUCores is the CPU used during the claims and accesses phases, in cores (CPU seconds per
+	// second of wall time), by process; "total" sums them.
+	CPUCores map[string]float64 `json:"cpuCores"`
 }
 
 // RunResult is one run.
@@ -334,6 +337,7 @@ func (s *system) throughput(ctx context.Context, n int) (SizeResult, error) {
 	if err != nil {
 		return sr, err
 	}
+	cpu0, wall0 := childCPU(), time.Now()
 	claims := make([]client.Object, n)
 	for i := range claims {
 		claims[i] = benchClaim(ns, i)
@@ -382,6 +386,7 @@ func (s *system) throughput(ctx context.Context, n int) (SizeResult, error) {
 		return sr, fmt.Errorf("accesses: %w", err)
 	}
 	sr.AccessesPerSec, sr.AccessP50, sr.AccessP90, sr.AccessP99 = latency(starts, done)
+	sr.CPUCores = cpuCores(cpu0, childCPU(), time.Since(wall0)-2500*time.Millisecond) // minus the pauses
 	time.Sleep(500 * time.Millisecond)
 	api3, drv3, _, _, err := s.scrape(ctx)
 	if err != nil {
@@ -436,4 +441,15 @@ func (s *system) waitDriverEmpty(ctx context.Context) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return fmt.Errorf("the driver still holds buckets or accounts after 10 minutes")
+}
+
+// cpuCores turns two CPU readings into cores used over wall.
+func cpuCores(before, after map[string]float64, wall time.Duration) map[string]float64 {
+	out := map[string]float64{}
+	for name, cpu := range after {
+		c := (cpu - before[name]) / wall.Seconds()
+		out[name] = c
+		out["total"] += c
+	}
+	return out
 }

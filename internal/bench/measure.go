@@ -206,3 +206,40 @@ func summarize(values []float64) stat {
 	}
 	return stat{Median: median, Min: s[0], Max: s[len(s)-1], Runs: values}
 }
+
+// childCPU returns the CPU seconds used so far by this process's children, by command name
+// (kube-apiserver, etcd, cosi-controller, ...), and by this process itself ("cosi-bench").
+func childCPU() map[string]float64 {
+	out := map[string]float64{}
+	self := os.Getpid()
+	if cpu, _, _, err := procStats(self); err == nil {
+		out["cosi-bench"] = cpu
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return out
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		s := string(stat)
+		open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || closing < 0 {
+			continue
+		}
+		fields := strings.Fields(s[closing+2:])
+		if ppid, _ := strconv.Atoi(fields[1]); ppid != self {
+			continue
+		}
+		if cpu, _, _, err := procStats(pid); err == nil {
+			out[s[open+1:closing]] += cpu
+		}
+	}
+	return out
+}

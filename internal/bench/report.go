@@ -72,6 +72,9 @@ func summarizeRuns(cfg Config, runs []RunResult) []Row {
 		add(p+"deletions/s (claims + accesses → gone)", "obj/s", size(func(s SizeResult) float64 { return s.DeletionsPerSec }), "", nil)
 		add(p+"delete all → driver empty", "s", size(func(s SizeResult) float64 { return s.DriverEmptyAfter }), "", nil)
 		add(p+"409 conflicts (whole cycle)", "responses", size(func(s SizeResult) float64 { return s.Conflicts }), "", nil)
+		for _, proc := range []string{"total", "kube-apiserver", "etcd", "cosi-controller", "cosi-sidecar", "cosi-driver-memory", "cosi-bench"} {
+			add(p+"CPU while provisioning: "+proc, "cores", size(func(s SizeResult) float64 { return s.CPUCores[proc] }), "", nil)
+		}
 	}
 	if cfg.RestartSize > 0 {
 		add(fmt.Sprintf("restarts mid-run (N=%d): DriverCreateBucket per claim", cfg.RestartSize), "calls", func(r RunResult) float64 { return r.RestartCreateRPCs }, "= 1", func(m float64) bool { return m == 1 })
