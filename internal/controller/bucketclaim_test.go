@@ -205,10 +205,14 @@ func TestStaticClaim(t *testing.T) {
 			}
 			return nil
 		})
-		get(t, c)
-		if c.Status.BoundBucketName != b.Name {
-			t.Errorf("boundBucketName %q", c.Status.BoundBucketName)
-		}
+		// The claim's status is written after the Bucket's UID, in the same reconcile.
+		testenv.Eventually(t, func() error {
+			get(t, c)
+			if c.Status.BoundBucketName != b.Name {
+				return fmt.Errorf("boundBucketName %q, want %q", c.Status.BoundBucketName, b.Name)
+			}
+			return nil
+		})
 		provisionAsSidecar(t, b, metav1.ConditionTrue, cosiapi.ProtocolS3)
 		testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned)
 	})
