@@ -243,13 +243,13 @@ func TestPrecreatedSecretIsNotOverwritten(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, memory.Config{})
 	b := h.provisionedBucket(cosiapi.ProtocolS3)
-	userSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "mine", Namespace: testNamespace}, StringData: map[string]string{"password": "user data"}}
+	userSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("mine"), Namespace: testNamespace}, StringData: map[string]string{"password": "user data"}}
 	h.create(userSecret)
 
 	ba := &cosiapi.BucketAccess{
 		ObjectMeta: metav1.ObjectMeta{Name: uniqueName("access"), Namespace: testNamespace},
 		Spec: cosiapi.BucketAccessSpec{BucketAccessClassName: "standard", Protocol: cosiapi.ProtocolS3, BucketClaims: []cosiapi.BucketClaimAccess{{
-			BucketClaimName: b.Spec.BucketClaimRef.Name, AccessSecretName: "mine", AccessModes: cosiapi.BucketAccessModes{ObjectData: cosiapi.BucketAccessModeReadWrite},
+			BucketClaimName: b.Spec.BucketClaimRef.Name, AccessSecretName: userSecret.Name, AccessModes: cosiapi.BucketAccessModes{ObjectData: cosiapi.BucketAccessModeReadWrite},
 		}}},
 	}
 	h.create(ba)
@@ -259,7 +259,7 @@ func TestPrecreatedSecretIsNotOverwritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := testenv.Condition(t, env, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonSecretConflict)
-	if !strings.Contains(c.Message, "mine") {
+	if !strings.Contains(c.Message, userSecret.Name) {
 		t.Errorf("the condition does not name the Secret: %q", c.Message)
 	}
 	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(userSecret), userSecret); err != nil {
