@@ -13,6 +13,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
+
 	"github.com/kube-cosi/cosi/internal/bench"
 	"github.com/kube-cosi/cosi/internal/testenv"
 )
@@ -43,6 +46,8 @@ func main() {
 		}
 		cfg.Sizes = append(cfg.Sizes, n)
 	}
+	// The benchmark's own watches log nothing worth reading; progress goes to standard error.
+	ctrl.SetLogger(logr.Discard())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if err := bench.Run(ctx, cfg, os.Stdout); err != nil {
