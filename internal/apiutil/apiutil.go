@@ -10,6 +10,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -133,4 +136,13 @@ var SpecOrLifecycleChanged = predicate.Funcs{
 			!o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp())
 	},
 	DeleteFunc: func(event.DeleteEvent) bool { return false },
+}
+
+// Scheme returns a scheme with the core Kubernetes types and the COSI types: what the controller,
+// the sidecar and the tests read and write.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(cosiapi.AddToScheme(s))
+	return s
 }

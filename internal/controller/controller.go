@@ -8,8 +8,6 @@ import (
 	"fmt"
 
 	"github.com/go-logr/logr"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -21,6 +19,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/apiutil"
 )
 
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch
@@ -49,22 +48,10 @@ const (
 	indexAccessesByClass = "spec.bucketAccessClassName"
 )
 
-// Scheme returns the scheme the controller uses.
-func Scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	if err := cosiapi.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	return s
-}
-
 // Run reconciles until ctx is done.
 func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) error {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: Scheme(),
+		Scheme: apiutil.Scheme(),
 		Logger: log,
 		// No object's managedFields in the cache: COSI never reads them, and they would take much
 		// of its memory.

@@ -2,11 +2,8 @@ package sidecar
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -80,9 +77,7 @@ func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket
 	if id := bucket.Spec.ExistingBucketID; id != "" {
 		resp, err := r.Driver.DriverGetBucket(ctx, &cosi.DriverGetBucketRequest{BucketId: id, Protocols: protocols, Parameters: bucket.Spec.Parameters})
 		if err != nil {
-			// NotFound is retried: the bucket may appear (KEP-1979 "DriverGetBucket").
-			retry := status.Code(err) == codes.NotFound || driver.Retryable(err)
-			return r.failed(ctx, bucket, rpcError{"DriverGetBucket", err}, retry, cosiapi.EventFailedCreateBucket)
+			return r.failed(ctx, bucket, rpcError{"DriverGetBucket", err}, cosiapi.EventFailedCreateBucket)
 		}
 		info = resp.GetProtocols()
 	} else {
@@ -91,8 +86,7 @@ func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket
 			// whatever phase 2 creates can always be deleted.
 			resp, err := r.Driver.DriverGenerateBucketId(ctx, &cosi.DriverGenerateBucketIdRequest{Name: bucket.Name, Protocols: protocols, Parameters: bucket.Spec.Parameters})
 			if err != nil {
-				rpc := rpcError{"DriverGenerateBucketId", err}
-				return r.failed(ctx, bucket, rpc, rpc.retryable(), cosiapi.EventFailedCreateBucket)
+				return r.failed(ctx, bucket, rpcError{"DriverGenerateBucketId", err}, cosiapi.EventFailedCreateBucket)
 			}
 			if resp.GetBucketId() == "" {
 				return r.invalid(ctx, bucket, cosiapi.ReasonProvisioningFailed, "DriverGenerateBucketId returned an empty bucket_id")
@@ -107,8 +101,7 @@ func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket
 		// Phase 2.
 		resp, err := r.Driver.DriverCreateBucket(ctx, &cosi.DriverCreateBucketRequest{BucketId: bucket.Status.BucketID, Protocols: protocols, Parameters: bucket.Spec.Parameters})
 		if err != nil {
-			rpc := rpcError{"DriverCreateBucket", err}
-			return r.failed(ctx, bucket, rpc, rpc.retryable(), cosiapi.EventFailedCreateBucket)
+			return r.failed(ctx, bucket, rpcError{"DriverCreateBucket", err}, cosiapi.EventFailedCreateBucket)
 		}
 		info = resp.GetProtocols()
 	}
@@ -135,12 +128,12 @@ func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket
 // failed records a failed driver call in conditions and a Warning event. Provisioned becomes
 // Unknown while the call will be retried, False when it will not, and stays True once the bucket
 // was provisioned (KEP-1979 "Conditions": a failing RPC does not undo a provisioned bucket).
-func (r *BucketReconciler) failed(ctx context.Context, bucket *cosiapi.Bucket, rpc rpcError, retry bool, eventReason string) error {
+func (r *BucketReconciler) failed(ctx context.Context, bucket *cosiapi.Bucket, rpc rpcError, eventReason string) error {
 	orig := bucket.DeepCopy()
 	g := bucket.Generation
 	apiutil.SetCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, cosiapi.ReasonDriverError, rpc.Error())
 	if !apiutil.IsTrue(bucket.Status.Conditions, cosiapi.ConditionProvisioned) && bucket.DeletionTimestamp == nil {
-		if retry {
+		if rpc.retryable() {
 			apiutil.SetCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, "retrying: "+rpc.Error())
 		} else {
 			apiutil.SetCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed, rpc.Error())
@@ -148,12 +141,9 @@ func (r *BucketReconciler) failed(ctx context.Context, bucket *cosiapi.Bucket, r
 	}
 	r.Recorder.Eventf(bucket, nil, corev1.EventTypeWarning, eventReason, rpc.method, apiutil.Truncate(rpc.Error()))
 	if err := r.Client.Status().Patch(ctx, bucket, client.MergeFrom(orig)); err != nil {
-		return errors.Join(rpc, err)
+		return fmt.Errorf("%w (and recording it: %w)", rpc, err)
 	}
-	if retry {
-		return rpc.err // a status error with a retryable code: backoff
-	}
-	return reconcile.TerminalError(rpc)
+	return rpc // result() retries or stops, by the driver's code
 }
 
 // invalid records a final problem that is not a driver error code.
@@ -196,8 +186,7 @@ func (r *BucketReconciler) delete(ctx context.Context, bucket *cosiapi.Bucket) e
 	if bucket.Spec.DeletionPolicy == cosiapi.DeletionPolicyDelete && bucket.Status.BucketID != "" {
 		_, err := r.Driver.DriverDeleteBucket(ctx, &cosi.DriverDeleteBucketRequest{BucketId: bucket.Status.BucketID, Parameters: bucket.Spec.Parameters})
 		if err != nil {
-			rpc := rpcError{"DriverDeleteBucket", err}
-			return r.failed(ctx, bucket, rpc, rpc.retryable(), cosiapi.EventFailedDeleteBucket)
+			return r.failed(ctx, bucket, rpcError{"DriverDeleteBucket", err}, cosiapi.EventFailedDeleteBucket)
 		}
 	}
 	// Retain: the backend bucket stays; only the object goes.

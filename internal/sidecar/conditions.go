@@ -7,6 +7,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -30,7 +31,11 @@ func (e rpcError) Error() string {
 func (e rpcError) Unwrap() error { return e.err }
 
 // retryable reports whether the driver call may succeed when repeated (see driver.Retryable).
-func (e rpcError) retryable() bool { return driver.Retryable(e.err) }
+// NotFound from DriverGetBucket is retried too: an imported bucket may appear (KEP-1979
+// "DriverGetBucket").
+func (e rpcError) retryable() bool {
+	return driver.Retryable(e.err) || (e.method == "DriverGetBucket" && status.Code(e.err) == codes.NotFound)
+}
 
 // result hands err to controller-runtime: retryable driver errors and API errors are retried with
 // backoff; final driver errors stop retrying until the object changes.

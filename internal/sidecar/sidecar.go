@@ -12,9 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -27,6 +25,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/apiutil"
 	"github.com/kube-cosi/cosi/pkg/driver"
 	cosi "github.com/kube-cosi/cosi/proto"
 )
@@ -91,27 +90,13 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 	return mgr.Start(ctx)
 }
 
-// Scheme returns the scheme the sidecar uses.
-func Scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	utilruntimeMust(clientgoscheme.AddToScheme(s))
-	utilruntimeMust(cosiapi.AddToScheme(s))
-	return s
-}
-
-func utilruntimeMust(err error) {
-	if err != nil {
-		panic(err)
-	}
-}
-
 func newManager(cfg *rest.Config, opts Options, info *cosi.DriverGetInfoResponse, log logr.Logger) (ctrl.Manager, error) {
 	ours, err := labels.NewRequirement(cosiapi.LabelBucketAccessUID, selection.Exists, nil)
 	if err != nil {
 		return nil, err
 	}
 	return ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: Scheme(),
+		Scheme: apiutil.Scheme(),
 		Logger: log,
 		Cache: cache.Options{
 			// Cache only the Secrets COSI wrote, and no object's managedFields, which COSI never

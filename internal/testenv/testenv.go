@@ -13,12 +13,11 @@ import (
 	"path/filepath"
 
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	cosiv1alpha2 "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/apiutil"
 )
 
 // Env is a running API server with the COSI CRDs installed.
@@ -56,13 +55,7 @@ func Start() (*Env, error) {
 		}
 	}
 
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	if err := cosiv1alpha2.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
+	scheme := apiutil.Scheme()
 
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
