@@ -15,6 +15,7 @@ PROTOC_GEN_GO := $(BIN)/protoc-gen-go
 PROTOC_GEN_GO_GRPC := $(BIN)/protoc-gen-go-grpc
 CODEGEN_TOOLS := $(CONTROLLER_GEN) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC)
 KUBE_BINARIES := $(BIN)/kube-apiserver $(BIN)/etcd $(BIN)/kubectl
+VERSITYGW := $(BIN)/versitygw
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 GO_TEST_FLAGS ?= -race -count=1
@@ -63,7 +64,7 @@ verify-fmt: ## Fail if a Go file is not gofmt-ed.
 
 .PHONY: verify-mod
 verify-mod: ## Fail if a go.mod or go.sum is not tidy.
-	@for m in $(MODULES) hack/tools hack/kube; do (cd $$m && go mod tidy -diff) || { echo "go.mod of $$m is not tidy (run go mod tidy there)" >&2; exit 1; }; done
+	@for m in $(MODULES) hack/tools hack/kube hack/versitygw; do (cd $$m && go mod tidy -diff) || { echo "go.mod of $$m is not tidy (run go mod tidy there)" >&2; exit 1; }; done
 
 .PHONY: vet
 vet: ## go vet every module.
@@ -72,7 +73,7 @@ vet: ## go vet every module.
 ##@ Test
 
 .PHONY: test
-test: $(KUBE_BINARIES) verify ## Run all tests, against a real kube-apiserver and etcd built from source.
+test: $(KUBE_BINARIES) $(VERSITYGW) ceph verify ## Run all tests, against a real kube-apiserver and etcd built from source and real object stores.
 	@for m in $(MODULES); do (cd $$m && KUBEBUILDER_ASSETS=$(BIN) go test $(GO_TEST_FLAGS) ./...); done
 
 ##@ Benchmark
@@ -94,6 +95,17 @@ kube-binaries: $(KUBE_BINARIES) ## Build kube-apiserver, etcd and kubectl into b
 $(KUBE_BINARIES) &: hack/kube/go.mod hack/kube/go.sum hack/kube/etcd/main.go
 	@echo "building kube-apiserver, etcd and kubectl from the Go module proxy (about 6 minutes on 2 cores the first time)"
 	cd hack/kube && go build -o $(BIN)/ k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl ./etcd
+
+.PHONY: versitygw
+versitygw: $(VERSITYGW) ## Build the Versity S3 gateway (object store for tests and the local environment) into bin/.
+
+$(VERSITYGW): hack/versitygw/go.mod hack/versitygw/go.sum
+	@echo "building the Versity S3 gateway from the Go module proxy (about 1 minute on 2 cores the first time)"
+	cd hack/versitygw && go build -o $(BIN)/versitygw github.com/versity/versitygw/cmd/versitygw
+
+.PHONY: ceph
+ceph: ## Install Ceph (mon, osd, radosgw) from Debian's packages for the rgw back-end's tests; tests say so and skip if it cannot be.
+	@hack/ceph/install.sh || echo "WARNING: Ceph could not be installed: the S3 driver's rgw back-end tests will be skipped" >&2
 
 .PHONY: protoc
 protoc: ## Install protoc and the protobuf well-known types from Debian packages if missing.

@@ -1,0 +1,493 @@
+// Package s3 is COSI's driver for S3-compatible object stores. Buckets are created and deleted
+// with the S3 API under the driver's admin credentials; each BucketAccess gets its own backend
+// identity with one key pair and a policy built from the requested access modes, through one of
+// two account back-ends: the AWS IAM API (AWS, the Versity S3 gateway's IAM service) or Ceph
+// RGW's Admin Ops API with bucket policies. docs/drivers/s3.md documents configuration,
+// parameters and the access-mode table.
+package s3
+
+import (
+	"context"
+	"errors"
+
+	"net/http"
+	"strconv"
+	"sync"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kube-cosi/cosi/pkg/driver"
+	cosi "github.com/kube-cosi/cosi/proto"
+)
+
+// DefaultName is the driver's name unless configured otherwise.
+const DefaultName = "s3.cosi.kube-cosi.io"
+
+// Bucket parameters (BucketClass.spec.parameters, or Bucket.spec.parameters of a static
+// bucket). Unknown keys are refused with InvalidArgument, so that a typo is an error.
+const (
+	// ParamRegion is the bucket's region (S3 LocationConstraint); default: the driver's region.
+	ParamRegion = "region"
+	// ParamVersioning ("true" or "false", default "false") enables object versioning.
+	ParamVersioning = "versioning"
+	// ParamObjectLock ("true" or "false", default "false") creates the bucket with S3 Object
+	// Lock enabled, which also enables versioning. It can only be set at creation.
+	ParamObjectLock = "objectLock"
+	// ParamPurgeOnDelete ("true" or "false", default "false") decides what DriverDeleteBucket
+	// does with a bucket that still holds objects: by default it refuses with FailedPrecondition
+	// and a message, and deletes nothing; with "true" it deletes every object, version and
+	// unfinished upload first. Objects under Object Lock retention cannot be purged.
+	ParamPurgeOnDelete = "purgeOnDelete"
+)
+
+// OwnerTag is the bucket tag that marks buckets this driver created; its value is the driver
+// name. A bucket with the generated name but without the tag is not the driver's and is never
+// adopted, unless it is owned by the driver's admin identity, untagged and empty (a creation
+// the driver started and did not finish).
+const OwnerTag = "cosi.kube-cosi.io/driver"
+
+// Accounts is an account back-end: it manages the backend identity, key and policy of each
+// BucketAccess. Implementations must be idempotent.
+type Accounts interface {
+	// Grant creates the identity accountID if missing, sets its access to exactly grants, and
+	// returns a key that works. It returns AlreadyExists when accountID exists with another
+	// grant or was not created by the driver.
+	Grant(ctx context.Context, accountID string, grants []bucketGrant) (Key, error)
+	// Revoke deletes the identity's keys, its access to buckets, and the identity. Unknown
+	// identities and buckets are already revoked.
+	Revoke(ctx context.Context, accountID string, buckets []string) error
+	// List returns the identities the driver manages (for tests and operators).
+	List(ctx context.Context) ([]string, error)
+}
+
+// Key is an S3 key pair.
+type Key struct {
+	AccessKeyID, SecretAccessKey string
+}
+
+// Config configures the driver.
+type Config struct {
+	// Name is the driver name; empty means DefaultName.
+	Name string
+	// Endpoint is the S3 endpoint URL the driver uses, e.g. http://127.0.0.1:7070.
+	Endpoint string
+	// PublicEndpoint is the S3 endpoint URL workloads are given; empty means Endpoint.
+	PublicEndpoint string
+	// Region is the default region; empty means us-east-1.
+	Region string
+	// VirtualHostedStyle reports virtual-hosted-style addressing to workloads (the driver itself
+	// always uses path style, which every S3 store supports).
+	VirtualHostedStyle bool
+	// BucketNamePrefix is prepended to every generated bucket name, e.g. a cluster name, so that
+	// several clusters can share one object store.
+	BucketNamePrefix string
+	// Credentials are the admin credentials used for buckets.
+	Credentials aws.CredentialsProvider
+	// Accounts is the account back-end. Required.
+	Accounts Accounts
+	// HTTPClient is used for every backend call; nil means a default client.
+	HTTPClient *http.Client
+}
+
+// Driver is the S3 driver. It implements cosi.IdentityServer and cosi.ProvisionerServer.
+type Driver struct {
+	cosi.UnimplementedIdentityServer
+	cosi.UnimplementedProvisionerServer
+
+	cfg Config
+	s3  *s3.Client
+
+	locks keyedMutex
+}
+
+// New returns a driver.
+func New(cfg Config) (*Driver, error) {
+	if cfg.Name == "" {
+		cfg.Name = DefaultName
+	}
+	if cfg.Endpoint == "" {
+		return nil, errors.New("s3: no endpoint")
+	}
+	if cfg.PublicEndpoint == "" {
+		cfg.PublicEndpoint = cfg.Endpoint
+	}
+	if cfg.Region == "" {
+		cfg.Region = "us-east-1"
+	}
+	if cfg.Accounts == nil {
+		return nil, errors.New("s3: no account back-end")
+	}
+	if cfg.Credentials == nil {
+		return nil, errors.New("s3: no admin credentials")
+	}
+	return &Driver{cfg: cfg, s3: NewS3Client(cfg.Endpoint, cfg.Region, cfg.Credentials, cfg.HTTPClient)}, nil
+}
+
+// NewS3Client returns a path-style S3 client for endpoint.
+func NewS3Client(endpoint, region string, creds aws.CredentialsProvider, httpClient *http.Client) *s3.Client {
+	opts := s3.Options{
+		BaseEndpoint: aws.String(endpoint),
+		Region:       region,
+		Credentials:  creds,
+		UsePathStyle: true,
+		// Checksums only when an operation requires them: not every S3-compatible store
+		// understands the newer default checksum headers.
+		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
+		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
+	}
+	if httpClient != nil {
+		opts.HTTPClient = httpClient
+	}
+	return s3.New(opts)
+}
+
+// DriverGetInfo returns the driver's name; it supports S3 only.
+func (d *Driver) DriverGetInfo(context.Context, *cosi.DriverGetInfoRequest) (*cosi.DriverGetInfoResponse, error) {
+	return &cosi.DriverGetInfoResponse{Name: d.cfg.Name, SupportedProtocols: []cosi.ObjectProtocol_Type{cosi.ObjectProtocol_S3}}, nil
+}
+
+// bucketParams are parsed bucket parameters.
+type bucketParams struct {
+	region                        string
+	versioning, objectLock, purge bool
+	versioningSet, objectLockSet  bool
+}
+
+func parseBool(params map[string]string, key string) (value, set bool, err error) {
+	v, ok := params[key]
+	if !ok {
+		return false, false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil || (v != "true" && v != "false") {
+		return false, true, status.Errorf(codes.InvalidArgument, "parameter %s must be \"true\" or \"false\", not %q", key, v)
+	}
+	return b, true, nil
+}
+
+func (d *Driver) parseBucketParams(params map[string]string) (bucketParams, error) {
+	p := bucketParams{region: d.cfg.Region}
+	for k, v := range params {
+		switch k {
+		case ParamRegion:
+			if v == "" {
+				return p, status.Errorf(codes.InvalidArgument, "parameter %s must not be empty", ParamRegion)
+			}
+			p.region = v
+		case ParamVersioning, ParamObjectLock, ParamPurgeOnDelete:
+		default:
+			return p, status.Errorf(codes.InvalidArgument, "unknown bucket parameter %q (known: %s, %s, %s, %s)",
+				k, ParamRegion, ParamVersioning, ParamObjectLock, ParamPurgeOnDelete)
+		}
+	}
+	var err error
+	if p.versioning, p.versioningSet, err = parseBool(params, ParamVersioning); err != nil {
+		return p, err
+	}
+	if p.objectLock, p.objectLockSet, err = parseBool(params, ParamObjectLock); err != nil {
+		return p, err
+	}
+	if p.purge, _, err = parseBool(params, ParamPurgeOnDelete); err != nil {
+		return p, err
+	}
+	if p.objectLock && p.versioningSet && !p.versioning {
+		return p, status.Errorf(codes.InvalidArgument, "parameter %s=true needs versioning; %s=false contradicts it", ParamObjectLock, ParamVersioning)
+	}
+	return p, nil
+}
+
+func checkProtocols(protocols []cosi.ObjectProtocol_Type) error {
+	for _, p := range protocols {
+		if p != cosi.ObjectProtocol_S3 {
+			return status.Errorf(codes.InvalidArgument, "protocol %v is not supported by this driver (S3 only)", p)
+		}
+	}
+	return nil
+}
+
+// DriverGenerateBucketId derives the S3 bucket name from the request name (see BucketName). It
+// creates nothing; it fails with AlreadyExists when a bucket of that name exists that the driver
+// did not create or that has incompatible parameters.
+func (d *Driver) DriverGenerateBucketId(ctx context.Context, req *cosi.DriverGenerateBucketIdRequest) (*cosi.DriverGenerateBucketIdResponse, error) {
+	if err := checkProtocols(req.GetProtocols()); err != nil {
+		return nil, err
+	}
+	p, err := d.parseBucketParams(req.GetParameters())
+	if err != nil {
+		return nil, err
+	}
+	id := BucketName(d.cfg.BucketNamePrefix, req.GetName())
+	exists, err := d.bucketExists(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if exists {
+		if err := d.checkOurs(ctx, id, false); err != nil {
+			return nil, err
+		}
+		if err := d.checkCompatible(ctx, id, p, true); err != nil {
+			return nil, err
+		}
+	}
+	return &cosi.DriverGenerateBucketIdResponse{BucketId: id}, nil
+}
+
+// DriverCreateBucket creates the bucket with its parameters and the owner tag. An existing bucket
+// the driver created with compatible parameters is returned as it is.
+func (d *Driver) DriverCreateBucket(ctx context.Context, req *cosi.DriverCreateBucketRequest) (*cosi.DriverCreateBucketResponse, error) {
+	if err := checkProtocols(req.GetProtocols()); err != nil {
+		return nil, err
+	}
+	p, err := d.parseBucketParams(req.GetParameters())
+	if err != nil {
+		return nil, err
+	}
+	id := req.GetBucketId()
+	unlock := d.locks.lock("bucket/" + id)
+	defer unlock()
+
+	in := &s3.CreateBucketInput{Bucket: aws.String(id)}
+	if p.region != "us-east-1" {
+		in.CreateBucketConfiguration = &types.CreateBucketConfiguration{LocationConstraint: types.BucketLocationConstraint(p.region)}
+	}
+	if p.objectLock {
+		in.ObjectLockEnabledForBucket = aws.Bool(true)
+	}
+	_, err = d.s3.CreateBucket(ctx, in)
+	switch code := apiCode(err); {
+	case err == nil:
+	case code == "BucketAlreadyOwnedByYou":
+		// Created before: by this driver (a repeated call) or by someone else with the same
+		// admin identity.
+		if err := d.checkOurs(ctx, id, true); err != nil {
+			return nil, err
+		}
+		if err := d.checkCompatible(ctx, id, p, true); err != nil {
+			return nil, err
+		}
+		return &cosi.DriverCreateBucketResponse{Protocols: d.bucketInfo(id, p.region)}, nil
+	case code == "BucketAlreadyExists":
+		return nil, status.Errorf(codes.AlreadyExists, "bucket %q exists and belongs to another account", id)
+	default:
+		return nil, toStatus(err, "creating bucket %q", id)
+	}
+
+	if err := d.configure(ctx, id, p); err != nil {
+		// A bucket that cannot be what the class asks for is removed again (it is new and
+		// empty), so that fixing the class and retrying starts clean. After a retryable error it
+		// stays: the retry finishes it.
+		if !driver.Retryable(err) {
+			_, _ = d.s3.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: aws.String(id)})
+		}
+		return nil, err
+	}
+	return &cosi.DriverCreateBucketResponse{Protocols: d.bucketInfo(id, p.region)}, nil
+}
+
+// configure tags a new bucket as the driver's and applies its parameters.
+func (d *Driver) configure(ctx context.Context, id string, p bucketParams) error {
+	if err := d.tagBucket(ctx, id); err != nil {
+		return err
+	}
+	if p.versioning && !p.objectLock {
+		_, err := d.s3.PutBucketVersioning(ctx, &s3.PutBucketVersioningInput{Bucket: aws.String(id),
+			VersioningConfiguration: &types.VersioningConfiguration{Status: types.BucketVersioningStatusEnabled}})
+		if err != nil {
+			return toStatus(err, "enabling versioning of bucket %q", id)
+		}
+	}
+	return nil
+}
+
+// DriverGetBucket finds an existing bucket for static provisioning: NotFound when it does not
+// exist, AlreadyExists when parameters given in the request contradict its configuration.
+func (d *Driver) DriverGetBucket(ctx context.Context, req *cosi.DriverGetBucketRequest) (*cosi.DriverGetBucketResponse, error) {
+	if err := checkProtocols(req.GetProtocols()); err != nil {
+		return nil, err
+	}
+	p, err := d.parseBucketParams(req.GetParameters())
+	if err != nil {
+		return nil, err
+	}
+	id := req.GetBucketId()
+	exists, err := d.bucketExists(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !exists {
+		return nil, status.Errorf(codes.NotFound, "bucket %q does not exist", id)
+	}
+	if err := d.checkCompatible(ctx, id, p, false); err != nil {
+		return nil, err
+	}
+	region := p.region
+	if _, set := req.GetParameters()[ParamRegion]; !set {
+		if r, err := d.bucketRegion(ctx, id); err == nil && r != "" {
+			region = r
+		}
+	}
+	return &cosi.DriverGetBucketResponse{Protocols: d.bucketInfo(id, region)}, nil
+}
+
+// DriverDeleteBucket deletes the bucket. A bucket that holds objects is refused with
+// FailedPrecondition unless the parameter purgeOnDelete is "true". A missing bucket is already
+// deleted.
+func (d *Driver) DriverDeleteBucket(ctx context.Context, req *cosi.DriverDeleteBucketRequest) (*cosi.DriverDeleteBucketResponse, error) {
+	p, err := d.parseBucketParams(req.GetParameters())
+	if err != nil {
+		return nil, err
+	}
+	id := req.GetBucketId()
+	unlock := d.locks.lock("bucket/" + id)
+	defer unlock()
+
+	if p.purge {
+		if err := d.purge(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	_, err = d.s3.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: aws.String(id)})
+	switch apiCode(err) {
+	case "":
+		if err != nil {
+			return nil, toStatus(err, "deleting bucket %q", id)
+		}
+	case "NoSuchBucket":
+	case "BucketNotEmpty":
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"bucket %q is not empty: nothing was deleted; delete its objects, or set the bucket parameter %s to \"true\" to let the driver delete them",
+			id, ParamPurgeOnDelete)
+	default:
+		return nil, toStatus(err, "deleting bucket %q", id)
+	}
+	return &cosi.DriverDeleteBucketResponse{}, nil
+}
+
+// bucketInfo is what workloads need to reach bucket id.
+func (d *Driver) bucketInfo(id, region string) *cosi.ProtocolBucketInfo {
+	style := cosi.S3AddressingStyle_PATH
+	if d.cfg.VirtualHostedStyle {
+		style = cosi.S3AddressingStyle_VIRTUAL
+	}
+	return &cosi.ProtocolBucketInfo{S3: &cosi.S3BucketInfo{BucketName: id, Endpoint: d.cfg.PublicEndpoint, Region: region, AddressingStyle: style}}
+}
+
+// DriverGenerateBucketAccessId returns the account name as the account ID: the name of the
+// backend identity DriverGrantBucketAccess creates. It creates nothing.
+func (d *Driver) DriverGenerateBucketAccessId(_ context.Context, req *cosi.DriverGenerateBucketAccessIdRequest) (*cosi.DriverGenerateBucketAccessIdResponse, error) {
+	if err := checkAccess(req.GetProtocol(), req.GetAuthenticationType(), req.GetParameters()); err != nil {
+		return nil, err
+	}
+	if !validAccountName(req.GetAccountName()) {
+		return nil, status.Errorf(codes.InvalidArgument, "account_name %q is not a valid user name: 1 to 64 characters of A-Z a-z 0-9 + = , . @ _ -", req.GetAccountName())
+	}
+	return &cosi.DriverGenerateBucketAccessIdResponse{AccountId: req.GetAccountName()}, nil
+}
+
+func checkAccess(protocol cosi.ObjectProtocol_Type, auth cosi.AuthenticationType_Type, params map[string]string) error {
+	if protocol != cosi.ObjectProtocol_S3 {
+		return status.Errorf(codes.InvalidArgument, "protocol %v is not supported by this driver (S3 only)", protocol)
+	}
+	if auth == cosi.AuthenticationType_SERVICE_ACCOUNT {
+		return status.Error(codes.InvalidArgument, "ServiceAccount authentication is not supported by this driver: no supported backend maps Kubernetes ServiceAccounts to S3 identities; use authenticationType Key")
+	}
+	for k := range params {
+		return status.Errorf(codes.InvalidArgument, "unknown access parameter %q: this driver takes no access parameters", k)
+	}
+	return nil
+}
+
+// DriverGrantBucketAccess creates the access's identity, key and policy for all its buckets.
+// Repeating it returns a working key (see the account back-ends for which one).
+func (d *Driver) DriverGrantBucketAccess(ctx context.Context, req *cosi.DriverGrantBucketAccessRequest) (*cosi.DriverGrantBucketAccessResponse, error) {
+	if err := checkAccess(req.GetProtocol(), req.GetAuthenticationType(), req.GetParameters()); err != nil {
+		return nil, err
+	}
+	id := req.GetAccountId()
+	if !validAccountName(id) {
+		return nil, status.Errorf(codes.InvalidArgument, "account_id %q is not a valid user name", id)
+	}
+	var grants []bucketGrant
+	resp := &cosi.DriverGrantBucketAccessResponse{}
+	for _, b := range req.GetBuckets() {
+		exists, err := d.bucketExists(ctx, b.GetBucketId())
+		if err != nil {
+			return nil, err
+		}
+		if !exists {
+			return nil, status.Errorf(codes.NotFound, "bucket %q does not exist", b.GetBucketId())
+		}
+		region, err := d.bucketRegion(ctx, b.GetBucketId())
+		if err != nil || region == "" {
+			region = d.cfg.Region
+		}
+		grants = append(grants, grantFor(b))
+		resp.Buckets = append(resp.Buckets, &cosi.DriverGrantBucketAccessResponse_BucketInfo{BucketId: b.GetBucketId(), BucketInfo: d.bucketInfo(b.GetBucketId(), region)})
+	}
+
+	unlock := d.locks.lock("account/" + id)
+	defer unlock()
+	key, err := d.cfg.Accounts.Grant(ctx, id, grants)
+	if err != nil {
+		return nil, err
+	}
+	resp.Credentials = &cosi.CredentialInfo{S3: &cosi.S3Credentials{AccessKeyId: key.AccessKeyID, AccessSecretKey: key.SecretAccessKey}}
+	return resp, nil
+}
+
+// DriverRevokeBucketAccess deletes the access's key, policy and identity.
+func (d *Driver) DriverRevokeBucketAccess(ctx context.Context, req *cosi.DriverRevokeBucketAccessRequest) (*cosi.DriverRevokeBucketAccessResponse, error) {
+	id := req.GetAccountId()
+	if !validAccountName(id) {
+		return &cosi.DriverRevokeBucketAccessResponse{}, nil // never created
+	}
+	var buckets []string
+	for _, b := range req.GetBuckets() {
+		buckets = append(buckets, b.GetBucketId())
+	}
+	unlock := d.locks.lock("account/" + id)
+	defer unlock()
+	if err := d.cfg.Accounts.Revoke(ctx, id, buckets); err != nil {
+		return nil, err
+	}
+	return &cosi.DriverRevokeBucketAccessResponse{}, nil
+}
+
+// keyedMutex serializes work on one bucket or account: the sidecar may work on several accesses
+// of one bucket at once, and read-modify-write of a bucket policy must not lose an update.
+type keyedMutex struct {
+	mu    sync.Mutex
+	locks map[string]*keyLock
+}
+
+type keyLock struct {
+	sync.Mutex
+	users int
+}
+
+func (k *keyedMutex) lock(key string) (unlock func()) {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[string]*keyLock{}
+	}
+	l, ok := k.locks[key]
+	if !ok {
+		l = &keyLock{}
+		k.locks[key] = l
+	}
+	l.users++
+	k.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		k.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
+}

@@ -1,0 +1,295 @@
+package s3
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// rgwDisplayPrefix starts the display name of every RGW user the driver creates; only those
+// users are the driver's.
+const rgwDisplayPrefix = "cosi-bucket-access:"
+
+// RGWAccounts is the account back-end for Ceph RGW: one RGW user per BucketAccess, created with
+// the Admin Ops API so that it cannot create buckets of its own (max-buckets -1), with one S3
+// key, and one statement pair per bucket in each bucket's policy naming the user as principal.
+// RGW returns a user's keys to the admin, so a repeated grant returns the same key.
+type RGWAccounts struct {
+	endpoint, adminPath, region string
+	creds                       aws.CredentialsProvider
+	http                        *http.Client
+	s3                          *s3.Client
+	signer                      *v4.Signer
+	// locks serializes read-modify-write of each bucket's policy.
+	locks keyedMutex
+}
+
+// NewRGWAccounts returns an RGW back-end using the Admin Ops API at endpoint+adminPath and
+// s3Client (with the same admin credentials) for bucket policies.
+func NewRGWAccounts(endpoint, adminPath, region string, creds aws.CredentialsProvider, httpClient *http.Client, s3Client *s3.Client) *RGWAccounts {
+	if httpClient == nil {
+		httpClient = http.DefaultClient
+	}
+	return &RGWAccounts{endpoint: strings.TrimRight(endpoint, "/"), adminPath: "/" + strings.Trim(adminPath, "/"), region: region,
+		creds: creds, http: httpClient, s3: s3Client, signer: v4.NewSigner()}
+}
+
+// rgwUser is the part of the Admin Ops user info the driver uses.
+type rgwUser struct {
+	UserID      string `json:"user_id"`
+	DisplayName string `json:"display_name"`
+	Keys        []struct {
+		User      string `json:"user"`
+		AccessKey string `json:"access_key"`
+		SecretKey string `json:"secret_key"`
+	} `json:"keys"`
+}
+
+// rgwError is an Admin Ops error response. Its message never holds a key: RGW answers errors
+// with a code only.
+type rgwError struct {
+	Status int
+	Code   string `json:"Code"`
+}
+
+func (e *rgwError) Error() string { return fmt.Sprintf("RGW admin API: HTTP %d %s", e.Status, e.Code) }
+
+// admin calls the Admin Ops API. out, when set, receives the JSON response.
+func (a *RGWAccounts) admin(ctx context.Context, method, resource string, query url.Values, out any) error {
+	query.Set("format", "json")
+	u := a.endpoint + a.adminPath + "/" + resource + "?" + query.Encode()
+	req, err := http.NewRequestWithContext(ctx, method, u, nil)
+	if err != nil {
+		return err
+	}
+	creds, err := a.creds.Retrieve(ctx)
+	if err != nil {
+		return fmt.Errorf("admin credentials: %w", err)
+	}
+	empty := sha256.Sum256(nil)
+	payloadHash := hex.EncodeToString(empty[:])
+	req.Header.Set("X-Amz-Content-Sha256", payloadHash)
+	if err := a.signer.SignHTTP(ctx, creds, req, payloadHash, "s3", a.region, time.Now()); err != nil {
+		return err
+	}
+	resp, err := a.http.Do(req)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "RGW admin API %s %s: %v", method, resource, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "RGW admin API %s %s: %v", method, resource, err)
+	}
+	if resp.StatusCode >= 300 {
+		e := &rgwError{Status: resp.StatusCode}
+		_ = json.Unmarshal(body, e)
+		return e
+	}
+	if out != nil && len(bytes.TrimSpace(body)) > 0 {
+		if err := json.Unmarshal(body, out); err != nil {
+			return status.Errorf(codes.Internal, "RGW admin API %s %s: decoding the response: %v", method, resource, err)
+		}
+	}
+	return nil
+}
+
+// rgwStatus turns an Admin Ops error into a gRPC status.
+func rgwStatus(err error, what string) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	e, ok := err.(*rgwError)
+	if !ok {
+		return status.Errorf(codes.Unavailable, "%s: %v", what, err)
+	}
+	code := codes.Internal
+	switch {
+	case e.Status == http.StatusNotFound:
+		code = codes.NotFound
+	case e.Status == http.StatusConflict:
+		code = codes.AlreadyExists
+	case e.Status == http.StatusForbidden:
+		code = codes.PermissionDenied
+	case e.Status == http.StatusBadRequest:
+		code = codes.InvalidArgument
+	case e.Status >= 500:
+		code = codes.Unavailable
+	}
+	return status.Errorf(code, "%s: %v", what, err)
+}
+
+func (a *RGWAccounts) getUser(ctx context.Context, id string) (*rgwUser, error) {
+	var u rgwUser
+	err := a.admin(ctx, http.MethodGet, "user", url.Values{"uid": {id}}, &u)
+	if e, ok := err.(*rgwError); ok && e.Status == http.StatusNotFound {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, rgwStatus(err, fmt.Sprintf("reading RGW user %q", id))
+	}
+	return &u, nil
+}
+
+// Grant implements Accounts.
+func (a *RGWAccounts) Grant(ctx context.Context, id string, grants []bucketGrant) (Key, error) {
+	u, err := a.getUser(ctx, id)
+	if err != nil {
+		return Key{}, err
+	}
+	if u != nil && u.DisplayName != rgwDisplayPrefix+id {
+		return Key{}, status.Errorf(codes.AlreadyExists, "RGW user %q exists and was not created by this driver", id)
+	}
+	if u == nil {
+		u = &rgwUser{}
+		err := a.admin(ctx, http.MethodPut, "user", url.Values{"uid": {id}, "display-name": {rgwDisplayPrefix + id},
+			"max-buckets": {"-1"}, "generate-key": {"true"}, "key-type": {"s3"}}, u)
+		if err != nil {
+			return Key{}, rgwStatus(err, fmt.Sprintf("creating RGW user %q", id))
+		}
+	}
+	if len(u.Keys) == 0 {
+		err := a.admin(ctx, http.MethodPut, "user", url.Values{"key": {""}, "uid": {id}, "key-type": {"s3"}, "generate-key": {"true"}}, &u.Keys)
+		if err != nil {
+			return Key{}, rgwStatus(err, fmt.Sprintf("creating a key for RGW user %q", id))
+		}
+	}
+	var key Key
+	for _, k := range u.Keys {
+		if k.User == id || k.User == "" {
+			key = Key{AccessKeyID: k.AccessKey, SecretAccessKey: k.SecretKey}
+			break
+		}
+	}
+	if key.AccessKeyID == "" {
+		return Key{}, status.Errorf(codes.Internal, "RGW user %q has no S3 key of its own", id)
+	}
+	for _, g := range grants {
+		if err := a.setStatements(ctx, g.Bucket, id, g.statements(rgwSid(id), &Principal{AWS: []string{"arn:aws:iam:::user/" + id}})); err != nil {
+			return Key{}, err
+		}
+	}
+	return key, nil
+}
+
+// rgwSid is the statement ID prefix of account id's statements in a bucket policy.
+func rgwSid(id string) string {
+	var b strings.Builder
+	b.WriteString("Cosi")
+	for _, r := range id {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			b.WriteRune(r)
+		}
+	}
+	sum := sha256.Sum256([]byte(id))
+	return b.String() + hex.EncodeToString(sum[:4])
+}
+
+// setStatements replaces account id's statements in bucket's policy with stmts (none: removes
+// them), and deletes the policy when it becomes empty.
+func (a *RGWAccounts) setStatements(ctx context.Context, bucket, id string, stmts []Statement) error {
+	unlock := a.locks.lock(bucket)
+	defer unlock()
+	policy := Policy{Version: policyVersion}
+	out, err := a.s3.GetBucketPolicy(ctx, &s3.GetBucketPolicyInput{Bucket: aws.String(bucket)})
+	switch {
+	case err == nil:
+		if err := json.Unmarshal([]byte(aws.ToString(out.Policy)), &policy); err != nil {
+			return status.Errorf(codes.FailedPrecondition, "the policy of bucket %q is not one this driver can edit: %v", bucket, err)
+		}
+	case apiCode(err) == "NoSuchBucketPolicy":
+	case apiCode(err) == "NoSuchBucket" && len(stmts) == 0:
+		return nil
+	default:
+		return toStatus(err, "reading the policy of bucket %q", bucket)
+	}
+	prefix := rgwSid(id)
+	kept := policy.Statement[:0]
+	for _, s := range policy.Statement {
+		if !strings.HasPrefix(s.Sid, prefix) {
+			kept = append(kept, s)
+		}
+	}
+	changed := len(kept) != len(policy.Statement) || len(stmts) > 0
+	policy.Statement = append(kept, stmts...)
+	if !changed {
+		return nil
+	}
+	if len(policy.Statement) == 0 {
+		_, err := a.s3.DeleteBucketPolicy(ctx, &s3.DeleteBucketPolicyInput{Bucket: aws.String(bucket)})
+		if err != nil && apiCode(err) != "NoSuchBucket" && apiCode(err) != "NoSuchBucketPolicy" {
+			return toStatus(err, "deleting the policy of bucket %q", bucket)
+		}
+		return nil
+	}
+	doc, err := json.Marshal(policy)
+	if err != nil {
+		return status.Errorf(codes.Internal, "encoding the policy of bucket %q: %v", bucket, err)
+	}
+	_, err = a.s3.PutBucketPolicy(ctx, &s3.PutBucketPolicyInput{Bucket: aws.String(bucket), Policy: aws.String(string(doc))})
+	if err != nil && !(apiCode(err) == "NoSuchBucket" && len(stmts) == 0) {
+		return toStatus(err, "setting the policy of bucket %q", bucket)
+	}
+	return nil
+}
+
+// Revoke implements Accounts: the statements in each bucket's policy, then the user with its
+// keys. A user the driver did not create is left alone.
+func (a *RGWAccounts) Revoke(ctx context.Context, id string, buckets []string) error {
+	u, err := a.getUser(ctx, id)
+	if err != nil {
+		return err
+	}
+	if u != nil && u.DisplayName != rgwDisplayPrefix+id {
+		return status.Errorf(codes.FailedPrecondition, "not revoking: RGW user %q was not created by this driver", id)
+	}
+	for _, b := range buckets {
+		if err := a.setStatements(ctx, b, id, nil); err != nil {
+			return err
+		}
+	}
+	if u == nil {
+		return nil
+	}
+	err = a.admin(ctx, http.MethodDelete, "user", url.Values{"uid": {id}, "purge-data": {"false"}}, nil)
+	if e, ok := err.(*rgwError); ok && e.Status == http.StatusNotFound {
+		return nil
+	}
+	return rgwStatus(err, fmt.Sprintf("deleting RGW user %q", id))
+}
+
+// List implements Accounts: the RGW users the driver created.
+func (a *RGWAccounts) List(ctx context.Context) ([]string, error) {
+	var ids []string
+	if err := a.admin(ctx, http.MethodGet, "metadata/user", url.Values{}, &ids); err != nil {
+		return nil, rgwStatus(err, "listing RGW users")
+	}
+	var ours []string
+	for _, id := range ids {
+		u, err := a.getUser(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if u != nil && u.DisplayName == rgwDisplayPrefix+id {
+			ours = append(ours, id)
+		}
+	}
+	return ours, nil
+}

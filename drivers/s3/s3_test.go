@@ -1,0 +1,367 @@
+package s3_test
+
+import (
+	"context"
+	"crypto/rand"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kube-cosi/cosi/drivers/s3"
+	cosi "github.com/kube-cosi/cosi/proto"
+	"github.com/kube-cosi/cosi/test/sanity"
+)
+
+// TestSanity runs cosi-sanity against the driver on each real store, with a probe that asks the
+// store itself: does the bucket exist (admin HeadBucket), which identities exist (the account
+// back-end's list), and does a request with the issued key succeed.
+func TestSanity(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		var logs logBuffer
+		d := b.newDriver(t, "")
+		endpoint, _ := serve(t, d, logs.logger())
+		accounts := b.newAccount()
+		sanity.Test(t, sanity.Config{
+			Endpoint: endpoint,
+			// The probe leaves an object in each bucket it checks: purge on delete.
+			BucketParameters:             map[string]string{s3.ParamVersioning: "false", s3.ParamPurgeOnDelete: "true"},
+			InvalidBucketParameters:      map[string]string{s3.ParamVersioning: "maybe"},
+			IncompatibleBucketParameters: map[string]string{s3.ParamVersioning: "true"},
+			InvalidAccessParameters:      map[string]string{"nope": "x"},
+			DriverLogs:                   logs.bytes,
+			Probe: sanity.Probe{
+				BucketExists: b.bucketExists,
+				Accounts:     accounts.List,
+				Allowed:      b.allowed,
+			},
+		})
+	})
+}
+
+// access is one granted access, as a workload sees it.
+type access struct {
+	id     string
+	creds  *cosi.CredentialInfo
+	infos  map[string]*cosi.ProtocolBucketInfo
+	client *awss3.Client
+}
+
+func grant(t *testing.T, p cosi.ProvisionerClient, modes *cosi.AccessModes, buckets ...string) *access {
+	t.Helper()
+	ctx := t.Context()
+	name := "ba-" + strings.ToLower(rand.Text()[:12])
+	req := &cosi.DriverGenerateBucketAccessIdRequest{AccountName: name, Protocol: cosi.ObjectProtocol_S3, AuthenticationType: cosi.AuthenticationType_KEY}
+	greq := &cosi.DriverGrantBucketAccessRequest{Protocol: cosi.ObjectProtocol_S3, AuthenticationType: cosi.AuthenticationType_KEY}
+	for _, b := range buckets {
+		req.Buckets = append(req.Buckets, &cosi.AccessedBucket{BucketId: b, AccessModes: modes})
+	}
+	greq.Buckets = req.Buckets
+	gen, err := p.DriverGenerateBucketAccessId(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	greq.AccountId = gen.GetAccountId()
+	resp, err := p.DriverGrantBucketAccess(ctx, greq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &access{id: gen.GetAccountId(), creds: resp.GetCredentials(), infos: map[string]*cosi.ProtocolBucketInfo{}}
+	for _, bi := range resp.GetBuckets() {
+		a.infos[bi.GetBucketId()] = bi.GetBucketInfo()
+	}
+	a.client = userClient(a.creds, a.infos[buckets[0]])
+	return a
+}
+
+func revoke(t *testing.T, p cosi.ProvisionerClient, a *access) {
+	t.Helper()
+	req := &cosi.DriverRevokeBucketAccessRequest{AccountId: a.id, Protocol: cosi.ObjectProtocol_S3, AuthenticationType: cosi.AuthenticationType_KEY}
+	for b := range a.infos {
+		req.Buckets = append(req.Buckets, &cosi.DriverRevokeBucketAccessRequest_Bucket{BucketId: b})
+	}
+	if _, err := p.DriverRevokeBucketAccess(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func createBucket(t *testing.T, p cosi.ProvisionerClient, params map[string]string) string {
+	t.Helper()
+	gen, err := p.DriverGenerateBucketId(t.Context(), &cosi.DriverGenerateBucketIdRequest{Name: "bc-" + strings.ToLower(rand.Text()[:12]), Parameters: params})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DriverCreateBucket(t.Context(), &cosi.DriverCreateBucketRequest{BucketId: gen.GetBucketId(), Parameters: params}); err != nil {
+		t.Fatal(err)
+	}
+	return gen.GetBucketId()
+}
+
+// The operations the issue names, with the issued credentials.
+func put(a *access, bucket, key string) error {
+	_, err := a.client.PutObject(context.Background(), &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader("data of " + key)})
+	return err
+}
+
+func get(a *access, bucket, key string) error {
+	out, err := a.client.GetObject(context.Background(), &awss3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+	if err != nil {
+		return err
+	}
+	defer out.Body.Close()
+	_, err = io.ReadAll(out.Body)
+	return err
+}
+
+func list(a *access, bucket string) error {
+	_, err := a.client.ListObjectsV2(context.Background(), &awss3.ListObjectsV2Input{Bucket: aws.String(bucket)})
+	return err
+}
+
+func del(a *access, bucket, key string) error {
+	_, err := a.client.DeleteObject(context.Background(), &awss3.DeleteObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+	return err
+}
+
+// expect checks that op succeeds (want true) or is refused with AccessDenied/InvalidAccessKeyId.
+func expect(t *testing.T, what string, want bool, err error) {
+	t.Helper()
+	switch {
+	case want && err != nil:
+		t.Errorf("%s: %v, want success", what, err)
+	case !want && err == nil:
+		t.Errorf("%s succeeded, want AccessDenied", what)
+	case !want && !denied(err):
+		t.Errorf("%s: %v, want AccessDenied or InvalidAccessKeyId", what, err)
+	}
+}
+
+// TestEnforcement checks with a real S3 client and the issued keys that the store allows exactly
+// what was granted.
+func TestEnforcement(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		_, p := serve(t, b.newDriver(t, ""), logr_discard())
+		ctx := t.Context()
+		bucket, other := createBucket(t, p, nil), createBucket(t, p, nil)
+		if _, err := b.admin.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("seed"), Body: strings.NewReader("seed")}); err != nil {
+			t.Fatal(err)
+		}
+
+		rw := grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}, bucket)
+		expect(t, "ReadWrite put", true, put(rw, bucket, "rw"))
+		expect(t, "ReadWrite get", true, get(rw, bucket, "rw"))
+		expect(t, "ReadWrite list", true, list(rw, bucket))
+		expect(t, "ReadWrite delete", true, del(rw, bucket, "rw"))
+		expect(t, "ReadWrite put into a bucket it was not granted", false, put(rw, other, "x"))
+		expect(t, "ReadWrite list of a bucket it was not granted", false, list(rw, other))
+		expect(t, "ReadWrite get from a bucket it was not granted", false, get(rw, other, "seed"))
+		_, err := rw.client.CreateBucket(ctx, &awss3.CreateBucketInput{Bucket: aws.String("cosi-own-" + strings.ToLower(rand.Text()[:8]))})
+		expect(t, "ReadWrite creating a bucket of its own", false, err)
+		_, err = rw.client.PutBucketPolicy(ctx, &awss3.PutBucketPolicyInput{Bucket: aws.String(bucket), Policy: aws.String(`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":"*","Action":"s3:*","Resource":"arn:aws:s3:::` + bucket + `/*"}]}`)})
+		expect(t, "ReadWrite widening its access with a bucket policy", false, err)
+		_, err = rw.client.DeleteBucket(ctx, &awss3.DeleteBucketInput{Bucket: aws.String(bucket)})
+		expect(t, "ReadWrite deleting the bucket", false, err)
+
+		ro := grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_ONLY}, bucket)
+		expect(t, "ReadOnly get", true, get(ro, bucket, "seed"))
+		expect(t, "ReadOnly list", true, list(ro, bucket))
+		expect(t, "ReadOnly put", false, put(ro, bucket, "ro"))
+		expect(t, "ReadOnly delete", false, del(ro, bucket, "seed"))
+		expect(t, "ReadOnly get from a bucket it was not granted", false, get(ro, other, "seed"))
+
+		wo := grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_WRITE_ONLY}, bucket)
+		expect(t, "WriteOnly put", true, put(wo, bucket, "wo"))
+		expect(t, "WriteOnly delete", true, del(wo, bucket, "wo"))
+		expect(t, "WriteOnly get", false, get(wo, bucket, "seed"))
+		expect(t, "WriteOnly list", false, list(wo, bucket))
+		expect(t, "WriteOnly put into a bucket it was not granted", false, put(wo, other, "x"))
+
+		multi := grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}, bucket, other)
+		for _, bk := range []string{bucket, other} {
+			expect(t, "multi-bucket put into "+bk, true, put(multi, bk, "multi"))
+			expect(t, "multi-bucket get from "+bk, true, get(multi, bk, "multi"))
+			expect(t, "multi-bucket list of "+bk, true, list(multi, bk))
+			expect(t, "multi-bucket delete in "+bk, true, del(multi, bk, "multi"))
+		}
+		third := createBucket(t, p, nil)
+		expect(t, "multi-bucket put into a third bucket", false, put(multi, third, "x"))
+
+		// Revoking one access leaves the others working.
+		for _, a := range []*access{rw, ro, wo, multi} {
+			revoke(t, p, a)
+		}
+		expect(t, "put after revoke", false, put(rw, bucket, "after"))
+		expect(t, "get after revoke", false, get(ro, bucket, "seed"))
+		expect(t, "put after revoke (WriteOnly)", false, put(wo, bucket, "after"))
+		expect(t, "multi-bucket get after revoke", false, get(multi, other, "seed"))
+		accounts, err := b.newAccount().List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range []*access{rw, ro, wo, multi} {
+			if slices.Contains(accounts, a.id) {
+				t.Errorf("identity %s still exists after revoke", a.id)
+			}
+		}
+	})
+}
+
+// TestRepeatedGrant checks that granting the same access again returns working credentials and
+// keeps the ones handed out before working, with one identity.
+func TestRepeatedGrant(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		_, p := serve(t, b.newDriver(t, ""), logr_discard())
+		bucket := createBucket(t, p, nil)
+		first := grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}, bucket)
+		req := &cosi.DriverGrantBucketAccessRequest{AccountId: first.id, Protocol: cosi.ObjectProtocol_S3, AuthenticationType: cosi.AuthenticationType_KEY,
+			Buckets: []*cosi.AccessedBucket{{BucketId: bucket, AccessModes: &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}}}}
+		resp, err := p.DriverGrantBucketAccess(t.Context(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		second := &access{id: first.id, creds: resp.GetCredentials(), infos: first.infos, client: userClient(resp.GetCredentials(), first.infos[bucket])}
+		expect(t, "put with the first key after a repeated grant", true, put(first, bucket, "a"))
+		expect(t, "put with the second key", true, put(second, bucket, "b"))
+		revoke(t, p, first)
+		expect(t, "the first key after revoke", false, put(first, bucket, "c"))
+		expect(t, "the second key after revoke", false, put(second, bucket, "c"))
+	})
+}
+
+// TestBuckets checks bucket naming, ownership, parameters, static buckets and deletion.
+func TestBuckets(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		ctx := t.Context()
+		_, p := serve(t, b.newDriver(t, "test-"), logr_discard())
+
+		t.Run("generated names are deterministic, prefixed and valid", func(t *testing.T) {
+			name := "bc-3f1e9a52-7c1d-4c3e-9d4e-UPPER"
+			one, err := p.DriverGenerateBucketId(ctx, &cosi.DriverGenerateBucketIdRequest{Name: name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			two, _ := p.DriverGenerateBucketId(ctx, &cosi.DriverGenerateBucketIdRequest{Name: name})
+			if one.GetBucketId() != two.GetBucketId() || !strings.HasPrefix(one.GetBucketId(), "test-bc-") || one.GetBucketId() != strings.ToLower(one.GetBucketId()) {
+				t.Errorf("bucket IDs %q, %q", one.GetBucketId(), two.GetBucketId())
+			}
+			if exists, _ := b.bucketExists(ctx, one.GetBucketId()); exists {
+				t.Error("DriverGenerateBucketId created the bucket")
+			}
+		})
+
+		t.Run("a bucket the driver did not create is AlreadyExists and untouched", func(t *testing.T) {
+			name := "bc-foreign-" + strings.ToLower(rand.Text()[:8])
+			id := s3.BucketName("test-", name)
+			if _, err := b.admin.CreateBucket(ctx, &awss3.CreateBucketInput{Bucket: aws.String(id)}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.admin.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(id), Key: aws.String("precious"), Body: strings.NewReader("x")}); err != nil {
+				t.Fatal(err)
+			}
+			_, err := p.DriverGenerateBucketId(ctx, &cosi.DriverGenerateBucketIdRequest{Name: name})
+			if status.Code(err) != codes.AlreadyExists {
+				t.Errorf("DriverGenerateBucketId for a foreign bucket: %v, want AlreadyExists", err)
+			}
+			_, err = p.DriverCreateBucket(ctx, &cosi.DriverCreateBucketRequest{BucketId: id})
+			if status.Code(err) != codes.AlreadyExists {
+				t.Errorf("DriverCreateBucket for a foreign bucket: %v, want AlreadyExists", err)
+			}
+			if _, err := b.admin.HeadObject(ctx, &awss3.HeadObjectInput{Bucket: aws.String(id), Key: aws.String("precious")}); err != nil {
+				t.Errorf("the foreign bucket's object: %v", err)
+			}
+		})
+
+		t.Run("an interrupted creation (empty, untagged, the admin's) is adopted", func(t *testing.T) {
+			id := s3.BucketName("test-", "bc-interrupted-"+strings.ToLower(rand.Text()[:8]))
+			if _, err := b.admin.CreateBucket(ctx, &awss3.CreateBucketInput{Bucket: aws.String(id)}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.DriverCreateBucket(ctx, &cosi.DriverCreateBucketRequest{BucketId: id}); err != nil {
+				t.Fatalf("DriverCreateBucket after an interrupted creation: %v", err)
+			}
+			tags, err := b.admin.GetBucketTagging(ctx, &awss3.GetBucketTaggingInput{Bucket: aws.String(id)})
+			if err != nil || !slices.ContainsFunc(tags.TagSet, func(tag types.Tag) bool { return aws.ToString(tag.Key) == s3.OwnerTag }) {
+				t.Errorf("the adopted bucket has no %s tag: %v %v", s3.OwnerTag, tags, err)
+			}
+		})
+
+		t.Run("versioning and object lock parameters", func(t *testing.T) {
+			versioned := createBucket(t, p, map[string]string{s3.ParamVersioning: "true"})
+			v, err := b.admin.GetBucketVersioning(ctx, &awss3.GetBucketVersioningInput{Bucket: aws.String(versioned)})
+			if err != nil || v.Status != types.BucketVersioningStatusEnabled {
+				t.Errorf("versioning=true: status %v, %v", v, err)
+			}
+			_, err = p.DriverCreateBucket(ctx, &cosi.DriverCreateBucketRequest{BucketId: versioned, Parameters: map[string]string{s3.ParamVersioning: "false"}})
+			if status.Code(err) != codes.AlreadyExists {
+				t.Errorf("re-creating a versioned bucket unversioned: %v, want AlreadyExists", err)
+			}
+			locked := createBucket(t, p, map[string]string{s3.ParamObjectLock: "true"})
+			lock, err := b.admin.GetObjectLockConfiguration(ctx, &awss3.GetObjectLockConfigurationInput{Bucket: aws.String(locked)})
+			if err != nil || lock.ObjectLockConfiguration == nil || lock.ObjectLockConfiguration.ObjectLockEnabled != types.ObjectLockEnabledEnabled {
+				t.Errorf("objectLock=true: %v, %v", lock, err)
+			}
+			_, err = p.DriverCreateBucket(ctx, &cosi.DriverCreateBucketRequest{BucketId: "x-" + locked, Parameters: map[string]string{s3.ParamObjectLock: "true", s3.ParamVersioning: "false"}})
+			if status.Code(err) != codes.InvalidArgument {
+				t.Errorf("objectLock=true with versioning=false: %v, want InvalidArgument", err)
+			}
+			_, err = p.DriverCreateBucket(ctx, &cosi.DriverCreateBucketRequest{BucketId: "x-" + locked, Parameters: map[string]string{"versoning": "true"}})
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "versoning") {
+				t.Errorf("a misspelt parameter: %v, want InvalidArgument naming it", err)
+			}
+		})
+
+		t.Run("static buckets", func(t *testing.T) {
+			id := "static-" + strings.ToLower(rand.Text()[:10])
+			_, err := p.DriverGetBucket(ctx, &cosi.DriverGetBucketRequest{BucketId: id})
+			if status.Code(err) != codes.NotFound {
+				t.Errorf("DriverGetBucket of a missing bucket: %v, want NotFound", err)
+			}
+			if _, err := b.admin.CreateBucket(ctx, &awss3.CreateBucketInput{Bucket: aws.String(id)}); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := p.DriverGetBucket(ctx, &cosi.DriverGetBucketRequest{BucketId: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s := resp.GetProtocols().GetS3(); s.GetBucketName() != id || s.GetEndpoint() != b.s3Endpoint || s.GetRegion() == "" {
+				t.Errorf("bucket info %v", s)
+			}
+			_, err = p.DriverGetBucket(ctx, &cosi.DriverGetBucketRequest{BucketId: id, Parameters: map[string]string{s3.ParamVersioning: "true"}})
+			if status.Code(err) != codes.AlreadyExists {
+				t.Errorf("DriverGetBucket asking for versioning of an unversioned bucket: %v, want AlreadyExists", err)
+			}
+			a := grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}, id)
+			expect(t, "put into a static bucket", true, put(a, id, "k"))
+			revoke(t, p, a)
+		})
+
+		t.Run("a non-empty bucket is not deleted unless purgeOnDelete", func(t *testing.T) {
+			id := createBucket(t, p, map[string]string{s3.ParamVersioning: "true"})
+			for _, key := range []string{"a", "a", "b/c"} { // two versions of a
+				if _, err := b.admin.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(id), Key: aws.String(key), Body: strings.NewReader("x")}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, err := p.DriverDeleteBucket(ctx, &cosi.DriverDeleteBucketRequest{BucketId: id, Parameters: map[string]string{s3.ParamVersioning: "true"}})
+			if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), s3.ParamPurgeOnDelete) {
+				t.Errorf("deleting a non-empty bucket: %v, want FailedPrecondition naming %s", err, s3.ParamPurgeOnDelete)
+			}
+			if _, err := b.admin.HeadObject(ctx, &awss3.HeadObjectInput{Bucket: aws.String(id), Key: aws.String("b/c")}); err != nil {
+				t.Errorf("an object after the refused delete: %v", err)
+			}
+			_, err = p.DriverDeleteBucket(ctx, &cosi.DriverDeleteBucketRequest{BucketId: id, Parameters: map[string]string{s3.ParamVersioning: "true", s3.ParamPurgeOnDelete: "true"}})
+			if err != nil {
+				t.Fatalf("deleting with purgeOnDelete: %v", err)
+			}
+			if exists, err := b.bucketExists(ctx, id); exists || err != nil {
+				t.Errorf("the purged bucket exists=%v (%v)", exists, err)
+			}
+		})
+	})
+}
