@@ -257,12 +257,18 @@ func (d *Driver) DriverCreateBucket(ctx context.Context, req *cosi.DriverCreateB
 	if p.objectLock {
 		in.ObjectLockEnabledForBucket = aws.Bool(true)
 	}
-	_, err = d.s3.CreateBucket(ctx, in)
+	// Look first: some stores (Ceph RGW) answer CreateBucket for a bucket the caller already owns
+	// with success rather than BucketAlreadyOwnedByYou.
+	exists, err := d.bucketExists(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !exists {
+		_, err = d.s3.CreateBucket(ctx, in)
+	}
 	switch code := apiCode(err); {
-	case err == nil:
-	case code == "BucketAlreadyOwnedByYou":
-		// Created before: by this driver (a repeated call) or by someone else with the same
-		// admin identity.
+	case exists || code == "BucketAlreadyOwnedByYou":
+		// Created before: by this driver (a repeated call) or by someone else.
 		if err := d.checkOurs(ctx, id, true); err != nil {
 			return nil, err
 		}
@@ -270,6 +276,7 @@ func (d *Driver) DriverCreateBucket(ctx context.Context, req *cosi.DriverCreateB
 			return nil, err
 		}
 		return &cosi.DriverCreateBucketResponse{Protocols: d.bucketInfo(id, p.region)}, nil
+	case err == nil:
 	case code == "BucketAlreadyExists":
 		return nil, status.Errorf(codes.AlreadyExists, "bucket %q exists and belongs to another account", id)
 	default:

@@ -109,9 +109,13 @@ type Policy struct {
 
 const policyVersion = "2012-10-17"
 
-// statements returns the statements granting g, with Sids starting with sidPrefix.
-func (g bucketGrant) statements(sidPrefix string, principal *Principal) []Statement {
+// statements returns the statements granting g, with Sids starting with sidPrefix, without the
+// actions in unknown (actions a store rejects in policies).
+func (g bucketGrant) statements(sidPrefix string, principal *Principal, unknown map[string]bool) []Statement {
 	bucketActs, objectActs := g.bucketActions()
+	known := func(a string) bool { return unknown[a] }
+	bucketActs = slices.DeleteFunc(bucketActs, known)
+	objectActs = slices.DeleteFunc(objectActs, known)
 	var out []Statement
 	if len(bucketActs) > 0 {
 		out = append(out, Statement{Sid: sidPrefix + "Bucket", Effect: "Allow", Principal: principal, Action: bucketActs,
@@ -128,7 +132,7 @@ func (g bucketGrant) statements(sidPrefix string, principal *Principal) []Statem
 func userPolicy(grants []bucketGrant) Policy {
 	p := Policy{Version: policyVersion}
 	for i, g := range grants {
-		p.Statement = append(p.Statement, g.statements(sid("Cosi", i), nil)...)
+		p.Statement = append(p.Statement, g.statements(sid("Cosi", i), nil, nil)...)
 	}
 	return p
 }

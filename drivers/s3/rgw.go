@@ -20,6 +20,14 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// rgwUnknownActions are actions of the access-mode table that Ceph RGW (16, Debian bookworm)
+// rejects in bucket policies (InvalidArgument): it has no such operations, so leaving them out
+// grants nothing less.
+var rgwUnknownActions = map[string]bool{
+	"s3:GetObjectAttributes": true, "s3:GetObjectVersionAttributes": true, "s3:GetBucketOwnershipControls": true,
+	"s3:GetEncryptionConfiguration": true, "s3:PutEncryptionConfiguration": true,
+}
+
 // rgwDisplayPrefix starts the display name of every RGW user the driver creates; only those
 // users are the driver's.
 const rgwDisplayPrefix = "cosi-bucket-access:"
@@ -182,7 +190,7 @@ func (a *RGWAccounts) Grant(ctx context.Context, id string, grants []bucketGrant
 		return Key{}, status.Errorf(codes.Internal, "RGW user %q has no S3 key of its own", id)
 	}
 	for _, g := range grants {
-		if err := a.setStatements(ctx, g.Bucket, id, g.statements(rgwSid(id), &Principal{AWS: []string{"arn:aws:iam:::user/" + id}})); err != nil {
+		if err := a.setStatements(ctx, g.Bucket, id, g.statements(rgwSid(id), &Principal{AWS: []string{"arn:aws:iam:::user/" + id}}, rgwUnknownActions)); err != nil {
 			return Key{}, err
 		}
 	}
