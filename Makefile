@@ -28,6 +28,10 @@ help: ## Show the targets.
 
 ##@ Development
 
+.PHONY: run
+run: build $(KUBE_BINARIES) $(VERSITYGW) ## Run COSI locally (API server, object store, controller, sidecar, S3 driver) with a demo; Ctrl-C stops it. Data: .local/
+	$(BIN)/cosi-local --dir $(ROOT)/.local --repo $(ROOT) --bin $(BIN) $(RUN_FLAGS)
+
 .PHONY: build
 build: ## Compile every module and build the commands into bin/.
 	@for m in $(MODULES); do (cd $$m && go build ./...); done

@@ -1,0 +1,87 @@
+package localenv
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+)
+
+// FieldOwner is the server-side apply field manager of objects applied from files.
+const FieldOwner = "cosi-local"
+
+// ReadManifests decodes the objects of a YAML file (several documents allowed).
+func ReadManifests(path string) ([]*unstructured.Unstructured, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		u := &unstructured.Unstructured{}
+		err := dec.Decode(&u.Object)
+		if errors.Is(err, io.EOF) {
+			return objs, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
+		}
+	}
+}
+
+// ApplyFile applies the objects of a YAML file with server-side apply, as `kubectl apply
+// --server-side` does, and returns them.
+func ApplyFile(ctx context.Context, c client.Client, path string) ([]*unstructured.Unstructured, error) {
+	objs, err := ReadManifests(path)
+	if err != nil {
+		return nil, err
+	}
+	for _, u := range objs {
+		if err := c.Patch(ctx, u, client.Apply, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+			return nil, fmt.Errorf("%s: applying %s %s: %w", path, u.GetKind(), u.GetName(), err)
+		}
+	}
+	return objs, nil
+}
+
+// S3Client returns an S3 client configured only from a BucketAccess Secret, as an application
+// using the Secret's keys would be, and the bucket name from it.
+func S3Client(secret *corev1.Secret) (*awss3.Client, string, error) {
+	d := secret.Data
+	for _, k := range []string{cosiapi.SecretKeyS3EndpointURL, cosiapi.SecretKeyS3BucketName, cosiapi.SecretKeyS3AccessKeyID, cosiapi.SecretKeyS3SecretAccessKey} {
+		if len(d[k]) == 0 {
+			return nil, "", fmt.Errorf("secret %s/%s has no %s", secret.Namespace, secret.Name, k)
+		}
+	}
+	region := string(d[cosiapi.SecretKeyS3Region])
+	if region == "" {
+		region = "us-east-1"
+	}
+	c := awss3.New(awss3.Options{
+		BaseEndpoint: aws.String(string(d[cosiapi.SecretKeyS3EndpointURL])),
+		Region:       region,
+		Credentials:  credentials.NewStaticCredentialsProvider(string(d[cosiapi.SecretKeyS3AccessKeyID]), string(d[cosiapi.SecretKeyS3SecretAccessKey]), ""),
+		UsePathStyle: string(d[cosiapi.SecretKeyS3AddressingStyle]) != "virtual",
+		// A denied request is an answer, not something to retry.
+		RetryMaxAttempts:           1,
+		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
+		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
+	})
+	return c, string(d[cosiapi.SecretKeyS3BucketName]), nil
+}
