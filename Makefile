@@ -77,7 +77,7 @@ vet: ## go vet every module.
 ##@ Test
 
 .PHONY: test
-test: $(KUBE_BINARIES) $(VERSITYGW) ceph verify ## Run all tests, against a real kube-apiserver and etcd built from source and real object stores.
+test: build $(KUBE_BINARIES) $(VERSITYGW) ceph verify ## Run all tests, against a real kube-apiserver and etcd built from source and real object stores.
 	@for m in $(MODULES); do (cd $$m && KUBEBUILDER_ASSETS=$(BIN) go test $(GO_TEST_FLAGS) ./...); done
 
 ##@ Benchmark
