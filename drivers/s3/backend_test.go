@@ -195,7 +195,14 @@ func userClient(creds *cosi.CredentialInfo, info *cosi.ProtocolBucketInfo) *awss
 
 // denied reports whether err is the store refusing the credentials: AccessDenied, or for a
 // deleted key InvalidAccessKeyId.
+//
+// A store may answer a refused upload with 403 and close the connection before the client has
+// read the error body (Ceph RGW does): the status alone says denied then.
 func denied(err error) bool {
+	var respErr interface{ HTTPStatusCode() int }
+	if errors.As(err, &respErr) && respErr.HTTPStatusCode() == http.StatusForbidden {
+		return true
+	}
 	var apiErr smithy.APIError
 	if !errors.As(err, &apiErr) {
 		return false

@@ -200,7 +200,12 @@ func get(c *awss3.Client, bucket, key string) (string, error) {
 	return string(data), err
 }
 
+// A 403 whose body could not be read (the store closed the connection) is denied too.
 func denied(err error) bool {
+	var respErr interface{ HTTPStatusCode() int }
+	if errors.As(err, &respErr) && respErr.HTTPStatusCode() == 403 {
+		return true
+	}
 	var apiErr smithy.APIError
 	return errors.As(err, &apiErr) && (apiErr.ErrorCode() == "AccessDenied" || apiErr.ErrorCode() == "InvalidAccessKeyId")
 }
