@@ -34,6 +34,7 @@ run: build $(KUBE_BINARIES) $(VERSITYGW) ## Run COSI locally (API server, object
 
 .PHONY: build
 build: ## Compile every module and build the commands into bin/.
+	@echo "building COSI's commands into bin/ (the first build compiles the dependencies: a few minutes on 2 cores)"
 	@for m in $(MODULES); do (cd $$m && go build ./...); done
 	go build -o $(BIN)/ ./cmd/...
 
