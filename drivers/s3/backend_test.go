@@ -280,5 +280,3 @@ func (b *backend) bucketExists(ctx context.Context, bucket string) (bool, error)
 	}
 	return false, err
 }
-
-func logr_discard() logr.Logger { return logr.Discard() }

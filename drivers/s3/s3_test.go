@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/go-logr/logr"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -146,7 +147,7 @@ func expect(t *testing.T, what string, want bool, err error) {
 // what was granted.
 func TestEnforcement(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		_, p := serve(t, b.newDriver(t, ""), logr_discard())
+		_, p := serve(t, b.newDriver(t, ""), logr.Discard())
 		ctx := t.Context()
 		bucket, other := createBucket(t, p, nil), createBucket(t, p, nil)
 		if _, err := b.admin.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("seed"), Body: strings.NewReader("seed")}); err != nil {
@@ -216,7 +217,7 @@ func TestEnforcement(t *testing.T) {
 // keeps the ones handed out before working, with one identity.
 func TestRepeatedGrant(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		_, p := serve(t, b.newDriver(t, ""), logr_discard())
+		_, p := serve(t, b.newDriver(t, ""), logr.Discard())
 		bucket := createBucket(t, p, nil)
 		first := grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}, bucket)
 		req := &cosi.DriverGrantBucketAccessRequest{AccountId: first.id, Protocol: cosi.ObjectProtocol_S3, AuthenticationType: cosi.AuthenticationType_KEY,
@@ -238,7 +239,7 @@ func TestRepeatedGrant(t *testing.T) {
 func TestBuckets(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		ctx := t.Context()
-		_, p := serve(t, b.newDriver(t, "test-"), logr_discard())
+		_, p := serve(t, b.newDriver(t, "test-"), logr.Discard())
 
 		t.Run("generated names are deterministic, prefixed and valid", func(t *testing.T) {
 			name := "bc-3f1e9a52-7c1d-4c3e-9d4e-UPPER"
