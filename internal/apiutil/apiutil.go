@@ -4,15 +4,21 @@ package apiutil
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
+	"time"
 
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -113,9 +119,24 @@ func RemoveAnnotation(ctx context.Context, c client.Client, obj client.Object, k
 	})
 }
 
+// RateLimiter is the backoff of the COSI reconcilers: per object, exponential from 5 ms to at
+// most 5 minutes (controller-runtime's default waits up to 16 minutes), and 10 per second overall
+// with bursts of 100. A failing driver call is retried at least every 5 minutes, for as long as it
+// fails.
+func RateLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, MaxBackoff),
+		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
+}
+
+// MaxBackoff is the longest wait between two attempts of a failing reconcile.
+const MaxBackoff = 5 * time.Minute
+
 // Result turns a reconcile error into what controller-runtime should do: a conflict (another
-// writer changed the object since it was read) is retried at once without being logged as an
-// error; it is the expected cost of optimistic locking, not a failure.
+// writer changed the object since it was read) is retried with the object's backoff, which starts
+// at 5 ms, without being logged as an error; it is the expected cost of optimistic locking, not a
+// failure.
 func Result(err error) (reconcile.Result, error) {
 	if apierrors.IsConflict(err) {
 		return reconcile.Result{Requeue: true}, nil
@@ -136,6 +157,44 @@ var SpecOrLifecycleChanged = predicate.Funcs{
 			!o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp())
 	},
 	DeleteFunc: func(event.DeleteEvent) bool { return false },
+}
+
+// ProtectionRemoved passes updates that remove COSI's protection finalizer, which someone other
+// than COSI may have done: the reconciler puts it back. COSI's own removal happens on deleting
+// objects, where the reconcilers have nothing left to do.
+var ProtectionRemoved = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return controllerutil.ContainsFinalizer(e.ObjectOld, cosiapi.FinalizerProtection) &&
+			!controllerutil.ContainsFinalizer(e.ObjectNew, cosiapi.FinalizerProtection)
+	},
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+// InitConditions adds each condition type that is missing as Unknown (ReasonPending): every COSI
+// condition starts Unknown (KEP-1979 "Conditions").
+func InitConditions(conds *[]metav1.Condition, generation int64, types ...string) {
+	for _, typ := range types {
+		if meta.FindStatusCondition(*conds, typ) == nil {
+			SetCondition(conds, generation, typ, metav1.ConditionUnknown, cosiapi.ReasonPending, "")
+		}
+	}
+}
+
+// APIErrorEvent records a failed Kubernetes API call of a reconcile as a Warning event on obj, with
+// the reason of the operation it failed (KEP-1979 "Conditions": "Kubernetes API issues ... are
+// reported as Events"). Conflicts are not reported: optimistic locking makes them part of normal
+// operation, and they are retried at once. Objects that are gone are not reported either.
+func APIErrorEvent(rec events.EventRecorder, obj runtime.Object, reason string, err error) {
+	if err == nil || apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return
+	}
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) {
+		return // not an API error: the caller records it (driver errors have their own events)
+	}
+	rec.Eventf(obj, nil, corev1.EventTypeWarning, reason, "KubernetesAPI", "Kubernetes API error: %s", Truncate(err.Error()))
 }
 
 // Scheme returns a scheme with the core Kubernetes types and the COSI types: what the controller,

@@ -4,9 +4,9 @@ import (
 	"context"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,62 +20,120 @@ import (
 	"github.com/kube-cosi/cosi/internal/apiutil"
 )
 
-// BucketReconciler handles Buckets an admin deletes: their deprovisioning may start only when
-// the bound claim is deleting or gone (KEP-1979 "Deleting a Bucket"), which the sidecar cannot
-// see, so the controller tells it with the bucketclaim-being-deleted annotation. It also observes
-// the Bucket and BucketAccess transitions for the operation metrics.
+// BucketReconciler releases Buckets for deprovisioning: a Bucket may be deprovisioned only when
+// its bound claim is deleting or gone (KEP-1979 "Deleting a Bucket"), which the sidecar cannot see,
+// so the controller tells it with the bucketclaim-being-deleted annotation. A claim's own deletion
+// does that for its Bucket (BucketClaimReconciler.delete); this reconciler handles the Buckets whose
+// claim is gone without it: an admin deleted the Bucket of a claim that later went, or someone
+// removed the claim's finalizer. It also observes the Bucket and BucketAccess transitions for the
+// operation metrics.
 type BucketReconciler struct {
-	Client  client.Client
-	Metrics *metrics
+	Client client.Client
+	// APIReader confirms, uncached, that a claim is gone and that no access holds the Bucket
+	// before the Bucket is released: the cache may lag behind objects created a moment ago.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Metrics   *metrics
 }
 
-// SetupWithManager registers the reconciler for deleted Buckets, woken also when their claim
-// goes, and the metric observers.
+// SetupWithManager registers the reconciler for Buckets that are deleting or bound, woken also
+// when their claim or an access holding them goes, and the metric observers.
 func (r *BucketReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
 	if err := r.observe(mgr); err != nil {
 		return err
 	}
-	deleting := predicate.NewPredicateFuncs(func(o client.Object) bool {
-		return o.GetDeletionTimestamp() != nil && o.GetAnnotations()[cosiapi.AnnotationBucketClaimBeingDeleted] == ""
+	candidate := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		b := o.(*cosiapi.Bucket)
+		_, released := b.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted]
+		return !released && (b.DeletionTimestamp != nil || b.Spec.BucketClaimRef.UID != "")
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("bucket").
-		For(&cosiapi.Bucket{}, builder.WithPredicates(deleting)).
-		Watches(&cosiapi.BucketClaim{}, handler.EnqueueRequestsFromMapFunc(boundBucket), builder.WithPredicates(predicate.Funcs{
+		For(&cosiapi.Bucket{}, builder.WithPredicates(candidate)).
+		Watches(&cosiapi.BucketClaim{}, handler.EnqueueRequestsFromMapFunc(bucketsOfClaim), builder.WithPredicates(predicate.Funcs{
 			CreateFunc: func(event.CreateEvent) bool { return false },
 			UpdateFunc: func(e event.UpdateEvent) bool { return e.ObjectNew.GetDeletionTimestamp() != nil },
 		})).
+		Watches(&cosiapi.BucketAccess{}, handler.EnqueueRequestsFromMapFunc(bucketsOfAccess), builder.WithPredicates(accessReferenceChanged)).
 		WithOptions(opts).
 		Complete(r)
 }
 
-func boundBucket(_ context.Context, o client.Object) []reconcile.Request {
-	if name := o.(*cosiapi.BucketClaim).Status.BoundBucketName; name != "" {
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: name}}}
+func bucketsOfClaim(_ context.Context, o client.Object) []reconcile.Request {
+	c := o.(*cosiapi.BucketClaim)
+	var reqs []reconcile.Request
+	for _, name := range []string{c.Status.BoundBucketName, c.Spec.ExistingBucketName} {
+		if name != "" {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
+		}
 	}
-	return nil
+	return reqs
 }
 
-// Reconcile annotates a deleted Bucket whose claim is deleting, gone, or another claim by now.
+func bucketsOfAccess(_ context.Context, o client.Object) []reconcile.Request {
+	var reqs []reconcile.Request
+	for _, b := range o.(*cosiapi.BucketAccess).Status.AccessedBuckets {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: b.BucketName}})
+	}
+	return reqs
+}
+
+// Reconcile releases a Bucket whose claim is gone once no access holds it: it annotates it, and
+// deletes it when its policy is Delete.
 func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	bucket := &cosiapi.Bucket{}
 	if err := r.Client.Get(ctx, req.NamespacedName, bucket); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if bucket.DeletionTimestamp == nil || bucket.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] != "" {
-		return reconcile.Result{}, nil
+	err := r.release(ctx, bucket)
+	apiutil.APIErrorEvent(r.Recorder, bucket, cosiapi.EventFailedDeleteBucket, err)
+	return apiutil.Result(err)
+}
+
+func (r *BucketReconciler) release(ctx context.Context, bucket *cosiapi.Bucket) error {
+	if _, released := bucket.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted]; released {
+		return nil
 	}
+	if bucket.DeletionTimestamp == nil && bucket.Spec.BucketClaimRef.UID == "" {
+		return nil // an unbound static Bucket waits for its claim
+	}
+	if gone, err := r.claimGone(ctx, bucket); err != nil || !gone {
+		// A claim that exists, deleting or not, releases its Bucket itself when it goes.
+		return err
+	}
+	users, err := accessesOfBucket(ctx, r.Client, bucket.Name, false)
+	if err == nil && len(users) == 0 {
+		users, err = accessesOfBucket(ctx, r.APIReader, bucket.Name, true)
+	}
+	if err != nil || len(users) > 0 {
+		return err // the access watch wakes this when they go
+	}
+	if err := apiutil.SetAnnotation(ctx, r.Client, bucket, cosiapi.AnnotationBucketClaimBeingDeleted); err != nil {
+		return err
+	}
+	if bucket.Spec.DeletionPolicy != cosiapi.DeletionPolicyDelete || bucket.DeletionTimestamp != nil {
+		return nil
+	}
+	return client.IgnoreNotFound(r.Client.Delete(ctx, bucket, client.Preconditions{UID: &bucket.UID}))
+}
+
+// claimGone reports whether the Bucket's claim no longer exists: not found, or another claim of
+// the same name. The cache answers "it exists"; "gone" is confirmed uncached, because a claim
+// created a moment ago may not be in the cache yet.
+func (r *BucketReconciler) claimGone(ctx context.Context, bucket *cosiapi.Bucket) (bool, error) {
 	ref := bucket.Spec.BucketClaimRef
-	claim := &cosiapi.BucketClaim{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, claim)
-	if client.IgnoreNotFound(err) != nil {
-		return reconcile.Result{}, err
+	key := types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
+	for _, reader := range []client.Reader{r.Client, r.APIReader} {
+		claim := &cosiapi.BucketClaim{}
+		err := reader.Get(ctx, key, claim)
+		if client.IgnoreNotFound(err) != nil {
+			return false, err
+		}
+		if err == nil && (ref.UID == "" || claim.UID == ref.UID) {
+			return false, nil
+		}
 	}
-	claimGone := apierrors.IsNotFound(err) || (ref.UID != "" && claim.UID != ref.UID)
-	if !claimGone && claim.DeletionTimestamp == nil {
-		return reconcile.Result{}, nil // the claim still uses it: wait (the claim watch wakes this)
-	}
-	return apiutil.Result(apiutil.SetAnnotation(ctx, r.Client, bucket, cosiapi.AnnotationBucketClaimBeingDeleted))
+	return true, nil
 }
 
 // observe records the create and delete metrics of Buckets and BucketAccesses, whose Provisioned
@@ -124,7 +182,8 @@ func (r *BucketReconciler) observe(mgr ctrl.Manager) error {
 				if ts := o.GetDeletionTimestamp(); ts != nil {
 					since = ts.Time
 				}
-				r.Metrics.deleted(kind.driver(o), kind.name, since, kind.conds(o))
+				b, _ := o.(*cosiapi.Bucket)
+				r.Metrics.deleted(kind.driver(o), kind.name, since, createOutcome(kind.conds(o), b != nil && (b.Status.BucketID != "" || driverCalled(b.Status.Conditions))))
 			},
 		})
 		if err != nil {

@@ -7,7 +7,9 @@ import (
 	"reflect"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -43,11 +45,33 @@ type BucketAccessReconciler struct {
 func (r *BucketAccessReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("bucketaccess").
-		For(&cosiapi.BucketAccess{}, builder.WithPredicates(apiutil.SpecOrLifecycleChanged)).
+		For(&cosiapi.BucketAccess{}, builder.WithPredicates(predicate.Or[client.Object](apiutil.SpecOrLifecycleChanged, apiutil.ProtectionRemoved, deletingChanged))).
 		Watches(&cosiapi.BucketClaim{}, handler.EnqueueRequestsFromMapFunc(r.accessesOfClaim), builder.WithPredicates(claimChanged)).
 		Watches(&cosiapi.BucketAccessClass{}, handler.EnqueueRequestsFromMapFunc(r.accessesOfClass)).
+		// A Bucket bound to a claim (its claim reference's UID set) wakes the accesses waiting for it.
+		Watches(&cosiapi.Bucket{}, handler.EnqueueRequestsFromMapFunc(r.accessesOfBucket), builder.WithPredicates(bucketBindingChanged)).
 		WithOptions(opts).
 		Complete(r)
+}
+
+// deletingChanged passes every change of a deleting access: the sidecar's record of its cleanup is
+// in status, which SpecOrLifecycleChanged does not pass.
+var deletingChanged = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool { return e.ObjectNew.GetDeletionTimestamp() != nil },
+	DeleteFunc: func(event.DeleteEvent) bool { return false },
+}
+
+var bucketBindingChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld.(*cosiapi.Bucket).Spec.BucketClaimRef != e.ObjectNew.(*cosiapi.Bucket).Spec.BucketClaimRef
+	},
+	DeleteFunc: func(event.DeleteEvent) bool { return false },
+}
+
+func (r *BucketAccessReconciler) accessesOfBucket(ctx context.Context, o client.Object) []reconcile.Request {
+	ref := o.(*cosiapi.Bucket).Spec.BucketClaimRef
+	return r.list(ctx, client.MatchingFields{indexAccessesByClaim: ref.Namespace + "/" + ref.Name}, true)
 }
 
 // claimChanged passes claim changes an access waits for: binding, protocols, deletion.
@@ -70,6 +94,7 @@ func (r *BucketAccessReconciler) accessesOfClass(ctx context.Context, o client.O
 func (r *BucketAccessReconciler) list(ctx context.Context, sel client.MatchingFields, notHandedOff bool) []reconcile.Request {
 	var list cosiapi.BucketAccessList
 	if err := r.Client.List(ctx, &list, sel); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing BucketAccesses to wake", "selector", sel)
 		return nil
 	}
 	var reqs []reconcile.Request
@@ -88,50 +113,79 @@ func (r *BucketAccessReconciler) Reconcile(ctx context.Context, req reconcile.Re
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if ba.DeletionTimestamp != nil {
-		return apiutil.Result(r.delete(ctx, ba))
+		return r.result(ba, cosiapi.EventFailedRevokeAccess, r.delete(ctx, ba))
+	}
+	return r.result(ba, cosiapi.EventFailedGrantAccess, r.reconcile(ctx, ba))
+}
+
+// result reports a failed Kubernetes API call as an event and hands the error to
+// controller-runtime.
+func (r *BucketAccessReconciler) result(ba *cosiapi.BucketAccess, reason string, err error) (reconcile.Result, error) {
+	apiutil.APIErrorEvent(r.Recorder, ba, reason, err)
+	return apiutil.Result(err)
+}
+
+func (r *BucketAccessReconciler) reconcile(ctx context.Context, ba *cosiapi.BucketAccess) error {
+	// The finalizer first, on every reconcile: it is put back when a tenant removed it, and the
+	// status patch below is based on the current version.
+	if err := apiutil.AddFinalizer(ctx, r.Client, ba); err != nil {
+		return err
 	}
 	if ba.Status.DriverName != "" {
-		return apiutil.Result(r.checkHandedOff(ctx, ba))
-	}
-	// The finalizer first, so that the status patch below is based on the current version.
-	if err := apiutil.AddFinalizer(ctx, r.Client, ba); err != nil {
-		return apiutil.Result(err)
+		return r.checkHandedOff(ctx, ba)
 	}
 	orig := ba.DeepCopy()
-	if err := r.handOff(ctx, ba); err != nil {
-		return apiutil.Result(err)
+	apiutil.InitConditions(&ba.Status.Conditions, ba.Generation, cosiapi.ConditionProvisionFailed)
+	event, err := r.handOff(ctx, ba)
+	if err != nil {
+		return err
 	}
 	if reflect.DeepEqual(orig.Status, ba.Status) {
-		return reconcile.Result{}, nil
+		return nil
 	}
-	return apiutil.Result(r.Client.Status().Patch(ctx, ba, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})))
+	if err := r.Client.Status().Patch(ctx, ba, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return err
+	}
+	// An event for each new refusal or wait, not for each reconcile.
+	if event != nil && apiutil.ConditionsChanged(orig.Status.Conditions, ba.Status.Conditions) {
+		r.Recorder.Eventf(ba, nil, event.eventType, event.reason, "HandOff", "%s", apiutil.Truncate(event.message))
+	}
+	return nil
 }
+
+// handOffEvent is the event a hand-off that did not happen reports.
+type handOffEvent struct{ eventType, reason, message string }
 
 // handOff validates the access and, when everything is ready, fills in the status the sidecar
 // acts on. Problems end up in the conditions of ba, which the caller writes.
-func (r *BucketAccessReconciler) handOff(ctx context.Context, ba *cosiapi.BucketAccess) error {
+//
+// It returns the event to record when the access is refused or waits.
+func (r *BucketAccessReconciler) handOff(ctx context.Context, ba *cosiapi.BucketAccess) (*handOffEvent, error) {
 	g := ba.Generation
-	wait := func(msg string) {
+	wait := func(msg string) (*handOffEvent, error) {
 		apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources, msg)
 		apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources, msg)
+		return &handOffEvent{corev1.EventTypeNormal, cosiapi.EventWaitingForBucket, msg}, nil
 	}
-	reject := func(reason, msg string) {
+	reject := func(reason, msg string) (*handOffEvent, error) {
 		// Final until the access, its class or a claim changes: the watches bring it back.
 		apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed, msg)
 		apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, reason, msg)
+		return &handOffEvent{corev1.EventTypeWarning, cosiapi.EventFailedGrantAccess, msg}, nil
 	}
 
 	class := &cosiapi.BucketAccessClass{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: ba.Spec.BucketAccessClassName}, class); err != nil {
 		if apierrors.IsNotFound(err) {
-			wait(fmt.Sprintf("BucketAccessClass %s does not exist", ba.Spec.BucketAccessClassName))
-			return nil
+			msg := fmt.Sprintf("BucketAccessClass %s does not exist", ba.Spec.BucketAccessClassName)
+			apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources, msg)
+			apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources, msg)
+			return nil, nil
 		}
-		return err
+		return nil, err
 	}
 	if msg := forbiddenByClass(ba, class); msg != "" {
-		reject(cosiapi.ReasonForbiddenByClass, msg)
-		return nil
+		return reject(cosiapi.ReasonForbiddenByClass, msg)
 	}
 
 	var accessed []cosiapi.AccessedBucket
@@ -143,23 +197,23 @@ func (r *BucketAccessReconciler) handOff(ctx context.Context, ba *cosiapi.Bucket
 				waiting = append(waiting, "BucketClaim "+ref.BucketClaimName+" does not exist")
 				continue
 			}
-			return err
+			return nil, err
+		}
+		// Block the claim's deletion while this access exists (KEP-1979 step 3.5), then check
+		// that it is not being deleted (step 3.7) on the object the patch returned: in this order,
+		// a claim deleted at the same moment either sees the reference or is seen deleting.
+		if err := apiutil.SetAnnotation(ctx, r.Client, claim, cosiapi.AnnotationHasBucketAccessReferences); err != nil {
+			return nil, err
 		}
 		if claim.DeletionTimestamp != nil {
-			reject(cosiapi.ReasonInvalidReference, fmt.Sprintf("BucketClaim %s is being deleted: no new access is granted to it", claim.Name))
-			return nil
-		}
-		// Block the claim's deletion while this access exists (KEP-1979 step 3.5).
-		if err := apiutil.SetAnnotation(ctx, r.Client, claim, cosiapi.AnnotationHasBucketAccessReferences); err != nil {
-			return err
+			return reject(cosiapi.ReasonInvalidReference, fmt.Sprintf("BucketClaim %s is being deleted: no new access is granted to it", claim.Name))
 		}
 		if claim.Status.BoundBucketName == "" {
 			waiting = append(waiting, "BucketClaim "+claim.Name+" is not bound yet")
 			continue
 		}
 		if len(claim.Status.Protocols) > 0 && !slices.Contains(claim.Status.Protocols, ba.Spec.Protocol) {
-			reject(cosiapi.ReasonUnsupportedProtocol, fmt.Sprintf("BucketClaim %s supports %v, not %s", claim.Name, claim.Status.Protocols, ba.Spec.Protocol))
-			return nil
+			return reject(cosiapi.ReasonUnsupportedProtocol, fmt.Sprintf("BucketClaim %s supports %v, not %s", claim.Name, claim.Status.Protocols, ba.Spec.Protocol))
 		}
 		bucket := &cosiapi.Bucket{}
 		if err := r.Client.Get(ctx, types.NamespacedName{Name: claim.Status.BoundBucketName}, bucket); err != nil {
@@ -167,18 +221,25 @@ func (r *BucketAccessReconciler) handOff(ctx context.Context, ba *cosiapi.Bucket
 				waiting = append(waiting, "Bucket "+claim.Status.BoundBucketName+" of BucketClaim "+claim.Name+" does not exist")
 				continue
 			}
-			return err
+			return nil, err
+		}
+		// Verify that the claim is bound to the Bucket (KEP-1979 step 3.6), with the claim's UID:
+		// the sidecar checks the same before granting.
+		switch ref := bucket.Spec.BucketClaimRef; {
+		case ref.Namespace != claim.Namespace || ref.Name != claim.Name || (ref.UID != "" && ref.UID != claim.UID):
+			return reject(cosiapi.ReasonInvalidReference, fmt.Sprintf("Bucket %s is not bound to BucketClaim %s", bucket.Name, claim.Name))
+		case ref.UID == "":
+			waiting = append(waiting, "Bucket "+bucket.Name+" is not bound to BucketClaim "+claim.Name+" yet")
+			continue
 		}
 		if bucket.Spec.DriverName != class.Spec.DriverName {
-			reject(cosiapi.ReasonInvalidReference, fmt.Sprintf("BucketClaim %s is served by driver %s; BucketAccessClass %s uses driver %s",
+			return reject(cosiapi.ReasonInvalidReference, fmt.Sprintf("BucketClaim %s is served by driver %s; BucketAccessClass %s uses driver %s",
 				claim.Name, bucket.Spec.DriverName, class.Name, class.Spec.DriverName))
-			return nil
 		}
 		accessed = append(accessed, cosiapi.AccessedBucket{BucketClaimName: claim.Name, BucketName: bucket.Name, BucketID: bucket.Status.BucketID})
 	}
 	if len(waiting) > 0 {
-		wait(fmt.Sprintf("waiting: %v", waiting))
-		return nil
+		return wait(fmt.Sprintf("waiting: %v", waiting))
 	}
 
 	// Hand off: copy what the sidecar needs, so that it works even if the class changes later.
@@ -191,7 +252,7 @@ func (r *BucketAccessReconciler) handOff(ctx context.Context, ba *cosiapi.Bucket
 	ba.Status.Parameters = maps.Clone(class.Spec.Parameters)
 	apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid, "")
 	apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, "handed off to driver "+class.Spec.DriverName)
-	return nil
+	return nil, nil
 }
 
 // forbiddenByClass returns why the class forbids the access, or "".
@@ -247,38 +308,34 @@ func (r *BucketAccessReconciler) checkHandedOff(ctx context.Context, ba *cosiapi
 }
 
 // delete finishes a BucketAccess's deletion once the sidecar has cleaned up (KEP-1979 "Deleting a
-// BucketAccess", step 4): the claims lose their reference annotation when no other access
-// references them, then the finalizer goes.
+// BucketAccess", step 4): the finalizer goes, and the claims, reconciled by the access watch,
+// lose their reference annotation when no other access references them.
+//
+// The sidecar's annotation is not enough: a tenant can set it on their own access. The sidecar
+// also records the revocation in status (Provisioned False, ReasonRevoked), which a tenant cannot
+// write, and that is what the controller waits for.
 func (r *BucketAccessReconciler) delete(ctx context.Context, ba *cosiapi.BucketAccess) error {
 	if !controllerutil.ContainsFinalizer(ba, cosiapi.FinalizerProtection) {
 		return nil
 	}
-	if ba.Status.DriverName != "" && ba.Annotations[cosiapi.AnnotationSidecarCleanupFinished] == "" {
-		return nil // the sidecar revokes first; its annotation wakes this reconciler
+	if ba.Status.DriverName != "" && !sidecarFinished(ba) {
+		return nil // the sidecar revokes first; its status and annotation wake this reconciler
 	}
-	for _, ref := range ba.Spec.BucketClaims {
-		var others cosiapi.BucketAccessList
-		if err := r.Client.List(ctx, &others, client.InNamespace(ba.Namespace), client.MatchingFields{indexAccessesByClaim: ba.Namespace + "/" + ref.BucketClaimName}); err != nil {
-			return err
-		}
-		if slices.ContainsFunc(others.Items, func(o cosiapi.BucketAccess) bool { return o.UID != ba.UID }) {
-			continue
-		}
-		claim := &cosiapi.BucketClaim{}
-		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ba.Namespace, Name: ref.BucketClaimName}, claim); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			return err
-		}
-		if err := apiutil.RemoveAnnotation(ctx, r.Client, claim, cosiapi.AnnotationHasBucketAccessReferences); err != nil {
-			return err
-		}
-	}
-	provisioned := apiutil.IsTrue(ba.Status.Conditions, cosiapi.ConditionProvisioned)
+	// Provisioned is False (Revoked) by now: whether the grant ever succeeded shows in
+	// ProvisionFailed, set False by the sidecar's successful grant.
+	pf := meta.FindStatusCondition(ba.Status.Conditions, cosiapi.ConditionProvisionFailed)
+	granted := pf != nil && pf.Status == metav1.ConditionFalse && pf.Reason == cosiapi.ReasonDriverSucceeded
+	outcome := createOutcome(granted, ba.Status.AccountID != "" || driverCalled(ba.Status.Conditions))
 	if err := apiutil.RemoveFinalizer(ctx, r.Client, ba); err != nil {
 		return err
 	}
-	r.Metrics.deleted(ba.Status.DriverName, "BucketAccess", ba.DeletionTimestamp.Time, provisioned)
+	r.Metrics.deleted(ba.Status.DriverName, "BucketAccess", ba.DeletionTimestamp.Time, outcome)
 	return nil
+}
+
+// sidecarFinished reports whether the sidecar has deleted the access's Secrets and revoked it.
+func sidecarFinished(ba *cosiapi.BucketAccess) bool {
+	p := meta.FindStatusCondition(ba.Status.Conditions, cosiapi.ConditionProvisioned)
+	_, annotated := ba.Annotations[cosiapi.AnnotationSidecarCleanupFinished]
+	return annotated && p != nil && p.Status == metav1.ConditionFalse && p.Reason == cosiapi.ReasonRevoked
 }

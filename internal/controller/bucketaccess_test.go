@@ -90,11 +90,20 @@ func TestAccessHandOff(t *testing.T) {
 		}
 		return nil
 	})
-	testenv.Eventually(t, func() error { // as the sidecar does after revoking
+	// The annotation alone, as a tenant could write it, is not enough.
+	testenv.Eventually(t, func() error {
 		get(t, ba)
 		ba.Annotations = map[string]string{cosiapi.AnnotationSidecarCleanupFinished: "true"}
 		return env.Client.Update(t.Context(), ba)
 	})
+	testenv.Never(t, 500*time.Millisecond, func() error {
+		get(t, ba)
+		if !controllerutil.ContainsFinalizer(ba, cosiapi.FinalizerProtection) {
+			return fmt.Errorf("the finalizer went on the annotation alone")
+		}
+		return nil
+	})
+	revokeAsSidecar(t, ba)
 	env.Gone(t, ba)
 	env.Gone(t, c)
 	get(t, b)
@@ -121,11 +130,7 @@ func TestClaimStaysReferencedWhileAnotherAccessExists(t *testing.T) {
 		if err := env.Client.Delete(t.Context(), ba); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, func() error {
-			get(t, ba)
-			ba.Annotations = map[string]string{cosiapi.AnnotationSidecarCleanupFinished: "true"}
-			return env.Client.Update(t.Context(), ba)
-		})
+		revokeAsSidecar(t, ba)
 		env.Gone(t, ba)
 		get(t, c)
 		if referenced := c.Annotations[cosiapi.AnnotationHasBucketAccessReferences] != ""; referenced != (i == 0) {

@@ -37,9 +37,11 @@ const indexClaimsByExistingBucket = "spec.existingBucketName"
 // status on the claim, and orchestrates the claim's deletion (KEP-1979 "Creating a Bucket",
 // "Accessing an Existing OSP Bucket" and "Deleting a Bucket", controller steps).
 type BucketClaimReconciler struct {
-	Client   client.Client
-	Recorder events.EventRecorder
-	Metrics  *metrics
+	Client client.Client
+	// APIReader lists BucketAccesses uncached before a claim's deletion goes ahead.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Metrics   *metrics
 }
 
 // SetupWithManager registers the reconciler and its watches: a claim waits for its Bucket and its
@@ -53,9 +55,11 @@ func (r *BucketClaimReconciler) SetupWithManager(mgr ctrl.Manager, opts controll
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("bucketclaim").
-		For(&cosiapi.BucketClaim{}, builder.WithPredicates(apiutil.SpecOrLifecycleChanged)).
+		For(&cosiapi.BucketClaim{}, builder.WithPredicates(predicate.Or[client.Object](apiutil.SpecOrLifecycleChanged, apiutil.ProtectionRemoved))).
 		Watches(&cosiapi.Bucket{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfBucket), builder.WithPredicates(bucketChanged)).
 		Watches(&cosiapi.BucketClass{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfClass)).
+		// The reference annotation follows the accesses: created, deleting, finalizer gone, gone.
+		Watches(&cosiapi.BucketAccess{}, handler.EnqueueRequestsFromMapFunc(claimsOfAccess), builder.WithPredicates(accessReferenceChanged)).
 		WithOptions(opts).
 		Complete(r)
 }
@@ -74,10 +78,32 @@ func (r *BucketClaimReconciler) claimsOfBucket(ctx context.Context, o client.Obj
 	b := o.(*cosiapi.Bucket)
 	reqs := []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: b.Spec.BucketClaimRef.Namespace, Name: b.Spec.BucketClaimRef.Name}}}
 	var claims cosiapi.BucketClaimList
-	if err := r.Client.List(ctx, &claims, client.MatchingFields{indexClaimsByExistingBucket: b.Name}); err == nil {
-		for _, c := range claims.Items {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
-		}
+	if err := r.Client.List(ctx, &claims, client.MatchingFields{indexClaimsByExistingBucket: b.Name}); err != nil {
+		// A list from the cache fails only when the index is missing: a programming error.
+		ctrl.LoggerFrom(ctx).Error(err, "listing the static claims of a Bucket", "bucket", b.Name)
+	}
+	for _, c := range claims.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
+	}
+	return reqs
+}
+
+// accessReferenceChanged passes the access changes that can change whether it references its
+// claims: creation, deletion, a finalizer change, a spec change.
+var accessReferenceChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld, e.ObjectNew
+		return o.GetGeneration() != n.GetGeneration() || !slices.Equal(o.GetFinalizers(), n.GetFinalizers()) ||
+			!o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp())
+	},
+}
+
+// claimsOfAccess maps an access to the claims it names.
+func claimsOfAccess(_ context.Context, o client.Object) []reconcile.Request {
+	ba := o.(*cosiapi.BucketAccess)
+	reqs := make([]reconcile.Request, 0, len(ba.Spec.BucketClaims))
+	for _, c := range ba.Spec.BucketClaims {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ba.Namespace, Name: c.BucketClaimName}})
 	}
 	return reqs
 }
@@ -86,6 +112,7 @@ func (r *BucketClaimReconciler) claimsOfBucket(ctx context.Context, o client.Obj
 func (r *BucketClaimReconciler) claimsOfClass(ctx context.Context, o client.Object) []reconcile.Request {
 	var claims cosiapi.BucketClaimList
 	if err := r.Client.List(ctx, &claims, client.MatchingFields{indexClaimsByClass: o.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing the claims of a BucketClass", "bucketClass", o.GetName())
 		return nil
 	}
 	var reqs []reconcile.Request
@@ -104,22 +131,61 @@ func (r *BucketClaimReconciler) Reconcile(ctx context.Context, req reconcile.Req
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if claim.DeletionTimestamp != nil {
-		return apiutil.Result(r.delete(ctx, claim))
+		return r.result(claim, cosiapi.EventFailedDeleteBucket, r.delete(ctx, claim))
 	}
+	return r.result(claim, cosiapi.EventFailedCreateBucket, r.reconcile(ctx, claim))
+}
+
+// result reports a failed Kubernetes API call as an event and hands the error to
+// controller-runtime.
+func (r *BucketClaimReconciler) result(claim *cosiapi.BucketClaim, reason string, err error) (reconcile.Result, error) {
+	apiutil.APIErrorEvent(r.Recorder, claim, reason, err)
+	return apiutil.Result(err)
+}
+
+// reconcile protects the claim, publishes its references, binds it and mirrors its Bucket.
+func (r *BucketClaimReconciler) reconcile(ctx context.Context, claim *cosiapi.BucketClaim) error {
+	// Put back, on every reconcile, what a tenant may have removed.
 	if err := apiutil.AddFinalizer(ctx, r.Client, claim); err != nil {
-		return apiutil.Result(err)
+		return err
+	}
+	if err := r.publishReferences(ctx, claim); err != nil {
+		return err
 	}
 	orig := claim.DeepCopy()
+	apiutil.InitConditions(&claim.Status.Conditions, claim.Generation, cosiapi.ConditionProvisionFailed)
 	bucket, err := r.bucket(ctx, claim, orig)
 	if err != nil {
-		return apiutil.Result(err)
+		return err
 	}
 	if bucket != nil {
 		if err := r.bind(ctx, claim, bucket); err != nil {
-			return apiutil.Result(err)
+			return err
 		}
 	}
-	return apiutil.Result(r.patchStatus(ctx, orig, claim, bucket))
+	return r.patchStatus(ctx, orig, claim, bucket)
+}
+
+// publishReferences sets the has-bucketaccess-references annotation while accesses reference the
+// claim and removes it when none does (KEP-1979 "Generating Bucket Access Credentials" step 3.5 and
+// "Deleting a BucketAccess" step 4.1), derived from the accesses themselves. It is removed only
+// after an uncached list confirms that no access references the claim.
+func (r *BucketClaimReconciler) publishReferences(ctx context.Context, claim *cosiapi.BucketClaim) error {
+	refs, err := r.referencingAccesses(ctx, claim, false)
+	if err != nil {
+		return err
+	}
+	_, annotated := claim.Annotations[cosiapi.AnnotationHasBucketAccessReferences]
+	switch {
+	case len(refs) > 0:
+		return apiutil.SetAnnotation(ctx, r.Client, claim, cosiapi.AnnotationHasBucketAccessReferences)
+	case !annotated:
+		return nil
+	}
+	if refs, err = r.referencingAccesses(ctx, claim, true); err != nil || len(refs) > 0 {
+		return err
+	}
+	return apiutil.RemoveAnnotation(ctx, r.Client, claim, cosiapi.AnnotationHasBucketAccessReferences)
 }
 
 // bucket returns the claim's Bucket, creating it for a dynamic claim. It returns nil, with the
@@ -290,18 +356,28 @@ func (r *BucketClaimReconciler) patchStatus(ctx context.Context, orig, claim *co
 
 // delete deletes a claim (KEP-1979 "Deleting a Bucket", step 2): blocked while BucketAccesses
 // reference it; then the Bucket is annotated, deleted with the Delete policy, left with Retain.
+//
+// Whether accesses reference the claim is decided from an uncached list of the accesses, not from
+// the annotation, which a tenant can remove: a claim in use is never deleted.
 func (r *BucketClaimReconciler) delete(ctx context.Context, claim *cosiapi.BucketClaim) error {
 	if !controllerutil.ContainsFinalizer(claim, cosiapi.FinalizerProtection) {
 		return nil
 	}
-	if _, referenced := claim.Annotations[cosiapi.AnnotationHasBucketAccessReferences]; referenced {
+	refs, err := r.referencingAccesses(ctx, claim, true)
+	if err != nil {
+		return err
+	}
+	if len(refs) > 0 {
+		if err := apiutil.SetAnnotation(ctx, r.Client, claim, cosiapi.AnnotationHasBucketAccessReferences); err != nil {
+			return err
+		}
 		orig := claim.DeepCopy()
 		s := metav1.ConditionUnknown
 		if apiutil.IsTrue(claim.Status.Conditions, cosiapi.ConditionProvisioned) {
 			s = metav1.ConditionTrue
 		}
 		apiutil.SetCondition(&claim.Status.Conditions, claim.Generation, cosiapi.ConditionProvisioned, s, cosiapi.ReasonDeletionBlocked,
-			"deletion waits until the BucketAccesses that reference this claim are deleted")
+			fmt.Sprintf("deletion waits until the BucketAccesses that reference this claim are deleted: %v", refs))
 		return r.patchStatus(ctx, orig, claim, nil)
 	}
 
@@ -332,6 +408,6 @@ func (r *BucketClaimReconciler) delete(ctx context.Context, claim *cosiapi.Bucke
 	if err := apiutil.RemoveFinalizer(ctx, r.Client, claim); err != nil {
 		return err
 	}
-	r.Metrics.deleted(driverName, "BucketClaim", claim.DeletionTimestamp.Time, provisioned)
+	r.Metrics.deleted(driverName, "BucketClaim", claim.DeletionTimestamp.Time, createOutcome(provisioned, driverCalled(claim.Status.Conditions)))
 	return nil
 }

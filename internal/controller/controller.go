@@ -22,7 +22,8 @@ import (
 	"github.com/kube-cosi/cosi/internal/apiutil"
 )
 
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch
+// Leader election Leases live in the component's own namespace: a Role there, not a ClusterRole.
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch,namespace=cosi-system
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Options configure the controller.
@@ -106,6 +107,13 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		{&cosiapi.BucketAccess{}, indexAccessesByClass, func(o client.Object) []string {
 			return []string{o.(*cosiapi.BucketAccess).Spec.BucketAccessClassName}
 		}},
+		{&cosiapi.BucketAccess{}, indexAccessesByBucket, func(o client.Object) []string {
+			var names []string
+			for _, b := range o.(*cosiapi.BucketAccess).Status.AccessedBuckets {
+				names = append(names, b.BucketName)
+			}
+			return names
+		}},
 	}
 	for _, ix := range indexes {
 		if err := mgr.GetFieldIndexer().IndexField(ctx, ix.obj, ix.field, ix.fn); err != nil {
@@ -113,14 +121,14 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		}
 	}
 	metrics := newMetrics()
-	copts := controller.Options{MaxConcurrentReconciles: max(opts.Workers, 1)}
+	copts := controller.Options{MaxConcurrentReconciles: max(opts.Workers, 1), RateLimiter: apiutil.RateLimiter()}
 	recorder := mgr.GetEventRecorder("cosi-controller")
-	c := mgr.GetClient()
-	if err := (&BucketClaimReconciler{Client: c, Recorder: recorder, Metrics: metrics}).SetupWithManager(mgr, copts); err != nil {
+	c, reader := mgr.GetClient(), mgr.GetAPIReader()
+	if err := (&BucketClaimReconciler{Client: c, APIReader: reader, Recorder: recorder, Metrics: metrics}).SetupWithManager(mgr, copts); err != nil {
 		return err
 	}
 	if err := (&BucketAccessReconciler{Client: c, Recorder: recorder, Metrics: metrics}).SetupWithManager(mgr, copts); err != nil {
 		return err
 	}
-	return (&BucketReconciler{Client: c, Metrics: metrics}).SetupWithManager(mgr, copts)
+	return (&BucketReconciler{Client: c, APIReader: reader, Recorder: recorder, Metrics: metrics}).SetupWithManager(mgr, copts)
 }

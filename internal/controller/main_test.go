@@ -170,6 +170,24 @@ func provisionAsSidecar(t *testing.T, b *cosiapi.Bucket, s metav1.ConditionStatu
 	})
 }
 
+// revokeAsSidecar does what the sidecar does once it deleted a deleting access's Secrets and
+// revoked it: the Revoked condition, then the cleanup annotation.
+func revokeAsSidecar(t *testing.T, ba *cosiapi.BucketAccess) {
+	t.Helper()
+	testenv.Eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(ba), ba); err != nil {
+			return err
+		}
+		meta.SetStatusCondition(&ba.Status.Conditions, metav1.Condition{Type: cosiapi.ConditionProvisioned, Status: metav1.ConditionFalse,
+			Reason: cosiapi.ReasonRevoked, Message: "by the test"})
+		if err := env.Client.Status().Update(t.Context(), ba); err != nil {
+			return err
+		}
+		metav1.SetMetaDataAnnotation(&ba.ObjectMeta, cosiapi.AnnotationSidecarCleanupFinished, "true")
+		return env.Client.Update(t.Context(), ba)
+	})
+}
+
 // finishAsSidecar does what the sidecar does when a deleting Bucket may go: remove its finalizer.
 func finishAsSidecar(t *testing.T, obj client.Object) {
 	t.Helper()

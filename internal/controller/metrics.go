@@ -6,8 +6,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/pkg/driver"
 )
 
@@ -18,6 +21,7 @@ const (
 
 	statusSucceeded = "Succeeded"
 	statusCanceled  = "Canceled"
+	statusUnknown   = "Unknown"
 )
 
 // metrics are KEP-1979's controller metrics: cosi_operation_total_seconds, from creation to
@@ -68,10 +72,31 @@ func (m *metrics) created(driverName, kind string, since time.Time) {
 	m.count.WithLabelValues(driverName, kind, operationCreate, statusSucceeded).Inc()
 }
 
-// deleted records a delete that finished; provisioned false means the create was canceled.
-func (m *metrics) deleted(driverName, kind string, since time.Time, provisioned bool) {
-	if !provisioned {
-		m.count.WithLabelValues(driverName, kind, operationCreate, statusCanceled).Inc()
+// createOutcome is how a create ended, seen when its object is deleted: "" when it succeeded
+// (counted then), statusCanceled when the object went before the driver did anything, and
+// statusUnknown when the driver was called but never reported success: the backend may hold part
+// of it (KEP-1979's "Unknown" status of cosi_operation_count).
+func createOutcome(provisioned, driverCalled bool) string {
+	switch {
+	case provisioned:
+		return ""
+	case driverCalled:
+		return statusUnknown
+	}
+	return statusCanceled
+}
+
+// driverCalled reports whether a driver call was recorded in the conditions (ProvisionFailed is
+// True or False only after one).
+func driverCalled(conds []metav1.Condition) bool {
+	pf := meta.FindStatusCondition(conds, cosiapi.ConditionProvisionFailed)
+	return pf != nil && pf.Status != metav1.ConditionUnknown
+}
+
+// deleted records a delete that finished, and the outcome of its create if it did not succeed.
+func (m *metrics) deleted(driverName, kind string, since time.Time, create string) {
+	if create != "" {
+		m.count.WithLabelValues(driverName, kind, operationCreate, create).Inc()
 	}
 	m.duration.WithLabelValues(driverName, kind, operationDelete).Observe(time.Since(since).Seconds())
 	m.count.WithLabelValues(driverName, kind, operationDelete, statusSucceeded).Inc()

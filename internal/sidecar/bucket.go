@@ -3,15 +3,19 @@ package sidecar
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -29,10 +33,13 @@ import (
 // driver (KEP-1979 "Creating a Bucket", "Accessing an Existing OSP Bucket", "Deleting a Bucket",
 // the sidecar steps). It never deletes a Bucket object: the sidecar has no permission to.
 type BucketReconciler struct {
-	Client   client.Client
-	Driver   *driver.Client
-	Info     *cosi.DriverGetInfoResponse
-	Recorder events.EventRecorder
+	Client client.Client
+	// APIReader confirms, uncached, that a BucketAccess whose grant is recorded on a Bucket is
+	// gone before the grant is revoked from the record.
+	APIReader client.Reader
+	Driver    *driver.Client
+	Info      *cosi.DriverGetInfoResponse
+	Recorder  events.EventRecorder
 }
 
 // SetupWithManager registers the reconciler for this driver's Buckets.
@@ -42,9 +49,24 @@ func (r *BucketReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Op
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("sidecar-bucket").
-		For(&cosiapi.Bucket{}, builder.WithPredicates(ours, apiutil.SpecOrLifecycleChanged)).
+		For(&cosiapi.Bucket{}, builder.WithPredicates(ours, predicate.Or[client.Object](apiutil.SpecOrLifecycleChanged, apiutil.ProtectionRemoved))).
+		// An access that goes may leave a grant to revoke from the Buckets' records.
+		Watches(&cosiapi.BucketAccess{}, handler.EnqueueRequestsFromMapFunc(bucketsOfAccess), builder.WithPredicates(predicate.Funcs{
+			CreateFunc: func(event.CreateEvent) bool { return false },
+			UpdateFunc: func(e event.UpdateEvent) bool {
+				return !slices.Equal(e.ObjectOld.GetFinalizers(), e.ObjectNew.GetFinalizers())
+			},
+		})).
 		WithOptions(opts).
 		Complete(r)
+}
+
+func bucketsOfAccess(_ context.Context, o client.Object) []reconcile.Request {
+	var reqs []reconcile.Request
+	for _, b := range o.(*cosiapi.BucketAccess).Status.AccessedBuckets {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: b.BucketName}})
+	}
+	return reqs
 }
 
 // Reconcile handles one Bucket.
@@ -59,20 +81,39 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		return reconcile.Result{}, nil
 	}
 	if bucket.DeletionTimestamp != nil || bucket.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] != "" {
-		return result(r.delete(ctx, bucket))
+		return r.result(bucket, cosiapi.EventFailedDeleteBucket, r.delete(ctx, bucket))
+	}
+	// The finalizer on every reconcile: it is put back when someone removed it.
+	if err := apiutil.AddFinalizer(ctx, r.Client, bucket); err != nil {
+		return r.result(bucket, cosiapi.EventFailedCreateBucket, err)
+	}
+	if _, err := r.revokeOrphanedGrants(ctx, bucket); err != nil {
+		return r.result(bucket, cosiapi.EventFailedCreateBucket, err)
 	}
 	if apiutil.IsTrue(bucket.Status.Conditions, cosiapi.ConditionProvisioned) && bucket.Status.BucketID != "" {
 		return reconcile.Result{}, nil // provisioned: nothing to do, and no second DriverCreateBucket
 	}
-	if err := apiutil.AddFinalizer(ctx, r.Client, bucket); err != nil {
-		return result(err)
-	}
-	return result(r.provision(ctx, bucket))
+	return r.result(bucket, cosiapi.EventFailedCreateBucket, r.provision(ctx, bucket))
+}
+
+// result reports a failed Kubernetes API call as an event and hands the error to
+// controller-runtime.
+func (r *BucketReconciler) result(bucket *cosiapi.Bucket, reason string, err error) (reconcile.Result, error) {
+	apiutil.APIErrorEvent(r.Recorder, bucket, reason, err)
+	return result(err)
 }
 
 // provision creates (dynamic) or finds (static) the backend bucket and records it in status.
 func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket) error {
 	protocols := rpcProtocols(bucket.Spec.Protocols)
+	// The driver's protocols first: nothing is created in the backend for a Bucket that would be
+	// refused afterwards.
+	for _, p := range protocols {
+		if !slices.Contains(r.Info.GetSupportedProtocols(), p) {
+			return r.invalid(ctx, bucket, cosiapi.ReasonUnsupportedProtocol, fmt.Sprintf("driver %s does not support protocol %s (it supports %v)",
+				r.Info.GetName(), apiProtocol(p), apiProtocols(r.Info.GetSupportedProtocols())))
+		}
+	}
 	var info *cosi.ProtocolBucketInfo
 	if id := bucket.Spec.ExistingBucketID; id != "" {
 		resp, err := r.Driver.DriverGetBucket(ctx, &cosi.DriverGetBucketRequest{BucketId: id, Protocols: protocols, Parameters: bucket.Spec.Parameters})
@@ -93,6 +134,7 @@ func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket
 			}
 			orig := bucket.DeepCopy()
 			bucket.Status.BucketID = resp.GetBucketId()
+			apiutil.InitConditions(&bucket.Status.Conditions, bucket.Generation, cosiapi.ConditionProvisionFailed, cosiapi.ConditionResourcesValidated)
 			apiutil.SetCondition(&bucket.Status.Conditions, bucket.Generation, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, "bucket ID generated; creating the bucket")
 			if err := r.Client.Status().Patch(ctx, bucket, client.MergeFrom(orig)); err != nil {
 				return err
@@ -131,6 +173,7 @@ func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket
 func (r *BucketReconciler) failed(ctx context.Context, bucket *cosiapi.Bucket, rpc rpcError, eventReason string) error {
 	orig := bucket.DeepCopy()
 	g := bucket.Generation
+	apiutil.InitConditions(&bucket.Status.Conditions, g, cosiapi.ConditionResourcesValidated)
 	apiutil.SetCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, cosiapi.ReasonDriverError, rpc.Error())
 	if !apiutil.IsTrue(bucket.Status.Conditions, cosiapi.ConditionProvisioned) && bucket.DeletionTimestamp == nil {
 		if rpc.retryable() {
@@ -139,7 +182,7 @@ func (r *BucketReconciler) failed(ctx context.Context, bucket *cosiapi.Bucket, r
 			apiutil.SetCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed, rpc.Error())
 		}
 	}
-	r.Recorder.Eventf(bucket, nil, corev1.EventTypeWarning, eventReason, rpc.method, apiutil.Truncate(rpc.Error()))
+	r.Recorder.Eventf(bucket, nil, corev1.EventTypeWarning, eventReason, rpc.method, "%s", apiutil.Truncate(rpc.Error()))
 	if err := r.Client.Status().Patch(ctx, bucket, client.MergeFrom(orig)); err != nil {
 		return fmt.Errorf("%w (and recording it: %w)", rpc, err)
 	}
@@ -152,7 +195,8 @@ func (r *BucketReconciler) invalid(ctx context.Context, bucket *cosiapi.Bucket, 
 	g := bucket.Generation
 	apiutil.SetCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed, msg)
 	apiutil.SetCondition(&bucket.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, reason, msg)
-	r.Recorder.Eventf(bucket, nil, corev1.EventTypeWarning, cosiapi.EventFailedCreateBucket, "Provision", msg)
+	apiutil.InitConditions(&bucket.Status.Conditions, g, cosiapi.ConditionProvisionFailed)
+	r.Recorder.Eventf(bucket, nil, corev1.EventTypeWarning, cosiapi.EventFailedCreateBucket, "Provision", "%s", apiutil.Truncate(msg))
 	if err := r.Client.Status().Patch(ctx, bucket, client.MergeFrom(orig)); err != nil {
 		return err
 	}
@@ -167,21 +211,20 @@ func (r *BucketReconciler) delete(ctx context.Context, bucket *cosiapi.Bucket) e
 		return nil
 	}
 	if bucket.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] == "" {
-		orig := bucket.DeepCopy()
 		ref := bucket.Spec.BucketClaimRef
-		s := metav1.ConditionUnknown
-		if apiutil.IsTrue(bucket.Status.Conditions, cosiapi.ConditionProvisioned) {
-			s = metav1.ConditionTrue // a provisioned bucket stays provisioned while it waits
-		}
-		apiutil.SetCondition(&bucket.Status.Conditions, bucket.Generation, cosiapi.ConditionProvisioned, s, cosiapi.ReasonDeletionBlocked,
-			fmt.Sprintf("deletion waits until BucketClaim %s/%s is deleted", ref.Namespace, ref.Name))
-		if apiutil.ConditionsChanged(orig.Status.Conditions, bucket.Status.Conditions) {
-			return r.Client.Status().Patch(ctx, bucket, client.MergeFrom(orig))
-		}
-		return nil
+		return r.waiting(ctx, bucket, fmt.Sprintf("deletion waits until BucketClaim %s/%s is deleted", ref.Namespace, ref.Name))
 	}
 	if bucket.DeletionTimestamp == nil {
 		return nil // Delete policy: the controller deletes the Bucket next. Retain: nothing to do.
+	}
+	// No grant outlives its Bucket object: those of accesses that are gone are revoked now, and
+	// the controller released the Bucket only once no access held it.
+	live, err := r.revokeOrphanedGrants(ctx, bucket)
+	if err != nil {
+		return err
+	}
+	if len(live) > 0 {
+		return r.waiting(ctx, bucket, fmt.Sprintf("deletion waits until the BucketAccesses %v that hold this Bucket are deleted", live))
 	}
 	if bucket.Spec.DeletionPolicy == cosiapi.DeletionPolicyDelete && bucket.Status.BucketID != "" {
 		_, err := r.Driver.DriverDeleteBucket(ctx, &cosi.DriverDeleteBucketRequest{BucketId: bucket.Status.BucketID, Parameters: bucket.Spec.Parameters})
@@ -191,4 +234,32 @@ func (r *BucketReconciler) delete(ctx context.Context, bucket *cosiapi.Bucket) e
 	}
 	// Retain: the backend bucket stays; only the object goes.
 	return apiutil.RemoveFinalizer(ctx, r.Client, bucket)
+}
+
+// waiting records why a deleting Bucket's deprovisioning waits.
+func (r *BucketReconciler) waiting(ctx context.Context, bucket *cosiapi.Bucket, msg string) error {
+	orig := bucket.DeepCopy()
+	s := metav1.ConditionUnknown
+	if apiutil.IsTrue(bucket.Status.Conditions, cosiapi.ConditionProvisioned) {
+		s = metav1.ConditionTrue // a provisioned bucket stays provisioned while it waits
+	}
+	apiutil.SetCondition(&bucket.Status.Conditions, bucket.Generation, cosiapi.ConditionProvisioned, s, cosiapi.ReasonDeletionBlocked, msg)
+	if apiutil.ConditionsChanged(orig.Status.Conditions, bucket.Status.Conditions) {
+		return r.Client.Status().Patch(ctx, bucket, client.MergeFrom(orig))
+	}
+	return nil
+}
+
+// failedRevoke records a failed revocation of a recorded grant on the Bucket, whose access is
+// gone: a condition and a Warning event on the Bucket. It is retried.
+func (r *BucketReconciler) failedRevoke(ctx context.Context, bucket *cosiapi.Bucket, g grantRecord, err error) error {
+	rpc := rpcError{"DriverRevokeBucketAccess", err}
+	msg := fmt.Sprintf("revoking the access of deleted BucketAccess %s/%s: %s", g.Namespace, g.Name, rpc.Error())
+	orig := bucket.DeepCopy()
+	apiutil.SetCondition(&bucket.Status.Conditions, bucket.Generation, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, cosiapi.ReasonDriverError, msg)
+	r.Recorder.Eventf(bucket, nil, corev1.EventTypeWarning, cosiapi.EventFailedRevokeAccess, rpc.method, "%s", apiutil.Truncate(msg))
+	if err := r.Client.Status().Patch(ctx, bucket, client.MergeFrom(orig)); err != nil {
+		return fmt.Errorf("%w (and recording it: %w)", rpc, err)
+	}
+	return rpc
 }

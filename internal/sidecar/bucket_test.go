@@ -49,7 +49,8 @@ func TestDynamicBucket(t *testing.T) {
 			if !slices.Equal(b.Status.Protocols, []cosiapi.Protocol{cosiapi.ProtocolS3}) {
 				t.Errorf("status.protocols = %v", b.Status.Protocols)
 			}
-			if b.Status.BucketInfo["COSI_S3_"+cosiapi.SecretKeyS3BucketName] != b.Name || b.Status.BucketInfo["COSI_S3_"+cosiapi.SecretKeyS3EndpointURL] == "" {
+			if b.Status.BucketInfo["COSI_S3_BUCKET_NAME"] != b.Name || b.Status.BucketInfo["COSI_S3_ENDPOINT_URL"] == "" ||
+				b.Status.BucketInfo[cosiapi.SecretKeyProtocol] != "S3" {
 				t.Errorf("status.bucketInfo = %v", b.Status.BucketInfo)
 			}
 			if !controllerutil.ContainsFinalizer(b, cosiapi.FinalizerProtection) {

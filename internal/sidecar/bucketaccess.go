@@ -1,14 +1,15 @@
 package sidecar
 
 import (
-	"bytes"
 	"context"
+	"errors"
 	"fmt"
-	"maps"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -16,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -30,7 +30,11 @@ import (
 
 // +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketaccesses,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketaccesses/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
+// The sidecar cannot read Secrets (see secrets.go): KEP-1979's minimum.
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=create;update;patch;delete
+// Owner references with blockOwnerDeletion on the Secrets need the right to update the owner's
+// finalizers (the OwnerReferencesPermissionEnforcement admission plugin checks it).
+// +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketaccesses/finalizers,verbs=update
 
 // indexAccessedBucket indexes BucketAccesses by the names of the Buckets they were handed off
 // for, so that a Bucket's change wakes the accesses waiting for it.
@@ -40,12 +44,14 @@ const indexAccessedBucket = "status.accessedBuckets.bucketName"
 // (KEP-1979 "Generating Bucket Access Credentials" and "Deleting a BucketAccess", the sidecar
 // steps). It acts only after the controller's hand-off: status.driverName names this driver.
 type BucketAccessReconciler struct {
-	Client client.Client
-	// APIReader reads Secrets that are not in the cache: the cache holds only COSI's own.
-	APIReader client.Reader
-	Driver    *driver.Client
-	Info      *cosi.DriverGetInfoResponse
-	Recorder  events.EventRecorder
+	Client   client.Client
+	Driver   *driver.Client
+	Info     *cosi.DriverGetInfoResponse
+	Recorder events.EventRecorder
+	// SecretCheckInterval is how often the Secrets of a provisioned access are checked.
+	SecretCheckInterval time.Duration
+
+	checks secretChecks
 }
 
 // SetupWithManager registers the reconciler, its index and its watches.
@@ -65,9 +71,7 @@ func (r *BucketAccessReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("sidecar-bucketaccess").
-		For(&cosiapi.BucketAccess{}, builder.WithPredicates(ours, predicate.Or[client.Object](apiutil.SpecOrLifecycleChanged, handOffChanged))).
-		// A Secret deleted or changed by someone else is written again.
-		Owns(&corev1.Secret{}, builder.WithPredicates(secretLostOrChanged)).
+		For(&cosiapi.BucketAccess{}, builder.WithPredicates(ours, predicate.Or[client.Object](apiutil.SpecOrLifecycleChanged, handOffChanged, apiutil.ProtectionRemoved))).
 		// A Bucket that becomes provisioned, or starts deleting, wakes the accesses for it.
 		Watches(&cosiapi.Bucket{}, handler.EnqueueRequestsFromMapFunc(r.accessesForBucket), builder.WithPredicates(bucketReadinessChanged)).
 		WithOptions(opts).
@@ -83,21 +87,13 @@ var handOffChanged = predicate.Funcs{
 	DeleteFunc: func(event.DeleteEvent) bool { return false },
 }
 
-var secretLostOrChanged = predicate.Funcs{
-	CreateFunc: func(event.CreateEvent) bool { return false }, // the sidecar creates them
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		o, n := e.ObjectOld.(*corev1.Secret), e.ObjectNew.(*corev1.Secret)
-		return !maps.EqualFunc(o.Data, n.Data, bytes.Equal) || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil)
-	},
-	DeleteFunc: func(event.DeleteEvent) bool { return true },
-}
-
 var bucketReadinessChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld.(*cosiapi.Bucket), e.ObjectNew.(*cosiapi.Bucket)
 		return o.Status.BucketID != n.Status.BucketID ||
 			apiutil.IsTrue(o.Status.Conditions, cosiapi.ConditionProvisioned) != apiutil.IsTrue(n.Status.Conditions, cosiapi.ConditionProvisioned) ||
-			!maps.Equal(o.Annotations, n.Annotations) || !o.DeletionTimestamp.Equal(n.DeletionTimestamp)
+			o.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] != n.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] ||
+			!o.DeletionTimestamp.Equal(n.DeletionTimestamp)
 	},
 	DeleteFunc: func(event.DeleteEvent) bool { return false },
 }
@@ -127,15 +123,52 @@ func (r *BucketAccessReconciler) Reconcile(ctx context.Context, req reconcile.Re
 		return reconcile.Result{}, nil // not handed off to this driver (yet)
 	}
 	if ba.DeletionTimestamp != nil {
-		return result(r.delete(ctx, ba))
+		r.checks.forget(ba.UID)
+		return r.result(ba, cosiapi.EventFailedRevokeAccess, r.delete(ctx, ba))
 	}
 	if len(ba.Status.AccessedBuckets) == 0 {
 		return reconcile.Result{}, nil
 	}
-	if apiutil.IsTrue(ba.Status.Conditions, cosiapi.ConditionProvisioned) && r.secretsIntact(ctx, ba) {
-		return reconcile.Result{}, nil // granted: no second DriverGrantBucketAccess
+	if apiutil.IsTrue(ba.Status.Conditions, cosiapi.ConditionProvisioned) {
+		return r.check(ctx, ba)
 	}
-	return result(r.grant(ctx, ba))
+	if err := r.grant(ctx, ba); err != nil {
+		return r.result(ba, cosiapi.EventFailedGrantAccess, err)
+	}
+	// Granted, or waiting for a watched object: the Secrets' checks start from here.
+	return reconcile.Result{RequeueAfter: r.SecretCheckInterval}, nil
+}
+
+// result reports a failed Kubernetes API call as an event and hands the error to
+// controller-runtime.
+func (r *BucketAccessReconciler) result(ba *cosiapi.BucketAccess, reason string, err error) (reconcile.Result, error) {
+	apiutil.APIErrorEvent(r.Recorder, ba, reason, err)
+	return result(err)
+}
+
+// check looks after a provisioned access: its finalizer is put back if someone removed it, and its
+// Secrets are checked every SecretCheckInterval (the sidecar cannot watch Secrets). A lost or
+// deleted Secret is written again, with one more DriverGrantBucketAccess: drivers return the
+// access's credentials again for the same account (memory), or issue a new key and keep the
+// newest previous one (S3 on IAM), so the key that workloads still hold stays valid.
+func (r *BucketAccessReconciler) check(ctx context.Context, ba *cosiapi.BucketAccess) (reconcile.Result, error) {
+	if err := apiutil.AddFinalizer(ctx, r.Client, ba); err != nil {
+		return r.result(ba, cosiapi.EventFailedGrantAccess, err)
+	}
+	if wait := r.checks.due(ba.UID, r.SecretCheckInterval); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
+	intact, err := r.secretsIntact(ctx, ba)
+	if err != nil {
+		return r.result(ba, cosiapi.EventFailedGrantAccess, err)
+	}
+	if !intact {
+		if err := r.grant(ctx, ba); err != nil {
+			return r.result(ba, cosiapi.EventFailedGrantAccess, err)
+		}
+	}
+	r.checks.done(ba.UID)
+	return reconcile.Result{RequeueAfter: r.checks.due(ba.UID, r.SecretCheckInterval)}, nil
 }
 
 // grant provisions the access in two phases and writes its Secrets.
@@ -146,6 +179,18 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 	}
 	if err := apiutil.AddFinalizer(ctx, r.Client, ba); err != nil {
 		return err
+	}
+	// Before anything is granted, the Secrets must be writable: credentials that cannot be
+	// written would only be minted for nothing.
+	ready, conflict, err := r.secretsReady(ctx, ba)
+	if err != nil {
+		return err
+	}
+	if conflict != "" {
+		return r.secretConflict(ctx, ba, errSecretConflict{conflict})
+	}
+	if !ready {
+		return errRequeue("a Secret of the access is being deleted; writing it again when it is gone")
 	}
 
 	protocol := rpcProtocol(ba.Spec.Protocol)
@@ -168,8 +213,7 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 			AuthenticationType: auth, ServiceAccount: sa, Parameters: ba.Status.Parameters,
 		})
 		if err != nil {
-			rpc := rpcError{"DriverGenerateBucketAccessId", err}
-			return r.failed(ctx, ba, rpc, cosiapi.EventFailedGrantAccess)
+			return r.failed(ctx, ba, rpcError{"DriverGenerateBucketAccessId", err}, cosiapi.EventFailedGrantAccess)
 		}
 		if resp.GetAccountId() == "" {
 			return r.invalid(ctx, ba, cosiapi.ReasonProvisioningFailed, "DriverGenerateBucketAccessId returned an empty account_id", false)
@@ -179,10 +223,16 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 		for i, ab := range ba.Status.AccessedBuckets {
 			ba.Status.AccessedBuckets[i].BucketID = buckets[ab.BucketClaimName].Status.BucketID
 		}
+		apiutil.InitConditions(&ba.Status.Conditions, ba.Generation, cosiapi.ConditionProvisionFailed)
 		apiutil.SetCondition(&ba.Status.Conditions, ba.Generation, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, "account ID generated; granting access")
 		if err := r.patchStatus(ctx, ba, orig); err != nil {
 			return err
 		}
+	}
+	// Recorded on the Buckets before the driver is asked: whatever happens to the BucketAccess
+	// from now on, the grant can be revoked.
+	if err := r.recordGrant(ctx, ba, buckets); err != nil {
+		return err
 	}
 
 	// Phase 2.
@@ -208,6 +258,10 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 		}
 		data := secretData(protocol, info, resp.GetCredentials(), resp.GetCertificateAuthority())
 		if err := r.writeSecret(ctx, ba, claim, data); err != nil {
+			var conflict errSecretConflict
+			if errors.As(err, &conflict) {
+				return r.secretConflict(ctx, ba, conflict)
+			}
 			return err
 		}
 	}
@@ -217,11 +271,19 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 	apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned, "access granted; Secrets written")
 	apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisionFailed, metav1.ConditionFalse, cosiapi.ReasonDriverSucceeded, "")
 	apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid, "")
-	return r.patchStatus(ctx, ba, orig)
+	if err := r.patchStatus(ctx, ba, orig); err != nil {
+		return err
+	}
+	r.checks.done(ba.UID)
+	return nil
 }
 
 // buckets resolves the Buckets of the access by claim name. ready is false while a Bucket is not
 // provisioned yet: the access waits, and the Bucket watch wakes it.
+//
+// The hand-off in status is checked against the Buckets themselves before anything is granted:
+// whoever can write bucketaccesses/status could otherwise name any Bucket of the cluster. Each
+// Bucket must be bound to the claim of this access that names it, in the access's namespace.
 func (r *BucketAccessReconciler) buckets(ctx context.Context, ba *cosiapi.BucketAccess) (map[string]*cosiapi.Bucket, bool, error) {
 	buckets := map[string]*cosiapi.Bucket{}
 	var waiting []string
@@ -233,7 +295,13 @@ func (r *BucketAccessReconciler) buckets(ctx context.Context, ba *cosiapi.Bucket
 			}
 			return nil, false, err
 		}
+		ref := b.Spec.BucketClaimRef
 		switch {
+		case !slices.ContainsFunc(ba.Spec.BucketClaims, func(c cosiapi.BucketClaimAccess) bool { return c.BucketClaimName == ab.BucketClaimName }) ||
+			buckets[ab.BucketClaimName] != nil:
+			return nil, false, r.invalid(ctx, ba, cosiapi.ReasonInvalidReference, fmt.Sprintf("status names BucketClaim %s, which spec does not, or twice", ab.BucketClaimName), true)
+		case ref.Namespace != ba.Namespace || ref.Name != ab.BucketClaimName || ref.UID == "":
+			return nil, false, r.invalid(ctx, ba, cosiapi.ReasonInvalidReference, fmt.Sprintf("Bucket %s is not bound to BucketClaim %s", ab.BucketName, ab.BucketClaimName), true)
 		case b.DeletionTimestamp != nil || b.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] != "":
 			return nil, false, r.invalid(ctx, ba, cosiapi.ReasonInvalidReference, fmt.Sprintf("BucketClaim %s is being deleted: no new access is granted to it", ab.BucketClaimName), true)
 		case b.Spec.DriverName != r.Info.GetName():
@@ -263,109 +331,67 @@ func (r *BucketAccessReconciler) buckets(ctx context.Context, ba *cosiapi.Bucket
 	return nil, false, r.patchStatus(ctx, ba, orig)
 }
 
-// secretsIntact reports whether every Secret of the access exists, is owned by it and has data.
-func (r *BucketAccessReconciler) secretsIntact(ctx context.Context, ba *cosiapi.BucketAccess) bool {
-	for _, claim := range ba.Spec.BucketClaims {
-		key := types.NamespacedName{Namespace: ba.Namespace, Name: claim.AccessSecretName}
-		s := &corev1.Secret{}
-		err := r.Client.Get(ctx, key, s)
-		if apierrors.IsNotFound(err) {
-			// The cache may lag the Secret just written: ask the API server before re-granting.
-			err = r.APIReader.Get(ctx, key, s)
+// secretConflict records that an access Secret's name is taken (ResourcesValidated False,
+// SecretConflict) and retries later: the sidecar cannot watch Secrets, so it looks again after a
+// while rather than waiting for an event.
+func (r *BucketAccessReconciler) secretConflict(ctx context.Context, ba *cosiapi.BucketAccess, conflict errSecretConflict) error {
+	orig := ba.DeepCopy()
+	g := ba.Generation
+	msg := conflict.Error()
+	apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonSecretConflict, msg)
+	if !apiutil.IsTrue(ba.Status.Conditions, cosiapi.ConditionProvisioned) {
+		apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources, msg)
+	}
+	if apiutil.ConditionsChanged(orig.Status.Conditions, ba.Status.Conditions) {
+		r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, cosiapi.EventFailedGrantAccess, "WriteSecret", "%s", msg)
+		if err := r.patchStatus(ctx, ba, orig); err != nil {
+			return err
 		}
-		if err != nil || !metav1.IsControlledBy(s, ba) || s.DeletionTimestamp != nil || len(s.Data[cosiapi.SecretKeyProtocol]) == 0 {
-			return false
-		}
 	}
-	return true
-}
-
-// writeSecret creates or updates the Secret of one claim. A Secret that exists and is not owned by
-// the access is never overwritten: the user may have created it, and its data is theirs.
-func (r *BucketAccessReconciler) writeSecret(ctx context.Context, ba *cosiapi.BucketAccess, claim cosiapi.BucketClaimAccess, data map[string][]byte) error {
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      claim.AccessSecretName,
-			Namespace: ba.Namespace,
-			Labels:    map[string]string{cosiapi.LabelBucketAccessUID: string(ba.UID)},
-			Annotations: map[string]string{
-				cosiapi.AnnotationBucketAccessReference: ba.Namespace + "/" + ba.Name,
-				cosiapi.AnnotationBucketClaimReference:  ba.Namespace + "/" + claim.BucketClaimName,
-			},
-			Finalizers: []string{cosiapi.FinalizerProtection},
-		},
-		Type: corev1.SecretTypeOpaque,
-		Data: data,
-	}
-	if err := controllerutil.SetControllerReference(ba, secret, r.Client.Scheme()); err != nil {
-		return err
-	}
-	err := r.Client.Create(ctx, secret)
-	if !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	existing := &corev1.Secret{}
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(secret), existing); err != nil {
-		return err
-	}
-	if !metav1.IsControlledBy(existing, ba) {
-		return r.invalid(ctx, ba, cosiapi.ReasonSecretConflict, fmt.Sprintf("Secret %s exists and is not owned by this BucketAccess; COSI will not overwrite it: delete it or choose another accessSecretName", secret.Name), true)
-	}
-	if existing.DeletionTimestamp != nil {
-		return fmt.Errorf("secret %s is being deleted; writing it again when it is gone", secret.Name)
-	}
-	orig := existing.DeepCopy()
-	existing.Data = data
-	existing.Labels, existing.Annotations = secret.Labels, secret.Annotations
-	controllerutil.AddFinalizer(existing, cosiapi.FinalizerProtection)
-	return r.Client.Patch(ctx, existing, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	return errRequeue(msg)
 }
 
 // delete removes the Secrets, revokes the access, and tells the controller (KEP-1979 "Deleting a
 // BucketAccess", step 3). The Secrets go first, before the credentials in them stop working.
+//
+// The annotation alone does not end it: a tenant can set it on their own access before deleting
+// it. The sidecar records the revocation in status first (Provisioned False, Revoked), which a
+// tenant cannot write, and the controller waits for both.
 func (r *BucketAccessReconciler) delete(ctx context.Context, ba *cosiapi.BucketAccess) error {
-	if ba.Annotations[cosiapi.AnnotationSidecarCleanupFinished] != "" {
-		return nil
+	if revoked(ba) {
+		if ba.Annotations[cosiapi.AnnotationSidecarCleanupFinished] != "" {
+			return nil
+		}
+		return client.IgnoreNotFound(apiutil.SetAnnotation(ctx, r.Client, ba, cosiapi.AnnotationSidecarCleanupFinished))
 	}
-	for _, claim := range ba.Spec.BucketClaims {
-		s := &corev1.Secret{}
-		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ba.Namespace, Name: claim.AccessSecretName}, s)
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if !metav1.IsControlledBy(s, ba) {
-			continue // not ours: never touched
-		}
-		if err := apiutil.RemoveFinalizer(ctx, r.Client, s); err != nil {
-			return err
-		}
-		if err := r.Client.Delete(ctx, s, client.Preconditions{UID: &s.UID}); client.IgnoreNotFound(err) != nil {
-			return err
-		}
+	if err := r.deleteSecrets(ctx, ba); err != nil {
+		return err
 	}
-
 	if ba.Status.AccountID != "" {
-		req := &cosi.DriverRevokeBucketAccessRequest{
-			AccountId: ba.Status.AccountID, Protocol: rpcProtocol(ba.Spec.Protocol),
-			AuthenticationType: rpcAuthenticationType(ba.Status.AuthenticationType), Parameters: ba.Status.Parameters,
-		}
-		if req.AuthenticationType == cosi.AuthenticationType_SERVICE_ACCOUNT {
-			req.ServiceAccount = &cosi.ServiceAccount{Namespace: ba.Namespace, Name: ba.Spec.ServiceAccountName}
-		}
-		for _, ab := range ba.Status.AccessedBuckets {
-			if ab.BucketID != "" {
-				req.Buckets = append(req.Buckets, &cosi.DriverRevokeBucketAccessRequest_Bucket{BucketId: ab.BucketID})
-			}
-		}
+		req := newGrantRecord(ba).revokeRequest()
 		if _, err := r.Driver.DriverRevokeBucketAccess(ctx, req); err != nil {
 			return r.failed(ctx, ba, rpcError{"DriverRevokeBucketAccess", err}, cosiapi.EventFailedRevokeAccess)
 		}
 	}
-
+	var names []string
+	for _, ab := range ba.Status.AccessedBuckets {
+		names = append(names, ab.BucketName)
+	}
+	if err := forgetGrant(ctx, r.Client, ba.UID, names); err != nil {
+		return err
+	}
+	orig := ba.DeepCopy()
+	apiutil.SetCondition(&ba.Status.Conditions, ba.Generation, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonRevoked, "access revoked; Secrets deleted")
+	if err := r.patchStatus(ctx, ba, orig); err != nil {
+		return client.IgnoreNotFound(err)
+	}
 	return client.IgnoreNotFound(apiutil.SetAnnotation(ctx, r.Client, ba, cosiapi.AnnotationSidecarCleanupFinished))
+}
+
+// revoked reports whether the sidecar recorded the access's revocation in status.
+func revoked(ba *cosiapi.BucketAccess) bool {
+	p := meta.FindStatusCondition(ba.Status.Conditions, cosiapi.ConditionProvisioned)
+	return p != nil && p.Status == metav1.ConditionFalse && p.Reason == cosiapi.ReasonRevoked
 }
 
 // failed records a failed driver call in conditions and a Warning event (see
@@ -381,7 +407,7 @@ func (r *BucketAccessReconciler) failed(ctx context.Context, ba *cosiapi.BucketA
 			apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed, rpc.Error())
 		}
 	}
-	r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, eventReason, rpc.method, apiutil.Truncate(rpc.Error()))
+	r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, eventReason, rpc.method, "%s", apiutil.Truncate(rpc.Error()))
 	if err := r.patchStatus(ctx, ba, orig); err != nil {
 		return fmt.Errorf("%w (and recording it: %w)", rpc, err)
 	}
@@ -402,7 +428,7 @@ func (r *BucketAccessReconciler) invalid(ctx context.Context, ba *cosiapi.Bucket
 	} else {
 		apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, reason, msg)
 	}
-	r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, cosiapi.EventFailedGrantAccess, "Grant", msg)
+	r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, cosiapi.EventFailedGrantAccess, "Grant", "%s", apiutil.Truncate(msg))
 	if err := r.patchStatus(ctx, ba, orig); err != nil {
 		return err
 	}

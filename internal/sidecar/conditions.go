@@ -4,15 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"math/rand/v2"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kube-cosi/cosi/internal/apiutil"
-	"github.com/kube-cosi/cosi/pkg/driver"
 )
 
 // rpcError describes a failed driver call for conditions, events and the returned error. The
@@ -30,11 +32,27 @@ func (e rpcError) Error() string {
 
 func (e rpcError) Unwrap() error { return e.err }
 
-// retryable reports whether the driver call may succeed when repeated (see driver.Retryable).
-// NotFound from DriverGetBucket is retried too: an imported bucket may appear (KEP-1979
-// "DriverGetBucket").
+// retryable reports whether the driver call is tried again, with backoff. KEP-1979 says create
+// and grant "retry with backoff" and delete and revoke "retry the gRPC call": a failed revoke or
+// delete is never given up (credentials or buckets would outlive their objects), and create, get
+// and grant stop only on the codes that repeating the same request cannot fix: InvalidArgument,
+// AlreadyExists (a conflicting resource), OutOfRange (an unsupported combination) and
+// Unimplemented. Everything else, PermissionDenied, NotFound, FailedPrecondition, Internal and
+// Unknown included, may be fixed by an admin or the backend, and backs off (capped; see
+// RateLimiter). That a call may still be in flight is a separate question: driver.Retryable.
 func (e rpcError) retryable() bool {
-	return driver.Retryable(e.err) || (e.method == "DriverGetBucket" && status.Code(e.err) == codes.NotFound)
+	switch e.method {
+	case "DriverRevokeBucketAccess", "DriverDeleteBucket":
+		return true
+	}
+	if _, ok := status.FromError(e.err); !ok {
+		return true // no status: the connection failed
+	}
+	switch status.Code(e.err) {
+	case codes.InvalidArgument, codes.AlreadyExists, codes.OutOfRange, codes.Unimplemented:
+		return false
+	}
+	return true
 }
 
 // result hands err to controller-runtime: retryable driver errors and API errors are retried with
@@ -42,6 +60,10 @@ func (e rpcError) retryable() bool {
 func result(err error) (reconcile.Result, error) {
 	if err == nil || apierrors.IsConflict(err) {
 		return apiutil.Result(err)
+	}
+	var later requeueError
+	if errors.As(err, &later) {
+		return reconcile.Result{RequeueAfter: requeueDelay}, nil
 	}
 	var rpc rpcError
 	if errors.As(err, &rpc) && !rpc.retryable() {
@@ -54,6 +76,58 @@ func result(err error) (reconcile.Result, error) {
 // recorded in conditions and not retried until the object changes.
 func finalError(format string, args ...any) error {
 	return reconcile.TerminalError(fmt.Errorf(format, args...))
+}
+
+// requeueDelay is how long the sidecar waits before looking again at something it cannot watch:
+// a Secret in the way of an access's Secret, or one being deleted.
+const requeueDelay = 5 * time.Second
+
+// requeueError says that a reconcile waits for something the sidecar cannot watch: it is looked at
+// again after requeueDelay, without counting as a failure.
+type requeueError struct{ msg string }
+
+func (e requeueError) Error() string { return e.msg }
+
+func errRequeue(msg string) error { return requeueError{msg} }
+
+// secretChecks schedules the checks of provisioned accesses' Secrets: each access is checked once
+// per interval, and the first checks after a start are spread over the interval, so that a
+// restarted sidecar does not check every Secret of the cluster at once.
+type secretChecks struct {
+	mu   sync.Mutex
+	last map[types.UID]time.Time
+}
+
+// due returns how long until the access's Secrets are due to be checked; zero or less means now.
+func (c *secretChecks) due(uid types.UID, interval time.Duration) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.last == nil {
+		c.last = map[types.UID]time.Time{}
+	}
+	last, ok := c.last[uid]
+	if !ok {
+		// Not seen since the start: as if checked at a random moment of the last interval.
+		last = time.Now().Add(-rand.N(interval))
+		c.last[uid] = last
+	}
+	return time.Until(last.Add(interval))
+}
+
+// done records that the access's Secrets were checked (or written) now.
+func (c *secretChecks) done(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.last == nil {
+		c.last = map[types.UID]time.Time{}
+	}
+	c.last[uid] = time.Now()
+}
+
+func (c *secretChecks) forget(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.last, uid)
 }
 
 // operationTimeout bounds a reconcile that outlives a shutdown.

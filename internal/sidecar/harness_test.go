@@ -142,7 +142,7 @@ func (h *harness) startDriver() {
 func sidecarOptions(endpoint string) sidecar.Options {
 	return sidecar.Options{
 		DriverEndpoint: endpoint, DriverTimeout: 10 * time.Second, DriverStartTimeout: 30 * time.Second,
-		Workers: 4, MetricsAddress: "0", HealthAddress: "0", SkipNameValidation: true,
+		Workers: 4, MetricsAddress: "0", HealthAddress: "0", SkipNameValidation: true, SecretCheckInterval: time.Second,
 	}
 }
 

@@ -34,6 +34,14 @@ func rpcProtocol(p cosiapi.Protocol) cosi.ObjectProtocol_Type {
 	return cosi.ObjectProtocol_UNKNOWN
 }
 
+func apiProtocols(ps []cosi.ObjectProtocol_Type) []cosiapi.Protocol {
+	out := make([]cosiapi.Protocol, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, apiProtocol(p))
+	}
+	return out
+}
+
 func rpcProtocols(ps []cosiapi.Protocol) []cosi.ObjectProtocol_Type {
 	out := make([]cosi.ObjectProtocol_Type, 0, len(ps))
 	for _, p := range ps {
@@ -99,22 +107,44 @@ func bucketInfoData(p cosi.ObjectProtocol_Type, info *cosi.ProtocolBucketInfo) m
 	return data
 }
 
-// bucketStatusInfo renders the bucket info of every protocol for Bucket.status.bucketInfo. Keys
-// are the Secret keys prefixed by the protocol, COSI_<PROTOCOL>_<SECRET KEY> (for example
-// COSI_S3_AWS_ENDPOINT_URL), because a bucket may support several protocols whose Secret keys
-// overlap (BUCKET_NAME is both S3's and GCS's).
+// bucketStatusInfo renders the bucket info of every protocol for Bucket.status.bucketInfo in
+// KEP-1979's COSI_<PROTOCOL>_<KEY> format (its examples: COSI_S3_ENDPOINT,
+// COSI_AZURE_STORAGE_ACCOUNT): the Secret key without the vendor prefix it already carries (AWS_,
+// AWS_S3_, AZURE_), after COSI_ and the protocol, so that protocols whose Secret keys overlap
+// (BUCKET_NAME is both S3's and GCS's) stay apart. COSI_PROTOCOL lists the protocols, as the
+// Secret's COSI_PROTOCOL names its one.
 func bucketStatusInfo(info *cosi.ProtocolBucketInfo) map[string]string {
 	out := map[string]string{}
+	var protocols []string
 	for _, p := range []cosi.ObjectProtocol_Type{cosi.ObjectProtocol_S3, cosi.ObjectProtocol_AZURE, cosi.ObjectProtocol_GCS} {
+		data := bucketInfoData(p, info)
+		if len(data) == 0 && !hasProtocol(info, p) {
+			continue
+		}
+		protocols = append(protocols, string(apiProtocol(p)))
 		prefix := "COSI_" + strings.ToUpper(string(apiProtocol(p))) + "_"
-		for k, v := range bucketInfoData(p, info) {
-			out[prefix+k] = v
+		for k, v := range data {
+			out[prefix+strings.TrimPrefix(strings.TrimPrefix(strings.TrimPrefix(k, "AWS_S3_"), "AWS_"), "AZURE_")] = v
 		}
 	}
-	if len(out) == 0 {
+	if len(protocols) == 0 {
 		return nil
 	}
+	out[cosiapi.SecretKeyProtocol] = strings.Join(protocols, ",")
 	return out
+}
+
+// hasProtocol reports whether the driver reported the protocol, with or without values.
+func hasProtocol(info *cosi.ProtocolBucketInfo, p cosi.ObjectProtocol_Type) bool {
+	switch p {
+	case cosi.ObjectProtocol_S3:
+		return info.GetS3() != nil
+	case cosi.ObjectProtocol_AZURE:
+		return info.GetAzure() != nil
+	case cosi.ObjectProtocol_GCS:
+		return info.GetGcs() != nil
+	}
+	return false
 }
 
 // secretData renders the data of one BucketAccess Secret: the protocol, the bucket's info and the

@@ -8,7 +8,6 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	cosi "github.com/kube-cosi/cosi/proto"
 )
 
@@ -103,11 +102,13 @@ func TestBucketStatusInfo(t *testing.T) {
 		Azure: &cosi.AzureBucketInfo{StorageAccount: "acct"},
 		Gcs:   &cosi.GcsBucketInfo{BucketName: "gcsname"},
 	})
+	// KEP-1979: "COSI_<PROTOCOL>_<KEY> ... e.g., COSI_S3_ENDPOINT, COSI_AZURE_STORAGE_ACCOUNT".
 	want := map[string]string{
-		"COSI_S3_" + cosiapi.SecretKeyS3BucketName:           "s3name",
-		"COSI_S3_" + cosiapi.SecretKeyS3EndpointURL:          "e",
-		"COSI_AZURE_" + cosiapi.SecretKeyAzureStorageAccount: "acct",
-		"COSI_GCS_" + cosiapi.SecretKeyGCSBucketName:         "gcsname",
+		"COSI_PROTOCOL":              "S3,Azure,GCS",
+		"COSI_S3_BUCKET_NAME":        "s3name",
+		"COSI_S3_ENDPOINT_URL":       "e",
+		"COSI_AZURE_STORAGE_ACCOUNT": "acct",
+		"COSI_GCS_BUCKET_NAME":       "gcsname",
 	}
 	if !maps.Equal(got, want) {
 		t.Errorf("bucketStatusInfo = %v, want %v", got, want)

@@ -10,27 +10,23 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/apiutil"
 	"github.com/kube-cosi/cosi/pkg/driver"
 	cosi "github.com/kube-cosi/cosi/proto"
 )
 
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch
+// Leader election Leases live in the component's own namespace: a Role there, not a ClusterRole.
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch,namespace=cosi-system
 
 // Options configure the sidecar.
 type Options struct {
@@ -41,6 +37,9 @@ type Options struct {
 	DriverTimeout, DriverStartTimeout time.Duration
 	// Workers is the number of objects of each kind reconciled at once.
 	Workers int
+	// SecretCheckInterval is how often the Secrets of a provisioned access are checked (and
+	// written again when lost). The sidecar cannot watch Secrets: it may not read them.
+	SecretCheckInterval time.Duration
 	// LeaderElection makes the sidecars of one driver elect one leader (a Lease named after the
 	// driver, in LeaderElectionNamespace).
 	LeaderElection          bool
@@ -91,19 +90,13 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 }
 
 func newManager(cfg *rest.Config, opts Options, info *cosi.DriverGetInfoResponse, log logr.Logger) (ctrl.Manager, error) {
-	ours, err := labels.NewRequirement(cosiapi.LabelBucketAccessUID, selection.Exists, nil)
-	if err != nil {
-		return nil, err
-	}
 	return ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: apiutil.Scheme(),
 		Logger: log,
-		Cache: cache.Options{
-			// Cache only the Secrets COSI wrote, and no object's managedFields, which COSI never
-			// reads and which would take much of the cache's memory.
-			ByObject:         map[client.Object]cache.ByObject{&corev1.Secret{}: {Label: labels.NewSelector().Add(*ours)}},
-			DefaultTransform: cache.TransformStripManagedFields(),
-		},
+		// No object's managedFields in the cache: COSI never reads them, and they would take much
+		// of its memory. No Secret is cached either: the sidecar may not read Secrets.
+		Cache:                         cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		GracefulShutdownTimeout:       ptr.To(shutdownTimeout),
 		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddress},
 		HealthProbeBindAddress:        opts.HealthAddress,
 		LeaderElection:                opts.LeaderElection,
@@ -126,16 +119,29 @@ func ctrlConfig(opts Options) config.Controller {
 
 func setup(ctx context.Context, mgr ctrl.Manager, drv *driver.Client, info *cosi.DriverGetInfoResponse, opts Options) error {
 	workers := max(opts.Workers, 1)
-	copts := controller.Options{MaxConcurrentReconciles: workers}
+	copts := controller.Options{MaxConcurrentReconciles: workers, RateLimiter: apiutil.RateLimiter()}
 	recorder := mgr.GetEventRecorder("cosi-sidecar")
-	if err := (&BucketReconciler{Client: mgr.GetClient(), Driver: drv, Info: info, Recorder: recorder}).SetupWithManager(mgr, copts); err != nil {
+	if err := (&BucketReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Driver: drv, Info: info, Recorder: recorder}).SetupWithManager(mgr, copts); err != nil {
 		return err
 	}
-	if err := (&BucketAccessReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Driver: drv, Info: info, Recorder: recorder}).SetupWithManager(ctx, mgr, copts); err != nil {
+	checks := opts.SecretCheckInterval
+	if checks <= 0 {
+		checks = DefaultSecretCheckInterval
+	}
+	if err := (&BucketAccessReconciler{Client: mgr.GetClient(), Driver: drv, Info: info, Recorder: recorder, SecretCheckInterval: checks}).SetupWithManager(ctx, mgr, copts); err != nil {
 		return err
 	}
 	return mgr.AddHealthzCheck("ping", healthz.Ping)
 }
+
+// shutdownTimeout is how long the manager waits, on SIGTERM, for reconciles in flight: they may
+// run for operationTimeout after the shutdown began (finishOnShutdown), so that what a driver did
+// is recorded. A Pod's terminationGracePeriodSeconds must be longer.
+const shutdownTimeout = operationTimeout + 10*time.Second
+
+// DefaultSecretCheckInterval is how often the Secrets of each provisioned access are checked
+// unless configured otherwise: one no-op patch per Secret per interval.
+const DefaultSecretCheckInterval = 10 * time.Minute
 
 // LeaseName is the leader election Lease of a driver's sidecars: one per driver name, so that the
 // replicas of one driver form one group with one leader (KEP-1979 "COSI Driver").

@@ -63,6 +63,10 @@ func Start() (*Env, error) {
 		BinaryAssetsDirectory: binDir,
 		Scheme:                scheme,
 	}
+	// Admission plugins that production clusters enable and that change what COSI may write:
+	// OwnerReferencesPermissionEnforcement (OpenShift's default) refuses an owner reference with
+	// blockOwnerDeletion unless the writer may update the owner's finalizers.
+	env.ControlPlane.GetAPIServer().Configure().Append("enable-admission-plugins", admissionPlugins...)
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", binDir, err)
@@ -73,6 +77,12 @@ func Start() (*Env, error) {
 	}
 	return &Env{Config: cfg, Client: c, Scheme: scheme, BinDir: binDir, RepoRoot: root, env: env}, nil
 }
+
+// admissionPlugins are enabled in the test API server in addition to its defaults.
+var admissionPlugins = []string{"OwnerReferencesPermissionEnforcement"}
+
+// AdmissionPlugins returns the admission plugins the test API server enables beyond its defaults.
+func (e *Env) AdmissionPlugins() []string { return admissionPlugins }
 
 // Stop stops the API server and etcd and removes their data.
 func (e *Env) Stop() error {

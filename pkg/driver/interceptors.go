@@ -37,11 +37,11 @@ func serverInterceptor(log logr.Logger, metrics *operationMetrics, driverName st
 	}
 }
 
-// clientInterceptor logs and measures every call the sidecar makes, and gives each call the
-// default deadline when its context has none.
+// clientInterceptor logs and measures every call the sidecar makes, and bounds each call by the
+// call timeout: the earlier of the context's deadline and the timeout wins.
 func clientInterceptor(log logr.Logger, metrics *operationMetrics, driverName func() string, timeout time.Duration) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, fullMethod string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if _, ok := ctx.Deadline(); !ok && timeout > 0 {
+		if timeout > 0 {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, timeout)
 			defer cancel()
@@ -65,7 +65,7 @@ func observe(log logr.Logger, metrics *operationMetrics, driverName, method stri
 	if metrics != nil {
 		metrics.duration.WithLabelValues(driverName, method, code.String()).Observe(elapsed.Seconds())
 		if code != codes.OK {
-			metrics.errors.WithLabelValues(driverName, method, code.String()).Inc()
+			metrics.errors.WithLabelValues(metrics.errorLabels(driverName, method, code)...).Inc()
 		}
 	}
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
 )
 
 // OperationBuckets are the histogram buckets, in seconds, of KEP-1979's operation duration metrics.
@@ -14,13 +15,33 @@ var OperationBuckets = []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60, 120,
 // grpc_status_code. The same shape serves the driver side (subsystem "driver") and the sidecar's
 // client side (subsystem "sidecar": cosi_sidecar_operation_duration_seconds and
 // cosi_sidecar_operation_errors_total, as KEP-1979 names them).
+//
+// KEP-1979 names exactly driver_name and method_name for cosi_sidecar_operation_errors_total: the
+// sidecar's counter has those two (the code is in the duration histogram); the driver side keeps
+// the code, which the KEP does not constrain.
 type operationMetrics struct {
 	duration *prometheus.HistogramVec
 	errors   *prometheus.CounterVec
+	// errorsByCode: the errors counter has the grpc_status_code label.
+	errorsByCode bool
+}
+
+func (m *operationMetrics) errorLabels(driverName, method string, code codes.Code) []string {
+	if m.errorsByCode {
+		return []string{driverName, method, code.String()}
+	}
+	return []string{driverName, method}
 }
 
 func newOperationMetrics(reg prometheus.Registerer, subsystem string) (*operationMetrics, error) {
+	errorLabels, errorHelp := []string{"driver_name", "method_name"}, "COSI driver gRPC operations that returned an error, by driver and method."
+	byCode := subsystem != "sidecar"
+	if byCode {
+		errorLabels = append(errorLabels, "grpc_status_code")
+		errorHelp = "COSI driver gRPC operations that returned an error, by driver, method and gRPC status code."
+	}
 	m := &operationMetrics{
+		errorsByCode: byCode,
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "cosi",
 			Subsystem: subsystem,
@@ -32,8 +53,8 @@ func newOperationMetrics(reg prometheus.Registerer, subsystem string) (*operatio
 			Namespace: "cosi",
 			Subsystem: subsystem,
 			Name:      "operation_errors_total",
-			Help:      "COSI driver gRPC operations that returned an error, by driver, method and gRPC status code.",
-		}, []string{"driver_name", "method_name", "grpc_status_code"}),
+			Help:      errorHelp,
+		}, errorLabels),
 	}
 	var err error
 	m.duration, err = register(reg, m.duration)

@@ -18,12 +18,18 @@ const (
 
 	// AnnotationHasBucketAccessReferences is set on a BucketClaim by the COSI Controller while one
 	// or more BucketAccesses reference the claim, and removed by the Controller when the last of
-	// them is deleted. While it is present, deleting the claim is blocked.
+	// them is deleted. While accesses reference the claim, deleting it is blocked. The Controller
+	// re-derives it from the live BucketAccesses on every reconcile and puts it back when someone
+	// removes it; the deletion decision is made from an uncached list of the accesses, never from
+	// the annotation alone.
 	AnnotationHasBucketAccessReferences = "objectstorage.k8s.io/has-bucketaccess-references"
 
 	// AnnotationSidecarCleanupFinished is set on a deleting BucketAccess by the Sidecar once it has
 	// deleted the access Secrets and revoked the access in the driver. The Controller then removes
-	// the claim references and the BucketAccess finalizer. It is not cleared; the object goes away.
+	// the BucketAccess finalizer, and the claims lose their reference annotation once no other
+	// access references them. It is not cleared; the object goes away. A tenant can write it, so
+	// neither component trusts it alone: the Sidecar records the revocation in status too (the
+	// Provisioned condition with ReasonRevoked), and the Controller waits for both.
 	AnnotationSidecarCleanupFinished = "objectstorage.k8s.io/sidecar-cleanup-finished"
 
 	// AnnotationBucketAccessReference is set by the Sidecar on each BucketAccess Secret, with the
@@ -68,12 +74,20 @@ const (
 
 // Condition reasons. KEP-1979 does not name reasons; these are COSI's, stable across releases.
 const (
+	// ReasonPending (any condition, Unknown): COSI has not determined the condition yet; every
+	// condition starts so (KEP-1979 "Conditions": "Unknown initially").
+	ReasonPending = "Pending"
 	// ReasonProvisioned (Provisioned=True): the driver provisioned the resource.
 	ReasonProvisioned = "Provisioned"
 	// ReasonProvisioning (Provisioned=Unknown): provisioning is in progress or being retried.
 	ReasonProvisioning = "Provisioning"
 	// ReasonProvisioningFailed (Provisioned=False): provisioning failed with a final error.
 	ReasonProvisioningFailed = "ProvisioningFailed"
+	// ReasonRevoked (Provisioned=False, on a deleting BucketAccess): the Sidecar deleted the
+	// access Secrets and the driver revoked the access. Together with
+	// AnnotationSidecarCleanupFinished it lets the Controller remove the finalizer; the condition
+	// is what the Controller trusts, because a tenant can write the annotation but not the status.
+	ReasonRevoked = "Revoked"
 	// ReasonDeleting (Provisioned): the resource is being deprovisioned.
 	ReasonDeleting = "Deleting"
 	// ReasonDeletionBlocked (Provisioned): deletion waits for something, named in the message (for

@@ -1,0 +1,190 @@
+package sidecar
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	cosi "github.com/kube-cosi/cosi/proto"
+)
+
+// Grant records make revocation independent of what a tenant can do to their BucketAccess. A
+// tenant can remove the access's finalizer and delete it in the same instant: the object, and with
+// it the account ID the revocation needs, is gone before any controller can put the finalizer
+// back. So before asking the driver for credentials, the sidecar records the grant on each Bucket
+// it is for, in an annotation (Buckets are cluster-scoped: tenants cannot write them). A grant
+// whose BucketAccess is gone is revoked from the record, and the record removed, when the Bucket is
+// reconciled: at start-up, when an access goes, and before a Bucket is deleted.
+
+// grantAnnotationPrefix prefixes the annotation that records one access's grant on a Bucket; the
+// access's UID follows.
+const grantAnnotationPrefix = cosiapi.GroupName + "/grant-"
+
+// grantRecord is what revoking an access needs once the BucketAccess is gone.
+type grantRecord struct {
+	Namespace          string            `json:"namespace"`
+	Name               string            `json:"name"`
+	UID                types.UID         `json:"uid"`
+	AccountID          string            `json:"accountID"`
+	Protocol           cosiapi.Protocol  `json:"protocol"`
+	AuthenticationType string            `json:"authenticationType"`
+	ServiceAccountName string            `json:"serviceAccountName,omitempty"`
+	Parameters         map[string]string `json:"parameters,omitempty"`
+	BucketIDs          []string          `json:"bucketIDs"`
+}
+
+func newGrantRecord(ba *cosiapi.BucketAccess) grantRecord {
+	rec := grantRecord{
+		Namespace: ba.Namespace, Name: ba.Name, UID: ba.UID, AccountID: ba.Status.AccountID, Protocol: ba.Spec.Protocol,
+		AuthenticationType: string(ba.Status.AuthenticationType), Parameters: ba.Status.Parameters,
+	}
+	if ba.Status.AuthenticationType == cosiapi.AuthenticationTypeServiceAccount {
+		rec.ServiceAccountName = ba.Spec.ServiceAccountName
+	}
+	for _, b := range ba.Status.AccessedBuckets {
+		if b.BucketID != "" {
+			rec.BucketIDs = append(rec.BucketIDs, b.BucketID)
+		}
+	}
+	return rec
+}
+
+func grantKey(uid types.UID) string { return grantAnnotationPrefix + string(uid) }
+
+// revokeRequest is the driver request that revokes the recorded grant.
+func (g grantRecord) revokeRequest() *cosi.DriverRevokeBucketAccessRequest {
+	req := &cosi.DriverRevokeBucketAccessRequest{
+		AccountId: g.AccountID, Protocol: rpcProtocol(g.Protocol),
+		AuthenticationType: rpcAuthenticationType(cosiapi.AuthenticationType(g.AuthenticationType)), Parameters: g.Parameters,
+	}
+	if req.AuthenticationType == cosi.AuthenticationType_SERVICE_ACCOUNT {
+		req.ServiceAccount = &cosi.ServiceAccount{Namespace: g.Namespace, Name: g.ServiceAccountName}
+	}
+	for _, id := range g.BucketIDs {
+		req.Buckets = append(req.Buckets, &cosi.DriverRevokeBucketAccessRequest_Bucket{BucketId: id})
+	}
+	return req
+}
+
+// grantRecords returns the grants recorded on a Bucket, by access UID.
+func grantRecords(b *cosiapi.Bucket) (map[types.UID]grantRecord, error) {
+	out := map[types.UID]grantRecord{}
+	for k, v := range b.Annotations {
+		if !strings.HasPrefix(k, grantAnnotationPrefix) {
+			continue
+		}
+		var g grantRecord
+		if err := json.Unmarshal([]byte(v), &g); err != nil {
+			return nil, fmt.Errorf("annotation %s of Bucket %s: %w", k, b.Name, err)
+		}
+		out[types.UID(strings.TrimPrefix(k, grantAnnotationPrefix))] = g
+	}
+	return out, nil
+}
+
+// recordGrant records the access's grant on each of its Buckets, before the driver is asked.
+func (r *BucketAccessReconciler) recordGrant(ctx context.Context, ba *cosiapi.BucketAccess, buckets map[string]*cosiapi.Bucket) error {
+	value, err := json.Marshal(newGrantRecord(ba))
+	if err != nil {
+		return err
+	}
+	for _, name := range slices.Sorted(maps.Keys(buckets)) {
+		b := buckets[name]
+		if b.Annotations[grantKey(ba.UID)] == string(value) {
+			continue
+		}
+		if err := patchAnnotation(ctx, r.Client, b, grantKey(ba.UID), string(value)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// forgetGrant removes the access's grant record from the Buckets, once it is revoked.
+func forgetGrant(ctx context.Context, c client.Client, uid types.UID, bucketNames []string) error {
+	for _, name := range bucketNames {
+		b := &cosiapi.Bucket{}
+		if err := c.Get(ctx, types.NamespacedName{Name: name}, b); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return err
+		}
+		if _, ok := b.Annotations[grantKey(uid)]; !ok {
+			continue
+		}
+		if err := patchAnnotation(ctx, c, b, grantKey(uid), ""); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+	}
+	return nil
+}
+
+// patchAnnotation sets (value non-empty) or removes one annotation with a merge patch, which
+// touches that key only: concurrent writers of other grants do not conflict.
+func patchAnnotation(ctx context.Context, c client.Client, obj client.Object, key, value string) error {
+	var v any
+	if value != "" {
+		v = value
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{key: v}}})
+	if err != nil {
+		return err
+	}
+	return c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch))
+}
+
+// revokeOrphanedGrants revokes the grants recorded on a Bucket whose BucketAccess is gone, and
+// removes their records. It returns the accesses that still hold a grant.
+func (r *BucketReconciler) revokeOrphanedGrants(ctx context.Context, b *cosiapi.Bucket) ([]string, error) {
+	records, err := grantRecords(b)
+	if err != nil {
+		return nil, err
+	}
+	var live []string
+	for _, uid := range slices.Sorted(maps.Keys(records)) {
+		g := records[uid]
+		gone, err := r.accessGone(ctx, g)
+		if err != nil {
+			return nil, err
+		}
+		if !gone {
+			live = append(live, g.Namespace+"/"+g.Name)
+			continue
+		}
+		if g.AccountID != "" {
+			if _, err := r.Driver.DriverRevokeBucketAccess(ctx, g.revokeRequest()); err != nil {
+				return nil, r.failedRevoke(ctx, b, g, err)
+			}
+		}
+		if err := patchAnnotation(ctx, r.Client, b, grantKey(uid), ""); err != nil {
+			return nil, err
+		}
+	}
+	return live, nil
+}
+
+// accessGone reports whether the recorded access no longer exists. The cache answers "it exists";
+// "gone" is confirmed with the API server.
+func (r *BucketReconciler) accessGone(ctx context.Context, g grantRecord) (bool, error) {
+	key := types.NamespacedName{Namespace: g.Namespace, Name: g.Name}
+	for _, reader := range []client.Reader{r.Client, r.APIReader} {
+		ba := &cosiapi.BucketAccess{}
+		err := reader.Get(ctx, key, ba)
+		if client.IgnoreNotFound(err) != nil {
+			return false, err
+		}
+		if err == nil && ba.UID == g.UID {
+			return false, nil
+		}
+	}
+	return true, nil
+}

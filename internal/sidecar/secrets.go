@@ -1,0 +1,201 @@
+package sidecar
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/apiutil"
+)
+
+// The sidecar may not read Secrets: its RBAC is KEP-1979's minimum, create, update, patch and
+// delete, because whoever holds its token (it shares a Pod with the vendor's driver) could
+// otherwise read every Secret of the cluster, ServiceAccount tokens included. It finds out about
+// an access Secret by patching it with a JSON patch whose only operation tests that the Secret
+// carries the access's UID label: the API server applies nothing, writes nothing (a patch that
+// changes nothing is not stored), and answers with the Secret only when the test passes, that is
+// only when the Secret is COSI's own. A Secret of the user's fails the test, and its contents
+// never leave the API server.
+
+// slotState is what is at an access Secret's name.
+type slotState int
+
+const (
+	// slotFree: no Secret has the name.
+	slotFree slotState = iota
+	// slotOurs: the access's Secret, not being deleted.
+	slotOurs
+	// slotDeleting: the access's Secret, being deleted (someone deleted it; COSI's finalizer
+	// keeps it until the sidecar lets it go).
+	slotDeleting
+	// slotForeign: a Secret that is not the access's: COSI never writes or deletes it.
+	slotForeign
+)
+
+// probeSecret tells what is at the name of an access Secret, and returns the Secret when it is
+// the access's own.
+func (r *BucketAccessReconciler) probeSecret(ctx context.Context, ba *cosiapi.BucketAccess, name string) (slotState, *corev1.Secret, error) {
+	test, err := json.Marshal([]map[string]string{{
+		"op": "test", "path": "/metadata/labels/" + jsonPointerEscape(cosiapi.LabelBucketAccessUID), "value": string(ba.UID),
+	}})
+	if err != nil {
+		return 0, nil, err
+	}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ba.Namespace}}
+	err = r.Client.Patch(ctx, s, client.RawPatch(types.JSONPatchType, test))
+	switch {
+	case apierrors.IsNotFound(err):
+		return slotFree, nil, nil
+	case apierrors.IsInvalid(err):
+		// The test failed: the label is missing or names another access.
+		return slotForeign, nil, nil
+	case err != nil:
+		return 0, nil, err
+	case s.DeletionTimestamp != nil:
+		return slotDeleting, s, nil
+	}
+	return slotOurs, s, nil
+}
+
+// jsonPointerEscape escapes a map key for a JSON pointer (RFC 6901).
+func jsonPointerEscape(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
+}
+
+// secretsReady reports whether every Secret of the access can be written: each name is free or
+// holds the access's own Secret. A Secret of the access that someone deleted is let go (COSI's
+// finalizer removed) so that it can be written again; ready is false until it is gone. A foreign
+// Secret makes it false too, and is named in conflict.
+func (r *BucketAccessReconciler) secretsReady(ctx context.Context, ba *cosiapi.BucketAccess) (ready bool, conflict string, err error) {
+	ready = true
+	for _, claim := range ba.Spec.BucketClaims {
+		state, s, err := r.probeSecret(ctx, ba, claim.AccessSecretName)
+		if err != nil {
+			return false, "", err
+		}
+		switch state {
+		case slotForeign:
+			return false, claim.AccessSecretName, nil
+		case slotDeleting:
+			if err := r.releaseSecret(ctx, s); err != nil {
+				return false, "", err
+			}
+			ready = false
+		}
+	}
+	return ready, "", nil
+}
+
+// secretsIntact reports whether every Secret of the access exists, is the access's own, is not
+// being deleted, and has its data.
+func (r *BucketAccessReconciler) secretsIntact(ctx context.Context, ba *cosiapi.BucketAccess) (bool, error) {
+	for _, claim := range ba.Spec.BucketClaims {
+		state, s, err := r.probeSecret(ctx, ba, claim.AccessSecretName)
+		if err != nil {
+			return false, err
+		}
+		if state != slotOurs || len(s.Data[cosiapi.SecretKeyProtocol]) == 0 {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// releaseSecret removes COSI's finalizer from a Secret of the access, so that a deletion goes
+// through. The patch is locked to the version probeSecret saw, so it cannot touch a Secret that
+// replaced it since.
+func (r *BucketAccessReconciler) releaseSecret(ctx context.Context, s *corev1.Secret) error {
+	return apiutil.RemoveFinalizer(ctx, r.Client, s)
+}
+
+// deleteSecrets deletes the access's Secrets (KEP-1979 "Deleting a BucketAccess", steps 3.1 and
+// 3.2). Secrets that are not the access's are never touched.
+func (r *BucketAccessReconciler) deleteSecrets(ctx context.Context, ba *cosiapi.BucketAccess) error {
+	for _, claim := range ba.Spec.BucketClaims {
+		state, s, err := r.probeSecret(ctx, ba, claim.AccessSecretName)
+		if err != nil {
+			return err
+		}
+		if state != slotOurs && state != slotDeleting {
+			continue
+		}
+		if err := r.releaseSecret(ctx, s); err != nil {
+			return err
+		}
+		if err := r.Client.Delete(ctx, s, client.Preconditions{UID: &s.UID}); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeSecret creates the Secret of one claim, or updates the access's own Secret. A Secret that
+// is not the access's is never overwritten: the user may have created it, and its data is theirs.
+func (r *BucketAccessReconciler) writeSecret(ctx context.Context, ba *cosiapi.BucketAccess, claim cosiapi.BucketClaimAccess, data map[string][]byte) error {
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      claim.AccessSecretName,
+			Namespace: ba.Namespace,
+			Labels:    map[string]string{cosiapi.LabelBucketAccessUID: string(ba.UID)},
+			Annotations: map[string]string{
+				cosiapi.AnnotationBucketAccessReference: ba.Namespace + "/" + ba.Name,
+				cosiapi.AnnotationBucketClaimReference:  ba.Namespace + "/" + claim.BucketClaimName,
+			},
+			Finalizers: []string{cosiapi.FinalizerProtection},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: data,
+	}
+	if err := controllerutil.SetControllerReference(ba, secret, r.Client.Scheme()); err != nil {
+		return err
+	}
+	err := r.Client.Create(ctx, secret)
+	if !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	state, existing, err := r.probeSecret(ctx, ba, secret.Name)
+	switch {
+	case err != nil:
+		return err
+	case state == slotFree:
+		return fmt.Errorf("secret %s was deleted while being written; writing it again", secret.Name)
+	case state == slotForeign:
+		return errSecretConflict{secret.Name}
+	case state == slotDeleting:
+		return fmt.Errorf("secret %s is being deleted; writing it again when it is gone", secret.Name)
+	}
+	orig := existing.DeepCopy()
+	existing.Data = data
+	if existing.Labels == nil {
+		existing.Labels = map[string]string{}
+	}
+	if existing.Annotations == nil {
+		existing.Annotations = map[string]string{}
+	}
+	for k, v := range secret.Labels {
+		existing.Labels[k] = v
+	}
+	for k, v := range secret.Annotations {
+		existing.Annotations[k] = v
+	}
+	controllerutil.AddFinalizer(existing, cosiapi.FinalizerProtection)
+	return r.Client.Patch(ctx, existing, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+}
+
+// errSecretConflict: an access Secret's name is taken by a Secret that is not the access's.
+type errSecretConflict struct{ name string }
+
+func (e errSecretConflict) Error() string {
+	return fmt.Sprintf("Secret %s exists and does not belong to this BucketAccess; COSI will not overwrite it, "+
+		"and grants the access once it is gone (accessSecretName cannot change: delete or rename that Secret, "+
+		"or delete this BucketAccess and create one with another accessSecretName)", e.name)
+}

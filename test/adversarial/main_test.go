@@ -1,0 +1,438 @@
+// Package adversarial runs the COSI Controller and the provisioner sidecar, on their generated
+// roles, against a real kube-apiserver, and attacks them as a tenant would: a user who holds only a
+// namespace Role on BucketClaims, BucketAccesses and Secrets edits annotations and finalizers,
+// deletes Secrets, and deletes objects together and in odd orders; the memory driver fails calls on
+// purpose. Every test asserts the end state: the backend holds nothing that should be gone, keys
+// are revoked, Secrets are gone, nothing is stuck, and no access is granted more than it must be.
+package adversarial
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/drivers/memory"
+	"github.com/kube-cosi/cosi/internal/controller"
+	"github.com/kube-cosi/cosi/internal/sidecar"
+	"github.com/kube-cosi/cosi/internal/testenv"
+	"github.com/kube-cosi/cosi/pkg/driver"
+	cosi "github.com/kube-cosi/cosi/proto"
+)
+
+const tenantNamespace = "tenant-a"
+
+var (
+	env *testenv.Env
+	// tenant is a user who holds only a namespace Role: every verb on bucketclaims,
+	// bucketaccesses and secrets in tenantNamespace, and nothing else.
+	tenant client.Client
+	// statusWriter is a tenant who may also write bucketaccesses/status (a loose RBAC setup).
+	statusWriter  client.Client
+	sidecarConfig *rest.Config
+)
+
+func TestMain(m *testing.M) {
+	code, err := run(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+func run(m *testing.M) (int, error) {
+	var err error
+	env, err = testenv.Start()
+	if err != nil {
+		return 1, err
+	}
+	defer env.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := env.CreateNamespace(ctx, tenantNamespace); err != nil {
+		return 1, err
+	}
+	if tenant, err = tenantClient(ctx, "tenant", false); err != nil {
+		return 1, err
+	}
+	if statusWriter, err = tenantClient(ctx, "status-writer", true); err != nil {
+		return 1, err
+	}
+	if sidecarConfig, err = env.ServiceAccountConfig(ctx, "config/rbac/sidecar/role.yaml", "cosi-system", "cosi-sidecar"); err != nil {
+		return 1, err
+	}
+	controllerCfg, err := env.ServiceAccountConfig(ctx, "config/rbac/controller/role.yaml", "cosi-system", "cosi-controller")
+	if err != nil {
+		return 1, err
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- controller.Run(ctx, controllerCfg, controller.Options{Workers: 4, MetricsAddress: "0", HealthAddress: "0"}, logr.Discard())
+	}()
+	code := m.Run()
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		return 1, fmt.Errorf("controller: %w", err)
+	}
+	return code, nil
+}
+
+// tenantClient creates a user bound to a Role in tenantNamespace only, and a client acting as it.
+func tenantClient(ctx context.Context, name string, writesStatus bool) (client.Client, error) {
+	rules := []rbacv1.PolicyRule{
+		{APIGroups: []string{cosiapi.GroupName}, Resources: []string{"bucketclaims", "bucketaccesses"}, Verbs: []string{"*"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"*"}},
+	}
+	if writesStatus {
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{cosiapi.GroupName}, Resources: []string{"bucketaccesses/status"}, Verbs: []string{"*"}})
+	}
+	for _, o := range []client.Object{
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tenantNamespace}, Rules: rules},
+		&rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tenantNamespace},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: name}},
+		},
+	} {
+		if err := env.Client.Create(ctx, o); err != nil {
+			return nil, err
+		}
+	}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: name}
+	return client.New(cfg, client.Options{Scheme: env.Scheme})
+}
+
+// grants counts the driver's successful calls per method and per account or bucket.
+type grants struct {
+	mu     sync.Mutex
+	counts map[string]int // "Method", "Method/<account or bucket ID>"
+}
+
+func (g *grants) interceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		resp, err := handler(ctx, req)
+		method := info.FullMethod[strings.LastIndex(info.FullMethod, "/")+1:]
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.counts[method+"/"+status.Code(err).String()]++
+		if err != nil {
+			return resp, err
+		}
+		g.counts[method]++
+		switch r := req.(type) {
+		case *cosi.DriverGrantBucketAccessRequest:
+			g.counts[method+"/"+r.GetAccountId()]++
+			for _, b := range r.GetBuckets() {
+				g.counts[method+"/bucket/"+b.GetBucketId()]++
+			}
+		case *cosi.DriverRevokeBucketAccessRequest:
+			g.counts[method+"/"+r.GetAccountId()]++
+		case *cosi.DriverCreateBucketRequest:
+			g.counts[method+"/"+r.GetBucketId()]++
+		}
+		return resp, err
+	}
+}
+
+func (g *grants) count(key string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.counts[key]
+}
+
+var driverCounter atomic.Int64
+
+// system is one memory driver, with fault injection and call counts, and its sidecar; the
+// controller is shared by all tests. Each test has a driver of its own, so that faults and counts
+// are its own.
+type system struct {
+	t      *testing.T
+	name   string
+	driver *memory.Driver
+	faults *memory.Faults
+	calls  *grants
+}
+
+func newSystem(t *testing.T, cfg memory.Config) *system {
+	t.Helper()
+	s := &system{t: t, faults: &memory.Faults{}, calls: &grants{counts: map[string]int{}}}
+	s.name = fmt.Sprintf("memory-%d.adversarial.cosi.io", driverCounter.Add(1))
+	cfg.Name = s.name
+	if cfg.Protocols == nil {
+		cfg.Protocols = []cosi.ObjectProtocol_Type{cosi.ObjectProtocol_S3, cosi.ObjectProtocol_AZURE}
+	}
+	var err error
+	if s.driver, err = memory.New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "cosi-adversarial")
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := "unix://" + filepath.Join(dir, "driver.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err := driver.NewServer(ctx, driver.Options{
+		Endpoint: endpoint, Identity: s.driver, Provisioner: s.driver, Registerer: prometheus.NewRegistry(),
+		Interceptors: []grpc.UnaryServerInterceptor{s.calls.interceptor(), s.faults.Interceptor()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { _ = srv.Serve(ctx); close(served) }()
+	stopped := make(chan error, 1)
+	go func() {
+		stopped <- sidecar.Run(ctx, sidecarConfig, sidecar.Options{
+			DriverEndpoint: endpoint, DriverTimeout: 10 * time.Second, DriverStartTimeout: 30 * time.Second,
+			Workers: 4, MetricsAddress: "0", HealthAddress: "0", SkipNameValidation: true,
+			SecretCheckInterval: time.Second,
+		}, logr.Discard())
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-stopped; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("sidecar: %v", err)
+		}
+		<-served
+		_ = os.RemoveAll(dir)
+	})
+	return s
+}
+
+var objCounter atomic.Int64
+
+func uniqueName(prefix string) string { return fmt.Sprintf("%s-%d", prefix, objCounter.Add(1)) }
+
+// Builders. Admin objects are created by env.Client, tenant objects by tenant.
+
+func (s *system) bucketClass(policy cosiapi.DeletionPolicy) *cosiapi.BucketClass {
+	s.t.Helper()
+	c := &cosiapi.BucketClass{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("class")},
+		Spec: cosiapi.BucketClassSpec{DriverName: s.name, DeletionPolicy: policy}}
+	mustCreate(s.t, env.Client, c)
+	return c
+}
+
+func (s *system) accessClass(mutate ...func(*cosiapi.BucketAccessClass)) *cosiapi.BucketAccessClass {
+	s.t.Helper()
+	c := &cosiapi.BucketAccessClass{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("accessclass")},
+		Spec: cosiapi.BucketAccessClassSpec{DriverName: s.name}}
+	for _, m := range mutate {
+		m(c)
+	}
+	mustCreate(s.t, env.Client, c)
+	return c
+}
+
+func newClaim(class string) *cosiapi.BucketClaim {
+	return &cosiapi.BucketClaim{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("claim"), Namespace: tenantNamespace},
+		Spec: cosiapi.BucketClaimSpec{BucketClassName: class, Protocols: []cosiapi.Protocol{cosiapi.ProtocolS3}}}
+}
+
+func newAccess(class string, claims ...*cosiapi.BucketClaim) *cosiapi.BucketAccess {
+	ba := &cosiapi.BucketAccess{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("access"), Namespace: tenantNamespace},
+		Spec: cosiapi.BucketAccessSpec{BucketAccessClassName: class, Protocol: cosiapi.ProtocolS3}}
+	for _, c := range claims {
+		ba.Spec.BucketClaims = append(ba.Spec.BucketClaims, cosiapi.BucketClaimAccess{
+			BucketClaimName: c.Name, AccessSecretName: uniqueName(c.Name + "-creds"),
+			AccessModes: cosiapi.BucketAccessModes{ObjectData: cosiapi.BucketAccessModeReadWrite},
+		})
+	}
+	return ba
+}
+
+// provisionedClaim creates a claim of a new class with the policy and waits until it is
+// provisioned.
+func (s *system) provisionedClaim(policy cosiapi.DeletionPolicy) *cosiapi.BucketClaim {
+	s.t.Helper()
+	c := newClaim(s.bucketClass(policy).Name)
+	mustCreate(s.t, tenant, c)
+	waitProvisioned(s.t, c)
+	return c
+}
+
+// provisionedAccess creates an access to the claims and waits until it is provisioned.
+func (s *system) provisionedAccess(class string, claims ...*cosiapi.BucketClaim) *cosiapi.BucketAccess {
+	s.t.Helper()
+	ba := newAccess(class, claims...)
+	mustCreate(s.t, tenant, ba)
+	waitProvisioned(s.t, ba)
+	return ba
+}
+
+func mustCreate(t *testing.T, c client.Client, obj client.Object) {
+	t.Helper()
+	if err := c.Create(t.Context(), obj); err != nil {
+		t.Fatalf("creating %s: %v", obj.GetName(), err)
+	}
+}
+
+func mustDelete(t *testing.T, c client.Client, obj client.Object) {
+	t.Helper()
+	if err := c.Delete(t.Context(), obj); client.IgnoreNotFound(err) != nil {
+		t.Fatalf("deleting %s: %v", obj.GetName(), err)
+	}
+}
+
+// edit applies mutate to the live object as c, retrying conflicts.
+func edit[T client.Object](t *testing.T, c client.Client, obj T, mutate func(T)) {
+	t.Helper()
+	testenv.Eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		mutate(obj)
+		return c.Update(t.Context(), obj)
+	})
+}
+
+func conditions(obj client.Object) []metav1.Condition {
+	switch o := obj.(type) {
+	case *cosiapi.BucketClaim:
+		return o.Status.Conditions
+	case *cosiapi.BucketAccess:
+		return o.Status.Conditions
+	case *cosiapi.Bucket:
+		return o.Status.Conditions
+	}
+	return nil
+}
+
+func waitProvisioned(t *testing.T, obj client.Object) {
+	t.Helper()
+	testenv.Eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		if !meta.IsStatusConditionTrue(conditions(obj), cosiapi.ConditionProvisioned) {
+			return fmt.Errorf("%s not provisioned: %+v", obj.GetName(), conditions(obj))
+		}
+		return nil
+	})
+}
+
+// waitCondition waits until obj has condition typ with status s and reason.
+func waitCondition(t *testing.T, obj client.Object, typ string, s metav1.ConditionStatus, reason string) metav1.Condition {
+	t.Helper()
+	var found metav1.Condition
+	testenv.Eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(conditions(obj), typ)
+		if c == nil || c.Status != s || c.Reason != reason {
+			return fmt.Errorf("%s: want %s=%s (%s), have %+v", obj.GetName(), typ, s, reason, conditions(obj))
+		}
+		found = *c
+		return nil
+	})
+	return found
+}
+
+func boundBucket(t *testing.T, c *cosiapi.BucketClaim) *cosiapi.Bucket {
+	t.Helper()
+	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(c), c); err != nil {
+		t.Fatal(err)
+	}
+	b := &cosiapi.Bucket{}
+	b.Name = c.Status.BoundBucketName
+	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// secret returns an access Secret as the workload sees it.
+func secret(t *testing.T, ba *cosiapi.BucketAccess, i int) *corev1.Secret {
+	t.Helper()
+	s := &corev1.Secret{}
+	s.Name, s.Namespace = ba.Spec.BucketClaims[i].AccessSecretName, ba.Namespace
+	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(s), s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func credentials(s *corev1.Secret) *cosi.CredentialInfo {
+	return &cosi.CredentialInfo{S3: &cosi.S3Credentials{
+		AccessKeyId: string(s.Data[cosiapi.SecretKeyS3AccessKeyID]), AccessSecretKey: string(s.Data[cosiapi.SecretKeyS3SecretAccessKey]),
+	}}
+}
+
+// events returns "Reason: message" of the events about obj.
+func events(t *testing.T, obj client.Object) []string {
+	t.Helper()
+	var list corev1.EventList
+	if err := env.Client.List(t.Context(), &list, client.InNamespace(obj.GetNamespace())); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		if e.InvolvedObject.Name == obj.GetName() {
+			out = append(out, e.Reason+": "+e.Message)
+		}
+	}
+	return out
+}
+
+// waitEvent waits for an event with the reason about obj.
+func waitEvent(t *testing.T, obj client.Object, reason string) {
+	t.Helper()
+	testenv.Eventually(t, func() error {
+		for _, e := range events(t, obj) {
+			if strings.HasPrefix(e, reason+":") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s event about %s: %v", reason, obj.GetName(), events(t, obj))
+	})
+}
+
+// waitGone waits until the backend no longer has the account or bucket.
+func (s *system) waitRevoked(accountID string) {
+	s.t.Helper()
+	testenv.Eventually(s.t, func() error {
+		for _, a := range s.driver.Backend().Accounts() {
+			if a == accountID {
+				return fmt.Errorf("account %s still exists in the backend", accountID)
+			}
+		}
+		return nil
+	})
+}
+
+func (s *system) waitBucketDeleted(bucketID string) {
+	s.t.Helper()
+	testenv.Eventually(s.t, func() error {
+		if s.driver.Backend().BucketExists(bucketID) {
+			return fmt.Errorf("bucket %s still exists in the backend", bucketID)
+		}
+		return nil
+	})
+}
+
+// holds checks, for a while, that f keeps returning nil: a property that must hold over time.
+func holds(t *testing.T, f func() error) {
+	t.Helper()
+	testenv.Never(t, 2*time.Second, f)
+}

@@ -1,0 +1,265 @@
+package adversarial
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/drivers/memory"
+	"github.com/kube-cosi/cosi/internal/testenv"
+)
+
+// Issue 12, item 7: a tenant deletes a COSI Secret: it does not stay Terminating, it is written
+// again with working credentials, and the access is granted at most once more.
+func TestDeletedSecretIsRewrittenWithoutAGrantStorm(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, memory.Config{})
+	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
+	ba := s.provisionedAccess(s.accessClass().Name, c)
+	bucketID := boundBucket(t, c).Status.BucketID
+	old := secret(t, ba, 0)
+
+	mustDelete(t, tenant, old)
+	testenv.Eventually(t, func() error {
+		now := &corev1.Secret{}
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(old), now); err != nil {
+			return err
+		}
+		if now.UID == old.UID || now.DeletionTimestamp != nil {
+			return fmt.Errorf("the deleted Secret was not written again (terminating: %v)", now.DeletionTimestamp != nil)
+		}
+		if !s.driver.Backend().Allowed(credentials(now), bucketID, memory.ObjectData, true) {
+			return fmt.Errorf("the rewritten Secret's credentials do not open the bucket")
+		}
+		return nil
+	})
+	holds(t, func() error {
+		if n := s.calls.count("DriverGrantBucketAccess/" + ba.Status.AccountID); n > 2 {
+			return fmt.Errorf("%d grants for one access whose Secret was deleted once; want at most 2", n)
+		}
+		return nil
+	})
+}
+
+// Issue 12, item 8: a Secret the user owns under the accessSecretName is found before anything is
+// granted; once the user deletes it, the access proceeds.
+func TestUserSecretConflictIsCheckedBeforeGranting(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, memory.Config{})
+	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
+	ba := newAccess(s.accessClass().Name, c)
+	mine := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: ba.Spec.BucketClaims[0].AccessSecretName, Namespace: tenantNamespace},
+		StringData: map[string]string{"password": "the user's own"}}
+	mustCreate(t, tenant, mine)
+	mustCreate(t, tenant, ba)
+	waitCondition(t, ba, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonSecretConflict)
+	holds(t, func() error {
+		if n := s.calls.count("DriverGrantBucketAccess"); n > 0 {
+			return fmt.Errorf("credentials were minted (%d grants) though their Secret cannot be written", n)
+		}
+		got := &corev1.Secret{}
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(mine), got); err != nil {
+			return err
+		}
+		if string(got.Data["password"]) != "the user's own" || len(got.Data) != 1 {
+			return fmt.Errorf("the user's Secret was changed: keys %v", len(got.Data))
+		}
+		return nil
+	})
+	mustDelete(t, tenant, mine)
+	waitProvisioned(t, ba)
+	if n := s.calls.count("DriverGrantBucketAccess"); n != 1 {
+		t.Errorf("%d grants; want 1", n)
+	}
+}
+
+// Issue 12, item 10: whoever can write bucketaccesses/status cannot point an access at someone
+// else's Bucket.
+func TestForgedAccessedBuckets(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, memory.Config{})
+	victim := s.provisionedClaim(cosiapi.DeletionPolicyDelete) // in tenantNamespace, but not this access's claim
+	own := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
+	victimBucket := boundBucket(t, victim)
+
+	// An access whose class does not exist, so that the controller never hands it off, with a
+	// forged hand-off in status.
+	ba := newAccess("no-such-class", own)
+	mustCreate(t, statusWriter, ba)
+	// The forger writes the status subresource, as its RBAC allows.
+	testenv.Eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(ba), ba); err != nil {
+			return err
+		}
+		ba.Status.DriverName = s.name
+		ba.Status.AuthenticationType = cosiapi.AuthenticationTypeKey
+		ba.Status.AccessedBuckets = []cosiapi.AccessedBucket{{BucketClaimName: own.Name, BucketName: victimBucket.Name}}
+		return statusWriter.Status().Update(t.Context(), ba)
+	})
+	waitCondition(t, ba, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonInvalidReference)
+	holds(t, func() error {
+		if n := s.calls.count("DriverGrantBucketAccess/bucket/" + victimBucket.Status.BucketID); n > 0 {
+			return fmt.Errorf("the forged access was granted the victim's bucket")
+		}
+		return nil
+	})
+	mustDelete(t, tenant, ba)
+	env.Gone(t, ba)
+}
+
+// Issue 12, item 13: codes that are not final are retried with backoff, on create, grant, revoke
+// and delete alike; nothing stays behind.
+func TestNonFinalErrorsAreRetried(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, memory.Config{})
+	var faults []memory.Fault
+	for _, m := range []string{"DriverCreateBucket", "DriverGrantBucketAccess", "DriverRevokeBucketAccess", "DriverDeleteBucket"} {
+		for _, code := range []codes.Code{codes.PermissionDenied, codes.Internal, codes.FailedPrecondition, codes.NotFound} {
+			faults = append(faults, memory.Fault{Method: m, Code: code, Count: 1})
+		}
+	}
+	s.faults.Set(0, faults...)
+	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
+	ba := s.provisionedAccess(s.accessClass().Name, c)
+	bucketID := boundBucket(t, c).Status.BucketID
+	mustDelete(t, tenant, ba)
+	mustDelete(t, tenant, c)
+	env.Gone(t, ba)
+	env.Gone(t, c)
+	s.waitRevoked(ba.Status.AccountID)
+	s.waitBucketDeleted(bucketID)
+	for _, m := range []string{"DriverCreateBucket", "DriverGrantBucketAccess", "DriverRevokeBucketAccess", "DriverDeleteBucket"} {
+		if n := s.calls.count(m + "/" + codes.Internal.String()); n == 0 {
+			t.Errorf("%s: the injected faults were not hit", m)
+		}
+	}
+}
+
+// Issue 12, item 13: a revoke that keeps failing with a code other places call final still shows
+// in the access's conditions and events, and the access stays until it succeeds.
+func TestFailingRevokeIsNeverGivenUp(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, memory.Config{})
+	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
+	ba := s.provisionedAccess(s.accessClass().Name, c)
+	s.faults.Set(0, memory.Fault{Method: "DriverRevokeBucketAccess", Code: codes.InvalidArgument, Rate: 1})
+	mustDelete(t, tenant, ba)
+	waitCondition(t, ba, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, cosiapi.ReasonDriverError)
+	waitEvent(t, ba, cosiapi.EventFailedRevokeAccess)
+	before := s.calls.count("DriverRevokeBucketAccess/" + codes.InvalidArgument.String())
+	testenv.Eventually(t, func() error {
+		if n := s.calls.count("DriverRevokeBucketAccess/" + codes.InvalidArgument.String()); n <= before {
+			return fmt.Errorf("the failed revoke is not retried")
+		}
+		return nil
+	})
+	s.faults.Set(0)
+	env.Gone(t, ba)
+	s.waitRevoked(ba.Status.AccountID)
+}
+
+// Issue 12, item 15: requested protocols are checked against the driver before anything is
+// created in the backend.
+func TestUnsupportedProtocolCreatesNothing(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, memory.Config{})
+	c := newClaim(s.bucketClass(cosiapi.DeletionPolicyDelete).Name)
+	c.Spec.Protocols = []cosiapi.Protocol{cosiapi.ProtocolGCS}
+	mustCreate(t, tenant, c)
+	waitCondition(t, c, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonUnsupportedProtocol)
+	for _, m := range []string{"DriverGenerateBucketId", "DriverCreateBucket"} {
+		if n := s.calls.count(m + "/OK"); n > 0 {
+			t.Errorf("%s was called %d times for a protocol the driver does not support", m, n)
+		}
+	}
+	if b := s.driver.Backend().Buckets(); len(b) > 0 {
+		t.Errorf("buckets were created: %v", b)
+	}
+	mustDelete(t, tenant, c)
+	env.Gone(t, c)
+}
+
+// Issue 12, item 17: an access the controller refuses gets a FailedGrantAccess event; one whose
+// claim has no Bucket yet gets WaitingForBucket; conditions start Unknown; Bucket info uses the
+// KEP's COSI_<PROTOCOL>_<KEY> keys.
+func TestEventsAndConditionsTheKEPLists(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, memory.Config{})
+	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
+	single := s.accessClass()
+	other := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
+	refused := newAccess(single.Name, c, other)
+	mustCreate(t, tenant, refused)
+	waitEvent(t, refused, cosiapi.EventFailedGrantAccess)
+
+	// A claim whose class does not exist yet has no Bucket.
+	pending := newClaim(uniqueName("later"))
+	mustCreate(t, tenant, pending)
+	waiting := newAccess(single.Name, pending)
+	mustCreate(t, tenant, waiting)
+	waitEvent(t, waiting, cosiapi.EventWaitingForBucket)
+	waitCondition(t, waiting, cosiapi.ConditionProvisionFailed, metav1.ConditionUnknown, cosiapi.ReasonPending)
+	waitCondition(t, pending, cosiapi.ConditionProvisionFailed, metav1.ConditionUnknown, cosiapi.ReasonPending)
+
+	b := boundBucket(t, c)
+	info := b.Status.BucketInfo
+	var protocols []string
+	for _, p := range b.Status.Protocols {
+		protocols = append(protocols, string(p))
+	}
+	if want := strings.Join(protocols, ","); info[cosiapi.SecretKeyProtocol] != want || want == "" {
+		t.Errorf("bucketInfo %s = %q, want the bucket's protocols %q", cosiapi.SecretKeyProtocol, info[cosiapi.SecretKeyProtocol], want)
+	}
+	for k := range info {
+		if k != cosiapi.SecretKeyProtocol && !slices.ContainsFunc([]string{"COSI_S3_", "COSI_AZURE_", "COSI_GCS_"}, func(p string) bool { return len(k) > len(p) && k[:len(p)] == p }) {
+			t.Errorf("bucketInfo key %q is not COSI_<PROTOCOL>_<KEY>", k)
+		}
+		for _, doubled := range []string{"COSI_AZURE_AZURE_", "COSI_S3_AWS_"} {
+			if len(k) >= len(doubled) && k[:len(doubled)] == doubled {
+				t.Errorf("bucketInfo key %q repeats the protocol", k)
+			}
+		}
+	}
+	for _, o := range []client.Object{refused, waiting, pending, c, other} {
+		mustDelete(t, tenant, o)
+		env.Gone(t, o)
+	}
+}
+
+// Issue 12, items 9 and 18: the sidecar can read no Secret (the KEP's minimum: create, update,
+// patch, delete), and every test here runs with the OwnerReferencesPermissionEnforcement admission
+// plugin, which refuses blockOwnerDeletion without permission on bucketaccesses/finalizers.
+func TestSidecarCannotReadSecrets(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(env.RepoRoot, "config", "rbac", "sidecar", "role.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	role := &rbacv1.ClusterRole{}
+	if err := yaml.Unmarshal(data, role); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range role.Rules {
+		if !slices.Contains(r.Resources, "secrets") {
+			continue
+		}
+		for _, v := range r.Verbs {
+			if v == "get" || v == "list" || v == "watch" || v == "*" {
+				t.Errorf("the sidecar may %s Secrets", v)
+			}
+		}
+	}
+	if !slices.Contains(env.AdmissionPlugins(), "OwnerReferencesPermissionEnforcement") {
+		t.Error("the test API server does not enforce owner reference permissions")
+	}
+}
