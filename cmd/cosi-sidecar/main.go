@@ -21,6 +21,8 @@ func main() {
 	flag.DurationVar(&opts.DriverTimeout, "driver-timeout", time.Minute, "timeout of each driver call")
 	flag.DurationVar(&opts.DriverStartTimeout, "driver-start-timeout", 2*time.Minute, "how long to wait for the driver to answer at start-up")
 	flag.IntVar(&opts.Workers, "workers", 16, "objects of each kind reconciled at once")
+	flag.DurationVar(&opts.SecretCheckInterval, "secret-check-interval", sidecar.DefaultSecretCheckInterval,
+		"how often the Secrets of each provisioned access are checked, and written again when lost (the sidecar cannot watch Secrets)")
 	flag.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one leader among the sidecars of this driver")
 	flag.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's namespace)")
 	flag.StringVar(&opts.MetricsAddress, "metrics-bind-address", ":8080", `address of /metrics ("0" disables)`)
