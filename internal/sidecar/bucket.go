@@ -40,6 +40,8 @@ type BucketReconciler struct {
 	Driver    *driver.Client
 	Info      *cosi.DriverGetInfoResponse
 	Recorder  events.EventRecorder
+	// Grants counts the grants in flight, shared with the BucketAccessReconciler.
+	Grants *inFlight
 }
 
 // SetupWithManager registers the reconciler for this driver's Buckets.

@@ -50,6 +50,8 @@ type BucketAccessReconciler struct {
 	Recorder events.EventRecorder
 	// SecretCheckInterval is how often the Secrets of a provisioned access are checked.
 	SecretCheckInterval time.Duration
+	// Grants counts the grants in flight, shared with the BucketReconciler.
+	Grants *inFlight
 
 	checks secretChecks
 }
@@ -240,7 +242,9 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 		AccountId: ba.Status.AccountID, Buckets: accessed, Protocol: protocol,
 		AuthenticationType: auth, ServiceAccount: sa, Parameters: ba.Status.Parameters,
 	}
+	done := r.Grants.start(ba.UID)
 	resp, err := r.Driver.DriverGrantBucketAccess(ctx, grantReq)
+	done()
 	if err != nil {
 		return r.failed(ctx, ba, rpcError{"DriverGrantBucketAccess", err}, cosiapi.EventFailedGrantAccess)
 	}

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -142,6 +143,38 @@ func patchAnnotation(ctx context.Context, c client.Client, obj client.Object, ke
 	return c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch))
 }
 
+// inFlight counts the grants this sidecar is making, by access UID. A grant record whose access is
+// gone is not revoked while a DriverGrantBucketAccess for it may still be running: the revocation
+// could come first, and the grant would then create an account nobody revokes. The sidecar that
+// makes grants is the one that revokes records (one leader per driver), so a process-local count
+// is enough.
+type inFlight struct {
+	mu    sync.Mutex
+	count map[types.UID]int
+}
+
+func (f *inFlight) start(uid types.UID) func() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.count == nil {
+		f.count = map[types.UID]int{}
+	}
+	f.count[uid]++
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.count[uid]--; f.count[uid] <= 0 {
+			delete(f.count, uid)
+		}
+	}
+}
+
+func (f *inFlight) has(uid types.UID) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.count[uid] > 0
+}
+
 // revokeOrphanedGrants revokes the grants recorded on a Bucket whose BucketAccess is gone, and
 // removes their records. It returns the accesses that still hold a grant.
 func (r *BucketReconciler) revokeOrphanedGrants(ctx context.Context, b *cosiapi.Bucket) ([]string, error) {
@@ -150,6 +183,7 @@ func (r *BucketReconciler) revokeOrphanedGrants(ctx context.Context, b *cosiapi.
 		return nil, err
 	}
 	var live []string
+	inFlight := false
 	for _, uid := range slices.Sorted(maps.Keys(records)) {
 		g := records[uid]
 		gone, err := r.accessGone(ctx, g)
@@ -157,6 +191,12 @@ func (r *BucketReconciler) revokeOrphanedGrants(ctx context.Context, b *cosiapi.
 			return nil, err
 		}
 		if !gone {
+			live = append(live, g.Namespace+"/"+g.Name)
+			continue
+		}
+		if r.Grants.has(uid) {
+			// Revoked once the grant in flight has finished, by this Bucket's next reconcile.
+			inFlight = true
 			live = append(live, g.Namespace+"/"+g.Name)
 			continue
 		}
@@ -168,6 +208,9 @@ func (r *BucketReconciler) revokeOrphanedGrants(ctx context.Context, b *cosiapi.
 		if err := patchAnnotation(ctx, r.Client, b, grantKey(uid), ""); err != nil {
 			return nil, err
 		}
+	}
+	if inFlight {
+		return nil, errRequeue("a grant recorded on the Bucket for a deleted BucketAccess is in flight")
 	}
 	return live, nil
 }

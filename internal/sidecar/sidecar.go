@@ -121,14 +121,15 @@ func setup(ctx context.Context, mgr ctrl.Manager, drv *driver.Client, info *cosi
 	workers := max(opts.Workers, 1)
 	copts := controller.Options{MaxConcurrentReconciles: workers, RateLimiter: apiutil.RateLimiter()}
 	recorder := mgr.GetEventRecorder("cosi-sidecar")
-	if err := (&BucketReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Driver: drv, Info: info, Recorder: recorder}).SetupWithManager(mgr, copts); err != nil {
+	grants := &inFlight{}
+	if err := (&BucketReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Driver: drv, Info: info, Recorder: recorder, Grants: grants}).SetupWithManager(mgr, copts); err != nil {
 		return err
 	}
 	checks := opts.SecretCheckInterval
 	if checks <= 0 {
 		checks = DefaultSecretCheckInterval
 	}
-	if err := (&BucketAccessReconciler{Client: mgr.GetClient(), Driver: drv, Info: info, Recorder: recorder, SecretCheckInterval: checks}).SetupWithManager(ctx, mgr, copts); err != nil {
+	if err := (&BucketAccessReconciler{Client: mgr.GetClient(), Driver: drv, Info: info, Recorder: recorder, SecretCheckInterval: checks, Grants: grants}).SetupWithManager(ctx, mgr, copts); err != nil {
 		return err
 	}
 	return mgr.AddHealthzCheck("ping", healthz.Ping)
