@@ -35,6 +35,11 @@ func TestBucketCreate(t *testing.T) {
 	runCreateCases(t, newBucket, []createCase[*cosi.Bucket]{
 		{name: "valid dynamic bucket"},
 		{name: "valid static bucket", mutate: static},
+		{
+			name:       "static bucket with deletionPolicy Delete",
+			mutate:     func(b *cosi.Bucket) { static(b); b.Spec.DeletionPolicy = cosi.DeletionPolicyDelete },
+			wantErrors: []string{"spec.deletionPolicy", "deletionPolicy must be Retain when existingBucketID is set"},
+		},
 		{name: "valid without optional fields", mutate: func(b *cosi.Bucket) {
 			b.Spec.Protocols, b.Spec.Parameters, b.Spec.BucketClaimRef.UID = nil, nil, ""
 		}},
@@ -143,6 +148,12 @@ func TestBucketUpdate(t *testing.T) {
 			name:   "protocols compare as a set",
 			before: func(b *cosi.Bucket) { b.Spec.Protocols = []cosi.Protocol{cosi.ProtocolS3, cosi.ProtocolAzure} },
 			update: func(b *cosi.Bucket) { b.Spec.Protocols = []cosi.Protocol{cosi.ProtocolAzure, cosi.ProtocolS3} },
+		},
+		{
+			name:       "a static bucket cannot be changed to deletionPolicy Delete",
+			before:     static,
+			update:     func(b *cosi.Bucket) { b.Spec.DeletionPolicy = cosi.DeletionPolicyDelete },
+			wantErrors: []string{"spec.deletionPolicy", "deletionPolicy must be Retain when existingBucketID is set"},
 		},
 		{
 			name:       "existingBucketID cannot be added",

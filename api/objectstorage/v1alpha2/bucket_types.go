@@ -11,6 +11,9 @@ import (
 // +kubebuilder:validation:XValidation:rule="(has(self.protocols) ? self.protocols : []) == (has(oldSelf.protocols) ? oldSelf.protocols : [])",fieldPath=".protocols",message="protocols is immutable"
 // +kubebuilder:validation:XValidation:rule="(has(self.parameters) ? self.parameters : {}) == (has(oldSelf.parameters) ? oldSelf.parameters : {})",fieldPath=".parameters",message="parameters is immutable"
 // +kubebuilder:validation:XValidation:rule="has(self.existingBucketID) == has(oldSelf.existingBucketID) && (!has(self.existingBucketID) || self.existingBucketID == oldSelf.existingBucketID)",fieldPath=".existingBucketID",message="existingBucketID is immutable"
+// KEP-1979 ("Accessing an Existing OSP Bucket"): deleting an imported bucket "should be
+// disallowed"; COSI did not create it, so COSI does not delete it, on create and on every update.
+// +kubebuilder:validation:XValidation:rule="!has(self.existingBucketID) || self.deletionPolicy == 'Retain'",fieldPath=".deletionPolicy",message="deletionPolicy must be Retain when existingBucketID is set: COSI does not delete buckets it did not create"
 type BucketSpec struct {
 	// driverName is the name of the COSI driver that manages this bucket, as the driver reports it
 	// (domain-name notation, for example "s3.example.com"). Only the sidecar of that driver acts
@@ -25,9 +28,8 @@ type BucketSpec struct {
 	//  - Retain: keep this Bucket object and the bucket in the object store;
 	//  - Delete: delete this Bucket object and the bucket in the object store.
 	// This is the one mutable field, so that an admin can switch a bucket to Retain after it was
-	// provisioned. COSI does not stop an admin from choosing Delete for an imported (brownfield)
-	// bucket: that deletes data that existed before COSI when its claim is deleted, so prefer
-	// Retain for imported buckets.
+	// provisioned. An imported (brownfield) Bucket, one with existingBucketID, must be Retain:
+	// COSI does not delete data that existed before it.
 	// +required
 	DeletionPolicy DeletionPolicy `json:"deletionPolicy"`
 
