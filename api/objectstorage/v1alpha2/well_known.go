@@ -40,6 +40,15 @@ const (
 	// AnnotationBucketClaimReference is set by the Sidecar on each BucketAccess Secret, with the
 	// value "<namespace>/<name>" of the BucketClaim the Secret gives access to. Informational only.
 	AnnotationBucketClaimReference = "objectstorage.k8s.io/bucketclaim-reference"
+
+	// AnnotationAllowedBucketClasses is set on a Namespace by an admin: the comma-separated names
+	// of the BucketClasses that BucketClaims of the namespace may use. Enforced by the
+	// cosi-allowed-classes ValidatingAdmissionPolicy (config/admission); no annotation, no limit.
+	AnnotationAllowedBucketClasses = "objectstorage.k8s.io/allowed-bucket-classes"
+
+	// AnnotationAllowedBucketAccessClasses is set on a Namespace by an admin: the comma-separated
+	// names of the BucketAccessClasses that BucketAccesses of the namespace may use (same policy).
+	AnnotationAllowedBucketAccessClasses = "objectstorage.k8s.io/allowed-bucket-access-classes"
 )
 
 // Finalizers.
