@@ -64,8 +64,10 @@ type BucketAccessClassSpec struct {
 	MultiBucketAccess MultiBucketAccess `json:"multiBucketAccess,omitempty"`
 
 	// disallowedBucketAccessModes lists access modes, per category, that BucketAccesses of this
-	// class may not request; COSI rejects such a BucketAccess with a clear condition. Use it, for
-	// example, to make imported buckets read-only.
+	// class may not request; COSI rejects such a BucketAccess with a clear condition. It holds for
+	// this class only: a user who may name another class of the same driver gets that class's
+	// modes. To make a bucket read-only for a namespace, also limit the classes the namespace may
+	// use (the cosi-allowed-classes admission policy, docs/security.md).
 	// +optional
 	DisallowedBucketAccessModes DisallowedBucketAccessModes `json:"disallowedBucketAccessModes,omitempty,omitzero"`
 }
