@@ -174,17 +174,18 @@ func provisionAsSidecar(t *testing.T, b *cosiapi.Bucket, s metav1.ConditionStatu
 // revoked it: the Revoked condition, then the cleanup annotation.
 func revokeAsSidecar(t *testing.T, ba *cosiapi.BucketAccess) {
 	t.Helper()
+	// The access may go as soon as both are written: gone is done.
 	testenv.Eventually(t, func() error {
 		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(ba), ba); err != nil {
-			return err
+			return client.IgnoreNotFound(err)
 		}
 		meta.SetStatusCondition(&ba.Status.Conditions, metav1.Condition{Type: cosiapi.ConditionProvisioned, Status: metav1.ConditionFalse,
 			Reason: cosiapi.ReasonRevoked, Message: "by the test"})
 		if err := env.Client.Status().Update(t.Context(), ba); err != nil {
-			return err
+			return client.IgnoreNotFound(err)
 		}
 		metav1.SetMetaDataAnnotation(&ba.ObjectMeta, cosiapi.AnnotationSidecarCleanupFinished, "true")
-		return env.Client.Update(t.Context(), ba)
+		return client.IgnoreNotFound(env.Client.Update(t.Context(), ba))
 	})
 }
 
