@@ -404,6 +404,14 @@ func (r *BucketClaimReconciler) delete(ctx context.Context, claim *cosiapi.Bucke
 		}
 		// A Bucket that is gone, or bound to another claim, is not this claim's to touch.
 	}
+	if driverName == "" {
+		// The Bucket went already (a retry after a conflict, or an admin): the class, if it is
+		// still there, names the driver for the metrics.
+		class := &cosiapi.BucketClass{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: claim.Spec.BucketClassName}, class); err == nil {
+			driverName = class.Spec.DriverName
+		}
+	}
 	provisioned := apiutil.IsTrue(claim.Status.Conditions, cosiapi.ConditionProvisioned)
 	if err := apiutil.RemoveFinalizer(ctx, r.Client, claim); err != nil {
 		return err
