@@ -166,11 +166,15 @@ var driverCounter atomic.Int64
 // controller is shared by all tests. Each test has a driver of its own, so that faults and counts
 // are its own.
 type system struct {
-	t      *testing.T
-	name   string
-	driver *memory.Driver
-	faults *memory.Faults
-	calls  *grants
+	t        *testing.T
+	name     string
+	endpoint string
+	driver   *memory.Driver
+	faults   *memory.Faults
+	calls    *grants
+	// stopSidecar stops the sidecar (as a crash would, between two reconciles);
+	// startSidecar starts a new one.
+	stopSidecar func()
 }
 
 func newSystem(t *testing.T, cfg memory.Config) *system {
@@ -200,23 +204,37 @@ func newSystem(t *testing.T, cfg memory.Config) *system {
 	}
 	served := make(chan struct{})
 	go func() { _ = srv.Serve(ctx); close(served) }()
-	stopped := make(chan error, 1)
-	go func() {
-		stopped <- sidecar.Run(ctx, sidecarConfig, sidecar.Options{
-			DriverEndpoint: endpoint, DriverTimeout: 10 * time.Second, DriverStartTimeout: 30 * time.Second,
-			Workers: 4, MetricsAddress: "0", HealthAddress: "0", SkipNameValidation: true,
-			SecretCheckInterval: time.Second,
-		}, logr.Discard())
-	}()
+	s.endpoint = endpoint
+	s.startSidecar()
 	t.Cleanup(func() {
+		s.stopSidecar()
 		cancel()
-		if err := <-stopped; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("sidecar: %v", err)
-		}
 		<-served
 		_ = os.RemoveAll(dir)
 	})
 	return s
+}
+
+// startSidecar runs a sidecar for the system's driver until stopSidecar.
+func (s *system) startSidecar() {
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() {
+		stopped <- sidecar.Run(ctx, sidecarConfig, sidecar.Options{
+			DriverEndpoint: s.endpoint, DriverTimeout: 10 * time.Second, DriverStartTimeout: 30 * time.Second,
+			Workers: 4, MetricsAddress: "0", HealthAddress: "0", SkipNameValidation: true,
+			SecretCheckInterval: time.Second,
+		}, logr.Discard())
+	}()
+	var once sync.Once
+	s.stopSidecar = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-stopped; err != nil && !errors.Is(err, context.Canceled) {
+				s.t.Errorf("sidecar: %v", err)
+			}
+		})
+	}
 }
 
 var objCounter atomic.Int64
