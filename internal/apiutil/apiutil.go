@@ -197,6 +197,30 @@ func APIErrorEvent(rec events.EventRecorder, obj runtime.Object, reason string, 
 	rec.Eventf(obj, nil, corev1.EventTypeWarning, reason, "KubernetesAPI", "Kubernetes API error: %s", Truncate(err.Error()))
 }
 
+// ResultWithEvent reports a failed Kubernetes API call of a reconcile of obj as an event (see
+// APIErrorEvent) and hands the error to controller-runtime (see Result).
+func ResultWithEvent(rec events.EventRecorder, obj runtime.Object, reason string, err error) (reconcile.Result, error) {
+	APIErrorEvent(rec, obj, reason, err)
+	return Result(err)
+}
+
+// ConfirmGone reports whether the object at key is gone: not found, or replaced by another object
+// of the same name (same reports false for it). The cache answers "it exists"; "gone" is confirmed
+// by the live reader, because the cache may not have an object created a moment ago. Decisions
+// that delete or revoke are made on it.
+func ConfirmGone(ctx context.Context, cache, live client.Reader, key client.ObjectKey, obj client.Object, same func() bool) (bool, error) {
+	for _, reader := range []client.Reader{cache, live} {
+		err := reader.Get(ctx, key, obj)
+		if client.IgnoreNotFound(err) != nil {
+			return false, err
+		}
+		if err == nil && same() {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
 // Scheme returns a scheme with the core Kubernetes types and the COSI types: what the controller,
 // the sidecar and the tests read and write.
 func Scheme() *runtime.Scheme {

@@ -85,9 +85,7 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if err := r.Client.Get(ctx, req.NamespacedName, bucket); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	err := r.release(ctx, bucket)
-	apiutil.APIErrorEvent(r.Recorder, bucket, cosiapi.EventFailedDeleteBucket, err)
-	return apiutil.Result(err)
+	return apiutil.ResultWithEvent(r.Recorder, bucket, cosiapi.EventFailedDeleteBucket, r.release(ctx, bucket))
 }
 
 func (r *BucketReconciler) release(ctx context.Context, bucket *cosiapi.Bucket) error {
@@ -122,18 +120,9 @@ func (r *BucketReconciler) release(ctx context.Context, bucket *cosiapi.Bucket) 
 // created a moment ago may not be in the cache yet.
 func (r *BucketReconciler) claimGone(ctx context.Context, bucket *cosiapi.Bucket) (bool, error) {
 	ref := bucket.Spec.BucketClaimRef
-	key := types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
-	for _, reader := range []client.Reader{r.Client, r.APIReader} {
-		claim := &cosiapi.BucketClaim{}
-		err := reader.Get(ctx, key, claim)
-		if client.IgnoreNotFound(err) != nil {
-			return false, err
-		}
-		if err == nil && (ref.UID == "" || claim.UID == ref.UID) {
-			return false, nil
-		}
-	}
-	return true, nil
+	claim := &cosiapi.BucketClaim{}
+	return apiutil.ConfirmGone(ctx, r.Client, r.APIReader, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, claim,
+		func() bool { return ref.UID == "" || claim.UID == ref.UID })
 }
 
 // observe records the create and delete metrics of Buckets and BucketAccesses, whose Provisioned

@@ -113,16 +113,9 @@ func (r *BucketAccessReconciler) Reconcile(ctx context.Context, req reconcile.Re
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if ba.DeletionTimestamp != nil {
-		return r.result(ba, cosiapi.EventFailedRevokeAccess, r.delete(ctx, ba))
+		return apiutil.ResultWithEvent(r.Recorder, ba, cosiapi.EventFailedRevokeAccess, r.delete(ctx, ba))
 	}
-	return r.result(ba, cosiapi.EventFailedGrantAccess, r.reconcile(ctx, ba))
-}
-
-// result reports a failed Kubernetes API call as an event and hands the error to
-// controller-runtime.
-func (r *BucketAccessReconciler) result(ba *cosiapi.BucketAccess, reason string, err error) (reconcile.Result, error) {
-	apiutil.APIErrorEvent(r.Recorder, ba, reason, err)
-	return apiutil.Result(err)
+	return apiutil.ResultWithEvent(r.Recorder, ba, cosiapi.EventFailedGrantAccess, r.reconcile(ctx, ba))
 }
 
 func (r *BucketAccessReconciler) reconcile(ctx context.Context, ba *cosiapi.BucketAccess) error {

@@ -131,16 +131,9 @@ func (r *BucketClaimReconciler) Reconcile(ctx context.Context, req reconcile.Req
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if claim.DeletionTimestamp != nil {
-		return r.result(claim, cosiapi.EventFailedDeleteBucket, r.delete(ctx, claim))
+		return apiutil.ResultWithEvent(r.Recorder, claim, cosiapi.EventFailedDeleteBucket, r.delete(ctx, claim))
 	}
-	return r.result(claim, cosiapi.EventFailedCreateBucket, r.reconcile(ctx, claim))
-}
-
-// result reports a failed Kubernetes API call as an event and hands the error to
-// controller-runtime.
-func (r *BucketClaimReconciler) result(claim *cosiapi.BucketClaim, reason string, err error) (reconcile.Result, error) {
-	apiutil.APIErrorEvent(r.Recorder, claim, reason, err)
-	return apiutil.Result(err)
+	return apiutil.ResultWithEvent(r.Recorder, claim, cosiapi.EventFailedCreateBucket, r.reconcile(ctx, claim))
 }
 
 // reconcile protects the claim, publishes its references, binds it and mirrors its Bucket.

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/apiutil"
 	cosi "github.com/kube-cosi/cosi/proto"
 )
 
@@ -218,16 +219,7 @@ func (r *BucketReconciler) revokeOrphanedGrants(ctx context.Context, b *cosiapi.
 // accessGone reports whether the recorded access no longer exists. The cache answers "it exists";
 // "gone" is confirmed with the API server.
 func (r *BucketReconciler) accessGone(ctx context.Context, g grantRecord) (bool, error) {
-	key := types.NamespacedName{Namespace: g.Namespace, Name: g.Name}
-	for _, reader := range []client.Reader{r.Client, r.APIReader} {
-		ba := &cosiapi.BucketAccess{}
-		err := reader.Get(ctx, key, ba)
-		if client.IgnoreNotFound(err) != nil {
-			return false, err
-		}
-		if err == nil && ba.UID == g.UID {
-			return false, nil
-		}
-	}
-	return true, nil
+	ba := &cosiapi.BucketAccess{}
+	return apiutil.ConfirmGone(ctx, r.Client, r.APIReader, types.NamespacedName{Namespace: g.Namespace, Name: g.Name}, ba,
+		func() bool { return ba.UID == g.UID })
 }

@@ -352,19 +352,7 @@ func waitProvisioned(t *testing.T, obj client.Object) {
 // waitCondition waits until obj has condition typ with status s and reason.
 func waitCondition(t *testing.T, obj client.Object, typ string, s metav1.ConditionStatus, reason string) metav1.Condition {
 	t.Helper()
-	var found metav1.Condition
-	testenv.Eventually(t, func() error {
-		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); err != nil {
-			return err
-		}
-		c := meta.FindStatusCondition(conditions(obj), typ)
-		if c == nil || c.Status != s || c.Reason != reason {
-			return fmt.Errorf("%s: want %s=%s (%s), have %+v", obj.GetName(), typ, s, reason, conditions(obj))
-		}
-		found = *c
-		return nil
-	})
-	return found
+	return testenv.Condition(t, env, obj, conditions, typ, s, reason)
 }
 
 func boundBucket(t *testing.T, c *cosiapi.BucketClaim) *cosiapi.Bucket {
