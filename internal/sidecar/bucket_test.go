@@ -61,8 +61,8 @@ func TestDynamicBucket(t *testing.T) {
 					t.Errorf("%s observedGeneration %d, generation %d", typ, c.ObservedGeneration, b.Generation)
 				}
 			}
-			if h.calls.count("DriverGenerateBucketId") != 1 || h.calls.count("DriverCreateBucket") != 1 {
-				t.Errorf("driver calls %v: want one DriverGenerateBucketId and one DriverCreateBucket", h.calls.counts)
+			if h.calls.Count("DriverGenerateBucketId") != 1 || h.calls.Count("DriverCreateBucket") != 1 {
+				t.Errorf("driver calls %v: want one DriverGenerateBucketId and one DriverCreateBucket", h.calls)
 			}
 
 			deleteAsController(t, b)
@@ -71,7 +71,7 @@ func TestDynamicBucket(t *testing.T) {
 				t.Errorf("after deleting a %s Bucket the backend bucket exists=%v", tc.policy, got)
 			}
 			wantDeletes := map[cosiapi.DeletionPolicy]int{cosiapi.DeletionPolicyDelete: 1, cosiapi.DeletionPolicyRetain: 0}[tc.policy]
-			if n := h.calls.count("DriverDeleteBucket"); n != wantDeletes {
+			if n := h.calls.Count("DriverDeleteBucket"); n != wantDeletes {
 				t.Errorf("DriverDeleteBucket called %d times, want %d", n, wantDeletes)
 			}
 		})
@@ -101,7 +101,7 @@ func TestDeletionWaitsForTheClaim(t *testing.T) {
 		t.Errorf("the condition does not name the claim: %q", c.Message)
 	}
 	testenv.Never(t, time.Second, func() error {
-		if n := h.calls.count("DriverDeleteBucket"); n != 0 {
+		if n := h.calls.Count("DriverDeleteBucket"); n != 0 {
 			return fmt.Errorf("DriverDeleteBucket called %d times before the claim was deleting", n)
 		}
 		return nil
@@ -146,8 +146,8 @@ func TestStaticBucket(t *testing.T) {
 		if b.Status.BucketID != "legacy-later" {
 			t.Errorf("status.bucketID = %q", b.Status.BucketID)
 		}
-		if h.calls.count("DriverCreateBucket/OK") != 0 || h.calls.count("DriverGenerateBucketId") != 0 {
-			t.Errorf("a static bucket was created: %v", h.calls.counts)
+		if h.calls.Count("DriverCreateBucket/OK") != 0 || h.calls.Count("DriverGenerateBucketId") != 0 {
+			t.Errorf("a static bucket was created: %v", h.calls)
 		}
 	})
 
@@ -162,9 +162,9 @@ func TestStaticBucket(t *testing.T) {
 		if !strings.Contains(c.Message, "AlreadyExists") {
 			t.Errorf("Provisioned message %q does not say AlreadyExists", c.Message)
 		}
-		before := h.calls.count("DriverGetBucket/AlreadyExists")
+		before := h.calls.Count("DriverGetBucket/AlreadyExists")
 		testenv.Never(t, time.Second, func() error {
-			if n := h.calls.count("DriverGetBucket/AlreadyExists"); n != before {
+			if n := h.calls.Count("DriverGetBucket/AlreadyExists"); n != before {
 				return fmt.Errorf("a final error was retried: %d calls, then %d", before, n)
 			}
 			return nil
@@ -203,10 +203,10 @@ func TestTransientErrorsHeal(t *testing.T) {
 	h.create(b)
 	provisioned(t, b, bucketConditions)
 	testenv.Condition(t, env, b, bucketConditions, cosiapi.ConditionProvisionFailed, metav1.ConditionFalse, cosiapi.ReasonDriverSucceeded)
-	if ok, failed := h.calls.count("DriverCreateBucket/OK"), h.calls.count("DriverCreateBucket/Unavailable"); ok != 1 || failed != 3 {
+	if ok, failed := h.calls.Count("DriverCreateBucket/OK"), h.calls.Count("DriverCreateBucket/Unavailable"); ok != 1 || failed != 3 {
 		t.Errorf("DriverCreateBucket: %d OK, %d Unavailable; want 1 and 3", ok, failed)
 	}
-	if n := h.calls.count("DriverGenerateBucketId"); n != 1 {
+	if n := h.calls.Count("DriverGenerateBucketId"); n != 1 {
 		t.Errorf("DriverGenerateBucketId called %d times: the persisted ID must be reused", n)
 	}
 }
@@ -222,7 +222,7 @@ func TestFinalErrorIsNotRetried(t *testing.T) {
 		t.Errorf("the condition does not carry the driver's message: %q", c.Message)
 	}
 	testenv.Never(t, time.Second, func() error {
-		if n := h.calls.count("DriverGenerateBucketId"); n != 1 {
+		if n := h.calls.Count("DriverGenerateBucketId"); n != 1 {
 			return fmt.Errorf("DriverGenerateBucketId called %d times; a final error must not be retried", n)
 		}
 		return nil
@@ -236,7 +236,7 @@ func TestFinalErrorIsNotRetried(t *testing.T) {
 	// A final error on a Bucket being deleted before it got an ID: nothing to delete in the backend.
 	deleteAsController(t, b)
 	env.Gone(t, b)
-	if n := h.calls.count("DriverDeleteBucket"); n != 0 {
+	if n := h.calls.Count("DriverDeleteBucket"); n != 0 {
 		t.Errorf("DriverDeleteBucket called %d times for a bucket that never got an ID", n)
 	}
 }
@@ -253,7 +253,7 @@ func TestRestartBetweenPhases(t *testing.T) {
 		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
 			return err
 		}
-		if b.Status.BucketID == "" || h.calls.count("DriverCreateBucket") == 0 {
+		if b.Status.BucketID == "" || h.calls.Count("DriverCreateBucket") == 0 {
 			return fmt.Errorf("phase 1 not done yet")
 		}
 		return nil
@@ -262,7 +262,7 @@ func TestRestartBetweenPhases(t *testing.T) {
 	h.faults.Set(0)
 	h.startSidecar()
 	provisioned(t, b, bucketConditions)
-	if n := h.calls.count("DriverGenerateBucketId"); n != 1 {
+	if n := h.calls.Count("DriverGenerateBucketId"); n != 1 {
 		t.Errorf("DriverGenerateBucketId called %d times across the restart, want 1", n)
 	}
 	if got := h.driver.Backend().Buckets(); !slices.Equal(got, []string{b.Status.BucketID}) {

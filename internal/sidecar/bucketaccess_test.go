@@ -134,8 +134,8 @@ func TestAccessLifecycle(t *testing.T) {
 				t.Error("the Secret's credentials do not open the bucket")
 			}
 			noSecretsIn(t, ba, s)
-			if h.calls.count("DriverGenerateBucketAccessId") != 1 || h.calls.count("DriverGrantBucketAccess") != 1 {
-				t.Errorf("driver calls %v: want one of each access phase", h.calls.counts)
+			if h.calls.Count("DriverGenerateBucketAccessId") != 1 || h.calls.Count("DriverGrantBucketAccess") != 1 {
+				t.Errorf("driver calls %v: want one of each access phase", h.calls)
 			}
 
 			deleteAccess(t, ba)
@@ -218,7 +218,7 @@ func TestOutOfRange(t *testing.T) {
 		t.Errorf("Provisioned message %q does not say OutOfRange", c.Message)
 	}
 	testenv.Never(t, time.Second, func() error {
-		if n := h.calls.count("DriverGenerateBucketAccessId"); n != 1 {
+		if n := h.calls.Count("DriverGenerateBucketAccessId"); n != 1 {
 			return fmt.Errorf("DriverGenerateBucketAccessId called %d times; OutOfRange is final", n)
 		}
 		return nil
@@ -299,7 +299,7 @@ func TestNoAccessToADeletingBucket(t *testing.T) {
 	if !strings.Contains(c.Message, "being deleted") {
 		t.Errorf("condition message %q", c.Message)
 	}
-	if n := h.calls.count("DriverGenerateBucketAccessId") + h.calls.count("DriverGrantBucketAccess"); n != 0 {
+	if n := h.calls.Count("DriverGenerateBucketAccessId") + h.calls.Count("DriverGrantBucketAccess"); n != 0 {
 		t.Errorf("%d access calls for a deleting bucket", n)
 	}
 }
@@ -339,7 +339,7 @@ func TestAccessRestartBetweenPhases(t *testing.T) {
 		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(ba), ba); err != nil {
 			return err
 		}
-		if ba.Status.AccountID == "" || h.calls.count("DriverGrantBucketAccess") == 0 {
+		if ba.Status.AccountID == "" || h.calls.Count("DriverGrantBucketAccess") == 0 {
 			return fmt.Errorf("phase 1 not done yet")
 		}
 		return nil
@@ -348,7 +348,7 @@ func TestAccessRestartBetweenPhases(t *testing.T) {
 	h.faults.Set(0)
 	h.startSidecar()
 	provisioned(t, ba, accessConditions)
-	if n := h.calls.count("DriverGenerateBucketAccessId"); n != 1 {
+	if n := h.calls.Count("DriverGenerateBucketAccessId"); n != 1 {
 		t.Errorf("DriverGenerateBucketAccessId called %d times across the restart, want 1", n)
 	}
 	if got := h.driver.Backend().Accounts(); !slices.Equal(got, []string{ba.Status.AccountID}) {

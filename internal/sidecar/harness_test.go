@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,7 +14,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -70,31 +68,6 @@ func setupRBAC(ctx context.Context) error {
 	return env.CreateNamespace(ctx, testNamespace)
 }
 
-// calls counts the driver calls per method and code.
-type calls struct {
-	mu     sync.Mutex
-	counts map[string]int // "Method" and "Method/Code"
-}
-
-func (c *calls) interceptor() grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		resp, err := handler(ctx, req)
-		method := info.FullMethod[strings.LastIndex(info.FullMethod, "/")+1:]
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.counts[method]++
-		c.counts[method+"/"+status.Code(err).String()]++
-		return resp, err
-	}
-}
-
-// count returns how often method was called, or with a code ("DriverCreateBucket/OK").
-func (c *calls) count(key string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.counts[key]
-}
-
 var driverCounter atomic.Int64
 
 // harness is one driver (the memory driver on a real Unix socket) and its sidecar, with a driver
@@ -105,13 +78,13 @@ type harness struct {
 	endpoint string
 	driver   *memory.Driver
 	faults   *memory.Faults
-	calls    *calls
+	calls    *memory.Calls
 	stop     func()
 }
 
 func newHarness(t *testing.T, cfg memory.Config) *harness {
 	t.Helper()
-	h := &harness{t: t, faults: &memory.Faults{}, calls: &calls{counts: map[string]int{}}}
+	h := &harness{t: t, faults: &memory.Faults{}, calls: &memory.Calls{}}
 	h.name = fmt.Sprintf("memory-%d.sidecar-test.cosi.io", driverCounter.Add(1))
 	cfg.Name = h.name
 	var err error
@@ -129,7 +102,7 @@ func (h *harness) startDriver() {
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := driver.NewServer(ctx, driver.Options{
 		Endpoint: h.endpoint, Identity: h.driver, Provisioner: h.driver, Registerer: prometheus.NewRegistry(),
-		Interceptors: []grpc.UnaryServerInterceptor{h.calls.interceptor(), h.faults.Interceptor()},
+		Interceptors: []grpc.UnaryServerInterceptor{h.calls.Interceptor(), h.faults.Interceptor()},
 	})
 	if err != nil {
 		h.t.Fatal(err)

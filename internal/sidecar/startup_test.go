@@ -27,7 +27,7 @@ func TestDriverDownAtStartup(t *testing.T) {
 	t.Parallel()
 	t.Run("the sidecar waits for a driver that starts later", func(t *testing.T) {
 		t.Parallel()
-		h := &harness{t: t, faults: &memory.Faults{}, calls: &calls{counts: map[string]int{}}}
+		h := &harness{t: t, faults: &memory.Faults{}, calls: &memory.Calls{}}
 		h.name = fmt.Sprintf("memory-%d.sidecar-test.cosi.io", driverCounter.Add(1))
 		var err error
 		if h.driver, err = memory.New(memory.Config{Name: h.name}); err != nil {
@@ -111,7 +111,7 @@ func freeAddress(t *testing.T) string {
 // answers; the KEP's sidecar metrics carry the driver name.
 func TestLeaderElectionHealthAndMetrics(t *testing.T) {
 	t.Parallel()
-	h := &harness{t: t, faults: &memory.Faults{}, calls: &calls{counts: map[string]int{}}}
+	h := &harness{t: t, faults: &memory.Faults{}, calls: &memory.Calls{}}
 	h.name = fmt.Sprintf("memory-%d.sidecar-test.cosi.io", driverCounter.Add(1))
 	var err error
 	if h.driver, err = memory.New(memory.Config{Name: h.name}); err != nil {
@@ -146,7 +146,7 @@ func TestLeaderElectionHealthAndMetrics(t *testing.T) {
 	b := h.bucket(cosiapi.DeletionPolicyDelete)
 	h.create(b)
 	provisioned(t, b, bucketConditions)
-	if n := h.calls.count("DriverCreateBucket"); n != 1 {
+	if n := h.calls.Count("DriverCreateBucket"); n != 1 {
 		t.Errorf("DriverCreateBucket called %d times by two sidecars, want 1 (one leader)", n)
 	}
 
@@ -201,7 +201,7 @@ func TestStopFinishesTheGrantInFlight(t *testing.T) {
 	h.faults.Set(time.Second) // every call now takes a second
 	ba := h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b)
 	testenv.Eventually(t, func() error {
-		if h.calls.count("DriverGenerateBucketAccessId") == 0 {
+		if h.calls.Count("DriverGenerateBucketAccessId") == 0 {
 			return fmt.Errorf("phase 1 not done yet")
 		}
 		return nil
@@ -211,7 +211,7 @@ func TestStopFinishesTheGrantInFlight(t *testing.T) {
 	h.faults.Set(0)
 	h.startSidecar()
 	provisioned(t, ba, accessConditions)
-	if n := h.calls.count("DriverGrantBucketAccess"); n != 1 {
-		t.Errorf("DriverGrantBucketAccess called %d times across the stop, want 1: %v", n, h.calls.counts)
+	if n := h.calls.Count("DriverGrantBucketAccess"); n != 1 {
+		t.Errorf("DriverGrantBucketAccess called %d times across the stop, want 1: %v", n, h.calls)
 	}
 }

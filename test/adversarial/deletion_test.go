@@ -92,7 +92,7 @@ func TestForgedCleanupAnnotation(t *testing.T) {
 	env.Gone(t, ba)
 	env.Gone(t, sec)
 	s.waitRevoked(ba.Status.AccountID)
-	if n := s.calls.count("DriverRevokeBucketAccess/" + ba.Status.AccountID); n == 0 {
+	if n := s.calls.Count("DriverRevokeBucketAccess/" + ba.Status.AccountID); n == 0 {
 		t.Error("the access was never revoked in the driver")
 	}
 }
@@ -191,7 +191,7 @@ func TestNoGrantToADeletingClaim(t *testing.T) {
 	mustCreate(t, tenant, ba)
 	waitCondition(t, ba, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonInvalidReference)
 	holds(t, func() error {
-		if n := s.calls.count("DriverGrantBucketAccess"); n > 0 {
+		if n := s.calls.Count("DriverGrantBucketAccess"); n > 0 {
 			return fmt.Errorf("%d grants for an access to a deleting claim", n)
 		}
 		return nil

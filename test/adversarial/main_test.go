@@ -21,7 +21,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -122,44 +121,6 @@ func tenantClient(ctx context.Context, name string, writesStatus bool) (client.C
 	return client.New(cfg, client.Options{Scheme: env.Scheme})
 }
 
-// grants counts the driver's successful calls per method and per account or bucket.
-type grants struct {
-	mu     sync.Mutex
-	counts map[string]int // "Method", "Method/<account or bucket ID>"
-}
-
-func (g *grants) interceptor() grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		resp, err := handler(ctx, req)
-		method := info.FullMethod[strings.LastIndex(info.FullMethod, "/")+1:]
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		g.counts[method+"/"+status.Code(err).String()]++
-		if err != nil {
-			return resp, err
-		}
-		g.counts[method]++
-		switch r := req.(type) {
-		case *cosi.DriverGrantBucketAccessRequest:
-			g.counts[method+"/"+r.GetAccountId()]++
-			for _, b := range r.GetBuckets() {
-				g.counts[method+"/bucket/"+b.GetBucketId()]++
-			}
-		case *cosi.DriverRevokeBucketAccessRequest:
-			g.counts[method+"/"+r.GetAccountId()]++
-		case *cosi.DriverCreateBucketRequest:
-			g.counts[method+"/"+r.GetBucketId()]++
-		}
-		return resp, err
-	}
-}
-
-func (g *grants) count(key string) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.counts[key]
-}
-
 var driverCounter atomic.Int64
 
 // system is one memory driver, with fault injection and call counts, and its sidecar; the
@@ -171,7 +132,7 @@ type system struct {
 	endpoint string
 	driver   *memory.Driver
 	faults   *memory.Faults
-	calls    *grants
+	calls    *memory.Calls
 	// stopSidecar stops the sidecar (as a crash would, between two reconciles);
 	// startSidecar starts a new one.
 	stopSidecar func()
@@ -179,7 +140,7 @@ type system struct {
 
 func newSystem(t *testing.T, cfg memory.Config) *system {
 	t.Helper()
-	s := &system{t: t, faults: &memory.Faults{}, calls: &grants{counts: map[string]int{}}}
+	s := &system{t: t, faults: &memory.Faults{}, calls: &memory.Calls{}}
 	s.name = fmt.Sprintf("memory-%d.adversarial.cosi.io", driverCounter.Add(1))
 	cfg.Name = s.name
 	if cfg.Protocols == nil {
@@ -197,7 +158,7 @@ func newSystem(t *testing.T, cfg memory.Config) *system {
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := driver.NewServer(ctx, driver.Options{
 		Endpoint: endpoint, Identity: s.driver, Provisioner: s.driver, Registerer: prometheus.NewRegistry(),
-		Interceptors: []grpc.UnaryServerInterceptor{s.calls.interceptor(), s.faults.Interceptor()},
+		Interceptors: []grpc.UnaryServerInterceptor{s.calls.Interceptor(), s.faults.Interceptor()},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -58,7 +58,7 @@ func TestAccessNameReusedAtOnce(t *testing.T) {
 		t.Error("the new access's Secret does not open the bucket")
 	}
 	holds(t, func() error {
-		if n := s.calls.count("DriverGrantBucketAccess/" + again.Status.AccountID); n != 1 {
+		if n := s.calls.Count("DriverGrantBucketAccess/" + again.Status.AccountID); n != 1 {
 			return fmt.Errorf("%d grants for the new access; want 1", n)
 		}
 		return nil

@@ -45,7 +45,7 @@ func TestDeletedSecretIsRewrittenWithoutAGrantStorm(t *testing.T) {
 		return nil
 	})
 	holds(t, func() error {
-		if n := s.calls.count("DriverGrantBucketAccess/" + ba.Status.AccountID); n > 2 {
+		if n := s.calls.Count("DriverGrantBucketAccess/" + ba.Status.AccountID); n > 2 {
 			return fmt.Errorf("%d grants for one access whose Secret was deleted once; want at most 2", n)
 		}
 		return nil
@@ -65,7 +65,7 @@ func TestUserSecretConflictIsCheckedBeforeGranting(t *testing.T) {
 	mustCreate(t, tenant, ba)
 	waitCondition(t, ba, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonSecretConflict)
 	holds(t, func() error {
-		if n := s.calls.count("DriverGrantBucketAccess"); n > 0 {
+		if n := s.calls.Count("DriverGrantBucketAccess"); n > 0 {
 			return fmt.Errorf("credentials were minted (%d grants) though their Secret cannot be written", n)
 		}
 		got := &corev1.Secret{}
@@ -79,7 +79,7 @@ func TestUserSecretConflictIsCheckedBeforeGranting(t *testing.T) {
 	})
 	mustDelete(t, tenant, mine)
 	waitProvisioned(t, ba)
-	if n := s.calls.count("DriverGrantBucketAccess"); n != 1 {
+	if n := s.calls.Count("DriverGrantBucketAccess"); n != 1 {
 		t.Errorf("%d grants; want 1", n)
 	}
 }
@@ -109,7 +109,7 @@ func TestForgedAccessedBuckets(t *testing.T) {
 	})
 	waitCondition(t, ba, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonInvalidReference)
 	holds(t, func() error {
-		if n := s.calls.count("DriverGrantBucketAccess/bucket/" + victimBucket.Status.BucketID); n > 0 {
+		if n := s.calls.Count("DriverGrantBucketAccess/bucket/" + victimBucket.Status.BucketID); n > 0 {
 			return fmt.Errorf("the forged access was granted the victim's bucket")
 		}
 		return nil
@@ -140,7 +140,7 @@ func TestNonFinalErrorsAreRetried(t *testing.T) {
 	s.waitRevoked(ba.Status.AccountID)
 	s.waitBucketDeleted(bucketID)
 	for _, m := range []string{"DriverCreateBucket", "DriverGrantBucketAccess", "DriverRevokeBucketAccess", "DriverDeleteBucket"} {
-		if n := s.calls.count(m + "/" + codes.Internal.String()); n == 0 {
+		if n := s.calls.Count(m + "/" + codes.Internal.String()); n == 0 {
 			t.Errorf("%s: the injected faults were not hit", m)
 		}
 	}
@@ -157,9 +157,9 @@ func TestFailingRevokeIsNeverGivenUp(t *testing.T) {
 	mustDelete(t, tenant, ba)
 	waitCondition(t, ba, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, cosiapi.ReasonDriverError)
 	waitEvent(t, ba, cosiapi.EventFailedRevokeAccess)
-	before := s.calls.count("DriverRevokeBucketAccess/" + codes.InvalidArgument.String())
+	before := s.calls.Count("DriverRevokeBucketAccess/" + codes.InvalidArgument.String())
 	testenv.Eventually(t, func() error {
-		if n := s.calls.count("DriverRevokeBucketAccess/" + codes.InvalidArgument.String()); n <= before {
+		if n := s.calls.Count("DriverRevokeBucketAccess/" + codes.InvalidArgument.String()); n <= before {
 			return fmt.Errorf("the failed revoke is not retried")
 		}
 		return nil
@@ -179,7 +179,7 @@ func TestUnsupportedProtocolCreatesNothing(t *testing.T) {
 	mustCreate(t, tenant, c)
 	waitCondition(t, c, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonUnsupportedProtocol)
 	for _, m := range []string{"DriverGenerateBucketId", "DriverCreateBucket"} {
-		if n := s.calls.count(m + "/OK"); n > 0 {
+		if n := s.calls.Count(m + "/OK"); n > 0 {
 			t.Errorf("%s was called %d times for a protocol the driver does not support", m, n)
 		}
 	}
