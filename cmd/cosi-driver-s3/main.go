@@ -23,7 +23,8 @@ func main() {
 		accounts        = flag.String("accounts", "iam", "account back-end: iam (AWS IAM API: AWS, Versity) or rgw (Ceph RGW Admin Ops API and bucket policies)")
 		iamEndpoint     = flag.String("iam-endpoint", "", "IAM API endpoint URL for --accounts=iam (empty: AWS's)")
 		rgwAdminPath    = flag.String("rgw-admin-path", "/admin", "path of the RGW Admin Ops API on the S3 endpoint, for --accounts=rgw")
-		credentialsFile = flag.String("credentials-file", "", "file with the admin credentials as AWS_ACCESS_KEY_ID=... and AWS_SECRET_ACCESS_KEY=... lines (default: the environment variables "+s3.EnvAccessKeyID+" and "+s3.EnvSecretAccessKey+", then AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
+		credentialsFile = flag.String("credentials-file", "", "file with the admin credentials as AWS_ACCESS_KEY_ID=... and AWS_SECRET_ACCESS_KEY=... lines, read again when it changes (default: the environment variables "+s3.EnvAccessKeyID+" and "+s3.EnvSecretAccessKey+", then AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, read once)")
+		iamMaxPolicy    = flag.Int("iam-max-policy-size", s3.MaxInlinePolicySize, "most characters of the IAM policy of one access, for --accounts=iam (AWS's limit on a user's inline policies; raise it only for stores that allow more)")
 		timeout         = flag.Duration("backend-timeout", 30*time.Second, "timeout of each call to the object store")
 		metricsAddress  = flag.String("metrics-address", "", "address to serve Prometheus metrics on, e.g. :8080 (off when empty)")
 		verbosity       = flag.Int("v", 0, "log verbosity: 2 logs every call, 5 also requests and responses (secrets stripped)")
@@ -37,13 +38,14 @@ func main() {
 	flag.Parse()
 
 	log := logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.Level(-*verbosity)}))
-	if err := run(log, cfg, *endpoint, *accounts, *iamEndpoint, *rgwAdminPath, *credentialsFile, *timeout, *metricsAddress); err != nil {
+	cfg.Logger = log
+	if err := run(log, cfg, *endpoint, *accounts, *iamEndpoint, *rgwAdminPath, *credentialsFile, *iamMaxPolicy, *timeout, *metricsAddress); err != nil {
 		log.Error(err, "driver failed")
 		os.Exit(1)
 	}
 }
 
-func run(log logr.Logger, cfg s3.Config, endpoint, accounts, iamEndpoint, rgwAdminPath, credentialsFile string, timeout time.Duration, metricsAddress string) error {
+func run(log logr.Logger, cfg s3.Config, endpoint, accounts, iamEndpoint, rgwAdminPath, credentialsFile string, iamMaxPolicy int, timeout time.Duration, metricsAddress string) error {
 	if cfg.Endpoint == "" {
 		return fmt.Errorf("--s3-endpoint is required")
 	}
@@ -55,7 +57,9 @@ func run(log logr.Logger, cfg s3.Config, endpoint, accounts, iamEndpoint, rgwAdm
 	cfg.HTTPClient = &http.Client{Timeout: timeout}
 	switch accounts {
 	case "iam":
-		cfg.Accounts = s3.NewIAMAccounts(iamEndpoint, creds, cfg.HTTPClient)
+		iamAccounts := s3.NewIAMAccounts(iamEndpoint, creds, cfg.HTTPClient)
+		iamAccounts.MaxPolicySize = iamMaxPolicy
+		cfg.Accounts = iamAccounts
 	case "rgw":
 		cfg.Accounts = s3.NewRGWAccounts(cfg.Endpoint, rgwAdminPath, cfg.Region, creds, cfg.HTTPClient, s3.NewS3Client(cfg.Endpoint, cfg.Region, creds, cfg.HTTPClient))
 	default:

@@ -12,20 +12,66 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// bucketExists reports whether bucket id exists. A bucket the admin identity may not see (403)
-// exists: it belongs to someone else.
-func (d *Driver) bucketExists(ctx context.Context, id string) (bool, error) {
+// bucketState is what HeadBucket with the driver's identity says about a bucket name.
+type bucketState int
+
+const (
+	bucketMissing bucketState = iota
+	bucketExists
+	// bucketForbidden is a bucket the driver's identity may not access: another account's, or
+	// one whose policy keeps the driver out. It is never imported or granted.
+	bucketForbidden
+)
+
+// lookupBucket asks the store about bucket id. HeadBucket answers 403 without a body, both for a
+// bucket the identity may not access and for an identity the store does not accept (a rotated
+// key): GetBucketLocation, whose error has a code, tells the two apart, and the second is a
+// retryable error, not a statement about the bucket.
+func (d *Driver) lookupBucket(ctx context.Context, id string) (bucketState, error) {
 	_, err := d.s3.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(id)})
 	var notFound *types.NotFound
 	switch {
 	case err == nil:
-		return true, nil
+		return bucketExists, nil
 	case errors.As(err, &notFound), apiCode(err) == "NoSuchBucket", httpStatus(err) == http.StatusNotFound:
-		return false, nil
-	case httpStatus(err) == http.StatusForbidden:
-		return true, nil
+		return bucketMissing, nil
+	case httpStatus(err) != http.StatusForbidden:
+		return bucketMissing, toStatus(err, "looking up bucket %q", id)
 	}
-	return false, toStatus(err, "looking up bucket %q", id)
+	_, err = d.s3.GetBucketLocation(ctx, &s3.GetBucketLocationInput{Bucket: aws.String(id)})
+	switch code := apiCode(err); {
+	case err == nil:
+		return bucketExists, nil
+	case code == "AccessDenied", code == "" && httpStatus(err) == http.StatusForbidden:
+		return bucketForbidden, nil
+	case code == "NoSuchBucket":
+		return bucketMissing, nil
+	}
+	return bucketMissing, toStatus(err, "looking up bucket %q", id)
+}
+
+// bucketExists reports whether bucket id exists, for a name the driver generates: a bucket the
+// driver's identity may not access exists (it belongs to someone else).
+func (d *Driver) bucketExists(ctx context.Context, id string) (bool, error) {
+	state, err := d.lookupBucket(ctx, id)
+	return state != bucketMissing, err
+}
+
+// existingBucket returns nil when bucket id exists and the driver's identity may access it, for
+// a bucket to import or grant: NotFound when it does not exist, FailedPrecondition (retried: an
+// admin may fix it) when the driver may not access it.
+func (d *Driver) existingBucket(ctx context.Context, id string) error {
+	state, err := d.lookupBucket(ctx, id)
+	switch {
+	case err != nil:
+		return err
+	case state == bucketMissing:
+		return status.Errorf(codes.NotFound, "bucket %q does not exist", id)
+	case state == bucketForbidden:
+		return status.Errorf(codes.FailedPrecondition,
+			"bucket %q exists but the driver's identity may not access it, so it is neither imported nor granted: its owner must give the driver's identity access, or use another bucket", id)
+	}
+	return nil
 }
 
 // ownership is what the driver knows about who made a bucket.
@@ -171,8 +217,9 @@ func (d *Driver) purge(ctx context.Context, id string) error {
 		}
 		if len(out.Errors) > 0 {
 			e := out.Errors[0]
-			return status.Errorf(codes.FailedPrecondition, "purging bucket %q: %d objects could not be deleted, e.g. %q: %s (%s)",
-				id, len(out.Errors), aws.ToString(e.Key), aws.ToString(e.Message), aws.ToString(e.Code))
+			// The store's message stays out (see backendError); its code says enough.
+			return status.Errorf(codes.FailedPrecondition, "purging bucket %q: %d objects could not be deleted, e.g. %q (%s)",
+				id, len(out.Errors), aws.ToString(e.Key), aws.ToString(e.Code))
 		}
 	}
 	uploads := s3.NewListMultipartUploadsPaginator(d.s3, &s3.ListMultipartUploadsInput{Bucket: aws.String(id)})

@@ -3,9 +3,12 @@ package s3
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -19,41 +22,102 @@ const (
 	awsSecretAccessKey = "AWS_SECRET_ACCESS_KEY"
 )
 
+// CredentialsCheckInterval is how often, at most, the driver looks whether its credentials file
+// changed. The SDK clients cache credentials until they expire; credentials from the file
+// expire after this interval, so that a rotated key is used within about a second.
+const CredentialsCheckInterval = time.Second
+
 // LoadCredentials reads the admin credentials, never from a command-line flag (flags are visible
 // in the process list). With file set it reads KEY=VALUE lines (as in an env file or a mounted
 // Secret rendered so) with the keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or the COSI_S3_
-// names); otherwise the environment variables COSI_S3_ACCESS_KEY_ID and COSI_S3_SECRET_ACCESS_KEY,
-// then AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY. Errors name what is missing, never a value.
+// names), and reads the file again whenever it changes (a rotated key, a Secret update), so the
+// driver does not need a restart; otherwise the environment variables COSI_S3_ACCESS_KEY_ID and
+// COSI_S3_SECRET_ACCESS_KEY, then AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, once. Errors name
+// what is missing, never a value.
 func LoadCredentials(file string, getenv func(string) string) (aws.CredentialsProvider, error) {
-	values := map[string]string{}
-	source := "the environment"
-	if file != "" {
-		source = file
-		data, err := os.ReadFile(file)
+	if file == "" {
+		id, secret, err := pickCredentials(getenv, "the environment")
 		if err != nil {
-			return nil, fmt.Errorf("reading the admin credentials: %w", err)
+			return nil, err
 		}
-		sc := bufio.NewScanner(bytes.NewReader(data))
-		for n := 1; sc.Scan(); n++ {
-			line := strings.TrimSpace(sc.Text())
-			if line == "" || strings.HasPrefix(line, "#") {
-				continue
-			}
-			k, v, ok := strings.Cut(strings.TrimPrefix(line, "export "), "=")
-			if !ok {
-				return nil, fmt.Errorf("%s line %d: want KEY=VALUE", file, n)
-			}
-			values[strings.TrimSpace(k)] = strings.Trim(strings.TrimSpace(v), `"'`)
-		}
-		getenv = func(k string) string { return values[k] }
+		return credentials.NewStaticCredentialsProvider(id, secret, ""), nil
 	}
-	id, secret := getenv(EnvAccessKeyID), getenv(EnvSecretAccessKey)
+	f := &fileCredentials{path: file}
+	if _, err := f.Retrieve(context.Background()); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+func pickCredentials(getenv func(string) string, source string) (id, secret string, err error) {
+	id, secret = getenv(EnvAccessKeyID), getenv(EnvSecretAccessKey)
 	if id == "" && secret == "" {
 		id, secret = getenv(awsAccessKeyID), getenv(awsSecretAccessKey)
 	}
 	if id == "" || secret == "" {
-		return nil, fmt.Errorf("no admin credentials in %s: set %s and %s (or %s and %s)", source,
+		return "", "", fmt.Errorf("no admin credentials in %s: set %s and %s (or %s and %s)", source,
 			EnvAccessKeyID, EnvSecretAccessKey, awsAccessKeyID, awsSecretAccessKey)
 	}
-	return credentials.NewStaticCredentialsProvider(id, secret, ""), nil
+	return id, secret, nil
+}
+
+// credentialsError is a credentials file that cannot be read or parsed. Its message names the
+// file and the line, never a value.
+type credentialsError struct{ err error }
+
+func (e *credentialsError) Error() string { return "reading the admin credentials: " + e.err.Error() }
+func (e *credentialsError) Unwrap() error { return e.err }
+
+// fileCredentials are the admin credentials in a file, read again when the file changes. The
+// file is compared by identity (a Kubernetes Secret volume swaps in a new file through a
+// symlink), modification time and size, with one stat per CredentialsCheckInterval.
+type fileCredentials struct {
+	path string
+
+	mu    sync.Mutex
+	creds aws.Credentials
+	read  os.FileInfo // the file the credentials came from
+}
+
+// Retrieve implements aws.CredentialsProvider.
+func (f *fileCredentials) Retrieve(context.Context) (aws.Credentials, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	info, err := os.Stat(f.path)
+	if err != nil {
+		return aws.Credentials{}, &credentialsError{err}
+	}
+	if f.read == nil || !os.SameFile(f.read, info) || !f.read.ModTime().Equal(info.ModTime()) || f.read.Size() != info.Size() {
+		id, secret, err := parseCredentialsFile(f.path)
+		if err != nil {
+			// Keep f.read: the file is looked at again on the next call (it may be mid-write).
+			return aws.Credentials{}, &credentialsError{err}
+		}
+		f.creds = aws.Credentials{AccessKeyID: id, SecretAccessKey: secret, Source: "cosi-credentials-file"}
+		f.read = info
+	}
+	c := f.creds
+	c.CanExpire, c.Expires = true, time.Now().Add(CredentialsCheckInterval)
+	return c, nil
+}
+
+func parseCredentialsFile(file string) (id, secret string, err error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "", "", err
+	}
+	values := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(strings.TrimPrefix(line, "export "), "=")
+		if !ok {
+			return "", "", fmt.Errorf("%s line %d: want KEY=VALUE", file, n)
+		}
+		values[strings.TrimSpace(k)] = strings.Trim(strings.TrimSpace(v), `"'`)
+	}
+	return pickCredentials(func(k string) string { return values[k] }, file)
 }

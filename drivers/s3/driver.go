@@ -9,7 +9,6 @@ package s3
 import (
 	"context"
 	"errors"
-
 	"net/http"
 	"strconv"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/go-logr/logr"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -91,6 +91,9 @@ type Config struct {
 	Accounts Accounts
 	// HTTPClient is used for every backend call; nil means a default client.
 	HTTPClient *http.Client
+	// Logger receives the object store's own error for each failed call (gRPC errors carry
+	// only the driver's message; see backendError). The zero Logger discards them.
+	Logger logr.Logger
 }
 
 // Driver is the S3 driver. It implements cosi.IdentityServer and cosi.ProvisionerServer.
@@ -125,6 +128,15 @@ func New(cfg Config) (*Driver, error) {
 		return nil, errors.New("s3: no admin credentials")
 	}
 	return &Driver{cfg: cfg, s3: NewS3Client(cfg.Endpoint, cfg.Region, cfg.Credentials, cfg.HTTPClient)}, nil
+}
+
+// logFailure logs the object store's error behind a failed call, which the gRPC error does not
+// carry. Deferred by every RPC.
+func (d *Driver) logFailure(method string, errp *error) {
+	var be *backendError
+	if *errp != nil && errors.As(*errp, &be) && be.cause != nil {
+		d.cfg.Logger.Error(be.cause, "object store call failed", "method", method, "code", be.st.Code().String(), "message", be.st.Message())
+	}
 }
 
 // NewS3Client returns a path-style S3 client for endpoint.
@@ -212,7 +224,8 @@ func checkProtocols(protocols []cosi.ObjectProtocol_Type) error {
 // DriverGenerateBucketId derives the S3 bucket name from the request name (see BucketName). It
 // creates nothing; it fails with AlreadyExists when a bucket of that name exists that the driver
 // did not create or that has incompatible parameters.
-func (d *Driver) DriverGenerateBucketId(ctx context.Context, req *cosi.DriverGenerateBucketIdRequest) (*cosi.DriverGenerateBucketIdResponse, error) {
+func (d *Driver) DriverGenerateBucketId(ctx context.Context, req *cosi.DriverGenerateBucketIdRequest) (_ *cosi.DriverGenerateBucketIdResponse, err error) {
+	defer d.logFailure("DriverGenerateBucketId", &err)
 	if err := checkProtocols(req.GetProtocols()); err != nil {
 		return nil, err
 	}
@@ -238,7 +251,8 @@ func (d *Driver) DriverGenerateBucketId(ctx context.Context, req *cosi.DriverGen
 
 // DriverCreateBucket creates the bucket with its parameters and the owner tag. An existing bucket
 // the driver created with compatible parameters is returned as it is.
-func (d *Driver) DriverCreateBucket(ctx context.Context, req *cosi.DriverCreateBucketRequest) (*cosi.DriverCreateBucketResponse, error) {
+func (d *Driver) DriverCreateBucket(ctx context.Context, req *cosi.DriverCreateBucketRequest) (_ *cosi.DriverCreateBucketResponse, err error) {
+	defer d.logFailure("DriverCreateBucket", &err)
 	if err := checkProtocols(req.GetProtocols()); err != nil {
 		return nil, err
 	}
@@ -247,6 +261,9 @@ func (d *Driver) DriverCreateBucket(ctx context.Context, req *cosi.DriverCreateB
 		return nil, err
 	}
 	id := req.GetBucketId()
+	if err := checkBucketID(id); err != nil {
+		return nil, err
+	}
 	unlock := d.locks.lock("bucket/" + id)
 	defer unlock()
 
@@ -312,7 +329,8 @@ func (d *Driver) configure(ctx context.Context, id string, p bucketParams) error
 
 // DriverGetBucket finds an existing bucket for static provisioning: NotFound when it does not
 // exist, AlreadyExists when parameters given in the request contradict its configuration.
-func (d *Driver) DriverGetBucket(ctx context.Context, req *cosi.DriverGetBucketRequest) (*cosi.DriverGetBucketResponse, error) {
+func (d *Driver) DriverGetBucket(ctx context.Context, req *cosi.DriverGetBucketRequest) (_ *cosi.DriverGetBucketResponse, err error) {
+	defer d.logFailure("DriverGetBucket", &err)
 	if err := checkProtocols(req.GetProtocols()); err != nil {
 		return nil, err
 	}
@@ -321,12 +339,11 @@ func (d *Driver) DriverGetBucket(ctx context.Context, req *cosi.DriverGetBucketR
 		return nil, err
 	}
 	id := req.GetBucketId()
-	exists, err := d.bucketExists(ctx, id)
-	if err != nil {
+	if err := checkBucketID(id); err != nil {
 		return nil, err
 	}
-	if !exists {
-		return nil, status.Errorf(codes.NotFound, "bucket %q does not exist", id)
+	if err := d.existingBucket(ctx, id); err != nil {
+		return nil, err
 	}
 	if err := d.checkCompatible(ctx, id, p, false); err != nil {
 		return nil, err
@@ -343,12 +360,16 @@ func (d *Driver) DriverGetBucket(ctx context.Context, req *cosi.DriverGetBucketR
 // DriverDeleteBucket deletes the bucket. A bucket that holds objects is refused with
 // FailedPrecondition unless the parameter purgeOnDelete is "true". A missing bucket is already
 // deleted.
-func (d *Driver) DriverDeleteBucket(ctx context.Context, req *cosi.DriverDeleteBucketRequest) (*cosi.DriverDeleteBucketResponse, error) {
+func (d *Driver) DriverDeleteBucket(ctx context.Context, req *cosi.DriverDeleteBucketRequest) (_ *cosi.DriverDeleteBucketResponse, err error) {
+	defer d.logFailure("DriverDeleteBucket", &err)
 	p, err := d.parseBucketParams(req.GetParameters())
 	if err != nil {
 		return nil, err
 	}
 	id := req.GetBucketId()
+	if err := checkBucketID(id); err != nil {
+		return nil, err
+	}
 	unlock := d.locks.lock("bucket/" + id)
 	defer unlock()
 
@@ -410,7 +431,8 @@ func checkAccess(protocol cosi.ObjectProtocol_Type, auth cosi.AuthenticationType
 
 // DriverGrantBucketAccess creates the access's identity, key and policy for all its buckets.
 // Repeating it returns a working key (see the account back-ends for which one).
-func (d *Driver) DriverGrantBucketAccess(ctx context.Context, req *cosi.DriverGrantBucketAccessRequest) (*cosi.DriverGrantBucketAccessResponse, error) {
+func (d *Driver) DriverGrantBucketAccess(ctx context.Context, req *cosi.DriverGrantBucketAccessRequest) (_ *cosi.DriverGrantBucketAccessResponse, err error) {
+	defer d.logFailure("DriverGrantBucketAccess", &err)
 	if err := checkAccess(req.GetProtocol(), req.GetAuthenticationType(), req.GetParameters()); err != nil {
 		return nil, err
 	}
@@ -418,15 +440,17 @@ func (d *Driver) DriverGrantBucketAccess(ctx context.Context, req *cosi.DriverGr
 	if !validAccountName(id) {
 		return nil, status.Errorf(codes.InvalidArgument, "account_id %q is not a valid user name", id)
 	}
+	// Every ID is checked before any call: none may reach a policy ARN unchecked.
+	for _, b := range req.GetBuckets() {
+		if err := checkBucketID(b.GetBucketId()); err != nil {
+			return nil, err
+		}
+	}
 	var grants []bucketGrant
 	resp := &cosi.DriverGrantBucketAccessResponse{}
 	for _, b := range req.GetBuckets() {
-		exists, err := d.bucketExists(ctx, b.GetBucketId())
-		if err != nil {
+		if err := d.existingBucket(ctx, b.GetBucketId()); err != nil {
 			return nil, err
-		}
-		if !exists {
-			return nil, status.Errorf(codes.NotFound, "bucket %q does not exist", b.GetBucketId())
 		}
 		region, err := d.bucketRegion(ctx, b.GetBucketId())
 		if err != nil || region == "" {
@@ -447,13 +471,21 @@ func (d *Driver) DriverGrantBucketAccess(ctx context.Context, req *cosi.DriverGr
 }
 
 // DriverRevokeBucketAccess deletes the access's key, policy and identity.
-func (d *Driver) DriverRevokeBucketAccess(ctx context.Context, req *cosi.DriverRevokeBucketAccessRequest) (*cosi.DriverRevokeBucketAccessResponse, error) {
+func (d *Driver) DriverRevokeBucketAccess(ctx context.Context, req *cosi.DriverRevokeBucketAccessRequest) (_ *cosi.DriverRevokeBucketAccessResponse, err error) {
+	defer d.logFailure("DriverRevokeBucketAccess", &err)
 	id := req.GetAccountId()
 	if !validAccountName(id) {
 		return &cosi.DriverRevokeBucketAccessResponse{}, nil // never created
 	}
 	var buckets []string
 	for _, b := range req.GetBuckets() {
+		// A grant never accepted an invalid ID, so nothing of this access is there. Revoking must
+		// not fail for good on it (the sidecar would retry forever, and the identity, which is
+		// what gives access, would stay): skip it and delete the rest.
+		if !validBucketID(b.GetBucketId()) {
+			d.cfg.Logger.Info("revoke: skipping a bucket ID that is no bucket name", "accountID", id, "bucketID", b.GetBucketId())
+			continue
+		}
 		buckets = append(buckets, b.GetBucketId())
 	}
 	unlock := d.locks.lock("account/" + id)

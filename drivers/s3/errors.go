@@ -30,9 +30,39 @@ func httpStatus(err error) int {
 	return 0
 }
 
-// toStatus turns a backend error into the gRPC status the COSI spec names, with what failed in
-// the message. Backend error messages never contain credentials: S3 and IAM errors name actions,
-// resources and request IDs only, and the driver never puts keys into its own messages.
+// backendError is a failed call to the object store as the driver answers it: a gRPC status
+// whose message the driver wrote, and the store's own error as the cause. gRPC messages end up
+// in conditions and events that tenants read, so they never carry the store's text, which can
+// name the admin identity (AWS and Versity put the caller's ARN into AccessDenied) or internal
+// endpoints; the cause goes to the driver's log (Driver.logFailure) for the operator.
+type backendError struct {
+	st    *status.Status
+	cause error
+}
+
+func newBackendError(code codes.Code, cause error, msg string) *backendError {
+	return &backendError{st: status.New(code, msg), cause: cause}
+}
+
+// Error is the message without the store's text, so that wrapping it cannot leak the cause.
+func (e *backendError) Error() string              { return e.st.Message() }
+func (e *backendError) GRPCStatus() *status.Status { return e.st }
+func (e *backendError) Unwrap() error              { return e.cause }
+
+// adminAuthCodes are the store's answers that mean the driver's own identity was refused: its
+// key was rotated or deleted, its token expired, or its permissions were changed. An admin fixes
+// these (a new credentials file is picked up while the driver runs), so they are Unavailable,
+// retried with backoff, not a final PermissionDenied: calls in flight finish once they are fixed.
+var adminAuthCodes = map[string]bool{
+	"AccessDenied": true, "AccessDeniedException": true, "InvalidAccessKeyId": true, "SignatureDoesNotMatch": true,
+	"InvalidClientTokenId": true, "AuthFailure": true, "ExpiredToken": true, "ExpiredTokenException": true,
+	"TokenRefreshRequired": true, "InvalidToken": true, "UnrecognizedClientException": true,
+	"MissingAuthenticationToken": true, "InvalidSecurity": true,
+}
+
+// toStatus turns a backend error into the gRPC status the COSI spec names, with what failed and
+// the store's error code in the message, and nothing else of the store's answer (see
+// backendError).
 func toStatus(err error, format string, args ...any) error {
 	if err == nil {
 		return nil
@@ -41,38 +71,69 @@ func toStatus(err error, format string, args ...any) error {
 		return err
 	}
 	what := fmt.Sprintf(format, args...)
-	code := codes.Internal
-	switch apiCode(err) {
-	case "NoSuchBucket", "NoSuchEntity", "NoSuchUser", "NoSuchKey":
+	code, answer := codes.Internal, describe(err)
+	hint := ""
+	switch c := apiCode(err); {
+	case c == "NoSuchBucket" || c == "NoSuchEntity" || c == "NoSuchUser" || c == "NoSuchKey":
 		code = codes.NotFound
-	case "BucketAlreadyExists", "EntityAlreadyExists", "UserAlreadyExists":
+	case c == "BucketAlreadyExists" || c == "EntityAlreadyExists" || c == "UserAlreadyExists":
 		code = codes.AlreadyExists
-	case "InvalidBucketName", "InvalidLocationConstraint", "IllegalLocationConstraintException", "MalformedPolicyDocument",
-		"InvalidArgument", "InvalidRequest", "ValidationError":
+	case c == "InvalidBucketName" || c == "InvalidLocationConstraint" || c == "IllegalLocationConstraintException" ||
+		c == "MalformedPolicyDocument" || c == "InvalidArgument" || c == "InvalidRequest" || c == "ValidationError":
 		code = codes.InvalidArgument
-	case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidClientTokenId", "AuthFailure":
-		code = codes.PermissionDenied
-	case "SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequests":
+	case adminAuthCodes[c], c == "" && httpStatus(err) == 403:
 		code = codes.Unavailable
-	case "LimitExceeded", "QuotaExceeded", "TooManyBuckets":
+		hint = ": the object store refused the driver's own identity; the driver's administrator must check its credentials and permissions (the call is retried)"
+	case c == "SlowDown" || c == "Throttling" || c == "ThrottlingException" || c == "RequestLimitExceeded" || c == "TooManyRequests":
+		code = codes.Unavailable
+	case c == "LimitExceeded" || c == "QuotaExceeded" || c == "TooManyBuckets":
 		code = codes.ResourceExhausted
-	case "BucketNotEmpty":
+	case c == "BucketNotEmpty":
 		code = codes.FailedPrecondition
-	case "NotImplemented", "VersioningNotConfigured", "ObjectLockConfigurationNotAllowed":
+	case c == "NotImplemented" || c == "VersioningNotConfigured" || c == "ObjectLockConfigurationNotAllowed":
 		// The store lacks a feature the request asks for: retrying cannot help.
 		code = codes.InvalidArgument
 	default:
 		var netErr net.Error
+		var credErr *credentialsError
 		switch {
 		case errors.Is(err, context.DeadlineExceeded):
 			code = codes.DeadlineExceeded
 		case errors.Is(err, context.Canceled):
 			code = codes.Canceled
+		case errors.As(err, &credErr):
+			code = codes.Unavailable
+			hint = ": the driver's administrator must fix its credentials file (the call is retried)"
 		case httpStatus(err) == 501:
 			code = codes.InvalidArgument
 		case errors.As(err, &netErr), httpStatus(err) >= 500:
 			code = codes.Unavailable
 		}
 	}
-	return status.Errorf(code, "%s: %v", what, err)
+	return newBackendError(code, err, what+": "+answer+hint)
+}
+
+// describe says what the store answered in words that are safe to show a tenant: the store's
+// error code and HTTP status, never its message.
+func describe(err error) string {
+	var netErr net.Error
+	var credErr *credentialsError
+	code, httpCode := apiCode(err), httpStatus(err)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "the object store did not answer in time"
+	case errors.Is(err, context.Canceled):
+		return "the call was cancelled"
+	case errors.As(err, &credErr):
+		return "the driver's admin credentials cannot be read"
+	case code != "" && httpCode != 0:
+		return fmt.Sprintf("the object store answered %s (HTTP %d)", code, httpCode)
+	case code != "":
+		return "the object store answered " + code
+	case httpCode != 0:
+		return fmt.Sprintf("the object store answered HTTP %d", httpCode)
+	case errors.As(err, &netErr):
+		return "the object store could not be reached"
+	}
+	return "the call to the object store failed"
 }

@@ -3,6 +3,7 @@ package s3
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -30,6 +31,10 @@ const iamPolicyName = "cosi-bucket-access"
 // allows two keys per user).
 type IAMAccounts struct {
 	client *iam.Client
+	// MaxPolicySize is the most characters (white space not counted) the user's inline policy
+	// may have; a grant that needs more is refused with OutOfRange before anything is created.
+	// Zero means MaxInlinePolicySize, AWS's limit (the Versity IAM service has the same).
+	MaxPolicySize int
 }
 
 // NewIAMAccounts returns an IAM back-end for the IAM endpoint (empty means AWS's).
@@ -50,6 +55,10 @@ func (a *IAMAccounts) Grant(ctx context.Context, id string, grants []bucketGrant
 	if err != nil {
 		return Key{}, status.Errorf(codes.Internal, "encoding the policy of user %q: %v", id, err)
 	}
+	// Checked before anything is created: repeating the grant cannot make the policy fit.
+	if err := a.checkSize(doc, len(grants)); err != nil {
+		return Key{}, err
+	}
 
 	_, err = a.client.CreateUser(ctx, &iam.CreateUserInput{UserName: aws.String(id), Path: aws.String(IAMPath)})
 	switch {
@@ -67,6 +76,11 @@ func (a *IAMAccounts) Grant(ctx context.Context, id string, grants []bucketGrant
 
 	if _, err := a.client.PutUserPolicy(ctx, &iam.PutUserPolicyInput{UserName: aws.String(id), PolicyName: aws.String(iamPolicyName),
 		PolicyDocument: aws.String(string(doc))}); err != nil {
+		if apiCode(err) == "LimitExceeded" {
+			// The store's limit is lower than MaxPolicySize: as final as our own check.
+			return Key{}, newBackendError(codes.OutOfRange, err, fmt.Sprintf(
+				"the IAM policy for access to %d buckets (%d characters) exceeds the store's policy size limit; grant fewer buckets per BucketAccess", len(grants), policySize(doc)))
+		}
 		return Key{}, toStatus(err, "setting the policy of IAM user %q", id)
 	}
 
@@ -85,7 +99,25 @@ func (a *IAMAccounts) Grant(ctx context.Context, id string, grants []bucketGrant
 	if err != nil {
 		return Key{}, toStatus(err, "creating an access key for IAM user %q", id)
 	}
+	if out.AccessKey == nil || aws.ToString(out.AccessKey.AccessKeyId) == "" || aws.ToString(out.AccessKey.SecretAccessKey) == "" {
+		// A non-conformant store. Retrying creates another key and deletes the oldest.
+		return Key{}, status.Errorf(codes.Internal, "creating an access key for IAM user %q: the IAM service answered without the key", id)
+	}
 	return Key{AccessKeyID: aws.ToString(out.AccessKey.AccessKeyId), SecretAccessKey: aws.ToString(out.AccessKey.SecretAccessKey)}, nil
+}
+
+// checkSize returns OutOfRange when doc is larger than the store allows.
+func (a *IAMAccounts) checkSize(doc []byte, buckets int) error {
+	limit := a.MaxPolicySize
+	if limit <= 0 {
+		limit = MaxInlinePolicySize
+	}
+	if size := policySize(doc); size > limit {
+		return status.Errorf(codes.OutOfRange,
+			"the IAM policy for this access to %d buckets needs %d characters, more than the %d an IAM user's inline policies may have: "+
+				"grant fewer buckets per BucketAccess (use several BucketAccesses), or fewer access modes", buckets, size, limit)
+	}
+	return nil
 }
 
 // checkOurs returns AlreadyExists unless user id is under IAMPath.
@@ -93,6 +125,10 @@ func (a *IAMAccounts) checkOurs(ctx context.Context, id string) error {
 	out, err := a.client.GetUser(ctx, &iam.GetUserInput{UserName: aws.String(id)})
 	if err != nil {
 		return toStatus(err, "reading IAM user %q", id)
+	}
+	if out.User == nil {
+		// A non-conformant store; without the user there is no telling whose it is.
+		return status.Errorf(codes.Internal, "reading IAM user %q: the IAM service answered without the user", id)
 	}
 	if p := aws.ToString(out.User.Path); p != IAMPath {
 		return status.Errorf(codes.AlreadyExists, "IAM user %q exists and was not created by this driver (path %q, not %q)", id, p, IAMPath)

@@ -3,7 +3,11 @@ package s3
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"net"
 	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 const (
@@ -71,4 +75,31 @@ func validAccountName(name string) bool {
 		}
 	}
 	return true
+}
+
+// validBucketID reports whether id is an S3 bucket name by the naming rules of S3 (and Ceph RGW):
+// 3 to 63 characters of [a-z0-9.-], starting and ending with a letter or digit, no "..", and not
+// an IP address. Bucket IDs go into policy ARNs, where "*" and "?" are wildcards, "${...}" a
+// policy variable and "/" an object path: an ID like "*" or "prod-*" would grant every bucket
+// that matches. Every ID that enters the driver is checked before it is used.
+func validBucketID(id string) bool {
+	if len(id) < minBucketName || len(id) > maxBucketName || strings.Contains(id, "..") {
+		return false
+	}
+	for i, r := range id {
+		alnum := r >= 'a' && r <= 'z' || r >= '0' && r <= '9'
+		if !alnum && (r != '-' && r != '.' || i == 0 || i == len(id)-1) {
+			return false
+		}
+	}
+	return net.ParseIP(id) == nil
+}
+
+// checkBucketID returns InvalidArgument unless id is a valid bucket name (see validBucketID).
+func checkBucketID(id string) error {
+	if !validBucketID(id) {
+		return status.Errorf(codes.InvalidArgument,
+			"bucket ID %q is not an S3 bucket name: 3 to 63 characters of a-z 0-9 . -, starting and ending with a letter or digit, no \"..\", not an IP address", id)
+	}
+	return nil
 }

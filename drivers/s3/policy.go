@@ -2,7 +2,8 @@ package s3
 
 import (
 	"slices"
-	"strconv"
+	"strings"
+	"unicode"
 
 	cosi "github.com/kube-cosi/cosi/proto"
 )
@@ -23,31 +24,37 @@ type actionSet struct {
 	writeBucket, writeObject []string
 }
 
-// Actions maps each category to S3 actions; docs/drivers/s3.md shows the same table. It is
-// deliberately explicit (no wildcards) so that a new S3 action is never granted by accident.
+// actions maps each category to S3 actions; docs/drivers/s3.md shows the same table with the
+// reason for each action. It is deliberately explicit (no wildcards) so that a new S3 action is
+// never granted by accident.
 //
-// Never granted, whatever the mode: actions that change who may access the bucket or that
-// delete it (bucket policy, bucket ACL, public access block, ownership controls, DeleteBucket,
-// CreateBucket) and s3:BypassGovernanceRetention. A workload must not be able to widen its own
-// access or destroy what the BucketClaim owns.
+// The metadata categories never reach object data: nothing in them reads it (GetObject,
+// HeadObject, listing), exposes it (object and bucket ACLs, bucket policies), destroys it
+// (lifecycle rules, default encryption with a key the owner may not hold) or locks it (Object
+// Lock configuration, retention, legal holds). Locking an object decides whether its data can
+// be deleted, so retention and legal holds belong to objectData write, whose holder can delete
+// the data anyway, and work only in buckets created with objectLock.
+//
+// Never granted, whatever the mode: actions that change or reveal who may access the bucket
+// (bucket policy, bucket and object ACLs, public access block, ownership controls), that delete
+// the bucket or create others, that expire, re-encrypt or lock data for everyone (lifecycle,
+// default encryption, Object Lock configuration), and s3:BypassGovernanceRetention. A workload
+// must not be able to widen its own access or destroy what the BucketClaim owns.
 var actions = map[category]actionSet{
 	objectData: {
-		readBucket:  []string{"s3:ListBucket", "s3:ListBucketVersions", "s3:ListBucketMultipartUploads"},
-		readObject:  []string{"s3:GetObject", "s3:GetObjectVersion", "s3:GetObjectAttributes", "s3:GetObjectVersionAttributes", "s3:ListMultipartUploadParts"},
-		writeObject: []string{"s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion", "s3:AbortMultipartUpload", "s3:RestoreObject"},
+		readBucket: []string{"s3:ListBucket", "s3:ListBucketVersions", "s3:ListBucketMultipartUploads"},
+		readObject: []string{"s3:GetObject", "s3:GetObjectVersion", "s3:GetObjectAttributes", "s3:GetObjectVersionAttributes", "s3:ListMultipartUploadParts"},
+		writeObject: []string{"s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion", "s3:AbortMultipartUpload", "s3:RestoreObject",
+			"s3:PutObjectRetention", "s3:PutObjectLegalHold"},
 	},
 	objectMetadata: {
-		readObject: []string{"s3:GetObjectTagging", "s3:GetObjectVersionTagging", "s3:GetObjectAcl", "s3:GetObjectVersionAcl",
-			"s3:GetObjectRetention", "s3:GetObjectLegalHold"},
-		writeObject: []string{"s3:PutObjectTagging", "s3:PutObjectVersionTagging", "s3:DeleteObjectTagging", "s3:DeleteObjectVersionTagging",
-			"s3:PutObjectAcl", "s3:PutObjectVersionAcl", "s3:PutObjectRetention", "s3:PutObjectLegalHold"},
+		readObject:  []string{"s3:GetObjectTagging", "s3:GetObjectVersionTagging", "s3:GetObjectRetention", "s3:GetObjectLegalHold"},
+		writeObject: []string{"s3:PutObjectTagging", "s3:PutObjectVersionTagging", "s3:DeleteObjectTagging", "s3:DeleteObjectVersionTagging"},
 	},
 	bucketMetadata: {
-		readBucket: []string{"s3:GetBucketLocation", "s3:GetBucketTagging", "s3:GetBucketVersioning", "s3:GetBucketAcl",
-			"s3:GetBucketPolicy", "s3:GetBucketCORS", "s3:GetLifecycleConfiguration", "s3:GetBucketObjectLockConfiguration",
-			"s3:GetEncryptionConfiguration", "s3:GetBucketOwnershipControls"},
-		writeBucket: []string{"s3:PutBucketTagging", "s3:PutBucketVersioning", "s3:PutBucketCORS", "s3:PutLifecycleConfiguration",
-			"s3:PutBucketObjectLockConfiguration", "s3:PutEncryptionConfiguration"},
+		readBucket: []string{"s3:GetBucketLocation", "s3:GetBucketTagging", "s3:GetBucketVersioning", "s3:GetBucketCORS",
+			"s3:GetLifecycleConfiguration", "s3:GetBucketObjectLockConfiguration", "s3:GetEncryptionConfiguration"},
+		writeBucket: []string{"s3:PutBucketTagging", "s3:PutBucketVersioning", "s3:PutBucketCORS"},
 	},
 }
 
@@ -128,16 +135,48 @@ func (g bucketGrant) statements(sidPrefix string, principal *Principal, unknown 
 	return out
 }
 
-// userPolicy is the identity policy for an access to grants.
+// MaxInlinePolicySize is AWS's limit on the total size of a user's inline policies, in
+// characters, not counting white space.
+const MaxInlinePolicySize = 2048
+
+// userPolicy is the identity policy for an access to grants, as compact as the table allows:
+// one statement per distinct list of actions, naming every resource it applies to, so that a
+// bucket adds little more than its ARNs. It has no Sids: IAM does not need them, and each costs
+// characters of the user's 2,048.
 func userPolicy(grants []bucketGrant) Policy {
 	p := Policy{Version: policyVersion}
-	for i, g := range grants {
-		p.Statement = append(p.Statement, g.statements(sid("Cosi", i), nil, nil)...)
+	index := map[string]int{} // joined action list -> statement
+	add := func(acts []string, resource string) {
+		if len(acts) == 0 {
+			return
+		}
+		key := strings.Join(acts, ",")
+		i, ok := index[key]
+		if !ok {
+			i = len(p.Statement)
+			index[key] = i
+			p.Statement = append(p.Statement, Statement{Effect: "Allow", Action: acts})
+		}
+		if !slices.Contains(p.Statement[i].Resource, resource) {
+			p.Statement[i].Resource = append(p.Statement[i].Resource, resource)
+		}
+	}
+	for _, g := range grants {
+		bucketActs, objectActs := g.bucketActions()
+		add(bucketActs, "arn:aws:s3:::"+g.Bucket)
+		add(objectActs, "arn:aws:s3:::"+g.Bucket+"/*")
 	}
 	return p
 }
 
-// sid returns an alphanumeric statement ID (IAM allows only [A-Za-z0-9] in Sids).
-func sid(prefix string, i int) string {
-	return prefix + "B" + strconv.Itoa(i)
+// policySize is the size of a policy document as IAM counts it against its limits: characters,
+// white space not counted.
+func policySize(doc []byte) int {
+	n := 0
+	for _, r := range string(doc) {
+		if !unicode.IsSpace(r) {
+			n++
+		}
+	}
+	return n
 }

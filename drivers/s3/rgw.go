@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -24,8 +25,7 @@ import (
 // rejects in bucket policies (InvalidArgument): it has no such operations, so leaving them out
 // grants nothing less.
 var rgwUnknownActions = map[string]bool{
-	"s3:GetObjectAttributes": true, "s3:GetObjectVersionAttributes": true, "s3:GetBucketOwnershipControls": true,
-	"s3:GetEncryptionConfiguration": true, "s3:PutEncryptionConfiguration": true,
+	"s3:GetObjectAttributes": true, "s3:GetObjectVersionAttributes": true, "s3:GetEncryptionConfiguration": true,
 }
 
 // rgwDisplayPrefix starts the display name of every RGW user the driver creates; only those
@@ -86,7 +86,7 @@ func (a *RGWAccounts) admin(ctx context.Context, method, resource string, query 
 	}
 	creds, err := a.creds.Retrieve(ctx)
 	if err != nil {
-		return fmt.Errorf("admin credentials: %w", err)
+		return err
 	}
 	empty := sha256.Sum256(nil)
 	payloadHash := hex.EncodeToString(empty[:])
@@ -96,12 +96,13 @@ func (a *RGWAccounts) admin(ctx context.Context, method, resource string, query 
 	}
 	resp, err := a.http.Do(req)
 	if err != nil {
-		return status.Errorf(codes.Unavailable, "RGW admin API %s %s: %v", method, resource, err)
+		// The error names the URL, with the query: for the log only.
+		return newBackendError(codes.Unavailable, err, fmt.Sprintf("RGW admin API %s %s: the object store could not be reached", method, resource))
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return status.Errorf(codes.Unavailable, "RGW admin API %s %s: %v", method, resource, err)
+		return newBackendError(codes.Unavailable, err, fmt.Sprintf("RGW admin API %s %s: reading the answer failed", method, resource))
 	}
 	if resp.StatusCode >= 300 {
 		e := &rgwError{Status: resp.StatusCode}
@@ -124,34 +125,41 @@ func rgwStatus(err error, what string) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
-	e, ok := err.(*rgwError)
-	if !ok {
-		return status.Errorf(codes.Unavailable, "%s: %v", what, err)
+	var e *rgwError
+	if !errors.As(err, &e) {
+		return newBackendError(codes.Unavailable, err, what+": "+describe(err))
 	}
-	code := codes.Internal
+	code, hint := codes.Internal, ""
 	switch {
 	case e.Status == http.StatusNotFound:
 		code = codes.NotFound
 	case e.Status == http.StatusConflict:
 		code = codes.AlreadyExists
 	case e.Status == http.StatusForbidden:
-		code = codes.PermissionDenied
+		// Every Admin Ops call is the driver's own: a 403 is its key or its caps refused, which
+		// an admin fixes, so it is retried (see adminAuthCodes).
+		code = codes.Unavailable
+		hint = ": the object store refused the driver's own identity; the driver's administrator must check its credentials and its caps (users=*)"
 	case e.Status == http.StatusBadRequest:
 		code = codes.InvalidArgument
 	case e.Status >= 500:
 		code = codes.Unavailable
 	}
-	return status.Errorf(code, "%s: %v", what, err)
+	return newBackendError(code, err, what+": "+e.Error()+hint)
 }
 
 func (a *RGWAccounts) getUser(ctx context.Context, id string) (*rgwUser, error) {
 	var u rgwUser
 	err := a.admin(ctx, http.MethodGet, "user", url.Values{"uid": {id}}, &u)
-	if e, ok := err.(*rgwError); ok && e.Status == http.StatusNotFound {
+	if e := (*rgwError)(nil); errors.As(err, &e) && e.Status == http.StatusNotFound {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, rgwStatus(err, fmt.Sprintf("reading RGW user %q", id))
+	}
+	if u.UserID == "" && u.DisplayName == "" {
+		// A store that answers 200 with no user (non-conformant): not one the driver made.
+		return nil, status.Errorf(codes.Internal, "reading RGW user %q: the store answered without a user", id)
 	}
 	return &u, nil
 }
@@ -210,17 +218,71 @@ func rgwSid(id string) string {
 	return b.String() + hex.EncodeToString(sum[:4])
 }
 
+// rawPolicy is a bucket policy as the driver edits it: its statements as the JSON they are, so
+// that statements the driver does not own (an admin's, with Condition, NotPrincipal, NotAction,
+// NotResource or fields the driver does not know) are written back with the same meaning, and
+// the policy's other fields (Version, Id, ...) as they are.
+type rawPolicy struct {
+	fields     map[string]json.RawMessage
+	statements []json.RawMessage
+}
+
+func parseRawPolicy(doc string) (rawPolicy, error) {
+	p := rawPolicy{fields: map[string]json.RawMessage{}}
+	if err := json.Unmarshal([]byte(doc), &p.fields); err != nil {
+		return p, err
+	}
+	stmts := bytes.TrimSpace(p.fields["Statement"])
+	delete(p.fields, "Statement")
+	switch {
+	case len(stmts) == 0:
+	case stmts[0] == '[':
+		if err := json.Unmarshal(stmts, &p.statements); err != nil {
+			return p, err
+		}
+	default: // the policy grammar allows a single statement without the list
+		p.statements = []json.RawMessage{stmts}
+	}
+	return p, nil
+}
+
+// owned reports whether statement s is one of the driver's for the Sid prefix.
+func owned(s json.RawMessage, prefix string) bool {
+	var sid struct {
+		Sid string `json:"Sid"`
+	}
+	// A statement whose Sid is not a string is not the driver's (its Sids are strings).
+	return json.Unmarshal(s, &sid) == nil && strings.HasPrefix(sid.Sid, prefix)
+}
+
+func (p rawPolicy) marshal() ([]byte, error) {
+	out := make(map[string]json.RawMessage, len(p.fields)+1)
+	for k, v := range p.fields {
+		out[k] = v
+	}
+	if _, ok := out["Version"]; !ok {
+		out["Version"] = json.RawMessage(`"` + policyVersion + `"`)
+	}
+	stmts, err := json.Marshal(p.statements)
+	if err != nil {
+		return nil, err
+	}
+	out["Statement"] = stmts
+	return json.Marshal(out)
+}
+
 // setStatements replaces account id's statements in bucket's policy with stmts (none: removes
-// them), and deletes the policy when it becomes empty.
+// them), and deletes the policy when it becomes empty. Only statements whose Sid starts with the
+// account's prefix are the driver's; every other statement and field is kept as it is.
 func (a *RGWAccounts) setStatements(ctx context.Context, bucket, id string, stmts []Statement) error {
 	unlock := a.locks.lock(bucket)
 	defer unlock()
-	policy := Policy{Version: policyVersion}
+	policy := rawPolicy{fields: map[string]json.RawMessage{}}
 	out, err := a.s3.GetBucketPolicy(ctx, &s3.GetBucketPolicyInput{Bucket: aws.String(bucket)})
 	switch {
 	case err == nil:
-		if err := json.Unmarshal([]byte(aws.ToString(out.Policy)), &policy); err != nil {
-			return status.Errorf(codes.FailedPrecondition, "the policy of bucket %q is not one this driver can edit: %v", bucket, err)
+		if policy, err = parseRawPolicy(aws.ToString(out.Policy)); err != nil {
+			return status.Errorf(codes.FailedPrecondition, "the policy of bucket %q is not JSON this driver can edit: %v", bucket, err)
 		}
 	case apiCode(err) == "NoSuchBucketPolicy":
 	case apiCode(err) == "NoSuchBucket" && len(stmts) == 0:
@@ -229,25 +291,32 @@ func (a *RGWAccounts) setStatements(ctx context.Context, bucket, id string, stmt
 		return toStatus(err, "reading the policy of bucket %q", bucket)
 	}
 	prefix := rgwSid(id)
-	kept := policy.Statement[:0]
-	for _, s := range policy.Statement {
-		if !strings.HasPrefix(s.Sid, prefix) {
+	kept := make([]json.RawMessage, 0, len(policy.statements)+len(stmts))
+	for _, s := range policy.statements {
+		if !owned(s, prefix) {
 			kept = append(kept, s)
 		}
 	}
-	changed := len(kept) != len(policy.Statement) || len(stmts) > 0
-	policy.Statement = append(kept, stmts...)
+	changed := len(kept) != len(policy.statements) || len(stmts) > 0
 	if !changed {
 		return nil
 	}
-	if len(policy.Statement) == 0 {
+	for _, s := range stmts {
+		raw, err := json.Marshal(s)
+		if err != nil {
+			return status.Errorf(codes.Internal, "encoding the policy of bucket %q: %v", bucket, err)
+		}
+		kept = append(kept, raw)
+	}
+	policy.statements = kept
+	if len(policy.statements) == 0 {
 		_, err := a.s3.DeleteBucketPolicy(ctx, &s3.DeleteBucketPolicyInput{Bucket: aws.String(bucket)})
 		if err != nil && apiCode(err) != "NoSuchBucket" && apiCode(err) != "NoSuchBucketPolicy" {
 			return toStatus(err, "deleting the policy of bucket %q", bucket)
 		}
 		return nil
 	}
-	doc, err := json.Marshal(policy)
+	doc, err := policy.marshal()
 	if err != nil {
 		return status.Errorf(codes.Internal, "encoding the policy of bucket %q: %v", bucket, err)
 	}
@@ -277,7 +346,7 @@ func (a *RGWAccounts) Revoke(ctx context.Context, id string, buckets []string) e
 		return nil
 	}
 	err = a.admin(ctx, http.MethodDelete, "user", url.Values{"uid": {id}, "purge-data": {"false"}}, nil)
-	if e, ok := err.(*rgwError); ok && e.Status == http.StatusNotFound {
+	if e := (*rgwError)(nil); errors.As(err, &e) && e.Status == http.StatusNotFound {
 		return nil
 	}
 	return rgwStatus(err, fmt.Sprintf("deleting RGW user %q", id))

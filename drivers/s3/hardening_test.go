@@ -1,0 +1,595 @@
+package s3_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/iam"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kube-cosi/cosi/drivers/s3"
+	cosi "github.com/kube-cosi/cosi/proto"
+)
+
+func apiCodeOf(err error) string {
+	var apiErr smithy.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode()
+	}
+	return ""
+}
+
+func randomName(prefix string) string { return prefix + strings.ToLower(rand.Text()[:10]) }
+
+// policyStatements decodes a bucket policy into its statements as generic JSON, so that two
+// policies can be compared by meaning (key order and whitespace aside).
+func policyStatements(t *testing.T, doc string) (map[string]any, []any) {
+	t.Helper()
+	var p map[string]any
+	if err := json.Unmarshal([]byte(doc), &p); err != nil {
+		t.Fatalf("decoding policy %s: %v", doc, err)
+	}
+	stmts, ok := p["Statement"].([]any)
+	if !ok {
+		stmts = []any{p["Statement"]}
+	}
+	return p, stmts
+}
+
+func bucketPolicy(t *testing.T, b *backend, bucket string) string {
+	t.Helper()
+	out, err := b.admin.GetBucketPolicy(t.Context(), &awss3.GetBucketPolicyInput{Bucket: aws.String(bucket)})
+	if err != nil {
+		t.Fatalf("reading the policy of %s: %v", bucket, err)
+	}
+	return aws.ToString(out.Policy)
+}
+
+func anonymousClient(endpoint string) *awss3.Client {
+	return awss3.New(awss3.Options{BaseEndpoint: aws.String(endpoint), Region: "us-east-1", Credentials: aws.AnonymousCredentials{},
+		UsePathStyle: true, RetryMaxAttempts: 1})
+}
+
+// TestForeignPolicyStatementsKept imports a bucket whose policy an admin wrote, with a condition,
+// a Deny with NotPrincipal and NotAction, NotResource and a policy Id, grants and revokes access
+// to it, and checks that the admin's statements keep their meaning throughout: the IP-restricted
+// public read stays restricted (an anonymous read from 127.0.0.1 stays denied), and after revoke
+// the policy is the admin's again. (Issue 14, item 1.)
+//
+// Ceph RGW only: the iam back-end never touches bucket policies, and Versity refuses such a
+// policy (no NotPrincipal, principals must be its accounts).
+func TestForeignPolicyStatementsKept(t *testing.T) {
+	t.Run("ceph-rgw", func(t *testing.T) {
+		b := rgwBackend(t)
+		ctx := t.Context()
+		_, p := serve(t, b.newDriver(t, ""), logr.Discard())
+		bucket := randomName("imported-")
+		if _, err := b.admin.CreateBucket(ctx, &awss3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.admin.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("secret"), Body: strings.NewReader("x")}); err != nil {
+			t.Fatal(err)
+		}
+		arn := "arn:aws:s3:::" + bucket
+		original := `{"Version":"2012-10-17","Id":"admin-policy","Statement":[` +
+			`{"Sid":"OfficeRead","Effect":"Allow","Principal":"*","Action":["s3:GetObject"],"Resource":["` + arn + `/*"],` +
+			`"Condition":{"IpAddress":{"aws:SourceIp":["10.99.0.0/16"]}}},` +
+			`{"Sid":"NoDeleteButAdmin","Effect":"Deny","NotPrincipal":{"AWS":["arn:aws:iam:::user/nobody-at-all"]},` +
+			`"Action":["s3:DeleteBucket"],"Resource":["` + arn + `"]},` +
+			`{"Sid":"OnlyReads","Effect":"Deny","Principal":{"AWS":["arn:aws:iam:::user/nobody-at-all"]},` +
+			`"NotAction":["s3:GetObject"],"NotResource":["` + arn + `/public/*"]}]}`
+		if _, err := b.admin.PutBucketPolicy(ctx, &awss3.PutBucketPolicyInput{Bucket: aws.String(bucket), Policy: aws.String(original)}); err != nil {
+			t.Fatalf("the store refuses the admin's policy: %v", err)
+		}
+		stored := bucketPolicy(t, b, bucket)
+		_, want := policyStatements(t, stored)
+
+		expectAnonymousDenied := func(when string) {
+			t.Helper()
+			_, err := anonymousClient(b.s3Endpoint).GetObject(ctx, &awss3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String("secret")})
+			if !denied(err) {
+				t.Errorf("%s: an anonymous read from outside the admin's IP range: %v, want AccessDenied", when, err)
+			}
+		}
+		expectAnonymousDenied("before any grant")
+
+		if _, err := p.DriverGetBucket(ctx, &cosi.DriverGetBucketRequest{BucketId: bucket}); err != nil {
+			t.Fatal(err)
+		}
+		ro := grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_ONLY}, bucket)
+		rw := grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE, ObjectMetadata: cosi.AccessMode_READ_ONLY}, bucket)
+		expect(t, "ReadOnly get", true, get(ro, bucket, "secret"))
+		expect(t, "ReadWrite put", true, put(rw, bucket, "new"))
+		expectAnonymousDenied("after two grants")
+
+		top, got := policyStatements(t, bucketPolicy(t, b, bucket))
+		if id, _ := top["Id"].(string); id != "admin-policy" {
+			t.Errorf("policy Id after grants: %q, want admin-policy", id)
+		}
+		for _, w := range want {
+			if !slices.ContainsFunc(got, func(g any) bool { return reflect.DeepEqual(g, w) }) {
+				t.Errorf("the admin's statement %v is gone or changed after grants; policy now %v", w, got)
+			}
+		}
+
+		revoke(t, p, ro)
+		revoke(t, p, rw)
+		expectAnonymousDenied("after revoke")
+		_, got = policyStatements(t, bucketPolicy(t, b, bucket))
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("the policy after revoking every access:\n%v\nwant the admin's:\n%v", got, want)
+		}
+	})
+}
+
+// forbiddenOp is one request a metadata-only access must not be able to make.
+type forbiddenOp struct {
+	name string
+	do   func(ctx context.Context, c *awss3.Client, bucket, key string) error
+}
+
+// dataOps read object data, expose it (ACLs, policies), destroy it (delete, overwrite,
+// lifecycle expiry, encryption with a foreign key) or lock it (Object Lock).
+var dataOps = []forbiddenOp{
+	{"GetObject", func(ctx context.Context, c *awss3.Client, bucket, key string) error {
+		out, err := c.GetObject(ctx, &awss3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+		if err == nil {
+			out.Body.Close()
+		}
+		return err
+	}},
+	{"HeadObject", func(ctx context.Context, c *awss3.Client, bucket, key string) error {
+		_, err := c.HeadObject(ctx, &awss3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+		return err
+	}},
+	{"ListObjectsV2", func(ctx context.Context, c *awss3.Client, bucket, _ string) error {
+		_, err := c.ListObjectsV2(ctx, &awss3.ListObjectsV2Input{Bucket: aws.String(bucket)})
+		return err
+	}},
+	{"PutObject (overwrite)", func(ctx context.Context, c *awss3.Client, bucket, key string) error {
+		_, err := c.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader("overwritten")})
+		return err
+	}},
+	{"DeleteObject", func(ctx context.Context, c *awss3.Client, bucket, key string) error {
+		_, err := c.DeleteObject(ctx, &awss3.DeleteObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+		return err
+	}},
+	{"PutObjectAcl public-read", func(ctx context.Context, c *awss3.Client, bucket, key string) error {
+		_, err := c.PutObjectAcl(ctx, &awss3.PutObjectAclInput{Bucket: aws.String(bucket), Key: aws.String(key), ACL: types.ObjectCannedACLPublicRead})
+		return err
+	}},
+	{"PutBucketAcl public-read", func(ctx context.Context, c *awss3.Client, bucket, _ string) error {
+		_, err := c.PutBucketAcl(ctx, &awss3.PutBucketAclInput{Bucket: aws.String(bucket), ACL: types.BucketCannedACLPublicRead})
+		return err
+	}},
+	{"PutBucketPolicy public read", func(ctx context.Context, c *awss3.Client, bucket, _ string) error {
+		_, err := c.PutBucketPolicy(ctx, &awss3.PutBucketPolicyInput{Bucket: aws.String(bucket), Policy: aws.String(
+			`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":"*","Action":["s3:GetObject"],"Resource":["arn:aws:s3:::` + bucket + `/*"]}]}`)})
+		return err
+	}},
+	{"GetBucketPolicy (names other accesses)", func(ctx context.Context, c *awss3.Client, bucket, _ string) error {
+		_, err := c.GetBucketPolicy(ctx, &awss3.GetBucketPolicyInput{Bucket: aws.String(bucket)})
+		return err
+	}},
+	{"PutBucketLifecycleConfiguration expiring everything", func(ctx context.Context, c *awss3.Client, bucket, _ string) error {
+		_, err := c.PutBucketLifecycleConfiguration(ctx, &awss3.PutBucketLifecycleConfigurationInput{Bucket: aws.String(bucket),
+			LifecycleConfiguration: &types.BucketLifecycleConfiguration{Rules: []types.LifecycleRule{{ID: aws.String("expire-all"),
+				Status: types.ExpirationStatusEnabled, Filter: &types.LifecycleRuleFilter{Prefix: aws.String("")},
+				Expiration: &types.LifecycleExpiration{Days: aws.Int32(1)}}}}})
+		return err
+	}},
+	{"PutObjectLockConfiguration compliance default", func(ctx context.Context, c *awss3.Client, bucket, _ string) error {
+		_, err := c.PutObjectLockConfiguration(ctx, &awss3.PutObjectLockConfigurationInput{Bucket: aws.String(bucket),
+			ObjectLockConfiguration: &types.ObjectLockConfiguration{ObjectLockEnabled: types.ObjectLockEnabledEnabled,
+				Rule: &types.ObjectLockRule{DefaultRetention: &types.DefaultRetention{Mode: types.ObjectLockRetentionModeCompliance, Days: aws.Int32(1)}}}})
+		return err
+	}},
+	{"PutObjectRetention compliance", func(ctx context.Context, c *awss3.Client, bucket, key string) error {
+		_, err := c.PutObjectRetention(ctx, &awss3.PutObjectRetentionInput{Bucket: aws.String(bucket), Key: aws.String(key),
+			Retention: &types.ObjectLockRetention{Mode: types.ObjectLockRetentionModeCompliance, RetainUntilDate: aws.Time(time.Now().Add(time.Hour))}})
+		return err
+	}},
+	{"PutObjectLegalHold on", func(ctx context.Context, c *awss3.Client, bucket, key string) error {
+		_, err := c.PutObjectLegalHold(ctx, &awss3.PutObjectLegalHoldInput{Bucket: aws.String(bucket), Key: aws.String(key),
+			LegalHold: &types.ObjectLockLegalHold{Status: types.ObjectLockLegalHoldStatusOn}})
+		return err
+	}},
+	{"PutBucketEncryption", func(ctx context.Context, c *awss3.Client, bucket, _ string) error {
+		_, err := c.PutBucketEncryption(ctx, &awss3.PutBucketEncryptionInput{Bucket: aws.String(bucket),
+			ServerSideEncryptionConfiguration: &types.ServerSideEncryptionConfiguration{Rules: []types.ServerSideEncryptionRule{{
+				ApplyServerSideEncryptionByDefault: &types.ServerSideEncryptionByDefault{SSEAlgorithm: types.ServerSideEncryptionAwsKms,
+					KMSMasterKeyID: aws.String("arn:aws:kms:us-east-1:000000000000:key/someone-elses")}}}}})
+		return err
+	}},
+}
+
+// TestMetadataModesCannotReachData grants each metadata mode alone on a bucket with Object Lock
+// and checks with the store that the key can do what its mode says and cannot read, expose,
+// destroy or lock object data. (Issue 14, item 2.)
+func TestMetadataModesCannotReachData(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		ctx := t.Context()
+		_, p := serve(t, b.newDriver(t, ""), logr.Discard())
+		bucket := createBucket(t, p, map[string]string{s3.ParamObjectLock: "true", s3.ParamPurgeOnDelete: "true"})
+		const key = "precious"
+		if _, err := b.admin.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader("data")}); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			name  string
+			modes *cosi.AccessModes
+			own   func(c *awss3.Client) error // what the mode is for, which must work
+		}{
+			{"objectMetadata ReadOnly", &cosi.AccessModes{ObjectMetadata: cosi.AccessMode_READ_ONLY}, func(c *awss3.Client) error {
+				_, err := c.GetObjectTagging(ctx, &awss3.GetObjectTaggingInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+				return err
+			}},
+			{"objectMetadata WriteOnly", &cosi.AccessModes{ObjectMetadata: cosi.AccessMode_WRITE_ONLY}, func(c *awss3.Client) error {
+				_, err := c.PutObjectTagging(ctx, &awss3.PutObjectTaggingInput{Bucket: aws.String(bucket), Key: aws.String(key),
+					Tagging: &types.Tagging{TagSet: []types.Tag{{Key: aws.String("k"), Value: aws.String("v")}}}})
+				return err
+			}},
+			{"objectMetadata ReadWrite", &cosi.AccessModes{ObjectMetadata: cosi.AccessMode_READ_WRITE}, func(c *awss3.Client) error {
+				_, err := c.PutObjectTagging(ctx, &awss3.PutObjectTaggingInput{Bucket: aws.String(bucket), Key: aws.String(key),
+					Tagging: &types.Tagging{TagSet: []types.Tag{{Key: aws.String("k"), Value: aws.String("v")}}}})
+				return err
+			}},
+			{"bucketMetadata ReadOnly", &cosi.AccessModes{BucketMetadata: cosi.AccessMode_READ_ONLY}, func(c *awss3.Client) error {
+				_, err := c.GetBucketVersioning(ctx, &awss3.GetBucketVersioningInput{Bucket: aws.String(bucket)})
+				return err
+			}},
+			{"bucketMetadata WriteOnly", &cosi.AccessModes{BucketMetadata: cosi.AccessMode_WRITE_ONLY}, func(c *awss3.Client) error {
+				tags, err := b.admin.GetBucketTagging(ctx, &awss3.GetBucketTaggingInput{Bucket: aws.String(bucket)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, err = c.PutBucketTagging(ctx, &awss3.PutBucketTaggingInput{Bucket: aws.String(bucket), Tagging: &types.Tagging{TagSet: tags.TagSet}})
+				return err
+			}},
+			{"bucketMetadata ReadWrite", &cosi.AccessModes{BucketMetadata: cosi.AccessMode_READ_WRITE}, func(c *awss3.Client) error {
+				_, err := c.GetBucketTagging(ctx, &awss3.GetBucketTaggingInput{Bucket: aws.String(bucket)})
+				return err
+			}},
+			{"all metadata ReadWrite", &cosi.AccessModes{ObjectMetadata: cosi.AccessMode_READ_WRITE, BucketMetadata: cosi.AccessMode_READ_WRITE}, func(c *awss3.Client) error {
+				_, err := c.GetObjectTagging(ctx, &awss3.GetObjectTaggingInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+				return err
+			}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				a := grant(t, p, tc.modes, bucket)
+				defer revoke(t, p, a)
+				expect(t, tc.name+": what the mode is for", true, tc.own(a.client))
+				for _, op := range dataOps {
+					err := op.do(ctx, a.client, bucket, key)
+					if apiCodeOf(err) == "NotImplemented" {
+						continue // the store has no such operation (Versity: ACLs, lifecycle, encryption): nothing to reach
+					}
+					expect(t, tc.name+": "+op.name, false, err)
+				}
+			})
+		}
+		// The data is as the admin left it: readable, unlocked, not public.
+		out, err := b.admin.GetObject(ctx, &awss3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+		if err != nil {
+			t.Fatalf("the admin reading the object afterwards: %v", err)
+		}
+		out.Body.Close()
+		_, err = anonymousClient(b.s3Endpoint).GetObject(ctx, &awss3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+		if !denied(err) {
+			t.Errorf("anonymous read afterwards: %v, want AccessDenied", err)
+		}
+	})
+}
+
+// longBuckets has the admin create n buckets with 63-character names, for imports.
+func longBuckets(t *testing.T, b *backend, n int) []string {
+	t.Helper()
+	var names []string
+	for range n {
+		name := randomName("long-")
+		name += strings.Repeat("x", 63-len(name))
+		if _, err := b.admin.CreateBucket(t.Context(), &awss3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, name)
+	}
+	return names
+}
+
+// TestGrantOverPolicySizeLimit grants full access to more buckets than an inline IAM policy can
+// hold (AWS: 2,048 characters) and expects a final error that says so, with nothing created;
+// and as many buckets as fit are granted. (Issue 14, item 3.)
+func TestGrantOverPolicySizeLimit(t *testing.T) {
+	b := versityBackend(t)
+	ctx := t.Context()
+	_, p := serve(t, b.newDriver(t, ""), logr.Discard())
+	all := &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE, ObjectMetadata: cosi.AccessMode_READ_WRITE, BucketMetadata: cosi.AccessMode_READ_WRITE}
+	buckets := longBuckets(t, b, 12)
+
+	id := randomName("ba-")
+	req := &cosi.DriverGrantBucketAccessRequest{AccountId: id, Protocol: cosi.ObjectProtocol_S3, AuthenticationType: cosi.AuthenticationType_KEY}
+	for _, bk := range buckets {
+		req.Buckets = append(req.Buckets, &cosi.AccessedBucket{BucketId: bk, AccessModes: all})
+	}
+	_, err := p.DriverGrantBucketAccess(ctx, req)
+	if code := status.Code(err); code != codes.OutOfRange || !strings.Contains(status.Convert(err).Message(), "2048") {
+		t.Errorf("granting full access to %d buckets with 63-character names: %v, want OutOfRange naming the 2048-character limit", len(buckets), err)
+	}
+	users, err := b.newAccount().List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(users, id) {
+		t.Errorf("the refused grant created IAM user %s", id)
+	}
+
+	a := grant(t, p, all, buckets[:5]...)
+	for _, bk := range buckets[:5] {
+		expect(t, "put into one of five buckets", true, put(a, bk, "k"))
+		if _, err := b.admin.DeleteObject(ctx, &awss3.DeleteObjectInput{Bucket: aws.String(bk), Key: aws.String("k")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	revoke(t, p, a)
+}
+
+// TestBucketIDsValidated checks that bucket IDs that are no S3 bucket name (wildcards, policy
+// variables, paths) are refused with InvalidArgument wherever they enter, before they reach an
+// ARN, and that a bucket the driver's identity may not see (403) is never imported or granted.
+// (Issue 14, item 4.)
+func TestBucketIDsValidated(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		ctx := t.Context()
+		_, p := serve(t, b.newDriver(t, ""), logr.Discard())
+		real := createBucket(t, p, nil)
+		rw := &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}
+		for _, bad := range []string{"*", "prod-*", "b?cket", "${aws:username}", real + "/*", "a", "UPPER", strings.Repeat("a", 64), "-lead", "a..b", "192.168.1.1"} {
+			_, err := p.DriverGetBucket(ctx, &cosi.DriverGetBucketRequest{BucketId: bad})
+			if status.Code(err) != codes.InvalidArgument {
+				t.Errorf("DriverGetBucket(%q): %v, want InvalidArgument", bad, err)
+			}
+			_, err = p.DriverGrantBucketAccess(ctx, &cosi.DriverGrantBucketAccessRequest{AccountId: randomName("ba-"), Protocol: cosi.ObjectProtocol_S3,
+				AuthenticationType: cosi.AuthenticationType_KEY, Buckets: []*cosi.AccessedBucket{{BucketId: real, AccessModes: rw}, {BucketId: bad, AccessModes: rw}}})
+			if status.Code(err) != codes.InvalidArgument {
+				t.Errorf("DriverGrantBucketAccess with bucket %q: %v, want InvalidArgument", bad, err)
+			}
+			_, err = p.DriverDeleteBucket(ctx, &cosi.DriverDeleteBucketRequest{BucketId: bad})
+			if status.Code(err) != codes.InvalidArgument {
+				t.Errorf("DriverDeleteBucket(%q): %v, want InvalidArgument", bad, err)
+			}
+		}
+		if exists, err := b.bucketExists(ctx, real); !exists || err != nil {
+			t.Errorf("bucket %s after the refused calls: exists=%v %v", real, exists, err)
+		}
+
+		if b.name != "ceph-rgw" {
+			return // Versity's root sees every bucket: TestLimitedAdmin covers it there
+		}
+		// A bucket of another user that the driver's identity may not see.
+		foreign, cleanup := rgwForeignBucket(t, b)
+		defer cleanup()
+		_, err := p.DriverGetBucket(ctx, &cosi.DriverGetBucketRequest{BucketId: foreign})
+		if err == nil {
+			t.Errorf("DriverGetBucket imported %s, which the driver's identity may not see", foreign)
+		}
+		_, err = p.DriverGrantBucketAccess(ctx, &cosi.DriverGrantBucketAccessRequest{AccountId: randomName("ba-"), Protocol: cosi.ObjectProtocol_S3,
+			AuthenticationType: cosi.AuthenticationType_KEY, Buckets: []*cosi.AccessedBucket{{BucketId: foreign, AccessModes: rw}}})
+		if err == nil {
+			t.Errorf("DriverGrantBucketAccess granted %s, which the driver's identity may not see", foreign)
+		}
+	})
+}
+
+// rgwForeignBucket creates a bucket owned by another RGW user, which the driver's admin may not
+// see (HeadBucket answers 403), and returns a function that deletes it.
+func rgwForeignBucket(t *testing.T, b *backend) (string, func()) {
+	t.Helper()
+	ctx := t.Context()
+	uid := randomName("other")
+	out, err := exec.Command("radosgw-admin", "-c", filepath.Join(rgw.dir, "ceph.conf"), "-n", "client.admin", "user", "create",
+		"--uid", uid, "--display-name", uid).Output()
+	if err != nil {
+		t.Fatalf("radosgw-admin user create: %v", err)
+	}
+	var u struct {
+		Keys []struct {
+			AccessKey string `json:"access_key"`
+			SecretKey string `json:"secret_key"`
+		} `json:"keys"`
+	}
+	if err := json.Unmarshal(out, &u); err != nil || len(u.Keys) == 0 {
+		t.Fatalf("radosgw-admin user create: %v %s", err, out)
+	}
+	owner := s3.NewS3Client(b.s3Endpoint, "us-east-1", credentials.NewStaticCredentialsProvider(u.Keys[0].AccessKey, u.Keys[0].SecretKey, ""), nil)
+	name := randomName("other-")
+	if _, err := owner.CreateBucket(ctx, &awss3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.admin.HeadBucket(ctx, &awss3.HeadBucketInput{Bucket: aws.String(name)}); err == nil {
+		t.Fatalf("the admin can see %s; the test needs a bucket it cannot see", name)
+	}
+	return name, func() {
+		_, _ = owner.DeleteBucket(context.Background(), &awss3.DeleteBucketInput{Bucket: aws.String(name)})
+	}
+}
+
+// limitedAdmin creates, with Versity's root, an IAM user that the driver can use as its admin
+// identity: allowed policy (a JSON policy document), with one access key.
+func limitedAdmin(t *testing.T, policy string) (name string, iamc *iam.Client, key s3.Key) {
+	t.Helper()
+	b := versityBackend(t)
+	ctx := t.Context()
+	root := iam.New(iam.Options{Region: "us-east-1", Credentials: b.creds, BaseEndpoint: aws.String(versityStore.IAMEndpoint)})
+	name = randomName("driver-admin-")
+	if _, err := root.CreateUser(ctx, &iam.CreateUserInput{UserName: aws.String(name)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.PutUserPolicy(ctx, &iam.PutUserPolicyInput{UserName: aws.String(name), PolicyName: aws.String("admin"), PolicyDocument: aws.String(policy)}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := root.CreateAccessKey(ctx, &iam.CreateAccessKeyInput{UserName: aws.String(name)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name, root, s3.Key{AccessKeyID: aws.ToString(out.AccessKey.AccessKeyId), SecretAccessKey: aws.ToString(out.AccessKey.SecretAccessKey)}
+}
+
+const limitedAdminPolicy = `{"Version":"2012-10-17","Statement":[` +
+	`{"Effect":"Allow","Action":["iam:*"],"Resource":["*"]},` +
+	`{"Effect":"Allow","Action":["s3:*"],"Resource":["arn:aws:s3:::lim-*","arn:aws:s3:::lim-*/*"]}]}`
+
+func writeCredentials(t *testing.T, path string, k s3.Key) {
+	t.Helper()
+	// As Kubernetes updates a mounted Secret: write a new file, then swap it in.
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, []byte("AWS_ACCESS_KEY_ID="+k.AccessKeyID+"\nAWS_SECRET_ACCESS_KEY="+k.SecretAccessKey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// limitedDriver serves a driver on Versity whose admin identity is the limited user with key k,
+// read from a credentials file, and returns the file's path.
+func limitedDriver(t *testing.T, k s3.Key, log logr.Logger) (string, cosi.ProvisionerClient) {
+	t.Helper()
+	b := versityBackend(t)
+	file := filepath.Join(t.TempDir(), "admin.env")
+	writeCredentials(t, file, k)
+	creds, err := s3.LoadCredentials(file, os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := s3.New(s3.Config{Endpoint: b.s3Endpoint, Credentials: creds, Accounts: s3.NewIAMAccounts(versityStore.IAMEndpoint, creds, nil),
+		BucketNamePrefix: "lim-", Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, p := serve(t, d, log)
+	return file, p
+}
+
+// TestLimitedAdmin runs the driver on Versity as a limited IAM user instead of the root: a bucket
+// of another owner it may not see is not imported (item 4), the admin's rotated key is picked up
+// from the credentials file while the driver runs and its auth failures meanwhile are retryable
+// (item 5), and the store's AccessDenied, which names the admin's ARN, does not reach the gRPC
+// message but does reach the driver log (item 7).
+func TestLimitedAdmin(t *testing.T) {
+	b := versityBackend(t)
+	ctx := t.Context()
+
+	t.Run("a bucket the driver's identity may not see is not imported", func(t *testing.T) {
+		_, _, k := limitedAdmin(t, limitedAdminPolicy)
+		_, p := limitedDriver(t, k, logr.Discard())
+		mine := createBucket(t, p, nil)
+		if _, err := p.DriverGetBucket(ctx, &cosi.DriverGetBucketRequest{BucketId: mine}); err != nil {
+			t.Fatalf("DriverGetBucket of the limited admin's own bucket: %v", err)
+		}
+		other := randomName("lim-root-")
+		if _, err := b.admin.CreateBucket(ctx, &awss3.CreateBucketInput{Bucket: aws.String(other)}); err != nil {
+			t.Fatal(err)
+		}
+		// The root's bucket matches lim-*, so the identity policy allows it: make the store
+		// refuse it with a bucket policy that denies the limited admin.
+		deny := `{"Version":"2012-10-17","Statement":[{"Effect":"Deny","Principal":"*","Action":["s3:*"],"Resource":["arn:aws:s3:::` + other + `","arn:aws:s3:::` + other + `/*"]}]}`
+		if _, err := b.admin.PutBucketPolicy(ctx, &awss3.PutBucketPolicyInput{Bucket: aws.String(other), Policy: aws.String(deny)}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := p.DriverGetBucket(ctx, &cosi.DriverGetBucketRequest{BucketId: other})
+		if err == nil {
+			t.Errorf("DriverGetBucket imported %s, which the driver's identity may not see", other)
+		}
+		_, err = p.DriverGrantBucketAccess(ctx, &cosi.DriverGrantBucketAccessRequest{AccountId: randomName("ba-"), Protocol: cosi.ObjectProtocol_S3,
+			AuthenticationType: cosi.AuthenticationType_KEY, Buckets: []*cosi.AccessedBucket{{BucketId: other, AccessModes: &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}}}})
+		if err == nil {
+			t.Errorf("DriverGrantBucketAccess granted %s, which the driver's identity may not see", other)
+		}
+	})
+
+	t.Run("the admin key is rotated while the driver runs", func(t *testing.T) {
+		name, root, k1 := limitedAdmin(t, limitedAdminPolicy)
+		file, p := limitedDriver(t, k1, logr.Discard())
+		before := createBucket(t, p, nil)
+		grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}, before)
+
+		out, err := root.CreateAccessKey(ctx, &iam.CreateAccessKeyInput{UserName: aws.String(name)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		k2 := s3.Key{AccessKeyID: aws.ToString(out.AccessKey.AccessKeyId), SecretAccessKey: aws.ToString(out.AccessKey.SecretAccessKey)}
+		if _, err := root.DeleteAccessKey(ctx, &iam.DeleteAccessKeyInput{UserName: aws.String(name), AccessKeyId: aws.String(k1.AccessKeyID)}); err != nil {
+			t.Fatal(err)
+		}
+		// The old key is dead and the file not yet updated: a failure the admin will fix, so
+		// retryable, and saying so without the key.
+		bucketName := s3.BucketName("lim-", randomName("bc-"))
+		_, err = p.DriverCreateBucket(ctx, &cosi.DriverCreateBucketRequest{BucketId: bucketName})
+		if status.Code(err) != codes.Unavailable {
+			t.Errorf("a call with the deleted admin key: %v, want Unavailable (retryable)", err)
+		}
+		if msg := status.Convert(err).Message(); strings.Contains(msg, k1.AccessKeyID) || strings.Contains(msg, k1.SecretAccessKey) {
+			t.Errorf("the error names the admin key: %s", msg)
+		}
+
+		writeCredentials(t, file, k2)
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			_, err = p.DriverCreateBucket(ctx, &cosi.DriverCreateBucketRequest{BucketId: bucketName})
+			if err == nil || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatalf("after the credentials file got the new key: %v", err)
+		}
+		a := grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}, bucketName)
+		expect(t, "put with an access granted after the rotation", true, put(a, bucketName, "k"))
+		revoke(t, p, a)
+	})
+
+	t.Run("the store's AccessDenied does not name the admin in the gRPC message", func(t *testing.T) {
+		// Allowed to manage its buckets, not IAM users: every grant is refused by the store with
+		// a message naming the admin's ARN.
+		name, _, k := limitedAdmin(t, `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["s3:*"],"Resource":["arn:aws:s3:::lim-*","arn:aws:s3:::lim-*/*"]}]}`)
+		var logs logBuffer
+		_, p := limitedDriver(t, k, logs.logger())
+		bucket := createBucket(t, p, nil)
+		_, err := p.DriverGrantBucketAccess(ctx, &cosi.DriverGrantBucketAccessRequest{AccountId: randomName("ba-"), Protocol: cosi.ObjectProtocol_S3,
+			AuthenticationType: cosi.AuthenticationType_KEY, Buckets: []*cosi.AccessedBucket{{BucketId: bucket, AccessModes: &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}}}})
+		if err == nil {
+			t.Fatal("a grant by an admin without IAM rights succeeded")
+		}
+		msg := status.Convert(err).Message()
+		for _, leak := range []string{name, "arn:", k.AccessKeyID, "RequestID", "api error"} {
+			if strings.Contains(msg, leak) {
+				t.Errorf("the gRPC message %q contains %q", msg, leak)
+			}
+		}
+		if status.Code(err) != codes.Unavailable {
+			t.Errorf("the admin denied by the store: %v, want Unavailable (an admin can fix it)", err)
+		}
+		logged, _ := logs.bytes()
+		if !strings.Contains(string(logged), name) {
+			t.Errorf("the driver log does not have the store's error naming the admin:\n%s", logged)
+		}
+	})
+}
