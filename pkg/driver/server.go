@@ -93,8 +93,12 @@ func NewServer(ctx context.Context, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("driver: %w", err)
 	}
 	log := opts.Logger.WithValues("driverName", info.GetName())
+	// Recovery twice: inside the logging and metrics interceptor, so that a panicking call is
+	// logged and counted as the Internal it becomes, and outermost, so that nothing in the chain
+	// can take the process down.
+	recovery := recoverInterceptor(log)
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
-		append([]grpc.UnaryServerInterceptor{serverInterceptor(log, metrics, info.GetName())}, opts.Interceptors...)...))
+		append([]grpc.UnaryServerInterceptor{recovery, serverInterceptor(log, metrics, info.GetName()), recovery}, opts.Interceptors...)...))
 	cosi.RegisterIdentityServer(srv, opts.Identity)
 	cosi.RegisterProvisionerServer(srv, opts.Provisioner)
 	return &Server{name: info.GetName(), endpoint: opts.Endpoint, lis: lis, grpc: srv, log: log, stopTimeout: opts.StopTimeout}, nil
