@@ -89,7 +89,7 @@ func TestForeignPolicyStatementsKept(t *testing.T) {
 		}
 		arn := "arn:aws:s3:::" + bucket
 		original := `{"Version":"2012-10-17","Id":"admin-policy","Statement":[` +
-			`{"Sid":"OfficeRead","Effect":"Allow","Principal":"*","Action":["s3:GetObject"],"Resource":["` + arn + `/*"],` +
+			`{"Sid":"OfficeRead","Effect":"Allow","Principal":{"AWS":["*"]},"Action":["s3:GetObject"],"Resource":["` + arn + `/*"],` +
 			`"Condition":{"IpAddress":{"aws:SourceIp":["10.99.0.0/16"]}}},` +
 			`{"Sid":"NoDeleteButAdmin","Effect":"Deny","NotPrincipal":{"AWS":["arn:aws:iam:::user/nobody-at-all"]},` +
 			`"Action":["s3:DeleteBucket"],"Resource":["` + arn + `"]},` +
@@ -378,6 +378,14 @@ func TestBucketIDsValidated(t *testing.T) {
 		if exists, err := b.bucketExists(ctx, real); !exists || err != nil {
 			t.Errorf("bucket %s after the refused calls: exists=%v %v", real, exists, err)
 		}
+		// A revoke naming such an ID cannot fail for good: it skips it and removes the rest.
+		a := grant(t, p, rw, real)
+		_, err := p.DriverRevokeBucketAccess(ctx, &cosi.DriverRevokeBucketAccessRequest{AccountId: a.id, Protocol: cosi.ObjectProtocol_S3,
+			AuthenticationType: cosi.AuthenticationType_KEY, Buckets: []*cosi.DriverRevokeBucketAccessRequest_Bucket{{BucketId: real}, {BucketId: "*"}}})
+		if err != nil {
+			t.Errorf("revoking with a bucket ID \"*\" among the buckets: %v", err)
+		}
+		expect(t, "put after a revoke naming \"*\"", false, put(a, real, "k"))
 
 		if b.name != "ceph-rgw" {
 			return // Versity's root sees every bucket: TestLimitedAdmin covers it there
@@ -385,7 +393,7 @@ func TestBucketIDsValidated(t *testing.T) {
 		// A bucket of another user that the driver's identity may not see.
 		foreign, cleanup := rgwForeignBucket(t, b)
 		defer cleanup()
-		_, err := p.DriverGetBucket(ctx, &cosi.DriverGetBucketRequest{BucketId: foreign})
+		_, err = p.DriverGetBucket(ctx, &cosi.DriverGetBucketRequest{BucketId: foreign})
 		if err == nil {
 			t.Errorf("DriverGetBucket imported %s, which the driver's identity may not see", foreign)
 		}
