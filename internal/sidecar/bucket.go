@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,8 +45,24 @@ type BucketReconciler struct {
 	Grants *inFlight
 }
 
+// indexBucketsByGrant indexes Buckets by the UIDs of the accesses whose grants they record, so that
+// an access that goes wakes the Buckets holding its grants, whatever its status says.
+const indexBucketsByGrant = "metadata.annotations.grants"
+
 // SetupWithManager registers the reconciler for this driver's Buckets.
 func (r *BucketReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
+	err := mgr.GetFieldIndexer().IndexField(context.Background(), &cosiapi.Bucket{}, indexBucketsByGrant, func(o client.Object) []string {
+		var uids []string
+		for k := range o.GetAnnotations() {
+			if uid, ok := strings.CutPrefix(k, grantAnnotationPrefix); ok {
+				uids = append(uids, uid)
+			}
+		}
+		return uids
+	})
+	if err != nil {
+		return err
+	}
 	ours := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return o.(*cosiapi.Bucket).Spec.DriverName == r.Info.GetName()
 	})
@@ -53,7 +70,7 @@ func (r *BucketReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Op
 		Named("sidecar-bucket").
 		For(&cosiapi.Bucket{}, builder.WithPredicates(ours, predicate.Or[client.Object](apiutil.SpecOrLifecycleChanged, apiutil.ProtectionRemoved))).
 		// An access that goes may leave a grant to revoke from the Buckets' records.
-		Watches(&cosiapi.BucketAccess{}, handler.EnqueueRequestsFromMapFunc(bucketsOfAccess), builder.WithPredicates(predicate.Funcs{
+		Watches(&cosiapi.BucketAccess{}, handler.EnqueueRequestsFromMapFunc(r.bucketsOfAccess), builder.WithPredicates(predicate.Funcs{
 			CreateFunc: func(event.CreateEvent) bool { return false },
 			UpdateFunc: func(e event.UpdateEvent) bool {
 				return !slices.Equal(e.ObjectOld.GetFinalizers(), e.ObjectNew.GetFinalizers())
@@ -63,10 +80,20 @@ func (r *BucketReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Op
 		Complete(r)
 }
 
-func bucketsOfAccess(_ context.Context, o client.Object) []reconcile.Request {
+// bucketsOfAccess maps an access to the Buckets it names in status and to those that record a
+// grant of it: the records are the sidecar's own, and whoever can write the access's status
+// cannot hide them.
+func (r *BucketReconciler) bucketsOfAccess(ctx context.Context, o client.Object) []reconcile.Request {
 	var reqs []reconcile.Request
 	for _, b := range o.(*cosiapi.BucketAccess).Status.AccessedBuckets {
 		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: b.BucketName}})
+	}
+	var list cosiapi.BucketList
+	if err := r.Client.List(ctx, &list, client.MatchingFields{indexBucketsByGrant: string(o.GetUID())}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing the Buckets that record a grant", "bucketAccess", client.ObjectKeyFromObject(o))
+	}
+	for _, b := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: b.Name}})
 	}
 	return reqs
 }
@@ -82,14 +109,16 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if bucket.Spec.DriverName != r.Info.GetName() {
 		return reconcile.Result{}, nil
 	}
+	// Grants of accesses that are gone are revoked whatever the Bucket's state: a released
+	// Retain Bucket keeps its data, never a key to it.
+	if _, err := r.revokeOrphanedGrants(ctx, bucket); err != nil {
+		return r.result(bucket, cosiapi.EventFailedRevokeAccess, err)
+	}
 	if bucket.DeletionTimestamp != nil || bucket.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] != "" {
 		return r.result(bucket, cosiapi.EventFailedDeleteBucket, r.delete(ctx, bucket))
 	}
 	// The finalizer on every reconcile: it is put back when someone removed it.
 	if err := apiutil.AddFinalizer(ctx, r.Client, bucket); err != nil {
-		return r.result(bucket, cosiapi.EventFailedCreateBucket, err)
-	}
-	if _, err := r.revokeOrphanedGrants(ctx, bucket); err != nil {
 		return r.result(bucket, cosiapi.EventFailedCreateBucket, err)
 	}
 	if apiutil.IsTrue(bucket.Status.Conditions, cosiapi.ConditionProvisioned) && bucket.Status.BucketID != "" {

@@ -207,13 +207,27 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 		accessed = append(accessed, &cosi.AccessedBucket{BucketId: buckets[claim.BucketClaimName].Status.BucketID, AccessModes: rpcAccessModes(claim.AccessModes)})
 	}
 
+	generateReq := &cosi.DriverGenerateBucketAccessIdRequest{
+		AccountName: cosiapi.AccountNamePrefix + string(ba.UID), Buckets: accessed, Protocol: protocol,
+		AuthenticationType: auth, ServiceAccount: sa, Parameters: ba.Status.Parameters,
+	}
+	if ba.Status.AccountID != "" && !grantRecorded(ba, buckets) {
+		// An account ID this sidecar has no record of granting: it stopped between phase 1 and the
+		// record, or someone who can write status put it there (another access's account, say).
+		// The driver generates the same ID for the same account name (KEP-1979
+		// "DriverGenerateBucketAccessId"); anything else is not this access's account.
+		resp, err := r.Driver.DriverGenerateBucketAccessId(ctx, generateReq)
+		if err != nil {
+			return r.failed(ctx, ba, rpcError{"DriverGenerateBucketAccessId", err}, cosiapi.EventFailedGrantAccess)
+		}
+		if resp.GetAccountId() != ba.Status.AccountID {
+			return r.invalid(ctx, ba, cosiapi.ReasonInvalidReference, "status.accountID is not the account the driver generates for this BucketAccess", true)
+		}
+	}
 	if ba.Status.AccountID == "" {
 		// Phase 1: get the account ID and persist it (with the bucket IDs, for the revocation)
 		// before anything exists in the backend.
-		resp, err := r.Driver.DriverGenerateBucketAccessId(ctx, &cosi.DriverGenerateBucketAccessIdRequest{
-			AccountName: cosiapi.AccountNamePrefix + string(ba.UID), Buckets: accessed, Protocol: protocol,
-			AuthenticationType: auth, ServiceAccount: sa, Parameters: ba.Status.Parameters,
-		})
+		resp, err := r.Driver.DriverGenerateBucketAccessId(ctx, generateReq)
 		if err != nil {
 			return r.failed(ctx, ba, rpcError{"DriverGenerateBucketAccessId", err}, cosiapi.EventFailedGrantAccess)
 		}
@@ -232,7 +246,10 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 		}
 	}
 	// Recorded on the Buckets before the driver is asked: whatever happens to the BucketAccess
-	// from now on, the grant can be revoked.
+	// from now on, the grant can be revoked. Counted in flight from before the record exists, so
+	// that no revocation of the record can slip in before the grant.
+	done := r.Grants.start(ba.UID)
+	defer done()
 	if err := r.recordGrant(ctx, ba, buckets); err != nil {
 		return err
 	}
@@ -242,9 +259,7 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 		AccountId: ba.Status.AccountID, Buckets: accessed, Protocol: protocol,
 		AuthenticationType: auth, ServiceAccount: sa, Parameters: ba.Status.Parameters,
 	}
-	done := r.Grants.start(ba.UID)
 	resp, err := r.Driver.DriverGrantBucketAccess(ctx, grantReq)
-	done()
 	if err != nil {
 		return r.failed(ctx, ba, rpcError{"DriverGrantBucketAccess", err}, cosiapi.EventFailedGrantAccess)
 	}
@@ -371,9 +386,16 @@ func (r *BucketAccessReconciler) delete(ctx context.Context, ba *cosiapi.BucketA
 	if err := r.deleteSecrets(ctx, ba); err != nil {
 		return err
 	}
-	if ba.Status.AccountID != "" {
-		req := newGrantRecord(ba).revokeRequest()
-		if _, err := r.Driver.DriverRevokeBucketAccess(ctx, req); err != nil {
+	// Revoked from the sidecar's own record of the grant, not from status, which someone who can
+	// write it could point at another access's account. No record: nothing was granted (the record
+	// is written before the grant); grants recorded on Buckets that status does not name are
+	// revoked by those Buckets' reconciles once the access is gone.
+	rec, err := r.recordedGrant(ctx, ba)
+	if err != nil {
+		return err
+	}
+	if rec != nil && len(rec.BucketIDs) > 0 {
+		if _, err := r.Driver.DriverRevokeBucketAccess(ctx, rec.revokeRequest()); err != nil {
 			return r.failed(ctx, ba, rpcError{"DriverRevokeBucketAccess", err}, cosiapi.EventFailedRevokeAccess)
 		}
 	}

@@ -41,12 +41,15 @@ type grantRecord struct {
 	ServiceAccountName string            `json:"serviceAccountName,omitempty"`
 	Parameters         map[string]string `json:"parameters,omitempty"`
 	BucketIDs          []string          `json:"bucketIDs"`
+	// SecretNames are the access's Secrets, in Namespace: deleted with the grant when the access
+	// vanished without its cleanup.
+	SecretNames []string `json:"secretNames,omitempty"`
 }
 
 func newGrantRecord(ba *cosiapi.BucketAccess) grantRecord {
 	rec := grantRecord{
 		Namespace: ba.Namespace, Name: ba.Name, UID: ba.UID, AccountID: ba.Status.AccountID, Protocol: ba.Spec.Protocol,
-		AuthenticationType: string(ba.Status.AuthenticationType), Parameters: ba.Status.Parameters,
+		AuthenticationType: string(ba.Status.AuthenticationType), Parameters: ba.Status.Parameters, SecretNames: secretNames(ba),
 	}
 	if ba.Status.AuthenticationType == cosiapi.AuthenticationTypeServiceAccount {
 		rec.ServiceAccountName = ba.Spec.ServiceAccountName
@@ -108,6 +111,39 @@ func (r *BucketAccessReconciler) recordGrant(ctx context.Context, ba *cosiapi.Bu
 		}
 	}
 	return nil
+}
+
+// grantRecorded reports whether every Bucket records a grant of the access with its account ID.
+func grantRecorded(ba *cosiapi.BucketAccess, buckets map[string]*cosiapi.Bucket) bool {
+	for _, b := range buckets {
+		var g grantRecord
+		v, ok := b.Annotations[grantKey(ba.UID)]
+		if !ok || json.Unmarshal([]byte(v), &g) != nil || g.AccountID != ba.Status.AccountID {
+			return false
+		}
+	}
+	return true
+}
+
+// recordedGrant returns the grant of the access recorded on the Buckets its status names, or nil.
+func (r *BucketAccessReconciler) recordedGrant(ctx context.Context, ba *cosiapi.BucketAccess) (*grantRecord, error) {
+	for _, ab := range ba.Status.AccessedBuckets {
+		b := &cosiapi.Bucket{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: ab.BucketName}, b); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return nil, err
+		}
+		records, err := grantRecords(b)
+		if err != nil {
+			return nil, err
+		}
+		if g, ok := records[ba.UID]; ok && g.AccountID != "" {
+			return &g, nil
+		}
+	}
+	return nil, nil
 }
 
 // forgetGrant removes the access's grant record from the Buckets, once it is revoked.
@@ -201,7 +237,12 @@ func (r *BucketReconciler) revokeOrphanedGrants(ctx context.Context, b *cosiapi.
 			live = append(live, g.Namespace+"/"+g.Name)
 			continue
 		}
-		if g.AccountID != "" {
+		// As the access's own deletion would (KEP "Deleting a BucketAccess" step 3): Secrets
+		// first, then the revocation.
+		if err := deleteAccessSecrets(ctx, r.Client, g.Namespace, g.UID, g.SecretNames); err != nil {
+			return nil, err
+		}
+		if g.AccountID != "" && len(g.BucketIDs) > 0 {
 			if _, err := r.Driver.DriverRevokeBucketAccess(ctx, g.revokeRequest()); err != nil {
 				return nil, r.failedRevoke(ctx, b, g, err)
 			}

@@ -44,26 +44,58 @@ const (
 // probeSecret tells what is at the name of an access Secret, and returns the Secret when it is
 // the access's own.
 func (r *BucketAccessReconciler) probeSecret(ctx context.Context, ba *cosiapi.BucketAccess, name string) (slotState, *corev1.Secret, error) {
-	test, err := json.Marshal([]map[string]string{{
-		"op": "test", "path": "/metadata/labels/" + jsonPointerEscape(cosiapi.LabelBucketAccessUID), "value": string(ba.UID),
-	}})
-	if err != nil {
-		return 0, nil, err
+	return probeSecret(ctx, r.Client, ba.Namespace, name, ba.UID, false)
+}
+
+// probeSecret tells what is at namespace/name for the access with the UID. With owned, a Secret
+// whose first owner reference is the access also counts as the access's, even without the label
+// (a tenant may have removed it): for deleting, never for writing.
+func probeSecret(ctx context.Context, c client.Client, namespace, name string, uid types.UID, owned bool) (slotState, *corev1.Secret, error) {
+	paths := []string{"/metadata/labels/" + jsonPointerEscape(cosiapi.LabelBucketAccessUID)}
+	if owned {
+		paths = append(paths, "/metadata/ownerReferences/0/uid")
 	}
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ba.Namespace}}
-	err = r.Client.Patch(ctx, s, client.RawPatch(types.JSONPatchType, test))
-	switch {
-	case apierrors.IsNotFound(err):
-		return slotFree, nil, nil
-	case apierrors.IsInvalid(err):
-		// The test failed: the label is missing or names another access.
-		return slotForeign, nil, nil
-	case err != nil:
-		return 0, nil, err
-	case s.DeletionTimestamp != nil:
-		return slotDeleting, s, nil
+	for _, path := range paths {
+		test, err := json.Marshal([]map[string]string{{"op": "test", "path": path, "value": string(uid)}})
+		if err != nil {
+			return 0, nil, err
+		}
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
+		err = c.Patch(ctx, s, client.RawPatch(types.JSONPatchType, test))
+		switch {
+		case apierrors.IsNotFound(err):
+			return slotFree, nil, nil
+		case apierrors.IsInvalid(err):
+			continue // the test failed: the label (or owner) is missing or names another access
+		case err != nil:
+			return 0, nil, err
+		case s.DeletionTimestamp != nil:
+			return slotDeleting, s, nil
+		}
+		return slotOurs, s, nil
 	}
-	return slotOurs, s, nil
+	return slotForeign, nil, nil
+}
+
+// deleteAccessSecrets deletes the Secrets of the access with the UID: COSI's finalizer removed,
+// then deleted with a UID precondition. Secrets that are not the access's are never touched.
+func deleteAccessSecrets(ctx context.Context, c client.Client, namespace string, uid types.UID, names []string) error {
+	for _, name := range names {
+		state, s, err := probeSecret(ctx, c, namespace, name, uid, true)
+		if err != nil {
+			return err
+		}
+		if state != slotOurs && state != slotDeleting {
+			continue
+		}
+		if err := apiutil.RemoveFinalizer(ctx, c, s); err != nil {
+			return err
+		}
+		if err := c.Delete(ctx, s, client.Preconditions{UID: &s.UID}); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // jsonPointerEscape escapes a map key for a JSON pointer (RFC 6901).
@@ -82,11 +114,18 @@ func (r *BucketAccessReconciler) secretsReady(ctx context.Context, ba *cosiapi.B
 		if err != nil {
 			return false, "", err
 		}
-		switch state {
-		case slotForeign:
+		switch {
+		case state == slotForeign:
 			return false, claim.AccessSecretName, nil
-		case slotDeleting:
+		case state == slotDeleting:
 			if err := r.releaseSecret(ctx, s); err != nil {
+				return false, "", err
+			}
+			ready = false
+		case state == slotOurs && s.Immutable != nil && *s.Immutable:
+			// Made immutable by someone: it could never be written again. Replaced, before
+			// anything is granted, so that a grant is never repeated for a write that must fail.
+			if err := deleteAccessSecrets(ctx, r.Client, ba.Namespace, ba.UID, []string{s.Name}); err != nil {
 				return false, "", err
 			}
 			ready = false
@@ -120,22 +159,15 @@ func (r *BucketAccessReconciler) releaseSecret(ctx context.Context, s *corev1.Se
 // deleteSecrets deletes the access's Secrets (KEP-1979 "Deleting a BucketAccess", steps 3.1 and
 // 3.2). Secrets that are not the access's are never touched.
 func (r *BucketAccessReconciler) deleteSecrets(ctx context.Context, ba *cosiapi.BucketAccess) error {
-	for _, claim := range ba.Spec.BucketClaims {
-		state, s, err := r.probeSecret(ctx, ba, claim.AccessSecretName)
-		if err != nil {
-			return err
-		}
-		if state != slotOurs && state != slotDeleting {
-			continue
-		}
-		if err := r.releaseSecret(ctx, s); err != nil {
-			return err
-		}
-		if err := r.Client.Delete(ctx, s, client.Preconditions{UID: &s.UID}); client.IgnoreNotFound(err) != nil {
-			return err
-		}
+	return deleteAccessSecrets(ctx, r.Client, ba.Namespace, ba.UID, secretNames(ba))
+}
+
+func secretNames(ba *cosiapi.BucketAccess) []string {
+	names := make([]string, 0, len(ba.Spec.BucketClaims))
+	for _, c := range ba.Spec.BucketClaims {
+		names = append(names, c.AccessSecretName)
 	}
-	return nil
+	return names
 }
 
 // writeSecret creates the Secret of one claim, or updates the access's own Secret. A Secret that
