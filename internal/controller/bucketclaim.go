@@ -233,7 +233,7 @@ func (r *BucketClaimReconciler) bucket(ctx context.Context, claim, orig *cosiapi
 		base := claim.DeepCopy()
 		claim.Status.BoundBucketName = cosiapi.BucketNamePrefix + string(claim.UID)
 		setBoundConditions(claim)
-		if err := r.Client.Status().Patch(ctx, claim, client.MergeFrom(base)); err != nil {
+		if err := r.Client.Status().Patch(ctx, claim, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 			return nil, err
 		}
 		claim.DeepCopyInto(orig)
@@ -333,7 +333,10 @@ func (r *BucketClaimReconciler) patchStatus(ctx context.Context, orig, claim *co
 	if reflect.DeepEqual(orig.Status, claim.Status) {
 		return nil
 	}
-	if err := r.Client.Status().Patch(ctx, claim, client.MergeFrom(orig)); err != nil {
+	// Locked to the version read: a status computed from a stale copy must never land, least of
+	// all on a claim deleted and created again under the same name (it would carry the old claim's
+	// Provisioned condition without its Bucket).
+	if err := r.Client.Status().Patch(ctx, claim, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return err
 	}
 	if pf := meta.FindStatusCondition(claim.Status.Conditions, cosiapi.ConditionProvisionFailed); pf != nil && pf.Status == metav1.ConditionTrue {

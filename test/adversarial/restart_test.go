@@ -24,8 +24,10 @@ func TestAccessDeletedWhileTheSidecarIsDown(t *testing.T) {
 	creds := credentials(secret(t, ba, 0))
 
 	s.stopSidecar()
-	edit(t, tenant, ba, func(o *cosiapi.BucketAccess) { controllerutil.RemoveFinalizer(o, cosiapi.FinalizerProtection) })
+	// Deleted first, then the finalizer removed: COSI puts finalizers back only on objects that
+	// are not being deleted, so this wins every time.
 	mustDelete(t, tenant, ba)
+	edit(t, tenant, ba, func(o *cosiapi.BucketAccess) { controllerutil.RemoveFinalizer(o, cosiapi.FinalizerProtection) })
 	env.Gone(t, ba)
 	s.startSidecar()
 	s.waitRevoked(ba.Status.AccountID)
