@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -44,10 +45,13 @@ const indexAccessedBucket = "status.accessedBuckets.bucketName"
 // (KEP-1979 "Generating Bucket Access Credentials" and "Deleting a BucketAccess", the sidecar
 // steps). It acts only after the controller's hand-off: status.driverName names this driver.
 type BucketAccessReconciler struct {
-	Client   client.Client
-	Driver   *driver.Client
-	Info     *cosi.DriverGetInfoResponse
-	Recorder events.EventRecorder
+	Client client.Client
+	// APIReader reads, uncached, what a grant or a revocation must not decide on a stale copy:
+	// whether the access still exists, and the grant records on its Buckets.
+	APIReader client.Reader
+	Driver    *driver.Client
+	Info      *cosi.DriverGetInfoResponse
+	Recorder  events.EventRecorder
 	// SecretCheckInterval is how often the Secrets of a provisioned access are checked.
 	SecretCheckInterval time.Duration
 	// Grants counts the grants in flight, shared with the BucketReconciler.
@@ -175,6 +179,18 @@ func (r *BucketAccessReconciler) check(ctx context.Context, ba *cosiapi.BucketAc
 
 // grant provisions the access in two phases and writes its Secrets.
 func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAccess) error {
+	// Counted in flight first, then the access confirmed uncached: a Bucket's reconcile revokes a
+	// recorded grant only when the access is gone (uncached) and no grant for it is in flight, so
+	// either it sees this grant, or this grant sees the access gone.
+	done := r.Grants.start(ba.UID)
+	defer done()
+	live := &cosiapi.BucketAccess{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ba), live); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if live.UID != ba.UID || live.DeletionTimestamp != nil {
+		return nil // gone or going: the deletion path takes over
+	}
 	buckets, ready, err := r.buckets(ctx, ba)
 	if err != nil || !ready {
 		return err
@@ -246,10 +262,7 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 		}
 	}
 	// Recorded on the Buckets before the driver is asked: whatever happens to the BucketAccess
-	// from now on, the grant can be revoked. Counted in flight from before the record exists, so
-	// that no revocation of the record can slip in before the grant.
-	done := r.Grants.start(ba.UID)
-	defer done()
+	// from now on, the grant can be revoked.
 	if err := r.recordGrant(ctx, ba, buckets); err != nil {
 		return err
 	}
@@ -285,13 +298,22 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 		}
 	}
 
-	orig := ba.DeepCopy()
-	g := ba.Generation
-	apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned, "access granted; Secrets written")
-	apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisionFailed, metav1.ConditionFalse, cosiapi.ReasonDriverSucceeded, "")
-	apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid, "")
-	if err := r.patchStatus(ctx, ba, orig); err != nil {
-		return err
+	// Once the driver has answered, the result is written whatever else changed the object
+	// meanwhile (a tenant's label, the controller's condition): a conflict here is retried on a
+	// fresh copy, never by granting again.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ba), ba); err != nil {
+			return err
+		}
+		orig := ba.DeepCopy()
+		g := ba.Generation
+		apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned, "access granted; Secrets written")
+		apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisionFailed, metav1.ConditionFalse, cosiapi.ReasonDriverSucceeded, "")
+		apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid, "")
+		return r.patchStatus(ctx, ba, orig)
+	})
+	if err != nil {
+		return client.IgnoreNotFound(err)
 	}
 	r.checks.done(ba.UID)
 	return nil

@@ -101,11 +101,10 @@ func (r *BucketAccessReconciler) recordGrant(ctx context.Context, ba *cosiapi.Bu
 	if err != nil {
 		return err
 	}
+	// Written on every grant, not skipped when a cached copy shows it: the copy may predate a
+	// revocation that removed it.
 	for _, name := range slices.Sorted(maps.Keys(buckets)) {
 		b := buckets[name]
-		if b.Annotations[grantKey(ba.UID)] == string(value) {
-			continue
-		}
 		if err := patchAnnotation(ctx, r.Client, b, grantKey(ba.UID), string(value)); err != nil {
 			return err
 		}
@@ -128,8 +127,10 @@ func grantRecorded(ba *cosiapi.BucketAccess, buckets map[string]*cosiapi.Bucket)
 // recordedGrant returns the grant of the access recorded on the Buckets its status names, or nil.
 func (r *BucketAccessReconciler) recordedGrant(ctx context.Context, ba *cosiapi.BucketAccess) (*grantRecord, error) {
 	for _, ab := range ba.Status.AccessedBuckets {
+		// Uncached: a record written a moment ago may not be in the cache yet, and deciding
+		// from the cache could skip the revocation.
 		b := &cosiapi.Bucket{}
-		if err := r.Client.Get(ctx, types.NamespacedName{Name: ab.BucketName}, b); err != nil {
+		if err := r.APIReader.Get(ctx, types.NamespacedName{Name: ab.BucketName}, b); err != nil {
 			if apierrors.IsNotFound(err) {
 				continue
 			}
@@ -159,8 +160,8 @@ func forgetGrant(ctx context.Context, c client.Client, uid types.UID, bucketName
 		if _, ok := b.Annotations[grantKey(uid)]; !ok {
 			continue
 		}
-		if err := patchAnnotation(ctx, c, b, grantKey(uid), ""); err != nil {
-			return client.IgnoreNotFound(err)
+		if err := patchAnnotation(ctx, c, b, grantKey(uid), ""); client.IgnoreNotFound(err) != nil {
+			return err
 		}
 	}
 	return nil

@@ -129,7 +129,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, drv *driver.Client, info *cosi
 	if checks <= 0 {
 		checks = DefaultSecretCheckInterval
 	}
-	if err := (&BucketAccessReconciler{Client: mgr.GetClient(), Driver: drv, Info: info, Recorder: recorder, SecretCheckInterval: checks, Grants: grants}).SetupWithManager(ctx, mgr, copts); err != nil {
+	if err := (&BucketAccessReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Driver: drv, Info: info, Recorder: recorder, SecretCheckInterval: checks, Grants: grants}).SetupWithManager(ctx, mgr, copts); err != nil {
 		return err
 	}
 	return mgr.AddHealthzCheck("ping", healthz.Ping)
