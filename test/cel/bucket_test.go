@@ -156,6 +156,14 @@ func TestBucketUpdate(t *testing.T) {
 			wantErrors: []string{"spec.deletionPolicy", "deletionPolicy must be Retain when existingBucketID is set"},
 		},
 		{
+			name:   "a static bucket cannot become Delete by dropping existingBucketID",
+			before: static,
+			update: func(b *cosi.Bucket) {
+				b.Spec.ExistingBucketID, b.Spec.DeletionPolicy = "", cosi.DeletionPolicyDelete
+			},
+			wantErrors: []string{"spec.existingBucketID", "existingBucketID is immutable"},
+		},
+		{
 			name:       "existingBucketID cannot be added",
 			update:     func(b *cosi.Bucket) { b.Spec.ExistingBucketID = "other-bucket" },
 			wantErrors: []string{"spec.existingBucketID", "existingBucketID is immutable"},

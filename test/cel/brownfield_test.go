@@ -1,0 +1,129 @@
+package cel
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cosi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/testenv"
+)
+
+const brownfieldRuleMessage = "deletionPolicy must be Retain when existingBucketID is set"
+
+// TestBrownfieldDeleteStoredBeforeTheRule: what docs/api.md promises for a Bucket with
+// existingBucketID and deletionPolicy Delete stored before the CRD refused them (an upgrade). The
+// API server's validation ratcheting lets updates that leave the spec alone through (COSI's
+// finalizer, status), refuses spec changes, binding included, and lets the admin switch to Retain.
+//
+// It removes the rule from the installed CRD for a moment, so it is not parallel: Go runs it
+// after every parallel case of the tests before it has finished, and it puts the CRD back before
+// it returns.
+func TestBrownfieldDeleteStoredBeforeTheRule(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	crds, err := client.New(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	brownfieldDelete := func() *cosi.Bucket {
+		b := newBucket(uniqueName("brownfield"))
+		static(b)
+		b.Spec.DeletionPolicy = cosi.DeletionPolicyDelete
+		return b
+	}
+	// refusedNow probes the rule with a dry-run create.
+	refusedNow := func() bool {
+		err := env.Client.Create(t.Context(), brownfieldDelete(), client.DryRunAll)
+		return err != nil && strings.Contains(err.Error(), brownfieldRuleMessage)
+	}
+
+	rule := setRule(t, crds, nil)
+	restored := false
+	t.Cleanup(func() {
+		if !restored {
+			setRule(t, crds, rule)
+		}
+	})
+	testenv.Eventually(t, func() error {
+		if refusedNow() {
+			return fmt.Errorf("the CRD without the rule is not in force yet")
+		}
+		return nil
+	})
+	stored := brownfieldDelete()
+	if err := env.Client.Create(t.Context(), stored); err != nil {
+		t.Fatal(err)
+	}
+	setRule(t, crds, rule)
+	restored = true
+	testenv.Eventually(t, func() error {
+		if !refusedNow() {
+			return fmt.Errorf("the CRD with the rule is not in force yet")
+		}
+		return nil
+	})
+
+	for _, tc := range []struct {
+		name       string
+		update     func(*cosi.Bucket)
+		status     bool
+		wantErrors []string
+	}{
+		{name: "the sidecar adds its finalizer", update: func(b *cosi.Bucket) { b.Finalizers = []string{cosi.FinalizerProtection} }},
+		{name: "the sidecar writes status", status: true, update: func(b *cosi.Bucket) { b.Status.BucketID = "legacy-bucket" }},
+		{
+			name:       "the controller binds the claim",
+			update:     func(b *cosi.Bucket) { b.Spec.BucketClaimRef.UID = "3f2b9c1e-0000-4000-8000-000000000003" },
+			wantErrors: []string{"spec.deletionPolicy", brownfieldRuleMessage},
+		},
+		{name: "the admin switches it to Retain", update: func(b *cosi.Bucket) { b.Spec.DeletionPolicy = cosi.DeletionPolicyRetain }},
+		{name: "then the claim binds", update: func(b *cosi.Bucket) { b.Spec.BucketClaimRef.UID = "3f2b9c1e-0000-4000-8000-000000000003" }},
+	} {
+		// In order, on the one stored Bucket.
+		t.Run(tc.name, func(t *testing.T) {
+			if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(stored), stored); err != nil {
+				t.Fatal(err)
+			}
+			tc.update(stored)
+			checkErrors(t, update(t.Context(), stored, tc.status), tc.wantErrors)
+		})
+	}
+}
+
+// setRule removes the brownfield rule from the installed Bucket CRD and returns it, or, given
+// the rule it returned, puts it back.
+func setRule(t *testing.T, crds client.Client, put *apiextensionsv1.ValidationRule) *apiextensionsv1.ValidationRule {
+	t.Helper()
+	var removed *apiextensionsv1.ValidationRule
+	testenv.Eventually(t, func() error {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := crds.Get(t.Context(), client.ObjectKey{Name: "buckets." + cosi.GroupName}, crd); err != nil {
+			return err
+		}
+		spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
+		var rules apiextensionsv1.ValidationRules
+		for _, r := range spec.XValidations {
+			if strings.HasPrefix(r.Message, brownfieldRuleMessage) {
+				removed = &r
+				continue
+			}
+			rules = append(rules, r)
+		}
+		if put != nil {
+			rules = append(rules, *put)
+		} else if removed == nil {
+			t.Fatal("the Bucket CRD has no rule with the message " + brownfieldRuleMessage)
+		}
+		spec.XValidations = rules
+		crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = spec
+		return crds.Update(t.Context(), crd) // a conflict is retried
+	})
+	return removed
+}
