@@ -13,7 +13,9 @@ const (
 	// BucketClaim bound to the Bucket is being deleted. It tells the Sidecar that it is safe to
 	// unbind and, with deletion policy Delete, to deprovision the bucket. It is never cleared: the
 	// Bucket is either deleted or left retained and unbound. An admin deleting a Bucket whose claim
-	// is not being deleted does not trigger deprovisioning until this annotation appears.
+	// is not being deleted does not trigger deprovisioning until this annotation appears. The
+	// cosi-reserved-bucket-metadata admission policy (config/admission) reserves it to the
+	// Controller.
 	AnnotationBucketClaimBeingDeleted = "objectstorage.k8s.io/bucketclaim-being-deleted"
 
 	// AnnotationHasBucketAccessReferences is set on a BucketClaim by the COSI Controller while one
@@ -42,12 +44,15 @@ const (
 	AnnotationBucketClaimReference = "objectstorage.k8s.io/bucketclaim-reference"
 
 	// AnnotationAllowedBucketClasses is set on a Namespace by an admin: the comma-separated names
-	// of the BucketClasses that BucketClaims of the namespace may use. Enforced by the
-	// cosi-allowed-classes ValidatingAdmissionPolicy (config/admission); no annotation, no limit.
+	// of the BucketClasses that BucketClaims of the namespace may use. Enforced when a claim is
+	// created, by the cosi-allowed-classes ValidatingAdmissionPolicy (config/admission); no
+	// annotation or "*" among the names: no limit; an empty value: no class. COSI's components
+	// never read it.
 	AnnotationAllowedBucketClasses = "objectstorage.k8s.io/allowed-bucket-classes"
 
 	// AnnotationAllowedBucketAccessClasses is set on a Namespace by an admin: the comma-separated
-	// names of the BucketAccessClasses that BucketAccesses of the namespace may use (same policy).
+	// names of the BucketAccessClasses that BucketAccesses of the namespace may use (same policy
+	// and rules).
 	AnnotationAllowedBucketAccessClasses = "objectstorage.k8s.io/allowed-bucket-access-classes"
 )
 
