@@ -257,7 +257,9 @@ func (r *BucketReconciler) delete(ctx context.Context, bucket *cosiapi.Bucket) e
 	if len(live) > 0 {
 		return r.waiting(ctx, bucket, fmt.Sprintf("deletion waits until the BucketAccesses %v that hold this Bucket are deleted", live))
 	}
-	if bucket.Spec.DeletionPolicy == cosiapi.DeletionPolicyDelete && bucket.Status.BucketID != "" {
+	// An imported bucket is never deleted, whatever its policy: the API refuses Delete with
+	// existingBucketID, and a Bucket stored before that rule is treated as Retain.
+	if bucket.Spec.DeletionPolicy == cosiapi.DeletionPolicyDelete && bucket.Spec.ExistingBucketID == "" && bucket.Status.BucketID != "" {
 		_, err := r.Driver.DriverDeleteBucket(ctx, &cosi.DriverDeleteBucketRequest{BucketId: bucket.Status.BucketID, Parameters: bucket.Spec.Parameters})
 		if err != nil {
 			return r.failed(ctx, bucket, rpcError{"DriverDeleteBucket", err}, cosiapi.EventFailedDeleteBucket)
