@@ -254,11 +254,11 @@ func TestNoAccessToADeletingClaim(t *testing.T) {
 	t.Parallel()
 	c, b := provisionedClaim(t, cosiapi.ProtocolS3)
 	// Hold the claim in deletion with a foreign finalizer, as if its deletion were in progress.
-	get(t, c)
-	c.Finalizers = append(c.Finalizers, "example.com/hold")
-	if err := env.Client.Update(t.Context(), c); err != nil {
-		t.Fatal(err)
-	}
+	testenv.Eventually(t, func() error { // the controller writes the claim too: retry conflicts
+		get(t, c)
+		c.Finalizers = append(c.Finalizers, "example.com/hold")
+		return env.Client.Update(t.Context(), c)
+	})
 	if err := env.Client.Delete(t.Context(), c); err != nil {
 		t.Fatal(err)
 	}
@@ -270,11 +270,11 @@ func TestNoAccessToADeletingClaim(t *testing.T) {
 	if !strings.Contains(rv.Message, "being deleted") {
 		t.Errorf("message %q", rv.Message)
 	}
-	get(t, c)
-	c.Finalizers = nil
-	if err := env.Client.Update(t.Context(), c); err != nil {
-		t.Fatal(err)
-	}
+	testenv.Eventually(t, func() error {
+		get(t, c)
+		c.Finalizers = nil
+		return env.Client.Update(t.Context(), c)
+	})
 	finishAsSidecar(t, b)
 }
 
