@@ -6,9 +6,9 @@ SHELL := /usr/bin/env bash -o pipefail -o errexit
 
 ROOT := $(abspath .)
 BIN := $(ROOT)/bin
-# Go modules of this repository that hold code and tests. api and proto are separate modules so
-# that drivers can import them without controller-runtime or client-go.
-MODULES := . api proto
+# Go modules of this repository that hold code and tests. api, proto and pkg are separate modules so
+# that drivers can import them without controller-runtime, client-go or a cloud SDK.
+MODULES := . api proto pkg
 
 CONTROLLER_GEN := $(BIN)/controller-gen
 PROTOC_GEN_GO := $(BIN)/protoc-gen-go

@@ -10,6 +10,7 @@ require (
 	github.com/aws/smithy-go v1.28.8
 	github.com/go-logr/logr v1.4.4
 	github.com/kube-cosi/cosi/api v0.0.0
+	github.com/kube-cosi/cosi/pkg v0.0.0
 	github.com/kube-cosi/cosi/proto v0.0.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
@@ -80,5 +81,6 @@ require (
 
 replace (
 	github.com/kube-cosi/cosi/api => ./api
+	github.com/kube-cosi/cosi/pkg => ./pkg
 	github.com/kube-cosi/cosi/proto => ./proto
 )

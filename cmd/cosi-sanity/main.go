@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kube-cosi/cosi/test/sanity"
+	"github.com/kube-cosi/cosi/pkg/sanity"
 )
 
 type paramsFlag struct{ m map[string]string }

@@ -28,8 +28,8 @@ import (
 	"github.com/kube-cosi/cosi/internal/testenv"
 	"github.com/kube-cosi/cosi/internal/versity"
 	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/sanity"
 	cosi "github.com/kube-cosi/cosi/proto"
-	"github.com/kube-cosi/cosi/test/sanity"
 )
 
 // backend is a real object store with an account back-end of the driver.

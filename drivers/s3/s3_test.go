@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kube-cosi/cosi/drivers/s3"
+	"github.com/kube-cosi/cosi/pkg/sanity"
 	cosi "github.com/kube-cosi/cosi/proto"
-	"github.com/kube-cosi/cosi/test/sanity"
 )
 
 // TestSanity runs cosi-sanity against the driver on each real store, with a probe that asks the

@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/drivers/memory"
 	"github.com/kube-cosi/cosi/internal/testenv"
+	"github.com/kube-cosi/cosi/pkg/driver/memory"
 )
 
 // Issue 12, item 7: a tenant deletes a COSI Secret: it does not stay Terminating, it is written

@@ -1,9 +1,11 @@
 // Package imports checks the import hygiene promised to driver authors: the API types, the driver
 // protocol, the SDK, the reference driver and the conformance suite can be imported without
-// pulling in controller-runtime or client-go.
+// pulling in controller-runtime, client-go or a cloud SDK, and a vendor's module that requires the
+// SDK module resolves no Kubernetes module at all.
 package imports
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -11,6 +13,9 @@ import (
 
 	"github.com/kube-cosi/cosi/internal/testenv"
 )
+
+// vendorForbidden are the module path prefixes a driver vendor must never inherit from the SDK.
+var vendorForbidden = []string{"k8s.io/", "sigs.k8s.io/", "github.com/aws/"}
 
 func TestImportHygiene(t *testing.T) {
 	root, err := testenv.RepoRoot()
@@ -20,23 +25,25 @@ func TestImportHygiene(t *testing.T) {
 	cases := []struct {
 		module    string // directory of the module, relative to the repository root
 		packages  []string
+		tests     bool     // whether the packages' tests count too
 		forbidden []string // import path prefixes that must not be among the dependencies
 	}{
-		{"api", []string{"./..."}, []string{"sigs.k8s.io/controller-runtime", "k8s.io/client-go", "google.golang.org/grpc"}},
-		{"proto", []string{"./..."}, []string{"k8s.io/", "sigs.k8s.io/"}},
-		// What a driver vendor imports or runs: the SDK, the reference driver, the conformance suite.
-		{".", []string{"./pkg/driver", "./drivers/...", "./test/sanity", "./cmd/cosi-driver-memory", "./cmd/cosi-sanity"},
-			[]string{"k8s.io/", "sigs.k8s.io/"}},
+		{"api", []string{"./..."}, false, []string{"sigs.k8s.io/controller-runtime", "k8s.io/client-go", "google.golang.org/grpc"}},
+		{"proto", []string{"./..."}, true, []string{"k8s.io/", "sigs.k8s.io/"}},
+		// What a driver vendor imports: the SDK, the reference driver, the conformance suite, and
+		// their tests (a vendor may run them).
+		{"pkg", []string{"./..."}, true, vendorForbidden},
+		// What a driver vendor runs: thin commands over the SDK module (their tests build them
+		// with the repository's harness).
+		{".", []string{"./cmd/cosi-driver-memory", "./cmd/cosi-sanity"}, false, vendorForbidden},
 	}
 	for _, tc := range cases {
 		t.Run(tc.module, func(t *testing.T) {
-			cmd := exec.CommandContext(t.Context(), "go", append([]string{"list", "-deps"}, tc.packages...)...)
-			cmd.Dir = filepath.Join(root, tc.module)
-			out, err := cmd.Output()
-			if err != nil {
-				t.Fatalf("go list -deps in %s: %v", tc.module, err)
+			args := []string{"-deps"}
+			if tc.tests {
+				args = append(args, "-test")
 			}
-			deps := strings.Fields(string(out))
+			deps := goList(t, filepath.Join(root, tc.module), append(args, tc.packages...)...)
 			if len(deps) < 10 {
 				t.Fatalf("go list found only %d dependencies in %s; the check would prove nothing", len(deps), tc.module)
 			}
@@ -49,4 +56,108 @@ func TestImportHygiene(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestVendorModuleGraph writes the module a driver vendor would: it requires the SDK module, serves
+// a driver and tests it with the conformance suite. Its whole module graph (go list -m all, which
+// is what the vendor's version resolution sees, tests of dependencies included) holds no
+// Kubernetes, controller-runtime or AWS module.
+func TestVendorModuleGraph(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	write := func(name, content string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The replace directives stand in for published versions of the two modules.
+	write("go.mod", `module example.com/vendor-driver
+
+go 1.26.0
+
+require (
+	github.com/kube-cosi/cosi/pkg v0.0.0
+	github.com/kube-cosi/cosi/proto v0.0.0
+)
+
+replace (
+	github.com/kube-cosi/cosi/pkg => `+filepath.Join(root, "pkg")+`
+	github.com/kube-cosi/cosi/proto => `+filepath.Join(root, "proto")+`
+)
+`)
+	write("main.go", `package main
+
+import (
+	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/memory"
+)
+
+func main() {
+	d, err := memory.New(memory.Config{Name: "vendor.example.com"})
+	if err != nil {
+		panic(err)
+	}
+	if err := driver.Run(driver.Options{Identity: d, Provisioner: d}); err != nil {
+		panic(err)
+	}
+}
+`)
+	write("main_test.go", `package main
+
+import (
+	"testing"
+
+	"github.com/kube-cosi/cosi/pkg/sanity"
+)
+
+func TestConformance(t *testing.T) {
+	sanity.Test(t, sanity.Config{Endpoint: "unix:///run/vendor/driver.sock"})
+}
+`)
+	goCmd(t, dir, "mod", "tidy")
+	goCmd(t, dir, "vet", "./...")
+	modules := goList(t, dir, "-m", "all")
+	if len(modules) < 5 {
+		t.Fatalf("go list -m all found only %d modules; the check would prove nothing", len(modules))
+	}
+	for _, m := range modules {
+		for _, prefix := range vendorForbidden {
+			if strings.HasPrefix(m, prefix) {
+				t.Errorf("a vendor's module graph holds %s (from the SDK module); it must hold no %s module", m, prefix)
+			}
+		}
+	}
+}
+
+// goList runs go list in dir and returns the first field of each line.
+func goList(t *testing.T, dir string, args ...string) []string {
+	t.Helper()
+	out := goCmd(t, dir, append([]string{"list"}, args...)...)
+	var first []string
+	for line := range strings.Lines(out) {
+		if f := strings.Fields(line); len(f) > 0 {
+			first = append(first, f[0])
+		}
+	}
+	return first
+}
+
+func goCmd(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), "go", args...)
+	cmd.Dir = dir
+	// A go.work above the directory, or -mod flags from the caller, would change what resolves.
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
+	out, err := cmd.Output()
+	if err != nil {
+		stderr := ""
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("go %s in %s: %v\n%s", strings.Join(args, " "), dir, err, stderr)
+	}
+	return string(out)
 }

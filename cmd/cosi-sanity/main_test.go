@@ -1,4 +1,4 @@
-package sanity_test
+package main_test
 
 import (
 	"encoding/xml"

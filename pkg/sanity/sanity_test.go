@@ -16,10 +16,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/kube-cosi/cosi/drivers/memory"
 	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/memory"
+	"github.com/kube-cosi/cosi/pkg/sanity"
 	cosi "github.com/kube-cosi/cosi/proto"
-	"github.com/kube-cosi/cosi/test/sanity"
 )
 
 // logBuffer collects a driver's log lines.
