@@ -1,37 +1,68 @@
 // Package localenv runs the whole of COSI on one machine, as a cluster runs it: a real etcd and
-// kube-apiserver (the binaries this project builds), the CRDs and the generated RBAC, the Versity
-// S3 gateway as the object store, and cosi-controller, cosi-sidecar and cosi-driver-s3 as child
-// processes with the flags a Deployment would give them, each authenticating as its own user
-// bound only to its generated ClusterRole. cosi-local (make run) and the end-to-end suite use it.
+// kube-apiserver (the binaries this project builds) with the CRDs, an object store, and
+// cosi-controller, cosi-sidecar and a driver as child processes with the flags a Deployment would
+// give them. Options choose the driver (s3 or memory), the object store (Versity, Ceph RGW or
+// none) and the identities (each component bound only to its generated roles, or cluster admin).
+// cosi-local (make run), cosi-bench and the end-to-end suite use it; internal/testenv uses its
+// API server for the tests that run COSI in process.
 package localenv
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
+	"strconv"
 	"time"
 
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/yaml"
 
 	"github.com/kube-cosi/cosi/drivers/s3"
-	"github.com/kube-cosi/cosi/internal/apiutil"
+	"github.com/kube-cosi/cosi/internal/process"
+	"github.com/kube-cosi/cosi/internal/rgw"
 	"github.com/kube-cosi/cosi/internal/versity"
 )
 
 // DriverName is the S3 driver's name in the local environment (the driver's default).
 const DriverName = s3.DefaultName
+
+// Driver is the COSI driver an environment runs.
+type Driver string
+
+// The drivers.
+const (
+	// DriverS3 is cosi-driver-s3 against the object store (the default).
+	DriverS3 Driver = "s3"
+	// DriverMemory is cosi-driver-memory: no object store, nothing on disk.
+	DriverMemory Driver = "memory"
+)
+
+// Store is the object store an environment runs.
+type Store string
+
+// The object stores.
+const (
+	// StoreVersity is the Versity S3 gateway with its IAM service (the default for DriverS3).
+	StoreVersity Store = "versity"
+	// StoreRGW is Ceph RGW started by hack/ceph/rgw.sh (make ceph installs Ceph).
+	StoreRGW Store = "rgw"
+	// StoreNone runs no object store (the default for DriverMemory).
+	StoreNone Store = "none"
+)
+
+// Identities say as whom the COSI processes talk to the API server.
+type Identities string
+
+// The identities.
+const (
+	// GeneratedRoles runs each component as a user bound only to its generated roles
+	// (config/rbac), so that a missing permission shows (the default).
+	GeneratedRoles Identities = "generated-roles"
+	// Admin runs every component as a cluster admin.
+	Admin Identities = "admin"
+)
 
 // Options configure an environment.
 type Options struct {
@@ -40,9 +71,22 @@ type Options struct {
 	Dir string
 	// RepoRoot is the repository (for the CRDs and RBAC); BinDir holds the binaries.
 	RepoRoot, BinDir string
-	// S3Address and IAMAddress are the object store's host:port; empty means free ports. Fix
-	// them for an environment that is restarted: issued Secrets hold the S3 endpoint.
+	// Driver, Store and Identities choose what runs; the zero values are DriverS3, the driver's
+	// default store and GeneratedRoles.
+	Driver     Driver
+	Store      Store
+	Identities Identities
+	// DriverName is the driver's --name; empty means the driver's default.
+	DriverName string
+	// S3Address and IAMAddress are Versity's host:port; empty means free ports. Fix them for an
+	// environment that is restarted: issued Secrets hold the S3 endpoint.
 	S3Address, IAMAddress string
+	// Workers is the --workers of controller and sidecar; 0 leaves their default.
+	Workers int
+	// Metrics serves every COSI process's metrics on a free port (Component.MetricsAddress).
+	Metrics bool
+	// Verbosity is the -v of every COSI process; 0 leaves their default.
+	Verbosity int
 	// Progress, when set, receives one line per finished step.
 	Progress func(step string, took time.Duration)
 }
@@ -50,34 +94,41 @@ type Options struct {
 // Env is a running environment.
 type Env struct {
 	opts Options
+	*APIServer
 	// Kubeconfig is an admin kubeconfig for users (kubectl --kubeconfig).
 	Kubeconfig string
-	// Config and Client are admin clients.
-	Config *rest.Config
-	Client client.Client
-	// Store is the object store.
+	// Store is the Versity object store (StoreVersity), RGW the Ceph one (StoreRGW).
 	Store *versity.Store
-	// Controller, Sidecar and Driver are the COSI processes.
-	Controller, Sidecar, Driver *Process
-
-	apiServer *envtest.Environment
+	RGW   *rgw.Cluster
+	// Controller, Sidecar and Driver are the COSI processes (after StartCOSI).
+	Controller, Sidecar, Driver *Component
 }
 
-// Process is a COSI binary running as a child process.
-type Process struct {
-	Name string
-	// Log is the process's log file (appended to across restarts).
-	Log    string
-	health string // host:port of /readyz, or "" (then: the socket file)
-	socket string
-	binary string
-	args   []string
-	cmd    *exec.Cmd
-	done   chan struct{}
+// Component is a COSI binary running as a child process.
+type Component struct {
+	*process.Process
+	// MetricsAddress serves its Prometheus metrics (with Options.Metrics).
+	MetricsAddress string
 }
 
 // Start starts everything and returns when the controller and the sidecar are ready.
 func Start(ctx context.Context, opts Options) (env *Env, err error) {
+	e, err := New(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.StartCOSI(ctx); err != nil {
+		return nil, errors.Join(err, e.Stop())
+	}
+	return e, nil
+}
+
+// New starts what COSI needs, without COSI: the API server with the CRDs, the identities and the
+// object store. StartCOSI starts the COSI processes.
+func New(ctx context.Context, opts Options) (env *Env, err error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
 	e := &Env{opts: opts, Kubeconfig: filepath.Join(opts.Dir, "kubeconfig")}
 	defer func() {
 		if err != nil {
@@ -92,48 +143,36 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	if err := e.step("etcd and kube-apiserver, CRDs installed", e.startAPIServer); err != nil {
 		return nil, err
 	}
-	var controllerKubeconfig, sidecarKubeconfig string
-	if err := e.step("RBAC: cosi-controller and cosi-sidecar bound to their generated roles", func() error {
-		var err error
-		if controllerKubeconfig, err = e.componentUser("cosi-controller", "config/rbac/controller/role.yaml"); err != nil {
-			return err
-		}
-		sidecarKubeconfig, err = e.componentUser("cosi-sidecar", "config/rbac/sidecar/role.yaml")
-		return err
-	}); err != nil {
-		return nil, err
-	}
-	if err := e.step("object store: Versity S3 gateway and its IAM service", func() error {
-		var err error
-		e.Store, err = versity.Start(ctx, versity.Options{Binary: filepath.Join(opts.BinDir, "versitygw"), Dir: filepath.Join(opts.Dir, "s3"),
-			S3Address: opts.S3Address, IAMAddress: opts.IAMAddress})
-		return err
-	}); err != nil {
-		return nil, err
-	}
-
-	socket := filepath.Join(opts.Dir, "run", "driver.sock")
-	endpoint := "unix://" + socket
-	sidecarHealth, err := freeAddress()
-	if err != nil {
-		return nil, err
-	}
-	controllerHealth, err := freeAddress()
-	if err != nil {
-		return nil, err
-	}
-	e.Driver = e.process("cosi-driver-s3", "", socket, "--endpoint", endpoint, "--s3-endpoint", e.Store.S3Endpoint,
-		"--accounts", "iam", "--iam-endpoint", e.Store.IAMEndpoint, "--credentials-file", e.Store.RootEnvFile(), "-v", "2")
-	e.Sidecar = e.process("cosi-sidecar", sidecarHealth, "", "--kubeconfig", sidecarKubeconfig, "--driver-endpoint", endpoint,
-		"--leader-elect=false", "--metrics-bind-address", "0", "--health-probe-bind-address", sidecarHealth, "-v", "2")
-	e.Controller = e.process("cosi-controller", controllerHealth, "", "--kubeconfig", controllerKubeconfig,
-		"--leader-elect=false", "--metrics-bind-address", "0", "--health-probe-bind-address", controllerHealth, "-v", "2")
-	for _, p := range []*Process{e.Driver, e.Sidecar, e.Controller} {
-		if err := e.step(p.Name+" (log: "+p.Log+")", func() error { return p.start(ctx) }); err != nil {
+	if opts.Identities == GeneratedRoles {
+		if err := e.step("RBAC: cosi-controller and cosi-sidecar bound to their generated roles", func() error {
+			return e.componentUsers(ctx)
+		}); err != nil {
 			return nil, err
 		}
 	}
+	if err := e.startStore(ctx); err != nil {
+		return nil, err
+	}
 	return e, nil
+}
+
+func (o *Options) defaults() error {
+	if o.Driver == "" {
+		o.Driver = DriverS3
+	}
+	if o.Identities == "" {
+		o.Identities = GeneratedRoles
+	}
+	switch {
+	case o.Store == "" && o.Driver == DriverS3:
+		o.Store = StoreVersity
+	case o.Store == "":
+		o.Store = StoreNone
+	}
+	if o.Driver == DriverS3 && o.Store == StoreNone {
+		return errors.New("the s3 driver needs an object store")
+	}
+	return nil
 }
 
 func (e *Env) step(name string, f func() error) error {
@@ -148,172 +187,187 @@ func (e *Env) step(name string, f func() error) error {
 }
 
 func (e *Env) startAPIServer() error {
-	e.apiServer = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(e.opts.RepoRoot, "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: e.opts.BinDir,
-	}
-	// A fixed data directory keeps the objects across restarts (envtest removes only the
-	// temporary directories it makes itself).
-	e.apiServer.ControlPlane.Etcd = &envtest.Etcd{DataDir: filepath.Join(e.opts.Dir, "etcd")}
 	var err error
-	if e.Config, err = e.apiServer.Start(); err != nil {
-		return err
-	}
-	if e.Client, err = client.New(e.Config, client.Options{Scheme: apiutil.Scheme()}); err != nil {
-		return err
-	}
-	admin, err := e.apiServer.AddUser(envtest.User{Name: "cosi-admin", Groups: []string{"system:masters"}}, nil)
+	// A fixed data directory keeps the objects across restarts.
+	e.APIServer, err = StartAPIServer(APIServerOptions{RepoRoot: e.opts.RepoRoot, BinDir: e.opts.BinDir, EtcdDir: filepath.Join(e.opts.Dir, "etcd")})
 	if err != nil {
 		return err
 	}
-	data, err := admin.KubeConfig()
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(e.Kubeconfig, data, 0o600)
+	return e.WriteKubeconfig(e.Kubeconfig, "cosi-admin", "system:masters")
 }
 
-// componentUser installs the generated ClusterRole at rolePath, creates a user named like the
-// component bound to it (and to nothing else), and returns a kubeconfig for that user.
-func (e *Env) componentUser(name, rolePath string) (string, error) {
-	data, err := os.ReadFile(filepath.Join(e.opts.RepoRoot, rolePath))
-	if err != nil {
-		return "", err
-	}
-	role := &rbacv1.ClusterRole{}
-	if err := yaml.Unmarshal(data, role); err != nil {
-		return "", fmt.Errorf("%s: %w", rolePath, err)
-	}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: name}},
-	}
-	ctx := context.Background()
-	for _, o := range []client.Object{role, binding} {
-		if err := e.Client.Create(ctx, o); apierrors.IsAlreadyExists(err) {
-			err = e.Client.Patch(ctx, o, client.Merge)
-		} else if err != nil {
-			return "", err
+// componentUsers creates the users cosi-controller and cosi-sidecar, each bound to its generated
+// roles and to nothing else, and their kubeconfigs.
+func (e *Env) componentUsers(ctx context.Context) error {
+	for _, name := range []string{"controller", "sidecar"} {
+		if err := e.UserKubeconfig(ctx, "config/rbac/"+name+"/role.yaml", "cosi-system", "cosi-"+name, e.kubeconfigOf("cosi-"+name)); err != nil {
+			return err
 		}
 	}
-	user, err := e.apiServer.AddUser(envtest.User{Name: name}, nil)
-	if err != nil {
-		return "", err
-	}
-	kubeconfig, err := user.KubeConfig()
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(e.opts.Dir, "run", name+".kubeconfig")
-	return path, os.WriteFile(path, kubeconfig, 0o600)
+	return nil
 }
 
-func (e *Env) process(name, health, socket string, args ...string) *Process {
-	return &Process{Name: name, Log: filepath.Join(e.opts.Dir, "log", name+".log"), health: health, socket: socket,
-		binary: filepath.Join(e.opts.BinDir, name), args: args}
+// kubeconfigOf is the kubeconfig a COSI process uses.
+func (e *Env) kubeconfigOf(name string) string {
+	if e.opts.Identities == Admin {
+		return e.Kubeconfig
+	}
+	return filepath.Join(e.opts.Dir, "run", name+".kubeconfig")
 }
 
-// start starts p and waits until it is ready: /readyz answers, or its socket exists.
-func (p *Process) start(ctx context.Context) error {
-	log, err := os.OpenFile(p.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	defer log.Close()
-	if p.socket != "" {
-		_ = os.Remove(p.socket) // not ready until the new process listens
-	}
-	p.cmd = exec.Command(p.binary, p.args...)
-	p.cmd.Stdout, p.cmd.Stderr = log, log
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		return err
-	}
-	p.done = make(chan struct{})
-	go func() { _ = p.cmd.Wait(); close(p.done) }()
-
-	deadline := time.After(60 * time.Second)
-	for {
-		if p.ready() {
-			return nil
-		}
-		select {
-		case <-p.done:
-			return fmt.Errorf("%s exited; see %s", p.Name, p.Log)
-		case <-deadline:
-			return fmt.Errorf("%s not ready after 60s; see %s", p.Name, p.Log)
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-func (p *Process) ready() bool {
-	if p.health == "" {
-		_, err := os.Stat(p.socket)
-		return err == nil
-	}
-	resp, err := http.Get("http://" + p.health + "/readyz")
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
-}
-
-// Stop stops p with SIGTERM (SIGKILL after 30 seconds).
-func (p *Process) Stop() error {
-	if p == nil || p.cmd == nil || p.done == nil {
+func (e *Env) startStore(ctx context.Context) error {
+	switch e.opts.Store {
+	case StoreVersity:
+		return e.step("object store: Versity S3 gateway and its IAM service", func() error {
+			var err error
+			e.Store, err = versity.Start(ctx, versity.Options{Binary: filepath.Join(e.opts.BinDir, "versitygw"), Dir: filepath.Join(e.opts.Dir, "s3"),
+				S3Address: e.opts.S3Address, IAMAddress: e.opts.IAMAddress})
+			return err
+		})
+	case StoreRGW:
+		return e.step("object store: Ceph RGW", func() error {
+			if !rgw.Installed() {
+				return errors.New("radosgw not found (make ceph installs Ceph from Debian's packages)")
+			}
+			dir := filepath.Join(e.opts.Dir, "rgw")
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return err
+			}
+			var err error
+			e.RGW, err = rgw.Start(filepath.Join(e.opts.RepoRoot, "hack", "ceph", "rgw.sh"), dir)
+			return err
+		})
+	case StoreNone:
 		return nil
 	}
-	select {
-	case <-p.done:
-		return nil
+	return fmt.Errorf("unknown object store %q", e.opts.Store)
+}
+
+// StartCOSI starts the driver, the sidecar and the controller, and returns when each is ready.
+func (e *Env) StartCOSI(ctx context.Context) error {
+	socket := filepath.Join(e.opts.Dir, "run", "driver.sock")
+	endpoint := "unix://" + socket
+	driverArgs, err := e.driverArgs()
+	if err != nil {
+		return err
+	}
+	if e.Driver, err = e.component("cosi-driver-"+string(e.opts.Driver), "--metrics-address", append([]string{"--endpoint", endpoint}, driverArgs...)); err != nil {
+		return err
+	}
+	// Not ready until the new process listens.
+	e.Driver.BeforeStart = func() error { return removeIfExists(socket) }
+	e.Driver.Ready = process.FileExists(socket)
+	if e.Sidecar, err = e.manager("cosi-sidecar", "--driver-endpoint", endpoint); err != nil {
+		return err
+	}
+	if e.Controller, err = e.manager("cosi-controller"); err != nil {
+		return err
+	}
+	for _, c := range []*Component{e.Driver, e.Sidecar, e.Controller} {
+		if err := e.step(c.Name+" (log: "+c.Log+")", func() error { return c.Start(ctx) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// driverArgs are the driver's flags for its name and its object store.
+func (e *Env) driverArgs() ([]string, error) {
+	var args []string
+	if e.opts.DriverName != "" {
+		args = append(args, "--name", e.opts.DriverName)
+	}
+	switch {
+	case e.opts.Driver == DriverMemory:
+	case e.opts.Store == StoreVersity:
+		args = append(args, "--s3-endpoint", e.Store.S3Endpoint, "--accounts", "iam", "--iam-endpoint", e.Store.IAMEndpoint,
+			"--credentials-file", e.Store.RootEnvFile())
+	case e.opts.Store == StoreRGW:
+		args = append(args, "--s3-endpoint", e.RGW.Endpoint, "--accounts", "rgw", "--credentials-file", e.RGW.AdminEnvFile())
 	default:
+		return nil, fmt.Errorf("driver %q with object store %q", e.opts.Driver, e.opts.Store)
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return nil
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		return fmt.Errorf("%s did not stop within 30s of SIGTERM; see %s", p.Name, p.Log)
-	}
+	return args, nil
 }
 
-// Restart stops p and starts it again with the same flags.
-func (e *Env) Restart(ctx context.Context, p *Process) error {
-	if err := p.Stop(); err != nil {
-		return err
+// manager is controller or sidecar (a controller-runtime manager) with args: its identity, no
+// leader election, and ready when /readyz answers.
+func (e *Env) manager(name string, args ...string) (*Component, error) {
+	health, err := process.FreeAddress()
+	if err != nil {
+		return nil, err
 	}
-	return p.start(ctx)
+	args = append(args, "--kubeconfig", e.kubeconfigOf(name), "--leader-elect=false", "--health-probe-bind-address", health)
+	if e.opts.Workers > 0 {
+		args = append(args, "--workers", strconv.Itoa(e.opts.Workers))
+	}
+	if !e.opts.Metrics {
+		args = append(args, "--metrics-bind-address", "0")
+	}
+	c, err := e.component(name, "--metrics-bind-address", args)
+	if err != nil {
+		return nil, err
+	}
+	c.Ready = process.HTTPReady("http://" + health + "/readyz")
+	return c, nil
+}
+
+// component is the COSI binary name with args; metricsFlag is its flag for the metrics address.
+func (e *Env) component(name, metricsFlag string, args []string) (*Component, error) {
+	c := &Component{Process: &process.Process{Name: name, Binary: filepath.Join(e.opts.BinDir, name),
+		Log: filepath.Join(e.opts.Dir, "log", name+".log"), DumpOnHang: true}}
+	if e.opts.Metrics {
+		var err error
+		if c.MetricsAddress, err = process.FreeAddress(); err != nil {
+			return nil, err
+		}
+		args = append(args, metricsFlag, c.MetricsAddress)
+	}
+	if e.opts.Verbosity > 0 {
+		args = append(args, "-v", strconv.Itoa(e.opts.Verbosity))
+	}
+	c.Args = args
+	return c, nil
+}
+
+// Restart stops c and starts it again with the same flags, and waits until it is ready.
+func (e *Env) Restart(ctx context.Context, c *Component) error {
+	return c.Restart(ctx)
 }
 
 // Stop stops the COSI processes, the object store and the API server, in that order. The data
 // in Dir stays.
 func (e *Env) Stop() error {
 	var errs []error
-	for _, p := range []*Process{e.Controller, e.Sidecar, e.Driver} {
-		errs = append(errs, p.Stop())
+	for _, c := range []*Component{e.Controller, e.Sidecar, e.Driver} {
+		if c != nil {
+			errs = append(errs, c.Stop())
+		}
 	}
 	if e.Store != nil {
 		errs = append(errs, e.Store.Stop())
 	}
-	if e.apiServer != nil && e.Config != nil {
-		errs = append(errs, e.apiServer.Stop())
+	if e.RGW != nil {
+		errs = append(errs, e.RGW.Stop())
+	}
+	if e.APIServer != nil {
+		errs = append(errs, e.APIServer.Stop())
 	}
 	return errors.Join(errs...)
 }
 
-func freeAddress() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+func removeIfExists(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return nil
+}
+
+// AdminClient returns a client for the API server as cluster admin, allowed qps requests a
+// second (the default client's limits are for components, not for load generators).
+func (e *Env) AdminClient(qps float32) (*rest.Config, client.Client, error) {
+	cfg := rest.CopyConfig(e.Config)
+	cfg.QPS, cfg.Burst = qps, int(2*qps)
+	c, err := client.New(cfg, client.Options{Scheme: e.Scheme})
+	return cfg, c, err
 }

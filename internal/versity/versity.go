@@ -11,14 +11,12 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/kube-cosi/cosi/internal/process"
 )
 
 // Options configure a store.
@@ -46,8 +44,8 @@ type Store struct {
 	Dir string
 
 	socketDir string
-	procs     []*exec.Cmd
-	exited    []chan struct{}
+	// procs are the IAM service and the gateway, in the order they start.
+	procs []*process.Process
 }
 
 // Start starts the IAM service and the gateway and waits until both answer.
@@ -71,33 +69,42 @@ func Start(ctx context.Context, opts Options) (*Store, error) {
 	if s.socketDir, err = os.MkdirTemp("", "vgw"); err != nil {
 		return nil, err
 	}
-	iamAddr, err := address(opts.IAMAddress)
-	if err != nil {
-		return nil, err
-	}
-	s3Addr, err := address(opts.S3Address)
-	if err != nil {
-		return nil, err
+	iamAddr, s3Addr := opts.IAMAddress, opts.S3Address
+	for _, a := range []*string{&iamAddr, &s3Addr} {
+		if *a == "" {
+			if *a, err = process.FreeAddress(); err != nil {
+				return nil, errors.Join(err, s.Stop())
+			}
+		}
 	}
 	s.IAMEndpoint, s.S3Endpoint = "http://"+iamAddr, "http://"+s3Addr
 	socket := filepath.Join(s.socketDir, "iam.sock")
 
-	if err := s.start(ctx, opts.Binary, "iam", "-p", iamAddr, "--health", "/healthz", "iam",
-		"--dir", filepath.Join(opts.Dir, "iam"), "--private-ports", socket); err != nil {
-		return nil, errors.Join(err, s.Stop())
+	s.procs = []*process.Process{
+		s.process(opts.Binary, "iam", s.IAMEndpoint, "-p", iamAddr, "--health", "/healthz", "iam",
+			"--dir", filepath.Join(opts.Dir, "iam"), "--private-ports", socket),
+		s.process(opts.Binary, "s3", s.S3Endpoint, "-p", s3Addr, "--health", "/healthz",
+			"--iam-standalone-endpoint", socket, "posix", "--versioning-dir", filepath.Join(opts.Dir, "versions"),
+			filepath.Join(opts.Dir, "data")),
 	}
-	if err := s.wait(ctx, s.IAMEndpoint+"/healthz", 0); err != nil {
-		return nil, errors.Join(err, s.Stop())
-	}
-	if err := s.start(ctx, opts.Binary, "s3", "-p", s3Addr, "--health", "/healthz",
-		"--iam-standalone-endpoint", socket, "posix", "--versioning-dir", filepath.Join(opts.Dir, "versions"),
-		filepath.Join(opts.Dir, "data")); err != nil {
-		return nil, errors.Join(err, s.Stop())
-	}
-	if err := s.wait(ctx, s.S3Endpoint+"/healthz", 1); err != nil {
-		return nil, errors.Join(err, s.Stop())
+	for _, p := range s.procs {
+		if err := p.Start(ctx); err != nil {
+			return nil, errors.Join(fmt.Errorf("versitygw: %w", err), s.Stop())
+		}
 	}
 	return s, nil
+}
+
+// process is versitygw serving name ("iam" or "s3"), ready when endpoint/healthz answers.
+func (s *Store) process(binary, name, endpoint string, args ...string) *process.Process {
+	return &process.Process{
+		Name: "versitygw " + name, Binary: binary, Args: args, Log: s.LogFile(name),
+		// The root credentials go through the environment, not the command line, which every
+		// user of the machine can read.
+		Env:   append(os.Environ(), "ROOT_ACCESS_KEY_ID="+s.RootAccessKey, "ROOT_SECRET_ACCESS_KEY="+s.RootSecretKey, "VGW_QUIET=true"),
+		Ready: process.HTTPReady(endpoint + "/healthz"), ReadyTimeout: 30 * time.Second,
+		StopTimeout: 10 * time.Second, OwnGroup: true,
+	}
 }
 
 // loadOrCreateRoot reads Dir/root.env or writes new random root credentials there.
@@ -134,79 +141,15 @@ func (s *Store) RootEnvFile() string { return filepath.Join(s.Dir, "root.env") }
 // LogFile returns the log of "iam" or "s3".
 func (s *Store) LogFile(name string) string { return filepath.Join(s.Dir, "log", name+".log") }
 
-func (s *Store) start(_ context.Context, binary, name string, args ...string) error {
-	log, err := os.OpenFile(s.LogFile(name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	defer log.Close()
-	cmd := exec.Command(binary, args...)
-	// The root credentials go through the environment, not the command line, which every user
-	// of the machine can read.
-	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY_ID="+s.RootAccessKey, "ROOT_SECRET_ACCESS_KEY="+s.RootSecretKey, "VGW_QUIET=true")
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting versitygw %s: %w", name, err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	s.procs = append(s.procs, cmd)
-	s.exited = append(s.exited, exited)
-	return nil
-}
-
-// wait polls url until it answers 200, the process i exits, or 30 seconds pass.
-func (s *Store) wait(ctx context.Context, url string, i int) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-s.exited[i]:
-			return fmt.Errorf("versitygw exited before answering on %s; see %s", url, s.Dir+"/log")
-		case <-ctx.Done():
-			return fmt.Errorf("versitygw did not answer on %s: %w", url, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
 // Stop stops the gateway, then the IAM service (SIGTERM, SIGKILL after 10 seconds), and keeps Dir.
 func (s *Store) Stop() error {
 	var errs []error
 	for i := len(s.procs) - 1; i >= 0; i-- {
-		_ = s.procs[i].Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.exited[i]:
-		case <-time.After(10 * time.Second):
-			_ = s.procs[i].Process.Kill()
-			<-s.exited[i]
-			errs = append(errs, fmt.Errorf("versitygw did not stop on SIGTERM within 10s"))
-		}
+		errs = append(errs, s.procs[i].Stop())
 	}
-	s.procs, s.exited = nil, nil
+	s.procs = nil
 	if s.socketDir != "" {
 		errs = append(errs, os.RemoveAll(s.socketDir))
 	}
 	return errors.Join(errs...)
-}
-
-// address returns addr, or a free 127.0.0.1 port when addr is empty.
-func address(addr string) (string, error) {
-	if addr != "" {
-		return addr, nil
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
