@@ -1,125 +1,159 @@
-// Package testenv starts a real kube-apiserver and etcd, built by this project from the Go module
-// proxy (make kube-binaries), with the COSI CRDs installed. Tests that touch Kubernetes use it
-// instead of a fake client: CEL validation, subresources, finalizers and conflicts only exist in a
-// real API server.
-//
-// Start one Env per test package, in TestMain, and share it; it takes a few seconds to start.
+// Package testenv is what the tests that touch Kubernetes share: a real kube-apiserver and etcd
+// (internal/localenv's, from the binaries make kube-binaries builds) with the COSI CRDs, a
+// TestMain (Run) that starts it once per test package, and waits (Eventually, Never, Condition,
+// Gone). Tests use it instead of a fake client: CEL validation, subresources, finalizers and
+// conflicts only exist in a real API server. Only _test.go files import it; it is the one package
+// of the harness that imports testing.
 package testenv
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"testing"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-
-	"github.com/kube-cosi/cosi/internal/apiutil"
+	"github.com/kube-cosi/cosi/internal/localenv"
 )
 
-// Env is a running API server with the COSI CRDs installed.
-type Env struct {
-	// Config connects to the API server as a cluster admin.
-	Config *rest.Config
-	// Client is a controller-runtime client for Config, with the core and COSI types registered.
-	Client client.Client
-	// Scheme has the core Kubernetes and the COSI types registered.
-	Scheme *runtime.Scheme
-	// BinDir holds kube-apiserver, etcd and kubectl.
-	BinDir string
-	// RepoRoot is the root of this repository.
-	RepoRoot string
+// AdmissionPlugins are enabled in the test API server in addition to its defaults: plugins that
+// production clusters enable and that change what COSI may write. OwnerReferencesPermissionEnforcement
+// (OpenShift's default) refuses an owner reference with blockOwnerDeletion unless the writer may
+// update the owner's finalizers.
+var AdmissionPlugins = []string{"OwnerReferencesPermissionEnforcement"}
 
-	env *envtest.Environment
+// Env is a running API server with the COSI CRDs installed (see localenv.APIServer), and what
+// Run's setup started with it.
+type Env struct {
+	*localenv.APIServer
+
+	background []background
+	cleanups   []func() error
 }
 
-// Start starts etcd and kube-apiserver from BinDir and installs the CRDs from config/crd/bases.
-// The binaries are taken from $KUBEBUILDER_ASSETS when set, else from the repository's bin/.
-// It fails, rather than skipping, when they are missing: a test that silently does not run would
-// hide a broken build.
+type background struct {
+	name string
+	done chan error
+}
+
+// Start starts etcd and kube-apiserver with AdmissionPlugins and installs the CRDs. The binaries
+// are taken from $KUBEBUILDER_ASSETS when set, else from the repository's bin/. It fails, rather
+// than skipping, when they are missing.
 func Start() (*Env, error) {
-	root, err := RepoRoot()
+	a, err := localenv.StartAPIServer(localenv.APIServerOptions{AdmissionPlugins: AdmissionPlugins})
 	if err != nil {
 		return nil, err
 	}
-	binDir := os.Getenv("KUBEBUILDER_ASSETS")
-	if binDir == "" {
-		binDir = filepath.Join(root, "bin")
+	return &Env{APIServer: a}, nil
+}
+
+// Run is a test package's TestMain: it starts the API server (Start), calls setup with a context
+// that ends when the tests are done, runs the tests, stops what setup started (Go, Cleanup),
+// stops the API server, and exits with the tests' code, or 1 when anything else failed.
+//
+//	func TestMain(m *testing.M) {
+//		testenv.Run(m, func(ctx context.Context, e *testenv.Env) error {
+//			env = e
+//			return env.CreateNamespace(ctx, testNamespace)
+//		})
+//	}
+func Run(m *testing.M, setup func(ctx context.Context, e *Env) error) {
+	os.Exit(run(m, setup))
+}
+
+func run(m *testing.M, setup func(ctx context.Context, e *Env) error) int {
+	e, err := Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
-	for _, name := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(binDir, name)); err != nil {
-			return nil, fmt.Errorf("%s not found in %s: run `make kube-binaries` (or `make test`) to build it: %w", name, binDir, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	code := 1
+	if err := setup(ctx, e); err != nil {
+		fmt.Fprintln(os.Stderr, "setup:", err)
+	} else {
+		code = m.Run()
+	}
+	cancel()
+	if err := errors.Join(e.stopBackground(), e.APIServer.Stop()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	return code
+}
+
+// Go runs f (a component: controller, sidecar, driver) in the background with setup's context.
+// Run waits for it after the tests; an error other than the context's end fails the package.
+func (e *Env) Go(ctx context.Context, name string, f func(ctx context.Context) error) {
+	done := make(chan error, 1)
+	go func() { done <- f(ctx) }()
+	e.background = append(e.background, background{name: name, done: done})
+}
+
+// Cleanup registers f to run after the tests, once the background components stopped (last
+// registered first).
+func (e *Env) Cleanup(f func() error) { e.cleanups = append(e.cleanups, f) }
+
+func (e *Env) stopBackground() error {
+	var errs []error
+	for _, b := range e.background {
+		if err := <-b.done; err != nil && !errors.Is(err, context.Canceled) {
+			errs = append(errs, fmt.Errorf("%s: %w", b.name, err))
 		}
 	}
-
-	scheme := apiutil.Scheme()
-
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: binDir,
-		Scheme:                scheme,
+	for i := len(e.cleanups) - 1; i >= 0; i-- {
+		errs = append(errs, e.cleanups[i]())
 	}
-	// Admission plugins that production clusters enable and that change what COSI may write:
-	// OwnerReferencesPermissionEnforcement (OpenShift's default) refuses an owner reference with
-	// blockOwnerDeletion unless the writer may update the owner's finalizers.
-	env.ControlPlane.GetAPIServer().Configure().Append("enable-admission-plugins", admissionPlugins...)
-	cfg, err := env.Start()
-	if err != nil {
-		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", binDir, err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return nil, errors.Join(err, env.Stop())
-	}
-	return &Env{Config: cfg, Client: c, Scheme: scheme, BinDir: binDir, RepoRoot: root, env: env}, nil
+	return errors.Join(errs...)
 }
 
-// admissionPlugins are enabled in the test API server in addition to its defaults.
-var admissionPlugins = []string{"OwnerReferencesPermissionEnforcement"}
-
-// AdmissionPlugins returns the admission plugins the test API server enables beyond its defaults.
-func (e *Env) AdmissionPlugins() []string { return admissionPlugins }
-
-// Stop stops the API server and etcd and removes their data.
-func (e *Env) Stop() error {
-	return e.env.Stop()
+// RunSystem is TestMain for the tests of the whole system as processes: it starts a
+// localenv.Env with opts in a temporary directory (binaries from the repository's bin/ unless
+// opts says otherwise), calls setup, runs the tests and stops the environment. It removes the
+// directory when everything passed, and otherwise keeps it and says where the logs are.
+func RunSystem(m *testing.M, opts localenv.Options, setup func(ctx context.Context, e *localenv.Env) error) {
+	os.Exit(runSystem(m, opts, setup))
 }
 
-// WriteKubeconfig writes a kubeconfig for a cluster-admin user of the API server to path, for
-// tools such as kubectl.
-func (e *Env) WriteKubeconfig(path string) error {
-	user, err := e.env.AddUser(envtest.User{Name: "cosi-test-admin", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		return err
-	}
-	data, err := user.KubeConfig()
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, data, 0o600)
-}
-
-// RepoRoot returns the root of this repository (the directory of the main go.mod), found by
-// walking up from the working directory, which `go test` sets to the package directory.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			if _, err := os.Stat(filepath.Join(dir, "config", "crd")); err == nil {
-				return dir, nil
-			}
+func runSystem(m *testing.M, opts localenv.Options, setup func(ctx context.Context, e *localenv.Env) error) int {
+	var err error
+	if opts.RepoRoot == "" {
+		if opts.RepoRoot, err = localenv.RepoRoot(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
 		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("repository root (go.mod next to config/crd) not found above the working directory")
-		}
-		dir = parent
 	}
+	if opts.BinDir == "" {
+		opts.BinDir = filepath.Join(opts.RepoRoot, "bin")
+	}
+	if opts.Dir, err = os.MkdirTemp("", "cosi-system"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	env, err := localenv.Start(ctx, opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting the environment (make build versitygw kube-binaries builds what it needs):", err)
+		fmt.Fprintln(os.Stderr, "logs kept in", filepath.Join(opts.Dir, "log"))
+		return 1
+	}
+	code := 1
+	if err := setup(ctx, env); err != nil {
+		fmt.Fprintln(os.Stderr, "setup:", err)
+	} else {
+		code = m.Run()
+	}
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stopping:", err)
+		code = 1
+	}
+	if code == 0 {
+		_ = os.RemoveAll(opts.Dir)
+	} else {
+		fmt.Fprintln(os.Stderr, "logs kept in", filepath.Join(opts.Dir, "log"))
+	}
+	return code
 }
+
