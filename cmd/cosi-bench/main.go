@@ -17,11 +17,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/kube-cosi/cosi/internal/bench"
-	"github.com/kube-cosi/cosi/internal/testenv"
+	"github.com/kube-cosi/cosi/internal/localenv"
 )
 
 func main() {
-	root, err := testenv.RepoRoot()
+	root, err := localenv.RepoRoot()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cosi-bench: run from the repository:", err)
 		os.Exit(2)

@@ -12,13 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kube-cosi/cosi/internal/testenv"
+	"github.com/kube-cosi/cosi/internal/localenv"
 )
 
 // buildBinaries builds cosi-driver-memory and cosi-sanity into a temporary directory.
 func buildBinaries(t *testing.T) string {
 	t.Helper()
-	root, err := testenv.RepoRoot()
+	root, err := localenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

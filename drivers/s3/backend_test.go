@@ -25,7 +25,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kube-cosi/cosi/drivers/s3"
-	"github.com/kube-cosi/cosi/internal/testenv"
+	"github.com/kube-cosi/cosi/internal/localenv"
 	"github.com/kube-cosi/cosi/internal/versity"
 	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/sanity"
@@ -69,7 +69,7 @@ func TestMain(m *testing.M) {
 func versityBackend(t *testing.T) *backend {
 	t.Helper()
 	versityOnce.Do(func() {
-		root, err := testenv.RepoRoot()
+		root, err := localenv.RepoRoot()
 		if err != nil {
 			versityErr = err
 			return

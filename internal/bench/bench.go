@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/objects"
 )
 
 // Config says what to measure.
@@ -110,7 +111,7 @@ func runOnce(ctx context.Context, cfg Config) (r RunResult, err error) {
 	if err := s.rawCeiling(ctx, &r); err != nil {
 		return r, err
 	}
-	if err := s.startCOSI(ctx); err != nil {
+	if err := s.env.StartCOSI(ctx); err != nil {
 		return r, err
 	}
 	if err := s.setupClasses(ctx); err != nil {
@@ -128,8 +129,8 @@ func runOnce(ctx context.Context, cfg Config) (r RunResult, err error) {
 		}
 		r.Sizes = append(r.Sizes, sr)
 	}
-	r.ControllerCPU, r.ControllerPeakRSS, _, _ = procStats(s.controller.cmd.Process.Pid)
-	r.SidecarCPU, r.SidecarPeakRSS, _, _ = procStats(s.sidecar.cmd.Process.Pid)
+	r.ControllerCPU, r.ControllerPeakRSS, _, _ = procStats(s.env.Controller.Pid())
+	r.SidecarCPU, r.SidecarPeakRSS, _, _ = procStats(s.env.Sidecar.Pid())
 	if cfg.RestartSize > 0 {
 		cfg.logf("%d claims and accesses across restarts of controller and sidecar", cfg.RestartSize)
 		if err := s.restarts(ctx, &r); err != nil {
@@ -211,25 +212,19 @@ func (s *system) rawCeiling(ctx context.Context, r *RunResult) error {
 }
 
 func (s *system) setupClasses(ctx context.Context) error {
-	if err := s.client.Create(ctx, &cosiapi.BucketClass{ObjectMeta: metav1.ObjectMeta{Name: "bench"},
-		Spec: cosiapi.BucketClassSpec{DriverName: driverName, DeletionPolicy: cosiapi.DeletionPolicyDelete}}); err != nil {
+	if err := s.client.Create(ctx, objects.BucketClass("bench", driverName, cosiapi.DeletionPolicyDelete)); err != nil {
 		return err
 	}
-	return s.client.Create(ctx, &cosiapi.BucketAccessClass{ObjectMeta: metav1.ObjectMeta{Name: "bench"},
-		Spec: cosiapi.BucketAccessClassSpec{DriverName: driverName}})
+	return s.client.Create(ctx, objects.BucketAccessClass("bench", driverName))
 }
 
 func benchClaim(ns string, i int) *cosiapi.BucketClaim {
-	return &cosiapi.BucketClaim{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("claim-%d", i), Namespace: ns},
-		Spec: cosiapi.BucketClaimSpec{BucketClassName: "bench", Protocols: []cosiapi.Protocol{cosiapi.ProtocolS3}}}
+	return objects.BucketClaim(ns, fmt.Sprintf("claim-%d", i), "bench", objects.S3)
 }
 
 func benchAccess(ns string, i int) *cosiapi.BucketAccess {
-	return &cosiapi.BucketAccess{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("access-%d", i), Namespace: ns},
-		Spec: cosiapi.BucketAccessSpec{BucketAccessClassName: "bench", Protocol: cosiapi.ProtocolS3, BucketClaims: []cosiapi.BucketClaimAccess{{
-			BucketClaimName: fmt.Sprintf("claim-%d", i), AccessSecretName: fmt.Sprintf("creds-%d", i),
-			AccessModes: cosiapi.BucketAccessModes{ObjectData: cosiapi.BucketAccessModeReadWrite},
-		}}}}
+	return objects.BucketAccess(ns, fmt.Sprintf("access-%d", i), "bench",
+		objects.Grant(fmt.Sprintf("claim-%d", i), fmt.Sprintf("creds-%d", i), objects.ReadWrite))
 }
 
 // single measures one claim at a time: create to Provisioned, delete to gone.
@@ -297,18 +292,23 @@ func latency(starts, done []time.Time) (rate, p50, p90, p99 float64) {
 	return float64(len(starts)) / last.Sub(first).Seconds(), ms(percentile(d, 50)), ms(percentile(d, 90)), ms(percentile(d, 99))
 }
 
-func (s *system) scrape(ctx context.Context) (api, drv, sidecar, ctrl metrics, err error) {
-	if api, err = scrapeAPIServer(ctx, s.rest); err != nil {
-		return
+// scrapes are the metrics of the API server and the COSI processes at one moment.
+type scrapes struct {
+	api, driver, sidecar, controller metrics
+}
+
+func (s *system) scrape(ctx context.Context) (m scrapes, err error) {
+	if m.api, err = scrapeAPIServer(ctx, s.rest); err != nil {
+		return m, err
 	}
-	if drv, err = scrapeHTTP(ctx, s.driverMetrics); err != nil {
-		return
+	if m.driver, err = scrapeHTTP(ctx, s.env.Driver.MetricsAddress); err != nil {
+		return m, err
 	}
-	if sidecar, err = scrapeHTTP(ctx, s.sidecarMetrics); err != nil {
-		return
+	if m.sidecar, err = scrapeHTTP(ctx, s.env.Sidecar.MetricsAddress); err != nil {
+		return m, err
 	}
-	ctrl, err = scrapeHTTP(ctx, s.ctrlM)
-	return
+	m.controller, err = scrapeHTTP(ctx, s.env.Controller.MetricsAddress)
+	return m, err
 }
 
 func rpcs(before, after metrics, method string) float64 {
@@ -326,112 +326,154 @@ func reconciles(ms ...[2]metrics) float64 {
 
 // throughput creates n claims, then n accesses, as fast as the writers can, then deletes them all.
 func (s *system) throughput(ctx context.Context, n int) (SizeResult, error) {
-	sr := SizeResult{N: n}
-	ns := fmt.Sprintf("bench-%d-%d", n, time.Now().UnixNano())
-	if err := s.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		return sr, err
+	m := &sizeRun{system: s, n: n, ns: fmt.Sprintf("bench-%d-%d", n, time.Now().UnixNano()), sr: SizeResult{N: n},
+		timeout: time.Duration(n)*100*time.Millisecond + time.Minute}
+	if err := s.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: m.ns}}); err != nil {
+		return m.sr, err
 	}
-	timeout := time.Duration(n)*100*time.Millisecond + time.Minute
+	for _, phase := range []func(context.Context) error{m.provisionClaims, m.idle, m.provisionAccesses, m.deleteAll} {
+		if err := phase(ctx); err != nil {
+			return m.sr, err
+		}
+	}
+	return m.sr, nil
+}
 
-	api0, drv0, _, _, err := s.scrape(ctx)
+// sizeRun is one throughput measurement, phase by phase.
+type sizeRun struct {
+	*system
+	n       int
+	ns      string
+	timeout time.Duration
+	sr      SizeResult
+
+	start            scrapes // before the claims
+	claimsDone       scrapes // once the claims are provisioned
+	cpu0             map[string]float64
+	wall0            time.Time
+	claims, accesses []client.Object
+	claimUIDs        []types.UID
+	accessUIDs       []types.UID
+}
+
+// provisionClaims creates the claims and measures until they are provisioned: rate, latency, API
+// writes and DriverCreateBucket calls per claim.
+func (m *sizeRun) provisionClaims(ctx context.Context) error {
+	var err error
+	if m.start, err = m.scrape(ctx); err != nil {
+		return err
+	}
+	m.cpu0, m.wall0 = childCPU(), time.Now()
+	m.claims = make([]client.Object, m.n)
+	for i := range m.claims {
+		m.claims[i] = benchClaim(m.ns, i)
+	}
+	uids, starts, err := m.create(ctx, m.claims)
 	if err != nil {
-		return sr, err
+		return err
 	}
-	cpu0, wall0 := childCPU(), time.Now()
-	claims := make([]client.Object, n)
-	for i := range claims {
-		claims[i] = benchClaim(ns, i)
-	}
-	claimUIDs, starts, err := s.create(ctx, claims)
+	m.claimUIDs = uids
+	done, err := m.watch.waitFor(ctx, m.watch.provisioned, uids, m.timeout)
 	if err != nil {
-		return sr, err
+		return fmt.Errorf("claims: %w", err)
 	}
-	done, err := s.watch.waitFor(ctx, s.watch.provisioned, claimUIDs, timeout)
-	if err != nil {
-		return sr, fmt.Errorf("claims: %w", err)
-	}
-	sr.ClaimsPerSec, sr.ClaimP50, sr.ClaimP90, sr.ClaimP99 = latency(starts, done)
+	m.sr.ClaimsPerSec, m.sr.ClaimP50, m.sr.ClaimP90, m.sr.ClaimP99 = latency(starts, done)
 	time.Sleep(500 * time.Millisecond) // let the last status writes land before counting
-	api1, drv1, side1, ctrl1, err := s.scrape(ctx)
-	if err != nil {
-		return sr, err
+	if m.claimsDone, err = m.scrape(ctx); err != nil {
+		return err
 	}
 	// COSI's writes: all writes to claims and Buckets but the benchmark's own creates.
-	sr.ClaimWrites = (apiWrites(api0, api1, "bucketclaims", "buckets") - float64(n)) / float64(n)
-	s.cfg.logf("N=%d claim writes: %v", n, writeBreakdown(api0, api1))
-	sr.CreateRPCs = rpcs(drv0, drv1, "DriverCreateBucket") / float64(n)
+	m.sr.ClaimWrites = (apiWrites(m.start.api, m.claimsDone.api, "bucketclaims", "buckets") - float64(m.n)) / float64(m.n)
+	m.cfg.logf("N=%d claim writes: %v", m.n, writeBreakdown(m.start.api, m.claimsDone.api))
+	m.sr.CreateRPCs = rpcs(m.start.driver, m.claimsDone.driver, "DriverCreateBucket") / float64(m.n)
+	return nil
+}
 
-	// Hot loops: nothing should reconcile once everything is provisioned and quiet.
+// idle counts reconciles in 2 s of quiet: nothing should reconcile once everything is provisioned
+// (hot loops).
+func (m *sizeRun) idle(ctx context.Context) error {
 	time.Sleep(2 * time.Second)
-	_, _, side2, ctrl2, err := s.scrape(ctx)
+	quiet, err := m.scrape(ctx)
 	if err != nil {
-		return sr, err
+		return err
 	}
-	sr.IdleReconciles = reconciles([2]metrics{side1, side2}, [2]metrics{ctrl1, ctrl2})
+	m.sr.IdleReconciles = reconciles([2]metrics{m.claimsDone.sidecar, quiet.sidecar}, [2]metrics{m.claimsDone.controller, quiet.controller})
+	return nil
+}
 
-	api2, drv2, _, _, err := s.scrape(ctx)
+// provisionAccesses creates an access to each claim and measures until they are provisioned:
+// rate, latency, API writes and DriverGrantBucketAccess calls per access, CPU, and Secrets that
+// hold credentials.
+func (m *sizeRun) provisionAccesses(ctx context.Context) error {
+	before, err := m.scrape(ctx)
 	if err != nil {
-		return sr, err
+		return err
 	}
-	accesses := make([]client.Object, n)
-	for i := range accesses {
-		accesses[i] = benchAccess(ns, i)
+	m.accesses = make([]client.Object, m.n)
+	for i := range m.accesses {
+		m.accesses[i] = benchAccess(m.ns, i)
 	}
-	accessUIDs, starts, err := s.create(ctx, accesses)
+	uids, starts, err := m.create(ctx, m.accesses)
 	if err != nil {
-		return sr, err
+		return err
 	}
-	done, err = s.watch.waitFor(ctx, s.watch.provisioned, accessUIDs, timeout)
+	m.accessUIDs = uids
+	done, err := m.watch.waitFor(ctx, m.watch.provisioned, uids, m.timeout)
 	if err != nil {
-		return sr, fmt.Errorf("accesses: %w", err)
+		return fmt.Errorf("accesses: %w", err)
 	}
-	sr.AccessesPerSec, sr.AccessP50, sr.AccessP90, sr.AccessP99 = latency(starts, done)
-	sr.CPUCores = cpuCores(cpu0, childCPU(), time.Since(wall0)-2500*time.Millisecond) // minus the pauses
+	m.sr.AccessesPerSec, m.sr.AccessP50, m.sr.AccessP90, m.sr.AccessP99 = latency(starts, done)
+	m.sr.CPUCores = cpuCores(m.cpu0, childCPU(), time.Since(m.wall0)-2500*time.Millisecond) // minus the pauses
 	time.Sleep(500 * time.Millisecond)
-	api3, drv3, _, _, err := s.scrape(ctx)
+	after, err := m.scrape(ctx)
 	if err != nil {
-		return sr, err
+		return err
 	}
-	sr.AccessWrites = (apiWrites(api2, api3, "bucketaccesses", "secrets", "bucketclaims") - float64(n)) / float64(n)
-	s.cfg.logf("N=%d access writes: %v", n, writeBreakdown(api2, api3))
-	sr.GrantRPCs = rpcs(drv2, drv3, "DriverGrantBucketAccess") / float64(n)
+	m.sr.AccessWrites = (apiWrites(before.api, after.api, "bucketaccesses", "secrets", "bucketclaims") - float64(m.n)) / float64(m.n)
+	m.cfg.logf("N=%d access writes: %v", m.n, writeBreakdown(before.api, after.api))
+	m.sr.GrantRPCs = rpcs(before.driver, after.driver, "DriverGrantBucketAccess") / float64(m.n)
 	var secrets corev1.SecretList
-	if err := s.client.List(ctx, &secrets, client.InNamespace(ns), client.HasLabels{cosiapi.LabelBucketAccessUID}); err != nil {
-		return sr, err
+	if err := m.client.List(ctx, &secrets, client.InNamespace(m.ns), client.HasLabels{cosiapi.LabelBucketAccessUID}); err != nil {
+		return err
 	}
 	for _, sec := range secrets.Items {
 		if len(sec.Data[cosiapi.SecretKeyS3SecretAccessKey]) > 0 {
-			sr.SecretsWithData++
+			m.sr.SecretsWithData++
 		}
 	}
+	return nil
+}
 
-	// Delete everything at once: claims wait for their accesses, as users would see.
+// deleteAll deletes everything at once (claims wait for their accesses, as users would see) and
+// measures until the objects are gone and the driver holds nothing; then the conflicts of the
+// whole measurement.
+func (m *sizeRun) deleteAll(ctx context.Context) error {
 	start := time.Now()
-	all := append(append([]client.Object{}, accesses...), claims...)
-	if err := s.parallel(len(all), func(i int) error { return client.IgnoreNotFound(s.client.Delete(ctx, all[i])) }); err != nil {
-		return sr, err
+	all := append(append([]client.Object{}, m.accesses...), m.claims...)
+	if err := m.parallel(len(all), func(i int) error { return client.IgnoreNotFound(m.client.Delete(ctx, all[i])) }); err != nil {
+		return err
 	}
-	if _, err := s.watch.waitFor(ctx, s.watch.deleted, append(accessUIDs, claimUIDs...), timeout); err != nil {
-		return sr, fmt.Errorf("deletion: %w", err)
+	if _, err := m.watch.waitFor(ctx, m.watch.deleted, append(m.accessUIDs, m.claimUIDs...), m.timeout); err != nil {
+		return fmt.Errorf("deletion: %w", err)
 	}
-	sr.DeletionsPerSec = float64(len(all)) / time.Since(start).Seconds()
-	if err := s.waitDriverEmpty(ctx); err != nil {
-		return sr, err
+	m.sr.DeletionsPerSec = float64(len(all)) / time.Since(start).Seconds()
+	if err := m.waitDriverEmpty(ctx); err != nil {
+		return err
 	}
-	sr.DriverEmptyAfter = time.Since(start).Seconds()
-	api4, _, _, _, err := s.scrape(ctx)
+	m.sr.DriverEmptyAfter = time.Since(start).Seconds()
+	end, err := m.scrape(ctx)
 	if err != nil {
-		return sr, err
+		return err
 	}
-	sr.Conflicts = conflicts(api0, api4)
-	return sr, nil
+	m.sr.Conflicts = conflicts(m.start.api, end.api)
+	return nil
 }
 
 // waitDriverEmpty waits until the driver holds no bucket and no account.
 func (s *system) waitDriverEmpty(ctx context.Context) error {
 	deadline := time.Now().Add(10 * time.Minute)
 	for time.Now().Before(deadline) {
-		m, err := scrapeHTTP(ctx, s.driverMetrics)
+		m, err := scrapeHTTP(ctx, s.env.Driver.MetricsAddress)
 		if err != nil {
 			return err
 		}

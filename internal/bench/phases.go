@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kube-cosi/cosi/internal/localenv"
 )
 
 // restarts provisions claims and then accesses while restarting controller and sidecar once a
@@ -19,7 +21,7 @@ func (s *system) restarts(ctx context.Context, r *RunResult) error {
 	if err := s.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		return err
 	}
-	_, drv0, _, _, err := s.scrape(ctx)
+	before, err := s.scrape(ctx)
 	if err != nil {
 		return err
 	}
@@ -41,8 +43,8 @@ func (s *system) restarts(ctx context.Context, r *RunResult) error {
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-		for _, p := range []*process{s.controller, s.sidecar} {
-			if err := s.restart(ctx, p); err != nil {
+		for _, p := range []*localenv.Component{s.env.Controller, s.env.Sidecar} {
+			if err := s.env.Restart(ctx, p); err != nil {
 				return err
 			}
 		}
@@ -51,12 +53,12 @@ func (s *system) restarts(ctx context.Context, r *RunResult) error {
 		}
 	}
 	time.Sleep(500 * time.Millisecond)
-	_, drv1, _, _, err := s.scrape(ctx)
+	after, err := s.scrape(ctx)
 	if err != nil {
 		return err
 	}
-	r.RestartCreateRPCs = rpcs(drv0, drv1, "DriverCreateBucket") / float64(n)
-	r.RestartGrantRPCs = rpcs(drv0, drv1, "DriverGrantBucketAccess") / float64(n)
+	r.RestartCreateRPCs = rpcs(before.driver, after.driver, "DriverCreateBucket") / float64(n)
+	r.RestartGrantRPCs = rpcs(before.driver, after.driver, "DriverGrantBucketAccess") / float64(n)
 	if err := s.parallel(len(all), func(i int) error { return client.IgnoreNotFound(s.client.Delete(ctx, all[len(all)-1-i])) }); err != nil {
 		return err
 	}
@@ -86,9 +88,9 @@ func (s *system) memory(ctx context.Context, r *RunResult) error {
 		return err
 	}
 	time.Sleep(2 * time.Second) // settle
-	if _, _, r.ControllerRSS, err = procStats(s.controller.cmd.Process.Pid); err != nil {
+	if _, _, r.ControllerRSS, err = procStats(s.env.Controller.Pid()); err != nil {
 		return err
 	}
-	_, _, r.SidecarRSS, err = procStats(s.sidecar.cmd.Process.Pid)
+	_, _, r.SidecarRSS, err = procStats(s.env.Sidecar.Pid())
 	return err
 }

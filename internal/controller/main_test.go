@@ -3,18 +3,17 @@ package controller_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync/atomic"
 	"testing"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/controller"
+	"github.com/kube-cosi/cosi/internal/objects"
 	"github.com/kube-cosi/cosi/internal/testenv"
 )
 
@@ -28,44 +27,20 @@ var env *testenv.Env
 // TestMain starts the API server and one controller for all tests. The controller connects as a
 // ServiceAccount bound to the generated ClusterRole only, so a missing permission fails the tests.
 func TestMain(m *testing.M) {
-	var err error
-	env, err = testenv.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	cfg, err := setup(ctx)
-	if err == nil {
-		go func() {
-			done <- controller.Run(ctx, cfg, controller.Options{Workers: 4, MetricsAddress: "0", HealthAddress: "0"}, logr.Discard())
-		}()
-	}
-	code := 1
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	} else {
-		code = m.Run()
-		cancel()
-		if err := <-done; err != nil {
-			fmt.Fprintln(os.Stderr, "controller:", err)
-			code = 1
+	testenv.Run(m, func(ctx context.Context, e *testenv.Env) error {
+		env = e
+		cfg, err := env.ServiceAccountConfig(ctx, "config/rbac/controller/role.yaml", "cosi-system", "cosi-controller")
+		if err != nil {
+			return err
 		}
-	}
-	cancel()
-	_ = env.Stop()
-	os.Exit(code)
-}
-
-// setup returns a configuration for the controller's ServiceAccount, bound to the generated
-// ClusterRole only.
-func setup(ctx context.Context) (*rest.Config, error) {
-	cfg, err := env.ServiceAccountConfig(ctx, "config/rbac/controller/role.yaml", "cosi-system", "cosi-controller")
-	if err != nil {
-		return nil, err
-	}
-	return cfg, env.CreateNamespace(ctx, testNamespace)
+		if err := env.CreateNamespace(ctx, testNamespace); err != nil {
+			return err
+		}
+		env.Go(ctx, "controller", func(ctx context.Context) error {
+			return controller.Run(ctx, cfg, controller.Options{Workers: 4, MetricsAddress: "0", HealthAddress: "0"}, logr.Discard())
+		})
+		return nil
+	})
 }
 
 var counter atomic.Int64
@@ -92,39 +67,22 @@ func accessConditions(a *cosiapi.BucketAccess) []metav1.Condition { return a.Sta
 // Builders.
 
 func bucketClass(policy cosiapi.DeletionPolicy) *cosiapi.BucketClass {
-	return &cosiapi.BucketClass{
-		ObjectMeta: metav1.ObjectMeta{Name: uniqueName("class")},
-		Spec:       cosiapi.BucketClassSpec{DriverName: driverName, DeletionPolicy: policy, Parameters: map[string]string{"versioning": "true"}},
-	}
+	return objects.BucketClass(uniqueName("class"), driverName, policy, objects.ClassParameters(map[string]string{"versioning": "true"}))
 }
 
 func claim(class string, protocols ...cosiapi.Protocol) *cosiapi.BucketClaim {
-	return &cosiapi.BucketClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: uniqueName("claim"), Namespace: testNamespace},
-		Spec:       cosiapi.BucketClaimSpec{BucketClassName: class, Protocols: protocols},
-	}
+	return objects.BucketClaim(testNamespace, uniqueName("claim"), class, objects.Protocols(protocols...))
 }
 
 func accessClass(mutate ...func(*cosiapi.BucketAccessClass)) *cosiapi.BucketAccessClass {
-	c := &cosiapi.BucketAccessClass{
-		ObjectMeta: metav1.ObjectMeta{Name: uniqueName("accessclass")},
-		Spec:       cosiapi.BucketAccessClassSpec{DriverName: driverName, Parameters: map[string]string{"policy": "strict"}},
-	}
-	for _, m := range mutate {
-		m(c)
-	}
-	return c
+	return objects.BucketAccessClass(uniqueName("accessclass"), driverName,
+		append([]func(*cosiapi.BucketAccessClass){objects.AccessParameters(map[string]string{"policy": "strict"})}, mutate...)...)
 }
 
 func access(class string, claims ...string) *cosiapi.BucketAccess {
-	ba := &cosiapi.BucketAccess{
-		ObjectMeta: metav1.ObjectMeta{Name: uniqueName("access"), Namespace: testNamespace},
-		Spec:       cosiapi.BucketAccessSpec{BucketAccessClassName: class, Protocol: cosiapi.ProtocolS3},
-	}
+	ba := objects.BucketAccess(testNamespace, uniqueName("access"), class)
 	for _, c := range claims {
-		ba.Spec.BucketClaims = append(ba.Spec.BucketClaims, cosiapi.BucketClaimAccess{
-			BucketClaimName: c, AccessSecretName: c + "-creds", AccessModes: cosiapi.BucketAccessModes{ObjectData: cosiapi.BucketAccessModeReadWrite},
-		})
+		objects.Grant(c, c+"-creds", objects.ReadWrite)(ba)
 	}
 	return ba
 }

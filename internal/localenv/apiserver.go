@@ -124,6 +124,12 @@ func (a *APIServer) WriteKubeconfig(path, user string, groups ...string) error {
 	return os.WriteFile(path, data, 0o600)
 }
 
+// WriteAdminKubeconfig writes a kubeconfig for a cluster-admin user to path, for tools such as
+// kubectl.
+func (a *APIServer) WriteAdminKubeconfig(path string) error {
+	return a.WriteKubeconfig(path, "cosi-admin", "system:masters")
+}
+
 // CreateNamespace creates a namespace, unless it exists.
 func (a *APIServer) CreateNamespace(ctx context.Context, name string) error {
 	err := a.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})

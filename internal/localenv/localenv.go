@@ -193,7 +193,7 @@ func (e *Env) startAPIServer() error {
 	if err != nil {
 		return err
 	}
-	return e.WriteKubeconfig(e.Kubeconfig, "cosi-admin", "system:masters")
+	return e.WriteAdminKubeconfig(e.Kubeconfig)
 }
 
 // componentUsers creates the users cosi-controller and cosi-sidecar, each bound to its generated

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -22,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/objects"
 	"github.com/kube-cosi/cosi/internal/sidecar"
 	"github.com/kube-cosi/cosi/internal/testenv"
 	"github.com/kube-cosi/cosi/pkg/driver"
@@ -41,31 +41,16 @@ var (
 	sidecarConfig *rest.Config
 )
 
+// TestMain runs the sidecar as its ServiceAccount, bound to the generated ClusterRole only.
 func TestMain(m *testing.M) {
-	var err error
-	env, err = testenv.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if err := setupRBAC(context.Background()); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		_ = env.Stop()
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = env.Stop()
-	os.Exit(code)
-}
-
-// setupRBAC runs the sidecar as its ServiceAccount, bound to the generated ClusterRole only.
-func setupRBAC(ctx context.Context) error {
-	var err error
-	sidecarConfig, err = env.ServiceAccountConfig(ctx, "config/rbac/sidecar/role.yaml", sidecarNamespace, sidecarSA)
-	if err != nil {
-		return err
-	}
-	return env.CreateNamespace(ctx, testNamespace)
+	testenv.Run(m, func(ctx context.Context, e *testenv.Env) error {
+		env = e
+		var err error
+		if sidecarConfig, err = env.ServiceAccountConfig(ctx, "config/rbac/sidecar/role.yaml", sidecarNamespace, sidecarSA); err != nil {
+			return err
+		}
+		return env.CreateNamespace(ctx, testNamespace)
+	})
 }
 
 var driverCounter atomic.Int64
@@ -146,13 +131,8 @@ func uniqueName(prefix string) string {
 // creates it.
 func (h *harness) bucket(policy cosiapi.DeletionPolicy, protocols ...cosiapi.Protocol) *cosiapi.Bucket {
 	claim := uniqueName("claim")
-	return &cosiapi.Bucket{
-		ObjectMeta: metav1.ObjectMeta{Name: "bc-" + claim},
-		Spec: cosiapi.BucketSpec{
-			DriverName: h.name, DeletionPolicy: policy, Protocols: protocols,
-			BucketClaimRef: cosiapi.BucketClaimReference{Name: claim, Namespace: testNamespace, UID: types.UID("uid-" + claim)},
-		},
-	}
+	return objects.Bucket("bc-"+claim, h.name, policy, objects.BucketProtocols(protocols...),
+		objects.ClaimedBy(testNamespace, claim, types.UID("uid-"+claim)))
 }
 
 func (h *harness) create(obj client.Object) {

@@ -156,4 +156,3 @@ func runSystem(m *testing.M, opts localenv.Options, setup func(ctx context.Conte
 	}
 	return code
 }
-

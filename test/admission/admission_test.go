@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/objects"
 	"github.com/kube-cosi/cosi/internal/testenv"
 )
 
@@ -57,58 +58,50 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	code, err := run(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		code = 1
-	}
-	os.Exit(code)
+	testenv.Run(m, func(ctx context.Context, e *testenv.Env) error {
+		env = e
+		return setup(ctx)
+	})
 }
 
-func run(m *testing.M) (int, error) {
+// setup installs the policies and creates the namespaces and the actors.
+func setup(ctx context.Context) error {
 	var err error
-	if env, err = testenv.Start(); err != nil {
-		return 1, err
-	}
-	defer env.Stop()
-	ctx := context.Background()
 	admin = actor{"admin", env.Client}
 	if err := installPolicies(ctx); err != nil {
-		return 1, err
+		return err
 	}
 	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: restrictedNamespace, Annotations: map[string]string{
 		cosiapi.AnnotationAllowedBucketClasses:       "standard, archive",
 		cosiapi.AnnotationAllowedBucketAccessClasses: "read-only",
 	}}}); err != nil {
-		return 1, err
+		return err
 	}
 	if err := env.CreateNamespace(ctx, tenantNamespace); err != nil {
-		return 1, err
+		return err
 	}
 	for _, ns := range []string{tenantNamespace, restrictedNamespace} {
 		if err := bindTenants(ctx, ns); err != nil {
-			return 1, err
+			return err
 		}
 	}
 	if err := bindBucketAdmin(ctx); err != nil {
-		return 1, err
+		return err
 	}
 	if tenant, err = impersonate("tenant"); err != nil {
-		return 1, err
+		return err
 	}
 	if broadTenant, err = impersonate("broad-tenant"); err != nil {
-		return 1, err
+		return err
 	}
 	if bucketAdmin, err = impersonate("bucket-admin"); err != nil {
-		return 1, err
+		return err
 	}
 	if controller, err = component(ctx, "controller"); err != nil {
-		return 1, err
+		return err
 	}
-	if sidecar, err = component(ctx, "sidecar"); err != nil {
-		return 1, err
-	}
-	return m.Run(), nil
+	sidecar, err = component(ctx, "sidecar")
+	return err
 }
 
 // installPolicies creates every policy and binding that config/admission/kustomization.yaml lists,
@@ -231,27 +224,21 @@ var counter atomic.Int64
 func uniqueName(prefix string) string { return fmt.Sprintf("%s-%d", prefix, counter.Add(1)) }
 
 func newClaim(ns, class string) *cosiapi.BucketClaim {
-	return &cosiapi.BucketClaim{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("claim"), Namespace: ns},
-		Spec: cosiapi.BucketClaimSpec{BucketClassName: class}}
+	return objects.BucketClaim(ns, uniqueName("claim"), class)
 }
 
 func newStaticClaim(ns, bucket string) *cosiapi.BucketClaim {
-	return &cosiapi.BucketClaim{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("claim"), Namespace: ns},
-		Spec: cosiapi.BucketClaimSpec{ExistingBucketName: bucket}}
+	c := objects.BucketClaim(ns, uniqueName("claim"), "")
+	c.Spec.ExistingBucketName = bucket
+	return c
 }
 
 func newAccess(ns, class string) *cosiapi.BucketAccess {
-	return &cosiapi.BucketAccess{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("access"), Namespace: ns},
-		Spec: cosiapi.BucketAccessSpec{BucketAccessClassName: class, Protocol: cosiapi.ProtocolS3, BucketClaims: []cosiapi.BucketClaimAccess{{
-			BucketClaimName: "data", AccessSecretName: uniqueName("creds"), AccessModes: cosiapi.BucketAccessModes{ObjectData: cosiapi.BucketAccessModeReadOnly},
-		}}}}
+	return objects.BucketAccess(ns, uniqueName("access"), class, objects.Grant("data", uniqueName("creds"), objects.ReadOnly))
 }
 
 func newBucket() *cosiapi.Bucket {
-	return &cosiapi.Bucket{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("bucket")}, Spec: cosiapi.BucketSpec{
-		DriverName: "s3.example.com", DeletionPolicy: cosiapi.DeletionPolicyDelete,
-		BucketClaimRef: cosiapi.BucketClaimReference{Name: "data", Namespace: tenantNamespace},
-	}}
+	return objects.Bucket(uniqueName("bucket"), "s3.example.com", cosiapi.DeletionPolicyDelete, objects.ClaimedBy(tenantNamespace, "data", ""))
 }
 
 // newSecret is an ordinary Secret of the tenant; cosiSecret makes it one the sidecar wrote.

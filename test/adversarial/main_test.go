@@ -30,6 +30,7 @@ import (
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/controller"
+	"github.com/kube-cosi/cosi/internal/objects"
 	"github.com/kube-cosi/cosi/internal/sidecar"
 	"github.com/kube-cosi/cosi/internal/testenv"
 	"github.com/kube-cosi/cosi/pkg/driver"
@@ -50,49 +51,30 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	code, err := run(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		code = 1
-	}
-	os.Exit(code)
-}
-
-func run(m *testing.M) (int, error) {
-	var err error
-	env, err = testenv.Start()
-	if err != nil {
-		return 1, err
-	}
-	defer env.Stop()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := env.CreateNamespace(ctx, tenantNamespace); err != nil {
-		return 1, err
-	}
-	if tenant, err = tenantClient(ctx, "tenant", false); err != nil {
-		return 1, err
-	}
-	if statusWriter, err = tenantClient(ctx, "status-writer", true); err != nil {
-		return 1, err
-	}
-	if sidecarConfig, err = env.ServiceAccountConfig(ctx, "config/rbac/sidecar/role.yaml", "cosi-system", "cosi-sidecar"); err != nil {
-		return 1, err
-	}
-	controllerCfg, err := env.ServiceAccountConfig(ctx, "config/rbac/controller/role.yaml", "cosi-system", "cosi-controller")
-	if err != nil {
-		return 1, err
-	}
-	done := make(chan error, 1)
-	go func() {
-		done <- controller.Run(ctx, controllerCfg, controller.Options{Workers: 4, MetricsAddress: "0", HealthAddress: "0"}, logr.Discard())
-	}()
-	code := m.Run()
-	cancel()
-	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-		return 1, fmt.Errorf("controller: %w", err)
-	}
-	return code, nil
+	testenv.Run(m, func(ctx context.Context, e *testenv.Env) error {
+		env = e
+		if err := env.CreateNamespace(ctx, tenantNamespace); err != nil {
+			return err
+		}
+		var err error
+		if tenant, err = tenantClient(ctx, "tenant", false); err != nil {
+			return err
+		}
+		if statusWriter, err = tenantClient(ctx, "status-writer", true); err != nil {
+			return err
+		}
+		if sidecarConfig, err = env.ServiceAccountConfig(ctx, "config/rbac/sidecar/role.yaml", "cosi-system", "cosi-sidecar"); err != nil {
+			return err
+		}
+		controllerCfg, err := env.ServiceAccountConfig(ctx, "config/rbac/controller/role.yaml", "cosi-system", "cosi-controller")
+		if err != nil {
+			return err
+		}
+		env.Go(ctx, "controller", func(ctx context.Context) error {
+			return controller.Run(ctx, controllerCfg, controller.Options{Workers: 4, MetricsAddress: "0", HealthAddress: "0"}, logr.Discard())
+		})
+		return nil
+	})
 }
 
 // tenantClient creates a user bound to a Role in tenantNamespace only, and a client acting as it.
@@ -206,36 +188,26 @@ func uniqueName(prefix string) string { return fmt.Sprintf("%s-%d", prefix, objC
 
 func (s *system) bucketClass(policy cosiapi.DeletionPolicy) *cosiapi.BucketClass {
 	s.t.Helper()
-	c := &cosiapi.BucketClass{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("class")},
-		Spec: cosiapi.BucketClassSpec{DriverName: s.name, DeletionPolicy: policy}}
+	c := objects.BucketClass(uniqueName("class"), s.name, policy)
 	mustCreate(s.t, env.Client, c)
 	return c
 }
 
 func (s *system) accessClass(mutate ...func(*cosiapi.BucketAccessClass)) *cosiapi.BucketAccessClass {
 	s.t.Helper()
-	c := &cosiapi.BucketAccessClass{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("accessclass")},
-		Spec: cosiapi.BucketAccessClassSpec{DriverName: s.name}}
-	for _, m := range mutate {
-		m(c)
-	}
+	c := objects.BucketAccessClass(uniqueName("accessclass"), s.name, mutate...)
 	mustCreate(s.t, env.Client, c)
 	return c
 }
 
 func newClaim(class string) *cosiapi.BucketClaim {
-	return &cosiapi.BucketClaim{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("claim"), Namespace: tenantNamespace},
-		Spec: cosiapi.BucketClaimSpec{BucketClassName: class, Protocols: []cosiapi.Protocol{cosiapi.ProtocolS3}}}
+	return objects.BucketClaim(tenantNamespace, uniqueName("claim"), class, objects.S3)
 }
 
 func newAccess(class string, claims ...*cosiapi.BucketClaim) *cosiapi.BucketAccess {
-	ba := &cosiapi.BucketAccess{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("access"), Namespace: tenantNamespace},
-		Spec: cosiapi.BucketAccessSpec{BucketAccessClassName: class, Protocol: cosiapi.ProtocolS3}}
+	ba := objects.BucketAccess(tenantNamespace, uniqueName("access"), class)
 	for _, c := range claims {
-		ba.Spec.BucketClaims = append(ba.Spec.BucketClaims, cosiapi.BucketClaimAccess{
-			BucketClaimName: c.Name, AccessSecretName: uniqueName(c.Name + "-creds"),
-			AccessModes: cosiapi.BucketAccessModes{ObjectData: cosiapi.BucketAccessModeReadWrite},
-		})
+		objects.Grant(c.Name, uniqueName(c.Name+"-creds"), objects.ReadWrite)(ba)
 	}
 	return ba
 }

@@ -259,7 +259,7 @@ func TestSidecarCannotReadSecrets(t *testing.T) {
 			}
 		}
 	}
-	if !slices.Contains(env.AdmissionPlugins(), "OwnerReferencesPermissionEnforcement") {
+	if !slices.Contains(env.AdmissionPlugins, "OwnerReferencesPermissionEnforcement") {
 		t.Error("the test API server does not enforce owner reference permissions")
 	}
 }

@@ -18,7 +18,7 @@ import (
 func TestKubectlExplain(t *testing.T) {
 	kubectl := filepath.Join(env.BinDir, "kubectl")
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := env.WriteKubeconfig(kubeconfig); err != nil {
+	if err := env.WriteAdminKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
@@ -69,7 +69,7 @@ func TestKubectlExplain(t *testing.T) {
 func TestKubectlGet(t *testing.T) {
 	kubectl := filepath.Join(env.BinDir, "kubectl")
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := env.WriteKubeconfig(kubeconfig); err != nil {
+	if err := env.WriteAdminKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
 	b := newBucket(uniqueName("printed"))

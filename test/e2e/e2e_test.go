@@ -11,8 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -30,6 +28,7 @@ import (
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/drivers/s3"
 	"github.com/kube-cosi/cosi/internal/localenv"
+	"github.com/kube-cosi/cosi/internal/objects"
 	"github.com/kube-cosi/cosi/internal/testenv"
 )
 
@@ -37,42 +36,14 @@ var (
 	env   *localenv.Env
 	waits *testenv.Env // Eventually-style waits on env's client
 	admin *awss3.Client
-	root  string
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	var err error
-	if root, err = testenv.RepoRoot(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	dir, err := os.MkdirTemp("", "cosi-e2e")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	env, err = localenv.Start(context.Background(), localenv.Options{Dir: dir, RepoRoot: root, BinDir: filepath.Join(root, "bin")})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting the environment (make build versitygw kube-binaries builds what it needs):", err)
-		return 1
-	}
-	waits = &testenv.Env{Config: env.Config, Client: env.Client}
-	admin = s3.NewS3Client(env.Store.S3Endpoint, "us-east-1", credentials.NewStaticCredentialsProvider(env.Store.RootAccessKey, env.Store.RootSecretKey, ""), nil)
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stopping:", err)
-		code = 1
-	}
-	if code == 0 {
-		_ = os.RemoveAll(dir)
-	} else {
-		fmt.Fprintln(os.Stderr, "logs kept in", filepath.Join(dir, "log"))
-	}
-	return code
+	testenv.RunSystem(m, localenv.Options{Verbosity: 2}, func(_ context.Context, e *localenv.Env) error {
+		env, waits = e, &testenv.Env{APIServer: e.APIServer}
+		admin = s3.NewS3Client(env.Store.S3Endpoint, "us-east-1", credentials.NewStaticCredentialsProvider(env.Store.RootAccessKey, env.Store.RootSecretKey, ""), nil)
+		return nil
+	})
 }
 
 // Names and objects.
@@ -98,36 +69,32 @@ func create(t *testing.T, objs ...client.Object) {
 }
 
 func bucketClass(policy cosiapi.DeletionPolicy, params map[string]string) *cosiapi.BucketClass {
-	return &cosiapi.BucketClass{ObjectMeta: metav1.ObjectMeta{Name: unique("class")},
-		Spec: cosiapi.BucketClassSpec{DriverName: localenv.DriverName, DeletionPolicy: policy, Parameters: params}}
+	return objects.BucketClass(unique("class"), localenv.DriverName, policy, objects.ClassParameters(params))
 }
 
 func accessClass(multi bool) *cosiapi.BucketAccessClass {
-	c := &cosiapi.BucketAccessClass{ObjectMeta: metav1.ObjectMeta{Name: unique("access-class")},
-		Spec: cosiapi.BucketAccessClassSpec{DriverName: localenv.DriverName, AuthenticationType: cosiapi.AuthenticationTypeKey,
-			MultiBucketAccess: cosiapi.MultiBucketAccessSingleBucket}}
+	c := objects.BucketAccessClass(unique("access-class"), localenv.DriverName, func(c *cosiapi.BucketAccessClass) {
+		c.Spec.AuthenticationType = cosiapi.AuthenticationTypeKey
+		c.Spec.MultiBucketAccess = cosiapi.MultiBucketAccessSingleBucket
+	})
 	if multi {
-		c.Spec.MultiBucketAccess = cosiapi.MultiBucketAccessMultipleBuckets
+		objects.MultiBucket(c)
 	}
 	return c
 }
 
 func claim(ns, class string) *cosiapi.BucketClaim {
-	return &cosiapi.BucketClaim{ObjectMeta: metav1.ObjectMeta{Name: unique("claim"), Namespace: ns},
-		Spec: cosiapi.BucketClaimSpec{BucketClassName: class, Protocols: []cosiapi.Protocol{cosiapi.ProtocolS3}}}
+	return objects.BucketClaim(ns, unique("claim"), class, objects.S3)
 }
 
-var readWrite = cosiapi.BucketAccessModes{ObjectData: cosiapi.BucketAccessModeReadWrite}
-var readOnly = cosiapi.BucketAccessModes{ObjectData: cosiapi.BucketAccessModeReadOnly}
+var readWrite, readOnly = objects.ReadWrite, objects.ReadOnly
 
 // access asks for modes on each claim; the Secret of claim i is named <access>-<i>.
 func access(ns, class string, modes cosiapi.BucketAccessModes, claims ...*cosiapi.BucketClaim) *cosiapi.BucketAccess {
 	name := unique("access")
-	a := &cosiapi.BucketAccess{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: cosiapi.BucketAccessSpec{BucketAccessClassName: class, Protocol: cosiapi.ProtocolS3}}
+	a := objects.BucketAccess(ns, name, class)
 	for i, c := range claims {
-		a.Spec.BucketClaims = append(a.Spec.BucketClaims, cosiapi.BucketClaimAccess{BucketClaimName: c.Name,
-			AccessSecretName: fmt.Sprintf("%s-%d", name, i), AccessModes: modes})
+		objects.Grant(c.Name, fmt.Sprintf("%s-%d", name, i), modes)(a)
 	}
 	return a
 }

@@ -46,7 +46,7 @@ func TestInstall(t *testing.T) {
 			t.Errorf("CRD %s is not established", kind)
 		}
 	}
-	files, err := filepath.Glob(filepath.Join(root, "examples", "*.yaml"))
+	files, err := filepath.Glob(filepath.Join(env.RepoRoot, "examples", "*.yaml"))
 	if err != nil || len(files) < 8 {
 		t.Fatalf("examples: %v %v", files, err)
 	}
@@ -322,7 +322,7 @@ func TestRestartsMidFlow(t *testing.T) {
 		claims = append(claims, c)
 		accesses = append(accesses, access(ns, bac.Name, readWrite, c))
 	}
-	for i, p := range []*localenv.Process{env.Driver, env.Sidecar, env.Controller} {
+	for i, p := range []*localenv.Component{env.Driver, env.Sidecar, env.Controller} {
 		create(t, claims[2*i], accesses[2*i], claims[2*i+1], accesses[2*i+1])
 		if err := env.Restart(ctx, p); err != nil {
 			t.Fatalf("restarting %s: %v", p.Name, err)
@@ -350,7 +350,7 @@ func TestRestartsMidFlow(t *testing.T) {
 	}
 
 	// Delete everything with restarts in between.
-	for i, p := range []*localenv.Process{env.Controller, env.Sidecar, env.Driver} {
+	for i, p := range []*localenv.Component{env.Controller, env.Sidecar, env.Driver} {
 		for _, o := range []client.Object{accesses[2*i], accesses[2*i+1], claims[2*i], claims[2*i+1]} {
 			del(t, o)
 		}

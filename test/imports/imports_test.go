@@ -11,14 +11,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kube-cosi/cosi/internal/testenv"
+	"github.com/kube-cosi/cosi/internal/localenv"
 )
 
 // vendorForbidden are the module path prefixes a driver vendor must never inherit from the SDK.
 var vendorForbidden = []string{"k8s.io/", "sigs.k8s.io/", "github.com/aws/"}
 
 func TestImportHygiene(t *testing.T) {
-	root, err := testenv.RepoRoot()
+	root, err := localenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestImportHygiene(t *testing.T) {
 // is what the vendor's version resolution sees, tests of dependencies included) holds no
 // Kubernetes, controller-runtime or AWS module.
 func TestVendorModuleGraph(t *testing.T) {
-	root, err := testenv.RepoRoot()
+	root, err := localenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ package integration
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -24,6 +23,7 @@ import (
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/controller"
+	"github.com/kube-cosi/cosi/internal/objects"
 	"github.com/kube-cosi/cosi/internal/sidecar"
 	"github.com/kube-cosi/cosi/internal/testenv"
 	"github.com/kube-cosi/cosi/pkg/driver"
@@ -45,78 +45,50 @@ type cosiSystem struct {
 }
 
 func TestMain(m *testing.M) {
-	code, err := run(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		code = 1
-	}
-	os.Exit(code)
-}
-
-func run(m *testing.M) (int, error) {
-	var err error
-	env, err = testenv.Start()
-	if err != nil {
-		return 1, err
-	}
-	defer env.Stop()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stop, err := start(ctx, memory.Config{Name: "memory.integration.cosi.io", ExistingBuckets: []string{"legacy-data"}})
-	if err != nil {
-		return 1, err
-	}
-	code := m.Run()
-	cancel()
-	return code, stop()
+	testenv.Run(m, func(ctx context.Context, e *testenv.Env) error {
+		env = e
+		return start(ctx, memory.Config{Name: "memory.integration.cosi.io", ExistingBuckets: []string{"legacy-data"}})
+	})
 }
 
 // start runs the driver, the sidecar and the controller, each with its own least-privilege
-// identity, and returns a function that stops them and reports their errors.
-func start(ctx context.Context, cfg memory.Config) (func() error, error) {
+// identity, until the tests are done.
+func start(ctx context.Context, cfg memory.Config) error {
 	if err := env.CreateNamespace(ctx, namespace); err != nil {
-		return nil, err
+		return err
 	}
 	d, err := memory.New(cfg)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	system = &cosiSystem{driverName: cfg.Name, driver: d}
 	dir, err := os.MkdirTemp("", "cosi-integration")
 	if err != nil {
-		return nil, err
+		return err
 	}
+	env.Cleanup(func() error { return os.RemoveAll(dir) })
 	endpoint := "unix://" + filepath.Join(dir, "driver.sock")
 	srv, err := driver.NewServer(ctx, driver.Options{Endpoint: endpoint, Identity: d, Provisioner: d, Registerer: prometheus.NewRegistry()})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	sidecarCfg, err := env.ServiceAccountConfig(ctx, "config/rbac/sidecar/role.yaml", "cosi-system", "cosi-sidecar")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	controllerCfg, err := env.ServiceAccountConfig(ctx, "config/rbac/controller/role.yaml", "cosi-system", "cosi-controller")
 	if err != nil {
-		return nil, err
+		return err
 	}
-	errs := make(chan error, 3)
-	go func() { errs <- srv.Serve(ctx) }()
-	go func() {
-		errs <- sidecar.Run(ctx, sidecarCfg, sidecar.Options{DriverEndpoint: endpoint, DriverTimeout: 10 * time.Second,
+	env.Go(ctx, "driver", srv.Serve)
+	env.Go(ctx, "sidecar", func(ctx context.Context) error {
+		return sidecar.Run(ctx, sidecarCfg, sidecar.Options{DriverEndpoint: endpoint, DriverTimeout: 10 * time.Second,
 			DriverStartTimeout: 30 * time.Second, Workers: 8, MetricsAddress: "0", HealthAddress: "0"}, logr.Discard())
-	}()
-	go func() {
-		errs <- controller.Run(ctx, controllerCfg, controller.Options{Workers: 8, MetricsAddress: "0", HealthAddress: "0"}, logr.Discard())
-	}()
-	return func() error {
-		var all []error
-		for range 3 {
-			if err := <-errs; err != nil && !errors.Is(err, context.Canceled) {
-				all = append(all, err)
-			}
-		}
-		return errors.Join(append(all, os.RemoveAll(dir))...)
-	}, nil
+	})
+	env.Go(ctx, "controller", func(ctx context.Context) error {
+		return controller.Run(ctx, controllerCfg, controller.Options{Workers: 8, MetricsAddress: "0", HealthAddress: "0"}, logr.Discard())
+	})
+	return nil
 }
 
 var counter atomic.Int64
@@ -160,30 +132,25 @@ func provisioned(t testing.TB, obj client.Object) {
 }
 
 func bucketClass(policy cosiapi.DeletionPolicy) *cosiapi.BucketClass {
-	return &cosiapi.BucketClass{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("class")},
-		Spec: cosiapi.BucketClassSpec{DriverName: system.driverName, DeletionPolicy: policy, Parameters: map[string]string{memory.ParamVersioning: "true"}}}
+	return objects.BucketClass(uniqueName("class"), system.driverName, policy, objects.ClassParameters(map[string]string{memory.ParamVersioning: "true"}))
 }
 
 func accessClass(multi bool) *cosiapi.BucketAccessClass {
-	c := &cosiapi.BucketAccessClass{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("accessclass")},
-		Spec: cosiapi.BucketAccessClassSpec{DriverName: system.driverName}}
+	c := objects.BucketAccessClass(uniqueName("accessclass"), system.driverName)
 	if multi {
-		c.Spec.MultiBucketAccess = cosiapi.MultiBucketAccessMultipleBuckets
+		objects.MultiBucket(c)
 	}
 	return c
 }
 
 func claim(class string) *cosiapi.BucketClaim {
-	return &cosiapi.BucketClaim{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("claim"), Namespace: namespace},
-		Spec: cosiapi.BucketClaimSpec{BucketClassName: class, Protocols: []cosiapi.Protocol{cosiapi.ProtocolS3}}}
+	return objects.BucketClaim(namespace, uniqueName("claim"), class, objects.S3)
 }
 
 func access(class string, modes cosiapi.BucketAccessMode, claims ...*cosiapi.BucketClaim) *cosiapi.BucketAccess {
-	ba := &cosiapi.BucketAccess{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("access"), Namespace: namespace},
-		Spec: cosiapi.BucketAccessSpec{BucketAccessClassName: class, Protocol: cosiapi.ProtocolS3}}
+	ba := objects.BucketAccess(namespace, uniqueName("access"), class)
 	for _, c := range claims {
-		ba.Spec.BucketClaims = append(ba.Spec.BucketClaims, cosiapi.BucketClaimAccess{BucketClaimName: c.Name, AccessSecretName: c.Name + "-creds",
-			AccessModes: cosiapi.BucketAccessModes{ObjectData: modes}})
+		objects.Grant(c.Name, c.Name+"-creds", cosiapi.BucketAccessModes{ObjectData: modes})(ba)
 	}
 	return ba
 }

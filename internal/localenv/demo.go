@@ -1,0 +1,243 @@
+package localenv
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+)
+
+// demoFiles are applied in this order; the claim and access names are theirs.
+var demoFiles = []string{"namespace.yaml", "bucketclass.yaml", "bucketaccessclass.yaml", "bucketclaim.yaml", "bucketaccess.yaml"}
+
+const (
+	demoNamespace = "cosi-demo"
+	demoClaim     = "photos"
+	demoAccess    = "photos-writer"
+	demoSecret    = "photos-creds"
+)
+
+// RunOptions configure Run.
+type RunOptions struct {
+	Options
+	// Demo applies the demo from examples/ and uses its credentials.
+	Demo bool
+	// ExitAfterDemo stops after the demo instead of waiting until the context ends.
+	ExitAfterDemo bool
+}
+
+// Run is cosi-local (make run): it starts the environment (reusing the data in opts.Dir),
+// applies the demo from examples/ (classes, a BucketClaim, a BucketAccess), shows the Secret COSI
+// wrote, uses its credentials to put and read back an object, and stays up until ctx ends. It
+// reports to out, and problems while stopping to errOut.
+func Run(ctx context.Context, opts RunOptions, out, errOut io.Writer) error {
+	start := time.Now()
+	var err error
+	for _, p := range []*string{&opts.Dir, &opts.RepoRoot, &opts.BinDir} {
+		if *p, err = filepath.Abs(*p); err != nil {
+			return err
+		}
+	}
+	if _, statErr := os.Stat(filepath.Join(opts.Dir, "etcd", "member")); statErr == nil {
+		fmt.Fprintf(out, "Starting COSI locally, reusing the data in %s\n", opts.Dir)
+	} else {
+		fmt.Fprintf(out, "Starting COSI locally; data and logs go to %s\n", opts.Dir)
+	}
+	opts.Progress = func(step string, took time.Duration) { fmt.Fprintf(out, "  ✓ %-70s %6.1fs\n", step, took.Seconds()) }
+	env, err := Start(ctx, opts.Options)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fmt.Fprintln(out, "\nStopping COSI, the object store and the API server (data kept in "+opts.Dir+")")
+		if err := env.Stop(); err != nil {
+			fmt.Fprintln(errOut, "cosi-local: stopping:", err)
+		}
+	}()
+	fmt.Fprintf(out, "COSI is running (%.1fs). kubectl --kubeconfig %s get crd\n", time.Since(start).Seconds(), env.Kubeconfig)
+
+	if opts.Demo {
+		if err := runDemo(ctx, env, opts.RepoRoot, out); err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+		fmt.Fprintf(out, "\nDemo done %.1fs after start.\n", time.Since(start).Seconds())
+	}
+	printNext(out, env, opts.RepoRoot, opts.Dir)
+	if opts.ExitAfterDemo {
+		return nil
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// runDemo applies the demo, waits until its claim and access are provisioned, shows the Secret
+// and uses its credentials.
+func runDemo(ctx context.Context, env *Env, repoRoot string, out io.Writer) error {
+	fmt.Fprintln(out, "\nDemo: a bucket and credentials for an app, from examples/")
+	if err := applyDemo(ctx, env, repoRoot, out); err != nil {
+		return err
+	}
+	if err := waitDemoProvisioned(ctx, env, out); err != nil {
+		return err
+	}
+	secret := &corev1.Secret{}
+	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: demoNamespace, Name: demoSecret}, secret); err != nil {
+		return err
+	}
+	printSecret(out, secret)
+	return putAndGet(ctx, secret, out)
+}
+
+// applyDemo applies demoFiles from examples/, in order.
+func applyDemo(ctx context.Context, env *Env, repoRoot string, out io.Writer) error {
+	for _, f := range demoFiles {
+		path := filepath.Join(repoRoot, "examples", f)
+		objs, err := ApplyFile(ctx, env.Client, path)
+		if err != nil {
+			return err
+		}
+		var names []string
+		for _, o := range objs {
+			names = append(names, strings.ToLower(o.GetKind())+"/"+o.GetName())
+		}
+		fmt.Fprintf(out, "  applied examples/%-26s %s\n", f, strings.Join(names, ", "))
+	}
+	return nil
+}
+
+// waitDemoProvisioned waits until the demo's claim, then its access, are provisioned.
+func waitDemoProvisioned(ctx context.Context, env *Env, out io.Writer) error {
+	step := time.Now()
+	claim := &cosiapi.BucketClaim{}
+	if err := waitProvisioned(ctx, out, env.Client, types.NamespacedName{Namespace: demoNamespace, Name: demoClaim}, claim, func() []metav1.Condition { return claim.Status.Conditions }); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "  ✓ BucketClaim %s/%s Provisioned: Bucket %s, bucket %q in the object store %6.1fs\n", demoNamespace, demoClaim,
+		claim.Status.BoundBucketName, bucketID(ctx, env.Client, claim.Status.BoundBucketName), time.Since(step).Seconds())
+	step = time.Now()
+	access := &cosiapi.BucketAccess{}
+	if err := waitProvisioned(ctx, out, env.Client, types.NamespacedName{Namespace: demoNamespace, Name: demoAccess}, access, func() []metav1.Condition { return access.Status.Conditions }); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "  ✓ BucketAccess %s/%s Provisioned: account %s %6.1fs\n", demoNamespace, demoAccess, access.Status.AccountID, time.Since(step).Seconds())
+	return nil
+}
+
+// printSecret shows the Secret's keys, the secret key masked.
+func printSecret(out io.Writer, secret *corev1.Secret) {
+	fmt.Fprintf(out, "\n  Secret %s/%s (what a Pod gets with envFrom):\n", demoNamespace, demoSecret)
+	keys := make([]string, 0, len(secret.Data))
+	for k := range secret.Data {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		v := string(secret.Data[k])
+		if k == cosiapi.SecretKeyS3SecretAccessKey {
+			v = "****** (" + fmt.Sprint(len(v)) + " characters)"
+		}
+		fmt.Fprintf(out, "    %-26s %s\n", k, v)
+	}
+}
+
+// putAndGet puts an object with the Secret's credentials and reads it back.
+func putAndGet(ctx context.Context, secret *corev1.Secret, out io.Writer) error {
+	s3c, bucket, err := S3Client(secret)
+	if err != nil {
+		return err
+	}
+	key := "hello.txt"
+	body := "hello from COSI, " + time.Now().Format(time.RFC3339)
+	if _, err := s3c.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader(body)}); err != nil {
+		return fmt.Errorf("putting s3://%s/%s with the Secret's credentials: %w", bucket, key, err)
+	}
+	obj, err := s3c.GetObject(ctx, &awss3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+	if err != nil {
+		return fmt.Errorf("reading s3://%s/%s back: %w", bucket, key, err)
+	}
+	got, err := io.ReadAll(obj.Body)
+	obj.Body.Close()
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(got, []byte(body)) {
+		return fmt.Errorf("read back %q, wrote %q", got, body)
+	}
+	fmt.Fprintf(out, "\n  ✓ with the Secret's credentials: put s3://%s/%s and read it back: %q\n", bucket, key, got)
+	return nil
+}
+
+// waitProvisioned waits until obj's Provisioned condition is True, printing failures as they
+// appear.
+func waitProvisioned(ctx context.Context, out io.Writer, c client.Client, key types.NamespacedName, obj client.Object, conditions func() []metav1.Condition) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	lastMessage := ""
+	for time.Now().Before(deadline) {
+		if err := c.Get(ctx, key, obj); err == nil {
+			if cond := apimeta.FindStatusCondition(conditions(), cosiapi.ConditionProvisioned); cond != nil {
+				if cond.Status == "True" {
+					return nil
+				}
+				if cond.Message != lastMessage {
+					fmt.Fprintf(out, "    %s: %s: %s\n", key, cond.Reason, cond.Message)
+					lastMessage = cond.Message
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return errors.New(key.String() + " not Provisioned after 2 minutes; see the logs in the data directory")
+}
+
+func bucketID(ctx context.Context, c client.Client, name string) string {
+	b := &cosiapi.Bucket{}
+	if err := c.Get(ctx, types.NamespacedName{Name: name}, b); err != nil {
+		return "?"
+	}
+	return b.Status.BucketID
+}
+
+func printNext(out io.Writer, env *Env, repoRoot, dir string) {
+	rel := func(p string) string {
+		if r, err := filepath.Rel(mustGetwd(), p); err == nil && !strings.HasPrefix(r, "..") {
+			return r
+		}
+		return p
+	}
+	kc := rel(env.Kubeconfig)
+	fmt.Fprintf(out, `
+Try next:
+  kubectl --kubeconfig %[1]s get bucketclaims,bucketaccesses -A      (bin/kubectl is built by make)
+  kubectl --kubeconfig %[1]s get buckets -o wide
+  kubectl --kubeconfig %[1]s apply -f %[2]s/bucketaccess-multi.yaml    (more in %[2]s/README.md)
+  kubectl --kubeconfig %[1]s delete bucketaccess -n cosi-demo photos-writer   (revokes the key)
+Object store: S3 %[3]s, IAM %[4]s, root credentials in %[5]s
+Logs: %[6]s/log/
+Stop with Ctrl-C; the next make run keeps the buckets and objects. Start fresh: rm -rf %[6]s
+`, kc, rel(filepath.Join(repoRoot, "examples")), env.Store.S3Endpoint, env.Store.IAMEndpoint, rel(env.Store.RootEnvFile()), rel(dir))
+}
+
+func mustGetwd() string {
+	wd, _ := os.Getwd()
+	return wd
+}
