@@ -2,17 +2,11 @@ package sidecar_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,7 +18,6 @@ import (
 	"github.com/kube-cosi/cosi/internal/objects"
 	"github.com/kube-cosi/cosi/internal/sidecar"
 	"github.com/kube-cosi/cosi/internal/testenv"
-	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
 )
 
@@ -84,41 +77,14 @@ func newHarness(t *testing.T, cfg memory.Config) *harness {
 }
 
 func (h *harness) startDriver() {
-	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := driver.NewServer(ctx, driver.Options{
-		Endpoint: h.endpoint, Identity: h.driver, Provisioner: h.driver, Registerer: prometheus.NewRegistry(),
-		Interceptors: []grpc.UnaryServerInterceptor{h.calls.Interceptor(), h.faults.Interceptor()},
-	})
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = srv.Serve(ctx); close(done) }()
-	h.t.Cleanup(func() { cancel(); <-done })
+	testenv.ServeDriver(h.t, h.endpoint, h.driver, h.calls.Interceptor(), h.faults.Interceptor())
 }
 
-func sidecarOptions(endpoint string) sidecar.Options {
-	return sidecar.Options{
-		DriverEndpoint: endpoint, DriverTimeout: 10 * time.Second, DriverStartTimeout: 30 * time.Second,
-		Workers: 4, MetricsAddress: "0", HealthAddress: "0", SkipNameValidation: true, SecretCheckInterval: time.Second,
-	}
-}
+func sidecarOptions(endpoint string) sidecar.Options { return testenv.SidecarOptions(endpoint) }
 
 // startSidecar runs the sidecar until stop is called or the test ends.
 func (h *harness) startSidecar() {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- sidecar.Run(ctx, sidecarConfig, sidecarOptions(h.endpoint), logr.Discard()) }()
-	var once sync.Once
-	h.stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-				h.t.Errorf("sidecar: %v", err)
-			}
-		})
-	}
-	h.t.Cleanup(h.stop)
+	h.stop = testenv.StartSidecar(h.t, sidecarConfig, sidecarOptions(h.endpoint))
 }
 
 var objCounter atomic.Int64

@@ -8,19 +8,15 @@ package adversarial
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -31,9 +27,7 @@ import (
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/controller"
 	"github.com/kube-cosi/cosi/internal/objects"
-	"github.com/kube-cosi/cosi/internal/sidecar"
 	"github.com/kube-cosi/cosi/internal/testenv"
-	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
 	cosi "github.com/kube-cosi/cosi/proto"
 )
@@ -136,48 +130,16 @@ func newSystem(t *testing.T, cfg memory.Config) *system {
 	if err != nil {
 		t.Fatal(err)
 	}
-	endpoint := "unix://" + filepath.Join(dir, "driver.sock")
-	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := driver.NewServer(ctx, driver.Options{
-		Endpoint: endpoint, Identity: s.driver, Provisioner: s.driver, Registerer: prometheus.NewRegistry(),
-		Interceptors: []grpc.UnaryServerInterceptor{s.calls.Interceptor(), s.faults.Interceptor()},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() { _ = srv.Serve(ctx); close(served) }()
-	s.endpoint = endpoint
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	s.endpoint = "unix://" + filepath.Join(dir, "driver.sock")
+	testenv.ServeDriver(t, s.endpoint, s.driver, s.calls.Interceptor(), s.faults.Interceptor())
 	s.startSidecar()
-	t.Cleanup(func() {
-		s.stopSidecar()
-		cancel()
-		<-served
-		_ = os.RemoveAll(dir)
-	})
 	return s
 }
 
-// startSidecar runs a sidecar for the system's driver until stopSidecar.
+// startSidecar runs a sidecar for the system's driver until stopSidecar or the test ends.
 func (s *system) startSidecar() {
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan error, 1)
-	go func() {
-		stopped <- sidecar.Run(ctx, sidecarConfig, sidecar.Options{
-			DriverEndpoint: s.endpoint, DriverTimeout: 10 * time.Second, DriverStartTimeout: 30 * time.Second,
-			Workers: 4, MetricsAddress: "0", HealthAddress: "0", SkipNameValidation: true,
-			SecretCheckInterval: time.Second,
-		}, logr.Discard())
-	}()
-	var once sync.Once
-	s.stopSidecar = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-stopped; err != nil && !errors.Is(err, context.Canceled) {
-				s.t.Errorf("sidecar: %v", err)
-			}
-		})
-	}
+	s.stopSidecar = testenv.StartSidecar(s.t, sidecarConfig, testenv.SidecarOptions(s.endpoint))
 }
 
 var objCounter atomic.Int64
