@@ -227,6 +227,10 @@ func benchAccess(ns string, i int) *cosiapi.BucketAccess {
 		objects.Grant(fmt.Sprintf("claim-%d", i), fmt.Sprintf("creds-%d", i), objects.ReadWrite))
 }
 
+// claimObject and accessObject are benchClaim and benchAccess, for make2.
+func claimObject(ns string, i int) client.Object  { return benchClaim(ns, i) }
+func accessObject(ns string, i int) client.Object { return benchAccess(ns, i) }
+
 // single measures one claim at a time: create to Provisioned, delete to gone.
 func (s *system) single(ctx context.Context, r *RunResult) error {
 	if err := s.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "single"}}); err != nil {
@@ -364,18 +368,9 @@ func (m *sizeRun) provisionClaims(ctx context.Context) error {
 		return err
 	}
 	m.cpu0, m.wall0 = childCPU(), time.Now()
-	m.claims = make([]client.Object, m.n)
-	for i := range m.claims {
-		m.claims[i] = benchClaim(m.ns, i)
-	}
-	uids, starts, err := m.create(ctx, m.claims)
-	if err != nil {
+	var starts, done []time.Time
+	if m.claims, m.claimUIDs, starts, done, err = m.provision(ctx, "claims", claimObject); err != nil {
 		return err
-	}
-	m.claimUIDs = uids
-	done, err := m.watch.waitFor(ctx, m.watch.provisioned, uids, m.timeout)
-	if err != nil {
-		return fmt.Errorf("claims: %w", err)
 	}
 	m.sr.ClaimsPerSec, m.sr.ClaimP50, m.sr.ClaimP90, m.sr.ClaimP99 = latency(starts, done)
 	time.Sleep(500 * time.Millisecond) // let the last status writes land before counting
@@ -387,6 +382,20 @@ func (m *sizeRun) provisionClaims(ctx context.Context) error {
 	m.cfg.logf("N=%d claim writes: %v", m.n, writeBreakdown(m.start.api, m.claimsDone.api))
 	m.sr.CreateRPCs = rpcs(m.start.driver, m.claimsDone.driver, "DriverCreateBucket") / float64(m.n)
 	return nil
+}
+
+// provision creates n objects made by newObj with all writers and waits until they are all
+// provisioned; it returns them, their UIDs, and when each was created and provisioned.
+func (m *sizeRun) provision(ctx context.Context, what string, newObj func(ns string, i int) client.Object) (
+	objs []client.Object, uids []types.UID, starts, done []time.Time, err error) {
+	objs = make2(m.n, m.ns, newObj)
+	if uids, starts, err = m.create(ctx, objs); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if done, err = m.watch.waitFor(ctx, m.watch.provisioned, uids, m.timeout); err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return objs, uids, starts, done, nil
 }
 
 // idle counts reconciles in 2 s of quiet: nothing should reconcile once everything is provisioned
@@ -409,18 +418,9 @@ func (m *sizeRun) provisionAccesses(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m.accesses = make([]client.Object, m.n)
-	for i := range m.accesses {
-		m.accesses[i] = benchAccess(m.ns, i)
-	}
-	uids, starts, err := m.create(ctx, m.accesses)
-	if err != nil {
+	var starts, done []time.Time
+	if m.accesses, m.accessUIDs, starts, done, err = m.provision(ctx, "accesses", accessObject); err != nil {
 		return err
-	}
-	m.accessUIDs = uids
-	done, err := m.watch.waitFor(ctx, m.watch.provisioned, uids, m.timeout)
-	if err != nil {
-		return fmt.Errorf("accesses: %w", err)
 	}
 	m.sr.AccessesPerSec, m.sr.AccessP50, m.sr.AccessP90, m.sr.AccessP99 = latency(starts, done)
 	m.sr.CPUCores = cpuCores(m.cpu0, childCPU(), time.Since(m.wall0)-2500*time.Millisecond) // minus the pauses

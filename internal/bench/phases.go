@@ -26,10 +26,7 @@ func (s *system) restarts(ctx context.Context, r *RunResult) error {
 		return err
 	}
 	var all []client.Object
-	for _, newObj := range []func(string, int) client.Object{
-		func(ns string, i int) client.Object { return benchClaim(ns, i) },
-		func(ns string, i int) client.Object { return benchAccess(ns, i) },
-	} {
+	for _, newObj := range []func(string, int) client.Object{claimObject, accessObject} {
 		objs := make2(n, ns, newObj)
 		uids, _, err := s.create(ctx, objs)
 		if err != nil {
@@ -80,7 +77,7 @@ func (s *system) memory(ctx context.Context, r *RunResult) error {
 	if err := s.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		return err
 	}
-	uids, _, err := s.create(ctx, make2(n, ns, func(ns string, i int) client.Object { return benchClaim(ns, i) }))
+	uids, _, err := s.create(ctx, make2(n, ns, claimObject))
 	if err != nil {
 		return err
 	}
