@@ -231,10 +231,21 @@ Try next:
   kubectl --kubeconfig %[1]s get buckets -o wide
   kubectl --kubeconfig %[1]s apply -f %[2]s/bucketaccess-multi.yaml    (more in %[2]s/README.md)
   kubectl --kubeconfig %[1]s delete bucketaccess -n cosi-demo photos-writer   (revokes the key)
-Object store: S3 %[3]s, IAM %[4]s, root credentials in %[5]s
-Logs: %[6]s/log/
-Stop with Ctrl-C; the next make run keeps the buckets and objects. Start fresh: rm -rf %[6]s
-`, kc, rel(filepath.Join(repoRoot, "examples")), env.Store.S3Endpoint, env.Store.IAMEndpoint, rel(env.Store.RootEnvFile()), rel(dir))
+Object store: %[3]s
+Logs: %[4]s/log/
+Stop with Ctrl-C; the next make run keeps the buckets and objects. Start fresh: rm -rf %[4]s
+`, kc, rel(filepath.Join(repoRoot, "examples")), storeSummary(env, rel), rel(dir))
+}
+
+// storeSummary says where the object store listens and where its admin credentials are.
+func storeSummary(env *Env, rel func(string) string) string {
+	switch {
+	case env.Store != nil:
+		return fmt.Sprintf("S3 %s, IAM %s, root credentials in %s", env.Store.S3Endpoint, env.Store.IAMEndpoint, rel(env.Store.RootEnvFile()))
+	case env.RGW != nil:
+		return fmt.Sprintf("Ceph RGW %s, admin credentials in %s", env.RGW.Endpoint, rel(env.RGW.AdminEnvFile()))
+	}
+	return "none"
 }
 
 func mustGetwd() string {
