@@ -3,6 +3,8 @@ package s3_test
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"os"
@@ -600,4 +602,62 @@ func TestLimitedAdmin(t *testing.T) {
 			t.Errorf("the driver log does not have the store's error naming the admin:\n%s", logged)
 		}
 	})
+}
+
+// sidPrefix is the prefix of the statement IDs the driver gives account id's statements in RGW
+// bucket policies, as drivers/s3/rgw.go computes it.
+func sidPrefix(id string) string {
+	var b strings.Builder
+	b.WriteString("Cosi")
+	for _, r := range id {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			b.WriteRune(r)
+		}
+	}
+	sum := sha256.Sum256([]byte(id))
+	return b.String() + hex.EncodeToString(sum[:4])
+}
+
+// TestRGWStatementsOfOthersKept grants two accounts on one bucket whose statement IDs share a
+// prefix (the second's ID is the first's followed by the first's hash, so its statement IDs
+// start with the first's Sid prefix), next to an admin's statement whose Sid starts with the
+// first's prefix, then grants the first again and revokes it. The driver owns exactly the
+// statements it wrote: the second account's access and the admin's statement survive.
+// (Issue 14, item 1: the driver edits only its own statements, by Sid.)
+func TestRGWStatementsOfOthersKept(t *testing.T) {
+	b := rgwBackend(t)
+	ctx := t.Context()
+	_, p := serve(t, b.newDriver(t, ""), logr.Discard())
+	bucket := createBucket(t, p, map[string]string{s3.ParamPurgeOnDelete: "true"})
+	first := randomName("ba-")
+	second := first + strings.TrimPrefix(sidPrefix(first), "Cosi"+strings.ReplaceAll(first, "-", ""))
+	if !strings.HasPrefix(sidPrefix(second), sidPrefix(first)) {
+		t.Fatalf("the test's IDs do not collide: %s, %s", sidPrefix(first), sidPrefix(second))
+	}
+	adminSid := sidPrefix(first) + "AdminKeep"
+	admin := `{"Version":"2012-10-17","Statement":[{"Sid":"` + adminSid + `","Effect":"Deny","Principal":{"AWS":["arn:aws:iam:::user/nobody-at-all"]},` +
+		`"Action":["s3:DeleteBucket"],"Resource":["arn:aws:s3:::` + bucket + `"]}]}`
+	if _, err := b.admin.PutBucketPolicy(ctx, &awss3.PutBucketPolicyInput{Bucket: aws.String(bucket), Policy: aws.String(admin)}); err != nil {
+		t.Fatal(err)
+	}
+	adminKept := func(when string) {
+		t.Helper()
+		if !strings.Contains(bucketPolicy(t, b, bucket), adminSid) {
+			t.Errorf("%s: the admin's statement %s is gone: %s", when, adminSid, bucketPolicy(t, b, bucket))
+		}
+	}
+	rw := &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}
+	a1 := grantAs(t, p, first, rw, bucket)
+	a2 := grantAs(t, p, second, rw, bucket)
+	expect(t, "put by the second account", true, put(a2, bucket, "k2"))
+
+	grantAs(t, p, first, rw, bucket) // a repeated grant, as after a sidecar restart
+	expect(t, "put by the second account after the first was granted again", true, put(a2, bucket, "k2"))
+	adminKept("after the first was granted again")
+
+	revoke(t, p, a1)
+	expect(t, "put by the second account after the first was revoked", true, put(a2, bucket, "k2"))
+	adminKept("after the first was revoked")
+	revoke(t, p, a2)
+	adminKept("after both were revoked")
 }

@@ -246,13 +246,20 @@ func parseRawPolicy(doc string) (rawPolicy, error) {
 	return p, nil
 }
 
-// owned reports whether statement s is one of the driver's for the Sid prefix.
+// owned reports whether statement s is one of the driver's for the Sid prefix: its Sid is
+// exactly one the driver writes with that prefix. Only exactly: a prefix match would also take
+// the statements of an account whose ID continues where this one's prefix ends (account "a"+X,
+// whose prefix starts with "a"'s when X is "a"'s hash) and an admin's statement named
+// "<prefix>Audit", and a repeated grant or a revoke would delete them.
 func owned(s json.RawMessage, prefix string) bool {
 	var sid struct {
 		Sid string `json:"Sid"`
 	}
 	// A statement whose Sid is not a string is not the driver's (its Sids are strings).
-	return json.Unmarshal(s, &sid) == nil && strings.HasPrefix(sid.Sid, prefix)
+	if json.Unmarshal(s, &sid) != nil {
+		return false
+	}
+	return sid.Sid == prefix+sidBucket || sid.Sid == prefix+sidObjects
 }
 
 func (p rawPolicy) marshal() ([]byte, error) {
@@ -272,8 +279,9 @@ func (p rawPolicy) marshal() ([]byte, error) {
 }
 
 // setStatements replaces account id's statements in bucket's policy with stmts (none: removes
-// them), and deletes the policy when it becomes empty. Only statements whose Sid starts with the
-// account's prefix are the driver's; every other statement and field is kept as it is.
+// them), and deletes the policy when it becomes empty. Only statements with the Sids the driver
+// gives the account's statements are the driver's (see owned); every other statement and field is
+// kept as it is.
 func (a *RGWAccounts) setStatements(ctx context.Context, bucket, id string, stmts []Statement) error {
 	unlock := a.locks.lock(bucket)
 	defer unlock()
