@@ -335,8 +335,11 @@ func (a *RGWAccounts) setStatements(ctx context.Context, bucket, id string, stmt
 	return nil
 }
 
-// Revoke implements Accounts: the statements in each bucket's policy, then the user with its
-// keys. A user the driver did not create is left alone.
+// Revoke implements Accounts: the user with its keys, then its statements in each bucket's
+// policy. The user goes first because that is what ends the access, at once and on every bucket:
+// a policy the driver cannot edit for a while (its admin locked the driver out of one bucket)
+// fails the revoke, which is retried, but leaves no working key meanwhile. The retry finds no
+// user and finishes the policies. A user the driver did not create is left alone.
 func (a *RGWAccounts) Revoke(ctx context.Context, id string, buckets []string) error {
 	u, err := a.getUser(ctx, id)
 	if err != nil {
@@ -345,19 +348,18 @@ func (a *RGWAccounts) Revoke(ctx context.Context, id string, buckets []string) e
 	if u != nil && u.DisplayName != rgwDisplayPrefix+id {
 		return status.Errorf(codes.FailedPrecondition, "not revoking: RGW user %q was not created by this driver", id)
 	}
+	if u != nil {
+		err = a.admin(ctx, http.MethodDelete, "user", url.Values{"uid": {id}, "purge-data": {"false"}}, nil)
+		if e := (*rgwError)(nil); err != nil && !(errors.As(err, &e) && e.Status == http.StatusNotFound) {
+			return rgwStatus(err, fmt.Sprintf("deleting RGW user %q", id))
+		}
+	}
 	for _, b := range buckets {
 		if err := a.setStatements(ctx, b, id, nil); err != nil {
 			return err
 		}
 	}
-	if u == nil {
-		return nil
-	}
-	err = a.admin(ctx, http.MethodDelete, "user", url.Values{"uid": {id}, "purge-data": {"false"}}, nil)
-	if e := (*rgwError)(nil); errors.As(err, &e) && e.Status == http.StatusNotFound {
-		return nil
-	}
-	return rgwStatus(err, fmt.Sprintf("deleting RGW user %q", id))
+	return nil
 }
 
 // List implements Accounts: the RGW users the driver created.
