@@ -363,7 +363,7 @@ func TestBucketIDsValidated(t *testing.T) {
 		_, p := serve(t, b.newDriver(t, ""), logr.Discard())
 		real := createBucket(t, p, nil)
 		rw := &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}
-		for _, bad := range []string{"*", "prod-*", "b?cket", "${aws:username}", real + "/*", "a", "UPPER", strings.Repeat("a", 64), "-lead", "a..b", "192.168.1.1"} {
+		for _, bad := range []string{"*", "prod-*", "b?cket", "${aws:username}", real + "/*", "a", "UPPER", strings.Repeat("a", 64), "-lead", "a..b", "192.168.1.1", "192.168.001.001"} {
 			_, err := p.DriverGetBucket(ctx, &cosi.DriverGetBucketRequest{BucketId: bad})
 			if status.Code(err) != codes.InvalidArgument {
 				t.Errorf("DriverGetBucket(%q): %v, want InvalidArgument", bad, err)
