@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -759,5 +760,55 @@ func TestRGWRevokeCutsAccessFirst(t *testing.T) {
 	}
 	if _, err := b.admin.GetBucketPolicy(ctx, &awss3.GetBucketPolicyInput{Bucket: aws.String(open)}); apiCodeOf(err) != "NoSuchBucketPolicy" {
 		t.Errorf("the policy of %s after the revoke: %v, want none (the access's statements removed)", open, err)
+	}
+}
+
+// TestRGWConcurrentGrantsKeepEveryStatement grants and revokes accesses to one bucket at once,
+// as the sidecar does for several BucketAccesses of one claim: every bucket-policy edit is a
+// read-modify-write, and none may lose another's statements.
+func TestRGWConcurrentGrantsKeepEveryStatement(t *testing.T) {
+	b := rgwBackend(t)
+	_, p := serve(t, b.newDriver(t, ""), logr.Discard())
+	bucket := createBucket(t, p, map[string]string{s3.ParamPurgeOnDelete: "true"})
+	rw := &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}
+	first := make([]*access, 4)
+	for i := range first {
+		first[i] = grant(t, p, rw, bucket)
+	}
+	// The calls run in goroutines, which must not call t.Fatal: they report their errors.
+	second := make([]*cosi.DriverGrantBucketAccessResponse, 4)
+	errs := make(chan error, 8)
+	for i := range 8 {
+		go func() {
+			var err error
+			if i < 4 {
+				second[i], err = p.DriverGrantBucketAccess(t.Context(), &cosi.DriverGrantBucketAccessRequest{AccountId: randomName("ba-"),
+					Protocol: cosi.ObjectProtocol_S3, AuthenticationType: cosi.AuthenticationType_KEY,
+					Buckets: []*cosi.AccessedBucket{{BucketId: bucket, AccessModes: rw}}})
+			} else {
+				_, err = p.DriverRevokeBucketAccess(t.Context(), &cosi.DriverRevokeBucketAccessRequest{AccountId: first[i-4].id,
+					Protocol: cosi.ObjectProtocol_S3, AuthenticationType: cosi.AuthenticationType_KEY,
+					Buckets: []*cosi.DriverRevokeBucketAccessRequest_Bucket{{BucketId: bucket}}})
+			}
+			errs <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Errorf("a concurrent grant or revoke: %v", err)
+		}
+	}
+	for i, resp := range second {
+		if resp != nil {
+			a := &access{client: userClient(resp.GetCredentials(), resp.GetBuckets()[0].GetBucketInfo())}
+			expect(t, fmt.Sprintf("put by access %d granted concurrently", i), true, put(a, bucket, "k"))
+		}
+	}
+	for i, a := range first {
+		expect(t, fmt.Sprintf("put by access %d revoked concurrently", i), false, put(a, bucket, "k"))
+	}
+	_, stmts := policyStatements(t, bucketPolicy(t, b, bucket))
+	if len(stmts) != 2*len(second) {
+		t.Errorf("the policy has %d statements, want %d (two per remaining access)", len(stmts), 2*len(second))
 	}
 }
