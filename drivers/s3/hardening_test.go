@@ -807,8 +807,61 @@ func TestRGWConcurrentGrantsKeepEveryStatement(t *testing.T) {
 	for i, a := range first {
 		expect(t, fmt.Sprintf("put by access %d revoked concurrently", i), false, put(a, bucket, "k"))
 	}
-	_, stmts := policyStatements(t, bucketPolicy(t, b, bucket))
-	if len(stmts) != 2*len(second) {
-		t.Errorf("the policy has %d statements, want %d (two per remaining access)", len(stmts), 2*len(second))
+	doc := bucketPolicy(t, b, bucket)
+	for i, a := range first {
+		if strings.Contains(doc, "user/"+a.id+`"`) {
+			t.Errorf("the policy still names access %d, revoked concurrently: %s", i, doc)
+		}
 	}
+	_, stmts := policyStatements(t, doc)
+	if perAccess := len(stmts) / len(second); len(stmts) != perAccess*len(second) || perAccess < 2 {
+		t.Errorf("the policy has %d statements for %d accesses with the same grant, want the same number for each", len(stmts), len(second))
+	}
+}
+
+// TestObjectDataWriteCannotShare grants objectData ReadWrite and has the workload upload objects
+// with ACLs in the request headers (a canned public-read, grants to all users): the key may
+// write data, not decide who else reads it. No such object may be readable anonymously
+// afterwards; plain and private uploads keep working. (Ceph RGW checks only s3:PutObject for
+// these uploads, not s3:PutObjectAcl as AWS does.)
+//
+// Not covered, because not fixed: on Ceph RGW 16 CopyObject and CreateMultipartUpload with an
+// ACL header are not denied by the driver's conditions (RGW does not evaluate them there), so a
+// workload can still publish an object that way; see docs/drivers/s3.md.
+func TestObjectDataWriteCannotShare(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		ctx := t.Context()
+		_, p := serve(t, b.newDriver(t, ""), logr.Discard())
+		bucket := createBucket(t, p, map[string]string{s3.ParamPurgeOnDelete: "true"})
+		a := grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}, bucket)
+		body := func() *strings.Reader { return strings.NewReader("data") }
+		_, err := a.client.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("plain"), Body: body()})
+		expect(t, "a plain upload", true, err)
+		_, err = a.client.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("private"), Body: body(), ACL: types.ObjectCannedACLPrivate})
+		expect(t, "an upload with ACL private", true, err)
+
+		allUsers := aws.String(`uri="http://acs.amazonaws.com/groups/global/AllUsers"`)
+		for key, upload := range map[string]func() error{
+			"canned-public-read": func() error {
+				_, err := a.client.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("canned-public-read"), Body: body(), ACL: types.ObjectCannedACLPublicRead})
+				return err
+			},
+			"grant-read-all-users": func() error {
+				_, err := a.client.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("grant-read-all-users"), Body: body(), GrantRead: allUsers})
+				return err
+			},
+			"grant-full-control-all-users": func() error {
+				_, err := a.client.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("grant-full-control-all-users"), Body: body(), GrantFullControl: allUsers})
+				return err
+			},
+		} {
+			if err := upload(); err != nil && !denied(err) && apiCodeOf(err) != "NotImplemented" {
+				t.Errorf("upload %s: %v, want success or AccessDenied", key, err)
+			}
+			_, err := anonymousClient(b.s3Endpoint).GetObject(ctx, &awss3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+			if !denied(err) && apiCodeOf(err) != "NoSuchKey" {
+				t.Errorf("an anonymous read of %s, uploaded by the workload with an ACL: %v, want AccessDenied (or no such object)", key, err)
+			}
+		}
+	})
 }

@@ -101,6 +101,8 @@ type Statement struct {
 	Principal *Principal `json:"Principal,omitempty"`
 	Action    []string   `json:"Action"`
 	Resource  []string   `json:"Resource"`
+	// Condition maps a condition operator to keys and their values.
+	Condition map[string]map[string][]string `json:"Condition,omitempty"`
 }
 
 // Principal names who a bucket-policy statement applies to.

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -198,11 +199,51 @@ func (a *RGWAccounts) Grant(ctx context.Context, id string, grants []bucketGrant
 		return Key{}, status.Errorf(codes.Internal, "RGW user %q has no S3 key of its own", id)
 	}
 	for _, g := range grants {
-		if err := a.setStatements(ctx, g.Bucket, id, g.statements(rgwSid(id), &Principal{AWS: []string{"arn:aws:iam:::user/" + id}}, rgwUnknownActions)); err != nil {
+		principal := &Principal{AWS: []string{"arn:aws:iam:::user/" + id}}
+		stmts := g.statements(rgwSid(id), principal, rgwUnknownActions)
+		if _, objectActs := g.bucketActions(); slices.Contains(objectActs, "s3:PutObject") {
+			stmts = append(stmts, rgwACLDenials(rgwSid(id), principal, g.Bucket)...)
+		}
+		if err := a.setStatements(ctx, g.Bucket, id, stmts); err != nil {
 			return Key{}, err
 		}
 	}
 	return key, nil
+}
+
+// rgwWideningCannedACLs are the canned ACLs that let someone other than the uploader and the
+// bucket owner at an object. "private", "bucket-owner-read" and "bucket-owner-full-control" are
+// not among them.
+var rgwWideningCannedACLs = []string{"public-read", "public-read-write", "authenticated-read", "aws-exec-read", "log-delivery-write"}
+
+// rgwGrantHeaders are the ACL grant headers of an upload (x-amz-grant-<name>), with the Sid
+// suffix of the statement that denies each.
+var rgwGrantHeaders = []struct{ header, sid string }{
+	{"read", "DenyGrantRead"}, {"write", "DenyGrantWrite"}, {"read-acp", "DenyGrantReadAcp"},
+	{"write-acp", "DenyGrantWriteAcp"}, {"full-control", "DenyGrantFullControl"},
+}
+
+// sidDenyACL is the Sid suffix of the statement that denies uploads with a widening canned ACL.
+const sidDenyACL = "DenyCannedAcl"
+
+// rgwACLDenials are the statements that keep an access with s3:PutObject from deciding who else
+// reads what it uploads. Ceph RGW checks only s3:PutObject for an upload (PutObject, CopyObject,
+// CreateMultipartUpload) that sets an ACL in its headers (AWS also wants s3:PutObjectAcl, which
+// the driver never grants): a workload could make the bucket's data public with x-amz-acl:
+// public-read. Each statement denies uploads that carry one such header. The conditions test
+// that a value is present (StringEquals, StringLike "*"), because operators that test absence
+// (Null, StringNotEquals on a missing key) do not evaluate alike across RGW versions; a condition
+// on a header the request does not carry is false, so plain and private uploads are not denied.
+func rgwACLDenials(prefix string, principal *Principal, bucket string) []Statement {
+	deny := func(sid, op, key string, values []string) Statement {
+		return Statement{Sid: prefix + sid, Effect: "Deny", Principal: principal, Action: []string{"s3:PutObject"},
+			Resource: []string{"arn:aws:s3:::" + bucket + "/*"}, Condition: map[string]map[string][]string{op: {key: values}}}
+	}
+	out := []Statement{deny(sidDenyACL, "StringEquals", "s3:x-amz-acl", rgwWideningCannedACLs)}
+	for _, h := range rgwGrantHeaders {
+		out = append(out, deny(h.sid, "StringLike", "s3:x-amz-grant-"+h.header, []string{"*"}))
+	}
+	return out
 }
 
 // rgwSid is the statement ID prefix of account id's statements in a bucket policy.
@@ -247,7 +288,8 @@ func parseRawPolicy(doc string) (rawPolicy, error) {
 }
 
 // owned reports whether statement s is one of the driver's for the Sid prefix: its Sid is
-// exactly one the driver writes with that prefix. Only exactly: a prefix match would also take
+// exactly one the driver writes with that prefix (the Bucket and Objects grants, and the
+// denials of rgwACLDenials). Only exactly: a prefix match would also take
 // the statements of an account whose ID continues where this one's prefix ends (account "a"+X,
 // whose prefix starts with "a"'s when X is "a"'s hash) and an admin's statement named
 // "<prefix>Audit", and a repeated grant or a revoke would delete them.
@@ -259,7 +301,18 @@ func owned(s json.RawMessage, prefix string) bool {
 	if json.Unmarshal(s, &sid) != nil {
 		return false
 	}
-	return sid.Sid == prefix+sidBucket || sid.Sid == prefix+sidObjects
+	switch strings.TrimPrefix(sid.Sid, prefix) {
+	case sid.Sid:
+		return false // no such prefix
+	case sidBucket, sidObjects, sidDenyACL:
+		return true
+	}
+	for _, h := range rgwGrantHeaders {
+		if sid.Sid == prefix+h.sid {
+			return true
+		}
+	}
+	return false
 }
 
 func (p rawPolicy) marshal() ([]byte, error) {
