@@ -3,8 +3,11 @@ package s3_test
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +28,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kube-cosi/cosi/drivers/s3"
+	"github.com/kube-cosi/cosi/pkg/driver"
 	cosi "github.com/kube-cosi/cosi/proto"
 )
 
@@ -360,7 +364,7 @@ func TestBucketIDsValidated(t *testing.T) {
 		_, p := serve(t, b.newDriver(t, ""), logr.Discard())
 		real := createBucket(t, p, nil)
 		rw := &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}
-		for _, bad := range []string{"*", "prod-*", "b?cket", "${aws:username}", real + "/*", "a", "UPPER", strings.Repeat("a", 64), "-lead", "a..b", "192.168.1.1"} {
+		for _, bad := range []string{"*", "prod-*", "b?cket", "${aws:username}", real + "/*", "a", "UPPER", strings.Repeat("a", 64), "-lead", "a..b", "192.168.1.1", "192.168.001.001"} {
 			_, err := p.DriverGetBucket(ctx, &cosi.DriverGetBucketRequest{BucketId: bad})
 			if status.Code(err) != codes.InvalidArgument {
 				t.Errorf("DriverGetBucket(%q): %v, want InvalidArgument", bad, err)
@@ -598,6 +602,266 @@ func TestLimitedAdmin(t *testing.T) {
 		logged, _ := logs.bytes()
 		if !strings.Contains(string(logged), name) {
 			t.Errorf("the driver log does not have the store's error naming the admin:\n%s", logged)
+		}
+	})
+}
+
+// sidPrefix is the prefix of the statement IDs the driver gives account id's statements in RGW
+// bucket policies, as drivers/s3/rgw.go computes it.
+func sidPrefix(id string) string {
+	var b strings.Builder
+	b.WriteString("Cosi")
+	for _, r := range id {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			b.WriteRune(r)
+		}
+	}
+	sum := sha256.Sum256([]byte(id))
+	return b.String() + hex.EncodeToString(sum[:4])
+}
+
+// TestRGWStatementsOfOthersKept grants two accounts on one bucket whose statement IDs share a
+// prefix (the second's ID is the first's followed by the first's hash, so its statement IDs
+// start with the first's Sid prefix), next to an admin's statement whose Sid starts with the
+// first's prefix, then grants the first again and revokes it. The driver owns exactly the
+// statements it wrote: the second account's access and the admin's statement survive.
+// (Issue 14, item 1: the driver edits only its own statements, by Sid.)
+func TestRGWStatementsOfOthersKept(t *testing.T) {
+	b := rgwBackend(t)
+	ctx := t.Context()
+	_, p := serve(t, b.newDriver(t, ""), logr.Discard())
+	bucket := createBucket(t, p, map[string]string{s3.ParamPurgeOnDelete: "true"})
+	first := randomName("ba-")
+	second := first + strings.TrimPrefix(sidPrefix(first), "Cosi"+strings.ReplaceAll(first, "-", ""))
+	if !strings.HasPrefix(sidPrefix(second), sidPrefix(first)) {
+		t.Fatalf("the test's IDs do not collide: %s, %s", sidPrefix(first), sidPrefix(second))
+	}
+	adminSid := sidPrefix(first) + "AdminKeep"
+	admin := `{"Version":"2012-10-17","Statement":[{"Sid":"` + adminSid + `","Effect":"Deny","Principal":{"AWS":["arn:aws:iam:::user/nobody-at-all"]},` +
+		`"Action":["s3:DeleteBucket"],"Resource":["arn:aws:s3:::` + bucket + `"]}]}`
+	if _, err := b.admin.PutBucketPolicy(ctx, &awss3.PutBucketPolicyInput{Bucket: aws.String(bucket), Policy: aws.String(admin)}); err != nil {
+		t.Fatal(err)
+	}
+	adminKept := func(when string) {
+		t.Helper()
+		if !strings.Contains(bucketPolicy(t, b, bucket), adminSid) {
+			t.Errorf("%s: the admin's statement %s is gone: %s", when, adminSid, bucketPolicy(t, b, bucket))
+		}
+	}
+	rw := &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}
+	a1 := grantAs(t, p, first, rw, bucket)
+	a2 := grantAs(t, p, second, rw, bucket)
+	expect(t, "put by the second account", true, put(a2, bucket, "k2"))
+
+	grantAs(t, p, first, rw, bucket) // a repeated grant, as after a sidecar restart
+	expect(t, "put by the second account after the first was granted again", true, put(a2, bucket, "k2"))
+	adminKept("after the first was granted again")
+
+	revoke(t, p, a1)
+	expect(t, "put by the second account after the first was revoked", true, put(a2, bucket, "k2"))
+	adminKept("after the first was revoked")
+	revoke(t, p, a2)
+	adminKept("after both were revoked")
+}
+
+// TestForeignPolicyShapesKept imports a bucket whose admin policy uses the grammar's other
+// shapes: Statement as a single object rather than a list, Principal "*", Action and Resource as
+// strings, no Sid, a condition on a number with more digits than a float64 holds, and values
+// with characters JSON encoders like to escape (< > &). After a grant and a revoke the admin's
+// statement must mean exactly what it meant (numbers compared as written). (Issue 14, item 1.)
+func TestForeignPolicyShapesKept(t *testing.T) {
+	b := rgwBackend(t)
+	ctx := t.Context()
+	_, p := serve(t, b.newDriver(t, ""), logr.Discard())
+	bucket := randomName("imported-")
+	if _, err := b.admin.CreateBucket(ctx, &awss3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
+		t.Fatal(err)
+	}
+	original := `{"Version":"2012-10-17","Statement":{"Effect":"Allow","Principal":"*","Action":"s3:ListBucket",` +
+		`"Resource":"arn:aws:s3:::` + bucket + `","Condition":{"StringLike":{"s3:prefix":["a<b>&c/*"]},` +
+		`"NumericLessThanEquals":{"s3:max-keys":"10.000000000000000000001"}}}}`
+	if _, err := b.admin.PutBucketPolicy(ctx, &awss3.PutBucketPolicyInput{Bucket: aws.String(bucket), Policy: aws.String(original)}); err != nil {
+		t.Fatalf("the store refuses the admin's policy: %v", err)
+	}
+	exact := func(doc string) []any {
+		t.Helper()
+		d := json.NewDecoder(strings.NewReader(doc))
+		d.UseNumber()
+		var p map[string]any
+		if err := d.Decode(&p); err != nil {
+			t.Fatalf("decoding %s: %v", doc, err)
+		}
+		if s, ok := p["Statement"].([]any); ok {
+			return s
+		}
+		return []any{p["Statement"]}
+	}
+	want := exact(bucketPolicy(t, b, bucket))
+	if _, err := p.DriverGetBucket(ctx, &cosi.DriverGetBucketRequest{BucketId: bucket}); err != nil {
+		t.Fatal(err)
+	}
+	a := grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_ONLY}, bucket)
+	expect(t, "list by the granted access", true, list(a, bucket))
+	got := exact(bucketPolicy(t, b, bucket))
+	if !slices.ContainsFunc(got, func(g any) bool { return reflect.DeepEqual(g, want[0]) }) {
+		t.Errorf("after the grant, the admin's statement\n%v\nis not in\n%v", want[0], got)
+	}
+	revoke(t, p, a)
+	if got := exact(bucketPolicy(t, b, bucket)); !reflect.DeepEqual(got, want) {
+		t.Errorf("after the revoke:\n%v\nwant\n%v", got, want)
+	}
+}
+
+// TestRGWRevokeCutsAccessFirst revokes an access to two buckets while the driver cannot edit the
+// policy of one of them (its admin denied the driver's identity s3:GetBucketPolicy there). The
+// revoke cannot finish and is retried, but the key must stop working at once, on every bucket:
+// a revoke that waits for every policy edit before deleting the user leaves a revoked key working
+// for as long as the policy stays out of reach.
+func TestRGWRevokeCutsAccessFirst(t *testing.T) {
+	b := rgwBackend(t)
+	ctx := t.Context()
+	_, p := serve(t, b.newDriver(t, ""), logr.Discard())
+	open := createBucket(t, p, map[string]string{s3.ParamPurgeOnDelete: "true"})
+	locked := createBucket(t, p, map[string]string{s3.ParamPurgeOnDelete: "true"})
+	a := grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}, open, locked)
+	expect(t, "put before the revoke", true, put(a, open, "k"))
+
+	doc := bucketPolicy(t, b, locked)
+	top, stmts := policyStatements(t, doc)
+	top["Statement"] = append(stmts, map[string]any{"Sid": "LockOutTheDriver", "Effect": "Deny",
+		"Principal": map[string]any{"AWS": []any{"arn:aws:iam:::user/cosi-admin"}}, "Action": []any{"s3:GetBucketPolicy"},
+		"Resource": []any{"arn:aws:s3:::" + locked}})
+	lockedDoc, _ := json.Marshal(top)
+	if _, err := b.admin.PutBucketPolicy(ctx, &awss3.PutBucketPolicyInput{Bucket: aws.String(locked), Policy: aws.String(string(lockedDoc))}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_, _ = b.admin.DeleteBucketPolicy(context.Background(), &awss3.DeleteBucketPolicyInput{Bucket: aws.String(locked)})
+	}()
+	if _, err := b.admin.GetBucketPolicy(ctx, &awss3.GetBucketPolicyInput{Bucket: aws.String(locked)}); err == nil {
+		t.Skip("Ceph RGW lets the bucket owner read a policy that denies it that; no way here to keep the driver out")
+	}
+
+	req := &cosi.DriverRevokeBucketAccessRequest{AccountId: a.id, Protocol: cosi.ObjectProtocol_S3, AuthenticationType: cosi.AuthenticationType_KEY,
+		Buckets: []*cosi.DriverRevokeBucketAccessRequest_Bucket{{BucketId: locked}, {BucketId: open}}}
+	_, err := p.DriverRevokeBucketAccess(ctx, req)
+	if err != nil && !driver.Retryable(err) {
+		t.Errorf("a revoke that cannot edit one policy: %v, want success or a retryable error", err)
+	}
+	expect(t, "put with the revoked key while one policy is out of reach", false, put(a, open, "k2"))
+	expect(t, "get with the revoked key while one policy is out of reach", false, get(a, open, "k"))
+
+	// Once the admin lets the driver in again, the retried revoke finishes the policies.
+	if _, err := b.admin.DeleteBucketPolicy(ctx, &awss3.DeleteBucketPolicyInput{Bucket: aws.String(locked)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DriverRevokeBucketAccess(ctx, req); err != nil {
+		t.Fatalf("the revoke retried: %v", err)
+	}
+	if _, err := b.admin.GetBucketPolicy(ctx, &awss3.GetBucketPolicyInput{Bucket: aws.String(open)}); apiCodeOf(err) != "NoSuchBucketPolicy" {
+		t.Errorf("the policy of %s after the revoke: %v, want none (the access's statements removed)", open, err)
+	}
+}
+
+// TestRGWConcurrentGrantsKeepEveryStatement grants and revokes accesses to one bucket at once,
+// as the sidecar does for several BucketAccesses of one claim: every bucket-policy edit is a
+// read-modify-write, and none may lose another's statements.
+func TestRGWConcurrentGrantsKeepEveryStatement(t *testing.T) {
+	b := rgwBackend(t)
+	_, p := serve(t, b.newDriver(t, ""), logr.Discard())
+	bucket := createBucket(t, p, map[string]string{s3.ParamPurgeOnDelete: "true"})
+	rw := &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}
+	first := make([]*access, 4)
+	for i := range first {
+		first[i] = grant(t, p, rw, bucket)
+	}
+	// The calls run in goroutines, which must not call t.Fatal: they report their errors.
+	second := make([]*cosi.DriverGrantBucketAccessResponse, 4)
+	errs := make(chan error, 8)
+	for i := range 8 {
+		go func() {
+			var err error
+			if i < 4 {
+				second[i], err = p.DriverGrantBucketAccess(t.Context(), &cosi.DriverGrantBucketAccessRequest{AccountId: randomName("ba-"),
+					Protocol: cosi.ObjectProtocol_S3, AuthenticationType: cosi.AuthenticationType_KEY,
+					Buckets: []*cosi.AccessedBucket{{BucketId: bucket, AccessModes: rw}}})
+			} else {
+				_, err = p.DriverRevokeBucketAccess(t.Context(), &cosi.DriverRevokeBucketAccessRequest{AccountId: first[i-4].id,
+					Protocol: cosi.ObjectProtocol_S3, AuthenticationType: cosi.AuthenticationType_KEY,
+					Buckets: []*cosi.DriverRevokeBucketAccessRequest_Bucket{{BucketId: bucket}}})
+			}
+			errs <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Errorf("a concurrent grant or revoke: %v", err)
+		}
+	}
+	for i, resp := range second {
+		if resp != nil {
+			a := &access{client: userClient(resp.GetCredentials(), resp.GetBuckets()[0].GetBucketInfo())}
+			expect(t, fmt.Sprintf("put by access %d granted concurrently", i), true, put(a, bucket, "k"))
+		}
+	}
+	for i, a := range first {
+		expect(t, fmt.Sprintf("put by access %d revoked concurrently", i), false, put(a, bucket, "k"))
+	}
+	doc := bucketPolicy(t, b, bucket)
+	for i, a := range first {
+		if strings.Contains(doc, "user/"+a.id+`"`) {
+			t.Errorf("the policy still names access %d, revoked concurrently: %s", i, doc)
+		}
+	}
+	_, stmts := policyStatements(t, doc)
+	if perAccess := len(stmts) / len(second); len(stmts) != perAccess*len(second) || perAccess < 2 {
+		t.Errorf("the policy has %d statements for %d accesses with the same grant, want the same number for each", len(stmts), len(second))
+	}
+}
+
+// TestObjectDataWriteCannotShare grants objectData ReadWrite and has the workload upload objects
+// with ACLs in the request headers (a canned public-read, grants to all users): the key may
+// write data, not decide who else reads it. No such object may be readable anonymously
+// afterwards; plain and private uploads keep working. (Ceph RGW checks only s3:PutObject for
+// these uploads, not s3:PutObjectAcl as AWS does.)
+//
+// Not covered, because not fixed: on Ceph RGW 16 CopyObject and CreateMultipartUpload with an
+// ACL header are not denied by the driver's conditions (RGW does not evaluate them there), so a
+// workload can still publish an object that way; see docs/drivers/s3.md.
+func TestObjectDataWriteCannotShare(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		ctx := t.Context()
+		_, p := serve(t, b.newDriver(t, ""), logr.Discard())
+		bucket := createBucket(t, p, map[string]string{s3.ParamPurgeOnDelete: "true"})
+		a := grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}, bucket)
+		body := func() *strings.Reader { return strings.NewReader("data") }
+		_, err := a.client.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("plain"), Body: body()})
+		expect(t, "a plain upload", true, err)
+		_, err = a.client.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("private"), Body: body(), ACL: types.ObjectCannedACLPrivate})
+		expect(t, "an upload with ACL private", true, err)
+
+		allUsers := aws.String(`uri="http://acs.amazonaws.com/groups/global/AllUsers"`)
+		for key, upload := range map[string]func() error{
+			"canned-public-read": func() error {
+				_, err := a.client.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("canned-public-read"), Body: body(), ACL: types.ObjectCannedACLPublicRead})
+				return err
+			},
+			"grant-read-all-users": func() error {
+				_, err := a.client.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("grant-read-all-users"), Body: body(), GrantRead: allUsers})
+				return err
+			},
+			"grant-full-control-all-users": func() error {
+				_, err := a.client.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("grant-full-control-all-users"), Body: body(), GrantFullControl: allUsers})
+				return err
+			},
+		} {
+			if err := upload(); err != nil && !denied(err) && apiCodeOf(err) != "NotImplemented" {
+				t.Errorf("upload %s: %v, want success or AccessDenied", key, err)
+			}
+			_, err := anonymousClient(b.s3Endpoint).GetObject(ctx, &awss3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+			if !denied(err) && apiCodeOf(err) != "NoSuchKey" {
+				t.Errorf("an anonymous read of %s, uploaded by the workload with an ACL: %v, want AccessDenied (or no such object)", key, err)
+			}
 		}
 	})
 }

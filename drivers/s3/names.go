@@ -3,7 +3,6 @@ package s3
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"net"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -79,9 +78,9 @@ func validAccountName(name string) bool {
 
 // validBucketID reports whether id is an S3 bucket name by the naming rules of S3 (and Ceph RGW):
 // 3 to 63 characters of [a-z0-9.-], starting and ending with a letter or digit, no "..", and not
-// an IP address. Bucket IDs go into policy ARNs, where "*" and "?" are wildcards, "${...}" a
-// policy variable and "/" an object path: an ID like "*" or "prod-*" would grant every bucket
-// that matches. Every ID that enters the driver is checked before it is used.
+// formatted as an IP address. Bucket IDs go into policy ARNs, where "*" and "?" are wildcards,
+// "${...}" a policy variable and "/" an object path: an ID like "*" or "prod-*" would grant every
+// bucket that matches. Every ID that enters the driver is checked before it is used.
 func validBucketID(id string) bool {
 	if len(id) < minBucketName || len(id) > maxBucketName || strings.Contains(id, "..") {
 		return false
@@ -92,14 +91,30 @@ func validBucketID(id string) bool {
 			return false
 		}
 	}
-	return net.ParseIP(id) == nil
+	return !ipFormatted(id)
+}
+
+// ipFormatted reports whether id is formatted as an IPv4 address, which S3 forbids for bucket
+// names: four dot-separated groups of one to three digits. net.ParseIP alone misses the forms it
+// refuses to parse, such as "192.168.001.001" and "999.0.0.1", which S3 refuses all the same.
+func ipFormatted(id string) bool {
+	parts := strings.Split(id, ".")
+	if len(parts) != 4 {
+		return false
+	}
+	for _, p := range parts {
+		if len(p) < 1 || len(p) > 3 || strings.Trim(p, "0123456789") != "" {
+			return false
+		}
+	}
+	return true
 }
 
 // checkBucketID returns InvalidArgument unless id is a valid bucket name (see validBucketID).
 func checkBucketID(id string) error {
 	if !validBucketID(id) {
 		return status.Errorf(codes.InvalidArgument,
-			"bucket ID %q is not an S3 bucket name: 3 to 63 characters of a-z 0-9 . -, starting and ending with a letter or digit, no \"..\", not an IP address", id)
+			"bucket ID %q is not an S3 bucket name: 3 to 63 characters of a-z 0-9 . -, starting and ending with a letter or digit, no \"..\", not formatted as an IP address", id)
 	}
 	return nil
 }

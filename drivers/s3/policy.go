@@ -101,6 +101,8 @@ type Statement struct {
 	Principal *Principal `json:"Principal,omitempty"`
 	Action    []string   `json:"Action"`
 	Resource  []string   `json:"Resource"`
+	// Condition maps a condition operator to keys and their values.
+	Condition map[string]map[string][]string `json:"Condition,omitempty"`
 }
 
 // Principal names who a bucket-policy statement applies to.
@@ -116,6 +118,12 @@ type Policy struct {
 
 const policyVersion = "2012-10-17"
 
+// The Sids of the two statements that grant one bucket: sidPrefix followed by these.
+const (
+	sidBucket  = "Bucket"
+	sidObjects = "Objects"
+)
+
 // statements returns the statements granting g, with Sids starting with sidPrefix, without the
 // actions in unknown (actions a store rejects in policies).
 func (g bucketGrant) statements(sidPrefix string, principal *Principal, unknown map[string]bool) []Statement {
@@ -125,11 +133,11 @@ func (g bucketGrant) statements(sidPrefix string, principal *Principal, unknown 
 	objectActs = slices.DeleteFunc(objectActs, known)
 	var out []Statement
 	if len(bucketActs) > 0 {
-		out = append(out, Statement{Sid: sidPrefix + "Bucket", Effect: "Allow", Principal: principal, Action: bucketActs,
+		out = append(out, Statement{Sid: sidPrefix + sidBucket, Effect: "Allow", Principal: principal, Action: bucketActs,
 			Resource: []string{"arn:aws:s3:::" + g.Bucket}})
 	}
 	if len(objectActs) > 0 {
-		out = append(out, Statement{Sid: sidPrefix + "Objects", Effect: "Allow", Principal: principal, Action: objectActs,
+		out = append(out, Statement{Sid: sidPrefix + sidObjects, Effect: "Allow", Principal: principal, Action: objectActs,
 			Resource: []string{"arn:aws:s3:::" + g.Bucket + "/*"}})
 	}
 	return out

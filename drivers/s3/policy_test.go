@@ -206,7 +206,8 @@ func TestValidBucketID(t *testing.T) {
 		"bc-3f1e9a52": true, "abc": true, "a.b.c": true, "my-bucket.example": true, strings.Repeat("a", 63): true, "xn--legacy": true,
 		"": false, "ab": false, strings.Repeat("a", 64): false, "*": false, "prod-*": false, "b?cket": false, "${aws:username}": false,
 		"bucket/*": false, "Bucket": false, "under_score": false, "-lead": false, "trail-": false, ".dot": false, "dot.": false,
-		"a..b": false, "192.168.1.1": false, "bucket name": false, "bücket": false,
+		"a..b": false, "192.168.1.1": false, "192.168.001.001": false, "010.0.0.1": false, "999.999.999.999": false,
+		"1.2.3": true, "1.2.3.4.5": true, "bucket name": false, "bücket": false,
 	} {
 		if got := validBucketID(id); got != want {
 			t.Errorf("validBucketID(%q) = %v, want %v", id, got, want)

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -198,11 +199,51 @@ func (a *RGWAccounts) Grant(ctx context.Context, id string, grants []bucketGrant
 		return Key{}, status.Errorf(codes.Internal, "RGW user %q has no S3 key of its own", id)
 	}
 	for _, g := range grants {
-		if err := a.setStatements(ctx, g.Bucket, id, g.statements(rgwSid(id), &Principal{AWS: []string{"arn:aws:iam:::user/" + id}}, rgwUnknownActions)); err != nil {
+		principal := &Principal{AWS: []string{"arn:aws:iam:::user/" + id}}
+		stmts := g.statements(rgwSid(id), principal, rgwUnknownActions)
+		if _, objectActs := g.bucketActions(); slices.Contains(objectActs, "s3:PutObject") {
+			stmts = append(stmts, rgwACLDenials(rgwSid(id), principal, g.Bucket)...)
+		}
+		if err := a.setStatements(ctx, g.Bucket, id, stmts); err != nil {
 			return Key{}, err
 		}
 	}
 	return key, nil
+}
+
+// rgwWideningCannedACLs are the canned ACLs that let someone other than the uploader and the
+// bucket owner at an object. "private", "bucket-owner-read" and "bucket-owner-full-control" are
+// not among them.
+var rgwWideningCannedACLs = []string{"public-read", "public-read-write", "authenticated-read", "aws-exec-read", "log-delivery-write"}
+
+// rgwGrantHeaders are the ACL grant headers of an upload (x-amz-grant-<name>), with the Sid
+// suffix of the statement that denies each.
+var rgwGrantHeaders = []struct{ header, sid string }{
+	{"read", "DenyGrantRead"}, {"write", "DenyGrantWrite"}, {"read-acp", "DenyGrantReadAcp"},
+	{"write-acp", "DenyGrantWriteAcp"}, {"full-control", "DenyGrantFullControl"},
+}
+
+// sidDenyACL is the Sid suffix of the statement that denies uploads with a widening canned ACL.
+const sidDenyACL = "DenyCannedAcl"
+
+// rgwACLDenials are the statements that keep an access with s3:PutObject from deciding who else
+// reads what it uploads. Ceph RGW checks only s3:PutObject for an upload (PutObject, CopyObject,
+// CreateMultipartUpload) that sets an ACL in its headers (AWS also wants s3:PutObjectAcl, which
+// the driver never grants): a workload could make the bucket's data public with x-amz-acl:
+// public-read. Each statement denies uploads that carry one such header. The conditions test
+// that a value is present (StringEquals, StringLike "*"), because operators that test absence
+// (Null, StringNotEquals on a missing key) do not evaluate alike across RGW versions; a condition
+// on a header the request does not carry is false, so plain and private uploads are not denied.
+func rgwACLDenials(prefix string, principal *Principal, bucket string) []Statement {
+	deny := func(sid, op, key string, values []string) Statement {
+		return Statement{Sid: prefix + sid, Effect: "Deny", Principal: principal, Action: []string{"s3:PutObject"},
+			Resource: []string{"arn:aws:s3:::" + bucket + "/*"}, Condition: map[string]map[string][]string{op: {key: values}}}
+	}
+	out := []Statement{deny(sidDenyACL, "StringEquals", "s3:x-amz-acl", rgwWideningCannedACLs)}
+	for _, h := range rgwGrantHeaders {
+		out = append(out, deny(h.sid, "StringLike", "s3:x-amz-grant-"+h.header, []string{"*"}))
+	}
+	return out
 }
 
 // rgwSid is the statement ID prefix of account id's statements in a bucket policy.
@@ -246,13 +287,32 @@ func parseRawPolicy(doc string) (rawPolicy, error) {
 	return p, nil
 }
 
-// owned reports whether statement s is one of the driver's for the Sid prefix.
+// owned reports whether statement s is one of the driver's for the Sid prefix: its Sid is
+// exactly one the driver writes with that prefix (the Bucket and Objects grants, and the
+// denials of rgwACLDenials). Only exactly: a prefix match would also take
+// the statements of an account whose ID continues where this one's prefix ends (account "a"+X,
+// whose prefix starts with "a"'s when X is "a"'s hash) and an admin's statement named
+// "<prefix>Audit", and a repeated grant or a revoke would delete them.
 func owned(s json.RawMessage, prefix string) bool {
 	var sid struct {
 		Sid string `json:"Sid"`
 	}
 	// A statement whose Sid is not a string is not the driver's (its Sids are strings).
-	return json.Unmarshal(s, &sid) == nil && strings.HasPrefix(sid.Sid, prefix)
+	if json.Unmarshal(s, &sid) != nil {
+		return false
+	}
+	switch strings.TrimPrefix(sid.Sid, prefix) {
+	case sid.Sid:
+		return false // no such prefix
+	case sidBucket, sidObjects, sidDenyACL:
+		return true
+	}
+	for _, h := range rgwGrantHeaders {
+		if sid.Sid == prefix+h.sid {
+			return true
+		}
+	}
+	return false
 }
 
 func (p rawPolicy) marshal() ([]byte, error) {
@@ -272,8 +332,9 @@ func (p rawPolicy) marshal() ([]byte, error) {
 }
 
 // setStatements replaces account id's statements in bucket's policy with stmts (none: removes
-// them), and deletes the policy when it becomes empty. Only statements whose Sid starts with the
-// account's prefix are the driver's; every other statement and field is kept as it is.
+// them), and deletes the policy when it becomes empty. Only statements with the Sids the driver
+// gives the account's statements are the driver's (see owned); every other statement and field is
+// kept as it is.
 func (a *RGWAccounts) setStatements(ctx context.Context, bucket, id string, stmts []Statement) error {
 	unlock := a.locks.lock(bucket)
 	defer unlock()
@@ -327,8 +388,11 @@ func (a *RGWAccounts) setStatements(ctx context.Context, bucket, id string, stmt
 	return nil
 }
 
-// Revoke implements Accounts: the statements in each bucket's policy, then the user with its
-// keys. A user the driver did not create is left alone.
+// Revoke implements Accounts: the user with its keys, then its statements in each bucket's
+// policy. The user goes first because that is what ends the access, at once and on every bucket:
+// a policy the driver cannot edit for a while (its admin locked the driver out of one bucket)
+// fails the revoke, which is retried, but leaves no working key meanwhile. The retry finds no
+// user and finishes the policies. A user the driver did not create is left alone.
 func (a *RGWAccounts) Revoke(ctx context.Context, id string, buckets []string) error {
 	u, err := a.getUser(ctx, id)
 	if err != nil {
@@ -337,19 +401,18 @@ func (a *RGWAccounts) Revoke(ctx context.Context, id string, buckets []string) e
 	if u != nil && u.DisplayName != rgwDisplayPrefix+id {
 		return status.Errorf(codes.FailedPrecondition, "not revoking: RGW user %q was not created by this driver", id)
 	}
+	if u != nil {
+		err = a.admin(ctx, http.MethodDelete, "user", url.Values{"uid": {id}, "purge-data": {"false"}}, nil)
+		if e := (*rgwError)(nil); err != nil && !(errors.As(err, &e) && e.Status == http.StatusNotFound) {
+			return rgwStatus(err, fmt.Sprintf("deleting RGW user %q", id))
+		}
+	}
 	for _, b := range buckets {
 		if err := a.setStatements(ctx, b, id, nil); err != nil {
 			return err
 		}
 	}
-	if u == nil {
-		return nil
-	}
-	err = a.admin(ctx, http.MethodDelete, "user", url.Values{"uid": {id}, "purge-data": {"false"}}, nil)
-	if e := (*rgwError)(nil); errors.As(err, &e) && e.Status == http.StatusNotFound {
-		return nil
-	}
-	return rgwStatus(err, fmt.Sprintf("deleting RGW user %q", id))
+	return nil
 }
 
 // List implements Accounts: the RGW users the driver created.

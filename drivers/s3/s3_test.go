@@ -56,8 +56,13 @@ type access struct {
 
 func grant(t *testing.T, p cosi.ProvisionerClient, modes *cosi.AccessModes, buckets ...string) *access {
 	t.Helper()
+	return grantAs(t, p, "ba-"+strings.ToLower(rand.Text()[:12]), modes, buckets...)
+}
+
+// grantAs grants with the account name name.
+func grantAs(t *testing.T, p cosi.ProvisionerClient, name string, modes *cosi.AccessModes, buckets ...string) *access {
+	t.Helper()
 	ctx := t.Context()
-	name := "ba-" + strings.ToLower(rand.Text()[:12])
 	req := &cosi.DriverGenerateBucketAccessIdRequest{AccountName: name, Protocol: cosi.ObjectProtocol_S3, AuthenticationType: cosi.AuthenticationType_KEY}
 	greq := &cosi.DriverGrantBucketAccessRequest{Protocol: cosi.ObjectProtocol_S3, AuthenticationType: cosi.AuthenticationType_KEY}
 	for _, b := range buckets {

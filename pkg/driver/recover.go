@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"runtime"
 	"runtime/debug"
 
@@ -18,7 +19,8 @@ import (
 //
 // What it logs cannot hold a secret: the method, the panic value's type, the stack (which shows
 // argument words, not the strings or messages they point to), and the panic's message only when
-// the runtime raised it (nil dereference, index out of range: types and numbers). A value a
+// the runtime raised it (nil dereference, index out of range: types and numbers), which is told
+// by the value's type being package runtime's, not by its implementing runtime.Error. A value a
 // driver panics with may have been made from the request, and is not logged.
 func recoverInterceptor(log logr.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
@@ -28,7 +30,7 @@ func recoverInterceptor(log logr.Logger) grpc.UnaryServerInterceptor {
 				return
 			}
 			kv := []any{"method", info.FullMethod, "panicType", fmt.Sprintf("%T", r), "stack", string(debug.Stack())}
-			if re, ok := r.(runtime.Error); ok {
+			if re, ok := r.(runtime.Error); ok && raisedByRuntime(re) {
 				kv = append(kv, "panic", re.Error())
 			}
 			log.Error(nil, "driver panicked; the call fails with Internal", kv...)
@@ -36,4 +38,15 @@ func recoverInterceptor(log logr.Logger) grpc.UnaryServerInterceptor {
 		}()
 		return handler(ctx, req)
 	}
+}
+
+// raisedByRuntime reports whether err is one of the runtime's own error types. Any type can
+// implement runtime.Error (it is an interface with a marker method), so the interface alone does
+// not say that the message holds only types and numbers.
+func raisedByRuntime(err runtime.Error) bool {
+	t := reflect.TypeOf(err)
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t.PkgPath() == "runtime"
 }

@@ -32,6 +32,17 @@ func (panickingDriver) DriverCreateBucket(_ context.Context, req *cosi.DriverCre
 	panic("cannot create with " + req.GetParameters()["password"])
 }
 
+// requestError claims to be a runtime error (it has the RuntimeError method, as anyone's type
+// may) and carries the request's data in its message.
+type requestError struct{ msg string }
+
+func (e requestError) Error() string { return e.msg }
+func (requestError) RuntimeError()   {}
+
+func (panickingDriver) DriverGetBucket(_ context.Context, req *cosi.DriverGetBucketRequest) (*cosi.DriverGetBucketResponse, error) {
+	panic(requestError{"cannot get with " + req.GetParameters()["password"]})
+}
+
 func (panickingDriver) DriverDeleteBucket(context.Context, *cosi.DriverDeleteBucketRequest) (*cosi.DriverDeleteBucketResponse, error) {
 	var user *struct{ Path *string }
 	_ = *user.Path // a store that answered without the user
@@ -71,6 +82,10 @@ func TestServerRecoversFromPanics(t *testing.T) {
 	if status.Code(err) != codes.Internal {
 		t.Errorf("a panicking DriverCreateBucket: %v, want Internal", err)
 	}
+	_, err = p.DriverGetBucket(t.Context(), &cosi.DriverGetBucketRequest{BucketId: "b1", Parameters: map[string]string{"password": panicSecret}})
+	if status.Code(err) != codes.Internal {
+		t.Errorf("a DriverGetBucket panicking with a runtime.Error of its own: %v, want Internal", err)
+	}
 	_, err = p.DriverDeleteBucket(t.Context(), &cosi.DriverDeleteBucketRequest{BucketId: "b1"})
 	if status.Code(err) != codes.Internal {
 		t.Errorf("a DriverDeleteBucket with a nil dereference: %v, want Internal", err)
@@ -87,7 +102,7 @@ func TestServerRecoversFromPanics(t *testing.T) {
 	}
 	// The request is logged at this verbosity with secrets stripped; the panic value, made from
 	// the request, must not be.
-	if strings.Contains(out, "cannot create with") {
+	if strings.Contains(out, "cannot create with") || strings.Contains(out, "cannot get with") {
 		t.Errorf("the log holds the panic value, made from the request:\n%s", out)
 	}
 }

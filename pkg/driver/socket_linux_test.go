@@ -5,10 +5,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"unsafe"
 )
 
 // raceListen runs listen n times while watch runs in a loop beside it, and stops watch after
@@ -77,7 +80,7 @@ func TestListenHasNoWindow(t *testing.T) {
 	})
 }
 
-// TestListenLeavesNothingBehind checks that listen removes its private directory, that closing
+// TestListenLeavesNothingBehind checks that listen leaves only the socket, that closing
 // removes the socket, and that closing leaves alone a socket another server put in its place.
 func TestListenLeavesNothingBehind(t *testing.T) {
 	dir := t.TempDir()
@@ -117,5 +120,63 @@ func TestListenLeavesNothingBehind(t *testing.T) {
 		t.Errorf("the second server's socket after the first closed: %v", err)
 	} else {
 		conn.Close()
+	}
+}
+
+// TestListenCreatesNothingBesideTheSocket watches the socket's directory with inotify while
+// listen runs and checks that the socket is the only thing ever created there, even for a moment:
+// the COSI spec ("Filesystem") forbids a driver to create files or directories next to its
+// socket, and a temporary one outlives a driver killed at the wrong moment.
+func TestListenCreatesNothingBesideTheSocket(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "driver.sock")
+	fd, err := syscall.InotifyInit1(syscall.IN_CLOEXEC | syscall.IN_NONBLOCK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	if _, err := syscall.InotifyAddWatch(fd, dir, syscall.IN_CREATE|syscall.IN_MOVED_TO); err != nil {
+		t.Fatal(err)
+	}
+	lis, err := listen(path, DefaultSocketMode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis.Close()
+
+	buf := make([]byte, 64*1024)
+	n, err := syscall.Read(fd, buf)
+	if err != nil {
+		t.Fatalf("reading inotify events: %v", err)
+	}
+	var created []string
+	for off := 0; off+syscall.SizeofInotifyEvent <= n; {
+		ev := (*syscall.InotifyEvent)(unsafe.Pointer(&buf[off]))
+		name := buf[off+syscall.SizeofInotifyEvent : off+syscall.SizeofInotifyEvent+int(ev.Len)]
+		created = append(created, strings.TrimRight(string(name), "\x00"))
+		off += syscall.SizeofInotifyEvent + int(ev.Len)
+	}
+	if !slices.Equal(created, []string{"driver.sock"}) {
+		t.Errorf("listen created %q in the socket's directory, want only the socket", created)
+	}
+}
+
+// TestListenModeIsExactUnderAnyUmask checks that the socket gets exactly the mode asked for when
+// the umask would take bits of it away (0o660 for a sidecar sharing the driver's group).
+func TestListenModeIsExactUnderAnyUmask(t *testing.T) {
+	for _, umask := range []int{0, 0o022, 0o077, 0o777} {
+		for _, mode := range []fs.FileMode{0o600, 0o660, 0o666} {
+			old := syscall.Umask(umask)
+			path := filepath.Join(t.TempDir(), "driver.sock")
+			lis, err := listen(path, mode)
+			syscall.Umask(old)
+			if err != nil {
+				t.Fatalf("umask %#o, mode %v: %v", umask, mode, err)
+			}
+			if info, err := os.Lstat(path); err != nil || info.Mode().Perm() != mode {
+				t.Errorf("umask %#o: socket mode %v (%v), want %v", umask, info.Mode().Perm(), err, mode)
+			}
+			lis.Close()
+		}
 	}
 }
