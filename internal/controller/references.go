@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/index"
 )
 
 // References between COSI objects are derived from the live objects, never taken from what is
@@ -15,9 +16,6 @@ import (
 // BucketAccesses, so an annotation is only COSI's published view (KEP-1979 requires it), and a
 // decision that could lose data or leave credentials valid (deleting a claim or a bucket) is made
 // from an uncached list of the objects themselves.
-
-// indexAccessesByBucket indexes BucketAccesses by the Buckets they were handed off for.
-const indexAccessesByBucket = "status.accessedBuckets.bucketName"
 
 // holdsReference reports whether an access still holds its claims and Buckets: until the
 // controller has removed its protection finalizer after the sidecar's cleanup, it may have
@@ -43,7 +41,7 @@ func (r *BucketClaimReconciler) referencingAccesses(ctx context.Context, claim *
 	if live {
 		err = r.APIReader.List(ctx, &list, client.InNamespace(claim.Namespace))
 	} else {
-		err = r.Client.List(ctx, &list, client.InNamespace(claim.Namespace), client.MatchingFields{indexAccessesByClaim: claim.Namespace + "/" + claim.Name})
+		err = r.Client.List(ctx, &list, client.InNamespace(claim.Namespace), client.MatchingFields{index.AccessesByClaim.Name: index.ClaimKey(claim.Namespace, claim.Name)})
 	}
 	if err != nil {
 		return nil, err
@@ -63,7 +61,7 @@ func accessesOfBucket(ctx context.Context, c client.Reader, bucket string, live 
 	var list cosiapi.BucketAccessList
 	var opts []client.ListOption
 	if !live {
-		opts = append(opts, client.MatchingFields{indexAccessesByBucket: bucket})
+		opts = append(opts, client.MatchingFields{index.AccessesByBucket.Name: bucket})
 	}
 	if err := c.List(ctx, &list, opts...); err != nil {
 		return nil, err
