@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/apiutil"
+	"github.com/kube-cosi/cosi/internal/scheme"
 )
 
 const driverName = "bench.memory.cosi.io"
@@ -75,7 +75,7 @@ func startSystem(ctx context.Context, cfg Config) (*system, error) {
 		return nil, fmt.Errorf("starting the API server: %w", err)
 	}
 	s.rest.QPS, s.rest.Burst = 5000, 10000
-	if s.client, err = client.New(s.rest, client.Options{Scheme: apiutil.Scheme()}); err != nil {
+	if s.client, err = client.New(s.rest, client.Options{Scheme: scheme.New()}); err != nil {
 		return nil, err
 	}
 	user, err := s.env.AddUser(envtest.User{Name: "cosi-bench", Groups: []string{"system:masters"}}, nil)
@@ -219,7 +219,7 @@ type watcher struct {
 }
 
 func newWatcher(ctx context.Context, cfg *rest.Config) (*watcher, error) {
-	c, err := cache.New(cfg, cache.Options{Scheme: apiutil.Scheme()})
+	c, err := cache.New(cfg, cache.Options{Scheme: scheme.New()})
 	if err != nil {
 		return nil, err
 	}

@@ -26,7 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kube-cosi/cosi/drivers/s3"
-	"github.com/kube-cosi/cosi/internal/apiutil"
+	"github.com/kube-cosi/cosi/internal/scheme"
 	"github.com/kube-cosi/cosi/internal/versity"
 )
 
@@ -160,7 +160,7 @@ func (e *Env) startAPIServer() error {
 	if e.Config, err = e.apiServer.Start(); err != nil {
 		return err
 	}
-	if e.Client, err = client.New(e.Config, client.Options{Scheme: apiutil.Scheme()}); err != nil {
+	if e.Client, err = client.New(e.Config, client.Options{Scheme: scheme.New()}); err != nil {
 		return err
 	}
 	admin, err := e.apiServer.AddUser(envtest.User{Name: "cosi-admin", Groups: []string{"system:masters"}}, nil)

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/apiutil"
+	"github.com/kube-cosi/cosi/internal/lookup"
 	cosi "github.com/kube-cosi/cosi/proto"
 )
 
@@ -262,6 +262,6 @@ func (r *BucketReconciler) revokeOrphanedGrants(ctx context.Context, b *cosiapi.
 // "gone" is confirmed with the API server.
 func (r *BucketReconciler) accessGone(ctx context.Context, g grantRecord) (bool, error) {
 	ba := &cosiapi.BucketAccess{}
-	return apiutil.ConfirmGone(ctx, r.Client, r.APIReader, types.NamespacedName{Namespace: g.Namespace, Name: g.Name}, ba,
+	return lookup.ConfirmGone(ctx, r.Client, r.APIReader, types.NamespacedName{Namespace: g.Namespace, Name: g.Name}, ba,
 		func() bool { return ba.UID == g.UID })
 }

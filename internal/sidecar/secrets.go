@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/apiutil"
+	"github.com/kube-cosi/cosi/internal/patch"
 )
 
 // The sidecar may not read Secrets: its RBAC is KEP-1979's minimum, create, update, patch and
@@ -88,7 +88,7 @@ func deleteAccessSecrets(ctx context.Context, c client.Client, namespace string,
 		if state != slotOurs && state != slotDeleting {
 			continue
 		}
-		if err := apiutil.RemoveFinalizer(ctx, c, s); err != nil {
+		if err := patch.RemoveFinalizer(ctx, c, s); err != nil {
 			return err
 		}
 		if err := c.Delete(ctx, s, client.Preconditions{UID: &s.UID}); client.IgnoreNotFound(err) != nil {
@@ -153,7 +153,7 @@ func (r *BucketAccessReconciler) secretsIntact(ctx context.Context, ba *cosiapi.
 // through. The patch is locked to the version probeSecret saw, so it cannot touch a Secret that
 // replaced it since.
 func (r *BucketAccessReconciler) releaseSecret(ctx context.Context, s *corev1.Secret) error {
-	return apiutil.RemoveFinalizer(ctx, r.Client, s)
+	return patch.RemoveFinalizer(ctx, r.Client, s)
 }
 
 // deleteSecrets deletes the access's Secrets (KEP-1979 "Deleting a BucketAccess", steps 3.1 and

@@ -20,7 +20,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/kube-cosi/cosi/internal/apiutil"
+	"github.com/kube-cosi/cosi/internal/index"
+	"github.com/kube-cosi/cosi/internal/requeue"
+	"github.com/kube-cosi/cosi/internal/scheme"
 	"github.com/kube-cosi/cosi/pkg/driver"
 	cosi "github.com/kube-cosi/cosi/proto"
 )
@@ -91,7 +93,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 
 func newManager(cfg *rest.Config, opts Options, info *cosi.DriverGetInfoResponse, log logr.Logger) (ctrl.Manager, error) {
 	return ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: apiutil.Scheme(),
+		Scheme: scheme.New(),
 		Logger: log,
 		// No object's managedFields in the cache: COSI never reads them, and they would take much
 		// of its memory. No Secret is cached either: the sidecar may not read Secrets.
@@ -118,8 +120,11 @@ func ctrlConfig(opts Options) config.Controller {
 }
 
 func setup(ctx context.Context, mgr ctrl.Manager, drv *driver.Client, info *cosi.DriverGetInfoResponse, opts Options) error {
+	if err := index.Register(ctx, mgr.GetFieldIndexer(), bucketsByGrant, index.AccessesByBucket); err != nil {
+		return err
+	}
 	workers := max(opts.Workers, 1)
-	copts := controller.Options{MaxConcurrentReconciles: workers, RateLimiter: apiutil.RateLimiter()}
+	copts := controller.Options{MaxConcurrentReconciles: workers, RateLimiter: requeue.RateLimiter()}
 	recorder := mgr.GetEventRecorder("cosi-sidecar")
 	grants := &inFlight{}
 	if err := (&BucketReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Driver: drv, Info: info, Recorder: recorder, Grants: grants}).SetupWithManager(mgr, copts); err != nil {
@@ -129,7 +134,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, drv *driver.Client, info *cosi
 	if checks <= 0 {
 		checks = DefaultSecretCheckInterval
 	}
-	if err := (&BucketAccessReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Driver: drv, Info: info, Recorder: recorder, SecretCheckInterval: checks, Grants: grants}).SetupWithManager(ctx, mgr, copts); err != nil {
+	if err := (&BucketAccessReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Driver: drv, Info: info, Recorder: recorder, SecretCheckInterval: checks, Grants: grants}).SetupWithManager(mgr, copts); err != nil {
 		return err
 	}
 	return mgr.AddHealthzCheck("ping", healthz.Ping)

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/kube-cosi/cosi/internal/apiutil"
+	"github.com/kube-cosi/cosi/internal/scheme"
 )
 
 // Env is a running API server with the COSI CRDs installed.
@@ -55,7 +55,7 @@ func Start() (*Env, error) {
 		}
 	}
 
-	scheme := apiutil.Scheme()
+	scheme := scheme.New()
 
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
