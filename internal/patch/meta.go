@@ -2,7 +2,10 @@ package patch
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -32,42 +35,34 @@ func RemoveFinalizer(ctx context.Context, c client.Client, obj client.Object) er
 	}))
 }
 
-// annotations patches what mutate changes in obj's annotations. A JSON merge patch of a map
-// touches only the keys it names, so no optimistic lock is needed: concurrent writers of other
-// annotations (the controller and the sidecar each set their own) do not conflict.
-func annotations(ctx context.Context, c client.Client, obj client.Object, mutate func() bool) error {
-	orig, _ := obj.DeepCopyObject().(client.Object)
-	if !mutate() {
+// Annotation sets (value non-empty) or removes one annotation, with a merge patch that names that
+// key only: concurrent writers of other annotations (the controller and the sidecar each set their
+// own) neither conflict nor lose theirs, so no optimistic lock is needed. A merge patch computed
+// from a copy would not do: removing the copy's last annotation would remove them all.
+func Annotation(ctx context.Context, c client.Client, obj client.Object, key, value string) error {
+	var v any
+	if value != "" {
+		v = value
+	}
+	p, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{key: v}}})
+	if err != nil {
+		return fmt.Errorf("annotation %s: %w", key, err)
+	}
+	return c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, p))
+}
+
+// SetAnnotation sets an annotation to "true", unless obj has it.
+func SetAnnotation(ctx context.Context, c client.Client, obj client.Object, key string) error {
+	if _, ok := obj.GetAnnotations()[key]; ok {
 		return nil
 	}
-	return c.Patch(ctx, obj, client.MergeFrom(orig))
+	return Annotation(ctx, c, obj, key, "true")
 }
 
-// SetAnnotation sets an annotation to "true".
-func SetAnnotation(ctx context.Context, c client.Client, obj client.Object, key string) error {
-	return annotations(ctx, c, obj, func() bool {
-		a := obj.GetAnnotations()
-		if _, ok := a[key]; ok {
-			return false
-		}
-		if a == nil {
-			a = map[string]string{}
-		}
-		a[key] = "true"
-		obj.SetAnnotations(a)
-		return true
-	})
-}
-
-// RemoveAnnotation removes an annotation.
+// RemoveAnnotation removes an annotation, if obj has it.
 func RemoveAnnotation(ctx context.Context, c client.Client, obj client.Object, key string) error {
-	return annotations(ctx, c, obj, func() bool {
-		a := obj.GetAnnotations()
-		if _, ok := a[key]; !ok {
-			return false
-		}
-		delete(a, key)
-		obj.SetAnnotations(a)
-		return true
-	})
+	if _, ok := obj.GetAnnotations()[key]; !ok {
+		return nil
+	}
+	return Annotation(ctx, c, obj, key, "")
 }

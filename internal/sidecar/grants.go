@@ -15,6 +15,7 @@ import (
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/lookup"
+	"github.com/kube-cosi/cosi/internal/patch"
 	cosi "github.com/kube-cosi/cosi/proto"
 )
 
@@ -105,7 +106,7 @@ func (r *BucketAccessReconciler) recordGrant(ctx context.Context, ba *cosiapi.Bu
 	// revocation that removed it.
 	for _, name := range slices.Sorted(maps.Keys(buckets)) {
 		b := buckets[name]
-		if err := patchAnnotation(ctx, r.Client, b, grantKey(ba.UID), string(value)); err != nil {
+		if err := patch.Annotation(ctx, r.Client, b, grantKey(ba.UID), string(value)); err != nil {
 			return err
 		}
 	}
@@ -160,25 +161,11 @@ func forgetGrant(ctx context.Context, c client.Client, uid types.UID, bucketName
 		if _, ok := b.Annotations[grantKey(uid)]; !ok {
 			continue
 		}
-		if err := patchAnnotation(ctx, c, b, grantKey(uid), ""); client.IgnoreNotFound(err) != nil {
+		if err := patch.Annotation(ctx, c, b, grantKey(uid), ""); client.IgnoreNotFound(err) != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// patchAnnotation sets (value non-empty) or removes one annotation with a merge patch, which
-// touches that key only: concurrent writers of other grants do not conflict.
-func patchAnnotation(ctx context.Context, c client.Client, obj client.Object, key, value string) error {
-	var v any
-	if value != "" {
-		v = value
-	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{key: v}}})
-	if err != nil {
-		return err
-	}
-	return c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch))
 }
 
 // inFlight counts the grants this sidecar is making, by access UID. A grant record whose access is
@@ -248,7 +235,7 @@ func (r *BucketReconciler) revokeOrphanedGrants(ctx context.Context, b *cosiapi.
 				return nil, r.failedRevoke(ctx, b, g, err)
 			}
 		}
-		if err := patchAnnotation(ctx, r.Client, b, grantKey(uid), ""); err != nil {
+		if err := patch.Annotation(ctx, r.Client, b, grantKey(uid), ""); err != nil {
 			return nil, err
 		}
 	}
