@@ -382,36 +382,55 @@ func (r *BucketClaimReconciler) delete(ctx context.Context, claim *cosiapi.Bucke
 		return err
 	}
 	if len(refs) > 0 {
-		if err := patch.SetAnnotation(ctx, r.Client, claim, cosiapi.AnnotationHasBucketAccessReferences); err != nil {
-			return err
-		}
-		status := patch.NewStatus(r.Client, claim, claimConditions...)
-		s := metav1.ConditionUnknown
-		if conditions.IsTrue(claim, cosiapi.ConditionProvisioned) {
-			s = metav1.ConditionTrue
-		}
-		conditions.Set(claim, cosiapi.ConditionProvisioned, s, cosiapi.ReasonDeletionBlocked,
-			fmt.Sprintf("deletion waits until the BucketAccesses that reference this claim are deleted: %v", refs))
-		return r.patchStatus(ctx, status, claim, nil)
+		return r.blockDeletion(ctx, claim, refs)
 	}
+	driverName, err := r.releaseBucket(ctx, claim)
+	if err != nil {
+		return err
+	}
+	provisioned := conditions.IsTrue(claim, cosiapi.ConditionProvisioned)
+	if err := patch.RemoveFinalizer(ctx, r.Client, claim); err != nil {
+		return err
+	}
+	r.Metrics.deleted(driverName, "BucketClaim", claim.DeletionTimestamp.Time, createOutcome(provisioned, driverCalled(claim)))
+	return nil
+}
 
-	driverName := ""
+// blockDeletion records that the claim's deletion waits for the accesses that reference it, and
+// puts back the reference annotation a tenant may have removed.
+func (r *BucketClaimReconciler) blockDeletion(ctx context.Context, claim *cosiapi.BucketClaim, refs []string) error {
+	if err := patch.SetAnnotation(ctx, r.Client, claim, cosiapi.AnnotationHasBucketAccessReferences); err != nil {
+		return err
+	}
+	status := patch.NewStatus(r.Client, claim, claimConditions...)
+	s := metav1.ConditionUnknown
+	if conditions.IsTrue(claim, cosiapi.ConditionProvisioned) {
+		s = metav1.ConditionTrue
+	}
+	conditions.Set(claim, cosiapi.ConditionProvisioned, s, cosiapi.ReasonDeletionBlocked,
+		fmt.Sprintf("deletion waits until the BucketAccesses that reference this claim are deleted: %v", refs))
+	return r.patchStatus(ctx, status, claim, nil)
+}
+
+// releaseBucket tells the sidecar that the claim's Bucket may be deprovisioned, and deletes the
+// Bucket when its policy is Delete. It returns the Bucket's driver, for the metrics.
+func (r *BucketClaimReconciler) releaseBucket(ctx context.Context, claim *cosiapi.BucketClaim) (driverName string, err error) {
 	if name := claim.Status.BoundBucketName; name != "" {
 		bucket := &cosiapi.Bucket{}
 		err := r.Client.Get(ctx, types.NamespacedName{Name: name}, bucket)
 		if client.IgnoreNotFound(err) != nil {
-			return err
+			return "", err
 		}
 		ref := bucket.Spec.BucketClaimRef
 		if err == nil && ref.Namespace == claim.Namespace && ref.Name == claim.Name && (ref.UID == "" || ref.UID == claim.UID) {
 			driverName = bucket.Spec.DriverName
 			// Tell the sidecar the claim is going: it may now deprovision.
 			if err := patch.SetAnnotation(ctx, r.Client, bucket, cosiapi.AnnotationBucketClaimBeingDeleted); err != nil {
-				return err
+				return "", err
 			}
 			if bucket.Spec.DeletionPolicy == cosiapi.DeletionPolicyDelete && bucket.DeletionTimestamp == nil {
 				if err := r.Client.Delete(ctx, bucket, client.Preconditions{UID: &bucket.UID}); client.IgnoreNotFound(err) != nil {
-					return err
+					return "", err
 				}
 			}
 			// Retain: the Bucket and the backend bucket stay, unbound.
@@ -426,10 +445,5 @@ func (r *BucketClaimReconciler) delete(ctx context.Context, claim *cosiapi.Bucke
 			driverName = class.Spec.DriverName
 		}
 	}
-	provisioned := conditions.IsTrue(claim, cosiapi.ConditionProvisioned)
-	if err := patch.RemoveFinalizer(ctx, r.Client, claim); err != nil {
-		return err
-	}
-	r.Metrics.deleted(driverName, "BucketClaim", claim.DeletionTimestamp.Time, createOutcome(provisioned, driverCalled(claim)))
-	return nil
+	return driverName, nil
 }
