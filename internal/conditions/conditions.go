@@ -91,6 +91,10 @@ func IsTrue(obj Getter, typ string) bool { return Has(obj, typ, metav1.Condition
 // IsFalse reports whether the condition typ of obj is False.
 func IsFalse(obj Getter, typ string) bool { return Has(obj, typ, metav1.ConditionFalse) }
 
+// IsKnown reports whether the condition typ of obj is True or False: decided, not missing or
+// Unknown.
+func IsKnown(obj Getter, typ string) bool { return IsTrue(obj, typ) || IsFalse(obj, typ) }
+
 // Has reports whether the condition typ of obj has the status and, when reasons are given, one
 // of them.
 func Has(obj Getter, typ string, status metav1.ConditionStatus, reasons ...string) bool {

@@ -22,6 +22,10 @@ func claimWith(generation int64, conds ...metav1.Condition) *cosiapi.BucketClaim
 
 var past = metav1.NewTime(time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC))
 
+func cond(s metav1.ConditionStatus, reason string) metav1.Condition {
+	return metav1.Condition{Type: typ, Status: s, Reason: reason, LastTransitionTime: past}
+}
+
 func TestSet(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -34,17 +38,17 @@ func TestSet(t *testing.T) {
 		{name: "added", status: metav1.ConditionUnknown, reason: cosiapi.ReasonProvisioning},
 		{
 			name:   "status changes",
-			before: []metav1.Condition{{Type: typ, Status: metav1.ConditionUnknown, Reason: cosiapi.ReasonProvisioning, LastTransitionTime: past}},
+			before: []metav1.Condition{cond(metav1.ConditionUnknown, cosiapi.ReasonProvisioning)},
 			status: metav1.ConditionTrue, reason: cosiapi.ReasonProvisioned, msg: "done",
 		},
 		{
 			name:   "same status, new reason and message",
-			before: []metav1.Condition{{Type: typ, Status: metav1.ConditionUnknown, Reason: cosiapi.ReasonPending, LastTransitionTime: past}},
+			before: []metav1.Condition{cond(metav1.ConditionUnknown, cosiapi.ReasonPending)},
 			status: metav1.ConditionUnknown, reason: cosiapi.ReasonWaitingForResources, msg: "waiting", keepTime: true,
 		},
 		{
 			name:   "unchanged",
-			before: []metav1.Condition{{Type: typ, Status: metav1.ConditionTrue, Reason: cosiapi.ReasonProvisioned, LastTransitionTime: past}},
+			before: []metav1.Condition{cond(metav1.ConditionTrue, cosiapi.ReasonProvisioned)},
 			status: metav1.ConditionTrue, reason: cosiapi.ReasonProvisioned, keepTime: true,
 		},
 	} {
@@ -80,17 +84,21 @@ func TestMarkAndIs(t *testing.T) {
 		{mark: conditions.MarkUnknown, want: metav1.ConditionUnknown},
 	} {
 		obj := claimWith(1)
-		if conditions.IsTrue(obj, typ) || conditions.IsFalse(obj, typ) || conditions.Get(obj, typ) != nil {
+		if conditions.IsKnown(obj, typ) || conditions.Get(obj, typ) != nil {
 			t.Fatal("a missing condition is neither True nor False")
 		}
 		tc.mark(obj, typ, cosiapi.ReasonRevoked, "m")
 		if got := conditions.Get(obj, typ); got == nil || got.Status != tc.want {
 			t.Fatalf("marked %s: %+v", tc.want, got)
 		}
+		if conditions.IsKnown(obj, typ) != (tc.isTrue || tc.isFalse) {
+			t.Errorf("%s: IsKnown=%v", tc.want, conditions.IsKnown(obj, typ))
+		}
 		if conditions.IsTrue(obj, typ) != tc.isTrue || conditions.IsFalse(obj, typ) != tc.isFalse {
 			t.Errorf("%s: IsTrue=%v IsFalse=%v", tc.want, conditions.IsTrue(obj, typ), conditions.IsFalse(obj, typ))
 		}
-		if !conditions.Has(obj, typ, tc.want) || !conditions.Has(obj, typ, tc.want, cosiapi.ReasonValid, cosiapi.ReasonRevoked) {
+		if !conditions.Has(obj, typ, tc.want) ||
+			!conditions.Has(obj, typ, tc.want, cosiapi.ReasonValid, cosiapi.ReasonRevoked) {
 			t.Errorf("%s: Has with the condition's status and reason is false", tc.want)
 		}
 		if conditions.Has(obj, typ, tc.want, cosiapi.ReasonValid) {
@@ -103,13 +111,22 @@ func TestMarkAndIs(t *testing.T) {
 }
 
 func TestInit(t *testing.T) {
-	obj := claimWith(3, metav1.Condition{Type: typ, Status: metav1.ConditionTrue, Reason: cosiapi.ReasonProvisioned, LastTransitionTime: past})
+	obj := claimWith(
+		3,
+		metav1.Condition{
+			Type:               typ,
+			Status:             metav1.ConditionTrue,
+			Reason:             cosiapi.ReasonProvisioned,
+			LastTransitionTime: past,
+		},
+	)
 	conditions.Init(obj, typ, cosiapi.ConditionProvisionFailed)
 	if !conditions.IsTrue(obj, typ) {
 		t.Errorf("Init changed an existing condition: %+v", conditions.Get(obj, typ))
 	}
 	pf := conditions.Get(obj, cosiapi.ConditionProvisionFailed)
-	if pf == nil || pf.Status != metav1.ConditionUnknown || pf.Reason != cosiapi.ReasonPending || pf.ObservedGeneration != 3 {
+	if pf == nil || pf.Status != metav1.ConditionUnknown || pf.Reason != cosiapi.ReasonPending ||
+		pf.ObservedGeneration != 3 {
 		t.Errorf("Init added %+v, want Unknown %s at generation 3", pf, cosiapi.ReasonPending)
 	}
 }
@@ -126,13 +143,22 @@ func TestMirror(t *testing.T) {
 		t.Fatal("Mirror of an existing condition reported false")
 	}
 	c := conditions.Get(claim, typ)
-	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != cosiapi.ReasonProvisioningFailed || c.Message != "driver said no" || c.ObservedGeneration != 2 {
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != cosiapi.ReasonProvisioningFailed ||
+		c.Message != "driver said no" ||
+		c.ObservedGeneration != 2 {
 		t.Errorf("mirrored %+v, want the Bucket's condition with the claim's generation 2", c)
 	}
 }
 
 func TestChanged(t *testing.T) {
-	base := metav1.Condition{Type: typ, Status: metav1.ConditionTrue, Reason: cosiapi.ReasonProvisioned, Message: "m", ObservedGeneration: 1, LastTransitionTime: past}
+	base := metav1.Condition{
+		Type:               typ,
+		Status:             metav1.ConditionTrue,
+		Reason:             cosiapi.ReasonProvisioned,
+		Message:            "m",
+		ObservedGeneration: 1,
+		LastTransitionTime: past,
+	}
 	with := func(f func(*metav1.Condition)) []metav1.Condition {
 		c := base
 		f(&c)

@@ -53,13 +53,18 @@ func (r *BucketReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Op
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("bucket").
 		For(&cosiapi.Bucket{}, builder.WithPredicates(candidate)).
-		Watches(&cosiapi.BucketClaim{}, handler.EnqueueRequestsFromMapFunc(bucketsOfClaim), builder.WithPredicates(predicate.Funcs{
-			CreateFunc: func(event.CreateEvent) bool { return false },
-			UpdateFunc: func(e event.UpdateEvent) bool { return e.ObjectNew.GetDeletionTimestamp() != nil },
-		})).
-		Watches(&cosiapi.BucketAccess{}, handler.EnqueueRequestsFromMapFunc(bucketsOfAccess), builder.WithPredicates(accessReferenceChanged)).
+		Watches(&cosiapi.BucketClaim{}, handler.EnqueueRequestsFromMapFunc(bucketsOfClaim),
+			builder.WithPredicates(claimDeleting)).
+		Watches(&cosiapi.BucketAccess{}, handler.EnqueueRequestsFromMapFunc(bucketsOfAccess),
+			builder.WithPredicates(accessReferenceChanged)).
 		WithOptions(opts).
 		Complete(r)
+}
+
+// claimDeleting passes the claims that start or continue deleting.
+var claimDeleting = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool { return e.ObjectNew.GetDeletionTimestamp() != nil },
 }
 
 func bucketsOfClaim(_ context.Context, o client.Object) []reconcile.Request {
@@ -124,8 +129,8 @@ func (r *BucketReconciler) release(ctx context.Context, bucket *cosiapi.Bucket) 
 func (r *BucketReconciler) claimGone(ctx context.Context, bucket *cosiapi.Bucket) (bool, error) {
 	ref := bucket.Spec.BucketClaimRef
 	claim := &cosiapi.BucketClaim{}
-	return lookup.ConfirmGone(ctx, r.Client, r.APIReader, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, claim,
-		func() bool { return ref.UID == "" || claim.UID == ref.UID })
+	return lookup.ConfirmGone(ctx, r.Client, r.APIReader, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name},
+		claim, func() bool { return ref.UID == "" || claim.UID == ref.UID })
 }
 
 // observe records the create and delete metrics of Buckets and BucketAccesses, whose Provisioned
@@ -143,7 +148,8 @@ func (r *BucketReconciler) observe(mgr ctrl.Manager) error {
 			func(o client.Object) bool {
 				return conditions.IsTrue(o.(*cosiapi.Bucket), cosiapi.ConditionProvisioned)
 			}, true},
-		{&cosiapi.BucketAccess{}, "BucketAccess", func(o client.Object) string { return o.(*cosiapi.BucketAccess).Status.DriverName },
+		{&cosiapi.BucketAccess{}, "BucketAccess",
+			func(o client.Object) string { return o.(*cosiapi.BucketAccess).Status.DriverName },
 			func(o client.Object) bool {
 				return conditions.IsTrue(o.(*cosiapi.BucketAccess), cosiapi.ConditionProvisioned)
 			}, false},
@@ -175,7 +181,8 @@ func (r *BucketReconciler) observe(mgr ctrl.Manager) error {
 					since = ts.Time
 				}
 				b, _ := o.(*cosiapi.Bucket)
-				r.Metrics.deleted(kind.driver(o), kind.name, since, createOutcome(kind.conds(o), b != nil && (b.Status.BucketID != "" || driverCalled(b))))
+				r.Metrics.deleted(kind.driver(o), kind.name, since,
+					createOutcome(kind.conds(o), b != nil && (b.Status.BucketID != "" || driverCalled(b))))
 			},
 		})
 		if err != nil {

@@ -50,7 +50,11 @@ type BucketAccessReconciler struct {
 // The conditions the controller writes on BucketAccesses: all of them until the hand-off; after
 // it the sidecar writes them, and the controller only ResourcesValidated, when a claim goes.
 var (
-	accessConditions          = []string{cosiapi.ConditionProvisioned, cosiapi.ConditionProvisionFailed, cosiapi.ConditionResourcesValidated}
+	accessConditions = []string{
+		cosiapi.ConditionProvisioned,
+		cosiapi.ConditionProvisionFailed,
+		cosiapi.ConditionResourcesValidated,
+	}
 	handedOffAccessConditions = []string{cosiapi.ConditionResourcesValidated}
 )
 
@@ -58,14 +62,16 @@ var (
 // its class by watching them.
 func (r *BucketAccessReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
 	r.log = mgr.GetLogger().WithValues("controller", "bucketaccess")
+	wake := predicate.Or[client.Object](predicates.SpecOrLifecycleChanged, predicates.ProtectionRemoved, deletingChanged)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("bucketaccess").
-		For(&cosiapi.BucketAccess{}, builder.WithPredicates(predicate.Or[client.Object](predicates.SpecOrLifecycleChanged, predicates.ProtectionRemoved,
-			deletingChanged))).
-		Watches(&cosiapi.BucketClaim{}, handler.EnqueueRequestsFromMapFunc(r.accessesOfClaim), builder.WithPredicates(claimChanged)).
+		For(&cosiapi.BucketAccess{}, builder.WithPredicates(wake)).
+		Watches(&cosiapi.BucketClaim{}, handler.EnqueueRequestsFromMapFunc(r.accessesOfClaim),
+			builder.WithPredicates(claimChanged)).
 		Watches(&cosiapi.BucketAccessClass{}, handler.EnqueueRequestsFromMapFunc(r.accessesOfClass)).
 		// A Bucket bound to a claim (its claim reference's UID set) wakes the accesses waiting for it.
-		Watches(&cosiapi.Bucket{}, handler.EnqueueRequestsFromMapFunc(r.accessesOfBucket), builder.WithPredicates(bucketBindingChanged)).
+		Watches(&cosiapi.Bucket{}, handler.EnqueueRequestsFromMapFunc(r.accessesOfBucket),
+			builder.WithPredicates(bucketBindingChanged)).
 		WithOptions(opts).
 		Complete(r)
 }
@@ -94,20 +100,24 @@ func (r *BucketAccessReconciler) accessesOfBucket(ctx context.Context, o client.
 var claimChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld.(*cosiapi.BucketClaim), e.ObjectNew.(*cosiapi.BucketClaim)
-		return o.Status.BoundBucketName != n.Status.BoundBucketName || !slices.Equal(o.Status.Protocols, n.Status.Protocols) ||
+		return o.Status.BoundBucketName != n.Status.BoundBucketName ||
+			!slices.Equal(o.Status.Protocols, n.Status.Protocols) ||
 			!o.DeletionTimestamp.Equal(n.DeletionTimestamp)
 	},
 }
 
 func (r *BucketAccessReconciler) accessesOfClaim(ctx context.Context, o client.Object) []reconcile.Request {
-	return r.list(ctx, client.MatchingFields{index.AccessesByClaim.Name: index.ClaimKey(o.GetNamespace(), o.GetName())}, false)
+	return r.list(ctx, client.MatchingFields{index.AccessesByClaim.Name: index.ClaimKey(o.GetNamespace(), o.GetName())},
+		false)
 }
 
 func (r *BucketAccessReconciler) accessesOfClass(ctx context.Context, o client.Object) []reconcile.Request {
 	return r.list(ctx, client.MatchingFields{index.AccessesByClass.Name: o.GetName()}, true)
 }
 
-func (r *BucketAccessReconciler) list(ctx context.Context, sel client.MatchingFields, notHandedOff bool) []reconcile.Request {
+func (r *BucketAccessReconciler) list(
+	ctx context.Context, sel client.MatchingFields, notHandedOff bool,
+) []reconcile.Request {
 	var list cosiapi.BucketAccessList
 	if err := r.Client.List(ctx, &list, sel); err != nil {
 		r.log.Error(err, "listing BucketAccesses to wake", "selector", sel)
@@ -225,13 +235,18 @@ func (r *BucketAccessReconciler) handOff(ctx context.Context, ba *cosiapi.Bucket
 	}
 	ba.Status.Parameters = maps.Clone(class.Spec.Parameters)
 	conditions.MarkTrue(ba, cosiapi.ConditionResourcesValidated, cosiapi.ReasonValid, "")
-	conditions.MarkUnknown(ba, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioning, "handed off to driver "+class.Spec.DriverName)
+	conditions.MarkUnknown(ba, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioning,
+		"handed off to driver "+class.Spec.DriverName)
 	return nil, nil
 }
 
 // accessedBuckets returns the Buckets of the access's claims, or what they wait for, or a refusal
 // (as the error).
-func (r *BucketAccessReconciler) accessedBuckets(ctx context.Context, ba *cosiapi.BucketAccess, class *cosiapi.BucketAccessClass) (
+func (r *BucketAccessReconciler) accessedBuckets(
+	ctx context.Context,
+	ba *cosiapi.BucketAccess,
+	class *cosiapi.BucketAccessClass,
+) (
 	accessed []cosiapi.AccessedBucket, waiting []string, err error,
 ) {
 	for _, ref := range ba.Spec.BucketClaims {
@@ -250,7 +265,12 @@ func (r *BucketAccessReconciler) accessedBuckets(ctx context.Context, ba *cosiap
 
 // accessedBucket checks one claim of the access and returns its Bucket, or what it waits for, or a
 // refusal (as the error).
-func (r *BucketAccessReconciler) accessedBucket(ctx context.Context, ba *cosiapi.BucketAccess, class *cosiapi.BucketAccessClass, claimName string) (
+func (r *BucketAccessReconciler) accessedBucket(
+	ctx context.Context,
+	ba *cosiapi.BucketAccess,
+	class *cosiapi.BucketAccessClass,
+	claimName string,
+) (
 	*cosiapi.AccessedBucket, string, error,
 ) {
 	claim := &cosiapi.BucketClaim{}
@@ -267,13 +287,19 @@ func (r *BucketAccessReconciler) accessedBucket(ctx context.Context, ba *cosiapi
 		return nil, "", err
 	}
 	if claim.DeletionTimestamp != nil {
-		return nil, "", refusal{cosiapi.ReasonInvalidReference, fmt.Sprintf("BucketClaim %s is being deleted: no new access is granted to it", claim.Name)}
+		return nil, "", refusal{
+			cosiapi.ReasonInvalidReference,
+			fmt.Sprintf("BucketClaim %s is being deleted: no new access is granted to it", claim.Name),
+		}
 	}
 	if claim.Status.BoundBucketName == "" {
 		return nil, "BucketClaim " + claim.Name + " is not bound yet", nil
 	}
 	if len(claim.Status.Protocols) > 0 && !slices.Contains(claim.Status.Protocols, ba.Spec.Protocol) {
-		return nil, "", refusal{cosiapi.ReasonUnsupportedProtocol, fmt.Sprintf("BucketClaim %s supports %v, not %s", claim.Name, claim.Status.Protocols, ba.Spec.Protocol)}
+		return nil, "", refusal{
+			cosiapi.ReasonUnsupportedProtocol,
+			fmt.Sprintf("BucketClaim %s supports %v, not %s", claim.Name, claim.Status.Protocols, ba.Spec.Protocol),
+		}
 	}
 	bucket := &cosiapi.Bucket{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: claim.Status.BoundBucketName}, bucket); err != nil {
@@ -286,22 +312,36 @@ func (r *BucketAccessReconciler) accessedBucket(ctx context.Context, ba *cosiapi
 	// the sidecar checks the same before granting.
 	switch ref := bucket.Spec.BucketClaimRef; {
 	case ref.Namespace != claim.Namespace || ref.Name != claim.Name || (ref.UID != "" && ref.UID != claim.UID):
-		return nil, "", refusal{cosiapi.ReasonInvalidReference, fmt.Sprintf("Bucket %s is not bound to BucketClaim %s", bucket.Name, claim.Name)}
+		return nil, "", refusal{
+			cosiapi.ReasonInvalidReference,
+			fmt.Sprintf("Bucket %s is not bound to BucketClaim %s", bucket.Name, claim.Name),
+		}
 	case ref.UID == "":
 		return nil, "Bucket " + bucket.Name + " is not bound to BucketClaim " + claim.Name + " yet", nil
 	}
 	if bucket.Spec.DriverName != class.Spec.DriverName {
-		return nil, "", refusal{cosiapi.ReasonInvalidReference, fmt.Sprintf("BucketClaim %s is served by driver %s; BucketAccessClass %s uses driver %s",
-			claim.Name, bucket.Spec.DriverName, class.Name, class.Spec.DriverName)}
+		return nil, "", refusal{
+			cosiapi.ReasonInvalidReference,
+			fmt.Sprintf("BucketClaim %s is served by driver %s; BucketAccessClass %s uses driver %s",
+				claim.Name, bucket.Spec.DriverName, class.Name, class.Spec.DriverName),
+		}
 	}
-	return &cosiapi.AccessedBucket{BucketClaimName: claim.Name, BucketName: bucket.Name, BucketID: bucket.Status.BucketID}, "", nil
+	return &cosiapi.AccessedBucket{
+		BucketClaimName: claim.Name,
+		BucketName:      bucket.Name,
+		BucketID:        bucket.Status.BucketID,
+	}, "", nil
 }
 
 // forbiddenByClass returns why the class forbids the access, or "".
 func forbiddenByClass(ba *cosiapi.BucketAccess, class *cosiapi.BucketAccessClass) string {
 	if len(ba.Spec.BucketClaims) > 1 && class.Spec.MultiBucketAccess != cosiapi.MultiBucketAccessMultipleBuckets {
-		return fmt.Sprintf("BucketAccessClass %s allows one BucketClaim per BucketAccess (multiBucketAccess is not MultipleBuckets); this access references %d",
-			class.Name, len(ba.Spec.BucketClaims))
+		return fmt.Sprintf(
+			"BucketAccessClass %s allows one BucketClaim per BucketAccess (multiBucketAccess is not MultipleBuckets); "+
+				"this access references %d",
+			class.Name,
+			len(ba.Spec.BucketClaims),
+		)
 	}
 	if class.Spec.AuthenticationType == cosiapi.AuthenticationTypeServiceAccount && ba.Spec.ServiceAccountName == "" {
 		return fmt.Sprintf("BucketAccessClass %s uses ServiceAccount authentication: set spec.serviceAccountName", class.Name)
@@ -319,7 +359,8 @@ func forbiddenByClass(ba *cosiapi.BucketAccess, class *cosiapi.BucketAccessClass
 			{"bucketMetadata", m.BucketMetadata, d.BucketMetadata},
 		} {
 			if c.mode != "" && slices.Contains(c.disallowed, c.mode) {
-				return fmt.Sprintf("BucketAccessClass %s does not allow %s access mode %s (BucketClaim %s)", class.Name, c.name, c.mode, ref.BucketClaimName)
+				return fmt.Sprintf("BucketAccessClass %s does not allow %s access mode %s (BucketClaim %s)", class.Name, c.name,
+					c.mode, ref.BucketClaimName)
 			}
 		}
 	}
@@ -331,7 +372,8 @@ func (r *BucketAccessReconciler) checkHandedOff(ctx context.Context, ba *cosiapi
 	status := patch.NewStatus(r.Client, ba, handedOffAccessConditions...)
 	var missing []string
 	for _, ref := range ba.Spec.BucketClaims {
-		err := r.Client.Get(ctx, types.NamespacedName{Namespace: ba.Namespace, Name: ref.BucketClaimName}, &cosiapi.BucketClaim{})
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: ba.Namespace, Name: ref.BucketClaimName},
+			&cosiapi.BucketClaim{})
 		if apierrors.IsNotFound(err) {
 			missing = append(missing, ref.BucketClaimName)
 		} else if err != nil {
@@ -341,7 +383,8 @@ func (r *BucketAccessReconciler) checkHandedOff(ctx context.Context, ba *cosiapi
 	if len(missing) == 0 {
 		return nil
 	}
-	conditions.MarkFalse(ba, cosiapi.ConditionResourcesValidated, cosiapi.ReasonInvalidReference, fmt.Sprintf("BucketClaims %v went missing after provisioning", missing))
+	conditions.MarkFalse(ba, cosiapi.ConditionResourcesValidated, cosiapi.ReasonInvalidReference,
+		fmt.Sprintf("BucketClaims %v went missing after provisioning", missing))
 	_, err := status.PatchIfChanged(ctx, patch.OptimisticLock)
 	return err
 }

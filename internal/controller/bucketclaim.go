@@ -36,7 +36,11 @@ import (
 // +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketclasses,verbs=get;list;watch
 
 // The conditions the controller writes on BucketClaims: all of them, no one else writes them.
-var claimConditions = []string{cosiapi.ConditionProvisioned, cosiapi.ConditionProvisionFailed, cosiapi.ConditionResourcesValidated}
+var claimConditions = []string{
+	cosiapi.ConditionProvisioned,
+	cosiapi.ConditionProvisionFailed,
+	cosiapi.ConditionResourcesValidated,
+}
 
 // BucketClaimReconciler binds BucketClaims to Buckets, dynamic and static, mirrors the Bucket's
 // status on the claim, and orchestrates the claim's deletion (KEP-1979 "Creating a Bucket",
@@ -56,13 +60,16 @@ type BucketClaimReconciler struct {
 // BucketClass by watching them, never by returning errors.
 func (r *BucketClaimReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
 	r.log = mgr.GetLogger().WithValues("controller", "bucketclaim")
+	wake := predicate.Or[client.Object](predicates.SpecOrLifecycleChanged, predicates.ProtectionRemoved)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("bucketclaim").
-		For(&cosiapi.BucketClaim{}, builder.WithPredicates(predicate.Or[client.Object](predicates.SpecOrLifecycleChanged, predicates.ProtectionRemoved))).
-		Watches(&cosiapi.Bucket{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfBucket), builder.WithPredicates(bucketChanged)).
+		For(&cosiapi.BucketClaim{}, builder.WithPredicates(wake)).
+		Watches(&cosiapi.Bucket{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfBucket),
+			builder.WithPredicates(bucketChanged)).
 		Watches(&cosiapi.BucketClass{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfClass)).
 		// The reference annotation follows the accesses: created, deleting, finalizer gone, gone.
-		Watches(&cosiapi.BucketAccess{}, handler.EnqueueRequestsFromMapFunc(claimsOfAccess), builder.WithPredicates(accessReferenceChanged)).
+		Watches(&cosiapi.BucketAccess{}, handler.EnqueueRequestsFromMapFunc(claimsOfAccess),
+			builder.WithPredicates(accessReferenceChanged)).
 		WithOptions(opts).
 		Complete(r)
 }
@@ -79,7 +86,9 @@ var bucketChanged = predicate.Funcs{
 // claimsOfBucket maps a Bucket to the claim it names, and to static claims that name it.
 func (r *BucketClaimReconciler) claimsOfBucket(ctx context.Context, o client.Object) []reconcile.Request {
 	b := o.(*cosiapi.Bucket)
-	reqs := []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: b.Spec.BucketClaimRef.Namespace, Name: b.Spec.BucketClaimRef.Name}}}
+	reqs := []reconcile.Request{
+		{NamespacedName: types.NamespacedName{Namespace: b.Spec.BucketClaimRef.Namespace, Name: b.Spec.BucketClaimRef.Name}},
+	}
 	var claims cosiapi.BucketClaimList
 	if err := r.Client.List(ctx, &claims, client.MatchingFields{index.ClaimsByExistingBucket.Name: b.Name}); err != nil {
 		// A list from the cache fails only when the index is missing: a programming error.
@@ -106,7 +115,8 @@ func claimsOfAccess(_ context.Context, o client.Object) []reconcile.Request {
 	ba := o.(*cosiapi.BucketAccess)
 	reqs := make([]reconcile.Request, 0, len(ba.Spec.BucketClaims))
 	for _, c := range ba.Spec.BucketClaims {
-		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ba.Namespace, Name: c.BucketClaimName}})
+		reqs = append(reqs,
+			reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ba.Namespace, Name: c.BucketClaimName}})
 	}
 	return reqs
 }
@@ -189,7 +199,9 @@ func (r *BucketClaimReconciler) publishReferences(ctx context.Context, claim *co
 //
 // When it writes the bound name, status takes a new snapshot, so the caller's final patch carries
 // only later changes.
-func (r *BucketClaimReconciler) bucket(ctx context.Context, claim *cosiapi.BucketClaim, status *patch.Status[*cosiapi.BucketClaim]) (*cosiapi.Bucket, error) {
+func (r *BucketClaimReconciler) bucket(
+	ctx context.Context, claim *cosiapi.BucketClaim, status *patch.Status[*cosiapi.BucketClaim],
+) (*cosiapi.Bucket, error) {
 	name := claim.Status.BoundBucketName
 	if claim.Spec.ExistingBucketName != "" {
 		name = claim.Spec.ExistingBucketName
@@ -206,7 +218,8 @@ func (r *BucketClaimReconciler) bucket(ctx context.Context, claim *cosiapi.Bucke
 		if !apierrors.IsNotFound(err) {
 			return nil, err
 		}
-		conditions.MarkUnknown(claim, cosiapi.ConditionProvisioned, cosiapi.ReasonWaitingForResources, "waiting for BucketClass "+claim.Spec.BucketClassName)
+		conditions.MarkUnknown(claim, cosiapi.ConditionProvisioned, cosiapi.ReasonWaitingForResources,
+			"waiting for BucketClass "+claim.Spec.BucketClassName)
 		conditions.MarkUnknown(claim, cosiapi.ConditionResourcesValidated, cosiapi.ReasonWaitingForResources,
 			fmt.Sprintf("BucketClass %s does not exist", claim.Spec.BucketClassName))
 		return nil, nil
@@ -228,7 +241,9 @@ func (r *BucketClaimReconciler) bucket(ctx context.Context, claim *cosiapi.Bucke
 // namedBucket returns the Bucket the claim names (static) or is bound to (dynamic). While there
 // is none, it returns nil, with the claim's conditions saying why, or create: the dynamic claim's
 // Bucket is created again.
-func (r *BucketClaimReconciler) namedBucket(ctx context.Context, claim *cosiapi.BucketClaim, name string) (b *cosiapi.Bucket, create bool, err error) {
+func (r *BucketClaimReconciler) namedBucket(
+	ctx context.Context, claim *cosiapi.BucketClaim, name string,
+) (b *cosiapi.Bucket, create bool, err error) {
 	bucket := &cosiapi.Bucket{}
 	err = r.Client.Get(ctx, types.NamespacedName{Name: name}, bucket)
 	switch {
@@ -238,14 +253,18 @@ func (r *BucketClaimReconciler) namedBucket(ctx context.Context, claim *cosiapi.
 		return nil, false, err
 	case claim.Spec.ExistingBucketName != "":
 		// Static: wait for the admin's Bucket; the Bucket watch wakes the claim.
-		conditions.MarkUnknown(claim, cosiapi.ConditionProvisioned, cosiapi.ReasonWaitingForResources, "waiting for Bucket "+name)
-		conditions.MarkUnknown(claim, cosiapi.ConditionResourcesValidated, cosiapi.ReasonWaitingForResources, fmt.Sprintf("Bucket %s does not exist yet", name))
+		conditions.MarkUnknown(claim, cosiapi.ConditionProvisioned, cosiapi.ReasonWaitingForResources,
+			"waiting for Bucket "+name)
+		conditions.MarkUnknown(claim, cosiapi.ConditionResourcesValidated, cosiapi.ReasonWaitingForResources,
+			fmt.Sprintf("Bucket %s does not exist yet", name))
 		return nil, false, nil
 	case wasProvisioned(claim):
 		// The claim's Bucket was provisioned and is gone: an error, not a re-create
 		// (KEP-1979 "Creating a Bucket", step 2.5).
-		conditions.MarkFalse(claim, cosiapi.ConditionResourcesValidated, cosiapi.ReasonInvalidReference, fmt.Sprintf("bound Bucket %s went missing", name))
-		r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, cosiapi.EventFailedCreateBucket, "Bind", "bound Bucket %s went missing", name)
+		conditions.MarkFalse(claim, cosiapi.ConditionResourcesValidated, cosiapi.ReasonInvalidReference,
+			fmt.Sprintf("bound Bucket %s went missing", name))
+		r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, cosiapi.EventFailedCreateBucket, "Bind",
+			"bound Bucket %s went missing", name)
 		return nil, false, nil
 	}
 	// The name was recorded but the Bucket never provisioned: creating it was interrupted, or
@@ -255,7 +274,9 @@ func (r *BucketClaimReconciler) namedBucket(ctx context.Context, claim *cosiapi.
 }
 
 // createBucket creates the dynamic claim's Bucket from its class, or returns the one that exists.
-func (r *BucketClaimReconciler) createBucket(ctx context.Context, claim *cosiapi.BucketClaim, class *cosiapi.BucketClass, name string) (*cosiapi.Bucket, error) {
+func (r *BucketClaimReconciler) createBucket(
+	ctx context.Context, claim *cosiapi.BucketClaim, class *cosiapi.BucketClass, name string,
+) (*cosiapi.Bucket, error) {
 	bucket := &cosiapi.Bucket{
 		// Created with the protection finalizer the sidecar would add: one write less per claim,
 		// and no moment at which the Bucket exists unprotected.
@@ -285,13 +306,15 @@ func (r *BucketClaimReconciler) bind(ctx context.Context, claim *cosiapi.BucketC
 	ref := bucket.Spec.BucketClaimRef
 	if ref.Namespace != claim.Namespace || ref.Name != claim.Name || (ref.UID != "" && ref.UID != claim.UID) {
 		// Final until the Bucket changes: a Bucket reserved for another claim is never taken.
-		msg := fmt.Sprintf("Bucket %s is bound to BucketClaim %s/%s (uid %q), not to this claim", bucket.Name, ref.Namespace, ref.Name, ref.UID)
+		msg := fmt.Sprintf("Bucket %s is bound to BucketClaim %s/%s (uid %q), not to this claim", bucket.Name, ref.Namespace,
+			ref.Name, ref.UID)
 		conditions.MarkFalse(claim, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioningFailed, msg)
 		conditions.MarkFalse(claim, cosiapi.ConditionResourcesValidated, cosiapi.ReasonInvalidReference, msg)
 		return nil
 	}
 	if ref.UID == "" {
-		if err := patch.Locked(ctx, r.Client, bucket, func() bool { bucket.Spec.BucketClaimRef.UID = claim.UID; return true }); err != nil {
+		bindBucket := func() bool { bucket.Spec.BucketClaimRef.UID = claim.UID; return true }
+		if err := patch.Locked(ctx, r.Client, bucket, bindBucket); err != nil {
 			return err
 		}
 	}
@@ -306,7 +329,7 @@ func (r *BucketClaimReconciler) bind(ctx context.Context, claim *cosiapi.BucketC
 // Each condition is set once, to its final value: setting it twice in one pass (Unknown, then the
 // Bucket's True) would stamp a new lastTransitionTime and write the claim every time.
 func mirror(claim *cosiapi.BucketClaim, bucket *cosiapi.Bucket) {
-	if conditions.IsTrue(bucket, cosiapi.ConditionProvisioned) || conditions.IsFalse(bucket, cosiapi.ConditionProvisioned) {
+	if conditions.IsKnown(bucket, cosiapi.ConditionProvisioned) {
 		conditions.Mirror(claim, bucket, cosiapi.ConditionProvisioned)
 	} else {
 		conditions.MarkUnknown(claim, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioning, waitingMessage(bucket.Name))
@@ -315,7 +338,8 @@ func mirror(claim *cosiapi.BucketClaim, bucket *cosiapi.Bucket) {
 	claim.Status.Protocols = bucket.Status.Protocols
 
 	rv := conditions.Get(bucket, cosiapi.ConditionResourcesValidated)
-	missing := slices.DeleteFunc(slices.Clone(claim.Spec.Protocols), func(p cosiapi.Protocol) bool { return slices.Contains(bucket.Status.Protocols, p) })
+	missing := slices.DeleteFunc(slices.Clone(claim.Spec.Protocols),
+		func(p cosiapi.Protocol) bool { return slices.Contains(bucket.Status.Protocols, p) })
 	switch {
 	default:
 		conditions.MarkTrue(claim, cosiapi.ConditionResourcesValidated, cosiapi.ReasonValid, boundMessage(bucket.Name))
@@ -329,7 +353,7 @@ func mirror(claim *cosiapi.BucketClaim, bucket *cosiapi.Bucket) {
 
 // wasProvisioned reports whether the claim mirrored a provisioning outcome of its Bucket.
 func wasProvisioned(claim *cosiapi.BucketClaim) bool {
-	return conditions.IsTrue(claim, cosiapi.ConditionProvisioned) || conditions.IsFalse(claim, cosiapi.ConditionProvisioned)
+	return conditions.IsKnown(claim, cosiapi.ConditionProvisioned)
 }
 
 func waitingMessage(bucket string) string {
@@ -347,8 +371,8 @@ func setBoundConditions(claim *cosiapi.BucketClaim) {
 
 // patchStatus writes the claim's status once, if it changed, and records the events and metrics
 // of what changed.
-func (r *BucketClaimReconciler) patchStatus(ctx context.Context, status *patch.Status[*cosiapi.BucketClaim], claim *cosiapi.BucketClaim,
-	bucket *cosiapi.Bucket,
+func (r *BucketClaimReconciler) patchStatus(
+	ctx context.Context, status *patch.Status[*cosiapi.BucketClaim], claim *cosiapi.BucketClaim, bucket *cosiapi.Bucket,
 ) error {
 	orig := status.Before()
 	// Locked to the version read: a status computed from a stale copy must never land, least of
@@ -358,11 +382,14 @@ func (r *BucketClaimReconciler) patchStatus(ctx context.Context, status *patch.S
 		return err
 	}
 	if pf := conditions.Get(claim, cosiapi.ConditionProvisionFailed); pf != nil && pf.Status == metav1.ConditionTrue {
-		if old := conditions.Get(orig, cosiapi.ConditionProvisionFailed); old == nil || old.Status != pf.Status || old.Message != pf.Message {
-			r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, cosiapi.EventFailedCreateBucket, "Provision", "%s", pf.Message)
+		if old := conditions.Get(orig, cosiapi.ConditionProvisionFailed); old == nil || old.Status != pf.Status ||
+			old.Message != pf.Message {
+			r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, cosiapi.EventFailedCreateBucket, "Provision", "%s",
+				pf.Message)
 		}
 	}
-	if bucket != nil && !conditions.IsTrue(orig, cosiapi.ConditionProvisioned) && conditions.IsTrue(claim, cosiapi.ConditionProvisioned) {
+	if bucket != nil && !conditions.IsTrue(orig, cosiapi.ConditionProvisioned) &&
+		conditions.IsTrue(claim, cosiapi.ConditionProvisioned) {
 		r.Metrics.created(bucket.Spec.DriverName, "BucketClaim", claim.CreationTimestamp.Time)
 	}
 	return nil
@@ -392,7 +419,8 @@ func (r *BucketClaimReconciler) delete(ctx context.Context, claim *cosiapi.Bucke
 	if err := patch.RemoveFinalizer(ctx, r.Client, claim); err != nil {
 		return err
 	}
-	r.Metrics.deleted(driverName, "BucketClaim", claim.DeletionTimestamp.Time, createOutcome(provisioned, driverCalled(claim)))
+	r.Metrics.deleted(driverName, "BucketClaim", claim.DeletionTimestamp.Time,
+		createOutcome(provisioned, driverCalled(claim)))
 	return nil
 }
 
@@ -414,7 +442,9 @@ func (r *BucketClaimReconciler) blockDeletion(ctx context.Context, claim *cosiap
 
 // releaseBucket tells the sidecar that the claim's Bucket may be deprovisioned, and deletes the
 // Bucket when its policy is Delete. It returns the Bucket's driver, for the metrics.
-func (r *BucketClaimReconciler) releaseBucket(ctx context.Context, claim *cosiapi.BucketClaim) (driverName string, err error) {
+func (r *BucketClaimReconciler) releaseBucket(
+	ctx context.Context, claim *cosiapi.BucketClaim,
+) (driverName string, err error) {
 	if name := claim.Status.BoundBucketName; name != "" {
 		bucket := &cosiapi.Bucket{}
 		err := r.Client.Get(ctx, types.NamespacedName{Name: name}, bucket)
@@ -422,7 +452,8 @@ func (r *BucketClaimReconciler) releaseBucket(ctx context.Context, claim *cosiap
 			return "", err
 		}
 		ref := bucket.Spec.BucketClaimRef
-		if err == nil && ref.Namespace == claim.Namespace && ref.Name == claim.Name && (ref.UID == "" || ref.UID == claim.UID) {
+		if err == nil && ref.Namespace == claim.Namespace && ref.Name == claim.Name &&
+			(ref.UID == "" || ref.UID == claim.UID) {
 			driverName = bucket.Spec.DriverName
 			// Tell the sidecar the claim is going: it may now deprovision.
 			if err := patch.SetAnnotation(ctx, r.Client, bucket, cosiapi.AnnotationBucketClaimBeingDeleted); err != nil {

@@ -80,19 +80,22 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 
 // Setup registers the indexes and reconcilers with a manager.
 func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
-	if err := index.Register(ctx, mgr.GetFieldIndexer(), index.ClaimsByClass, index.ClaimsByExistingBucket, index.AccessesByClaim,
-		index.AccessesByClass, index.AccessesByBucket); err != nil {
+	if err := index.Register(ctx, mgr.GetFieldIndexer(), index.ClaimsByClass, index.ClaimsByExistingBucket,
+		index.AccessesByClaim, index.AccessesByClass, index.AccessesByBucket); err != nil {
 		return err
 	}
 	metrics := newMetrics()
 	copts := controller.Options{MaxConcurrentReconciles: max(opts.Workers, 1), RateLimiter: requeue.RateLimiter()}
 	recorder := mgr.GetEventRecorder("cosi-controller")
 	c, reader := mgr.GetClient(), mgr.GetAPIReader()
-	if err := (&BucketClaimReconciler{Client: c, APIReader: reader, Recorder: recorder, Metrics: metrics}).SetupWithManager(mgr, copts); err != nil {
+	claims := &BucketClaimReconciler{Client: c, APIReader: reader, Recorder: recorder, Metrics: metrics}
+	if err := claims.SetupWithManager(mgr, copts); err != nil {
 		return err
 	}
-	if err := (&BucketAccessReconciler{Client: c, Recorder: recorder, Metrics: metrics}).SetupWithManager(mgr, copts); err != nil {
+	accesses := &BucketAccessReconciler{Client: c, Recorder: recorder, Metrics: metrics}
+	if err := accesses.SetupWithManager(mgr, copts); err != nil {
 		return err
 	}
-	return (&BucketReconciler{Client: c, APIReader: reader, Recorder: recorder, Metrics: metrics}).SetupWithManager(mgr, copts)
+	return (&BucketReconciler{Client: c, APIReader: reader, Recorder: recorder, Metrics: metrics}).SetupWithManager(mgr,
+		copts)
 }

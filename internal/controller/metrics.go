@@ -43,8 +43,9 @@ func newMetrics() *metrics {
 	metricsOnce.Do(func() {
 		m := &metrics{
 			duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-				Name:    "cosi_operation_total_seconds",
-				Help:    "End-to-end duration of COSI operations: creation to Provisioned, deletion timestamp to finalizer removal.",
+				Name: "cosi_operation_total_seconds",
+				Help: "End-to-end duration of COSI operations: creation to Provisioned, " +
+					"deletion timestamp to finalizer removal.",
 				Buckets: driver.OperationBuckets,
 			}, []string{"driver_name", "resource_kind", "operation"}),
 			count: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -88,7 +89,7 @@ func createOutcome(provisioned, driverCalled bool) string {
 // driverCalled reports whether a driver call was recorded in the conditions (ProvisionFailed is
 // True or False only after one).
 func driverCalled(obj conditions.Getter) bool {
-	return conditions.IsTrue(obj, cosiapi.ConditionProvisionFailed) || conditions.IsFalse(obj, cosiapi.ConditionProvisionFailed)
+	return conditions.IsKnown(obj, cosiapi.ConditionProvisionFailed)
 }
 
 // deleted records a delete that finished, and the outcome of its create if it did not succeed.

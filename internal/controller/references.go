@@ -25,23 +25,29 @@ func holdsReference(ba *cosiapi.BucketAccess) bool {
 }
 
 func namesClaim(ba *cosiapi.BucketAccess, claim string) bool {
-	return slices.ContainsFunc(ba.Spec.BucketClaims, func(c cosiapi.BucketClaimAccess) bool { return c.BucketClaimName == claim })
+	return slices.ContainsFunc(ba.Spec.BucketClaims,
+		func(c cosiapi.BucketClaimAccess) bool { return c.BucketClaimName == claim })
 }
 
 func namesBucket(ba *cosiapi.BucketAccess, bucket string) bool {
-	return slices.ContainsFunc(ba.Status.AccessedBuckets, func(b cosiapi.AccessedBucket) bool { return b.BucketName == bucket })
+	return slices.ContainsFunc(ba.Status.AccessedBuckets,
+		func(b cosiapi.AccessedBucket) bool { return b.BucketName == bucket })
 }
 
 // referencingAccesses returns the names of the accesses that hold a reference to the claim. With
 // live, it lists the API server, not the cache: the cache may not have an access created a moment
 // ago, and deciding from it could delete a bucket that access is about to use.
-func (r *BucketClaimReconciler) referencingAccesses(ctx context.Context, claim *cosiapi.BucketClaim, live bool) ([]string, error) {
+func (r *BucketClaimReconciler) referencingAccesses(
+	ctx context.Context, claim *cosiapi.BucketClaim, live bool,
+) ([]string, error) {
 	var list cosiapi.BucketAccessList
 	var err error
 	if live {
 		err = r.APIReader.List(ctx, &list, client.InNamespace(claim.Namespace))
 	} else {
-		err = r.Client.List(ctx, &list, client.InNamespace(claim.Namespace), client.MatchingFields{index.AccessesByClaim.Name: index.ClaimKey(claim.Namespace, claim.Name)})
+		key := index.ClaimKey(claim.Namespace, claim.Name)
+		err = r.Client.List(ctx, &list, client.InNamespace(claim.Namespace),
+			client.MatchingFields{index.AccessesByClaim.Name: key})
 	}
 	if err != nil {
 		return nil, err

@@ -41,14 +41,18 @@ var ClaimsByExistingBucket = Field{&cosiapi.BucketClaim{}, "spec.existingBucketN
 
 // AccessesByClaim indexes BucketAccesses by the claims they name, as "<namespace>/<claim name>"
 // (ClaimKey).
-var AccessesByClaim = Field{&cosiapi.BucketAccess{}, "spec.bucketClaims.bucketClaimName", func(o client.Object) []string {
-	ba := o.(*cosiapi.BucketAccess)
-	keys := make([]string, 0, len(ba.Spec.BucketClaims))
-	for _, c := range ba.Spec.BucketClaims {
-		keys = append(keys, ClaimKey(ba.Namespace, c.BucketClaimName))
-	}
-	return keys
-}}
+var AccessesByClaim = Field{
+	&cosiapi.BucketAccess{},
+	"spec.bucketClaims.bucketClaimName",
+	func(o client.Object) []string {
+		ba := o.(*cosiapi.BucketAccess)
+		keys := make([]string, 0, len(ba.Spec.BucketClaims))
+		for _, c := range ba.Spec.BucketClaims {
+			keys = append(keys, ClaimKey(ba.Namespace, c.BucketClaimName))
+		}
+		return keys
+	},
+}
 
 // ClaimKey is the AccessesByClaim value of a claim.
 func ClaimKey(namespace, name string) string { return namespace + "/" + name }
@@ -59,13 +63,17 @@ var AccessesByClass = Field{&cosiapi.BucketAccess{}, "spec.bucketAccessClassName
 }}
 
 // AccessesByBucket indexes BucketAccesses by the Buckets they were handed off for.
-var AccessesByBucket = Field{&cosiapi.BucketAccess{}, "status.accessedBuckets.bucketName", func(o client.Object) []string {
-	var names []string
-	for _, b := range o.(*cosiapi.BucketAccess).Status.AccessedBuckets {
-		names = append(names, b.BucketName)
-	}
-	return names
-}}
+var AccessesByBucket = Field{
+	&cosiapi.BucketAccess{},
+	"status.accessedBuckets.bucketName",
+	func(o client.Object) []string {
+		var names []string
+		for _, b := range o.(*cosiapi.BucketAccess).Status.AccessedBuckets {
+			names = append(names, b.BucketName)
+		}
+		return names
+	},
+}
 
 // BucketsByGrant indexes Buckets by the UIDs of the accesses whose grants they record: the
 // suffixes of their annotations that start with prefix.

@@ -51,8 +51,10 @@ func TestExtract(t *testing.T) {
 // TestNamesAreUnique: two indexes of one kind with one name would fail to register.
 func TestNamesAreUnique(t *testing.T) {
 	seen := map[string]bool{}
-	for _, f := range []index.Field{index.ClaimsByClass, index.ClaimsByExistingBucket, index.AccessesByClaim, index.AccessesByClass,
-		index.AccessesByBucket, index.BucketsByGrant("p")} {
+	for _, f := range []index.Field{
+		index.ClaimsByClass, index.ClaimsByExistingBucket, index.AccessesByClaim, index.AccessesByClass,
+		index.AccessesByBucket, index.BucketsByGrant("p"),
+	} {
 		key := fmt.Sprintf("%T/%s", f.Object, f.Name)
 		if seen[key] {
 			t.Errorf("index %s of %T registered twice", f.Name, f.Object)

@@ -12,7 +12,13 @@ import (
 // of the same name (same reports false for it). The cache answers "it exists"; "gone" is confirmed
 // by the live reader, because the cache may not have an object created a moment ago. Decisions
 // that delete or revoke are made on it.
-func ConfirmGone(ctx context.Context, cache, live client.Reader, key client.ObjectKey, obj client.Object, same func() bool) (bool, error) {
+func ConfirmGone(
+	ctx context.Context,
+	cache, live client.Reader,
+	key client.ObjectKey,
+	obj client.Object,
+	same func() bool,
+) (bool, error) {
 	for _, reader := range []client.Reader{cache, live} {
 		err := reader.Get(ctx, key, obj)
 		if client.IgnoreNotFound(err) != nil {

@@ -50,7 +50,10 @@ func TestConfirmGone(t *testing.T) {
 		{name: "not cached yet", cache: reader{}, live: reader{uid: "u"}, want: false, liveCalls: 1},
 		{name: "gone", cache: reader{}, live: reader{}, want: true, liveCalls: 1},
 		{name: "replaced", cache: reader{uid: "other"}, live: reader{uid: "other"}, want: true, liveCalls: 1},
-		{name: "replaced in the cache, not yet live", cache: reader{uid: "other"}, live: reader{uid: "u"}, want: false, liveCalls: 1},
+		{
+			name:  "replaced in the cache, not yet live",
+			cache: reader{uid: "other"}, live: reader{uid: "u"}, want: false, liveCalls: 1,
+		},
 		{name: "cache error", cache: reader{err: boom}, live: reader{}, wantErr: boom, liveCalls: 0},
 		{name: "live error", cache: reader{}, live: reader{err: boom}, wantErr: boom, liveCalls: 1},
 	} {
@@ -58,7 +61,8 @@ func TestConfirmGone(t *testing.T) {
 		gone, err := lookup.ConfirmGone(t.Context(), &tc.cache, &tc.live, client.ObjectKey{Namespace: "ns", Name: "c"}, claim,
 			func() bool { return claim.UID == "u" })
 		if gone != tc.want || !errors.Is(err, tc.wantErr) || tc.live.calls != tc.liveCalls {
-			t.Errorf("%s: gone=%v err=%v live calls=%d; want %v, %v, %d", tc.name, gone, err, tc.live.calls, tc.want, tc.wantErr, tc.liveCalls)
+			t.Errorf("%s: gone=%v err=%v live calls=%d; want %v, %v, %d", tc.name, gone, err, tc.live.calls, tc.want, tc.wantErr,
+				tc.liveCalls)
 		}
 	}
 }

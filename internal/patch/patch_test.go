@@ -81,7 +81,8 @@ func TestStatusPatchesOnceWhatChanged(t *testing.T) {
 		t.Fatalf("PatchIfChanged of a changed status: %v, %v", patched, err)
 	}
 	got := stored(t, claim)
-	if got.Status.BoundBucketName != "bc-1" || !conditions.Has(got, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning) {
+	if got.Status.BoundBucketName != "bc-1" ||
+		!conditions.Has(got, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning) {
 		t.Errorf("stored status %+v", got.Status)
 	}
 	if c := conditions.Get(got, cosiapi.ConditionProvisioned); c.ObservedGeneration != got.Generation {
@@ -119,7 +120,8 @@ func TestStatusLock(t *testing.T) {
 	if err := locked.Patch(t.Context(), patch.OptimisticLock); !apierrors.IsConflict(err) {
 		t.Fatalf("a locked patch of a stale copy: %v, want Conflict", err)
 	}
-	if got := stored(t, claim); conditions.Get(got, cosiapi.ConditionProvisioned) != nil || !conditions.IsTrue(got, cosiapi.ConditionResourcesValidated) {
+	if got := stored(t, claim); conditions.Get(got, cosiapi.ConditionProvisioned) != nil ||
+		!conditions.IsTrue(got, cosiapi.ConditionResourcesValidated) {
 		t.Errorf("after the refused patch: %+v", got.Status.Conditions)
 	}
 
@@ -131,7 +133,8 @@ func TestStatusLock(t *testing.T) {
 		t.Errorf("the unlocked patch did not land: %+v", got.Status.Conditions)
 	}
 	if conditions.Get(got, cosiapi.ConditionResourcesValidated) != nil {
-		t.Errorf("an unlocked merge patch kept the other writer's condition, which the list it replaced did not have: %+v", got.Status.Conditions)
+		t.Errorf("an unlocked merge patch kept the other writer's condition, which the list it replaced did not have: %+v",
+			got.Status.Conditions)
 	}
 }
 
@@ -176,7 +179,8 @@ func TestStatusOwnedConditions(t *testing.T) {
 	if err := onlyRV.Patch(t.Context(), patch.OptimisticLock); err != nil {
 		t.Fatalf("a patch of an owned condition: %v", err)
 	}
-	if got := stored(t, claim); !conditions.IsTrue(got, cosiapi.ConditionResourcesValidated) || !conditions.IsTrue(got, cosiapi.ConditionProvisioned) {
+	if got := stored(t, claim); !conditions.IsTrue(got, cosiapi.ConditionResourcesValidated) ||
+		!conditions.IsTrue(got, cosiapi.ConditionProvisioned) {
 		t.Errorf("after the patch of an owned condition: %+v", got.Status.Conditions)
 	}
 }
@@ -193,7 +197,8 @@ func TestFinalizersAndAnnotations(t *testing.T) {
 		}
 	}
 	got := stored(t, claim)
-	if len(got.Finalizers) != 1 || got.Finalizers[0] != cosiapi.FinalizerProtection || got.Annotations[cosiapi.AnnotationHasBucketAccessReferences] != "true" {
+	if len(got.Finalizers) != 1 || got.Finalizers[0] != cosiapi.FinalizerProtection ||
+		got.Annotations[cosiapi.AnnotationHasBucketAccessReferences] != "true" {
 		t.Fatalf("finalizers %v, annotations %v", got.Finalizers, got.Annotations)
 	}
 
@@ -206,7 +211,8 @@ func TestFinalizersAndAnnotations(t *testing.T) {
 		t.Fatalf("removing an annotation from a stale copy: %v", err)
 	}
 	got = stored(t, claim)
-	if _, ok := got.Annotations[cosiapi.AnnotationHasBucketAccessReferences]; ok || got.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] != "true" {
+	if _, ok := got.Annotations[cosiapi.AnnotationHasBucketAccessReferences]; ok ||
+		got.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] != "true" {
 		t.Errorf("removing the last annotation of a stale copy left %v, want only the other writer's", got.Annotations)
 	}
 

@@ -22,11 +22,11 @@ import (
 type Lock bool
 
 const (
-	// OptimisticLock: the patch lands only on the version read. For objects whose conditions
+	// OptimisticLock makes the patch land only on the version read. For objects whose conditions
 	// another component writes too, and for status computed from other objects that must never
 	// land on a newer version.
 	OptimisticLock Lock = true
-	// NoLock: the patch lands on any version. Only for objects whose status no other component
+	// NoLock lets the patch land on any version. Only for objects whose status no other component
 	// writes.
 	NoLock Lock = false
 )

@@ -42,7 +42,9 @@ func TestSpecOrLifecycleChanged(t *testing.T) {
 }
 
 func TestProtectionRemoved(t *testing.T) {
-	with := &cosiapi.BucketAccess{ObjectMeta: metav1.ObjectMeta{Finalizers: []string{"other", cosiapi.FinalizerProtection}}}
+	with := &cosiapi.BucketAccess{
+		ObjectMeta: metav1.ObjectMeta{Finalizers: []string{"other", cosiapi.FinalizerProtection}},
+	}
 	without := &cosiapi.BucketAccess{ObjectMeta: metav1.ObjectMeta{Finalizers: []string{"other"}}}
 	for _, tc := range []struct {
 		name     string
@@ -54,11 +56,13 @@ func TestProtectionRemoved(t *testing.T) {
 		{"kept", with, with, false},
 		{"never there", without, without, false},
 	} {
-		if got := predicates.ProtectionRemoved.Update(event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new}); got != tc.want {
+		got := predicates.ProtectionRemoved.Update(event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new})
+		if got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
-	if predicates.ProtectionRemoved.Create(event.CreateEvent{Object: with}) || predicates.ProtectionRemoved.Delete(event.DeleteEvent{Object: with}) ||
+	if predicates.ProtectionRemoved.Create(event.CreateEvent{Object: with}) ||
+		predicates.ProtectionRemoved.Delete(event.DeleteEvent{Object: with}) ||
 		predicates.ProtectionRemoved.Generic(event.GenericEvent{Object: with}) {
 		t.Error("creates, deletes or generic events pass")
 	}

@@ -57,7 +57,8 @@ func APIErrorEvent(rec events.EventRecorder, obj runtime.Object, reason string, 
 	if !errors.As(err, &st) {
 		return // not an API error: the caller records it (driver errors have their own events)
 	}
-	rec.Eventf(obj, nil, corev1.EventTypeWarning, reason, "KubernetesAPI", "Kubernetes API error: %s", conditions.Truncate(err.Error()))
+	rec.Eventf(obj, nil, corev1.EventTypeWarning, reason, "KubernetesAPI", "Kubernetes API error: %s",
+		conditions.Truncate(err.Error()))
 }
 
 // ResultWithEvent reports a failed Kubernetes API call of a reconcile of obj as an event (see

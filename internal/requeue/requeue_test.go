@@ -19,6 +19,7 @@ var gr = schema.GroupResource{Group: cosiapi.GroupName, Resource: "buckets"}
 
 func TestResultWithEvent(t *testing.T) {
 	conflict := apierrors.NewConflict(gr, "b", errors.New("changed"))
+	retry := reconcile.Result{Requeue: true} //nolint:staticcheck // what Result returns for a conflict
 	for _, tc := range []struct {
 		name      string
 		err       error
@@ -27,8 +28,8 @@ func TestResultWithEvent(t *testing.T) {
 		wantEvent bool
 	}{
 		{name: "success"},
-		{name: "conflict", err: conflict, want: reconcile.Result{Requeue: true}},                      //nolint:staticcheck // what Result returns
-		{name: "wrapped conflict", err: errors.Join(conflict), want: reconcile.Result{Requeue: true}}, //nolint:staticcheck // idem
+		{name: "conflict", err: conflict, want: retry},
+		{name: "wrapped conflict", err: errors.Join(conflict), want: retry},
 		{name: "not found", err: apierrors.NewNotFound(gr, "b"), wantErr: true},
 		{name: "forbidden", err: apierrors.NewForbidden(gr, "b", errors.New("no")), wantErr: true, wantEvent: true},
 		{name: "not an API error", err: errors.New("driver"), wantErr: true},

@@ -27,7 +27,7 @@ import (
 	"github.com/kube-cosi/cosi/internal/predicates"
 	"github.com/kube-cosi/cosi/internal/requeue"
 	"github.com/kube-cosi/cosi/pkg/driver"
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=buckets,verbs=get;list;watch;update;patch
@@ -43,7 +43,7 @@ type BucketReconciler struct {
 	// gone before the grant is revoked from the record.
 	APIReader client.Reader
 	Driver    *driver.Client
-	Info      *cosi.DriverGetInfoResponse
+	Info      *cosiproto.DriverGetInfoResponse
 	Recorder  events.EventRecorder
 	// Grants counts the grants in flight, shared with the BucketAccessReconciler.
 	Grants *inFlight
@@ -67,18 +67,24 @@ func (r *BucketReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Op
 	ours := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return o.(*cosiapi.Bucket).Spec.DriverName == r.Info.GetName()
 	})
+	wake := predicate.Or[client.Object](predicates.SpecOrLifecycleChanged, predicates.ProtectionRemoved)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("sidecar-bucket").
-		For(&cosiapi.Bucket{}, builder.WithPredicates(ours, predicate.Or[client.Object](predicates.SpecOrLifecycleChanged, predicates.ProtectionRemoved))).
+		For(&cosiapi.Bucket{}, builder.WithPredicates(ours, wake)).
+
 		// An access that goes may leave a grant to revoke from the Buckets' records.
-		Watches(&cosiapi.BucketAccess{}, handler.EnqueueRequestsFromMapFunc(r.bucketsOfAccess), builder.WithPredicates(predicate.Funcs{
-			CreateFunc: func(event.CreateEvent) bool { return false },
-			UpdateFunc: func(e event.UpdateEvent) bool {
-				return !slices.Equal(e.ObjectOld.GetFinalizers(), e.ObjectNew.GetFinalizers())
-			},
-		})).
+		Watches(&cosiapi.BucketAccess{}, handler.EnqueueRequestsFromMapFunc(r.bucketsOfAccess),
+			builder.WithPredicates(accessGoing)).
 		WithOptions(opts).
 		Complete(r)
+}
+
+// accessGoing passes the access changes that may leave a grant to revoke: its finalizers.
+var accessGoing = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return !slices.Equal(e.ObjectOld.GetFinalizers(), e.ObjectNew.GetFinalizers())
+	},
 }
 
 // bucketsOfAccess maps an access to the Buckets it names in status and to those that record a
@@ -143,13 +149,15 @@ func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket
 	// refused afterwards.
 	for _, p := range protocols {
 		if !slices.Contains(r.Info.GetSupportedProtocols(), p) {
-			return r.record.invalid(ctx, bucket, cosiapi.ReasonUnsupportedProtocol, fmt.Sprintf("driver %s does not support protocol %s (it supports %v)",
-				r.Info.GetName(), apiProtocol(p), apiProtocols(r.Info.GetSupportedProtocols())), true)
+			return r.record.invalid(ctx, bucket, cosiapi.ReasonUnsupportedProtocol,
+				fmt.Sprintf("driver %s does not support protocol %s (it supports %v)",
+					r.Info.GetName(), apiProtocol(p), apiProtocols(r.Info.GetSupportedProtocols())))
 		}
 	}
-	var info *cosi.ProtocolBucketInfo
+	var info *cosiproto.ProtocolBucketInfo
 	if id := bucket.Spec.ExistingBucketID; id != "" {
-		resp, err := r.Driver.DriverGetBucket(ctx, &cosi.DriverGetBucketRequest{BucketId: id, Protocols: protocols, Parameters: bucket.Spec.Parameters})
+		resp, err := r.Driver.DriverGetBucket(ctx,
+			&cosiproto.DriverGetBucketRequest{BucketId: id, Protocols: protocols, Parameters: bucket.Spec.Parameters})
 		if err != nil {
 			return r.record.failed(ctx, bucket, rpcError{"DriverGetBucket", err}, cosiapi.EventFailedCreateBucket)
 		}
@@ -161,7 +169,9 @@ func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket
 			}
 		}
 		// Phase 2.
-		resp, err := r.Driver.DriverCreateBucket(ctx, &cosi.DriverCreateBucketRequest{BucketId: bucket.Status.BucketID, Protocols: protocols, Parameters: bucket.Spec.Parameters})
+		resp, err := r.Driver.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{
+			BucketId: bucket.Status.BucketID, Protocols: protocols, Parameters: bucket.Spec.Parameters,
+		})
 		if err != nil {
 			return r.record.failed(ctx, bucket, rpcError{"DriverCreateBucket", err}, cosiapi.EventFailedCreateBucket)
 		}
@@ -169,7 +179,8 @@ func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket
 	}
 
 	if err := driver.ValidateBucketInfo(info, r.Info.GetSupportedProtocols(), protocols); err != nil {
-		return r.record.invalid(ctx, bucket, cosiapi.ReasonUnsupportedProtocol, "the driver's answer does not fit the Bucket: "+err.Error(), true)
+		return r.record.invalid(ctx, bucket, cosiapi.ReasonUnsupportedProtocol,
+			"the driver's answer does not fit the Bucket: "+err.Error())
 	}
 	status := r.record.status(bucket)
 	if id := bucket.Spec.ExistingBucketID; id != "" {
@@ -180,7 +191,8 @@ func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket
 		bucket.Status.Protocols = append(bucket.Status.Protocols, apiProtocol(p))
 	}
 	bucket.Status.BucketInfo = bucketStatusInfo(info)
-	conditions.MarkTrue(bucket, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioned, "the bucket exists in the backend")
+	conditions.MarkTrue(bucket, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioned,
+		"the bucket exists in the backend")
 	conditions.MarkFalse(bucket, cosiapi.ConditionProvisionFailed, cosiapi.ReasonDriverSucceeded, "")
 	conditions.MarkTrue(bucket, cosiapi.ConditionResourcesValidated, cosiapi.ReasonValid, "")
 	return status.Patch(ctx, patch.NoLock)
@@ -188,18 +200,23 @@ func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket
 
 // generateID is phase 1 of a dynamic Bucket: get the ID and persist it before anything exists in
 // the backend, so that whatever phase 2 creates can always be deleted.
-func (r *BucketReconciler) generateID(ctx context.Context, bucket *cosiapi.Bucket, protocols []cosi.ObjectProtocol_Type) error {
-	resp, err := r.Driver.DriverGenerateBucketId(ctx, &cosi.DriverGenerateBucketIdRequest{Name: bucket.Name, Protocols: protocols, Parameters: bucket.Spec.Parameters})
+func (r *BucketReconciler) generateID(
+	ctx context.Context, bucket *cosiapi.Bucket, protocols []cosiproto.ObjectProtocol_Type,
+) error {
+	resp, err := r.Driver.DriverGenerateBucketId(ctx,
+		&cosiproto.DriverGenerateBucketIdRequest{Name: bucket.Name, Protocols: protocols, Parameters: bucket.Spec.Parameters})
 	if err != nil {
 		return r.record.failed(ctx, bucket, rpcError{"DriverGenerateBucketId", err}, cosiapi.EventFailedCreateBucket)
 	}
 	if resp.GetBucketId() == "" {
-		return r.record.invalid(ctx, bucket, cosiapi.ReasonProvisioningFailed, "DriverGenerateBucketId returned an empty bucket_id", true)
+		return r.record.invalid(ctx, bucket, cosiapi.ReasonProvisioningFailed,
+			"DriverGenerateBucketId returned an empty bucket_id")
 	}
 	status := r.record.status(bucket)
 	bucket.Status.BucketID = resp.GetBucketId()
 	conditions.Init(bucket, cosiapi.ConditionProvisionFailed, cosiapi.ConditionResourcesValidated)
-	conditions.MarkUnknown(bucket, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioning, "bucket ID generated; creating the bucket")
+	conditions.MarkUnknown(bucket, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioning,
+		"bucket ID generated; creating the bucket")
 	return status.Patch(ctx, patch.NoLock)
 }
 
@@ -212,7 +229,8 @@ func (r *BucketReconciler) delete(ctx context.Context, bucket *cosiapi.Bucket) e
 	}
 	if bucket.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] == "" {
 		ref := bucket.Spec.BucketClaimRef
-		return r.waiting(ctx, bucket, fmt.Sprintf("deletion waits until BucketClaim %s/%s is deleted", ref.Namespace, ref.Name))
+		return r.waiting(ctx, bucket,
+			fmt.Sprintf("deletion waits until BucketClaim %s/%s is deleted", ref.Namespace, ref.Name))
 	}
 	if bucket.DeletionTimestamp == nil {
 		return nil // Delete policy: the controller deletes the Bucket next. Retain: nothing to do.
@@ -224,12 +242,15 @@ func (r *BucketReconciler) delete(ctx context.Context, bucket *cosiapi.Bucket) e
 		return err
 	}
 	if len(live) > 0 {
-		return r.waiting(ctx, bucket, fmt.Sprintf("deletion waits until the BucketAccesses %v that hold this Bucket are deleted", live))
+		return r.waiting(ctx, bucket,
+			fmt.Sprintf("deletion waits until the BucketAccesses %v that hold this Bucket are deleted", live))
 	}
 	// An imported bucket is never deleted, whatever its policy: the API refuses Delete with
 	// existingBucketID, and a Bucket stored before that rule is treated as Retain.
-	if bucket.Spec.DeletionPolicy == cosiapi.DeletionPolicyDelete && bucket.Spec.ExistingBucketID == "" && bucket.Status.BucketID != "" {
-		_, err := r.Driver.DriverDeleteBucket(ctx, &cosi.DriverDeleteBucketRequest{BucketId: bucket.Status.BucketID, Parameters: bucket.Spec.Parameters})
+	if bucket.Spec.DeletionPolicy == cosiapi.DeletionPolicyDelete && bucket.Spec.ExistingBucketID == "" &&
+		bucket.Status.BucketID != "" {
+		_, err := r.Driver.DriverDeleteBucket(ctx,
+			&cosiproto.DriverDeleteBucketRequest{BucketId: bucket.Status.BucketID, Parameters: bucket.Spec.Parameters})
 		if err != nil {
 			return r.record.failed(ctx, bucket, rpcError{"DriverDeleteBucket", err}, cosiapi.EventFailedDeleteBucket)
 		}
@@ -257,7 +278,8 @@ func (r *BucketReconciler) failedRevoke(ctx context.Context, bucket *cosiapi.Buc
 	msg := fmt.Sprintf("revoking the access of deleted BucketAccess %s/%s: %s", g.Namespace, g.Name, rpc.Error())
 	status := r.record.status(bucket)
 	conditions.MarkTrue(bucket, cosiapi.ConditionProvisionFailed, cosiapi.ReasonDriverError, msg)
-	r.Recorder.Eventf(bucket, nil, corev1.EventTypeWarning, cosiapi.EventFailedRevokeAccess, rpc.method, "%s", conditions.Truncate(msg))
+	r.Recorder.Eventf(bucket, nil, corev1.EventTypeWarning, cosiapi.EventFailedRevokeAccess, rpc.method, "%s",
+		conditions.Truncate(msg))
 	if err := status.Patch(ctx, patch.NoLock); err != nil {
 		return fmt.Errorf("%w (and recording it: %w)", rpc, err)
 	}

@@ -30,7 +30,7 @@ import (
 	"github.com/kube-cosi/cosi/internal/predicates"
 	"github.com/kube-cosi/cosi/internal/requeue"
 	"github.com/kube-cosi/cosi/pkg/driver"
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketaccesses,verbs=get;list;watch;update;patch
@@ -50,7 +50,7 @@ type BucketAccessReconciler struct {
 	// whether the access still exists, and the grant records on its Buckets.
 	APIReader client.Reader
 	Driver    *driver.Client
-	Info      *cosi.DriverGetInfoResponse
+	Info      *cosiproto.DriverGetInfoResponse
 	Recorder  events.EventRecorder
 	// SecretCheckInterval is how often the Secrets of a provisioned access are checked.
 	SecretCheckInterval time.Duration
@@ -73,11 +73,14 @@ func (r *BucketAccessReconciler) SetupWithManager(mgr ctrl.Manager, opts control
 	ours := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return o.(*cosiapi.BucketAccess).Status.DriverName == r.Info.GetName()
 	})
+	wake := predicate.Or[client.Object](predicates.SpecOrLifecycleChanged, handOffChanged, predicates.ProtectionRemoved)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("sidecar-bucketaccess").
-		For(&cosiapi.BucketAccess{}, builder.WithPredicates(ours, predicate.Or[client.Object](predicates.SpecOrLifecycleChanged, handOffChanged, predicates.ProtectionRemoved))).
+		For(&cosiapi.BucketAccess{}, builder.WithPredicates(ours, wake)).
+
 		// A Bucket that becomes provisioned, or starts deleting, wakes the accesses for it.
-		Watches(&cosiapi.Bucket{}, handler.EnqueueRequestsFromMapFunc(r.accessesForBucket), builder.WithPredicates(bucketReadinessChanged)).
+		Watches(&cosiapi.Bucket{}, handler.EnqueueRequestsFromMapFunc(r.accessesForBucket),
+			builder.WithPredicates(bucketReadinessChanged)).
 		WithOptions(opts).
 		Complete(r)
 }
@@ -96,7 +99,8 @@ var bucketReadinessChanged = predicate.Funcs{
 		o, n := e.ObjectOld.(*cosiapi.Bucket), e.ObjectNew.(*cosiapi.Bucket)
 		return o.Status.BucketID != n.Status.BucketID ||
 			conditions.IsTrue(o, cosiapi.ConditionProvisioned) != conditions.IsTrue(n, cosiapi.ConditionProvisioned) ||
-			o.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] != n.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] ||
+			o.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] !=
+				n.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] ||
 			!o.DeletionTimestamp.Equal(n.DeletionTimestamp)
 	},
 	DeleteFunc: func(event.DeleteEvent) bool { return false },
@@ -213,7 +217,8 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 		return r.record.failed(ctx, ba, rpcError{"DriverGrantBucketAccess", err}, cosiapi.EventFailedGrantAccess)
 	}
 	if err := driver.ValidateGrantResponse(grantReq, resp); err != nil {
-		return r.record.invalid(ctx, ba, cosiapi.ReasonProvisioningFailed, "DriverGrantBucketAccess returned an incomplete answer: "+err.Error(), false)
+		return r.record.invalidAnswer(ctx, ba, cosiapi.ReasonProvisioningFailed,
+			"DriverGrantBucketAccess returned an incomplete answer: "+err.Error())
 	}
 	if err := r.writeSecrets(ctx, ba, buckets, req.protocol, resp); err != nil {
 		return err
@@ -224,7 +229,9 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 // prepareGrant returns the access's Buckets once the access may be granted: it still exists, its
 // Buckets are provisioned, it has its finalizer, and its Secrets can be written. ready is false,
 // with the conditions saying why, while something is missing.
-func (r *BucketAccessReconciler) prepareGrant(ctx context.Context, ba *cosiapi.BucketAccess) (buckets map[string]*cosiapi.Bucket, ready bool, err error) {
+func (r *BucketAccessReconciler) prepareGrant(
+	ctx context.Context, ba *cosiapi.BucketAccess,
+) (buckets map[string]*cosiapi.Bucket, ready bool, err error) {
 	live := &cosiapi.BucketAccess{}
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ba), live); err != nil {
 		return nil, false, client.IgnoreNotFound(err)
@@ -257,10 +264,10 @@ func (r *BucketAccessReconciler) prepareGrant(ctx context.Context, ba *cosiapi.B
 // grantRequest is what both phases of a grant send to the driver.
 type grantRequest struct {
 	accountName string
-	protocol    cosi.ObjectProtocol_Type
-	auth        cosi.AuthenticationType_Type
-	sa          *cosi.ServiceAccount
-	buckets     []*cosi.AccessedBucket
+	protocol    cosiproto.ObjectProtocol_Type
+	auth        cosiproto.AuthenticationType_Type
+	sa          *cosiproto.ServiceAccount
+	buckets     []*cosiproto.AccessedBucket
 	parameters  map[string]string
 }
 
@@ -271,25 +278,31 @@ func newGrantRequest(ba *cosiapi.BucketAccess, buckets map[string]*cosiapi.Bucke
 		auth:        rpcAuthenticationType(ba.Status.AuthenticationType),
 		parameters:  ba.Status.Parameters,
 	}
-	if req.auth == cosi.AuthenticationType_SERVICE_ACCOUNT {
+	if req.auth == cosiproto.AuthenticationType_SERVICE_ACCOUNT {
 		// Only for ServiceAccount authentication, so that Key drivers never come to rely on it.
-		req.sa = &cosi.ServiceAccount{Namespace: ba.Namespace, Name: ba.Spec.ServiceAccountName}
+		req.sa = &cosiproto.ServiceAccount{Namespace: ba.Namespace, Name: ba.Spec.ServiceAccountName}
 	}
 	for _, claim := range ba.Spec.BucketClaims {
-		req.buckets = append(req.buckets, &cosi.AccessedBucket{BucketId: buckets[claim.BucketClaimName].Status.BucketID, AccessModes: rpcAccessModes(claim.AccessModes)})
+		req.buckets = append(
+			req.buckets,
+			&cosiproto.AccessedBucket{
+				BucketId:    buckets[claim.BucketClaimName].Status.BucketID,
+				AccessModes: rpcAccessModes(claim.AccessModes),
+			},
+		)
 	}
 	return req
 }
 
-func (g grantRequest) generate() *cosi.DriverGenerateBucketAccessIdRequest {
-	return &cosi.DriverGenerateBucketAccessIdRequest{
+func (g grantRequest) generate() *cosiproto.DriverGenerateBucketAccessIdRequest {
+	return &cosiproto.DriverGenerateBucketAccessIdRequest{
 		AccountName: g.accountName, Buckets: g.buckets, Protocol: g.protocol,
 		AuthenticationType: g.auth, ServiceAccount: g.sa, Parameters: g.parameters,
 	}
 }
 
-func (g grantRequest) grant(accountID string) *cosi.DriverGrantBucketAccessRequest {
-	return &cosi.DriverGrantBucketAccessRequest{
+func (g grantRequest) grant(accountID string) *cosiproto.DriverGrantBucketAccessRequest {
+	return &cosiproto.DriverGrantBucketAccessRequest{
 		AccountId: accountID, Buckets: g.buckets, Protocol: g.protocol,
 		AuthenticationType: g.auth, ServiceAccount: g.sa, Parameters: g.parameters,
 	}
@@ -297,13 +310,16 @@ func (g grantRequest) grant(accountID string) *cosi.DriverGrantBucketAccessReque
 
 // generateAccountID is phase 1: the driver names the account, and the name is persisted with the
 // bucket IDs before anything exists in the backend.
-func (r *BucketAccessReconciler) generateAccountID(ctx context.Context, ba *cosiapi.BucketAccess, buckets map[string]*cosiapi.Bucket, req grantRequest) error {
+func (r *BucketAccessReconciler) generateAccountID(
+	ctx context.Context, ba *cosiapi.BucketAccess, buckets map[string]*cosiapi.Bucket, req grantRequest,
+) error {
 	resp, err := r.Driver.DriverGenerateBucketAccessId(ctx, req.generate())
 	if err != nil {
 		return r.record.failed(ctx, ba, rpcError{"DriverGenerateBucketAccessId", err}, cosiapi.EventFailedGrantAccess)
 	}
 	if resp.GetAccountId() == "" {
-		return r.record.invalid(ctx, ba, cosiapi.ReasonProvisioningFailed, "DriverGenerateBucketAccessId returned an empty account_id", false)
+		return r.record.invalidAnswer(ctx, ba, cosiapi.ReasonProvisioningFailed,
+			"DriverGenerateBucketAccessId returned an empty account_id")
 	}
 	status := r.record.status(ba)
 	ba.Status.AccountID = resp.GetAccountId()
@@ -311,7 +327,8 @@ func (r *BucketAccessReconciler) generateAccountID(ctx context.Context, ba *cosi
 		ba.Status.AccessedBuckets[i].BucketID = buckets[ab.BucketClaimName].Status.BucketID
 	}
 	conditions.Init(ba, cosiapi.ConditionProvisionFailed)
-	conditions.MarkUnknown(ba, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioning, "account ID generated; granting access")
+	conditions.MarkUnknown(ba, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioning,
+		"account ID generated; granting access")
 	return status.Patch(ctx, patch.OptimisticLock)
 }
 
@@ -325,18 +342,23 @@ func (r *BucketAccessReconciler) checkAccountID(ctx context.Context, ba *cosiapi
 		return r.record.failed(ctx, ba, rpcError{"DriverGenerateBucketAccessId", err}, cosiapi.EventFailedGrantAccess)
 	}
 	if resp.GetAccountId() != ba.Status.AccountID {
-		return r.record.invalid(ctx, ba, cosiapi.ReasonInvalidReference, "status.accountID is not the account the driver generates for this BucketAccess", true)
+		return r.record.invalid(ctx, ba, cosiapi.ReasonInvalidReference,
+			"status.accountID is not the account the driver generates for this BucketAccess")
 	}
 	return nil
 }
 
 // writeSecrets writes the Secret of each claim from the driver's answer.
-func (r *BucketAccessReconciler) writeSecrets(ctx context.Context, ba *cosiapi.BucketAccess, buckets map[string]*cosiapi.Bucket,
-	protocol cosi.ObjectProtocol_Type, resp *cosi.DriverGrantBucketAccessResponse,
+func (r *BucketAccessReconciler) writeSecrets(
+	ctx context.Context,
+	ba *cosiapi.BucketAccess,
+	buckets map[string]*cosiapi.Bucket,
+	protocol cosiproto.ObjectProtocol_Type,
+	resp *cosiproto.DriverGrantBucketAccessResponse,
 ) error {
 	for _, claim := range ba.Spec.BucketClaims {
 		bucketID := buckets[claim.BucketClaimName].Status.BucketID
-		var info *cosi.ProtocolBucketInfo
+		var info *cosiproto.ProtocolBucketInfo
 		for _, b := range resp.GetBuckets() {
 			if b.GetBucketId() == bucketID {
 				info = b.GetBucketInfo()
@@ -381,38 +403,49 @@ func (r *BucketAccessReconciler) recordGranted(ctx context.Context, ba *cosiapi.
 // The hand-off in status is checked against the Buckets themselves before anything is granted:
 // whoever can write bucketaccesses/status could otherwise name any Bucket of the cluster. Each
 // Bucket must be bound to the claim of this access that names it, in the access's namespace.
-func (r *BucketAccessReconciler) buckets(ctx context.Context, ba *cosiapi.BucketAccess) (map[string]*cosiapi.Bucket, bool, error) {
+func (r *BucketAccessReconciler) buckets(
+	ctx context.Context, ba *cosiapi.BucketAccess,
+) (map[string]*cosiapi.Bucket, bool, error) {
 	buckets := map[string]*cosiapi.Bucket{}
 	var waiting []string
 	for _, ab := range ba.Status.AccessedBuckets {
 		b := &cosiapi.Bucket{}
 		if err := r.Client.Get(ctx, types.NamespacedName{Name: ab.BucketName}, b); err != nil {
 			if apierrors.IsNotFound(err) {
-				return nil, false, r.record.invalid(ctx, ba, cosiapi.ReasonInvalidReference, fmt.Sprintf("Bucket %s of BucketClaim %s does not exist", ab.BucketName, ab.BucketClaimName), true)
+				return nil, false, r.record.invalid(ctx, ba, cosiapi.ReasonInvalidReference,
+					fmt.Sprintf("Bucket %s of BucketClaim %s does not exist", ab.BucketName, ab.BucketClaimName))
 			}
 			return nil, false, err
 		}
 		ref := b.Spec.BucketClaimRef
 		switch {
-		case !slices.ContainsFunc(ba.Spec.BucketClaims, func(c cosiapi.BucketClaimAccess) bool { return c.BucketClaimName == ab.BucketClaimName }) ||
+		case !slices.ContainsFunc(ba.Spec.BucketClaims, func(c cosiapi.BucketClaimAccess) bool {
+			return c.BucketClaimName == ab.BucketClaimName
+		}) ||
 			buckets[ab.BucketClaimName] != nil:
-			return nil, false, r.record.invalid(ctx, ba, cosiapi.ReasonInvalidReference, fmt.Sprintf("status names BucketClaim %s, which spec does not, or twice", ab.BucketClaimName), true)
+			return nil, false, r.record.invalid(ctx, ba, cosiapi.ReasonInvalidReference,
+				fmt.Sprintf("status names BucketClaim %s, which spec does not, or twice", ab.BucketClaimName))
 		case ref.Namespace != ba.Namespace || ref.Name != ab.BucketClaimName || ref.UID == "":
-			return nil, false, r.record.invalid(ctx, ba, cosiapi.ReasonInvalidReference, fmt.Sprintf("Bucket %s is not bound to BucketClaim %s", ab.BucketName, ab.BucketClaimName), true)
+			return nil, false, r.record.invalid(ctx, ba, cosiapi.ReasonInvalidReference,
+				fmt.Sprintf("Bucket %s is not bound to BucketClaim %s", ab.BucketName, ab.BucketClaimName))
 		case b.DeletionTimestamp != nil || b.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] != "":
-			return nil, false, r.record.invalid(ctx, ba, cosiapi.ReasonInvalidReference, fmt.Sprintf("BucketClaim %s is being deleted: no new access is granted to it", ab.BucketClaimName), true)
+			return nil, false, r.record.invalid(ctx, ba, cosiapi.ReasonInvalidReference,
+				fmt.Sprintf("BucketClaim %s is being deleted: no new access is granted to it", ab.BucketClaimName))
 		case b.Spec.DriverName != r.Info.GetName():
-			return nil, false, r.record.invalid(ctx, ba, cosiapi.ReasonInvalidReference, fmt.Sprintf("Bucket %s belongs to driver %s, not %s", ab.BucketName, b.Spec.DriverName, r.Info.GetName()), true)
+			return nil, false, r.record.invalid(ctx, ba, cosiapi.ReasonInvalidReference,
+				fmt.Sprintf("Bucket %s belongs to driver %s, not %s", ab.BucketName, b.Spec.DriverName, r.Info.GetName()))
 		case b.Status.BucketID == "" || !conditions.IsTrue(b, cosiapi.ConditionProvisioned):
 			waiting = append(waiting, ab.BucketName)
 		case !slices.Contains(b.Status.Protocols, ba.Spec.Protocol):
-			return nil, false, r.record.invalid(ctx, ba, cosiapi.ReasonUnsupportedProtocol, fmt.Sprintf("Bucket %s does not support %s (it supports %v)", ab.BucketName, ba.Spec.Protocol, b.Status.Protocols), true)
+			return nil, false, r.record.invalid(ctx, ba, cosiapi.ReasonUnsupportedProtocol,
+				fmt.Sprintf("Bucket %s does not support %s (it supports %v)", ab.BucketName, ba.Spec.Protocol, b.Status.Protocols))
 		}
 		buckets[ab.BucketClaimName] = b
 	}
 	for _, claim := range ba.Spec.BucketClaims {
 		if buckets[claim.BucketClaimName] == nil {
-			return nil, false, r.record.invalid(ctx, ba, cosiapi.ReasonInvalidReference, fmt.Sprintf("BucketClaim %s has no accessed Bucket in status", claim.BucketClaimName), true)
+			return nil, false, r.record.invalid(ctx, ba, cosiapi.ReasonInvalidReference,
+				fmt.Sprintf("BucketClaim %s has no accessed Bucket in status", claim.BucketClaimName))
 		}
 	}
 	if len(waiting) == 0 {
@@ -431,7 +464,9 @@ func (r *BucketAccessReconciler) buckets(ctx context.Context, ba *cosiapi.Bucket
 // secretConflict records that an access Secret's name is taken (ResourcesValidated False,
 // SecretConflict) and retries later: the sidecar cannot watch Secrets, so it looks again after a
 // while rather than waiting for an event.
-func (r *BucketAccessReconciler) secretConflict(ctx context.Context, ba *cosiapi.BucketAccess, conflict errSecretConflict) error {
+func (r *BucketAccessReconciler) secretConflict(
+	ctx context.Context, ba *cosiapi.BucketAccess, conflict errSecretConflict,
+) error {
 	status := r.record.status(ba)
 	msg := conflict.Error()
 	conditions.MarkFalse(ba, cosiapi.ConditionResourcesValidated, cosiapi.ReasonSecretConflict, msg)

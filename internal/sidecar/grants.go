@@ -16,7 +16,7 @@ import (
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/lookup"
 	"github.com/kube-cosi/cosi/internal/patch"
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // Grant records make revocation independent of what a tenant can do to their BucketAccess. A
@@ -50,7 +50,9 @@ type grantRecord struct {
 func newGrantRecord(ba *cosiapi.BucketAccess) grantRecord {
 	rec := grantRecord{
 		Namespace: ba.Namespace, Name: ba.Name, UID: ba.UID, AccountID: ba.Status.AccountID, Protocol: ba.Spec.Protocol,
-		AuthenticationType: string(ba.Status.AuthenticationType), Parameters: ba.Status.Parameters, SecretNames: secretNames(ba),
+		AuthenticationType: string(
+			ba.Status.AuthenticationType,
+		), Parameters: ba.Status.Parameters, SecretNames: secretNames(ba),
 	}
 	if ba.Status.AuthenticationType == cosiapi.AuthenticationTypeServiceAccount {
 		rec.ServiceAccountName = ba.Spec.ServiceAccountName
@@ -66,16 +68,16 @@ func newGrantRecord(ba *cosiapi.BucketAccess) grantRecord {
 func grantKey(uid types.UID) string { return grantAnnotationPrefix + string(uid) }
 
 // revokeRequest is the driver request that revokes the recorded grant.
-func (g grantRecord) revokeRequest() *cosi.DriverRevokeBucketAccessRequest {
-	req := &cosi.DriverRevokeBucketAccessRequest{
+func (g grantRecord) revokeRequest() *cosiproto.DriverRevokeBucketAccessRequest {
+	req := &cosiproto.DriverRevokeBucketAccessRequest{
 		AccountId: g.AccountID, Protocol: rpcProtocol(g.Protocol),
 		AuthenticationType: rpcAuthenticationType(cosiapi.AuthenticationType(g.AuthenticationType)), Parameters: g.Parameters,
 	}
-	if req.AuthenticationType == cosi.AuthenticationType_SERVICE_ACCOUNT {
-		req.ServiceAccount = &cosi.ServiceAccount{Namespace: g.Namespace, Name: g.ServiceAccountName}
+	if req.AuthenticationType == cosiproto.AuthenticationType_SERVICE_ACCOUNT {
+		req.ServiceAccount = &cosiproto.ServiceAccount{Namespace: g.Namespace, Name: g.ServiceAccountName}
 	}
 	for _, id := range g.BucketIDs {
-		req.Buckets = append(req.Buckets, &cosi.DriverRevokeBucketAccessRequest_Bucket{BucketId: id})
+		req.Buckets = append(req.Buckets, &cosiproto.DriverRevokeBucketAccessRequest_Bucket{BucketId: id})
 	}
 	return req
 }
@@ -97,7 +99,9 @@ func grantRecords(b *cosiapi.Bucket) (map[types.UID]grantRecord, error) {
 }
 
 // recordGrant records the access's grant on each of its Buckets, before the driver is asked.
-func (r *BucketAccessReconciler) recordGrant(ctx context.Context, ba *cosiapi.BucketAccess, buckets map[string]*cosiapi.Bucket) error {
+func (r *BucketAccessReconciler) recordGrant(
+	ctx context.Context, ba *cosiapi.BucketAccess, buckets map[string]*cosiapi.Bucket,
+) error {
 	value, err := json.Marshal(newGrantRecord(ba))
 	if err != nil {
 		return err

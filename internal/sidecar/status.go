@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -15,7 +16,11 @@ import (
 
 // The conditions the sidecar writes: all of them, on Buckets, whose status only the sidecar
 // writes, and on BucketAccesses once the controller has handed them off.
-var sidecarConditions = []string{cosiapi.ConditionProvisioned, cosiapi.ConditionProvisionFailed, cosiapi.ConditionResourcesValidated}
+var sidecarConditions = []string{
+	cosiapi.ConditionProvisioned,
+	cosiapi.ConditionProvisionFailed,
+	cosiapi.ConditionResourcesValidated,
+}
 
 // statusRecorder records on one kind of object what stops its provisioning or grant: a failed
 // driver call, or a final problem with the objects or the driver's answer. Both go into conditions
@@ -63,19 +68,28 @@ func (s statusRecorder[T]) failed(ctx context.Context, obj T, rpc rpcError, even
 	return rpc // result() retries or stops, by the driver's code
 }
 
-// invalid records a final problem that is not a driver error code, and stops retrying until the
-// object changes. validation says whether it is about the Kubernetes objects (ResourcesValidated
-// False) or the driver's answer (ProvisionFailed True).
-func (s statusRecorder[T]) invalid(ctx context.Context, obj T, reason, msg string, validation bool) error {
+// invalid records a final problem with the Kubernetes objects (ResourcesValidated False), and
+// stops retrying until the object changes.
+func (s statusRecorder[T]) invalid(ctx context.Context, obj T, reason, msg string) error {
+	return s.final(ctx, obj, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, reason, msg)
+}
+
+// invalidAnswer records a final problem with the driver's answer (ProvisionFailed True), and
+// stops retrying until the object changes.
+func (s statusRecorder[T]) invalidAnswer(ctx context.Context, obj T, reason, msg string) error {
+	return s.final(ctx, obj, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, reason, msg)
+}
+
+// final records a final problem that is not a driver error code: Provisioned False, and the
+// condition typ that says what the problem is about.
+func (s statusRecorder[T]) final(
+	ctx context.Context, obj T, typ string, st metav1.ConditionStatus, reason, msg string,
+) error {
 	status := s.status(obj)
 	if s.invalidUnprovisions || !conditions.IsTrue(obj, cosiapi.ConditionProvisioned) {
 		conditions.MarkFalse(obj, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioningFailed, msg)
 	}
-	if validation {
-		conditions.MarkFalse(obj, cosiapi.ConditionResourcesValidated, reason, msg)
-	} else {
-		conditions.MarkTrue(obj, cosiapi.ConditionProvisionFailed, reason, msg)
-	}
+	conditions.Set(obj, typ, st, reason, msg)
 	conditions.Init(obj, s.initial...)
 	s.events.Eventf(obj, nil, corev1.EventTypeWarning, s.invalidEvent, s.invalidAction, "%s", conditions.Truncate(msg))
 	if err := status.Patch(ctx, s.lock); err != nil {

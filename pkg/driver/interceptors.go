@@ -40,7 +40,9 @@ func serverInterceptor(log logr.Logger, metrics *operationMetrics, driverName st
 // clientInterceptor logs and measures every call the sidecar makes, and bounds each call by the
 // call timeout: the earlier of the context's deadline and the timeout wins. A call is logged with
 // the logger of its context when it carries one (see callLogger), else with fallback.
-func clientInterceptor(fallback logr.Logger, metrics *operationMetrics, driverName func() string, timeout time.Duration) grpc.UnaryClientInterceptor {
+func clientInterceptor(
+	fallback logr.Logger, metrics *operationMetrics, driverName func() string, timeout time.Duration,
+) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, fullMethod string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		if timeout > 0 {
 			var cancel context.CancelFunc
