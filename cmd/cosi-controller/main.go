@@ -17,9 +17,11 @@ func main() {
 	common := cmdutil.Register("log verbosity")
 	flag.IntVar(&opts.Workers, "workers", 16, "objects of each kind reconciled at once")
 	flag.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one leader among the controller replicas")
-	flag.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's namespace)")
+	flag.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "",
+		"namespace of the leader election Lease (default: the pod's namespace)")
 	flag.StringVar(&opts.MetricsAddress, "metrics-bind-address", ":8080", `address of /metrics ("0" disables)`)
-	flag.StringVar(&opts.HealthAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz ("0" disables)`)
+	flag.StringVar(&opts.HealthAddress, "health-probe-bind-address", ":8081",
+		`address of /healthz and /readyz ("0" disables)`)
 	flag.Parse() // also --kubeconfig, registered by controller-runtime
 
 	log := common.Logger()

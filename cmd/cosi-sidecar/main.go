@@ -17,16 +17,21 @@ import (
 func main() {
 	var opts sidecar.Options
 	common := cmdutil.Register("log verbosity: 2 logs every driver call, 5 also requests and responses (secrets stripped)")
-	flag.StringVar(&opts.DriverEndpoint, "driver-endpoint", os.Getenv(driver.EndpointEnv), "the driver's socket, unix:///path/to/driver.sock (default $COSI_ENDPOINT)")
+	flag.StringVar(&opts.DriverEndpoint, "driver-endpoint", os.Getenv(driver.EndpointEnv),
+		"the driver's socket, unix:///path/to/driver.sock (default $COSI_ENDPOINT)")
 	flag.DurationVar(&opts.DriverTimeout, "driver-timeout", time.Minute, "timeout of each driver call")
-	flag.DurationVar(&opts.DriverStartTimeout, "driver-start-timeout", 2*time.Minute, "how long to wait for the driver to answer at start-up")
+	flag.DurationVar(&opts.DriverStartTimeout, "driver-start-timeout", 2*time.Minute,
+		"how long to wait for the driver to answer at start-up")
 	flag.IntVar(&opts.Workers, "workers", 16, "objects of each kind reconciled at once")
 	flag.DurationVar(&opts.SecretCheckInterval, "secret-check-interval", sidecar.DefaultSecretCheckInterval,
-		"how often the Secrets of each provisioned access are checked, and written again when lost (the sidecar cannot watch Secrets)")
+		"how often the Secrets of each provisioned access are checked, and written again when lost "+
+			"(the sidecar cannot watch Secrets)")
 	flag.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one leader among the sidecars of this driver")
-	flag.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's namespace)")
+	flag.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "",
+		"namespace of the leader election Lease (default: the pod's namespace)")
 	flag.StringVar(&opts.MetricsAddress, "metrics-bind-address", ":8080", `address of /metrics ("0" disables)`)
-	flag.StringVar(&opts.HealthAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz ("0" disables)`)
+	flag.StringVar(&opts.HealthAddress, "health-probe-bind-address", ":8081",
+		`address of /healthz and /readyz ("0" disables)`)
 	flag.Parse() // also --kubeconfig, registered by controller-runtime
 
 	log := common.Logger()

@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/apiutil"
 	"github.com/kube-cosi/cosi/internal/localenv"
+	"github.com/kube-cosi/cosi/internal/scheme"
 )
 
 const driverName = "bench.memory.cosi.io"
@@ -75,7 +75,7 @@ type watcher struct {
 }
 
 func newWatcher(ctx context.Context, cfg *rest.Config) (*watcher, error) {
-	c, err := cache.New(cfg, cache.Options{Scheme: apiutil.Scheme()})
+	c, err := cache.New(cfg, cache.Options{Scheme: scheme.New()})
 	if err != nil {
 		return nil, err
 	}

@@ -17,7 +17,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/apiutil"
+	"github.com/kube-cosi/cosi/internal/conditions"
+	"github.com/kube-cosi/cosi/internal/lookup"
+	"github.com/kube-cosi/cosi/internal/patch"
+	"github.com/kube-cosi/cosi/internal/requeue"
 )
 
 // BucketReconciler releases Buckets for deprovisioning: a Bucket may be deprovisioned only when
@@ -50,13 +53,18 @@ func (r *BucketReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Op
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("bucket").
 		For(&cosiapi.Bucket{}, builder.WithPredicates(candidate)).
-		Watches(&cosiapi.BucketClaim{}, handler.EnqueueRequestsFromMapFunc(bucketsOfClaim), builder.WithPredicates(predicate.Funcs{
-			CreateFunc: func(event.CreateEvent) bool { return false },
-			UpdateFunc: func(e event.UpdateEvent) bool { return e.ObjectNew.GetDeletionTimestamp() != nil },
-		})).
-		Watches(&cosiapi.BucketAccess{}, handler.EnqueueRequestsFromMapFunc(bucketsOfAccess), builder.WithPredicates(accessReferenceChanged)).
+		Watches(&cosiapi.BucketClaim{}, handler.EnqueueRequestsFromMapFunc(bucketsOfClaim),
+			builder.WithPredicates(claimDeleting)).
+		Watches(&cosiapi.BucketAccess{}, handler.EnqueueRequestsFromMapFunc(bucketsOfAccess),
+			builder.WithPredicates(accessReferenceChanged)).
 		WithOptions(opts).
 		Complete(r)
+}
+
+// claimDeleting passes the claims that start or continue deleting.
+var claimDeleting = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool { return e.ObjectNew.GetDeletionTimestamp() != nil },
 }
 
 func bucketsOfClaim(_ context.Context, o client.Object) []reconcile.Request {
@@ -85,7 +93,7 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if err := r.Client.Get(ctx, req.NamespacedName, bucket); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	return apiutil.ResultWithEvent(r.Recorder, bucket, cosiapi.EventFailedDeleteBucket, r.release(ctx, bucket))
+	return requeue.ResultWithEvent(r.Recorder, bucket, cosiapi.EventFailedDeleteBucket, r.release(ctx, bucket))
 }
 
 func (r *BucketReconciler) release(ctx context.Context, bucket *cosiapi.Bucket) error {
@@ -106,7 +114,7 @@ func (r *BucketReconciler) release(ctx context.Context, bucket *cosiapi.Bucket) 
 	if err != nil || len(users) > 0 {
 		return err // the access watch wakes this when they go
 	}
-	if err := apiutil.SetAnnotation(ctx, r.Client, bucket, cosiapi.AnnotationBucketClaimBeingDeleted); err != nil {
+	if err := patch.SetAnnotation(ctx, r.Client, bucket, cosiapi.AnnotationBucketClaimBeingDeleted); err != nil {
 		return err
 	}
 	if bucket.Spec.DeletionPolicy != cosiapi.DeletionPolicyDelete || bucket.DeletionTimestamp != nil {
@@ -121,8 +129,8 @@ func (r *BucketReconciler) release(ctx context.Context, bucket *cosiapi.Bucket) 
 func (r *BucketReconciler) claimGone(ctx context.Context, bucket *cosiapi.Bucket) (bool, error) {
 	ref := bucket.Spec.BucketClaimRef
 	claim := &cosiapi.BucketClaim{}
-	return apiutil.ConfirmGone(ctx, r.Client, r.APIReader, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, claim,
-		func() bool { return ref.UID == "" || claim.UID == ref.UID })
+	return lookup.ConfirmGone(ctx, r.Client, r.APIReader, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name},
+		claim, func() bool { return ref.UID == "" || claim.UID == ref.UID })
 }
 
 // observe records the create and delete metrics of Buckets and BucketAccesses, whose Provisioned
@@ -138,11 +146,12 @@ func (r *BucketReconciler) observe(mgr ctrl.Manager) error {
 	}{
 		{&cosiapi.Bucket{}, "Bucket", func(o client.Object) string { return o.(*cosiapi.Bucket).Spec.DriverName },
 			func(o client.Object) bool {
-				return apiutil.IsTrue(o.(*cosiapi.Bucket).Status.Conditions, cosiapi.ConditionProvisioned)
+				return conditions.IsTrue(o.(*cosiapi.Bucket), cosiapi.ConditionProvisioned)
 			}, true},
-		{&cosiapi.BucketAccess{}, "BucketAccess", func(o client.Object) string { return o.(*cosiapi.BucketAccess).Status.DriverName },
+		{&cosiapi.BucketAccess{}, "BucketAccess",
+			func(o client.Object) string { return o.(*cosiapi.BucketAccess).Status.DriverName },
 			func(o client.Object) bool {
-				return apiutil.IsTrue(o.(*cosiapi.BucketAccess).Status.Conditions, cosiapi.ConditionProvisioned)
+				return conditions.IsTrue(o.(*cosiapi.BucketAccess), cosiapi.ConditionProvisioned)
 			}, false},
 	} {
 		informer, err := mgr.GetCache().GetInformer(ctx, kind.obj)
@@ -172,7 +181,8 @@ func (r *BucketReconciler) observe(mgr ctrl.Manager) error {
 					since = ts.Time
 				}
 				b, _ := o.(*cosiapi.Bucket)
-				r.Metrics.deleted(kind.driver(o), kind.name, since, createOutcome(kind.conds(o), b != nil && (b.Status.BucketID != "" || driverCalled(b.Status.Conditions))))
+				r.Metrics.deleted(kind.driver(o), kind.name, since,
+					createOutcome(kind.conds(o), b != nil && (b.Status.BucketID != "" || driverCalled(b))))
 			},
 		})
 		if err != nil {

@@ -2,14 +2,14 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
-	"reflect"
 	"slices"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -24,7 +24,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/apiutil"
+	"github.com/kube-cosi/cosi/internal/conditions"
+	"github.com/kube-cosi/cosi/internal/index"
+	"github.com/kube-cosi/cosi/internal/patch"
+	"github.com/kube-cosi/cosi/internal/predicates"
+	"github.com/kube-cosi/cosi/internal/requeue"
 )
 
 // +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketaccesses,verbs=get;list;watch;update;patch
@@ -38,18 +42,36 @@ type BucketAccessReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
 	Metrics  *metrics
+
+	// log reports what the watches cannot return: their map functions' errors.
+	log logr.Logger
 }
+
+// The conditions the controller writes on BucketAccesses: all of them until the hand-off; after
+// it the sidecar writes them, and the controller only ResourcesValidated, when a claim goes.
+var (
+	accessConditions = []string{
+		cosiapi.ConditionProvisioned,
+		cosiapi.ConditionProvisionFailed,
+		cosiapi.ConditionResourcesValidated,
+	}
+	handedOffAccessConditions = []string{cosiapi.ConditionResourcesValidated}
+)
 
 // SetupWithManager registers the reconciler and its watches: an access waits for its claims and
 // its class by watching them.
 func (r *BucketAccessReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
+	r.log = mgr.GetLogger().WithValues("controller", "bucketaccess")
+	wake := predicate.Or[client.Object](predicates.SpecOrLifecycleChanged, predicates.ProtectionRemoved, deletingChanged)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("bucketaccess").
-		For(&cosiapi.BucketAccess{}, builder.WithPredicates(predicate.Or[client.Object](apiutil.SpecOrLifecycleChanged, apiutil.ProtectionRemoved, deletingChanged))).
-		Watches(&cosiapi.BucketClaim{}, handler.EnqueueRequestsFromMapFunc(r.accessesOfClaim), builder.WithPredicates(claimChanged)).
+		For(&cosiapi.BucketAccess{}, builder.WithPredicates(wake)).
+		Watches(&cosiapi.BucketClaim{}, handler.EnqueueRequestsFromMapFunc(r.accessesOfClaim),
+			builder.WithPredicates(claimChanged)).
 		Watches(&cosiapi.BucketAccessClass{}, handler.EnqueueRequestsFromMapFunc(r.accessesOfClass)).
 		// A Bucket bound to a claim (its claim reference's UID set) wakes the accesses waiting for it.
-		Watches(&cosiapi.Bucket{}, handler.EnqueueRequestsFromMapFunc(r.accessesOfBucket), builder.WithPredicates(bucketBindingChanged)).
+		Watches(&cosiapi.Bucket{}, handler.EnqueueRequestsFromMapFunc(r.accessesOfBucket),
+			builder.WithPredicates(bucketBindingChanged)).
 		WithOptions(opts).
 		Complete(r)
 }
@@ -71,30 +93,34 @@ var bucketBindingChanged = predicate.Funcs{
 
 func (r *BucketAccessReconciler) accessesOfBucket(ctx context.Context, o client.Object) []reconcile.Request {
 	ref := o.(*cosiapi.Bucket).Spec.BucketClaimRef
-	return r.list(ctx, client.MatchingFields{indexAccessesByClaim: ref.Namespace + "/" + ref.Name}, true)
+	return r.list(ctx, client.MatchingFields{index.AccessesByClaim.Name: index.ClaimKey(ref.Namespace, ref.Name)}, true)
 }
 
 // claimChanged passes claim changes an access waits for: binding, protocols, deletion.
 var claimChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld.(*cosiapi.BucketClaim), e.ObjectNew.(*cosiapi.BucketClaim)
-		return o.Status.BoundBucketName != n.Status.BoundBucketName || !slices.Equal(o.Status.Protocols, n.Status.Protocols) ||
+		return o.Status.BoundBucketName != n.Status.BoundBucketName ||
+			!slices.Equal(o.Status.Protocols, n.Status.Protocols) ||
 			!o.DeletionTimestamp.Equal(n.DeletionTimestamp)
 	},
 }
 
 func (r *BucketAccessReconciler) accessesOfClaim(ctx context.Context, o client.Object) []reconcile.Request {
-	return r.list(ctx, client.MatchingFields{indexAccessesByClaim: o.GetNamespace() + "/" + o.GetName()}, false)
+	return r.list(ctx, client.MatchingFields{index.AccessesByClaim.Name: index.ClaimKey(o.GetNamespace(), o.GetName())},
+		false)
 }
 
 func (r *BucketAccessReconciler) accessesOfClass(ctx context.Context, o client.Object) []reconcile.Request {
-	return r.list(ctx, client.MatchingFields{indexAccessesByClass: o.GetName()}, true)
+	return r.list(ctx, client.MatchingFields{index.AccessesByClass.Name: o.GetName()}, true)
 }
 
-func (r *BucketAccessReconciler) list(ctx context.Context, sel client.MatchingFields, notHandedOff bool) []reconcile.Request {
+func (r *BucketAccessReconciler) list(
+	ctx context.Context, sel client.MatchingFields, notHandedOff bool,
+) []reconcile.Request {
 	var list cosiapi.BucketAccessList
 	if err := r.Client.List(ctx, &list, sel); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "listing BucketAccesses to wake", "selector", sel)
+		r.log.Error(err, "listing BucketAccesses to wake", "selector", sel)
 		return nil
 	}
 	var reqs []reconcile.Request
@@ -113,35 +139,33 @@ func (r *BucketAccessReconciler) Reconcile(ctx context.Context, req reconcile.Re
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if ba.DeletionTimestamp != nil {
-		return apiutil.ResultWithEvent(r.Recorder, ba, cosiapi.EventFailedRevokeAccess, r.delete(ctx, ba))
+		return requeue.ResultWithEvent(r.Recorder, ba, cosiapi.EventFailedRevokeAccess, r.delete(ctx, ba))
 	}
-	return apiutil.ResultWithEvent(r.Recorder, ba, cosiapi.EventFailedGrantAccess, r.reconcile(ctx, ba))
+	return requeue.ResultWithEvent(r.Recorder, ba, cosiapi.EventFailedGrantAccess, r.reconcile(ctx, ba))
 }
 
 func (r *BucketAccessReconciler) reconcile(ctx context.Context, ba *cosiapi.BucketAccess) error {
 	// The finalizer first, on every reconcile: it is put back when a tenant removed it, and the
 	// status patch below is based on the current version.
-	if err := apiutil.AddFinalizer(ctx, r.Client, ba); err != nil {
+	if err := patch.AddFinalizer(ctx, r.Client, ba); err != nil {
 		return err
 	}
 	if ba.Status.DriverName != "" {
 		return r.checkHandedOff(ctx, ba)
 	}
-	orig := ba.DeepCopy()
-	apiutil.InitConditions(&ba.Status.Conditions, ba.Generation, cosiapi.ConditionProvisionFailed)
+	status := patch.NewStatus(r.Client, ba, accessConditions...)
+	orig := status.Before()
+	conditions.Init(ba, cosiapi.ConditionProvisionFailed)
 	event, err := r.handOff(ctx, ba)
 	if err != nil {
 		return err
 	}
-	if reflect.DeepEqual(orig.Status, ba.Status) {
-		return nil
-	}
-	if err := r.Client.Status().Patch(ctx, ba, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+	if patched, err := status.PatchIfChanged(ctx, patch.OptimisticLock); err != nil || !patched {
 		return err
 	}
 	// An event for each new refusal or wait, not for each reconcile.
-	if event != nil && apiutil.ConditionsChanged(orig.Status.Conditions, ba.Status.Conditions) {
-		r.Recorder.Eventf(ba, nil, event.eventType, event.reason, "HandOff", "%s", apiutil.Truncate(event.message))
+	if event != nil && conditions.Changed(orig.Status.Conditions, ba.Status.Conditions) {
+		r.Recorder.Eventf(ba, nil, event.eventType, event.reason, "HandOff", "%s", conditions.Truncate(event.message))
 	}
 	return nil
 }
@@ -149,90 +173,57 @@ func (r *BucketAccessReconciler) reconcile(ctx context.Context, ba *cosiapi.Buck
 // handOffEvent is the event a hand-off that did not happen reports.
 type handOffEvent struct{ eventType, reason, message string }
 
-// handOff validates the access and, when everything is ready, fills in the status the sidecar
-// acts on. Problems end up in the conditions of ba, which the caller writes.
+// markWaiting records that the access waits for an object the controller watches.
+func markWaiting(ba *cosiapi.BucketAccess, msg string) {
+	conditions.MarkUnknown(ba, cosiapi.ConditionProvisioned, cosiapi.ReasonWaitingForResources, msg)
+	conditions.MarkUnknown(ba, cosiapi.ConditionResourcesValidated, cosiapi.ReasonWaitingForResources, msg)
+}
+
+// wait records that the access waits, with an event.
+func wait(ba *cosiapi.BucketAccess, msg string) *handOffEvent {
+	markWaiting(ba, msg)
+	return &handOffEvent{corev1.EventTypeNormal, cosiapi.EventWaitingForBucket, msg}
+}
+
+// refusal is why the access is not handed off, final until the access, its class or a claim
+// changes: the watches bring it back.
+type refusal struct{ reason, msg string }
+
+func (e refusal) Error() string { return e.msg }
+
+// reject records a refusal.
+func reject(ba *cosiapi.BucketAccess, no refusal) *handOffEvent {
+	conditions.MarkFalse(ba, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioningFailed, no.msg)
+	conditions.MarkFalse(ba, cosiapi.ConditionResourcesValidated, no.reason, no.msg)
+	return &handOffEvent{corev1.EventTypeWarning, cosiapi.EventFailedGrantAccess, no.msg}
+}
+
+// handOff validates the access (KEP-1979 "Generating Bucket Access Credentials", step 3) and, when
+// everything is ready, fills in the status the sidecar acts on. Problems end up in the conditions
+// of ba, which the caller writes.
 //
 // It returns the event to record when the access is refused or waits.
 func (r *BucketAccessReconciler) handOff(ctx context.Context, ba *cosiapi.BucketAccess) (*handOffEvent, error) {
-	g := ba.Generation
-	wait := func(msg string) (*handOffEvent, error) {
-		apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources, msg)
-		apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources, msg)
-		return &handOffEvent{corev1.EventTypeNormal, cosiapi.EventWaitingForBucket, msg}, nil
-	}
-	reject := func(reason, msg string) (*handOffEvent, error) {
-		// Final until the access, its class or a claim changes: the watches bring it back.
-		apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed, msg)
-		apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, reason, msg)
-		return &handOffEvent{corev1.EventTypeWarning, cosiapi.EventFailedGrantAccess, msg}, nil
-	}
-
 	class := &cosiapi.BucketAccessClass{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: ba.Spec.BucketAccessClassName}, class); err != nil {
 		if apierrors.IsNotFound(err) {
-			msg := fmt.Sprintf("BucketAccessClass %s does not exist", ba.Spec.BucketAccessClassName)
-			apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources, msg)
-			apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources, msg)
+			markWaiting(ba, fmt.Sprintf("BucketAccessClass %s does not exist", ba.Spec.BucketAccessClassName))
 			return nil, nil
 		}
 		return nil, err
 	}
 	if msg := forbiddenByClass(ba, class); msg != "" {
-		return reject(cosiapi.ReasonForbiddenByClass, msg)
+		return reject(ba, refusal{cosiapi.ReasonForbiddenByClass, msg}), nil
 	}
-
-	var accessed []cosiapi.AccessedBucket
-	var waiting []string
-	for _, ref := range ba.Spec.BucketClaims {
-		claim := &cosiapi.BucketClaim{}
-		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ba.Namespace, Name: ref.BucketClaimName}, claim); err != nil {
-			if apierrors.IsNotFound(err) {
-				waiting = append(waiting, "BucketClaim "+ref.BucketClaimName+" does not exist")
-				continue
-			}
-			return nil, err
-		}
-		// Block the claim's deletion while this access exists (KEP-1979 step 3.5), then check
-		// that it is not being deleted (step 3.7) on the object the patch returned: in this order,
-		// a claim deleted at the same moment either sees the reference or is seen deleting.
-		if err := apiutil.SetAnnotation(ctx, r.Client, claim, cosiapi.AnnotationHasBucketAccessReferences); err != nil {
-			return nil, err
-		}
-		if claim.DeletionTimestamp != nil {
-			return reject(cosiapi.ReasonInvalidReference, fmt.Sprintf("BucketClaim %s is being deleted: no new access is granted to it", claim.Name))
-		}
-		if claim.Status.BoundBucketName == "" {
-			waiting = append(waiting, "BucketClaim "+claim.Name+" is not bound yet")
-			continue
-		}
-		if len(claim.Status.Protocols) > 0 && !slices.Contains(claim.Status.Protocols, ba.Spec.Protocol) {
-			return reject(cosiapi.ReasonUnsupportedProtocol, fmt.Sprintf("BucketClaim %s supports %v, not %s", claim.Name, claim.Status.Protocols, ba.Spec.Protocol))
-		}
-		bucket := &cosiapi.Bucket{}
-		if err := r.Client.Get(ctx, types.NamespacedName{Name: claim.Status.BoundBucketName}, bucket); err != nil {
-			if apierrors.IsNotFound(err) {
-				waiting = append(waiting, "Bucket "+claim.Status.BoundBucketName+" of BucketClaim "+claim.Name+" does not exist")
-				continue
-			}
-			return nil, err
-		}
-		// Verify that the claim is bound to the Bucket (KEP-1979 step 3.6), with the claim's UID:
-		// the sidecar checks the same before granting.
-		switch ref := bucket.Spec.BucketClaimRef; {
-		case ref.Namespace != claim.Namespace || ref.Name != claim.Name || (ref.UID != "" && ref.UID != claim.UID):
-			return reject(cosiapi.ReasonInvalidReference, fmt.Sprintf("Bucket %s is not bound to BucketClaim %s", bucket.Name, claim.Name))
-		case ref.UID == "":
-			waiting = append(waiting, "Bucket "+bucket.Name+" is not bound to BucketClaim "+claim.Name+" yet")
-			continue
-		}
-		if bucket.Spec.DriverName != class.Spec.DriverName {
-			return reject(cosiapi.ReasonInvalidReference, fmt.Sprintf("BucketClaim %s is served by driver %s; BucketAccessClass %s uses driver %s",
-				claim.Name, bucket.Spec.DriverName, class.Name, class.Spec.DriverName))
-		}
-		accessed = append(accessed, cosiapi.AccessedBucket{BucketClaimName: claim.Name, BucketName: bucket.Name, BucketID: bucket.Status.BucketID})
-	}
-	if len(waiting) > 0 {
-		return wait(fmt.Sprintf("waiting: %v", waiting))
+	accessed, waiting, err := r.accessedBuckets(ctx, ba, class)
+	var no refusal
+	switch {
+	case errors.As(err, &no):
+		return reject(ba, no), nil
+	case err != nil:
+		return nil, err
+	case len(waiting) > 0:
+		return wait(ba, fmt.Sprintf("waiting: %v", waiting)), nil
 	}
 
 	// Hand off: copy what the sidecar needs, so that it works even if the class changes later.
@@ -243,16 +234,114 @@ func (r *BucketAccessReconciler) handOff(ctx context.Context, ba *cosiapi.Bucket
 		ba.Status.AuthenticationType = cosiapi.AuthenticationTypeKey
 	}
 	ba.Status.Parameters = maps.Clone(class.Spec.Parameters)
-	apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid, "")
-	apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, "handed off to driver "+class.Spec.DriverName)
+	conditions.MarkTrue(ba, cosiapi.ConditionResourcesValidated, cosiapi.ReasonValid, "")
+	conditions.MarkUnknown(ba, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioning,
+		"handed off to driver "+class.Spec.DriverName)
 	return nil, nil
+}
+
+// accessedBuckets returns the Buckets of the access's claims, or what they wait for, or a refusal
+// (as the error).
+func (r *BucketAccessReconciler) accessedBuckets(
+	ctx context.Context,
+	ba *cosiapi.BucketAccess,
+	class *cosiapi.BucketAccessClass,
+) (
+	accessed []cosiapi.AccessedBucket, waiting []string, err error,
+) {
+	for _, ref := range ba.Spec.BucketClaims {
+		ab, waitingFor, err := r.accessedBucket(ctx, ba, class, ref.BucketClaimName)
+		if err != nil {
+			return nil, nil, err
+		}
+		if waitingFor != "" {
+			waiting = append(waiting, waitingFor)
+			continue
+		}
+		accessed = append(accessed, *ab)
+	}
+	return accessed, waiting, nil
+}
+
+// accessedBucket checks one claim of the access and returns its Bucket, or what it waits for, or a
+// refusal (as the error).
+func (r *BucketAccessReconciler) accessedBucket(
+	ctx context.Context,
+	ba *cosiapi.BucketAccess,
+	class *cosiapi.BucketAccessClass,
+	claimName string,
+) (
+	*cosiapi.AccessedBucket, string, error,
+) {
+	claim := &cosiapi.BucketClaim{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ba.Namespace, Name: claimName}, claim); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, "BucketClaim " + claimName + " does not exist", nil
+		}
+		return nil, "", err
+	}
+	// Block the claim's deletion while this access exists (KEP-1979 step 3.5), then check
+	// that it is not being deleted (step 3.7) on the object the patch returned: in this order,
+	// a claim deleted at the same moment either sees the reference or is seen deleting.
+	if err := patch.SetAnnotation(ctx, r.Client, claim, cosiapi.AnnotationHasBucketAccessReferences); err != nil {
+		return nil, "", err
+	}
+	if claim.DeletionTimestamp != nil {
+		return nil, "", refusal{
+			cosiapi.ReasonInvalidReference,
+			fmt.Sprintf("BucketClaim %s is being deleted: no new access is granted to it", claim.Name),
+		}
+	}
+	if claim.Status.BoundBucketName == "" {
+		return nil, "BucketClaim " + claim.Name + " is not bound yet", nil
+	}
+	if len(claim.Status.Protocols) > 0 && !slices.Contains(claim.Status.Protocols, ba.Spec.Protocol) {
+		return nil, "", refusal{
+			cosiapi.ReasonUnsupportedProtocol,
+			fmt.Sprintf("BucketClaim %s supports %v, not %s", claim.Name, claim.Status.Protocols, ba.Spec.Protocol),
+		}
+	}
+	bucket := &cosiapi.Bucket{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: claim.Status.BoundBucketName}, bucket); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, "Bucket " + claim.Status.BoundBucketName + " of BucketClaim " + claim.Name + " does not exist", nil
+		}
+		return nil, "", err
+	}
+	// Verify that the claim is bound to the Bucket (KEP-1979 step 3.6), with the claim's UID:
+	// the sidecar checks the same before granting.
+	switch ref := bucket.Spec.BucketClaimRef; {
+	case ref.Namespace != claim.Namespace || ref.Name != claim.Name || (ref.UID != "" && ref.UID != claim.UID):
+		return nil, "", refusal{
+			cosiapi.ReasonInvalidReference,
+			fmt.Sprintf("Bucket %s is not bound to BucketClaim %s", bucket.Name, claim.Name),
+		}
+	case ref.UID == "":
+		return nil, "Bucket " + bucket.Name + " is not bound to BucketClaim " + claim.Name + " yet", nil
+	}
+	if bucket.Spec.DriverName != class.Spec.DriverName {
+		return nil, "", refusal{
+			cosiapi.ReasonInvalidReference,
+			fmt.Sprintf("BucketClaim %s is served by driver %s; BucketAccessClass %s uses driver %s",
+				claim.Name, bucket.Spec.DriverName, class.Name, class.Spec.DriverName),
+		}
+	}
+	return &cosiapi.AccessedBucket{
+		BucketClaimName: claim.Name,
+		BucketName:      bucket.Name,
+		BucketID:        bucket.Status.BucketID,
+	}, "", nil
 }
 
 // forbiddenByClass returns why the class forbids the access, or "".
 func forbiddenByClass(ba *cosiapi.BucketAccess, class *cosiapi.BucketAccessClass) string {
 	if len(ba.Spec.BucketClaims) > 1 && class.Spec.MultiBucketAccess != cosiapi.MultiBucketAccessMultipleBuckets {
-		return fmt.Sprintf("BucketAccessClass %s allows one BucketClaim per BucketAccess (multiBucketAccess is not MultipleBuckets); this access references %d",
-			class.Name, len(ba.Spec.BucketClaims))
+		return fmt.Sprintf(
+			"BucketAccessClass %s allows one BucketClaim per BucketAccess (multiBucketAccess is not MultipleBuckets); "+
+				"this access references %d",
+			class.Name,
+			len(ba.Spec.BucketClaims),
+		)
 	}
 	if class.Spec.AuthenticationType == cosiapi.AuthenticationTypeServiceAccount && ba.Spec.ServiceAccountName == "" {
 		return fmt.Sprintf("BucketAccessClass %s uses ServiceAccount authentication: set spec.serviceAccountName", class.Name)
@@ -270,7 +359,8 @@ func forbiddenByClass(ba *cosiapi.BucketAccess, class *cosiapi.BucketAccessClass
 			{"bucketMetadata", m.BucketMetadata, d.BucketMetadata},
 		} {
 			if c.mode != "" && slices.Contains(c.disallowed, c.mode) {
-				return fmt.Sprintf("BucketAccessClass %s does not allow %s access mode %s (BucketClaim %s)", class.Name, c.name, c.mode, ref.BucketClaimName)
+				return fmt.Sprintf("BucketAccessClass %s does not allow %s access mode %s (BucketClaim %s)", class.Name, c.name,
+					c.mode, ref.BucketClaimName)
 			}
 		}
 	}
@@ -279,10 +369,11 @@ func forbiddenByClass(ba *cosiapi.BucketAccess, class *cosiapi.BucketAccessClass
 
 // checkHandedOff reports claims that went missing after the hand-off (ResourcesValidated False).
 func (r *BucketAccessReconciler) checkHandedOff(ctx context.Context, ba *cosiapi.BucketAccess) error {
-	orig := ba.DeepCopy()
+	status := patch.NewStatus(r.Client, ba, handedOffAccessConditions...)
 	var missing []string
 	for _, ref := range ba.Spec.BucketClaims {
-		err := r.Client.Get(ctx, types.NamespacedName{Namespace: ba.Namespace, Name: ref.BucketClaimName}, &cosiapi.BucketClaim{})
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: ba.Namespace, Name: ref.BucketClaimName},
+			&cosiapi.BucketClaim{})
 		if apierrors.IsNotFound(err) {
 			missing = append(missing, ref.BucketClaimName)
 		} else if err != nil {
@@ -292,12 +383,10 @@ func (r *BucketAccessReconciler) checkHandedOff(ctx context.Context, ba *cosiapi
 	if len(missing) == 0 {
 		return nil
 	}
-	apiutil.SetCondition(&ba.Status.Conditions, ba.Generation, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonInvalidReference,
+	conditions.MarkFalse(ba, cosiapi.ConditionResourcesValidated, cosiapi.ReasonInvalidReference,
 		fmt.Sprintf("BucketClaims %v went missing after provisioning", missing))
-	if !apiutil.ConditionsChanged(orig.Status.Conditions, ba.Status.Conditions) {
-		return nil
-	}
-	return r.Client.Status().Patch(ctx, ba, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	_, err := status.PatchIfChanged(ctx, patch.OptimisticLock)
+	return err
 }
 
 // delete finishes a BucketAccess's deletion once the sidecar has cleaned up (KEP-1979 "Deleting a
@@ -316,10 +405,9 @@ func (r *BucketAccessReconciler) delete(ctx context.Context, ba *cosiapi.BucketA
 	}
 	// Provisioned is False (Revoked) by now: whether the grant ever succeeded shows in
 	// ProvisionFailed, set False by the sidecar's successful grant.
-	pf := meta.FindStatusCondition(ba.Status.Conditions, cosiapi.ConditionProvisionFailed)
-	granted := pf != nil && pf.Status == metav1.ConditionFalse && pf.Reason == cosiapi.ReasonDriverSucceeded
-	outcome := createOutcome(granted, ba.Status.AccountID != "" || driverCalled(ba.Status.Conditions))
-	if err := apiutil.RemoveFinalizer(ctx, r.Client, ba); err != nil {
+	granted := conditions.Has(ba, cosiapi.ConditionProvisionFailed, metav1.ConditionFalse, cosiapi.ReasonDriverSucceeded)
+	outcome := createOutcome(granted, ba.Status.AccountID != "" || driverCalled(ba))
+	if err := patch.RemoveFinalizer(ctx, r.Client, ba); err != nil {
 		return err
 	}
 	r.Metrics.deleted(ba.Status.DriverName, "BucketAccess", ba.DeletionTimestamp.Time, outcome)
@@ -328,7 +416,6 @@ func (r *BucketAccessReconciler) delete(ctx context.Context, ba *cosiapi.BucketA
 
 // sidecarFinished reports whether the sidecar has deleted the access's Secrets and revoked it.
 func sidecarFinished(ba *cosiapi.BucketAccess) bool {
-	p := meta.FindStatusCondition(ba.Status.Conditions, cosiapi.ConditionProvisioned)
 	_, annotated := ba.Annotations[cosiapi.AnnotationSidecarCleanupFinished]
-	return annotated && p != nil && p.Status == metav1.ConditionFalse && p.Reason == cosiapi.ReasonRevoked
+	return annotated && conditions.Has(ba, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonRevoked)
 }

@@ -6,9 +6,9 @@ import (
 	"reflect"
 	"slices"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -23,7 +23,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/apiutil"
+	"github.com/kube-cosi/cosi/internal/conditions"
+	"github.com/kube-cosi/cosi/internal/index"
+	"github.com/kube-cosi/cosi/internal/patch"
+	"github.com/kube-cosi/cosi/internal/predicates"
+	"github.com/kube-cosi/cosi/internal/requeue"
 )
 
 // +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketclaims,verbs=get;list;watch;update;patch
@@ -31,7 +35,12 @@ import (
 // +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=buckets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketclasses,verbs=get;list;watch
 
-const indexClaimsByExistingBucket = "spec.existingBucketName"
+// The conditions the controller writes on BucketClaims: all of them, no one else writes them.
+var claimConditions = []string{
+	cosiapi.ConditionProvisioned,
+	cosiapi.ConditionProvisionFailed,
+	cosiapi.ConditionResourcesValidated,
+}
 
 // BucketClaimReconciler binds BucketClaims to Buckets, dynamic and static, mirrors the Bucket's
 // status on the claim, and orchestrates the claim's deletion (KEP-1979 "Creating a Bucket",
@@ -42,24 +51,25 @@ type BucketClaimReconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	Metrics   *metrics
+
+	// log reports what the watches cannot return: their map functions' errors.
+	log logr.Logger
 }
 
 // SetupWithManager registers the reconciler and its watches: a claim waits for its Bucket and its
 // BucketClass by watching them, never by returning errors.
 func (r *BucketClaimReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
-	err := mgr.GetFieldIndexer().IndexField(context.Background(), &cosiapi.BucketClaim{}, indexClaimsByExistingBucket, func(o client.Object) []string {
-		return []string{o.(*cosiapi.BucketClaim).Spec.ExistingBucketName}
-	})
-	if err != nil {
-		return err
-	}
+	r.log = mgr.GetLogger().WithValues("controller", "bucketclaim")
+	wake := predicate.Or[client.Object](predicates.SpecOrLifecycleChanged, predicates.ProtectionRemoved)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("bucketclaim").
-		For(&cosiapi.BucketClaim{}, builder.WithPredicates(predicate.Or[client.Object](apiutil.SpecOrLifecycleChanged, apiutil.ProtectionRemoved))).
-		Watches(&cosiapi.Bucket{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfBucket), builder.WithPredicates(bucketChanged)).
+		For(&cosiapi.BucketClaim{}, builder.WithPredicates(wake)).
+		Watches(&cosiapi.Bucket{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfBucket),
+			builder.WithPredicates(bucketChanged)).
 		Watches(&cosiapi.BucketClass{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfClass)).
 		// The reference annotation follows the accesses: created, deleting, finalizer gone, gone.
-		Watches(&cosiapi.BucketAccess{}, handler.EnqueueRequestsFromMapFunc(claimsOfAccess), builder.WithPredicates(accessReferenceChanged)).
+		Watches(&cosiapi.BucketAccess{}, handler.EnqueueRequestsFromMapFunc(claimsOfAccess),
+			builder.WithPredicates(accessReferenceChanged)).
 		WithOptions(opts).
 		Complete(r)
 }
@@ -76,11 +86,13 @@ var bucketChanged = predicate.Funcs{
 // claimsOfBucket maps a Bucket to the claim it names, and to static claims that name it.
 func (r *BucketClaimReconciler) claimsOfBucket(ctx context.Context, o client.Object) []reconcile.Request {
 	b := o.(*cosiapi.Bucket)
-	reqs := []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: b.Spec.BucketClaimRef.Namespace, Name: b.Spec.BucketClaimRef.Name}}}
+	reqs := []reconcile.Request{
+		{NamespacedName: types.NamespacedName{Namespace: b.Spec.BucketClaimRef.Namespace, Name: b.Spec.BucketClaimRef.Name}},
+	}
 	var claims cosiapi.BucketClaimList
-	if err := r.Client.List(ctx, &claims, client.MatchingFields{indexClaimsByExistingBucket: b.Name}); err != nil {
+	if err := r.Client.List(ctx, &claims, client.MatchingFields{index.ClaimsByExistingBucket.Name: b.Name}); err != nil {
 		// A list from the cache fails only when the index is missing: a programming error.
-		ctrl.LoggerFrom(ctx).Error(err, "listing the static claims of a Bucket", "bucket", b.Name)
+		r.log.Error(err, "listing the static claims of a Bucket", "bucket", b.Name)
 	}
 	for _, c := range claims.Items {
 		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
@@ -103,7 +115,8 @@ func claimsOfAccess(_ context.Context, o client.Object) []reconcile.Request {
 	ba := o.(*cosiapi.BucketAccess)
 	reqs := make([]reconcile.Request, 0, len(ba.Spec.BucketClaims))
 	for _, c := range ba.Spec.BucketClaims {
-		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ba.Namespace, Name: c.BucketClaimName}})
+		reqs = append(reqs,
+			reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ba.Namespace, Name: c.BucketClaimName}})
 	}
 	return reqs
 }
@@ -111,8 +124,8 @@ func claimsOfAccess(_ context.Context, o client.Object) []reconcile.Request {
 // claimsOfClass maps a BucketClass to the claims waiting for it.
 func (r *BucketClaimReconciler) claimsOfClass(ctx context.Context, o client.Object) []reconcile.Request {
 	var claims cosiapi.BucketClaimList
-	if err := r.Client.List(ctx, &claims, client.MatchingFields{indexClaimsByClass: o.GetName()}); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "listing the claims of a BucketClass", "bucketClass", o.GetName())
+	if err := r.Client.List(ctx, &claims, client.MatchingFields{index.ClaimsByClass.Name: o.GetName()}); err != nil {
+		r.log.Error(err, "listing the claims of a BucketClass", "bucketClass", o.GetName())
 		return nil
 	}
 	var reqs []reconcile.Request
@@ -131,23 +144,23 @@ func (r *BucketClaimReconciler) Reconcile(ctx context.Context, req reconcile.Req
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if claim.DeletionTimestamp != nil {
-		return apiutil.ResultWithEvent(r.Recorder, claim, cosiapi.EventFailedDeleteBucket, r.delete(ctx, claim))
+		return requeue.ResultWithEvent(r.Recorder, claim, cosiapi.EventFailedDeleteBucket, r.delete(ctx, claim))
 	}
-	return apiutil.ResultWithEvent(r.Recorder, claim, cosiapi.EventFailedCreateBucket, r.reconcile(ctx, claim))
+	return requeue.ResultWithEvent(r.Recorder, claim, cosiapi.EventFailedCreateBucket, r.reconcile(ctx, claim))
 }
 
 // reconcile protects the claim, publishes its references, binds it and mirrors its Bucket.
 func (r *BucketClaimReconciler) reconcile(ctx context.Context, claim *cosiapi.BucketClaim) error {
 	// Put back, on every reconcile, what a tenant may have removed.
-	if err := apiutil.AddFinalizer(ctx, r.Client, claim); err != nil {
+	if err := patch.AddFinalizer(ctx, r.Client, claim); err != nil {
 		return err
 	}
 	if err := r.publishReferences(ctx, claim); err != nil {
 		return err
 	}
-	orig := claim.DeepCopy()
-	apiutil.InitConditions(&claim.Status.Conditions, claim.Generation, cosiapi.ConditionProvisionFailed)
-	bucket, err := r.bucket(ctx, claim, orig)
+	status := patch.NewStatus(r.Client, claim, claimConditions...)
+	conditions.Init(claim, cosiapi.ConditionProvisionFailed)
+	bucket, err := r.bucket(ctx, claim, status)
 	if err != nil {
 		return err
 	}
@@ -156,7 +169,7 @@ func (r *BucketClaimReconciler) reconcile(ctx context.Context, claim *cosiapi.Bu
 			return err
 		}
 	}
-	return r.patchStatus(ctx, orig, claim, bucket)
+	return r.patchStatus(ctx, status, claim, bucket)
 }
 
 // publishReferences sets the has-bucketaccess-references annotation while accesses reference the
@@ -171,50 +184,33 @@ func (r *BucketClaimReconciler) publishReferences(ctx context.Context, claim *co
 	_, annotated := claim.Annotations[cosiapi.AnnotationHasBucketAccessReferences]
 	switch {
 	case len(refs) > 0:
-		return apiutil.SetAnnotation(ctx, r.Client, claim, cosiapi.AnnotationHasBucketAccessReferences)
+		return patch.SetAnnotation(ctx, r.Client, claim, cosiapi.AnnotationHasBucketAccessReferences)
 	case !annotated:
 		return nil
 	}
 	if refs, err = r.referencingAccesses(ctx, claim, true); err != nil || len(refs) > 0 {
 		return err
 	}
-	return apiutil.RemoveAnnotation(ctx, r.Client, claim, cosiapi.AnnotationHasBucketAccessReferences)
+	return patch.RemoveAnnotation(ctx, r.Client, claim, cosiapi.AnnotationHasBucketAccessReferences)
 }
 
 // bucket returns the claim's Bucket, creating it for a dynamic claim. It returns nil, with the
 // claim's conditions saying why, while there is no Bucket to bind to.
 //
-// When it writes the bound name, it updates orig to what it wrote, so the caller's final patch
-// carries only later changes.
-func (r *BucketClaimReconciler) bucket(ctx context.Context, claim, orig *cosiapi.BucketClaim) (*cosiapi.Bucket, error) {
-	g := claim.Generation
+// When it writes the bound name, status takes a new snapshot, so the caller's final patch carries
+// only later changes.
+func (r *BucketClaimReconciler) bucket(
+	ctx context.Context, claim *cosiapi.BucketClaim, status *patch.Status[*cosiapi.BucketClaim],
+) (*cosiapi.Bucket, error) {
 	name := claim.Status.BoundBucketName
 	if claim.Spec.ExistingBucketName != "" {
 		name = claim.Spec.ExistingBucketName
 	}
 	if name != "" {
-		bucket := &cosiapi.Bucket{}
-		err := r.Client.Get(ctx, types.NamespacedName{Name: name}, bucket)
-		switch {
-		case err == nil:
-			return bucket, nil
-		case !apierrors.IsNotFound(err):
-			return nil, err
-		case claim.Spec.ExistingBucketName != "":
-			// Static: wait for the admin's Bucket; the Bucket watch wakes the claim.
-			apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources, "waiting for Bucket "+name)
-			apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources, fmt.Sprintf("Bucket %s does not exist yet", name))
-			return nil, nil
-		case wasProvisioned(claim):
-			// The claim's Bucket was provisioned and is gone: an error, not a re-create
-			// (KEP-1979 "Creating a Bucket", step 2.5).
-			apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonInvalidReference, fmt.Sprintf("bound Bucket %s went missing", name))
-			r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, cosiapi.EventFailedCreateBucket, "Bind", "bound Bucket %s went missing", name)
-			return nil, nil
+		bucket, create, err := r.namedBucket(ctx, claim, name)
+		if err != nil || !create {
+			return bucket, err
 		}
-		// The name was recorded but the Bucket never provisioned: creating it was interrupted, or
-		// it was deleted before the driver made anything. Creating it again is safe: the same
-		// name gives the same bucket ID.
 	}
 
 	class := &cosiapi.BucketClass{}
@@ -222,23 +218,65 @@ func (r *BucketClaimReconciler) bucket(ctx context.Context, claim, orig *cosiapi
 		if !apierrors.IsNotFound(err) {
 			return nil, err
 		}
-		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources, "waiting for BucketClass "+claim.Spec.BucketClassName)
-		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources, fmt.Sprintf("BucketClass %s does not exist", claim.Spec.BucketClassName))
+		conditions.MarkUnknown(claim, cosiapi.ConditionProvisioned, cosiapi.ReasonWaitingForResources,
+			"waiting for BucketClass "+claim.Spec.BucketClassName)
+		conditions.MarkUnknown(claim, cosiapi.ConditionResourcesValidated, cosiapi.ReasonWaitingForResources,
+			fmt.Sprintf("BucketClass %s does not exist", claim.Spec.BucketClassName))
 		return nil, nil
 	}
 	if name == "" {
 		// Record the bound name before creating the Bucket (KEP-1979 "Creating a Bucket").
 		// The conditions say what bind will say once the Bucket exists, so that binding needs
 		// no second status write.
-		base := claim.DeepCopy()
 		claim.Status.BoundBucketName = cosiapi.BucketNamePrefix + string(claim.UID)
 		setBoundConditions(claim)
-		if err := r.Client.Status().Patch(ctx, claim, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		if err := status.Patch(ctx, patch.OptimisticLock); err != nil {
 			return nil, err
 		}
-		claim.DeepCopyInto(orig)
 		name = claim.Status.BoundBucketName
 	}
+	return r.createBucket(ctx, claim, class, name)
+}
+
+// namedBucket returns the Bucket the claim names (static) or is bound to (dynamic). While there
+// is none, it returns nil, with the claim's conditions saying why, or create: the dynamic claim's
+// Bucket is created again.
+func (r *BucketClaimReconciler) namedBucket(
+	ctx context.Context, claim *cosiapi.BucketClaim, name string,
+) (b *cosiapi.Bucket, create bool, err error) {
+	bucket := &cosiapi.Bucket{}
+	err = r.Client.Get(ctx, types.NamespacedName{Name: name}, bucket)
+	switch {
+	case err == nil:
+		return bucket, false, nil
+	case !apierrors.IsNotFound(err):
+		return nil, false, err
+	case claim.Spec.ExistingBucketName != "":
+		// Static: wait for the admin's Bucket; the Bucket watch wakes the claim.
+		conditions.MarkUnknown(claim, cosiapi.ConditionProvisioned, cosiapi.ReasonWaitingForResources,
+			"waiting for Bucket "+name)
+		conditions.MarkUnknown(claim, cosiapi.ConditionResourcesValidated, cosiapi.ReasonWaitingForResources,
+			fmt.Sprintf("Bucket %s does not exist yet", name))
+		return nil, false, nil
+	case wasProvisioned(claim):
+		// The claim's Bucket was provisioned and is gone: an error, not a re-create
+		// (KEP-1979 "Creating a Bucket", step 2.5).
+		conditions.MarkFalse(claim, cosiapi.ConditionResourcesValidated, cosiapi.ReasonInvalidReference,
+			fmt.Sprintf("bound Bucket %s went missing", name))
+		r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, cosiapi.EventFailedCreateBucket, "Bind",
+			"bound Bucket %s went missing", name)
+		return nil, false, nil
+	}
+	// The name was recorded but the Bucket never provisioned: creating it was interrupted, or
+	// it was deleted before the driver made anything. Creating it again is safe: the same
+	// name gives the same bucket ID.
+	return nil, true, nil
+}
+
+// createBucket creates the dynamic claim's Bucket from its class, or returns the one that exists.
+func (r *BucketClaimReconciler) createBucket(
+	ctx context.Context, claim *cosiapi.BucketClaim, class *cosiapi.BucketClass, name string,
+) (*cosiapi.Bucket, error) {
 	bucket := &cosiapi.Bucket{
 		// Created with the protection finalizer the sidecar would add: one write less per claim,
 		// and no moment at which the Bucket exists unprotected.
@@ -265,53 +303,57 @@ func (r *BucketClaimReconciler) bucket(ctx context.Context, claim, orig *cosiapi
 // bind checks that the Bucket is bound to this claim, binds a static Bucket by setting the claim's
 // UID on it, and mirrors the Bucket's status on the claim.
 func (r *BucketClaimReconciler) bind(ctx context.Context, claim *cosiapi.BucketClaim, bucket *cosiapi.Bucket) error {
-	g := claim.Generation
 	ref := bucket.Spec.BucketClaimRef
 	if ref.Namespace != claim.Namespace || ref.Name != claim.Name || (ref.UID != "" && ref.UID != claim.UID) {
 		// Final until the Bucket changes: a Bucket reserved for another claim is never taken.
-		msg := fmt.Sprintf("Bucket %s is bound to BucketClaim %s/%s (uid %q), not to this claim", bucket.Name, ref.Namespace, ref.Name, ref.UID)
-		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed, msg)
-		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonInvalidReference, msg)
+		msg := fmt.Sprintf("Bucket %s is bound to BucketClaim %s/%s (uid %q), not to this claim", bucket.Name, ref.Namespace,
+			ref.Name, ref.UID)
+		conditions.MarkFalse(claim, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioningFailed, msg)
+		conditions.MarkFalse(claim, cosiapi.ConditionResourcesValidated, cosiapi.ReasonInvalidReference, msg)
 		return nil
 	}
 	if ref.UID == "" {
-		if err := apiutil.PatchMeta(ctx, r.Client, bucket, func() bool { bucket.Spec.BucketClaimRef.UID = claim.UID; return true }); err != nil {
+		bindBucket := func() bool { bucket.Spec.BucketClaimRef.UID = claim.UID; return true }
+		if err := patch.Locked(ctx, r.Client, bucket, bindBucket); err != nil {
 			return err
 		}
 	}
 	claim.Status.BoundBucketName = bucket.Name
+	mirror(claim, bucket)
+	return nil
+}
 
-	// Mirror the Bucket: Provisioned True/False (never Unknown), ProvisionFailed, protocols.
-	// Set each condition once, to its final value: setting it twice in one pass (Unknown, then
-	// the Bucket's True) would stamp a new lastTransitionTime and write the claim every time.
-	if bp := meta.FindStatusCondition(bucket.Status.Conditions, cosiapi.ConditionProvisioned); bp != nil && bp.Status != metav1.ConditionUnknown {
-		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionProvisioned, bp.Status, bp.Reason, bp.Message)
+// mirror sets the claim's status from its Bucket's: Provisioned True/False (never Unknown),
+// ProvisionFailed, protocols, and whether the Bucket fits the claim.
+//
+// Each condition is set once, to its final value: setting it twice in one pass (Unknown, then the
+// Bucket's True) would stamp a new lastTransitionTime and write the claim every time.
+func mirror(claim *cosiapi.BucketClaim, bucket *cosiapi.Bucket) {
+	if conditions.IsKnown(bucket, cosiapi.ConditionProvisioned) {
+		conditions.Mirror(claim, bucket, cosiapi.ConditionProvisioned)
 	} else {
-		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, waitingMessage(bucket.Name))
+		conditions.MarkUnknown(claim, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioning, waitingMessage(bucket.Name))
 	}
-	if pf := meta.FindStatusCondition(bucket.Status.Conditions, cosiapi.ConditionProvisionFailed); pf != nil {
-		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionProvisionFailed, pf.Status, pf.Reason, pf.Message)
-	}
+	conditions.Mirror(claim, bucket, cosiapi.ConditionProvisionFailed)
 	claim.Status.Protocols = bucket.Status.Protocols
 
-	rv := meta.FindStatusCondition(bucket.Status.Conditions, cosiapi.ConditionResourcesValidated)
-	missing := slices.DeleteFunc(slices.Clone(claim.Spec.Protocols), func(p cosiapi.Protocol) bool { return slices.Contains(bucket.Status.Protocols, p) })
+	rv := conditions.Get(bucket, cosiapi.ConditionResourcesValidated)
+	missing := slices.DeleteFunc(slices.Clone(claim.Spec.Protocols),
+		func(p cosiapi.Protocol) bool { return slices.Contains(bucket.Status.Protocols, p) })
 	switch {
 	default:
-		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid, boundMessage(bucket.Name))
+		conditions.MarkTrue(claim, cosiapi.ConditionResourcesValidated, cosiapi.ReasonValid, boundMessage(bucket.Name))
 	case rv != nil && rv.Status == metav1.ConditionFalse:
-		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, rv.Reason, "Bucket "+bucket.Name+": "+rv.Message)
-	case apiutil.IsTrue(bucket.Status.Conditions, cosiapi.ConditionProvisioned) && len(missing) > 0:
-		apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonUnsupportedProtocol,
+		conditions.MarkFalse(claim, cosiapi.ConditionResourcesValidated, rv.Reason, "Bucket "+bucket.Name+": "+rv.Message)
+	case conditions.IsTrue(bucket, cosiapi.ConditionProvisioned) && len(missing) > 0:
+		conditions.MarkFalse(claim, cosiapi.ConditionResourcesValidated, cosiapi.ReasonUnsupportedProtocol,
 			fmt.Sprintf("Bucket %s supports %v; the claim requires %v", bucket.Name, bucket.Status.Protocols, missing))
 	}
-	return nil
 }
 
 // wasProvisioned reports whether the claim mirrored a provisioning outcome of its Bucket.
 func wasProvisioned(claim *cosiapi.BucketClaim) bool {
-	p := meta.FindStatusCondition(claim.Status.Conditions, cosiapi.ConditionProvisioned)
-	return p != nil && p.Status != metav1.ConditionUnknown
+	return conditions.IsKnown(claim, cosiapi.ConditionProvisioned)
 }
 
 func waitingMessage(bucket string) string {
@@ -322,29 +364,32 @@ func boundMessage(bucket string) string { return "bound to Bucket " + bucket }
 // setBoundConditions sets the conditions of a claim bound to a Bucket that is not provisioned yet,
 // exactly as bind will compute them, so that binding needs no second status write.
 func setBoundConditions(claim *cosiapi.BucketClaim) {
-	g, name := claim.Generation, claim.Status.BoundBucketName
-	apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, waitingMessage(name))
-	apiutil.SetCondition(&claim.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid, boundMessage(name))
+	name := claim.Status.BoundBucketName
+	conditions.MarkUnknown(claim, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioning, waitingMessage(name))
+	conditions.MarkTrue(claim, cosiapi.ConditionResourcesValidated, cosiapi.ReasonValid, boundMessage(name))
 }
 
 // patchStatus writes the claim's status once, if it changed, and records the events and metrics
 // of what changed.
-func (r *BucketClaimReconciler) patchStatus(ctx context.Context, orig, claim *cosiapi.BucketClaim, bucket *cosiapi.Bucket) error {
-	if reflect.DeepEqual(orig.Status, claim.Status) {
-		return nil
-	}
+func (r *BucketClaimReconciler) patchStatus(
+	ctx context.Context, status *patch.Status[*cosiapi.BucketClaim], claim *cosiapi.BucketClaim, bucket *cosiapi.Bucket,
+) error {
+	orig := status.Before()
 	// Locked to the version read: a status computed from a stale copy must never land, least of
 	// all on a claim deleted and created again under the same name (it would carry the old claim's
 	// Provisioned condition without its Bucket).
-	if err := r.Client.Status().Patch(ctx, claim, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+	if patched, err := status.PatchIfChanged(ctx, patch.OptimisticLock); err != nil || !patched {
 		return err
 	}
-	if pf := meta.FindStatusCondition(claim.Status.Conditions, cosiapi.ConditionProvisionFailed); pf != nil && pf.Status == metav1.ConditionTrue {
-		if old := meta.FindStatusCondition(orig.Status.Conditions, cosiapi.ConditionProvisionFailed); old == nil || old.Status != pf.Status || old.Message != pf.Message {
-			r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, cosiapi.EventFailedCreateBucket, "Provision", "%s", pf.Message)
+	if pf := conditions.Get(claim, cosiapi.ConditionProvisionFailed); pf != nil && pf.Status == metav1.ConditionTrue {
+		if old := conditions.Get(orig, cosiapi.ConditionProvisionFailed); old == nil || old.Status != pf.Status ||
+			old.Message != pf.Message {
+			r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, cosiapi.EventFailedCreateBucket, "Provision", "%s",
+				pf.Message)
 		}
 	}
-	if bucket != nil && !apiutil.IsTrue(orig.Status.Conditions, cosiapi.ConditionProvisioned) && apiutil.IsTrue(claim.Status.Conditions, cosiapi.ConditionProvisioned) {
+	if bucket != nil && !conditions.IsTrue(orig, cosiapi.ConditionProvisioned) &&
+		conditions.IsTrue(claim, cosiapi.ConditionProvisioned) {
 		r.Metrics.created(bucket.Spec.DriverName, "BucketClaim", claim.CreationTimestamp.Time)
 	}
 	return nil
@@ -364,36 +409,59 @@ func (r *BucketClaimReconciler) delete(ctx context.Context, claim *cosiapi.Bucke
 		return err
 	}
 	if len(refs) > 0 {
-		if err := apiutil.SetAnnotation(ctx, r.Client, claim, cosiapi.AnnotationHasBucketAccessReferences); err != nil {
-			return err
-		}
-		orig := claim.DeepCopy()
-		s := metav1.ConditionUnknown
-		if apiutil.IsTrue(claim.Status.Conditions, cosiapi.ConditionProvisioned) {
-			s = metav1.ConditionTrue
-		}
-		apiutil.SetCondition(&claim.Status.Conditions, claim.Generation, cosiapi.ConditionProvisioned, s, cosiapi.ReasonDeletionBlocked,
-			fmt.Sprintf("deletion waits until the BucketAccesses that reference this claim are deleted: %v", refs))
-		return r.patchStatus(ctx, orig, claim, nil)
+		return r.blockDeletion(ctx, claim, refs)
 	}
+	driverName, err := r.releaseBucket(ctx, claim)
+	if err != nil {
+		return err
+	}
+	provisioned := conditions.IsTrue(claim, cosiapi.ConditionProvisioned)
+	if err := patch.RemoveFinalizer(ctx, r.Client, claim); err != nil {
+		return err
+	}
+	r.Metrics.deleted(driverName, "BucketClaim", claim.DeletionTimestamp.Time,
+		createOutcome(provisioned, driverCalled(claim)))
+	return nil
+}
 
-	driverName := ""
+// blockDeletion records that the claim's deletion waits for the accesses that reference it, and
+// puts back the reference annotation a tenant may have removed.
+func (r *BucketClaimReconciler) blockDeletion(ctx context.Context, claim *cosiapi.BucketClaim, refs []string) error {
+	if err := patch.SetAnnotation(ctx, r.Client, claim, cosiapi.AnnotationHasBucketAccessReferences); err != nil {
+		return err
+	}
+	status := patch.NewStatus(r.Client, claim, claimConditions...)
+	s := metav1.ConditionUnknown
+	if conditions.IsTrue(claim, cosiapi.ConditionProvisioned) {
+		s = metav1.ConditionTrue
+	}
+	conditions.Set(claim, cosiapi.ConditionProvisioned, s, cosiapi.ReasonDeletionBlocked,
+		fmt.Sprintf("deletion waits until the BucketAccesses that reference this claim are deleted: %v", refs))
+	return r.patchStatus(ctx, status, claim, nil)
+}
+
+// releaseBucket tells the sidecar that the claim's Bucket may be deprovisioned, and deletes the
+// Bucket when its policy is Delete. It returns the Bucket's driver, for the metrics.
+func (r *BucketClaimReconciler) releaseBucket(
+	ctx context.Context, claim *cosiapi.BucketClaim,
+) (driverName string, err error) {
 	if name := claim.Status.BoundBucketName; name != "" {
 		bucket := &cosiapi.Bucket{}
 		err := r.Client.Get(ctx, types.NamespacedName{Name: name}, bucket)
 		if client.IgnoreNotFound(err) != nil {
-			return err
+			return "", err
 		}
 		ref := bucket.Spec.BucketClaimRef
-		if err == nil && ref.Namespace == claim.Namespace && ref.Name == claim.Name && (ref.UID == "" || ref.UID == claim.UID) {
+		if err == nil && ref.Namespace == claim.Namespace && ref.Name == claim.Name &&
+			(ref.UID == "" || ref.UID == claim.UID) {
 			driverName = bucket.Spec.DriverName
 			// Tell the sidecar the claim is going: it may now deprovision.
-			if err := apiutil.SetAnnotation(ctx, r.Client, bucket, cosiapi.AnnotationBucketClaimBeingDeleted); err != nil {
-				return err
+			if err := patch.SetAnnotation(ctx, r.Client, bucket, cosiapi.AnnotationBucketClaimBeingDeleted); err != nil {
+				return "", err
 			}
 			if bucket.Spec.DeletionPolicy == cosiapi.DeletionPolicyDelete && bucket.DeletionTimestamp == nil {
 				if err := r.Client.Delete(ctx, bucket, client.Preconditions{UID: &bucket.UID}); client.IgnoreNotFound(err) != nil {
-					return err
+					return "", err
 				}
 			}
 			// Retain: the Bucket and the backend bucket stay, unbound.
@@ -408,10 +476,5 @@ func (r *BucketClaimReconciler) delete(ctx context.Context, claim *cosiapi.Bucke
 			driverName = class.Spec.DriverName
 		}
 	}
-	provisioned := apiutil.IsTrue(claim.Status.Conditions, cosiapi.ConditionProvisioned)
-	if err := apiutil.RemoveFinalizer(ctx, r.Client, claim); err != nil {
-		return err
-	}
-	r.Metrics.deleted(driverName, "BucketClaim", claim.DeletionTimestamp.Time, createOutcome(provisioned, driverCalled(claim.Status.Conditions)))
-	return nil
+	return driverName, nil
 }

@@ -5,21 +5,20 @@ package controller
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/apiutil"
+	"github.com/kube-cosi/cosi/internal/index"
+	"github.com/kube-cosi/cosi/internal/requeue"
+	"github.com/kube-cosi/cosi/internal/scheme"
 )
 
 // Leader election Leases live in the component's own namespace: a Role there, not a ClusterRole.
@@ -42,17 +41,10 @@ type Options struct {
 // LeaseName is the leader election Lease of the controller.
 const LeaseName = "cosi-controller"
 
-// Index names of the cache's field indexes.
-const (
-	indexClaimsByClass   = "spec.bucketClassName"
-	indexAccessesByClaim = "spec.bucketClaims.bucketClaimName" // "<namespace>/<claim name>"
-	indexAccessesByClass = "spec.bucketAccessClassName"
-)
-
 // Run reconciles until ctx is done.
 func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) error {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: apiutil.Scheme(),
+		Scheme: scheme.New(),
 		Logger: log,
 		// No object's managedFields in the cache: COSI never reads them, and they would take much
 		// of its memory.
@@ -88,47 +80,22 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 
 // Setup registers the indexes and reconcilers with a manager.
 func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
-	indexes := []struct {
-		obj   client.Object
-		field string
-		fn    client.IndexerFunc
-	}{
-		{&cosiapi.BucketClaim{}, indexClaimsByClass, func(o client.Object) []string {
-			return []string{o.(*cosiapi.BucketClaim).Spec.BucketClassName}
-		}},
-		{&cosiapi.BucketAccess{}, indexAccessesByClaim, func(o client.Object) []string {
-			ba := o.(*cosiapi.BucketAccess)
-			keys := make([]string, 0, len(ba.Spec.BucketClaims))
-			for _, c := range ba.Spec.BucketClaims {
-				keys = append(keys, ba.Namespace+"/"+c.BucketClaimName)
-			}
-			return keys
-		}},
-		{&cosiapi.BucketAccess{}, indexAccessesByClass, func(o client.Object) []string {
-			return []string{o.(*cosiapi.BucketAccess).Spec.BucketAccessClassName}
-		}},
-		{&cosiapi.BucketAccess{}, indexAccessesByBucket, func(o client.Object) []string {
-			var names []string
-			for _, b := range o.(*cosiapi.BucketAccess).Status.AccessedBuckets {
-				names = append(names, b.BucketName)
-			}
-			return names
-		}},
-	}
-	for _, ix := range indexes {
-		if err := mgr.GetFieldIndexer().IndexField(ctx, ix.obj, ix.field, ix.fn); err != nil {
-			return fmt.Errorf("index %s: %w", ix.field, err)
-		}
+	if err := index.Register(ctx, mgr.GetFieldIndexer(), index.ClaimsByClass, index.ClaimsByExistingBucket,
+		index.AccessesByClaim, index.AccessesByClass, index.AccessesByBucket); err != nil {
+		return err
 	}
 	metrics := newMetrics()
-	copts := controller.Options{MaxConcurrentReconciles: max(opts.Workers, 1), RateLimiter: apiutil.RateLimiter()}
+	copts := controller.Options{MaxConcurrentReconciles: max(opts.Workers, 1), RateLimiter: requeue.RateLimiter()}
 	recorder := mgr.GetEventRecorder("cosi-controller")
 	c, reader := mgr.GetClient(), mgr.GetAPIReader()
-	if err := (&BucketClaimReconciler{Client: c, APIReader: reader, Recorder: recorder, Metrics: metrics}).SetupWithManager(mgr, copts); err != nil {
+	claims := &BucketClaimReconciler{Client: c, APIReader: reader, Recorder: recorder, Metrics: metrics}
+	if err := claims.SetupWithManager(mgr, copts); err != nil {
 		return err
 	}
-	if err := (&BucketAccessReconciler{Client: c, Recorder: recorder, Metrics: metrics}).SetupWithManager(mgr, copts); err != nil {
+	accesses := &BucketAccessReconciler{Client: c, Recorder: recorder, Metrics: metrics}
+	if err := accesses.SetupWithManager(mgr, copts); err != nil {
 		return err
 	}
-	return (&BucketReconciler{Client: c, APIReader: reader, Recorder: recorder, Metrics: metrics}).SetupWithManager(mgr, copts)
+	return (&BucketReconciler{Client: c, APIReader: reader, Recorder: recorder, Metrics: metrics}).SetupWithManager(mgr,
+		copts)
 }

@@ -6,11 +6,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/conditions"
 	"github.com/kube-cosi/cosi/pkg/driver"
 )
 
@@ -44,8 +43,9 @@ func newMetrics() *metrics {
 	metricsOnce.Do(func() {
 		m := &metrics{
 			duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-				Name:    "cosi_operation_total_seconds",
-				Help:    "End-to-end duration of COSI operations: creation to Provisioned, deletion timestamp to finalizer removal.",
+				Name: "cosi_operation_total_seconds",
+				Help: "End-to-end duration of COSI operations: creation to Provisioned, " +
+					"deletion timestamp to finalizer removal.",
 				Buckets: driver.OperationBuckets,
 			}, []string{"driver_name", "resource_kind", "operation"}),
 			count: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -88,9 +88,8 @@ func createOutcome(provisioned, driverCalled bool) string {
 
 // driverCalled reports whether a driver call was recorded in the conditions (ProvisionFailed is
 // True or False only after one).
-func driverCalled(conds []metav1.Condition) bool {
-	pf := meta.FindStatusCondition(conds, cosiapi.ConditionProvisionFailed)
-	return pf != nil && pf.Status != metav1.ConditionUnknown
+func driverCalled(obj conditions.Getter) bool {
+	return conditions.IsKnown(obj, cosiapi.ConditionProvisionFailed)
 }
 
 // deleted records a delete that finished, and the outcome of its create if it did not succeed.

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/index"
 )
 
 // References between COSI objects are derived from the live objects, never taken from what is
@@ -15,9 +16,6 @@ import (
 // BucketAccesses, so an annotation is only COSI's published view (KEP-1979 requires it), and a
 // decision that could lose data or leave credentials valid (deleting a claim or a bucket) is made
 // from an uncached list of the objects themselves.
-
-// indexAccessesByBucket indexes BucketAccesses by the Buckets they were handed off for.
-const indexAccessesByBucket = "status.accessedBuckets.bucketName"
 
 // holdsReference reports whether an access still holds its claims and Buckets: until the
 // controller has removed its protection finalizer after the sidecar's cleanup, it may have
@@ -27,23 +25,29 @@ func holdsReference(ba *cosiapi.BucketAccess) bool {
 }
 
 func namesClaim(ba *cosiapi.BucketAccess, claim string) bool {
-	return slices.ContainsFunc(ba.Spec.BucketClaims, func(c cosiapi.BucketClaimAccess) bool { return c.BucketClaimName == claim })
+	return slices.ContainsFunc(ba.Spec.BucketClaims,
+		func(c cosiapi.BucketClaimAccess) bool { return c.BucketClaimName == claim })
 }
 
 func namesBucket(ba *cosiapi.BucketAccess, bucket string) bool {
-	return slices.ContainsFunc(ba.Status.AccessedBuckets, func(b cosiapi.AccessedBucket) bool { return b.BucketName == bucket })
+	return slices.ContainsFunc(ba.Status.AccessedBuckets,
+		func(b cosiapi.AccessedBucket) bool { return b.BucketName == bucket })
 }
 
 // referencingAccesses returns the names of the accesses that hold a reference to the claim. With
 // live, it lists the API server, not the cache: the cache may not have an access created a moment
 // ago, and deciding from it could delete a bucket that access is about to use.
-func (r *BucketClaimReconciler) referencingAccesses(ctx context.Context, claim *cosiapi.BucketClaim, live bool) ([]string, error) {
+func (r *BucketClaimReconciler) referencingAccesses(
+	ctx context.Context, claim *cosiapi.BucketClaim, live bool,
+) ([]string, error) {
 	var list cosiapi.BucketAccessList
 	var err error
 	if live {
 		err = r.APIReader.List(ctx, &list, client.InNamespace(claim.Namespace))
 	} else {
-		err = r.Client.List(ctx, &list, client.InNamespace(claim.Namespace), client.MatchingFields{indexAccessesByClaim: claim.Namespace + "/" + claim.Name})
+		key := index.ClaimKey(claim.Namespace, claim.Name)
+		err = r.Client.List(ctx, &list, client.InNamespace(claim.Namespace),
+			client.MatchingFields{index.AccessesByClaim.Name: key})
 	}
 	if err != nil {
 		return nil, err
@@ -63,7 +67,7 @@ func accessesOfBucket(ctx context.Context, c client.Reader, bucket string, live 
 	var list cosiapi.BucketAccessList
 	var opts []client.ListOption
 	if !live {
-		opts = append(opts, client.MatchingFields{indexAccessesByBucket: bucket})
+		opts = append(opts, client.MatchingFields{index.AccessesByBucket.Name: bucket})
 	}
 	if err := c.List(ctx, &list, opts...); err != nil {
 		return nil, err

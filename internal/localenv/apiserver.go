@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/kube-cosi/cosi/internal/apiutil"
+	"github.com/kube-cosi/cosi/internal/scheme"
 )
 
 // APIServerOptions configure an API server.
@@ -72,7 +72,7 @@ func StartAPIServer(opts APIServerOptions) (*APIServer, error) {
 			return nil, fmt.Errorf("%s not found in %s: run `make kube-binaries` (or `make test`) to build it: %w", name, binDir, err)
 		}
 	}
-	scheme := apiutil.Scheme()
+	scheme := scheme.New()
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,

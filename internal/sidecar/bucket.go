@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -21,9 +21,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/apiutil"
+	"github.com/kube-cosi/cosi/internal/conditions"
+	"github.com/kube-cosi/cosi/internal/index"
+	"github.com/kube-cosi/cosi/internal/patch"
+	"github.com/kube-cosi/cosi/internal/predicates"
+	"github.com/kube-cosi/cosi/internal/requeue"
 	"github.com/kube-cosi/cosi/pkg/driver"
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=buckets,verbs=get;list;watch;update;patch
@@ -39,45 +43,48 @@ type BucketReconciler struct {
 	// gone before the grant is revoked from the record.
 	APIReader client.Reader
 	Driver    *driver.Client
-	Info      *cosi.DriverGetInfoResponse
+	Info      *cosiproto.DriverGetInfoResponse
 	Recorder  events.EventRecorder
 	// Grants counts the grants in flight, shared with the BucketAccessReconciler.
 	Grants *inFlight
+
+	log    logr.Logger
+	record statusRecorder[*cosiapi.Bucket]
 }
 
-// indexBucketsByGrant indexes Buckets by the UIDs of the accesses whose grants they record, so that
-// an access that goes wakes the Buckets holding its grants, whatever its status says.
-const indexBucketsByGrant = "metadata.annotations.grants"
+// bucketsByGrant indexes Buckets by the UIDs of the accesses whose grants they record, so that an
+// access that goes wakes the Buckets holding its grants, whatever its status says.
+var bucketsByGrant = index.BucketsByGrant(grantAnnotationPrefix)
 
 // SetupWithManager registers the reconciler for this driver's Buckets.
 func (r *BucketReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
-	err := mgr.GetFieldIndexer().IndexField(context.Background(), &cosiapi.Bucket{}, indexBucketsByGrant, func(o client.Object) []string {
-		var uids []string
-		for k := range o.GetAnnotations() {
-			if uid, ok := strings.CutPrefix(k, grantAnnotationPrefix); ok {
-				uids = append(uids, uid)
-			}
-		}
-		return uids
-	})
-	if err != nil {
-		return err
+	r.log = mgr.GetLogger().WithValues("controller", "sidecar-bucket")
+	r.record = statusRecorder[*cosiapi.Bucket]{
+		client: r.Client, events: r.Recorder, lock: patch.NoLock,
+		initial:      []string{cosiapi.ConditionResourcesValidated, cosiapi.ConditionProvisionFailed},
+		invalidEvent: cosiapi.EventFailedCreateBucket, invalidAction: "Provision", invalidUnprovisions: true,
 	}
 	ours := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return o.(*cosiapi.Bucket).Spec.DriverName == r.Info.GetName()
 	})
+	wake := predicate.Or[client.Object](predicates.SpecOrLifecycleChanged, predicates.ProtectionRemoved)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("sidecar-bucket").
-		For(&cosiapi.Bucket{}, builder.WithPredicates(ours, predicate.Or[client.Object](apiutil.SpecOrLifecycleChanged, apiutil.ProtectionRemoved))).
+		For(&cosiapi.Bucket{}, builder.WithPredicates(ours, wake)).
+
 		// An access that goes may leave a grant to revoke from the Buckets' records.
-		Watches(&cosiapi.BucketAccess{}, handler.EnqueueRequestsFromMapFunc(r.bucketsOfAccess), builder.WithPredicates(predicate.Funcs{
-			CreateFunc: func(event.CreateEvent) bool { return false },
-			UpdateFunc: func(e event.UpdateEvent) bool {
-				return !slices.Equal(e.ObjectOld.GetFinalizers(), e.ObjectNew.GetFinalizers())
-			},
-		})).
+		Watches(&cosiapi.BucketAccess{}, handler.EnqueueRequestsFromMapFunc(r.bucketsOfAccess),
+			builder.WithPredicates(accessGoing)).
 		WithOptions(opts).
 		Complete(r)
+}
+
+// accessGoing passes the access changes that may leave a grant to revoke: its finalizers.
+var accessGoing = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return !slices.Equal(e.ObjectOld.GetFinalizers(), e.ObjectNew.GetFinalizers())
+	},
 }
 
 // bucketsOfAccess maps an access to the Buckets it names in status and to those that record a
@@ -89,8 +96,8 @@ func (r *BucketReconciler) bucketsOfAccess(ctx context.Context, o client.Object)
 		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: b.BucketName}})
 	}
 	var list cosiapi.BucketList
-	if err := r.Client.List(ctx, &list, client.MatchingFields{indexBucketsByGrant: string(o.GetUID())}); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "listing the Buckets that record a grant", "bucketAccess", client.ObjectKeyFromObject(o))
+	if err := r.Client.List(ctx, &list, client.MatchingFields{bucketsByGrant.Name: string(o.GetUID())}); err != nil {
+		r.log.Error(err, "listing the Buckets that record a grant", "bucketAccess", client.ObjectKeyFromObject(o))
 	}
 	for _, b := range list.Items {
 		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: b.Name}})
@@ -118,10 +125,10 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		return r.result(bucket, cosiapi.EventFailedDeleteBucket, r.delete(ctx, bucket))
 	}
 	// The finalizer on every reconcile: it is put back when someone removed it.
-	if err := apiutil.AddFinalizer(ctx, r.Client, bucket); err != nil {
+	if err := patch.AddFinalizer(ctx, r.Client, bucket); err != nil {
 		return r.result(bucket, cosiapi.EventFailedCreateBucket, err)
 	}
-	if apiutil.IsTrue(bucket.Status.Conditions, cosiapi.ConditionProvisioned) && bucket.Status.BucketID != "" {
+	if conditions.IsTrue(bucket, cosiapi.ConditionProvisioned) && bucket.Status.BucketID != "" {
 		return reconcile.Result{}, nil // provisioned: nothing to do, and no second DriverCreateBucket
 	}
 	return r.result(bucket, cosiapi.EventFailedCreateBucket, r.provision(ctx, bucket))
@@ -130,59 +137,52 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 // result reports a failed Kubernetes API call as an event and hands the error to
 // controller-runtime.
 func (r *BucketReconciler) result(bucket *cosiapi.Bucket, reason string, err error) (reconcile.Result, error) {
-	apiutil.APIErrorEvent(r.Recorder, bucket, reason, err)
+	requeue.APIErrorEvent(r.Recorder, bucket, reason, err)
 	return result(err)
 }
 
-// provision creates (dynamic) or finds (static) the backend bucket and records it in status.
+// provision creates (dynamic) or finds (static) the backend bucket and records it in status
+// (KEP-1979 "Creating a Bucket" and "Accessing an Existing OSP Bucket", sidecar steps).
 func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket) error {
 	protocols := rpcProtocols(bucket.Spec.Protocols)
 	// The driver's protocols first: nothing is created in the backend for a Bucket that would be
 	// refused afterwards.
 	for _, p := range protocols {
 		if !slices.Contains(r.Info.GetSupportedProtocols(), p) {
-			return r.invalid(ctx, bucket, cosiapi.ReasonUnsupportedProtocol, fmt.Sprintf("driver %s does not support protocol %s (it supports %v)",
-				r.Info.GetName(), apiProtocol(p), apiProtocols(r.Info.GetSupportedProtocols())))
+			return r.record.invalid(ctx, bucket, cosiapi.ReasonUnsupportedProtocol,
+				fmt.Sprintf("driver %s does not support protocol %s (it supports %v)",
+					r.Info.GetName(), apiProtocol(p), apiProtocols(r.Info.GetSupportedProtocols())))
 		}
 	}
-	var info *cosi.ProtocolBucketInfo
+	var info *cosiproto.ProtocolBucketInfo
 	if id := bucket.Spec.ExistingBucketID; id != "" {
-		resp, err := r.Driver.DriverGetBucket(ctx, &cosi.DriverGetBucketRequest{BucketId: id, Protocols: protocols, Parameters: bucket.Spec.Parameters})
+		resp, err := r.Driver.DriverGetBucket(ctx,
+			&cosiproto.DriverGetBucketRequest{BucketId: id, Protocols: protocols, Parameters: bucket.Spec.Parameters})
 		if err != nil {
-			return r.failed(ctx, bucket, rpcError{"DriverGetBucket", err}, cosiapi.EventFailedCreateBucket)
+			return r.record.failed(ctx, bucket, rpcError{"DriverGetBucket", err}, cosiapi.EventFailedCreateBucket)
 		}
 		info = resp.GetProtocols()
 	} else {
 		if bucket.Status.BucketID == "" {
-			// Phase 1: get the ID and persist it before anything exists in the backend, so that
-			// whatever phase 2 creates can always be deleted.
-			resp, err := r.Driver.DriverGenerateBucketId(ctx, &cosi.DriverGenerateBucketIdRequest{Name: bucket.Name, Protocols: protocols, Parameters: bucket.Spec.Parameters})
-			if err != nil {
-				return r.failed(ctx, bucket, rpcError{"DriverGenerateBucketId", err}, cosiapi.EventFailedCreateBucket)
-			}
-			if resp.GetBucketId() == "" {
-				return r.invalid(ctx, bucket, cosiapi.ReasonProvisioningFailed, "DriverGenerateBucketId returned an empty bucket_id")
-			}
-			orig := bucket.DeepCopy()
-			bucket.Status.BucketID = resp.GetBucketId()
-			apiutil.InitConditions(&bucket.Status.Conditions, bucket.Generation, cosiapi.ConditionProvisionFailed, cosiapi.ConditionResourcesValidated)
-			apiutil.SetCondition(&bucket.Status.Conditions, bucket.Generation, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, "bucket ID generated; creating the bucket")
-			if err := r.Client.Status().Patch(ctx, bucket, client.MergeFrom(orig)); err != nil {
+			if err := r.generateID(ctx, bucket, protocols); err != nil {
 				return err
 			}
 		}
 		// Phase 2.
-		resp, err := r.Driver.DriverCreateBucket(ctx, &cosi.DriverCreateBucketRequest{BucketId: bucket.Status.BucketID, Protocols: protocols, Parameters: bucket.Spec.Parameters})
+		resp, err := r.Driver.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{
+			BucketId: bucket.Status.BucketID, Protocols: protocols, Parameters: bucket.Spec.Parameters,
+		})
 		if err != nil {
-			return r.failed(ctx, bucket, rpcError{"DriverCreateBucket", err}, cosiapi.EventFailedCreateBucket)
+			return r.record.failed(ctx, bucket, rpcError{"DriverCreateBucket", err}, cosiapi.EventFailedCreateBucket)
 		}
 		info = resp.GetProtocols()
 	}
 
 	if err := driver.ValidateBucketInfo(info, r.Info.GetSupportedProtocols(), protocols); err != nil {
-		return r.invalid(ctx, bucket, cosiapi.ReasonUnsupportedProtocol, "the driver's answer does not fit the Bucket: "+err.Error())
+		return r.record.invalid(ctx, bucket, cosiapi.ReasonUnsupportedProtocol,
+			"the driver's answer does not fit the Bucket: "+err.Error())
 	}
-	orig := bucket.DeepCopy()
+	status := r.record.status(bucket)
 	if id := bucket.Spec.ExistingBucketID; id != "" {
 		bucket.Status.BucketID = id
 	}
@@ -191,47 +191,33 @@ func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket
 		bucket.Status.Protocols = append(bucket.Status.Protocols, apiProtocol(p))
 	}
 	bucket.Status.BucketInfo = bucketStatusInfo(info)
-	g := bucket.Generation
-	apiutil.SetCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned, "the bucket exists in the backend")
-	apiutil.SetCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisionFailed, metav1.ConditionFalse, cosiapi.ReasonDriverSucceeded, "")
-	apiutil.SetCondition(&bucket.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid, "")
-	return r.Client.Status().Patch(ctx, bucket, client.MergeFrom(orig))
+	conditions.MarkTrue(bucket, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioned,
+		"the bucket exists in the backend")
+	conditions.MarkFalse(bucket, cosiapi.ConditionProvisionFailed, cosiapi.ReasonDriverSucceeded, "")
+	conditions.MarkTrue(bucket, cosiapi.ConditionResourcesValidated, cosiapi.ReasonValid, "")
+	return status.Patch(ctx, patch.NoLock)
 }
 
-// failed records a failed driver call in conditions and a Warning event. Provisioned becomes
-// Unknown while the call will be retried, False when it will not, and stays True once the bucket
-// was provisioned (KEP-1979 "Conditions": a failing RPC does not undo a provisioned bucket).
-func (r *BucketReconciler) failed(ctx context.Context, bucket *cosiapi.Bucket, rpc rpcError, eventReason string) error {
-	orig := bucket.DeepCopy()
-	g := bucket.Generation
-	apiutil.InitConditions(&bucket.Status.Conditions, g, cosiapi.ConditionResourcesValidated)
-	apiutil.SetCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, cosiapi.ReasonDriverError, rpc.Error())
-	if !apiutil.IsTrue(bucket.Status.Conditions, cosiapi.ConditionProvisioned) && bucket.DeletionTimestamp == nil {
-		if rpc.retryable() {
-			apiutil.SetCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, "retrying: "+rpc.Error())
-		} else {
-			apiutil.SetCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed, rpc.Error())
-		}
+// generateID is phase 1 of a dynamic Bucket: get the ID and persist it before anything exists in
+// the backend, so that whatever phase 2 creates can always be deleted.
+func (r *BucketReconciler) generateID(
+	ctx context.Context, bucket *cosiapi.Bucket, protocols []cosiproto.ObjectProtocol_Type,
+) error {
+	resp, err := r.Driver.DriverGenerateBucketId(ctx,
+		&cosiproto.DriverGenerateBucketIdRequest{Name: bucket.Name, Protocols: protocols, Parameters: bucket.Spec.Parameters})
+	if err != nil {
+		return r.record.failed(ctx, bucket, rpcError{"DriverGenerateBucketId", err}, cosiapi.EventFailedCreateBucket)
 	}
-	r.Recorder.Eventf(bucket, nil, corev1.EventTypeWarning, eventReason, rpc.method, "%s", apiutil.Truncate(rpc.Error()))
-	if err := r.Client.Status().Patch(ctx, bucket, client.MergeFrom(orig)); err != nil {
-		return fmt.Errorf("%w (and recording it: %w)", rpc, err)
+	if resp.GetBucketId() == "" {
+		return r.record.invalid(ctx, bucket, cosiapi.ReasonProvisioningFailed,
+			"DriverGenerateBucketId returned an empty bucket_id")
 	}
-	return rpc // result() retries or stops, by the driver's code
-}
-
-// invalid records a final problem that is not a driver error code.
-func (r *BucketReconciler) invalid(ctx context.Context, bucket *cosiapi.Bucket, reason, msg string) error {
-	orig := bucket.DeepCopy()
-	g := bucket.Generation
-	apiutil.SetCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed, msg)
-	apiutil.SetCondition(&bucket.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, reason, msg)
-	apiutil.InitConditions(&bucket.Status.Conditions, g, cosiapi.ConditionProvisionFailed)
-	r.Recorder.Eventf(bucket, nil, corev1.EventTypeWarning, cosiapi.EventFailedCreateBucket, "Provision", "%s", apiutil.Truncate(msg))
-	if err := r.Client.Status().Patch(ctx, bucket, client.MergeFrom(orig)); err != nil {
-		return err
-	}
-	return finalError("%s", msg)
+	status := r.record.status(bucket)
+	bucket.Status.BucketID = resp.GetBucketId()
+	conditions.Init(bucket, cosiapi.ConditionProvisionFailed, cosiapi.ConditionResourcesValidated)
+	conditions.MarkUnknown(bucket, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioning,
+		"bucket ID generated; creating the bucket")
+	return status.Patch(ctx, patch.NoLock)
 }
 
 // delete deprovisions the bucket once its claim is being deleted (KEP-1979 "Deleting a Bucket",
@@ -243,7 +229,8 @@ func (r *BucketReconciler) delete(ctx context.Context, bucket *cosiapi.Bucket) e
 	}
 	if bucket.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] == "" {
 		ref := bucket.Spec.BucketClaimRef
-		return r.waiting(ctx, bucket, fmt.Sprintf("deletion waits until BucketClaim %s/%s is deleted", ref.Namespace, ref.Name))
+		return r.waiting(ctx, bucket,
+			fmt.Sprintf("deletion waits until BucketClaim %s/%s is deleted", ref.Namespace, ref.Name))
 	}
 	if bucket.DeletionTimestamp == nil {
 		return nil // Delete policy: the controller deletes the Bucket next. Retain: nothing to do.
@@ -255,32 +242,33 @@ func (r *BucketReconciler) delete(ctx context.Context, bucket *cosiapi.Bucket) e
 		return err
 	}
 	if len(live) > 0 {
-		return r.waiting(ctx, bucket, fmt.Sprintf("deletion waits until the BucketAccesses %v that hold this Bucket are deleted", live))
+		return r.waiting(ctx, bucket,
+			fmt.Sprintf("deletion waits until the BucketAccesses %v that hold this Bucket are deleted", live))
 	}
 	// An imported bucket is never deleted, whatever its policy: the API refuses Delete with
 	// existingBucketID, and a Bucket stored before that rule is treated as Retain.
-	if bucket.Spec.DeletionPolicy == cosiapi.DeletionPolicyDelete && bucket.Spec.ExistingBucketID == "" && bucket.Status.BucketID != "" {
-		_, err := r.Driver.DriverDeleteBucket(ctx, &cosi.DriverDeleteBucketRequest{BucketId: bucket.Status.BucketID, Parameters: bucket.Spec.Parameters})
+	if bucket.Spec.DeletionPolicy == cosiapi.DeletionPolicyDelete && bucket.Spec.ExistingBucketID == "" &&
+		bucket.Status.BucketID != "" {
+		_, err := r.Driver.DriverDeleteBucket(ctx,
+			&cosiproto.DriverDeleteBucketRequest{BucketId: bucket.Status.BucketID, Parameters: bucket.Spec.Parameters})
 		if err != nil {
-			return r.failed(ctx, bucket, rpcError{"DriverDeleteBucket", err}, cosiapi.EventFailedDeleteBucket)
+			return r.record.failed(ctx, bucket, rpcError{"DriverDeleteBucket", err}, cosiapi.EventFailedDeleteBucket)
 		}
 	}
 	// Retain: the backend bucket stays; only the object goes.
-	return apiutil.RemoveFinalizer(ctx, r.Client, bucket)
+	return patch.RemoveFinalizer(ctx, r.Client, bucket)
 }
 
 // waiting records why a deleting Bucket's deprovisioning waits.
 func (r *BucketReconciler) waiting(ctx context.Context, bucket *cosiapi.Bucket, msg string) error {
-	orig := bucket.DeepCopy()
+	status := r.record.status(bucket)
 	s := metav1.ConditionUnknown
-	if apiutil.IsTrue(bucket.Status.Conditions, cosiapi.ConditionProvisioned) {
+	if conditions.IsTrue(bucket, cosiapi.ConditionProvisioned) {
 		s = metav1.ConditionTrue // a provisioned bucket stays provisioned while it waits
 	}
-	apiutil.SetCondition(&bucket.Status.Conditions, bucket.Generation, cosiapi.ConditionProvisioned, s, cosiapi.ReasonDeletionBlocked, msg)
-	if apiutil.ConditionsChanged(orig.Status.Conditions, bucket.Status.Conditions) {
-		return r.Client.Status().Patch(ctx, bucket, client.MergeFrom(orig))
-	}
-	return nil
+	conditions.Set(bucket, cosiapi.ConditionProvisioned, s, cosiapi.ReasonDeletionBlocked, msg)
+	_, err := status.PatchIfChanged(ctx, patch.NoLock)
+	return err
 }
 
 // failedRevoke records a failed revocation of a recorded grant on the Bucket, whose access is
@@ -288,10 +276,11 @@ func (r *BucketReconciler) waiting(ctx context.Context, bucket *cosiapi.Bucket, 
 func (r *BucketReconciler) failedRevoke(ctx context.Context, bucket *cosiapi.Bucket, g grantRecord, err error) error {
 	rpc := rpcError{"DriverRevokeBucketAccess", err}
 	msg := fmt.Sprintf("revoking the access of deleted BucketAccess %s/%s: %s", g.Namespace, g.Name, rpc.Error())
-	orig := bucket.DeepCopy()
-	apiutil.SetCondition(&bucket.Status.Conditions, bucket.Generation, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, cosiapi.ReasonDriverError, msg)
-	r.Recorder.Eventf(bucket, nil, corev1.EventTypeWarning, cosiapi.EventFailedRevokeAccess, rpc.method, "%s", apiutil.Truncate(msg))
-	if err := r.Client.Status().Patch(ctx, bucket, client.MergeFrom(orig)); err != nil {
+	status := r.record.status(bucket)
+	conditions.MarkTrue(bucket, cosiapi.ConditionProvisionFailed, cosiapi.ReasonDriverError, msg)
+	r.Recorder.Eventf(bucket, nil, corev1.EventTypeWarning, cosiapi.EventFailedRevokeAccess, rpc.method, "%s",
+		conditions.Truncate(msg))
+	if err := status.Patch(ctx, patch.NoLock); err != nil {
 		return fmt.Errorf("%w (and recording it: %w)", rpc, err)
 	}
 	return rpc

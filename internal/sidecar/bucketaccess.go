@@ -7,9 +7,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -24,9 +24,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/apiutil"
+	"github.com/kube-cosi/cosi/internal/conditions"
+	"github.com/kube-cosi/cosi/internal/index"
+	"github.com/kube-cosi/cosi/internal/patch"
+	"github.com/kube-cosi/cosi/internal/predicates"
+	"github.com/kube-cosi/cosi/internal/requeue"
 	"github.com/kube-cosi/cosi/pkg/driver"
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketaccesses,verbs=get;list;watch;update;patch
@@ -37,10 +41,6 @@ import (
 // finalizers (the OwnerReferencesPermissionEnforcement admission plugin checks it).
 // +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketaccesses/finalizers,verbs=update
 
-// indexAccessedBucket indexes BucketAccesses by the names of the Buckets they were handed off
-// for, so that a Bucket's change wakes the accesses waiting for it.
-const indexAccessedBucket = "status.accessedBuckets.bucketName"
-
 // BucketAccessReconciler grants and revokes the accesses of one driver, and writes their Secrets
 // (KEP-1979 "Generating Bucket Access Credentials" and "Deleting a BucketAccess", the sidecar
 // steps). It acts only after the controller's hand-off: status.driverName names this driver.
@@ -50,7 +50,7 @@ type BucketAccessReconciler struct {
 	// whether the access still exists, and the grant records on its Buckets.
 	APIReader client.Reader
 	Driver    *driver.Client
-	Info      *cosi.DriverGetInfoResponse
+	Info      *cosiproto.DriverGetInfoResponse
 	Recorder  events.EventRecorder
 	// SecretCheckInterval is how often the Secrets of a provisioned access are checked.
 	SecretCheckInterval time.Duration
@@ -58,28 +58,29 @@ type BucketAccessReconciler struct {
 	Grants *inFlight
 
 	checks secretChecks
+	log    logr.Logger
+	record statusRecorder[*cosiapi.BucketAccess]
 }
 
-// SetupWithManager registers the reconciler, its index and its watches.
-func (r *BucketAccessReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts controller.Options) error {
-	err := mgr.GetFieldIndexer().IndexField(ctx, &cosiapi.BucketAccess{}, indexAccessedBucket, func(o client.Object) []string {
-		var names []string
-		for _, b := range o.(*cosiapi.BucketAccess).Status.AccessedBuckets {
-			names = append(names, b.BucketName)
-		}
-		return names
-	})
-	if err != nil {
-		return err
+// SetupWithManager registers the reconciler and its watches; the accesses of a Bucket are found
+// with index.AccessesByBucket.
+func (r *BucketAccessReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
+	r.log = mgr.GetLogger().WithValues("controller", "sidecar-bucketaccess")
+	r.record = statusRecorder[*cosiapi.BucketAccess]{
+		client: r.Client, events: r.Recorder, lock: patch.OptimisticLock,
+		invalidEvent: cosiapi.EventFailedGrantAccess, invalidAction: "Grant",
 	}
 	ours := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return o.(*cosiapi.BucketAccess).Status.DriverName == r.Info.GetName()
 	})
+	wake := predicate.Or[client.Object](predicates.SpecOrLifecycleChanged, handOffChanged, predicates.ProtectionRemoved)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("sidecar-bucketaccess").
-		For(&cosiapi.BucketAccess{}, builder.WithPredicates(ours, predicate.Or[client.Object](apiutil.SpecOrLifecycleChanged, handOffChanged, apiutil.ProtectionRemoved))).
+		For(&cosiapi.BucketAccess{}, builder.WithPredicates(ours, wake)).
+
 		// A Bucket that becomes provisioned, or starts deleting, wakes the accesses for it.
-		Watches(&cosiapi.Bucket{}, handler.EnqueueRequestsFromMapFunc(r.accessesForBucket), builder.WithPredicates(bucketReadinessChanged)).
+		Watches(&cosiapi.Bucket{}, handler.EnqueueRequestsFromMapFunc(r.accessesForBucket),
+			builder.WithPredicates(bucketReadinessChanged)).
 		WithOptions(opts).
 		Complete(r)
 }
@@ -97,8 +98,9 @@ var bucketReadinessChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld.(*cosiapi.Bucket), e.ObjectNew.(*cosiapi.Bucket)
 		return o.Status.BucketID != n.Status.BucketID ||
-			apiutil.IsTrue(o.Status.Conditions, cosiapi.ConditionProvisioned) != apiutil.IsTrue(n.Status.Conditions, cosiapi.ConditionProvisioned) ||
-			o.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] != n.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] ||
+			conditions.IsTrue(o, cosiapi.ConditionProvisioned) != conditions.IsTrue(n, cosiapi.ConditionProvisioned) ||
+			o.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] !=
+				n.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] ||
 			!o.DeletionTimestamp.Equal(n.DeletionTimestamp)
 	},
 	DeleteFunc: func(event.DeleteEvent) bool { return false },
@@ -106,8 +108,8 @@ var bucketReadinessChanged = predicate.Funcs{
 
 func (r *BucketAccessReconciler) accessesForBucket(ctx context.Context, o client.Object) []reconcile.Request {
 	var list cosiapi.BucketAccessList
-	if err := r.Client.List(ctx, &list, client.MatchingFields{indexAccessedBucket: o.GetName()}); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "listing the accesses of a Bucket", "bucket", o.GetName())
+	if err := r.Client.List(ctx, &list, client.MatchingFields{index.AccessesByBucket.Name: o.GetName()}); err != nil {
+		r.log.Error(err, "listing the accesses of a Bucket", "bucket", o.GetName())
 		return nil
 	}
 	reqs := make([]reconcile.Request, 0, len(list.Items))
@@ -135,7 +137,7 @@ func (r *BucketAccessReconciler) Reconcile(ctx context.Context, req reconcile.Re
 	if len(ba.Status.AccessedBuckets) == 0 {
 		return reconcile.Result{}, nil
 	}
-	if apiutil.IsTrue(ba.Status.Conditions, cosiapi.ConditionProvisioned) {
+	if conditions.IsTrue(ba, cosiapi.ConditionProvisioned) {
 		return r.check(ctx, ba)
 	}
 	if err := r.grant(ctx, ba); err != nil {
@@ -148,7 +150,7 @@ func (r *BucketAccessReconciler) Reconcile(ctx context.Context, req reconcile.Re
 // result reports a failed Kubernetes API call as an event and hands the error to
 // controller-runtime.
 func (r *BucketAccessReconciler) result(ba *cosiapi.BucketAccess, reason string, err error) (reconcile.Result, error) {
-	apiutil.APIErrorEvent(r.Recorder, ba, reason, err)
+	requeue.APIErrorEvent(r.Recorder, ba, reason, err)
 	return result(err)
 }
 
@@ -158,7 +160,7 @@ func (r *BucketAccessReconciler) result(ba *cosiapi.BucketAccess, reason string,
 // access's credentials again for the same account (memory), or issue a new key and keep the
 // newest previous one (S3 on IAM), so the key that workloads still hold stays valid.
 func (r *BucketAccessReconciler) check(ctx context.Context, ba *cosiapi.BucketAccess) (reconcile.Result, error) {
-	if err := apiutil.AddFinalizer(ctx, r.Client, ba); err != nil {
+	if err := patch.AddFinalizer(ctx, r.Client, ba); err != nil {
 		return r.result(ba, cosiapi.EventFailedGrantAccess, err)
 	}
 	if wait := r.checks.due(ba.UID, r.SecretCheckInterval); wait > 0 {
@@ -177,87 +179,28 @@ func (r *BucketAccessReconciler) check(ctx context.Context, ba *cosiapi.BucketAc
 	return reconcile.Result{RequeueAfter: r.checks.due(ba.UID, r.SecretCheckInterval)}, nil
 }
 
-// grant provisions the access in two phases and writes its Secrets.
+// grant provisions the access in two phases and writes its Secrets (KEP-1979 "Generating Bucket
+// Access Credentials", sidecar steps).
 func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAccess) error {
 	// Counted in flight first, then the access confirmed uncached: a Bucket's reconcile revokes a
 	// recorded grant only when the access is gone (uncached) and no grant for it is in flight, so
 	// either it sees this grant, or this grant sees the access gone.
 	done := r.Grants.start(ba.UID)
 	defer done()
-	live := &cosiapi.BucketAccess{}
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ba), live); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	if live.UID != ba.UID || live.DeletionTimestamp != nil {
-		return nil // gone or going: the deletion path takes over
-	}
-	buckets, ready, err := r.buckets(ctx, ba)
+	buckets, ready, err := r.prepareGrant(ctx, ba)
 	if err != nil || !ready {
 		return err
 	}
-	if err := apiutil.AddFinalizer(ctx, r.Client, ba); err != nil {
-		return err
-	}
-	// Before anything is granted, the Secrets must be writable: credentials that cannot be
-	// written would only be minted for nothing.
-	ready, conflict, err := r.secretsReady(ctx, ba)
-	if err != nil {
-		return err
-	}
-	if conflict != "" {
-		return r.secretConflict(ctx, ba, errSecretConflict{conflict})
-	}
-	if !ready {
-		return errRequeue("a Secret of the access is being deleted; writing it again when it is gone")
-	}
-
-	protocol := rpcProtocol(ba.Spec.Protocol)
-	auth := rpcAuthenticationType(ba.Status.AuthenticationType)
-	var sa *cosi.ServiceAccount
-	if auth == cosi.AuthenticationType_SERVICE_ACCOUNT {
-		// Only for ServiceAccount authentication, so that Key drivers never come to rely on it.
-		sa = &cosi.ServiceAccount{Namespace: ba.Namespace, Name: ba.Spec.ServiceAccountName}
-	}
-	var accessed []*cosi.AccessedBucket
-	for _, claim := range ba.Spec.BucketClaims {
-		accessed = append(accessed, &cosi.AccessedBucket{BucketId: buckets[claim.BucketClaimName].Status.BucketID, AccessModes: rpcAccessModes(claim.AccessModes)})
-	}
-
-	generateReq := &cosi.DriverGenerateBucketAccessIdRequest{
-		AccountName: cosiapi.AccountNamePrefix + string(ba.UID), Buckets: accessed, Protocol: protocol,
-		AuthenticationType: auth, ServiceAccount: sa, Parameters: ba.Status.Parameters,
-	}
-	if ba.Status.AccountID != "" && !grantRecorded(ba, buckets) {
-		// An account ID this sidecar has no record of granting: it stopped between phase 1 and the
-		// record, or someone who can write status put it there (another access's account, say).
-		// The driver generates the same ID for the same account name (KEP-1979
-		// "DriverGenerateBucketAccessId"); anything else is not this access's account.
-		resp, err := r.Driver.DriverGenerateBucketAccessId(ctx, generateReq)
-		if err != nil {
-			return r.failed(ctx, ba, rpcError{"DriverGenerateBucketAccessId", err}, cosiapi.EventFailedGrantAccess)
-		}
-		if resp.GetAccountId() != ba.Status.AccountID {
-			return r.invalid(ctx, ba, cosiapi.ReasonInvalidReference, "status.accountID is not the account the driver generates for this BucketAccess", true)
-		}
-	}
-	if ba.Status.AccountID == "" {
+	req := newGrantRequest(ba, buckets)
+	switch {
+	case ba.Status.AccountID == "":
 		// Phase 1: get the account ID and persist it (with the bucket IDs, for the revocation)
 		// before anything exists in the backend.
-		resp, err := r.Driver.DriverGenerateBucketAccessId(ctx, generateReq)
-		if err != nil {
-			return r.failed(ctx, ba, rpcError{"DriverGenerateBucketAccessId", err}, cosiapi.EventFailedGrantAccess)
+		if err := r.generateAccountID(ctx, ba, buckets, req); err != nil {
+			return err
 		}
-		if resp.GetAccountId() == "" {
-			return r.invalid(ctx, ba, cosiapi.ReasonProvisioningFailed, "DriverGenerateBucketAccessId returned an empty account_id", false)
-		}
-		orig := ba.DeepCopy()
-		ba.Status.AccountID = resp.GetAccountId()
-		for i, ab := range ba.Status.AccessedBuckets {
-			ba.Status.AccessedBuckets[i].BucketID = buckets[ab.BucketClaimName].Status.BucketID
-		}
-		apiutil.InitConditions(&ba.Status.Conditions, ba.Generation, cosiapi.ConditionProvisionFailed)
-		apiutil.SetCondition(&ba.Status.Conditions, ba.Generation, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, "account ID generated; granting access")
-		if err := r.patchStatus(ctx, ba, orig); err != nil {
+	case !grantRecorded(ba, buckets):
+		if err := r.checkAccountID(ctx, ba, req); err != nil {
 			return err
 		}
 	}
@@ -268,21 +211,154 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 	}
 
 	// Phase 2.
-	grantReq := &cosi.DriverGrantBucketAccessRequest{
-		AccountId: ba.Status.AccountID, Buckets: accessed, Protocol: protocol,
-		AuthenticationType: auth, ServiceAccount: sa, Parameters: ba.Status.Parameters,
-	}
+	grantReq := req.grant(ba.Status.AccountID)
 	resp, err := r.Driver.DriverGrantBucketAccess(ctx, grantReq)
 	if err != nil {
-		return r.failed(ctx, ba, rpcError{"DriverGrantBucketAccess", err}, cosiapi.EventFailedGrantAccess)
+		return r.record.failed(ctx, ba, rpcError{"DriverGrantBucketAccess", err}, cosiapi.EventFailedGrantAccess)
 	}
 	if err := driver.ValidateGrantResponse(grantReq, resp); err != nil {
-		return r.invalid(ctx, ba, cosiapi.ReasonProvisioningFailed, "DriverGrantBucketAccess returned an incomplete answer: "+err.Error(), false)
+		return r.record.invalidAnswer(ctx, ba, cosiapi.ReasonProvisioningFailed,
+			"DriverGrantBucketAccess returned an incomplete answer: "+err.Error())
 	}
+	if err := r.writeSecrets(ctx, ba, buckets, req.protocol, resp); err != nil {
+		return err
+	}
+	return r.recordGranted(ctx, ba)
+}
 
+// prepareGrant returns the access's Buckets once the access may be granted: it still exists, its
+// Buckets are provisioned, it has its finalizer, and its Secrets can be written. ready is false,
+// with the conditions saying why, while something is missing.
+func (r *BucketAccessReconciler) prepareGrant(
+	ctx context.Context, ba *cosiapi.BucketAccess,
+) (buckets map[string]*cosiapi.Bucket, ready bool, err error) {
+	live := &cosiapi.BucketAccess{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ba), live); err != nil {
+		return nil, false, client.IgnoreNotFound(err)
+	}
+	if live.UID != ba.UID || live.DeletionTimestamp != nil {
+		return nil, false, nil // gone or going: the deletion path takes over
+	}
+	buckets, ready, err = r.buckets(ctx, ba)
+	if err != nil || !ready {
+		return nil, false, err
+	}
+	if err := patch.AddFinalizer(ctx, r.Client, ba); err != nil {
+		return nil, false, err
+	}
+	// Before anything is granted, the Secrets must be writable: credentials that cannot be
+	// written would only be minted for nothing.
+	ready, conflict, err := r.secretsReady(ctx, ba)
+	if err != nil {
+		return nil, false, err
+	}
+	if conflict != "" {
+		return nil, false, r.secretConflict(ctx, ba, errSecretConflict{conflict})
+	}
+	if !ready {
+		return nil, false, errRequeue("a Secret of the access is being deleted; writing it again when it is gone")
+	}
+	return buckets, true, nil
+}
+
+// grantRequest is what both phases of a grant send to the driver.
+type grantRequest struct {
+	accountName string
+	protocol    cosiproto.ObjectProtocol_Type
+	auth        cosiproto.AuthenticationType_Type
+	sa          *cosiproto.ServiceAccount
+	buckets     []*cosiproto.AccessedBucket
+	parameters  map[string]string
+}
+
+func newGrantRequest(ba *cosiapi.BucketAccess, buckets map[string]*cosiapi.Bucket) grantRequest {
+	req := grantRequest{
+		accountName: cosiapi.AccountNamePrefix + string(ba.UID),
+		protocol:    rpcProtocol(ba.Spec.Protocol),
+		auth:        rpcAuthenticationType(ba.Status.AuthenticationType),
+		parameters:  ba.Status.Parameters,
+	}
+	if req.auth == cosiproto.AuthenticationType_SERVICE_ACCOUNT {
+		// Only for ServiceAccount authentication, so that Key drivers never come to rely on it.
+		req.sa = &cosiproto.ServiceAccount{Namespace: ba.Namespace, Name: ba.Spec.ServiceAccountName}
+	}
+	for _, claim := range ba.Spec.BucketClaims {
+		req.buckets = append(
+			req.buckets,
+			&cosiproto.AccessedBucket{
+				BucketId:    buckets[claim.BucketClaimName].Status.BucketID,
+				AccessModes: rpcAccessModes(claim.AccessModes),
+			},
+		)
+	}
+	return req
+}
+
+func (g grantRequest) generate() *cosiproto.DriverGenerateBucketAccessIdRequest {
+	return &cosiproto.DriverGenerateBucketAccessIdRequest{
+		AccountName: g.accountName, Buckets: g.buckets, Protocol: g.protocol,
+		AuthenticationType: g.auth, ServiceAccount: g.sa, Parameters: g.parameters,
+	}
+}
+
+func (g grantRequest) grant(accountID string) *cosiproto.DriverGrantBucketAccessRequest {
+	return &cosiproto.DriverGrantBucketAccessRequest{
+		AccountId: accountID, Buckets: g.buckets, Protocol: g.protocol,
+		AuthenticationType: g.auth, ServiceAccount: g.sa, Parameters: g.parameters,
+	}
+}
+
+// generateAccountID is phase 1: the driver names the account, and the name is persisted with the
+// bucket IDs before anything exists in the backend.
+func (r *BucketAccessReconciler) generateAccountID(
+	ctx context.Context, ba *cosiapi.BucketAccess, buckets map[string]*cosiapi.Bucket, req grantRequest,
+) error {
+	resp, err := r.Driver.DriverGenerateBucketAccessId(ctx, req.generate())
+	if err != nil {
+		return r.record.failed(ctx, ba, rpcError{"DriverGenerateBucketAccessId", err}, cosiapi.EventFailedGrantAccess)
+	}
+	if resp.GetAccountId() == "" {
+		return r.record.invalidAnswer(ctx, ba, cosiapi.ReasonProvisioningFailed,
+			"DriverGenerateBucketAccessId returned an empty account_id")
+	}
+	status := r.record.status(ba)
+	ba.Status.AccountID = resp.GetAccountId()
+	for i, ab := range ba.Status.AccessedBuckets {
+		ba.Status.AccessedBuckets[i].BucketID = buckets[ab.BucketClaimName].Status.BucketID
+	}
+	conditions.Init(ba, cosiapi.ConditionProvisionFailed)
+	conditions.MarkUnknown(ba, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioning,
+		"account ID generated; granting access")
+	return status.Patch(ctx, patch.OptimisticLock)
+}
+
+// checkAccountID checks an account ID this sidecar has no record of granting: it stopped between
+// phase 1 and the record, or someone who can write status put it there (another access's
+// account, say). The driver generates the same ID for the same account name (KEP-1979
+// "DriverGenerateBucketAccessId"); anything else is not this access's account.
+func (r *BucketAccessReconciler) checkAccountID(ctx context.Context, ba *cosiapi.BucketAccess, req grantRequest) error {
+	resp, err := r.Driver.DriverGenerateBucketAccessId(ctx, req.generate())
+	if err != nil {
+		return r.record.failed(ctx, ba, rpcError{"DriverGenerateBucketAccessId", err}, cosiapi.EventFailedGrantAccess)
+	}
+	if resp.GetAccountId() != ba.Status.AccountID {
+		return r.record.invalid(ctx, ba, cosiapi.ReasonInvalidReference,
+			"status.accountID is not the account the driver generates for this BucketAccess")
+	}
+	return nil
+}
+
+// writeSecrets writes the Secret of each claim from the driver's answer.
+func (r *BucketAccessReconciler) writeSecrets(
+	ctx context.Context,
+	ba *cosiapi.BucketAccess,
+	buckets map[string]*cosiapi.Bucket,
+	protocol cosiproto.ObjectProtocol_Type,
+	resp *cosiproto.DriverGrantBucketAccessResponse,
+) error {
 	for _, claim := range ba.Spec.BucketClaims {
 		bucketID := buckets[claim.BucketClaimName].Status.BucketID
-		var info *cosi.ProtocolBucketInfo
+		var info *cosiproto.ProtocolBucketInfo
 		for _, b := range resp.GetBuckets() {
 			if b.GetBucketId() == bucketID {
 				info = b.GetBucketInfo()
@@ -297,20 +373,22 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 			return err
 		}
 	}
+	return nil
+}
 
-	// Once the driver has answered, the result is written whatever else changed the object
-	// meanwhile (a tenant's label, the controller's condition): a conflict here is retried on a
-	// fresh copy, never by granting again.
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+// recordGranted records the grant in status. Once the driver has answered, the result is written
+// whatever else changed the object meanwhile (a tenant's label, the controller's condition): a
+// conflict here is retried on a fresh copy, never by granting again.
+func (r *BucketAccessReconciler) recordGranted(ctx context.Context, ba *cosiapi.BucketAccess) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ba), ba); err != nil {
 			return err
 		}
-		orig := ba.DeepCopy()
-		g := ba.Generation
-		apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned, "access granted; Secrets written")
-		apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisionFailed, metav1.ConditionFalse, cosiapi.ReasonDriverSucceeded, "")
-		apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid, "")
-		return r.patchStatus(ctx, ba, orig)
+		status := r.record.status(ba)
+		conditions.MarkTrue(ba, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioned, "access granted; Secrets written")
+		conditions.MarkFalse(ba, cosiapi.ConditionProvisionFailed, cosiapi.ReasonDriverSucceeded, "")
+		conditions.MarkTrue(ba, cosiapi.ConditionResourcesValidated, cosiapi.ReasonValid, "")
+		return status.Patch(ctx, patch.OptimisticLock)
 	})
 	if err != nil {
 		return client.IgnoreNotFound(err)
@@ -325,67 +403,79 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 // The hand-off in status is checked against the Buckets themselves before anything is granted:
 // whoever can write bucketaccesses/status could otherwise name any Bucket of the cluster. Each
 // Bucket must be bound to the claim of this access that names it, in the access's namespace.
-func (r *BucketAccessReconciler) buckets(ctx context.Context, ba *cosiapi.BucketAccess) (map[string]*cosiapi.Bucket, bool, error) {
+func (r *BucketAccessReconciler) buckets(
+	ctx context.Context, ba *cosiapi.BucketAccess,
+) (map[string]*cosiapi.Bucket, bool, error) {
 	buckets := map[string]*cosiapi.Bucket{}
 	var waiting []string
 	for _, ab := range ba.Status.AccessedBuckets {
 		b := &cosiapi.Bucket{}
 		if err := r.Client.Get(ctx, types.NamespacedName{Name: ab.BucketName}, b); err != nil {
 			if apierrors.IsNotFound(err) {
-				return nil, false, r.invalid(ctx, ba, cosiapi.ReasonInvalidReference, fmt.Sprintf("Bucket %s of BucketClaim %s does not exist", ab.BucketName, ab.BucketClaimName), true)
+				return nil, false, r.record.invalid(ctx, ba, cosiapi.ReasonInvalidReference,
+					fmt.Sprintf("Bucket %s of BucketClaim %s does not exist", ab.BucketName, ab.BucketClaimName))
 			}
 			return nil, false, err
 		}
 		ref := b.Spec.BucketClaimRef
 		switch {
-		case !slices.ContainsFunc(ba.Spec.BucketClaims, func(c cosiapi.BucketClaimAccess) bool { return c.BucketClaimName == ab.BucketClaimName }) ||
+		case !slices.ContainsFunc(ba.Spec.BucketClaims, func(c cosiapi.BucketClaimAccess) bool {
+			return c.BucketClaimName == ab.BucketClaimName
+		}) ||
 			buckets[ab.BucketClaimName] != nil:
-			return nil, false, r.invalid(ctx, ba, cosiapi.ReasonInvalidReference, fmt.Sprintf("status names BucketClaim %s, which spec does not, or twice", ab.BucketClaimName), true)
+			return nil, false, r.record.invalid(ctx, ba, cosiapi.ReasonInvalidReference,
+				fmt.Sprintf("status names BucketClaim %s, which spec does not, or twice", ab.BucketClaimName))
 		case ref.Namespace != ba.Namespace || ref.Name != ab.BucketClaimName || ref.UID == "":
-			return nil, false, r.invalid(ctx, ba, cosiapi.ReasonInvalidReference, fmt.Sprintf("Bucket %s is not bound to BucketClaim %s", ab.BucketName, ab.BucketClaimName), true)
+			return nil, false, r.record.invalid(ctx, ba, cosiapi.ReasonInvalidReference,
+				fmt.Sprintf("Bucket %s is not bound to BucketClaim %s", ab.BucketName, ab.BucketClaimName))
 		case b.DeletionTimestamp != nil || b.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] != "":
-			return nil, false, r.invalid(ctx, ba, cosiapi.ReasonInvalidReference, fmt.Sprintf("BucketClaim %s is being deleted: no new access is granted to it", ab.BucketClaimName), true)
+			return nil, false, r.record.invalid(ctx, ba, cosiapi.ReasonInvalidReference,
+				fmt.Sprintf("BucketClaim %s is being deleted: no new access is granted to it", ab.BucketClaimName))
 		case b.Spec.DriverName != r.Info.GetName():
-			return nil, false, r.invalid(ctx, ba, cosiapi.ReasonInvalidReference, fmt.Sprintf("Bucket %s belongs to driver %s, not %s", ab.BucketName, b.Spec.DriverName, r.Info.GetName()), true)
-		case b.Status.BucketID == "" || !apiutil.IsTrue(b.Status.Conditions, cosiapi.ConditionProvisioned):
+			return nil, false, r.record.invalid(ctx, ba, cosiapi.ReasonInvalidReference,
+				fmt.Sprintf("Bucket %s belongs to driver %s, not %s", ab.BucketName, b.Spec.DriverName, r.Info.GetName()))
+		case b.Status.BucketID == "" || !conditions.IsTrue(b, cosiapi.ConditionProvisioned):
 			waiting = append(waiting, ab.BucketName)
 		case !slices.Contains(b.Status.Protocols, ba.Spec.Protocol):
-			return nil, false, r.invalid(ctx, ba, cosiapi.ReasonUnsupportedProtocol, fmt.Sprintf("Bucket %s does not support %s (it supports %v)", ab.BucketName, ba.Spec.Protocol, b.Status.Protocols), true)
+			return nil, false, r.record.invalid(ctx, ba, cosiapi.ReasonUnsupportedProtocol,
+				fmt.Sprintf("Bucket %s does not support %s (it supports %v)", ab.BucketName, ba.Spec.Protocol, b.Status.Protocols))
 		}
 		buckets[ab.BucketClaimName] = b
 	}
 	for _, claim := range ba.Spec.BucketClaims {
 		if buckets[claim.BucketClaimName] == nil {
-			return nil, false, r.invalid(ctx, ba, cosiapi.ReasonInvalidReference, fmt.Sprintf("BucketClaim %s has no accessed Bucket in status", claim.BucketClaimName), true)
+			return nil, false, r.record.invalid(ctx, ba, cosiapi.ReasonInvalidReference,
+				fmt.Sprintf("BucketClaim %s has no accessed Bucket in status", claim.BucketClaimName))
 		}
 	}
 	if len(waiting) == 0 {
 		return buckets, true, nil
 	}
-	orig := ba.DeepCopy()
+	status := r.record.status(ba)
 	msg := fmt.Sprintf("waiting for Buckets %v to be provisioned", waiting)
-	apiutil.SetCondition(&ba.Status.Conditions, ba.Generation, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources, msg)
-	if !apiutil.ConditionsChanged(orig.Status.Conditions, ba.Status.Conditions) {
+	conditions.MarkUnknown(ba, cosiapi.ConditionProvisioned, cosiapi.ReasonWaitingForResources, msg)
+	if !status.ConditionsChanged() {
 		return nil, false, nil
 	}
 	r.Recorder.Eventf(ba, nil, corev1.EventTypeNormal, cosiapi.EventWaitingForBucket, "Grant", msg)
-	return nil, false, r.patchStatus(ctx, ba, orig)
+	return nil, false, status.Patch(ctx, patch.OptimisticLock)
 }
 
 // secretConflict records that an access Secret's name is taken (ResourcesValidated False,
 // SecretConflict) and retries later: the sidecar cannot watch Secrets, so it looks again after a
 // while rather than waiting for an event.
-func (r *BucketAccessReconciler) secretConflict(ctx context.Context, ba *cosiapi.BucketAccess, conflict errSecretConflict) error {
-	orig := ba.DeepCopy()
-	g := ba.Generation
+func (r *BucketAccessReconciler) secretConflict(
+	ctx context.Context, ba *cosiapi.BucketAccess, conflict errSecretConflict,
+) error {
+	status := r.record.status(ba)
 	msg := conflict.Error()
-	apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonSecretConflict, msg)
-	if !apiutil.IsTrue(ba.Status.Conditions, cosiapi.ConditionProvisioned) {
-		apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources, msg)
+	conditions.MarkFalse(ba, cosiapi.ConditionResourcesValidated, cosiapi.ReasonSecretConflict, msg)
+	if !conditions.IsTrue(ba, cosiapi.ConditionProvisioned) {
+		conditions.MarkUnknown(ba, cosiapi.ConditionProvisioned, cosiapi.ReasonWaitingForResources, msg)
 	}
-	if apiutil.ConditionsChanged(orig.Status.Conditions, ba.Status.Conditions) {
+	if status.ConditionsChanged() {
 		r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, cosiapi.EventFailedGrantAccess, "WriteSecret", "%s", msg)
-		if err := r.patchStatus(ctx, ba, orig); err != nil {
+		if err := status.Patch(ctx, patch.OptimisticLock); err != nil {
 			return err
 		}
 	}
@@ -403,7 +493,7 @@ func (r *BucketAccessReconciler) delete(ctx context.Context, ba *cosiapi.BucketA
 		if ba.Annotations[cosiapi.AnnotationSidecarCleanupFinished] != "" {
 			return nil
 		}
-		return client.IgnoreNotFound(apiutil.SetAnnotation(ctx, r.Client, ba, cosiapi.AnnotationSidecarCleanupFinished))
+		return client.IgnoreNotFound(patch.SetAnnotation(ctx, r.Client, ba, cosiapi.AnnotationSidecarCleanupFinished))
 	}
 	if err := r.deleteSecrets(ctx, ba); err != nil {
 		return err
@@ -418,7 +508,7 @@ func (r *BucketAccessReconciler) delete(ctx context.Context, ba *cosiapi.BucketA
 	}
 	if rec != nil && len(rec.BucketIDs) > 0 {
 		if _, err := r.Driver.DriverRevokeBucketAccess(ctx, rec.revokeRequest()); err != nil {
-			return r.failed(ctx, ba, rpcError{"DriverRevokeBucketAccess", err}, cosiapi.EventFailedRevokeAccess)
+			return r.record.failed(ctx, ba, rpcError{"DriverRevokeBucketAccess", err}, cosiapi.EventFailedRevokeAccess)
 		}
 	}
 	var names []string
@@ -428,63 +518,15 @@ func (r *BucketAccessReconciler) delete(ctx context.Context, ba *cosiapi.BucketA
 	if err := forgetGrant(ctx, r.Client, ba.UID, names); err != nil {
 		return err
 	}
-	orig := ba.DeepCopy()
-	apiutil.SetCondition(&ba.Status.Conditions, ba.Generation, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonRevoked, "access revoked; Secrets deleted")
-	if err := r.patchStatus(ctx, ba, orig); err != nil {
+	status := r.record.status(ba)
+	conditions.MarkFalse(ba, cosiapi.ConditionProvisioned, cosiapi.ReasonRevoked, "access revoked; Secrets deleted")
+	if err := status.Patch(ctx, patch.OptimisticLock); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	return client.IgnoreNotFound(apiutil.SetAnnotation(ctx, r.Client, ba, cosiapi.AnnotationSidecarCleanupFinished))
+	return client.IgnoreNotFound(patch.SetAnnotation(ctx, r.Client, ba, cosiapi.AnnotationSidecarCleanupFinished))
 }
 
 // revoked reports whether the sidecar recorded the access's revocation in status.
 func revoked(ba *cosiapi.BucketAccess) bool {
-	p := meta.FindStatusCondition(ba.Status.Conditions, cosiapi.ConditionProvisioned)
-	return p != nil && p.Status == metav1.ConditionFalse && p.Reason == cosiapi.ReasonRevoked
-}
-
-// failed records a failed driver call in conditions and a Warning event (see
-// BucketReconciler.failed).
-func (r *BucketAccessReconciler) failed(ctx context.Context, ba *cosiapi.BucketAccess, rpc rpcError, eventReason string) error {
-	orig := ba.DeepCopy()
-	g := ba.Generation
-	apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, cosiapi.ReasonDriverError, rpc.Error())
-	if !apiutil.IsTrue(ba.Status.Conditions, cosiapi.ConditionProvisioned) && ba.DeletionTimestamp == nil {
-		if rpc.retryable() {
-			apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning, "retrying: "+rpc.Error())
-		} else {
-			apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed, rpc.Error())
-		}
-	}
-	r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, eventReason, rpc.method, "%s", apiutil.Truncate(rpc.Error()))
-	if err := r.patchStatus(ctx, ba, orig); err != nil {
-		return fmt.Errorf("%w (and recording it: %w)", rpc, err)
-	}
-	return rpc
-}
-
-// invalid records a final problem with the objects (not a driver error code) and stops retrying.
-// validation says whether it is about the Kubernetes objects (ResourcesValidated False) or the
-// driver's answer.
-func (r *BucketAccessReconciler) invalid(ctx context.Context, ba *cosiapi.BucketAccess, reason, msg string, validation bool) error {
-	orig := ba.DeepCopy()
-	g := ba.Generation
-	if !apiutil.IsTrue(ba.Status.Conditions, cosiapi.ConditionProvisioned) {
-		apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed, msg)
-	}
-	if validation {
-		apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, reason, msg)
-	} else {
-		apiutil.SetCondition(&ba.Status.Conditions, g, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, reason, msg)
-	}
-	r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, cosiapi.EventFailedGrantAccess, "Grant", "%s", apiutil.Truncate(msg))
-	if err := r.patchStatus(ctx, ba, orig); err != nil {
-		return err
-	}
-	return finalError("%s", msg)
-}
-
-// patchStatus patches the status with optimistic locking: the controller writes this status too,
-// and a merge patch of the conditions list would otherwise drop its conditions.
-func (r *BucketAccessReconciler) patchStatus(ctx context.Context, ba *cosiapi.BucketAccess, orig *cosiapi.BucketAccess) error {
-	return r.Client.Status().Patch(ctx, ba, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	return conditions.Has(ba, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonRevoked)
 }

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/kube-cosi/cosi/internal/apiutil"
+	"github.com/kube-cosi/cosi/internal/requeue"
 )
 
 // rpcError describes a failed driver call for conditions, events and the returned error. The
@@ -59,7 +59,7 @@ func (e rpcError) retryable() bool {
 // backoff; final driver errors stop retrying until the object changes.
 func result(err error) (reconcile.Result, error) {
 	if err == nil || apierrors.IsConflict(err) {
-		return apiutil.Result(err)
+		return requeue.Result(err)
 	}
 	var later requeueError
 	if errors.As(err, &later) {

@@ -14,8 +14,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/apiutil"
-	cosi "github.com/kube-cosi/cosi/proto"
+	"github.com/kube-cosi/cosi/internal/lookup"
+	"github.com/kube-cosi/cosi/internal/patch"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // Grant records make revocation independent of what a tenant can do to their BucketAccess. A
@@ -49,7 +50,9 @@ type grantRecord struct {
 func newGrantRecord(ba *cosiapi.BucketAccess) grantRecord {
 	rec := grantRecord{
 		Namespace: ba.Namespace, Name: ba.Name, UID: ba.UID, AccountID: ba.Status.AccountID, Protocol: ba.Spec.Protocol,
-		AuthenticationType: string(ba.Status.AuthenticationType), Parameters: ba.Status.Parameters, SecretNames: secretNames(ba),
+		AuthenticationType: string(
+			ba.Status.AuthenticationType,
+		), Parameters: ba.Status.Parameters, SecretNames: secretNames(ba),
 	}
 	if ba.Status.AuthenticationType == cosiapi.AuthenticationTypeServiceAccount {
 		rec.ServiceAccountName = ba.Spec.ServiceAccountName
@@ -65,16 +68,16 @@ func newGrantRecord(ba *cosiapi.BucketAccess) grantRecord {
 func grantKey(uid types.UID) string { return grantAnnotationPrefix + string(uid) }
 
 // revokeRequest is the driver request that revokes the recorded grant.
-func (g grantRecord) revokeRequest() *cosi.DriverRevokeBucketAccessRequest {
-	req := &cosi.DriverRevokeBucketAccessRequest{
+func (g grantRecord) revokeRequest() *cosiproto.DriverRevokeBucketAccessRequest {
+	req := &cosiproto.DriverRevokeBucketAccessRequest{
 		AccountId: g.AccountID, Protocol: rpcProtocol(g.Protocol),
 		AuthenticationType: rpcAuthenticationType(cosiapi.AuthenticationType(g.AuthenticationType)), Parameters: g.Parameters,
 	}
-	if req.AuthenticationType == cosi.AuthenticationType_SERVICE_ACCOUNT {
-		req.ServiceAccount = &cosi.ServiceAccount{Namespace: g.Namespace, Name: g.ServiceAccountName}
+	if req.AuthenticationType == cosiproto.AuthenticationType_SERVICE_ACCOUNT {
+		req.ServiceAccount = &cosiproto.ServiceAccount{Namespace: g.Namespace, Name: g.ServiceAccountName}
 	}
 	for _, id := range g.BucketIDs {
-		req.Buckets = append(req.Buckets, &cosi.DriverRevokeBucketAccessRequest_Bucket{BucketId: id})
+		req.Buckets = append(req.Buckets, &cosiproto.DriverRevokeBucketAccessRequest_Bucket{BucketId: id})
 	}
 	return req
 }
@@ -96,7 +99,9 @@ func grantRecords(b *cosiapi.Bucket) (map[types.UID]grantRecord, error) {
 }
 
 // recordGrant records the access's grant on each of its Buckets, before the driver is asked.
-func (r *BucketAccessReconciler) recordGrant(ctx context.Context, ba *cosiapi.BucketAccess, buckets map[string]*cosiapi.Bucket) error {
+func (r *BucketAccessReconciler) recordGrant(
+	ctx context.Context, ba *cosiapi.BucketAccess, buckets map[string]*cosiapi.Bucket,
+) error {
 	value, err := json.Marshal(newGrantRecord(ba))
 	if err != nil {
 		return err
@@ -105,7 +110,7 @@ func (r *BucketAccessReconciler) recordGrant(ctx context.Context, ba *cosiapi.Bu
 	// revocation that removed it.
 	for _, name := range slices.Sorted(maps.Keys(buckets)) {
 		b := buckets[name]
-		if err := patchAnnotation(ctx, r.Client, b, grantKey(ba.UID), string(value)); err != nil {
+		if err := patch.Annotation(ctx, r.Client, b, grantKey(ba.UID), string(value)); err != nil {
 			return err
 		}
 	}
@@ -160,25 +165,11 @@ func forgetGrant(ctx context.Context, c client.Client, uid types.UID, bucketName
 		if _, ok := b.Annotations[grantKey(uid)]; !ok {
 			continue
 		}
-		if err := patchAnnotation(ctx, c, b, grantKey(uid), ""); client.IgnoreNotFound(err) != nil {
+		if err := patch.Annotation(ctx, c, b, grantKey(uid), ""); client.IgnoreNotFound(err) != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// patchAnnotation sets (value non-empty) or removes one annotation with a merge patch, which
-// touches that key only: concurrent writers of other grants do not conflict.
-func patchAnnotation(ctx context.Context, c client.Client, obj client.Object, key, value string) error {
-	var v any
-	if value != "" {
-		v = value
-	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{key: v}}})
-	if err != nil {
-		return err
-	}
-	return c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch))
 }
 
 // inFlight counts the grants this sidecar is making, by access UID. A grant record whose access is
@@ -248,7 +239,7 @@ func (r *BucketReconciler) revokeOrphanedGrants(ctx context.Context, b *cosiapi.
 				return nil, r.failedRevoke(ctx, b, g, err)
 			}
 		}
-		if err := patchAnnotation(ctx, r.Client, b, grantKey(uid), ""); err != nil {
+		if err := patch.Annotation(ctx, r.Client, b, grantKey(uid), ""); err != nil {
 			return nil, err
 		}
 	}
@@ -262,6 +253,6 @@ func (r *BucketReconciler) revokeOrphanedGrants(ctx context.Context, b *cosiapi.
 // "gone" is confirmed with the API server.
 func (r *BucketReconciler) accessGone(ctx context.Context, g grantRecord) (bool, error) {
 	ba := &cosiapi.BucketAccess{}
-	return apiutil.ConfirmGone(ctx, r.Client, r.APIReader, types.NamespacedName{Namespace: g.Namespace, Name: g.Name}, ba,
+	return lookup.ConfirmGone(ctx, r.Client, r.APIReader, types.NamespacedName{Namespace: g.Namespace, Name: g.Name}, ba,
 		func() bool { return ba.UID == g.UID })
 }

@@ -5,36 +5,36 @@ import (
 	"time"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // apiProtocol converts a protocol of the driver protocol to the API's.
-func apiProtocol(p cosi.ObjectProtocol_Type) cosiapi.Protocol {
+func apiProtocol(p cosiproto.ObjectProtocol_Type) cosiapi.Protocol {
 	switch p {
-	case cosi.ObjectProtocol_S3:
+	case cosiproto.ObjectProtocol_S3:
 		return cosiapi.ProtocolS3
-	case cosi.ObjectProtocol_AZURE:
+	case cosiproto.ObjectProtocol_AZURE:
 		return cosiapi.ProtocolAzure
-	case cosi.ObjectProtocol_GCS:
+	case cosiproto.ObjectProtocol_GCS:
 		return cosiapi.ProtocolGCS
 	}
 	return ""
 }
 
 // rpcProtocol converts a protocol of the API to the driver protocol's.
-func rpcProtocol(p cosiapi.Protocol) cosi.ObjectProtocol_Type {
+func rpcProtocol(p cosiapi.Protocol) cosiproto.ObjectProtocol_Type {
 	switch p {
 	case cosiapi.ProtocolS3:
-		return cosi.ObjectProtocol_S3
+		return cosiproto.ObjectProtocol_S3
 	case cosiapi.ProtocolAzure:
-		return cosi.ObjectProtocol_AZURE
+		return cosiproto.ObjectProtocol_AZURE
 	case cosiapi.ProtocolGCS:
-		return cosi.ObjectProtocol_GCS
+		return cosiproto.ObjectProtocol_GCS
 	}
-	return cosi.ObjectProtocol_UNKNOWN
+	return cosiproto.ObjectProtocol_UNKNOWN
 }
 
-func apiProtocols(ps []cosi.ObjectProtocol_Type) []cosiapi.Protocol {
+func apiProtocols(ps []cosiproto.ObjectProtocol_Type) []cosiapi.Protocol {
 	out := make([]cosiapi.Protocol, 0, len(ps))
 	for _, p := range ps {
 		out = append(out, apiProtocol(p))
@@ -42,44 +42,44 @@ func apiProtocols(ps []cosi.ObjectProtocol_Type) []cosiapi.Protocol {
 	return out
 }
 
-func rpcProtocols(ps []cosiapi.Protocol) []cosi.ObjectProtocol_Type {
-	out := make([]cosi.ObjectProtocol_Type, 0, len(ps))
+func rpcProtocols(ps []cosiapi.Protocol) []cosiproto.ObjectProtocol_Type {
+	out := make([]cosiproto.ObjectProtocol_Type, 0, len(ps))
 	for _, p := range ps {
 		out = append(out, rpcProtocol(p))
 	}
 	return out
 }
 
-func rpcAccessMode(m cosiapi.BucketAccessMode) cosi.AccessMode_Mode {
+func rpcAccessMode(m cosiapi.BucketAccessMode) cosiproto.AccessMode_Mode {
 	switch m {
 	case cosiapi.BucketAccessModeReadWrite:
-		return cosi.AccessMode_READ_WRITE
+		return cosiproto.AccessMode_READ_WRITE
 	case cosiapi.BucketAccessModeReadOnly:
-		return cosi.AccessMode_READ_ONLY
+		return cosiproto.AccessMode_READ_ONLY
 	case cosiapi.BucketAccessModeWriteOnly:
-		return cosi.AccessMode_WRITE_ONLY
+		return cosiproto.AccessMode_WRITE_ONLY
 	}
-	return cosi.AccessMode_UNSPECIFIED
+	return cosiproto.AccessMode_UNSPECIFIED
 }
 
-func rpcAccessModes(m cosiapi.BucketAccessModes) *cosi.AccessModes {
-	return &cosi.AccessModes{
+func rpcAccessModes(m cosiapi.BucketAccessModes) *cosiproto.AccessModes {
+	return &cosiproto.AccessModes{
 		ObjectData:     rpcAccessMode(m.ObjectData),
 		ObjectMetadata: rpcAccessMode(m.ObjectMetadata),
 		BucketMetadata: rpcAccessMode(m.BucketMetadata),
 	}
 }
 
-func rpcAuthenticationType(a cosiapi.AuthenticationType) cosi.AuthenticationType_Type {
+func rpcAuthenticationType(a cosiapi.AuthenticationType) cosiproto.AuthenticationType_Type {
 	if a == cosiapi.AuthenticationTypeServiceAccount {
-		return cosi.AuthenticationType_SERVICE_ACCOUNT
+		return cosiproto.AuthenticationType_SERVICE_ACCOUNT
 	}
-	return cosi.AuthenticationType_KEY // the API's default
+	return cosiproto.AuthenticationType_KEY // the API's default
 }
 
 // bucketInfoData renders one protocol's bucket info with the BucketAccess Secret keys
 // (KEP-1979 "BucketAccess Secret data"). Empty values are left out.
-func bucketInfoData(p cosi.ObjectProtocol_Type, info *cosi.ProtocolBucketInfo) map[string]string {
+func bucketInfoData(p cosiproto.ObjectProtocol_Type, info *cosiproto.ProtocolBucketInfo) map[string]string {
 	data := map[string]string{}
 	set := func(k, v string) {
 		if v != "" {
@@ -87,20 +87,20 @@ func bucketInfoData(p cosi.ObjectProtocol_Type, info *cosi.ProtocolBucketInfo) m
 		}
 	}
 	switch p {
-	case cosi.ObjectProtocol_S3:
+	case cosiproto.ObjectProtocol_S3:
 		s3 := info.GetS3()
 		set(cosiapi.SecretKeyS3EndpointURL, s3.GetEndpoint())
 		set(cosiapi.SecretKeyS3BucketName, s3.GetBucketName())
 		set(cosiapi.SecretKeyS3Region, s3.GetRegion())
 		switch s3.GetAddressingStyle() {
-		case cosi.S3AddressingStyle_PATH:
+		case cosiproto.S3AddressingStyle_PATH:
 			set(cosiapi.SecretKeyS3AddressingStyle, "path")
-		case cosi.S3AddressingStyle_VIRTUAL:
+		case cosiproto.S3AddressingStyle_VIRTUAL:
 			set(cosiapi.SecretKeyS3AddressingStyle, "virtual")
 		}
-	case cosi.ObjectProtocol_AZURE:
+	case cosiproto.ObjectProtocol_AZURE:
 		set(cosiapi.SecretKeyAzureStorageAccount, info.GetAzure().GetStorageAccount())
-	case cosi.ObjectProtocol_GCS:
+	case cosiproto.ObjectProtocol_GCS:
 		set(cosiapi.SecretKeyGCSProjectID, info.GetGcs().GetProjectId())
 		set(cosiapi.SecretKeyGCSBucketName, info.GetGcs().GetBucketName())
 	}
@@ -113,10 +113,12 @@ func bucketInfoData(p cosi.ObjectProtocol_Type, info *cosi.ProtocolBucketInfo) m
 // AWS_S3_, AZURE_), after COSI_ and the protocol, so that protocols whose Secret keys overlap
 // (BUCKET_NAME is both S3's and GCS's) stay apart. COSI_PROTOCOL lists the protocols, as the
 // Secret's COSI_PROTOCOL names its one.
-func bucketStatusInfo(info *cosi.ProtocolBucketInfo) map[string]string {
+func bucketStatusInfo(info *cosiproto.ProtocolBucketInfo) map[string]string {
 	out := map[string]string{}
 	var protocols []string
-	for _, p := range []cosi.ObjectProtocol_Type{cosi.ObjectProtocol_S3, cosi.ObjectProtocol_AZURE, cosi.ObjectProtocol_GCS} {
+	for _, p := range []cosiproto.ObjectProtocol_Type{
+		cosiproto.ObjectProtocol_S3, cosiproto.ObjectProtocol_AZURE, cosiproto.ObjectProtocol_GCS,
+	} {
 		data := bucketInfoData(p, info)
 		if len(data) == 0 && !hasProtocol(info, p) {
 			continue
@@ -135,13 +137,13 @@ func bucketStatusInfo(info *cosi.ProtocolBucketInfo) map[string]string {
 }
 
 // hasProtocol reports whether the driver reported the protocol, with or without values.
-func hasProtocol(info *cosi.ProtocolBucketInfo, p cosi.ObjectProtocol_Type) bool {
+func hasProtocol(info *cosiproto.ProtocolBucketInfo, p cosiproto.ObjectProtocol_Type) bool {
 	switch p {
-	case cosi.ObjectProtocol_S3:
+	case cosiproto.ObjectProtocol_S3:
 		return info.GetS3() != nil
-	case cosi.ObjectProtocol_AZURE:
+	case cosiproto.ObjectProtocol_AZURE:
 		return info.GetAzure() != nil
-	case cosi.ObjectProtocol_GCS:
+	case cosiproto.ObjectProtocol_GCS:
 		return info.GetGcs() != nil
 	}
 	return false
@@ -149,7 +151,9 @@ func hasProtocol(info *cosi.ProtocolBucketInfo, p cosi.ObjectProtocol_Type) bool
 
 // secretData renders the data of one BucketAccess Secret: the protocol, the bucket's info and the
 // shared credentials, with exactly the KEP's keys for the protocol.
-func secretData(p cosi.ObjectProtocol_Type, info *cosi.ProtocolBucketInfo, creds *cosi.CredentialInfo, ca string) map[string][]byte {
+func secretData(
+	p cosiproto.ObjectProtocol_Type, info *cosiproto.ProtocolBucketInfo, creds *cosiproto.CredentialInfo, ca string,
+) map[string][]byte {
 	data := map[string][]byte{cosiapi.SecretKeyProtocol: []byte(apiProtocol(p))}
 	for k, v := range bucketInfoData(p, info) {
 		data[k] = []byte(v)
@@ -161,10 +165,10 @@ func secretData(p cosi.ObjectProtocol_Type, info *cosi.ProtocolBucketInfo, creds
 	}
 	set(cosiapi.SecretKeyCertificateAuthority, ca)
 	switch p {
-	case cosi.ObjectProtocol_S3:
+	case cosiproto.ObjectProtocol_S3:
 		set(cosiapi.SecretKeyS3AccessKeyID, creds.GetS3().GetAccessKeyId())
 		set(cosiapi.SecretKeyS3SecretAccessKey, creds.GetS3().GetAccessSecretKey())
-	case cosi.ObjectProtocol_AZURE:
+	case cosiproto.ObjectProtocol_AZURE:
 		set(cosiapi.SecretKeyAzureSASToken, creds.GetAzure().GetAccessToken())
 		// The KEP: empty if the token does not expire, else ISO 8601.
 		expiry := ""
@@ -174,7 +178,7 @@ func secretData(p cosi.ObjectProtocol_Type, info *cosi.ProtocolBucketInfo, creds
 		if creds.GetAzure() != nil {
 			data[cosiapi.SecretKeyAzureSASTokenExpiry] = []byte(expiry)
 		}
-	case cosi.ObjectProtocol_GCS:
+	case cosiproto.ObjectProtocol_GCS:
 		g := creds.GetGcs()
 		set(cosiapi.SecretKeyGCSServiceAccountName, g.GetServiceAccountName())
 		set(cosiapi.SecretKeyGCSClientEmail, g.GetClientEmail())

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/apiutil"
+	"github.com/kube-cosi/cosi/internal/patch"
 )
 
 // The sidecar may not read Secrets: its RBAC is KEP-1979's minimum, create, update, patch and
@@ -43,14 +43,18 @@ const (
 
 // probeSecret tells what is at the name of an access Secret, and returns the Secret when it is
 // the access's own.
-func (r *BucketAccessReconciler) probeSecret(ctx context.Context, ba *cosiapi.BucketAccess, name string) (slotState, *corev1.Secret, error) {
+func (r *BucketAccessReconciler) probeSecret(
+	ctx context.Context, ba *cosiapi.BucketAccess, name string,
+) (slotState, *corev1.Secret, error) {
 	return probeSecret(ctx, r.Client, ba.Namespace, name, ba.UID, false)
 }
 
 // probeSecret tells what is at namespace/name for the access with the UID. With owned, a Secret
 // whose first owner reference is the access also counts as the access's, even without the label
 // (a tenant may have removed it): for deleting, never for writing.
-func probeSecret(ctx context.Context, c client.Client, namespace, name string, uid types.UID, owned bool) (slotState, *corev1.Secret, error) {
+func probeSecret(
+	ctx context.Context, c client.Client, namespace, name string, uid types.UID, owned bool,
+) (slotState, *corev1.Secret, error) {
 	paths := []string{"/metadata/labels/" + jsonPointerEscape(cosiapi.LabelBucketAccessUID)}
 	if owned {
 		paths = append(paths, "/metadata/ownerReferences/0/uid")
@@ -88,7 +92,7 @@ func deleteAccessSecrets(ctx context.Context, c client.Client, namespace string,
 		if state != slotOurs && state != slotDeleting {
 			continue
 		}
-		if err := apiutil.RemoveFinalizer(ctx, c, s); err != nil {
+		if err := patch.RemoveFinalizer(ctx, c, s); err != nil {
 			return err
 		}
 		if err := c.Delete(ctx, s, client.Preconditions{UID: &s.UID}); client.IgnoreNotFound(err) != nil {
@@ -107,7 +111,9 @@ func jsonPointerEscape(s string) string {
 // holds the access's own Secret. A Secret of the access that someone deleted is let go (COSI's
 // finalizer removed) so that it can be written again; ready is false until it is gone. A foreign
 // Secret makes it false too, and is named in conflict.
-func (r *BucketAccessReconciler) secretsReady(ctx context.Context, ba *cosiapi.BucketAccess) (ready bool, conflict string, err error) {
+func (r *BucketAccessReconciler) secretsReady(
+	ctx context.Context, ba *cosiapi.BucketAccess,
+) (ready bool, conflict string, err error) {
 	ready = true
 	for _, claim := range ba.Spec.BucketClaims {
 		state, s, err := r.probeSecret(ctx, ba, claim.AccessSecretName)
@@ -153,7 +159,7 @@ func (r *BucketAccessReconciler) secretsIntact(ctx context.Context, ba *cosiapi.
 // through. The patch is locked to the version probeSecret saw, so it cannot touch a Secret that
 // replaced it since.
 func (r *BucketAccessReconciler) releaseSecret(ctx context.Context, s *corev1.Secret) error {
-	return apiutil.RemoveFinalizer(ctx, r.Client, s)
+	return patch.RemoveFinalizer(ctx, r.Client, s)
 }
 
 // deleteSecrets deletes the access's Secrets (KEP-1979 "Deleting a BucketAccess", steps 3.1 and
@@ -172,7 +178,9 @@ func secretNames(ba *cosiapi.BucketAccess) []string {
 
 // writeSecret creates the Secret of one claim, or updates the access's own Secret. A Secret that
 // is not the access's is never overwritten: the user may have created it, and its data is theirs.
-func (r *BucketAccessReconciler) writeSecret(ctx context.Context, ba *cosiapi.BucketAccess, claim cosiapi.BucketClaimAccess, data map[string][]byte) error {
+func (r *BucketAccessReconciler) writeSecret(
+	ctx context.Context, ba *cosiapi.BucketAccess, claim cosiapi.BucketClaimAccess, data map[string][]byte,
+) error {
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      claim.AccessSecretName,

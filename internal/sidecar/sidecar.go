@@ -20,9 +20,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/kube-cosi/cosi/internal/apiutil"
+	"github.com/kube-cosi/cosi/internal/index"
+	"github.com/kube-cosi/cosi/internal/requeue"
+	"github.com/kube-cosi/cosi/internal/scheme"
 	"github.com/kube-cosi/cosi/pkg/driver"
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // Leader election Leases live in the component's own namespace: a Role there, not a ClusterRole.
@@ -58,7 +60,11 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 	if err != nil {
 		return err
 	}
-	defer drv.Close()
+	defer func() {
+		if err := drv.Close(); err != nil {
+			log.Error(err, "closing the connection to the driver")
+		}
+	}()
 
 	log.Info("waiting for the driver", "endpoint", opts.DriverEndpoint, "timeout", opts.DriverStartTimeout)
 	probeCtx, cancel := context.WithTimeout(ctx, opts.DriverStartTimeout)
@@ -81,7 +87,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 	if err := mgr.AddReadyzCheck("driver", func(req *http.Request) error {
 		ctx, cancel := context.WithTimeout(req.Context(), 5*time.Second)
 		defer cancel()
-		_, err := drv.DriverGetInfo(ctx, &cosi.DriverGetInfoRequest{})
+		_, err := drv.DriverGetInfo(ctx, &cosiproto.DriverGetInfoRequest{})
 		return err
 	}); err != nil {
 		return err
@@ -89,9 +95,11 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 	return mgr.Start(ctx)
 }
 
-func newManager(cfg *rest.Config, opts Options, info *cosi.DriverGetInfoResponse, log logr.Logger) (ctrl.Manager, error) {
+func newManager(
+	cfg *rest.Config, opts Options, info *cosiproto.DriverGetInfoResponse, log logr.Logger,
+) (ctrl.Manager, error) {
 	return ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: apiutil.Scheme(),
+		Scheme: scheme.New(),
 		Logger: log,
 		// No object's managedFields in the cache: COSI never reads them, and they would take much
 		// of its memory. No Secret is cached either: the sidecar may not read Secrets.
@@ -117,19 +125,30 @@ func ctrlConfig(opts Options) config.Controller {
 	}
 }
 
-func setup(ctx context.Context, mgr ctrl.Manager, drv *driver.Client, info *cosi.DriverGetInfoResponse, opts Options) error {
+func setup(
+	ctx context.Context, mgr ctrl.Manager, drv *driver.Client, info *cosiproto.DriverGetInfoResponse, opts Options,
+) error {
+	if err := index.Register(ctx, mgr.GetFieldIndexer(), bucketsByGrant, index.AccessesByBucket); err != nil {
+		return err
+	}
 	workers := max(opts.Workers, 1)
-	copts := controller.Options{MaxConcurrentReconciles: workers, RateLimiter: apiutil.RateLimiter()}
+	copts := controller.Options{MaxConcurrentReconciles: workers, RateLimiter: requeue.RateLimiter()}
 	recorder := mgr.GetEventRecorder("cosi-sidecar")
 	grants := &inFlight{}
-	if err := (&BucketReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Driver: drv, Info: info, Recorder: recorder, Grants: grants}).SetupWithManager(mgr, copts); err != nil {
+	c, reader := mgr.GetClient(), mgr.GetAPIReader()
+	buckets := &BucketReconciler{Client: c, APIReader: reader, Driver: drv, Info: info, Recorder: recorder, Grants: grants}
+	if err := buckets.SetupWithManager(mgr, copts); err != nil {
 		return err
 	}
 	checks := opts.SecretCheckInterval
 	if checks <= 0 {
 		checks = DefaultSecretCheckInterval
 	}
-	if err := (&BucketAccessReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Driver: drv, Info: info, Recorder: recorder, SecretCheckInterval: checks, Grants: grants}).SetupWithManager(ctx, mgr, copts); err != nil {
+	accesses := &BucketAccessReconciler{
+		Client: c, APIReader: reader, Driver: drv, Info: info, Recorder: recorder, Grants: grants,
+		SecretCheckInterval: checks,
+	}
+	if err := accesses.SetupWithManager(mgr, copts); err != nil {
 		return err
 	}
 	return mgr.AddHealthzCheck("ping", healthz.Ping)

@@ -19,7 +19,10 @@ import (
 
 // ClientOptions configure the sidecar's connection to its driver.
 type ClientOptions struct {
-	// Logger receives the client's logs; see LogLevelCalls and LogLevelBodies.
+	// Logger receives the client's logs (see LogLevelCalls and LogLevelBodies) of calls whose
+	// context carries no logger; a call whose context carries one (logr.NewContext, as
+	// controller-runtime does for each reconcile) is logged with that one, so that its lines name
+	// the object the call was made for.
 	Logger logr.Logger
 	// Registerer receives KEP-1979's sidecar metrics, cosi_sidecar_operation_duration_seconds and
 	// cosi_sidecar_operation_errors_total. Nil means no metrics.

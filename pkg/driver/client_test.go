@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
@@ -114,5 +117,38 @@ func TestRetryable(t *testing.T) {
 		if got := driver.Retryable(tc.err); got != tc.want {
 			t.Errorf("Retryable(%v) = %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// TestClientLogsWithTheCallersLogger: a call whose context carries a logger (a reconcile's, with
+// the object's name) is logged with it; other calls with the client's logger.
+func TestClientLogsWithTheCallersLogger(t *testing.T) {
+	var mu sync.Mutex
+	lines := map[string][]string{}
+	capture := func(name string) logr.Logger {
+		return funcr.New(func(prefix, args string) {
+			mu.Lock()
+			defer mu.Unlock()
+			lines[name] = append(lines[name], args)
+		}, funcr.Options{Verbosity: driver.LogLevelCalls})
+	}
+	ts := startServer(t, newMemory(t, memory.Config{}))
+	c := connect(t, ts.endpoint, driver.ClientOptions{Logger: capture("client")})
+	if _, err := c.Probe(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ctx := logr.NewContext(t.Context(), capture("reconcile").WithValues("bucket", "b-1"))
+	if _, err := c.DriverGenerateBucketId(ctx, &cosi.DriverGenerateBucketIdRequest{Name: "b-1"}); err != nil {
+		t.Fatal(err)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	got := lines["reconcile"]
+	if len(got) != 1 || !strings.Contains(got[0], `"bucket"="b-1"`) || !strings.Contains(got[0], "DriverGenerateBucketId") {
+		t.Errorf("the reconcile's logger got %q, want one line of DriverGenerateBucketId naming the bucket", got)
+	}
+	if got := lines["client"]; len(got) != 1 || !strings.Contains(got[0], "DriverGetInfo") {
+		t.Errorf("the client's logger got %q, want only the line of Probe's DriverGetInfo", got)
 	}
 }

@@ -38,14 +38,18 @@ func serverInterceptor(log logr.Logger, metrics *operationMetrics, driverName st
 }
 
 // clientInterceptor logs and measures every call the sidecar makes, and bounds each call by the
-// call timeout: the earlier of the context's deadline and the timeout wins.
-func clientInterceptor(log logr.Logger, metrics *operationMetrics, driverName func() string, timeout time.Duration) grpc.UnaryClientInterceptor {
+// call timeout: the earlier of the context's deadline and the timeout wins. A call is logged with
+// the logger of its context when it carries one (see callLogger), else with fallback.
+func clientInterceptor(
+	fallback logr.Logger, metrics *operationMetrics, driverName func() string, timeout time.Duration,
+) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, fullMethod string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		if timeout > 0 {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, timeout)
 			defer cancel()
 		}
+		log := callLogger(ctx, fallback)
 		method := methodName(fullMethod)
 		start := time.Now()
 		log.V(LogLevelBodies).Info("request", "method", method, "request", StripSecrets(req))
@@ -57,6 +61,16 @@ func clientInterceptor(log logr.Logger, metrics *operationMetrics, driverName fu
 		observe(log, metrics, driverName(), method, start, resp, err)
 		return err
 	}
+}
+
+// callLogger returns the logger of the call's context, when it has one: controller-runtime puts
+// the reconcile's logger there, with the controller's and the object's names, so that each line
+// of a driver call names the object it was made for. Otherwise it returns fallback.
+func callLogger(ctx context.Context, fallback logr.Logger) logr.Logger {
+	if log, err := logr.FromContext(ctx); err == nil {
+		return log
+	}
+	return fallback
 }
 
 func observe(log logr.Logger, metrics *operationMetrics, driverName, method string, start time.Time, resp any, err error) {

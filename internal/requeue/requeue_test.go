@@ -1,0 +1,70 @@
+package requeue_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/requeue"
+)
+
+var gr = schema.GroupResource{Group: cosiapi.GroupName, Resource: "buckets"}
+
+func TestResultWithEvent(t *testing.T) {
+	conflict := apierrors.NewConflict(gr, "b", errors.New("changed"))
+	retry := reconcile.Result{Requeue: true} //nolint:staticcheck // what Result returns for a conflict
+	for _, tc := range []struct {
+		name      string
+		err       error
+		want      reconcile.Result
+		wantErr   bool
+		wantEvent bool
+	}{
+		{name: "success"},
+		{name: "conflict", err: conflict, want: retry},
+		{name: "wrapped conflict", err: errors.Join(conflict), want: retry},
+		{name: "not found", err: apierrors.NewNotFound(gr, "b"), wantErr: true},
+		{name: "forbidden", err: apierrors.NewForbidden(gr, "b", errors.New("no")), wantErr: true, wantEvent: true},
+		{name: "not an API error", err: errors.New("driver"), wantErr: true},
+	} {
+		rec := events.NewFakeRecorder(1)
+		got, err := requeue.ResultWithEvent(rec, &cosiapi.Bucket{}, cosiapi.EventFailedCreateBucket, tc.err)
+		if got != tc.want || (err != nil) != tc.wantErr {
+			t.Errorf("%s: %+v, %v; want %+v, error %v", tc.name, got, err, tc.want, tc.wantErr)
+		}
+		select {
+		case e := <-rec.Events:
+			if !tc.wantEvent {
+				t.Errorf("%s: event %q", tc.name, e)
+			} else if !strings.Contains(e, "Warning "+cosiapi.EventFailedCreateBucket) {
+				t.Errorf("%s: event %q, want a Warning %s", tc.name, e, cosiapi.EventFailedCreateBucket)
+			}
+		default:
+			if tc.wantEvent {
+				t.Errorf("%s: no event", tc.name)
+			}
+		}
+	}
+}
+
+func TestRateLimiterIsBounded(t *testing.T) {
+	rl := requeue.RateLimiter()
+	req := reconcile.Request{}
+	if first := rl.When(req); first > 10*time.Millisecond {
+		t.Errorf("first backoff %v, want 5ms", first)
+	}
+	last := time.Duration(0)
+	for range 50 {
+		last = rl.When(req)
+	}
+	if last != requeue.MaxBackoff {
+		t.Errorf("backoff after 50 failures %v, want the cap %v", last, requeue.MaxBackoff)
+	}
+}

@@ -1,0 +1,99 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/conditions"
+	"github.com/kube-cosi/cosi/internal/patch"
+)
+
+// The conditions the sidecar writes: all of them, on Buckets, whose status only the sidecar
+// writes, and on BucketAccesses once the controller has handed them off.
+var sidecarConditions = []string{
+	cosiapi.ConditionProvisioned,
+	cosiapi.ConditionProvisionFailed,
+	cosiapi.ConditionResourcesValidated,
+}
+
+// statusRecorder records on one kind of object what stops its provisioning or grant: a failed
+// driver call, or a final problem with the objects or the driver's answer. Both go into conditions
+// and a Warning event. The Bucket and BucketAccess reconcilers each have one.
+type statusRecorder[T patch.Object] struct {
+	client client.Client
+	events events.EventRecorder
+	// lock: the sidecar alone writes a Bucket's status (NoLock); the controller writes a
+	// BucketAccess's too, and a merge patch of the conditions list would otherwise drop its
+	// conditions (OptimisticLock).
+	lock patch.Lock
+	// initial are the conditions a record adds as Unknown when they are missing: a failed call
+	// adds them first, a final problem last.
+	initial []string
+	// invalidEvent and invalidAction are the reason and the action of a final problem's event.
+	invalidEvent, invalidAction string
+	// invalidUnprovisions: a final problem makes Provisioned False even when it was True.
+	invalidUnprovisions bool
+}
+
+// status takes a snapshot of obj, whose status the caller then changes and writes with the
+// recorder's lock.
+func (s statusRecorder[T]) status(obj T) *patch.Status[T] {
+	return patch.NewStatus(s.client, obj, sidecarConditions...)
+}
+
+// failed records a failed driver call in conditions and a Warning event. Provisioned becomes
+// Unknown while the call will be retried, False when it will not, and stays True once the object
+// was provisioned (KEP-1979 "Conditions": a failing RPC does not undo a provisioned bucket).
+func (s statusRecorder[T]) failed(ctx context.Context, obj T, rpc rpcError, eventReason string) error {
+	status := s.status(obj)
+	conditions.Init(obj, s.initial...)
+	conditions.MarkTrue(obj, cosiapi.ConditionProvisionFailed, cosiapi.ReasonDriverError, rpc.Error())
+	if !conditions.IsTrue(obj, cosiapi.ConditionProvisioned) && obj.GetDeletionTimestamp() == nil {
+		if rpc.retryable() {
+			conditions.MarkUnknown(obj, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioning, "retrying: "+rpc.Error())
+		} else {
+			conditions.MarkFalse(obj, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioningFailed, rpc.Error())
+		}
+	}
+	s.events.Eventf(obj, nil, corev1.EventTypeWarning, eventReason, rpc.method, "%s", conditions.Truncate(rpc.Error()))
+	if err := status.Patch(ctx, s.lock); err != nil {
+		return fmt.Errorf("%w (and recording it: %w)", rpc, err)
+	}
+	return rpc // result() retries or stops, by the driver's code
+}
+
+// invalid records a final problem with the Kubernetes objects (ResourcesValidated False), and
+// stops retrying until the object changes.
+func (s statusRecorder[T]) invalid(ctx context.Context, obj T, reason, msg string) error {
+	return s.final(ctx, obj, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, reason, msg)
+}
+
+// invalidAnswer records a final problem with the driver's answer (ProvisionFailed True), and
+// stops retrying until the object changes.
+func (s statusRecorder[T]) invalidAnswer(ctx context.Context, obj T, reason, msg string) error {
+	return s.final(ctx, obj, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, reason, msg)
+}
+
+// final records a final problem that is not a driver error code: Provisioned False, and the
+// condition typ that says what the problem is about.
+func (s statusRecorder[T]) final(
+	ctx context.Context, obj T, typ string, st metav1.ConditionStatus, reason, msg string,
+) error {
+	status := s.status(obj)
+	if s.invalidUnprovisions || !conditions.IsTrue(obj, cosiapi.ConditionProvisioned) {
+		conditions.MarkFalse(obj, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioningFailed, msg)
+	}
+	conditions.Set(obj, typ, st, reason, msg)
+	conditions.Init(obj, s.initial...)
+	s.events.Eventf(obj, nil, corev1.EventTypeWarning, s.invalidEvent, s.invalidAction, "%s", conditions.Truncate(msg))
+	if err := status.Patch(ctx, s.lock); err != nil {
+		return err
+	}
+	return finalError("%s", msg)
+}
