@@ -135,9 +135,7 @@ func TestStaticBucket(t *testing.T) {
 			t.Errorf("ProvisionFailed message %q does not say NotFound", c.Message)
 		}
 		testenv.Condition(t, env, b, bucketConditions, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning)
-		if ev := events(t, b); !slices.ContainsFunc(ev, func(e string) bool { return strings.HasPrefix(e, cosiapi.EventFailedCreateBucket) }) {
-			t.Errorf("no %s event: %v", cosiapi.EventFailedCreateBucket, ev)
-		}
+		waitForEvent(t, b, cosiapi.EventFailedCreateBucket)
 		// The admin creates the bucket in the backend; the sidecar retries with backoff.
 		if _, err := h.driver.DriverCreateBucket(t.Context(), &cosi.DriverCreateBucketRequest{BucketId: "legacy-later"}); err != nil {
 			t.Fatal(err)
@@ -227,11 +225,7 @@ func TestFinalErrorIsNotRetried(t *testing.T) {
 		}
 		return nil
 	})
-	if ev := events(t, b); !slices.ContainsFunc(ev, func(e string) bool {
-		return strings.HasPrefix(e, cosiapi.EventFailedCreateBucket+": DriverGenerateBucketId")
-	}) {
-		t.Errorf("no %s event: %v", cosiapi.EventFailedCreateBucket, ev)
-	}
+	waitForEvent(t, b, cosiapi.EventFailedCreateBucket+": DriverGenerateBucketId")
 
 	// A final error on a Bucket being deleted before it got an ID: nothing to delete in the backend.
 	deleteAsController(t, b)

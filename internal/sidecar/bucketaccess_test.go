@@ -282,9 +282,7 @@ func TestAccessWaitsForTheBucket(t *testing.T) {
 	h.create(b)
 	ba := h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b)
 	testenv.Condition(t, env, ba, accessConditions, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources)
-	if ev := events(t, ba); !slices.ContainsFunc(ev, func(e string) bool { return strings.HasPrefix(e, cosiapi.EventWaitingForBucket) }) {
-		t.Errorf("no %s event: %v", cosiapi.EventWaitingForBucket, ev)
-	}
+	waitForEvent(t, ba, cosiapi.EventWaitingForBucket)
 	h.faults.Set(0) // the backend recovers; the Bucket provisions; the watch wakes the access
 	provisioned(t, ba, accessConditions)
 }

@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -145,17 +144,8 @@ func annotate(t *testing.T, obj client.Object, key string) {
 }
 
 // events returns the events about an object.
-func events(t *testing.T, obj client.Object) []string {
-	t.Helper()
-	var list corev1.EventList
-	if err := env.Client.List(t.Context(), &list); err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range list.Items {
-		if e.InvolvedObject.Name == obj.GetName() {
-			out = append(out, e.Reason+": "+e.Message)
-		}
-	}
-	return out
-}
+// events returns "Reason: message" of the events about obj.
+func events(t *testing.T, obj client.Object) []string { return env.Events(t, obj) }
+
+// waitForEvent waits until an event about obj starts with prefix.
+func waitForEvent(t *testing.T, obj client.Object, prefix string) { env.WaitForEvent(t, obj, prefix) }

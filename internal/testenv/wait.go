@@ -2,9 +2,12 @@ package testenv
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -63,4 +66,35 @@ func Condition[T client.Object](t testing.TB, e *Env, obj T, conds func(T) []met
 		return nil
 	})
 	return found
+}
+
+// Events returns "Reason: message" of the core/v1 events about obj (matched by name in its
+// namespace).
+func (e *Env) Events(t testing.TB, obj client.Object) []string {
+	t.Helper()
+	var list corev1.EventList
+	if err := e.Client.List(t.Context(), &list, client.InNamespace(obj.GetNamespace())); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, ev := range list.Items {
+		if ev.InvolvedObject.Name == obj.GetName() {
+			out = append(out, ev.Reason+": "+ev.Message)
+		}
+	}
+	return out
+}
+
+// WaitForEvent waits until an event about obj starts with prefix ("Reason" or "Reason: message
+// start"). Events are recorded asynchronously: one may reach the API server after the condition
+// it goes with, so a test never checks for one only once.
+func (e *Env) WaitForEvent(t testing.TB, obj client.Object, prefix string) {
+	t.Helper()
+	Eventually(t, func() error {
+		ev := e.Events(t, obj)
+		if !slices.ContainsFunc(ev, func(s string) bool { return strings.HasPrefix(s, prefix) }) {
+			return fmt.Errorf("no event about %s starting with %q: %v", obj.GetName(), prefix, ev)
+		}
+		return nil
+	})
 }

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -280,34 +279,8 @@ func credentials(s *corev1.Secret) *cosi.CredentialInfo {
 	}}
 }
 
-// events returns "Reason: message" of the events about obj.
-func events(t *testing.T, obj client.Object) []string {
-	t.Helper()
-	var list corev1.EventList
-	if err := env.Client.List(t.Context(), &list, client.InNamespace(obj.GetNamespace())); err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range list.Items {
-		if e.InvolvedObject.Name == obj.GetName() {
-			out = append(out, e.Reason+": "+e.Message)
-		}
-	}
-	return out
-}
-
 // waitEvent waits for an event with the reason about obj.
-func waitEvent(t *testing.T, obj client.Object, reason string) {
-	t.Helper()
-	testenv.Eventually(t, func() error {
-		for _, e := range events(t, obj) {
-			if strings.HasPrefix(e, reason+":") {
-				return nil
-			}
-		}
-		return fmt.Errorf("no %s event about %s: %v", reason, obj.GetName(), events(t, obj))
-	})
-}
+func waitEvent(t *testing.T, obj client.Object, reason string) { env.WaitForEvent(t, obj, reason+":") }
 
 // waitGone waits until the backend no longer has the account or bucket.
 func (s *system) waitRevoked(accountID string) {
