@@ -17,7 +17,7 @@ import (
 
 	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 type listFlag []string
@@ -55,11 +55,11 @@ func main() {
 
 func run(log logr.Logger, cfg memory.Config, endpoint, protocols string, latency time.Duration, metricsAddress string, faultSpecs, existing []string) error {
 	for _, name := range strings.Split(protocols, ",") {
-		p, ok := cosi.ObjectProtocol_Type_value[strings.ToUpper(strings.TrimSpace(name))]
-		if !ok || p == int32(cosi.ObjectProtocol_UNKNOWN) {
+		p, ok := cosiproto.ObjectProtocol_Type_value[strings.ToUpper(strings.TrimSpace(name))]
+		if !ok || p == int32(cosiproto.ObjectProtocol_UNKNOWN) {
 			return fmt.Errorf("--protocols: unknown protocol %q", name)
 		}
-		cfg.Protocols = append(cfg.Protocols, cosi.ObjectProtocol_Type(p))
+		cfg.Protocols = append(cfg.Protocols, cosiproto.ObjectProtocol_Type(p))
 	}
 	cfg.ExistingBuckets = existing
 	var injected []memory.Fault

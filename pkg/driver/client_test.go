@@ -16,7 +16,7 @@ import (
 
 	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 func TestProbeWaitsForTheDriver(t *testing.T) {
@@ -73,7 +73,7 @@ func TestClientCallTimeoutAndMetrics(t *testing.T) {
 	// the call timeout still bounds the call. Without it, the call would succeed after 5 s.
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	_, err := c.DriverCreateBucket(ctx, &cosi.DriverCreateBucketRequest{BucketId: "slow"})
+	_, err := c.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: "slow"})
 	if status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("a call slower than the call timeout: %v, want DeadlineExceeded", err)
 	}

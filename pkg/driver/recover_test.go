@@ -17,7 +17,7 @@ import (
 
 	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 const panicSecret = "s3cr3t-from-the-request"
@@ -28,14 +28,14 @@ type panickingDriver struct {
 	*memory.Driver
 }
 
-func (panickingDriver) DriverCreateBucket(_ context.Context, req *cosi.DriverCreateBucketRequest) (*cosi.DriverCreateBucketResponse, error) {
+func (panickingDriver) DriverCreateBucket(_ context.Context, req *cosiproto.DriverCreateBucketRequest) (*cosiproto.DriverCreateBucketResponse, error) {
 	panic("cannot create with " + req.GetParameters()["password"])
 }
 
-func (panickingDriver) DriverDeleteBucket(context.Context, *cosi.DriverDeleteBucketRequest) (*cosi.DriverDeleteBucketResponse, error) {
+func (panickingDriver) DriverDeleteBucket(context.Context, *cosiproto.DriverDeleteBucketRequest) (*cosiproto.DriverDeleteBucketResponse, error) {
 	var user *struct{ Path *string }
 	_ = *user.Path // a store that answered without the user
-	return &cosi.DriverDeleteBucketResponse{}, nil
+	return &cosiproto.DriverDeleteBucketResponse{}, nil
 }
 
 // TestServerRecoversFromPanics checks that a panicking call fails with Internal, that the server
@@ -65,17 +65,17 @@ func TestServerRecoversFromPanics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	p := cosi.NewProvisionerClient(conn)
+	p := cosiproto.NewProvisionerClient(conn)
 
-	_, err = p.DriverCreateBucket(t.Context(), &cosi.DriverCreateBucketRequest{BucketId: "b1", Parameters: map[string]string{"password": panicSecret}})
+	_, err = p.DriverCreateBucket(t.Context(), &cosiproto.DriverCreateBucketRequest{BucketId: "b1", Parameters: map[string]string{"password": panicSecret}})
 	if status.Code(err) != codes.Internal {
 		t.Errorf("a panicking DriverCreateBucket: %v, want Internal", err)
 	}
-	_, err = p.DriverDeleteBucket(t.Context(), &cosi.DriverDeleteBucketRequest{BucketId: "b1"})
+	_, err = p.DriverDeleteBucket(t.Context(), &cosiproto.DriverDeleteBucketRequest{BucketId: "b1"})
 	if status.Code(err) != codes.Internal {
 		t.Errorf("a DriverDeleteBucket with a nil dereference: %v, want Internal", err)
 	}
-	if _, err := cosi.NewIdentityClient(conn).DriverGetInfo(t.Context(), &cosi.DriverGetInfoRequest{}); err != nil {
+	if _, err := cosiproto.NewIdentityClient(conn).DriverGetInfo(t.Context(), &cosiproto.DriverGetInfoRequest{}); err != nil {
 		t.Errorf("the server after two panics: %v", err)
 	}
 

@@ -18,7 +18,7 @@ import (
 
 	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // countingDriver counts the DriverCreateBucket calls that reach the driver.
@@ -27,7 +27,7 @@ type countingDriver struct {
 	creates atomic.Int32
 }
 
-func (d *countingDriver) DriverCreateBucket(ctx context.Context, req *cosi.DriverCreateBucketRequest) (*cosi.DriverCreateBucketResponse, error) {
+func (d *countingDriver) DriverCreateBucket(ctx context.Context, req *cosiproto.DriverCreateBucketRequest) (*cosiproto.DriverCreateBucketResponse, error) {
 	d.creates.Add(1)
 	return d.Driver.DriverCreateBucket(ctx, req)
 }
@@ -42,8 +42,8 @@ type testServer struct {
 
 // startServer serves d through the SDK on a socket in a temporary directory.
 func startServer(t *testing.T, d interface {
-	cosi.IdentityServer
-	cosi.ProvisionerServer
+	cosiproto.IdentityServer
+	cosiproto.ProvisionerServer
 }) *testServer {
 	t.Helper()
 	ts := &testServer{socket: filepath.Join(t.TempDir(), "driver.sock"), registry: prometheus.NewRegistry(), faults: &memory.Faults{}}
@@ -95,14 +95,14 @@ func TestServerValidatesBeforeTheDriver(t *testing.T) {
 	ts := startServer(t, d)
 	c := connect(t, ts.endpoint, driver.ClientOptions{})
 
-	_, err := c.DriverCreateBucket(t.Context(), &cosi.DriverCreateBucketRequest{})
+	_, err := c.DriverCreateBucket(t.Context(), &cosiproto.DriverCreateBucketRequest{})
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "bucket_id is required") {
 		t.Fatalf("DriverCreateBucket without bucket_id: %v, want InvalidArgument naming bucket_id", err)
 	}
 	if n := d.creates.Load(); n != 0 {
 		t.Errorf("the driver saw %d invalid requests, want 0", n)
 	}
-	if _, err := c.DriverCreateBucket(t.Context(), &cosi.DriverCreateBucketRequest{BucketId: "b"}); err != nil {
+	if _, err := c.DriverCreateBucket(t.Context(), &cosiproto.DriverCreateBucketRequest{BucketId: "b"}); err != nil {
 		t.Fatal(err)
 	}
 	if n := d.creates.Load(); n != 1 {
@@ -131,7 +131,7 @@ func TestServerStopsGracefully(t *testing.T) {
 
 	result := make(chan error, 1)
 	go func() {
-		_, err := c.DriverCreateBucket(context.Background(), &cosi.DriverCreateBucketRequest{BucketId: "in-flight"})
+		_, err := c.DriverCreateBucket(context.Background(), &cosiproto.DriverCreateBucketRequest{BucketId: "in-flight"})
 		result <- err
 	}()
 	time.Sleep(100 * time.Millisecond) // the call is in flight

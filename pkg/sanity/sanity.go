@@ -26,7 +26,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/kube-cosi/cosi/pkg/driver"
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // Config says which driver to test and how.
@@ -77,10 +77,10 @@ func (c Category) String() string {
 // AccessCheck asks whether credentials can read (Write false) or write (Write true) a category
 // of a bucket's data.
 type AccessCheck struct {
-	Protocol    cosi.ObjectProtocol_Type
-	Credentials *cosi.CredentialInfo
+	Protocol    cosiproto.ObjectProtocol_Type
+	Credentials *cosiproto.CredentialInfo
 	BucketID    string
-	BucketInfo  *cosi.ProtocolBucketInfo
+	BucketInfo  *cosiproto.ProtocolBucketInfo
 	Category    Category
 	Write       bool
 }
@@ -168,9 +168,9 @@ func Test(t *testing.T, cfg Config) {
 type suite struct {
 	cfg      Config
 	conn     *grpc.ClientConn
-	identity cosi.IdentityClient
-	prov     cosi.ProvisionerClient
-	info     *cosi.DriverGetInfoResponse
+	identity cosiproto.IdentityClient
+	prov     cosiproto.ProvisionerClient
+	info     *cosiproto.DriverGetInfoResponse
 	prefix   string // makes this run's names unique in the backend
 
 	mu         sync.Mutex
@@ -193,13 +193,13 @@ func newSuite(ctx context.Context, cfg Config) (*suite, error) {
 		return nil, err
 	}
 	s.conn = conn
-	s.identity = cosi.NewIdentityClient(conn)
-	s.prov = cosi.NewProvisionerClient(conn)
+	s.identity = cosiproto.NewIdentityClient(conn)
+	s.prov = cosiproto.NewProvisionerClient(conn)
 	// Wait for the driver, as the sidecar does, but not forever.
 	probeCtx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	for {
-		s.info, err = s.identity.DriverGetInfo(probeCtx, &cosi.DriverGetInfoRequest{})
+		s.info, err = s.identity.DriverGetInfo(probeCtx, &cosiproto.DriverGetInfoRequest{})
 		if err == nil || !driver.Retryable(err) || probeCtx.Err() != nil {
 			break
 		}
@@ -241,7 +241,7 @@ func (s *suite) intercept(ctx context.Context, method string, req, reply any, cc
 func secretValues(m protoreflect.Message) []string {
 	var values []string
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		secret, _ := proto.GetExtension(fd.Options(), cosi.E_CosiSecret).(bool)
+		secret, _ := proto.GetExtension(fd.Options(), cosiproto.E_CosiSecret).(bool)
 		switch {
 		case secret && fd.Kind() == protoreflect.StringKind && !fd.IsList() && !fd.IsMap():
 			if v.String() != "" {

@@ -5,7 +5,7 @@ import (
 	"maps"
 	"slices"
 
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // Category is one of the three kinds of data KEP-1979 separates access modes for.
@@ -49,7 +49,7 @@ func (b Backend) Accounts() []string {
 // Allowed reports whether creds open bucketID for reading (write false) or writing (write true)
 // data of the category: the credentials must belong to a live account that was granted the
 // bucket with a mode allowing it. Unrequested categories are denied: least privilege.
-func (b Backend) Allowed(creds *cosi.CredentialInfo, bucketID string, category Category, write bool) bool {
+func (b Backend) Allowed(creds *cosiproto.CredentialInfo, bucketID string, category Category, write bool) bool {
 	b.d.mu.Lock()
 	defer b.d.mu.Unlock()
 	for id, acct := range b.d.state.Accounts {
@@ -60,13 +60,13 @@ func (b Backend) Allowed(creds *cosi.CredentialInfo, bucketID string, category C
 		if !ok || !b.bucketExists(bucketID) {
 			return false
 		}
-		mode := [...]cosi.AccessMode_Mode{m.ObjectData, m.ObjectMetadata, m.BucketMetadata}[category]
+		mode := [...]cosiproto.AccessMode_Mode{m.ObjectData, m.ObjectMetadata, m.BucketMetadata}[category]
 		switch mode {
-		case cosi.AccessMode_READ_WRITE:
+		case cosiproto.AccessMode_READ_WRITE:
 			return true
-		case cosi.AccessMode_READ_ONLY:
+		case cosiproto.AccessMode_READ_ONLY:
 			return !write
-		case cosi.AccessMode_WRITE_ONLY:
+		case cosiproto.AccessMode_WRITE_ONLY:
 			return write
 		}
 		return false
@@ -79,7 +79,7 @@ func (b Backend) bucketExists(id string) bool {
 	return ok
 }
 
-func sameCredentials(a, b *cosi.CredentialInfo) bool {
+func sameCredentials(a, b *cosiproto.CredentialInfo) bool {
 	eq := func(x, y string) bool { return x != "" && subtle.ConstantTimeCompare([]byte(x), []byte(y)) == 1 }
 	switch {
 	case a.GetS3() != nil:

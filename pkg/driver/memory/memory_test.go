@@ -11,15 +11,15 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
-var readWrite = &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}
+var readWrite = &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}
 
-func grantRequest(account string, buckets ...string) *cosi.DriverGrantBucketAccessRequest {
-	req := &cosi.DriverGrantBucketAccessRequest{AccountId: account, Protocol: cosi.ObjectProtocol_S3, AuthenticationType: cosi.AuthenticationType_KEY}
+func grantRequest(account string, buckets ...string) *cosiproto.DriverGrantBucketAccessRequest {
+	req := &cosiproto.DriverGrantBucketAccessRequest{AccountId: account, Protocol: cosiproto.ObjectProtocol_S3, AuthenticationType: cosiproto.AuthenticationType_KEY}
 	for _, b := range buckets {
-		req.Buckets = append(req.Buckets, &cosi.AccessedBucket{BucketId: b, AccessModes: readWrite})
+		req.Buckets = append(req.Buckets, &cosiproto.AccessedBucket{BucketId: b, AccessModes: readWrite})
 	}
 	return req
 }
@@ -33,7 +33,7 @@ func TestStateFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.DriverCreateBucket(ctx, &cosi.DriverCreateBucketRequest{BucketId: "bc-1", Parameters: map[string]string{ParamVersioning: "true"}}); err != nil {
+	if _, err := d.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: "bc-1", Parameters: map[string]string{ParamVersioning: "true"}}); err != nil {
 		t.Fatal(err)
 	}
 	first, err := d.DriverGrantBucketAccess(ctx, grantRequest("ba-1", "bc-1"))
@@ -52,10 +52,10 @@ func TestStateFile(t *testing.T) {
 		t.Fatal("the restarted driver forgot bucket bc-1")
 	}
 	// Same bucket, same parameters: OK; other parameters: AlreadyExists.
-	if _, err := restarted.DriverCreateBucket(ctx, &cosi.DriverCreateBucketRequest{BucketId: "bc-1", Parameters: map[string]string{ParamVersioning: "true"}}); err != nil {
+	if _, err := restarted.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: "bc-1", Parameters: map[string]string{ParamVersioning: "true"}}); err != nil {
 		t.Errorf("re-creating the same bucket after a restart: %v", err)
 	}
-	if _, err := restarted.DriverCreateBucket(ctx, &cosi.DriverCreateBucketRequest{BucketId: "bc-1"}); status.Code(err) != codes.AlreadyExists {
+	if _, err := restarted.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: "bc-1"}); status.Code(err) != codes.AlreadyExists {
 		t.Errorf("re-creating the bucket with other parameters after a restart: %v, want AlreadyExists", err)
 	}
 	second, err := restarted.DriverGrantBucketAccess(ctx, grantRequest("ba-1", "bc-1"))
@@ -70,10 +70,10 @@ func TestStateFile(t *testing.T) {
 	}
 
 	// Deletions persist too.
-	if _, err := restarted.DriverRevokeBucketAccess(ctx, &cosi.DriverRevokeBucketAccessRequest{AccountId: "ba-1"}); err != nil {
+	if _, err := restarted.DriverRevokeBucketAccess(ctx, &cosiproto.DriverRevokeBucketAccessRequest{AccountId: "ba-1"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := restarted.DriverDeleteBucket(ctx, &cosi.DriverDeleteBucketRequest{BucketId: "bc-1"}); err != nil {
+	if _, err := restarted.DriverDeleteBucket(ctx, &cosiproto.DriverDeleteBucketRequest{BucketId: "bc-1"}); err != nil {
 		t.Fatal(err)
 	}
 	again, err := New(Config{StateFile: stateFile})
