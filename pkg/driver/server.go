@@ -132,7 +132,10 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.grpc.Stop()
 		<-stopped
 	}
-	<-served
+	// Serve returns nil once stopped; anything else is an error of its own.
+	if err := <-served; err != nil {
+		return fmt.Errorf("driver: serving: %w", err)
+	}
 	return nil
 }
 

@@ -322,7 +322,7 @@ func checkGrantBucketInfo(protocol cosiproto.ObjectProtocol_Type, info *cosiprot
 		}
 	case cosiproto.ObjectProtocol_AZURE:
 		if info.GetAzure().GetStorageAccount() == "" {
-			return fmt.Errorf("Azure bucket info needs storage_account")
+			return fmt.Errorf("Azure bucket info needs storage_account") //nolint:staticcheck // ST1005: a proper noun
 		}
 	case cosiproto.ObjectProtocol_GCS:
 		if info.GetGcs().GetBucketName() == "" {
@@ -340,7 +340,7 @@ func checkCredentials(protocol cosiproto.ObjectProtocol_Type, creds *cosiproto.C
 		}
 	case cosiproto.ObjectProtocol_AZURE:
 		if creds.GetAzure().GetAccessToken() == "" {
-			return fmt.Errorf("Azure credentials need access_token")
+			return fmt.Errorf("Azure credentials need access_token") //nolint:staticcheck // ST1005: a proper noun
 		}
 	case cosiproto.ObjectProtocol_GCS:
 		g := creds.GetGcs()

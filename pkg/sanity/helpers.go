@@ -27,7 +27,7 @@ func (t *T) ok(err error, what string) {
 }
 
 // code ends the case unless err has one of the wanted codes.
-func (t *T) code(err error, what string, want ...codes.Code) codes.Code {
+func (t *T) code(err error, what string, want ...codes.Code) {
 	got := status.Code(err)
 	if !slices.Contains(want, got) {
 		if err == nil {
@@ -35,7 +35,6 @@ func (t *T) code(err error, what string, want ...codes.Code) codes.Code {
 		}
 		t.Fatalf("%s: returned %v (%s), want %v", what, got, status.Convert(err).Message(), want)
 	}
-	return got
 }
 
 // protocols returns the protocols the driver advertises.

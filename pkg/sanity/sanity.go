@@ -64,9 +64,13 @@ type Config struct {
 // Category is one of the three kinds of data KEP-1979 separates access modes for.
 type Category int
 
+// The categories, in KEP-1979's order.
 const (
+	// ObjectData is reading and writing objects (get, put, list, delete).
 	ObjectData Category = iota
+	// ObjectMetadata is reading and writing objects' metadata (tags, ACLs).
 	ObjectMetadata
+	// BucketMetadata is reading and writing the bucket's own metadata (tags, versioning).
 	BucketMetadata
 )
 
@@ -99,9 +103,13 @@ type Probe struct {
 // Status is the outcome of a case.
 type Status string
 
+// The outcomes of a case.
 const (
-	Passed  Status = "passed"
-	Failed  Status = "failed"
+	// Passed: the driver did what the spec requires.
+	Passed Status = "passed"
+	// Failed: the driver did not; the Result says how.
+	Failed Status = "failed"
+	// Skipped: the case could not run (a protocol, parameter or probe it needs is missing).
 	Skipped Status = "skipped"
 )
 
@@ -301,7 +309,6 @@ type T struct {
 	failures   []string
 	skipReason string
 	cleanups   []func()
-	names      int
 }
 
 // Errorf records a failure and continues.

@@ -11,9 +11,13 @@ import (
 // Category is one of the three kinds of data KEP-1979 separates access modes for.
 type Category int
 
+// The categories, in KEP-1979's order.
 const (
+	// ObjectData is reading and writing objects (get, put, list, delete).
 	ObjectData Category = iota
+	// ObjectMetadata is reading and writing objects' metadata (tags, ACLs).
 	ObjectMetadata
+	// BucketMetadata is reading and writing the bucket's own metadata (tags, versioning).
 	BucketMetadata
 )
 

@@ -97,7 +97,7 @@ func (d *Driver) save() error {
 		return status.Errorf(codes.Unavailable, "saving state: %v", err)
 	}
 	defer os.Remove(tmp.Name()) // no-op after a successful rename
-	if _, err := tmp.Write(data); err == nil {
+	if _, err = tmp.Write(data); err == nil {
 		err = tmp.Sync()
 	}
 	if cerr := tmp.Close(); err == nil {
