@@ -36,7 +36,10 @@ func TestProbeWaitsForTheDriver(t *testing.T) {
 	}()
 	time.Sleep(300 * time.Millisecond) // the driver starts after the sidecar
 	d := newMemory(t, memory.Config{})
-	srv, err := driver.NewServer(t.Context(), driver.Options{Endpoint: endpoint, Identity: d, Provisioner: d, Registerer: prometheus.NewRegistry()})
+	srv, err := driver.NewServer(
+		t.Context(),
+		driver.Options{Endpoint: endpoint, Identity: d, Provisioner: d, Registerer: prometheus.NewRegistry()},
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,11 +86,19 @@ func TestClientCallTimeoutAndMetrics(t *testing.T) {
 # TYPE cosi_sidecar_operation_errors_total counter
 cosi_sidecar_operation_errors_total{driver_name="memory.cosi.kube-cosi.io",method_name="DriverCreateBucket"} 1
 `
-	if err := testutil.GatherAndCompare(registry, strings.NewReader(want), "cosi_sidecar_operation_errors_total"); err != nil {
+	if err := testutil.GatherAndCompare(
+		registry,
+		strings.NewReader(want),
+		"cosi_sidecar_operation_errors_total",
+	); err != nil {
 		t.Error(err)
 	}
 	if n := testutil.CollectAndCount(registry, "cosi_sidecar_operation_duration_seconds"); n != 2 {
-		t.Errorf("cosi_sidecar_operation_duration_seconds has %d series, want 2 (DriverGetInfo OK, DriverCreateBucket DeadlineExceeded)", n)
+		t.Errorf(
+			"cosi_sidecar_operation_duration_seconds has %d series, "+
+				"want 2 (DriverGetInfo OK, DriverCreateBucket DeadlineExceeded)",
+			n,
+		)
 	}
 }
 

@@ -39,8 +39,15 @@ func serverInterceptor(log logr.Logger, metrics *operationMetrics, driverName st
 
 // clientInterceptor logs and measures every call the sidecar makes, and bounds each call by the
 // call timeout: the earlier of the context's deadline and the timeout wins.
-func clientInterceptor(log logr.Logger, metrics *operationMetrics, driverName func() string, timeout time.Duration) grpc.UnaryClientInterceptor {
-	return func(ctx context.Context, fullMethod string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+func clientInterceptor(
+	log logr.Logger,
+	metrics *operationMetrics,
+	driverName func() string,
+	timeout time.Duration,
+) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, fullMethod string, req, reply any, cc *grpc.ClientConn,
+		invoker grpc.UnaryInvoker, opts ...grpc.CallOption,
+	) error {
 		if timeout > 0 {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, timeout)
@@ -59,7 +66,14 @@ func clientInterceptor(log logr.Logger, metrics *operationMetrics, driverName fu
 	}
 }
 
-func observe(log logr.Logger, metrics *operationMetrics, driverName, method string, start time.Time, resp any, err error) {
+func observe(
+	log logr.Logger,
+	metrics *operationMetrics,
+	driverName, method string,
+	start time.Time,
+	resp any,
+	err error,
+) {
 	elapsed := time.Since(start)
 	code := status.Code(err)
 	if metrics != nil {
@@ -70,7 +84,8 @@ func observe(log logr.Logger, metrics *operationMetrics, driverName, method stri
 	}
 	if err != nil {
 		// The status message is the driver's; drivers must not put secrets in it (COSI spec).
-		log.V(LogLevelCalls).Info("call failed", "method", method, "code", code.String(), "message", status.Convert(err).Message(), "duration", elapsed)
+		log.V(LogLevelCalls).Info("call failed", "method", method, "code", code.String(),
+			"message", status.Convert(err).Message(), "duration", elapsed)
 		return
 	}
 	log.V(LogLevelCalls).Info("call succeeded", "method", method, "duration", elapsed)

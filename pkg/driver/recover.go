@@ -21,7 +21,9 @@ import (
 // the runtime raised it (nil dereference, index out of range: types and numbers). A value a
 // driver panics with may have been made from the request, and is not logged.
 func recoverInterceptor(log logr.Logger) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	return func(
+		ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler,
+	) (resp any, err error) {
 		defer func() {
 			r := recover()
 			if r == nil {
@@ -32,7 +34,10 @@ func recoverInterceptor(log logr.Logger) grpc.UnaryServerInterceptor {
 				kv = append(kv, "panic", re.Error())
 			}
 			log.Error(nil, "driver panicked; the call fails with Internal", kv...)
-			resp, err = nil, status.Error(codes.Internal, "the driver failed unexpectedly (it panicked; its log has the details); the call may be retried")
+			resp, err = nil, status.Error(
+				codes.Internal,
+				"the driver failed unexpectedly (it panicked; its log has the details); the call may be retried",
+			)
 		}()
 		return handler(ctx, req)
 	}

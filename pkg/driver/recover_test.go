@@ -28,11 +28,17 @@ type panickingDriver struct {
 	*memory.Driver
 }
 
-func (panickingDriver) DriverCreateBucket(_ context.Context, req *cosiproto.DriverCreateBucketRequest) (*cosiproto.DriverCreateBucketResponse, error) {
+func (panickingDriver) DriverCreateBucket(
+	_ context.Context,
+	req *cosiproto.DriverCreateBucketRequest,
+) (*cosiproto.DriverCreateBucketResponse, error) {
 	panic("cannot create with " + req.GetParameters()["password"])
 }
 
-func (panickingDriver) DriverDeleteBucket(context.Context, *cosiproto.DriverDeleteBucketRequest) (*cosiproto.DriverDeleteBucketResponse, error) {
+func (panickingDriver) DriverDeleteBucket(
+	context.Context,
+	*cosiproto.DriverDeleteBucketRequest,
+) (*cosiproto.DriverDeleteBucketResponse, error) {
 	var user *struct{ Path *string }
 	_ = *user.Path // a store that answered without the user
 	return &cosiproto.DriverDeleteBucketResponse{}, nil
@@ -52,7 +58,10 @@ func TestServerRecoversFromPanics(t *testing.T) {
 	d := panickingDriver{newMemory(t, memory.Config{})}
 	endpoint := "unix://" + filepath.Join(t.TempDir(), "driver.sock")
 	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := driver.NewServer(ctx, driver.Options{Endpoint: endpoint, Identity: d, Provisioner: d, Logger: log, Registerer: prometheus.NewRegistry()})
+	srv, err := driver.NewServer(
+		ctx,
+		driver.Options{Endpoint: endpoint, Identity: d, Provisioner: d, Logger: log, Registerer: prometheus.NewRegistry()},
+	)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -72,7 +81,10 @@ func TestServerRecoversFromPanics(t *testing.T) {
 	defer conn.Close()
 	p := cosiproto.NewProvisionerClient(conn)
 
-	_, err = p.DriverCreateBucket(t.Context(), &cosiproto.DriverCreateBucketRequest{BucketId: "b1", Parameters: map[string]string{"password": panicSecret}})
+	_, err = p.DriverCreateBucket(
+		t.Context(),
+		&cosiproto.DriverCreateBucketRequest{BucketId: "b1", Parameters: map[string]string{"password": panicSecret}},
+	)
 	if status.Code(err) != codes.Internal {
 		t.Errorf("a panicking DriverCreateBucket: %v, want Internal", err)
 	}
@@ -80,14 +92,16 @@ func TestServerRecoversFromPanics(t *testing.T) {
 	if status.Code(err) != codes.Internal {
 		t.Errorf("a DriverDeleteBucket with a nil dereference: %v, want Internal", err)
 	}
-	if _, err := cosiproto.NewIdentityClient(conn).DriverGetInfo(t.Context(), &cosiproto.DriverGetInfoRequest{}); err != nil {
+	if _, err := cosiproto.NewIdentityClient(conn).
+		DriverGetInfo(t.Context(), &cosiproto.DriverGetInfoRequest{}); err != nil {
 		t.Errorf("the server after two panics: %v", err)
 	}
 
 	mu.Lock()
 	out := logs.String()
 	mu.Unlock()
-	if !strings.Contains(out, "driver panicked") || !strings.Contains(out, "DriverDeleteBucket") || !strings.Contains(out, "nil pointer dereference") {
+	if !strings.Contains(out, "driver panicked") || !strings.Contains(out, "DriverDeleteBucket") ||
+		!strings.Contains(out, "nil pointer dereference") {
 		t.Errorf("the log does not say which call panicked and why:\n%s", out)
 	}
 	// The request is logged at this verbosity with secrets stripped; the panic value, made from

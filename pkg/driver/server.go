@@ -98,10 +98,19 @@ func NewServer(ctx context.Context, opts Options) (*Server, error) {
 	// can take the process down.
 	recovery := recoverInterceptor(log)
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
-		append([]grpc.UnaryServerInterceptor{recovery, serverInterceptor(log, metrics, info.GetName()), recovery}, opts.Interceptors...)...))
+		append(
+			[]grpc.UnaryServerInterceptor{recovery, serverInterceptor(log, metrics, info.GetName()), recovery},
+			opts.Interceptors...)...))
 	cosiproto.RegisterIdentityServer(srv, opts.Identity)
 	cosiproto.RegisterProvisionerServer(srv, opts.Provisioner)
-	return &Server{name: info.GetName(), endpoint: opts.Endpoint, lis: lis, grpc: srv, log: log, stopTimeout: opts.StopTimeout}, nil
+	return &Server{
+		name:        info.GetName(),
+		endpoint:    opts.Endpoint,
+		lis:         lis,
+		grpc:        srv,
+		log:         log,
+		stopTimeout: opts.StopTimeout,
+	}, nil
 }
 
 // Name is the driver's name, from DriverGetInfo.
@@ -132,10 +141,9 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.grpc.Stop()
 		<-stopped
 	}
-	// Serve returns nil once stopped; anything else is an error of its own.
-	if err := <-served; err != nil {
-		return fmt.Errorf("driver: serving: %w", err)
-	}
+	// Wait for Serve to return. Once stopped it has nothing to report: it returns nil, or
+	// grpc.ErrServerStopped when the stop came before it started serving.
+	<-served //nolint:errcheck // see above
 	return nil
 }
 

@@ -27,7 +27,10 @@ type countingDriver struct {
 	creates atomic.Int32
 }
 
-func (d *countingDriver) DriverCreateBucket(ctx context.Context, req *cosiproto.DriverCreateBucketRequest) (*cosiproto.DriverCreateBucketResponse, error) {
+func (d *countingDriver) DriverCreateBucket(
+	ctx context.Context,
+	req *cosiproto.DriverCreateBucketRequest,
+) (*cosiproto.DriverCreateBucketResponse, error) {
 	d.creates.Add(1)
 	return d.Driver.DriverCreateBucket(ctx, req)
 }
@@ -46,7 +49,11 @@ func startServer(t *testing.T, d interface {
 	cosiproto.ProvisionerServer
 }) *testServer {
 	t.Helper()
-	ts := &testServer{socket: filepath.Join(t.TempDir(), "driver.sock"), registry: prometheus.NewRegistry(), faults: &memory.Faults{}}
+	ts := &testServer{
+		socket:   filepath.Join(t.TempDir(), "driver.sock"),
+		registry: prometheus.NewRegistry(),
+		faults:   &memory.Faults{},
+	}
 	ts.endpoint = "unix://" + ts.socket
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := driver.NewServer(ctx, driver.Options{
@@ -114,12 +121,18 @@ func TestServerValidatesBeforeTheDriver(t *testing.T) {
 	if n := testutil.CollectAndCount(ts.registry, metric); n != 2 {
 		t.Errorf("%s has %d series, want 2 (OK and InvalidArgument)", metric, n)
 	}
+	// The Prometheus text format has one sample per line.
+	//nolint:lll
 	errs := `
 # HELP cosi_driver_operation_errors_total COSI driver gRPC operations that returned an error, by driver, method and gRPC status code.
 # TYPE cosi_driver_operation_errors_total counter
 cosi_driver_operation_errors_total{driver_name="memory.cosi.kube-cosi.io",grpc_status_code="InvalidArgument",method_name="DriverCreateBucket"} 1
 `
-	if err := testutil.GatherAndCompare(ts.registry, strings.NewReader(errs), "cosi_driver_operation_errors_total"); err != nil {
+	if err := testutil.GatherAndCompare(
+		ts.registry,
+		strings.NewReader(errs),
+		"cosi_driver_operation_errors_total",
+	); err != nil {
 		t.Error(err)
 	}
 }
@@ -149,8 +162,10 @@ func TestServerStopsGracefully(t *testing.T) {
 func TestServerFailsFast(t *testing.T) {
 	socket := filepath.Join(t.TempDir(), "driver.sock")
 	_, err := driver.NewServer(t.Context(), driver.Options{
-		Endpoint: "unix://" + socket, Identity: newMemory(t, memory.Config{Name: "not_a_domain"}), Provisioner: newMemory(t, memory.Config{}),
-		Registerer: prometheus.NewRegistry(),
+		Endpoint:    "unix://" + socket,
+		Identity:    newMemory(t, memory.Config{Name: "not_a_domain"}),
+		Provisioner: newMemory(t, memory.Config{}),
+		Registerer:  prometheus.NewRegistry(),
 	})
 	if err == nil || !strings.Contains(err.Error(), "domain name notation") {
 		t.Fatalf("NewServer with an invalid driver name: %v", err)
@@ -161,7 +176,11 @@ func TestServerFailsFast(t *testing.T) {
 
 	t.Setenv(driver.EndpointEnv, "")
 	d := newMemory(t, memory.Config{})
-	if _, err := driver.NewServer(t.Context(), driver.Options{Identity: d, Provisioner: d}); err == nil || !strings.Contains(err.Error(), driver.EndpointEnv) {
+	if _, err := driver.NewServer(
+		t.Context(),
+		driver.Options{Identity: d, Provisioner: d},
+	); err == nil ||
+		!strings.Contains(err.Error(), driver.EndpointEnv) {
 		t.Errorf("NewServer without an endpoint: %v, want an error naming %s", err, driver.EndpointEnv)
 	}
 }
@@ -170,7 +189,10 @@ func TestServerUsesCOSIEndpoint(t *testing.T) {
 	socket := filepath.Join(t.TempDir(), "env.sock")
 	t.Setenv(driver.EndpointEnv, "unix://"+socket)
 	d := newMemory(t, memory.Config{})
-	srv, err := driver.NewServer(t.Context(), driver.Options{Identity: d, Provisioner: d, Registerer: prometheus.NewRegistry(), Logger: logr.Discard()})
+	srv, err := driver.NewServer(
+		t.Context(),
+		driver.Options{Identity: d, Provisioner: d, Registerer: prometheus.NewRegistry(), Logger: logr.Discard()},
+	)
 	if err != nil {
 		t.Fatal(err)
 	}

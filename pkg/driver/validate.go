@@ -199,7 +199,11 @@ func checkRevokedBuckets(buckets []*cosiproto.DriverRevokeBucketAccessRequest_Bu
 // checkAccess checks the protocol, the authentication type and the service account, which is
 // required for SERVICE_ACCOUNT authentication and must be empty otherwise (COSI never sends it for
 // KEY, so that drivers cannot come to depend on it).
-func checkAccess(protocol cosiproto.ObjectProtocol_Type, auth cosiproto.AuthenticationType_Type, sa *cosiproto.ServiceAccount) error {
+func checkAccess(
+	protocol cosiproto.ObjectProtocol_Type,
+	auth cosiproto.AuthenticationType_Type,
+	sa *cosiproto.ServiceAccount,
+) error {
 	if err := checkProtocol("protocol", protocol); err != nil {
 		return err
 	}
@@ -230,7 +234,10 @@ func ValidateDriverName(name string) error {
 		return fmt.Errorf("driver name %q is longer than %d characters", name, MaxDriverNameLength)
 	}
 	if !driverNameRE.MatchString(name) {
-		return fmt.Errorf("driver name %q is not in domain name notation (alphanumerics at both ends, dashes and dots between)", name)
+		return fmt.Errorf(
+			"driver name %q is not in domain name notation (alphanumerics at both ends, dashes and dots between)",
+			name,
+		)
 	}
 	return nil
 }
@@ -266,7 +273,10 @@ func BucketInfoProtocols(info *cosiproto.ProtocolBucketInfo) []cosiproto.ObjectP
 // ValidateBucketInfo checks the bucket information of a DriverCreateBucket or DriverGetBucket
 // response: at least one protocol, each advertised by the driver, and each requested protocol
 // present.
-func ValidateBucketInfo(info *cosiproto.ProtocolBucketInfo, advertised, requested []cosiproto.ObjectProtocol_Type) error {
+func ValidateBucketInfo(
+	info *cosiproto.ProtocolBucketInfo,
+	advertised, requested []cosiproto.ObjectProtocol_Type,
+) error {
 	got := BucketInfoProtocols(info)
 	if len(got) == 0 {
 		return fmt.Errorf("the response names no protocol: a bucket supports at least one")
@@ -287,7 +297,10 @@ func ValidateBucketInfo(info *cosiproto.ProtocolBucketInfo, advertised, requeste
 // ValidateGrantResponse checks a DriverGrantBucketAccess response against its request: one entry
 // per requested bucket with the fields workloads need for the protocol, and, for KEY
 // authentication, complete credentials for the protocol. Messages never include credential values.
-func ValidateGrantResponse(req *cosiproto.DriverGrantBucketAccessRequest, resp *cosiproto.DriverGrantBucketAccessResponse) error {
+func ValidateGrantResponse(
+	req *cosiproto.DriverGrantBucketAccessRequest,
+	resp *cosiproto.DriverGrantBucketAccessResponse,
+) error {
 	byID := map[string]*cosiproto.ProtocolBucketInfo{}
 	for i, b := range resp.GetBuckets() {
 		if _, dup := byID[b.GetBucketId()]; dup {

@@ -39,7 +39,10 @@ var cases = []Case{
 		}
 	}},
 	{"DriverGenerateBucketId/creates nothing in the backend", func(t *T) {
-		gen, err := t.s.prov.DriverGenerateBucketId(t.ctx, &cosiproto.DriverGenerateBucketIdRequest{Name: t.name("b"), Parameters: t.s.cfg.BucketParameters})
+		gen, err := t.s.prov.DriverGenerateBucketId(
+			t.ctx,
+			&cosiproto.DriverGenerateBucketIdRequest{Name: t.name("b"), Parameters: t.s.cfg.BucketParameters},
+		)
 		t.ok(err, "DriverGenerateBucketId")
 		if t.bucketExists(gen.GetBucketId()) {
 			t.Errorf("bucket %q exists after phase 1; it would leak if COSI never persisted the ID", gen.GetBucketId())
@@ -47,14 +50,20 @@ var cases = []Case{
 		}
 	}},
 	{"DriverGenerateBucketId/rejects a missing name with InvalidArgument", func(t *T) {
-		_, err := t.s.prov.DriverGenerateBucketId(t.ctx, &cosiproto.DriverGenerateBucketIdRequest{Parameters: t.s.cfg.BucketParameters})
+		_, err := t.s.prov.DriverGenerateBucketId(
+			t.ctx,
+			&cosiproto.DriverGenerateBucketIdRequest{Parameters: t.s.cfg.BucketParameters},
+		)
 		t.code(err, "DriverGenerateBucketId without name", codes.InvalidArgument)
 	}},
 	{"DriverGenerateBucketId/rejects invalid parameters with InvalidArgument", func(t *T) {
 		if t.s.cfg.InvalidBucketParameters == nil {
 			t.Skipf("no invalid bucket parameters configured")
 		}
-		_, err := t.s.prov.DriverGenerateBucketId(t.ctx, &cosiproto.DriverGenerateBucketIdRequest{Name: t.name("b"), Parameters: t.s.cfg.InvalidBucketParameters})
+		_, err := t.s.prov.DriverGenerateBucketId(
+			t.ctx,
+			&cosiproto.DriverGenerateBucketIdRequest{Name: t.name("b"), Parameters: t.s.cfg.InvalidBucketParameters},
+		)
 		t.code(err, "DriverGenerateBucketId with invalid parameters", codes.InvalidArgument)
 	}},
 	{"DriverGenerateBucketId/returns AlreadyExists for an existing bucket with incompatible parameters", func(t *T) {
@@ -62,12 +71,21 @@ var cases = []Case{
 			t.Skipf("no incompatible bucket parameters configured")
 		}
 		name := t.name("b")
-		gen, err := t.s.prov.DriverGenerateBucketId(t.ctx, &cosiproto.DriverGenerateBucketIdRequest{Name: name, Parameters: t.s.cfg.BucketParameters})
+		gen, err := t.s.prov.DriverGenerateBucketId(
+			t.ctx,
+			&cosiproto.DriverGenerateBucketIdRequest{Name: name, Parameters: t.s.cfg.BucketParameters},
+		)
 		t.ok(err, "DriverGenerateBucketId")
-		_, err = t.s.prov.DriverCreateBucket(t.ctx, &cosiproto.DriverCreateBucketRequest{BucketId: gen.GetBucketId(), Parameters: t.s.cfg.BucketParameters})
+		_, err = t.s.prov.DriverCreateBucket(
+			t.ctx,
+			&cosiproto.DriverCreateBucketRequest{BucketId: gen.GetBucketId(), Parameters: t.s.cfg.BucketParameters},
+		)
 		t.ok(err, "DriverCreateBucket")
 		t.Cleanup(func() { t.deleteBucket(gen.GetBucketId()) })
-		_, err = t.s.prov.DriverGenerateBucketId(t.ctx, &cosiproto.DriverGenerateBucketIdRequest{Name: name, Parameters: t.s.cfg.IncompatibleBucketParameters})
+		_, err = t.s.prov.DriverGenerateBucketId(
+			t.ctx,
+			&cosiproto.DriverGenerateBucketIdRequest{Name: name, Parameters: t.s.cfg.IncompatibleBucketParameters},
+		)
 		t.code(err, "DriverGenerateBucketId for an existing bucket with other parameters", codes.AlreadyExists)
 	}},
 
@@ -81,7 +99,11 @@ var cases = []Case{
 	{"DriverCreateBucket/supports each advertised protocol when requested", func(t *T) {
 		for _, p := range t.protocols() {
 			_, resp := t.createBucket(p)
-			if err := driver.ValidateBucketInfo(resp.GetProtocols(), t.protocols(), []cosiproto.ObjectProtocol_Type{p}); err != nil {
+			if err := driver.ValidateBucketInfo(
+				resp.GetProtocols(),
+				t.protocols(),
+				[]cosiproto.ObjectProtocol_Type{p},
+			); err != nil {
 				t.Errorf("%v: %v", p, err)
 			}
 		}
@@ -94,14 +116,20 @@ var cases = []Case{
 	}},
 	{"DriverCreateBucket/is idempotent for the same bucket_id", func(t *T) {
 		id, first := t.createBucket()
-		second, err := t.s.prov.DriverCreateBucket(t.ctx, &cosiproto.DriverCreateBucketRequest{BucketId: id, Parameters: t.s.cfg.BucketParameters})
+		second, err := t.s.prov.DriverCreateBucket(
+			t.ctx,
+			&cosiproto.DriverCreateBucketRequest{BucketId: id, Parameters: t.s.cfg.BucketParameters},
+		)
 		t.ok(err, "second DriverCreateBucket for the same bucket_id")
 		if !proto.Equal(first.GetProtocols(), second.GetProtocols()) {
 			t.Errorf("the second call returned other bucket info: %v, then %v", first.GetProtocols(), second.GetProtocols())
 		}
 	}},
 	{"DriverCreateBucket/rejects a missing bucket_id with InvalidArgument", func(t *T) {
-		_, err := t.s.prov.DriverCreateBucket(t.ctx, &cosiproto.DriverCreateBucketRequest{Parameters: t.s.cfg.BucketParameters})
+		_, err := t.s.prov.DriverCreateBucket(
+			t.ctx,
+			&cosiproto.DriverCreateBucketRequest{Parameters: t.s.cfg.BucketParameters},
+		)
 		t.code(err, "DriverCreateBucket without bucket_id", codes.InvalidArgument)
 	}},
 	{"DriverCreateBucket/rejects invalid parameters with InvalidArgument", func(t *T) {
@@ -109,7 +137,10 @@ var cases = []Case{
 			t.Skipf("no invalid bucket parameters configured")
 		}
 		id := t.name("b")
-		_, err := t.s.prov.DriverCreateBucket(t.ctx, &cosiproto.DriverCreateBucketRequest{BucketId: id, Parameters: t.s.cfg.InvalidBucketParameters})
+		_, err := t.s.prov.DriverCreateBucket(
+			t.ctx,
+			&cosiproto.DriverCreateBucketRequest{BucketId: id, Parameters: t.s.cfg.InvalidBucketParameters},
+		)
 		if err == nil {
 			t.deleteBucket(id)
 		}
@@ -120,13 +151,23 @@ var cases = []Case{
 			t.Skipf("no incompatible bucket parameters configured")
 		}
 		id, _ := t.createBucket()
-		_, err := t.s.prov.DriverCreateBucket(t.ctx, &cosiproto.DriverCreateBucketRequest{BucketId: id, Parameters: t.s.cfg.IncompatibleBucketParameters})
+		_, err := t.s.prov.DriverCreateBucket(
+			t.ctx,
+			&cosiproto.DriverCreateBucketRequest{BucketId: id, Parameters: t.s.cfg.IncompatibleBucketParameters},
+		)
 		t.code(err, "DriverCreateBucket for an existing bucket with other parameters", codes.AlreadyExists)
 	}},
 	{"DriverCreateBucket/rejects a protocol the driver does not advertise with InvalidArgument", func(t *T) {
 		p := t.unsupportedProtocol()
 		id := t.name("b")
-		_, err := t.s.prov.DriverCreateBucket(t.ctx, &cosiproto.DriverCreateBucketRequest{BucketId: id, Protocols: []cosiproto.ObjectProtocol_Type{p}, Parameters: t.s.cfg.BucketParameters})
+		_, err := t.s.prov.DriverCreateBucket(
+			t.ctx,
+			&cosiproto.DriverCreateBucketRequest{
+				BucketId:   id,
+				Protocols:  []cosiproto.ObjectProtocol_Type{p},
+				Parameters: t.s.cfg.BucketParameters,
+			},
+		)
 		if err == nil {
 			t.deleteBucket(id)
 		}
@@ -157,14 +198,20 @@ var cases = []Case{
 	// DriverDeleteBucket
 	{"DriverDeleteBucket/deletes the bucket so that DriverGetBucket no longer finds it", func(t *T) {
 		id, _ := t.createBucket()
-		_, err := t.s.prov.DriverDeleteBucket(t.ctx, &cosiproto.DriverDeleteBucketRequest{BucketId: id, Parameters: t.s.cfg.BucketParameters})
+		_, err := t.s.prov.DriverDeleteBucket(
+			t.ctx,
+			&cosiproto.DriverDeleteBucketRequest{BucketId: id, Parameters: t.s.cfg.BucketParameters},
+		)
 		t.ok(err, "DriverDeleteBucket")
 		_, err = t.s.prov.DriverGetBucket(t.ctx, &cosiproto.DriverGetBucketRequest{BucketId: id})
 		t.code(err, "DriverGetBucket after DriverDeleteBucket", codes.NotFound)
 	}},
 	{"DriverDeleteBucket/deletes the bucket in the backend", func(t *T) {
 		id, _ := t.createBucket()
-		_, err := t.s.prov.DriverDeleteBucket(t.ctx, &cosiproto.DriverDeleteBucketRequest{BucketId: id, Parameters: t.s.cfg.BucketParameters})
+		_, err := t.s.prov.DriverDeleteBucket(
+			t.ctx,
+			&cosiproto.DriverDeleteBucketRequest{BucketId: id, Parameters: t.s.cfg.BucketParameters},
+		)
 		t.ok(err, "DriverDeleteBucket")
 		if t.bucketExists(id) {
 			t.Errorf("bucket %q still exists in the backend after DriverDeleteBucket returned OK", id)
@@ -173,12 +220,18 @@ var cases = []Case{
 	{"DriverDeleteBucket/returns OK when deleting twice", func(t *T) {
 		id, _ := t.createBucket()
 		for i := range 2 {
-			_, err := t.s.prov.DriverDeleteBucket(t.ctx, &cosiproto.DriverDeleteBucketRequest{BucketId: id, Parameters: t.s.cfg.BucketParameters})
+			_, err := t.s.prov.DriverDeleteBucket(
+				t.ctx,
+				&cosiproto.DriverDeleteBucketRequest{BucketId: id, Parameters: t.s.cfg.BucketParameters},
+			)
 			t.ok(err, []string{"first", "second"}[i]+" DriverDeleteBucket")
 		}
 	}},
 	{"DriverDeleteBucket/returns OK for an unknown bucket_id", func(t *T) {
-		_, err := t.s.prov.DriverDeleteBucket(t.ctx, &cosiproto.DriverDeleteBucketRequest{BucketId: t.name("missing"), Parameters: t.s.cfg.BucketParameters})
+		_, err := t.s.prov.DriverDeleteBucket(
+			t.ctx,
+			&cosiproto.DriverDeleteBucketRequest{BucketId: t.name("missing"), Parameters: t.s.cfg.BucketParameters},
+		)
 		t.ok(err, "DriverDeleteBucket for a bucket that never existed")
 	}},
 	{"DriverDeleteBucket/rejects a missing bucket_id with InvalidArgument", func(t *T) {
@@ -206,7 +259,11 @@ var cases = []Case{
 		_, err := t.s.prov.DriverGenerateBucketAccessId(t.ctx, t.keyGrant(p, readWrite, id).generateRequest(t.name("a")))
 		t.ok(err, "DriverGenerateBucketAccessId")
 		if after := t.accounts(); len(after) != len(before) {
-			t.Errorf("the backend has %d accounts after phase 1, %d before; they would leak if COSI never persisted the ID", len(after), len(before))
+			t.Errorf(
+				"the backend has %d accounts after phase 1, %d before; they would leak if COSI never persisted the ID",
+				len(after),
+				len(before),
+			)
 		}
 	}},
 	{"DriverGenerateBucketAccessId/rejects a missing account_name with InvalidArgument", func(t *T) {
@@ -216,7 +273,10 @@ var cases = []Case{
 		t.code(err, "DriverGenerateBucketAccessId without account_name", codes.InvalidArgument)
 	}},
 	{"DriverGenerateBucketAccessId/rejects a request without buckets with InvalidArgument", func(t *T) {
-		_, err := t.s.prov.DriverGenerateBucketAccessId(t.ctx, t.keyGrant(t.protocols()[0], readWrite).generateRequest(t.name("a")))
+		_, err := t.s.prov.DriverGenerateBucketAccessId(
+			t.ctx,
+			t.keyGrant(t.protocols()[0], readWrite).generateRequest(t.name("a")),
+		)
 		t.code(err, "DriverGenerateBucketAccessId without buckets", codes.InvalidArgument)
 	}},
 
@@ -260,7 +320,11 @@ var cases = []Case{
 		_, err = t.s.prov.DriverGrantBucketAccess(t.ctx, g.grantRequest(account))
 		t.ok(err, "second DriverGrantBucketAccess")
 		if after := t.accounts(); len(after) != len(before)+1 {
-			t.Errorf("the backend has %d accounts after granting twice, %d before: want exactly one more", len(after), len(before))
+			t.Errorf(
+				"the backend has %d accounts after granting twice, %d before: want exactly one more",
+				len(after),
+				len(before),
+			)
 		}
 	}},
 	{"DriverGrantBucketAccess/accepts each access mode or returns InvalidArgument", func(t *T) {
@@ -285,7 +349,14 @@ var cases = []Case{
 			for _, write := range []bool{false, true} {
 				want := m.allows(write)
 				if got := t.allowed(p, resp.GetCredentials(), id, info, m.category, write); got != want {
-					t.Errorf("%s: %v %s allowed=%v, want %v", m.name, m.category, map[bool]string{true: "write", false: "read"}[write], got, want)
+					t.Errorf(
+						"%s: %v %s allowed=%v, want %v",
+						m.name,
+						m.category,
+						map[bool]string{true: "write", false: "read"}[write],
+						got,
+						want,
+					)
 				}
 			}
 		}
@@ -374,7 +445,10 @@ var cases = []Case{
 	}},
 	{"DriverRevokeBucketAccess/returns OK for an unknown account_id", func(t *T) {
 		p := t.protocols()[0]
-		_, err := t.s.prov.DriverRevokeBucketAccess(t.ctx, t.keyGrant(p, readWrite, t.name("missing")).revokeRequest(t.name("missing")))
+		_, err := t.s.prov.DriverRevokeBucketAccess(
+			t.ctx,
+			t.keyGrant(p, readWrite, t.name("missing")).revokeRequest(t.name("missing")),
+		)
 		t.ok(err, "DriverRevokeBucketAccess for an account that never existed")
 	}},
 	{"DriverRevokeBucketAccess/rejects a missing account_id with InvalidArgument", func(t *T) {
@@ -391,7 +465,12 @@ var cases = []Case{
 		_, _ = t.s.prov.DriverGrantBucketAccess(t.ctx, &cosiproto.DriverGrantBucketAccessRequest{})
 	}},
 	{"Errors/an unknown RPC returns Unimplemented", func(t *T) {
-		err := t.s.conn.Invoke(t.ctx, "/cosi.v1alpha2.Provisioner/DriverUnknownMethod", &cosiproto.DriverGetInfoRequest{}, &cosiproto.DriverGetInfoResponse{})
+		err := t.s.conn.Invoke(
+			t.ctx,
+			"/cosi.v1alpha2.Provisioner/DriverUnknownMethod",
+			&cosiproto.DriverGetInfoRequest{},
+			&cosiproto.DriverGetInfoResponse{},
+		)
 		t.code(err, "calling an RPC the driver does not have", codes.Unimplemented)
 	}},
 
@@ -446,7 +525,10 @@ func (m modeCase) allows(write bool) bool {
 func accessModeCombinations() []modeCase {
 	var out []modeCase
 	for _, c := range []Category{ObjectData, ObjectMetadata, BucketMetadata} {
-		for _, mode := range []cosiproto.AccessMode_Mode{cosiproto.AccessMode_READ_WRITE, cosiproto.AccessMode_READ_ONLY, cosiproto.AccessMode_WRITE_ONLY} {
+		modes := []cosiproto.AccessMode_Mode{
+			cosiproto.AccessMode_READ_WRITE, cosiproto.AccessMode_READ_ONLY, cosiproto.AccessMode_WRITE_ONLY,
+		}
+		for _, mode := range modes {
 			m := &cosiproto.AccessModes{}
 			switch c {
 			case ObjectData:

@@ -42,7 +42,10 @@ func (t *T) protocols() []cosiproto.ObjectProtocol_Type { return t.s.info.GetSup
 
 // unsupportedProtocol returns a protocol the driver does not advertise, or skips the case.
 func (t *T) unsupportedProtocol() cosiproto.ObjectProtocol_Type {
-	for _, p := range []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3, cosiproto.ObjectProtocol_AZURE, cosiproto.ObjectProtocol_GCS} {
+	all := []cosiproto.ObjectProtocol_Type{
+		cosiproto.ObjectProtocol_S3, cosiproto.ObjectProtocol_AZURE, cosiproto.ObjectProtocol_GCS,
+	}
+	for _, p := range all {
 		if !slices.Contains(t.protocols(), p) {
 			return p
 		}
@@ -71,7 +74,10 @@ func (t *T) createBucket(protocols ...cosiproto.ObjectProtocol_Type) (string, *c
 }
 
 func (t *T) deleteBucket(id string) {
-	_, err := t.s.prov.DriverDeleteBucket(t.ctx, &cosiproto.DriverDeleteBucketRequest{BucketId: id, Parameters: t.s.cfg.BucketParameters})
+	_, err := t.s.prov.DriverDeleteBucket(
+		t.ctx,
+		&cosiproto.DriverDeleteBucketRequest{BucketId: id, Parameters: t.s.cfg.BucketParameters},
+	)
 	if err != nil {
 		t.Errorf("cleanup: DriverDeleteBucket %q: %v", id, err)
 	}
@@ -96,8 +102,14 @@ func (t *T) keyGrant(protocol cosiproto.ObjectProtocol_Type, modes *cosiproto.Ac
 }
 
 func (g grant) generateRequest(accountName string) *cosiproto.DriverGenerateBucketAccessIdRequest {
-	return &cosiproto.DriverGenerateBucketAccessIdRequest{AccountName: accountName, Buckets: g.buckets, Protocol: g.protocol,
-		AuthenticationType: g.auth, ServiceAccount: g.sa, Parameters: g.params}
+	return &cosiproto.DriverGenerateBucketAccessIdRequest{
+		AccountName:        accountName,
+		Buckets:            g.buckets,
+		Protocol:           g.protocol,
+		AuthenticationType: g.auth,
+		ServiceAccount:     g.sa,
+		Parameters:         g.params,
+	}
 }
 
 func (g grant) grantRequest(accountID string) *cosiproto.DriverGrantBucketAccessRequest {
@@ -138,13 +150,29 @@ func (t *T) grant(g grant) (string, *cosiproto.DriverGrantBucketAccessResponse, 
 }
 
 // allowed asks the probe whether creds can access a bucket, or skips the case without a probe.
-func (t *T) allowed(protocol cosiproto.ObjectProtocol_Type, creds *cosiproto.CredentialInfo, bucketID string, info *cosiproto.ProtocolBucketInfo, c Category, write bool) bool {
+func (t *T) allowed(
+	protocol cosiproto.ObjectProtocol_Type,
+	creds *cosiproto.CredentialInfo,
+	bucketID string,
+	info *cosiproto.ProtocolBucketInfo,
+	c Category,
+	write bool,
+) bool {
 	if t.s.cfg.Probe.Allowed == nil {
 		t.Skipf("needs a backend probe (Probe.Allowed) to check what the credentials can do")
 	}
-	ok, err := t.s.cfg.Probe.Allowed(t.ctx, AccessCheck{Protocol: protocol, Credentials: creds, BucketID: bucketID, BucketInfo: info, Category: c, Write: write})
+	ok, err := t.s.cfg.Probe.Allowed(
+		t.ctx,
+		AccessCheck{Protocol: protocol, Credentials: creds, BucketID: bucketID, BucketInfo: info, Category: c, Write: write},
+	)
 	if err != nil {
-		t.Fatalf("probe: checking %v %s access to %q: %v", c, map[bool]string{true: "write", false: "read"}[write], bucketID, err)
+		t.Fatalf(
+			"probe: checking %v %s access to %q: %v",
+			c,
+			map[bool]string{true: "write", false: "read"}[write],
+			bucketID,
+			err,
+		)
 	}
 	return ok
 }

@@ -222,7 +222,14 @@ func newSuite(ctx context.Context, cfg Config) (*suite, error) {
 
 // intercept applies the COSI error scheme to every call (a failed call carries a message and no
 // details) and collects every secret the driver returns, for the log-leak case.
-func (s *suite) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+func (s *suite) intercept(
+	ctx context.Context,
+	method string,
+	req, reply any,
+	cc *grpc.ClientConn,
+	invoker grpc.UnaryInvoker,
+	opts ...grpc.CallOption,
+) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	err := invoker(ctx, method, req, reply, cc, opts...)
@@ -232,10 +239,16 @@ func (s *suite) intercept(ctx context.Context, method string, req, reply any, cc
 		st := status.Convert(err)
 		name := method[strings.LastIndex(method, "/")+1:]
 		if len(st.Details()) > 0 || len(st.Proto().GetDetails()) > 0 {
-			s.violations = append(s.violations, fmt.Sprintf("%s returned %v with status details; the COSI spec requires them to be empty", name, st.Code()))
+			s.violations = append(
+				s.violations,
+				fmt.Sprintf("%s returned %v with status details; the COSI spec requires them to be empty", name, st.Code()),
+			)
 		}
 		if st.Code() != codes.OK && st.Message() == "" {
-			s.violations = append(s.violations, fmt.Sprintf("%s returned %v without a message; the COSI spec requires a readable one", name, st.Code()))
+			s.violations = append(
+				s.violations,
+				fmt.Sprintf("%s returned %v without a message; the COSI spec requires a readable one", name, st.Code()),
+			)
 		}
 		return err
 	}

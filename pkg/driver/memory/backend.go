@@ -87,11 +87,13 @@ func sameCredentials(a, b *cosiproto.CredentialInfo) bool {
 	eq := func(x, y string) bool { return x != "" && subtle.ConstantTimeCompare([]byte(x), []byte(y)) == 1 }
 	switch {
 	case a.GetS3() != nil:
-		return eq(a.GetS3().GetAccessKeyId(), b.GetS3().GetAccessKeyId()) && eq(a.GetS3().GetAccessSecretKey(), b.GetS3().GetAccessSecretKey())
+		return eq(a.GetS3().GetAccessKeyId(), b.GetS3().GetAccessKeyId()) &&
+			eq(a.GetS3().GetAccessSecretKey(), b.GetS3().GetAccessSecretKey())
 	case a.GetAzure() != nil:
 		return eq(a.GetAzure().GetAccessToken(), b.GetAzure().GetAccessToken())
 	case a.GetGcs() != nil:
-		return eq(a.GetGcs().GetHmacAccessId(), b.GetGcs().GetHmacAccessId()) && eq(a.GetGcs().GetHmacSecret(), b.GetGcs().GetHmacSecret())
+		return eq(a.GetGcs().GetHmacAccessId(), b.GetGcs().GetHmacAccessId()) &&
+			eq(a.GetGcs().GetHmacSecret(), b.GetGcs().GetHmacSecret())
 	}
 	return false
 }

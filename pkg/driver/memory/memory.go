@@ -78,7 +78,11 @@ func New(cfg Config) (*Driver, error) {
 		cfg.Name = DefaultName
 	}
 	if len(cfg.Protocols) == 0 {
-		cfg.Protocols = []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3, cosiproto.ObjectProtocol_AZURE, cosiproto.ObjectProtocol_GCS}
+		cfg.Protocols = []cosiproto.ObjectProtocol_Type{
+			cosiproto.ObjectProtocol_S3,
+			cosiproto.ObjectProtocol_AZURE,
+			cosiproto.ObjectProtocol_GCS,
+		}
 	}
 	if cfg.S3Endpoint == "" {
 		cfg.S3Endpoint = "https://s3.memory.invalid"
@@ -99,13 +103,19 @@ func New(cfg Config) (*Driver, error) {
 }
 
 // DriverGetInfo returns the driver's name and protocols.
-func (d *Driver) DriverGetInfo(context.Context, *cosiproto.DriverGetInfoRequest) (*cosiproto.DriverGetInfoResponse, error) {
+func (d *Driver) DriverGetInfo(
+	context.Context,
+	*cosiproto.DriverGetInfoRequest,
+) (*cosiproto.DriverGetInfoResponse, error) {
 	return &cosiproto.DriverGetInfoResponse{Name: d.cfg.Name, SupportedProtocols: d.cfg.Protocols}, nil
 }
 
 // DriverGenerateBucketId is phase 1: the ID is the request name, so it is deterministic and no
 // backend resource exists until DriverCreateBucket.
-func (d *Driver) DriverGenerateBucketId(_ context.Context, req *cosiproto.DriverGenerateBucketIdRequest) (*cosiproto.DriverGenerateBucketIdResponse, error) {
+func (d *Driver) DriverGenerateBucketId(
+	_ context.Context,
+	req *cosiproto.DriverGenerateBucketIdRequest,
+) (*cosiproto.DriverGenerateBucketIdResponse, error) {
 	want, err := d.newBucket(req.GetProtocols(), req.GetParameters())
 	if err != nil {
 		return nil, err
@@ -120,7 +130,10 @@ func (d *Driver) DriverGenerateBucketId(_ context.Context, req *cosiproto.Driver
 
 // DriverCreateBucket is phase 2: it creates the bucket, or returns it unchanged if it exists with
 // the same protocols and parameters.
-func (d *Driver) DriverCreateBucket(_ context.Context, req *cosiproto.DriverCreateBucketRequest) (*cosiproto.DriverCreateBucketResponse, error) {
+func (d *Driver) DriverCreateBucket(
+	_ context.Context,
+	req *cosiproto.DriverCreateBucketRequest,
+) (*cosiproto.DriverCreateBucketResponse, error) {
 	want, err := d.newBucket(req.GetProtocols(), req.GetParameters())
 	if err != nil {
 		return nil, err
@@ -143,7 +156,10 @@ func (d *Driver) DriverCreateBucket(_ context.Context, req *cosiproto.DriverCrea
 }
 
 // DriverGetBucket finds an existing bucket for static provisioning.
-func (d *Driver) DriverGetBucket(_ context.Context, req *cosiproto.DriverGetBucketRequest) (*cosiproto.DriverGetBucketResponse, error) {
+func (d *Driver) DriverGetBucket(
+	_ context.Context,
+	req *cosiproto.DriverGetBucketRequest,
+) (*cosiproto.DriverGetBucketResponse, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	b, ok := d.state.Buckets[req.GetBucketId()]
@@ -162,7 +178,10 @@ func (d *Driver) DriverGetBucket(_ context.Context, req *cosiproto.DriverGetBuck
 }
 
 // DriverDeleteBucket deletes the bucket; a bucket that does not exist is already deleted.
-func (d *Driver) DriverDeleteBucket(_ context.Context, req *cosiproto.DriverDeleteBucketRequest) (*cosiproto.DriverDeleteBucketResponse, error) {
+func (d *Driver) DriverDeleteBucket(
+	_ context.Context,
+	req *cosiproto.DriverDeleteBucketRequest,
+) (*cosiproto.DriverDeleteBucketResponse, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	b, ok := d.state.Buckets[req.GetBucketId()]
@@ -178,8 +197,17 @@ func (d *Driver) DriverDeleteBucket(_ context.Context, req *cosiproto.DriverDele
 }
 
 // DriverGenerateBucketAccessId is phase 1: the ID is the account name; nothing is created.
-func (d *Driver) DriverGenerateBucketAccessId(_ context.Context, req *cosiproto.DriverGenerateBucketAccessIdRequest) (*cosiproto.DriverGenerateBucketAccessIdResponse, error) {
-	want, err := d.newAccount(req.GetBuckets(), req.GetProtocol(), req.GetAuthenticationType(), req.GetServiceAccount(), req.GetParameters())
+func (d *Driver) DriverGenerateBucketAccessId(
+	_ context.Context,
+	req *cosiproto.DriverGenerateBucketAccessIdRequest,
+) (*cosiproto.DriverGenerateBucketAccessIdResponse, error) {
+	want, err := d.newAccount(
+		req.GetBuckets(),
+		req.GetProtocol(),
+		req.GetAuthenticationType(),
+		req.GetServiceAccount(),
+		req.GetParameters(),
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -193,8 +221,17 @@ func (d *Driver) DriverGenerateBucketAccessId(_ context.Context, req *cosiproto.
 
 // DriverGrantBucketAccess is phase 2: it creates the account with one key for all its buckets, or
 // returns the existing account's key when the grant is the same.
-func (d *Driver) DriverGrantBucketAccess(_ context.Context, req *cosiproto.DriverGrantBucketAccessRequest) (*cosiproto.DriverGrantBucketAccessResponse, error) {
-	want, err := d.newAccount(req.GetBuckets(), req.GetProtocol(), req.GetAuthenticationType(), req.GetServiceAccount(), req.GetParameters())
+func (d *Driver) DriverGrantBucketAccess(
+	_ context.Context,
+	req *cosiproto.DriverGrantBucketAccessRequest,
+) (*cosiproto.DriverGrantBucketAccessResponse, error) {
+	want, err := d.newAccount(
+		req.GetBuckets(),
+		req.GetProtocol(),
+		req.GetAuthenticationType(),
+		req.GetServiceAccount(),
+		req.GetParameters(),
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -227,8 +264,17 @@ func (d *Driver) DriverGrantBucketAccess(_ context.Context, req *cosiproto.Drive
 
 	resp := &cosiproto.DriverGrantBucketAccessResponse{}
 	for _, b := range req.GetBuckets() {
-		info := d.bucketInfo(b.GetBucketId(), &bucket{Protocols: []cosiproto.ObjectProtocol_Type{want.Protocol}, Parameters: d.state.Buckets[b.GetBucketId()].Parameters})
-		resp.Buckets = append(resp.Buckets, &cosiproto.DriverGrantBucketAccessResponse_BucketInfo{BucketId: b.GetBucketId(), BucketInfo: info})
+		info := d.bucketInfo(
+			b.GetBucketId(),
+			&bucket{
+				Protocols:  []cosiproto.ObjectProtocol_Type{want.Protocol},
+				Parameters: d.state.Buckets[b.GetBucketId()].Parameters,
+			},
+		)
+		resp.Buckets = append(
+			resp.Buckets,
+			&cosiproto.DriverGrantBucketAccessResponse_BucketInfo{BucketId: b.GetBucketId(), BucketInfo: info},
+		)
 	}
 	if acct.AuthenticationType == cosiproto.AuthenticationType_KEY {
 		resp.Credentials = acct.credentials(id)
@@ -238,7 +284,10 @@ func (d *Driver) DriverGrantBucketAccess(_ context.Context, req *cosiproto.Drive
 
 // DriverRevokeBucketAccess deletes the account and its key; an account that does not exist is
 // already revoked.
-func (d *Driver) DriverRevokeBucketAccess(_ context.Context, req *cosiproto.DriverRevokeBucketAccessRequest) (*cosiproto.DriverRevokeBucketAccessResponse, error) {
+func (d *Driver) DriverRevokeBucketAccess(
+	_ context.Context,
+	req *cosiproto.DriverRevokeBucketAccessRequest,
+) (*cosiproto.DriverRevokeBucketAccessResponse, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	acct, ok := d.state.Accounts[req.GetAccountId()]
@@ -281,7 +330,13 @@ func (d *Driver) newBucket(protocols []cosiproto.ObjectProtocol_Type, params map
 }
 
 // newAccount checks an access request against what the driver supports.
-func (d *Driver) newAccount(buckets []*cosiproto.AccessedBucket, protocol cosiproto.ObjectProtocol_Type, auth cosiproto.AuthenticationType_Type, sa *cosiproto.ServiceAccount, params map[string]string) (*account, error) {
+func (d *Driver) newAccount(
+	buckets []*cosiproto.AccessedBucket,
+	protocol cosiproto.ObjectProtocol_Type,
+	auth cosiproto.AuthenticationType_Type,
+	sa *cosiproto.ServiceAccount,
+	params map[string]string,
+) (*account, error) {
 	if len(buckets) > 1 && d.cfg.SingleBucketAccess {
 		return nil, status.Errorf(codes.OutOfRange, "this driver cannot share one credential across %d buckets", len(buckets))
 	}
@@ -310,7 +365,11 @@ func (d *Driver) newAccount(buckets []*cosiproto.AccessedBucket, protocol cosipr
 	}
 	for _, b := range buckets {
 		m := b.GetAccessModes()
-		a.Buckets[b.GetBucketId()] = modes{ObjectData: m.GetObjectData(), ObjectMetadata: m.GetObjectMetadata(), BucketMetadata: m.GetBucketMetadata()}
+		a.Buckets[b.GetBucketId()] = modes{
+			ObjectData:     m.GetObjectData(),
+			ObjectMetadata: m.GetObjectMetadata(),
+			BucketMetadata: m.GetBucketMetadata(),
+		}
 	}
 	return a, nil
 }
@@ -325,7 +384,12 @@ func (d *Driver) bucketInfo(id string, b *bucket) *cosiproto.ProtocolBucketInfo 
 	for _, p := range b.Protocols {
 		switch p {
 		case cosiproto.ObjectProtocol_S3:
-			info.S3 = &cosiproto.S3BucketInfo{BucketName: id, Endpoint: d.cfg.S3Endpoint, Region: region, AddressingStyle: cosiproto.S3AddressingStyle_PATH}
+			info.S3 = &cosiproto.S3BucketInfo{
+				BucketName:      id,
+				Endpoint:        d.cfg.S3Endpoint,
+				Region:          region,
+				AddressingStyle: cosiproto.S3AddressingStyle_PATH,
+			}
 		case cosiproto.ObjectProtocol_AZURE:
 			info.Azure = &cosiproto.AzureBucketInfo{StorageAccount: "memory"}
 		case cosiproto.ObjectProtocol_GCS:
