@@ -85,10 +85,11 @@ SHELL_SCRIPTS = $(shell git ls-files 'hack/*.sh')
 lint: lint-go lint-shell ## Run the linters: golangci-lint (with kube-api-linter on api/) and shellcheck.
 
 # golangci-lint loads one Go module at a time, so it runs once per module, from the module's
-# directory, with the one configuration at the root. Every module is linted before failing.
+# directory, with the one configuration at the root. Every module is linted before failing;
+# hack/lint too, for its rename-import-alias tool.
 .PHONY: lint-go
 lint-go: $(GOLANGCI_LINT) ## golangci-lint every module (.golangci.yml; kube-api-linter on api/).
-	@status=0; for m in $(MODULES); do \
+	@status=0; for m in $(MODULES) hack/lint; do \
 		echo "golangci-lint: module $$m"; \
 		(cd $$m && $(GOLANGCI_LINT) run --config $(ROOT)/.golangci.yml $(LINT_FLAGS) ./...) || status=1; \
 	done; exit $$status
@@ -96,6 +97,10 @@ lint-go: $(GOLANGCI_LINT) ## golangci-lint every module (.golangci.yml; kube-api
 .PHONY: lint-fix
 lint-fix: LINT_FLAGS += --fix
 lint-fix: lint-go ## Apply the fixes golangci-lint can make itself (imports, formatting, some API markers).
+
+.PHONY: lint-wrap
+lint-wrap: $(GOLANGCI_LINT) ## Wrap long lines with golines (hack/lint/golines.yml), to review by hand; not part of lint.
+	@for m in $(MODULES); do (cd $$m && $(GOLANGCI_LINT) fmt --config $(ROOT)/hack/lint/golines.yml ./...); done
 
 .PHONY: lint-shell
 lint-shell: shellcheck ## shellcheck the scripts in hack/.

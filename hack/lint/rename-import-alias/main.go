@@ -9,8 +9,9 @@
 //
 // It walks every .go file under -root (skipping generated files), or the files named with
 // -files. A use is an identifier X in X.Sel that the parser left unresolved, so a local variable
-// that shadows the old name is not renamed; a comment's "X.Exported" is renamed too. A file that already uses the new name for something
-// else is reported and left alone. Run `make lint-fix` afterwards to regroup the imports.
+// that shadows the old name is not renamed; a comment's "X.Exported" is renamed too. A file that
+// already uses the new name for something else is reported and left alone. Run `make lint-fix`
+// afterwards to regroup the imports.
 package main
 
 import (
