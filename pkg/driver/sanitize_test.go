@@ -20,7 +20,12 @@ func TestStripSecrets(t *testing.T) {
 		{
 			name: "S3 credentials in a grant response",
 			msg: &cosiproto.DriverGrantBucketAccessResponse{
-				Buckets: []*cosiproto.DriverGrantBucketAccessResponse_BucketInfo{{BucketId: "bc-1", BucketInfo: &cosiproto.ProtocolBucketInfo{S3: &cosiproto.S3BucketInfo{BucketName: "bc-1", Endpoint: "https://s3.example.com"}}}},
+				Buckets: []*cosiproto.DriverGrantBucketAccessResponse_BucketInfo{{
+					BucketId: "bc-1",
+					BucketInfo: &cosiproto.ProtocolBucketInfo{
+						S3: &cosiproto.S3BucketInfo{BucketName: "bc-1", Endpoint: "https://s3.example.com"},
+					},
+				}},
 				Credentials: &cosiproto.CredentialInfo{
 					S3: &cosiproto.S3Credentials{AccessKeyId: "AKIAEXAMPLE", AccessSecretKey: secret},
 				},
