@@ -117,7 +117,8 @@ func TestUnixSocketRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.GetName() != "memory.cosi.example.com" || !slices.Equal(info.GetSupportedProtocols(), []ObjectProtocol_Type{ObjectProtocol_S3, ObjectProtocol_GCS}) {
+	wantProtocols := []ObjectProtocol_Type{ObjectProtocol_S3, ObjectProtocol_GCS}
+	if info.GetName() != "memory.cosi.example.com" || !slices.Equal(info.GetSupportedProtocols(), wantProtocols) {
 		t.Errorf("DriverGetInfo = %v", info)
 	}
 

@@ -17,7 +17,7 @@ import (
 
 	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 type listFlag []string
@@ -27,23 +27,30 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 func main() {
 	var (
-		cfg            memory.Config
-		endpoint       = flag.String("endpoint", os.Getenv(driver.EndpointEnv), "unix:///path/to/driver.sock to serve on (default $COSI_ENDPOINT)")
+		cfg      memory.Config
+		endpoint = flag.String("endpoint", os.Getenv(driver.EndpointEnv),
+			"unix:///path/to/driver.sock to serve on (default $COSI_ENDPOINT)")
 		protocols      = flag.String("protocols", "S3,Azure,GCS", "comma-separated protocols to support")
 		latency        = flag.Duration("latency", 0, "latency added to every call")
-		metricsAddress = flag.String("metrics-address", "", "address to serve Prometheus metrics on, e.g. :8080 (off when empty)")
-		verbosity      = flag.Int("v", 0, "log verbosity: 2 logs every call, 5 also requests and responses (secrets stripped)")
-		faults         listFlag
-		existing       listFlag
+		metricsAddress = flag.String("metrics-address", "",
+			"address to serve Prometheus metrics on, e.g. :8080 (off when empty)")
+		verbosity = flag.Int("v", 0,
+			"log verbosity: 2 logs every call, 5 also requests and responses (secrets stripped)")
+		faults   listFlag
+		existing listFlag
 	)
 	flag.StringVar(&cfg.Name, "name", memory.DefaultName, "driver name")
 	flag.StringVar(&cfg.S3Endpoint, "s3-endpoint", "", "S3 endpoint URL reported in bucket info")
 	flag.StringVar(&cfg.Region, "region", "", "region reported in bucket info")
 	flag.BoolVar(&cfg.SingleBucketAccess, "single-bucket-access", false, "refuse multi-bucket access with OutOfRange")
-	flag.BoolVar(&cfg.NoServiceAccountAuth, "no-service-account-auth", false, "refuse ServiceAccount authentication with InvalidArgument")
-	flag.StringVar(&cfg.StateFile, "state-file", "", "file that persists buckets and accounts across restarts (holds keys: mode 0600)")
-	flag.Var(&existing, "existing-bucket", "ID of a bucket that exists from the start, for static provisioning (repeatable)")
-	flag.Var(&faults, "fault", "inject failures: METHOD=CODE[:RATE|:xCOUNT], e.g. DriverCreateBucket=Unavailable:0.5 (repeatable)")
+	flag.BoolVar(&cfg.NoServiceAccountAuth, "no-service-account-auth", false,
+		"refuse ServiceAccount authentication with InvalidArgument")
+	flag.StringVar(&cfg.StateFile, "state-file", "",
+		"file that persists buckets and accounts across restarts (holds keys: mode 0600)")
+	flag.Var(&existing, "existing-bucket",
+		"ID of a bucket that exists from the start, for static provisioning (repeatable)")
+	flag.Var(&faults, "fault",
+		"inject failures: METHOD=CODE[:RATE|:xCOUNT], e.g. DriverCreateBucket=Unavailable:0.5 (repeatable)")
 	flag.Parse()
 
 	log := logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.Level(-*verbosity)}))
@@ -53,13 +60,15 @@ func main() {
 	}
 }
 
-func run(log logr.Logger, cfg memory.Config, endpoint, protocols string, latency time.Duration, metricsAddress string, faultSpecs, existing []string) error {
+func run(log logr.Logger, cfg memory.Config, endpoint, protocols string, latency time.Duration,
+	metricsAddress string, faultSpecs, existing []string,
+) error {
 	for _, name := range strings.Split(protocols, ",") {
-		p, ok := cosi.ObjectProtocol_Type_value[strings.ToUpper(strings.TrimSpace(name))]
-		if !ok || p == int32(cosi.ObjectProtocol_UNKNOWN) {
+		p, ok := cosiproto.ObjectProtocol_Type_value[strings.ToUpper(strings.TrimSpace(name))]
+		if !ok || p == int32(cosiproto.ObjectProtocol_UNKNOWN) {
 			return fmt.Errorf("--protocols: unknown protocol %q", name)
 		}
-		cfg.Protocols = append(cfg.Protocols, cosi.ObjectProtocol_Type(p))
+		cfg.Protocols = append(cfg.Protocols, cosiproto.ObjectProtocol_Type(p))
 	}
 	cfg.ExistingBuckets = existing
 	var injected []memory.Fault

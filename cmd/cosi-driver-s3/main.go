@@ -18,34 +18,53 @@ import (
 
 func main() {
 	var (
-		cfg             s3.Config
-		endpoint        = flag.String("endpoint", os.Getenv(driver.EndpointEnv), "unix:///path/to/driver.sock to serve on (default $COSI_ENDPOINT)")
-		accounts        = flag.String("accounts", "iam", "account back-end: iam (AWS IAM API: AWS, Versity) or rgw (Ceph RGW Admin Ops API and bucket policies)")
-		iamEndpoint     = flag.String("iam-endpoint", "", "IAM API endpoint URL for --accounts=iam (empty: AWS's)")
-		rgwAdminPath    = flag.String("rgw-admin-path", "/admin", "path of the RGW Admin Ops API on the S3 endpoint, for --accounts=rgw")
-		credentialsFile = flag.String("credentials-file", "", "file with the admin credentials as AWS_ACCESS_KEY_ID=... and AWS_SECRET_ACCESS_KEY=... lines, read again when it changes (default: the environment variables "+s3.EnvAccessKeyID+" and "+s3.EnvSecretAccessKey+", then AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, read once)")
-		iamMaxPolicy    = flag.Int("iam-max-policy-size", s3.MaxInlinePolicySize, "most characters of the IAM policy of one access, for --accounts=iam (AWS's limit on a user's inline policies; raise it only for stores that allow more)")
-		timeout         = flag.Duration("backend-timeout", 30*time.Second, "timeout of each call to the object store")
-		metricsAddress  = flag.String("metrics-address", "", "address to serve Prometheus metrics on, e.g. :8080 (off when empty)")
-		verbosity       = flag.Int("v", 0, "log verbosity: 2 logs every call, 5 also requests and responses (secrets stripped)")
+		cfg      s3.Config
+		endpoint = flag.String("endpoint", os.Getenv(driver.EndpointEnv),
+			"unix:///path/to/driver.sock to serve on (default $COSI_ENDPOINT)")
+		accounts = flag.String("accounts", "iam",
+			"account back-end: iam (AWS IAM API: AWS, Versity) or rgw (Ceph RGW Admin Ops API and bucket policies)")
+		iamEndpoint  = flag.String("iam-endpoint", "", "IAM API endpoint URL for --accounts=iam (empty: AWS's)")
+		rgwAdminPath = flag.String("rgw-admin-path", "/admin",
+			"path of the RGW Admin Ops API on the S3 endpoint, for --accounts=rgw")
+		credentialsFile = flag.String("credentials-file", "",
+			"file with the admin credentials as AWS_ACCESS_KEY_ID=... and AWS_SECRET_ACCESS_KEY=... lines, "+
+				"read again when it changes (default: the environment variables "+
+				s3.EnvAccessKeyID+" and "+s3.EnvSecretAccessKey+
+				", then AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, read once)")
+		iamMaxPolicy = flag.Int("iam-max-policy-size", s3.MaxInlinePolicySize,
+			"most characters of the IAM policy of one access, for --accounts=iam "+
+				"(AWS's limit on a user's inline policies; raise it only for stores that allow more)")
+		timeout        = flag.Duration("backend-timeout", 30*time.Second, "timeout of each call to the object store")
+		metricsAddress = flag.String("metrics-address", "",
+			"address to serve Prometheus metrics on, e.g. :8080 (off when empty)")
+		verbosity = flag.Int("v", 0,
+			"log verbosity: 2 logs every call, 5 also requests and responses (secrets stripped)")
 	)
 	flag.StringVar(&cfg.Name, "name", s3.DefaultName, "driver name")
-	flag.StringVar(&cfg.Endpoint, "s3-endpoint", "", "S3 endpoint URL the driver uses, e.g. https://s3.example.com (required)")
-	flag.StringVar(&cfg.PublicEndpoint, "public-s3-endpoint", "", "S3 endpoint URL given to workloads (default --s3-endpoint)")
+	flag.StringVar(&cfg.Endpoint, "s3-endpoint", "",
+		"S3 endpoint URL the driver uses, e.g. https://s3.example.com (required)")
+	flag.StringVar(&cfg.PublicEndpoint, "public-s3-endpoint", "",
+		"S3 endpoint URL given to workloads (default --s3-endpoint)")
 	flag.StringVar(&cfg.Region, "region", "us-east-1", "default region of buckets")
-	flag.BoolVar(&cfg.VirtualHostedStyle, "virtual-hosted-style", false, "tell workloads to use virtual-hosted-style addressing (default path style)")
-	flag.StringVar(&cfg.BucketNamePrefix, "bucket-name-prefix", "", "prefix of every generated bucket name, e.g. a cluster name")
+	flag.BoolVar(&cfg.VirtualHostedStyle, "virtual-hosted-style", false,
+		"tell workloads to use virtual-hosted-style addressing (default path style)")
+	flag.StringVar(&cfg.BucketNamePrefix, "bucket-name-prefix", "",
+		"prefix of every generated bucket name, e.g. a cluster name")
 	flag.Parse()
 
 	log := logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.Level(-*verbosity)}))
 	cfg.Logger = log
-	if err := run(log, cfg, *endpoint, *accounts, *iamEndpoint, *rgwAdminPath, *credentialsFile, *iamMaxPolicy, *timeout, *metricsAddress); err != nil {
+	err := run(log, cfg, *endpoint, *accounts, *iamEndpoint, *rgwAdminPath, *credentialsFile, *iamMaxPolicy, *timeout,
+		*metricsAddress)
+	if err != nil {
 		log.Error(err, "driver failed")
 		os.Exit(1)
 	}
 }
 
-func run(log logr.Logger, cfg s3.Config, endpoint, accounts, iamEndpoint, rgwAdminPath, credentialsFile string, iamMaxPolicy int, timeout time.Duration, metricsAddress string) error {
+func run(log logr.Logger, cfg s3.Config, endpoint, accounts, iamEndpoint, rgwAdminPath, credentialsFile string,
+	iamMaxPolicy int, timeout time.Duration, metricsAddress string,
+) error {
 	if cfg.Endpoint == "" {
 		return fmt.Errorf("--s3-endpoint is required")
 	}
@@ -61,7 +80,8 @@ func run(log logr.Logger, cfg s3.Config, endpoint, accounts, iamEndpoint, rgwAdm
 		iamAccounts.MaxPolicySize = iamMaxPolicy
 		cfg.Accounts = iamAccounts
 	case "rgw":
-		cfg.Accounts = s3.NewRGWAccounts(cfg.Endpoint, rgwAdminPath, cfg.Region, creds, cfg.HTTPClient, s3.NewS3Client(cfg.Endpoint, cfg.Region, creds, cfg.HTTPClient))
+		admin := s3.NewS3Client(cfg.Endpoint, cfg.Region, creds, cfg.HTTPClient)
+		cfg.Accounts = s3.NewRGWAccounts(cfg.Endpoint, rgwAdminPath, cfg.Region, creds, cfg.HTTPClient, admin)
 	default:
 		return fmt.Errorf("--accounts: %q is neither iam nor rgw", accounts)
 	}

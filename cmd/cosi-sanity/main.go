@@ -41,17 +41,22 @@ func main() {
 		cfg                                       sanity.Config
 		bucket, invalidBucket, incompatibleBucket paramsFlag
 		access, invalidAccess                     paramsFlag
-		run                                       = flag.String("run", "", "run only the cases whose name matches this regular expression")
-		junit                                     = flag.String("junit", "", "write a JUnit XML report to this file")
-		driverLog                                 = flag.String("driver-log", "", "the driver's log file, to check that no credential reaches it (run the driver at its highest verbosity)")
-		list                                      = flag.Bool("list", false, "list the cases and exit")
+		run                                       = flag.String("run", "",
+			"run only the cases whose name matches this regular expression")
+		junit     = flag.String("junit", "", "write a JUnit XML report to this file")
+		driverLog = flag.String("driver-log", "",
+			"the driver's log file, to check that no credential reaches it (run the driver at its highest verbosity)")
+		list = flag.Bool("list", false, "list the cases and exit")
 	)
-	flag.StringVar(&cfg.Endpoint, "endpoint", os.Getenv("COSI_ENDPOINT"), "the driver's endpoint, unix:///path/to/driver.sock (default $COSI_ENDPOINT)")
+	flag.StringVar(&cfg.Endpoint, "endpoint", os.Getenv("COSI_ENDPOINT"),
+		"the driver's endpoint, unix:///path/to/driver.sock (default $COSI_ENDPOINT)")
 	flag.DurationVar(&cfg.Timeout, "timeout", 30*time.Second, "timeout of each RPC")
-	flag.StringVar(&cfg.StaticBucketID, "static-bucket-id", "", "an existing bucket for DriverGetBucket (default: one the suite creates)")
+	flag.StringVar(&cfg.StaticBucketID, "static-bucket-id", "",
+		"an existing bucket for DriverGetBucket (default: one the suite creates)")
 	flag.Var(&bucket, "bucket-parameters", "valid bucket parameters, k=v,k=v")
 	flag.Var(&invalidBucket, "invalid-bucket-parameters", "bucket parameters the driver must refuse with InvalidArgument")
-	flag.Var(&incompatibleBucket, "incompatible-bucket-parameters", "valid bucket parameters different from --bucket-parameters")
+	flag.Var(&incompatibleBucket, "incompatible-bucket-parameters",
+		"valid bucket parameters different from --bucket-parameters")
 	flag.Var(&access, "access-parameters", "valid access parameters, k=v,k=v")
 	flag.Var(&invalidAccess, "invalid-access-parameters", "access parameters the driver must refuse with InvalidArgument")
 	flag.Parse()
@@ -62,7 +67,8 @@ func main() {
 		}
 		return
 	}
-	cfg.BucketParameters, cfg.InvalidBucketParameters, cfg.IncompatibleBucketParameters = bucket.m, invalidBucket.m, incompatibleBucket.m
+	cfg.BucketParameters, cfg.InvalidBucketParameters = bucket.m, invalidBucket.m
+	cfg.IncompatibleBucketParameters = incompatibleBucket.m
 	cfg.AccessParameters, cfg.InvalidAccessParameters = access.m, invalidAccess.m
 	if *run != "" {
 		re, err := regexp.Compile(*run)

@@ -90,7 +90,8 @@ func TestCLI(t *testing.T) {
 			if !strings.HasPrefix(line, "PASS ") && !strings.HasPrefix(line, "SKIP ") {
 				t.Errorf("unexpected line %q", line)
 			}
-			if strings.HasPrefix(line, "SKIP ") && !strings.Contains(line, "backend probe") && !strings.Contains(line, "supports every protocol") {
+			if strings.HasPrefix(line, "SKIP ") && !strings.Contains(line, "backend probe") &&
+				!strings.Contains(line, "supports every protocol") {
 				t.Errorf("unexpected skip: %s", line)
 			}
 		}
@@ -140,18 +141,22 @@ func TestCLI(t *testing.T) {
 
 	t.Run("a faulty driver fails with exit code 1", func(t *testing.T) {
 		endpoint, _, _ := startDriver(t, bin, "--fault", "DriverDeleteBucket=Internal")
-		out, err := exec.CommandContext(t.Context(), filepath.Join(bin, "cosi-sanity"), "--endpoint", endpoint, "--run", "^DriverDeleteBucket/").CombinedOutput()
+		cmd := exec.CommandContext(t.Context(), filepath.Join(bin, "cosi-sanity"),
+			"--endpoint", endpoint, "--run", "^DriverDeleteBucket/")
+		out, err := cmd.CombinedOutput()
 		var exit *exec.ExitError
 		if !errors.As(err, &exit) || exit.ExitCode() != 1 {
 			t.Fatalf("cosi-sanity against a faulty driver: %v, want exit code 1\n%s", err, out)
 		}
-		if !strings.Contains(string(out), "FAIL DriverDeleteBucket/returns OK when deleting twice: ") || !strings.Contains(string(out), " failed, ") {
+		if !strings.Contains(string(out), "FAIL DriverDeleteBucket/returns OK when deleting twice: ") ||
+			!strings.Contains(string(out), " failed, ") {
 			t.Errorf("output does not report the failure:\n%s", out)
 		}
 	})
 
 	t.Run("no driver exits with code 2", func(t *testing.T) {
-		cmd := exec.CommandContext(t.Context(), filepath.Join(bin, "cosi-sanity"), "--endpoint", "unix://"+filepath.Join(t.TempDir(), "none.sock"), "--timeout", "1s")
+		cmd := exec.CommandContext(t.Context(), filepath.Join(bin, "cosi-sanity"),
+			"--endpoint", "unix://"+filepath.Join(t.TempDir(), "none.sock"), "--timeout", "1s")
 		out, err := cmd.CombinedOutput()
 		var exit *exec.ExitError
 		if !errors.As(err, &exit) || exit.ExitCode() != 2 {

@@ -52,7 +52,7 @@ port_of() { # DIR [PORT]
 
 pidof_daemon() { # DIR NAME -> pid or empty
 	local f="$1/run/$2.pid"
-	[ -s "$f" ] && cat "$f" || true
+	if [ -s "$f" ]; then cat "$f" || true; fi
 }
 
 # True if the pid file names a live (not zombie) process that was started with
@@ -133,7 +133,9 @@ json_field() { # FIELD < json : first "FIELD": "value"
 start_cluster() {
 	local dir=$1
 	PORT=$2
-	[[ "$PORT" =~ ^[0-9]+$ ]] && [ "$PORT" -gt 0 ] && [ "$((PORT + 9))" -lt 65536 ] || die "bad PORT '$PORT'"
+	if ! [[ "$PORT" =~ ^[0-9]+$ ]] || [ "$PORT" -le 0 ] || [ "$((PORT + 9))" -ge 65536 ]; then
+		die "bad PORT '$PORT'"
+	fi
 	for b in ceph-mon ceph-osd radosgw ceph radosgw-admin ceph-authtool monmaptool curl; do
 		command -v "$b" >/dev/null || die "$b not found; run hack/ceph/install.sh first"
 	done
@@ -268,7 +270,9 @@ EOF
 		fail_with_log "$dir" bootstrap "radosgw-admin user create failed"
 	ak=$(json_field access_key <<<"$out")
 	sk=$(json_field secret_key <<<"$out")
-	[ -n "$ak" ] && [ -n "$sk" ] || fail_with_log "$dir" bootstrap "could not read keys of $ADMIN_UID"
+	if [ -z "$ak" ] || [ -z "$sk" ]; then
+		fail_with_log "$dir" bootstrap "could not read keys of $ADMIN_UID"
+	fi
 	(
 		umask 077
 		printf 'AWS_ACCESS_KEY_ID=%s\nAWS_SECRET_ACCESS_KEY=%s\n' "$ak" "$sk" >"$dir/admin.env"

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // ClientOptions configure the sidecar's connection to its driver.
@@ -33,8 +33,8 @@ type ClientOptions struct {
 
 // Client is a connection to a driver, as the sidecar uses it.
 type Client struct {
-	cosi.IdentityClient
-	cosi.ProvisionerClient
+	cosiproto.IdentityClient
+	cosiproto.ProvisionerClient
 
 	conn       *grpc.ClientConn
 	driverName atomic.Pointer[string]
@@ -66,8 +66,8 @@ func NewClient(endpoint string, opts ClientOptions) (*Client, error) {
 		return nil, err
 	}
 	c.conn = conn
-	c.IdentityClient = cosi.NewIdentityClient(conn)
-	c.ProvisionerClient = cosi.NewProvisionerClient(conn)
+	c.IdentityClient = cosiproto.NewIdentityClient(conn)
+	c.ProvisionerClient = cosiproto.NewProvisionerClient(conn)
 	return c, nil
 }
 
@@ -79,11 +79,11 @@ func (c *Client) Close() error { return c.conn.Close() }
 
 // Probe calls DriverGetInfo until the driver answers, with backoff from 100 ms up to 5 s between
 // attempts, until ctx is done. It validates the answer (name format, protocols) and returns it.
-func (c *Client) Probe(ctx context.Context) (*cosi.DriverGetInfoResponse, error) {
+func (c *Client) Probe(ctx context.Context) (*cosiproto.DriverGetInfoResponse, error) {
 	delay := 100 * time.Millisecond
 	for {
 		attemptCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		info, err := c.DriverGetInfo(attemptCtx, &cosi.DriverGetInfoRequest{})
+		info, err := c.DriverGetInfo(attemptCtx, &cosiproto.DriverGetInfoRequest{})
 		cancel()
 		if err == nil {
 			if err := ValidateGetInfoResponse(info); err != nil {

@@ -19,7 +19,7 @@ import (
 
 	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 func TestProbeWaitsForTheDriver(t *testing.T) {
@@ -39,7 +39,10 @@ func TestProbeWaitsForTheDriver(t *testing.T) {
 	}()
 	time.Sleep(300 * time.Millisecond) // the driver starts after the sidecar
 	d := newMemory(t, memory.Config{})
-	srv, err := driver.NewServer(t.Context(), driver.Options{Endpoint: endpoint, Identity: d, Provisioner: d, Registerer: prometheus.NewRegistry()})
+	srv, err := driver.NewServer(
+		t.Context(),
+		driver.Options{Endpoint: endpoint, Identity: d, Provisioner: d, Registerer: prometheus.NewRegistry()},
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +79,7 @@ func TestClientCallTimeoutAndMetrics(t *testing.T) {
 	// the call timeout still bounds the call. Without it, the call would succeed after 5 s.
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	_, err := c.DriverCreateBucket(ctx, &cosi.DriverCreateBucketRequest{BucketId: "slow"})
+	_, err := c.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: "slow"})
 	if status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("a call slower than the call timeout: %v, want DeadlineExceeded", err)
 	}
@@ -86,11 +89,19 @@ func TestClientCallTimeoutAndMetrics(t *testing.T) {
 # TYPE cosi_sidecar_operation_errors_total counter
 cosi_sidecar_operation_errors_total{driver_name="memory.cosi.kube-cosi.io",method_name="DriverCreateBucket"} 1
 `
-	if err := testutil.GatherAndCompare(registry, strings.NewReader(want), "cosi_sidecar_operation_errors_total"); err != nil {
+	if err := testutil.GatherAndCompare(
+		registry,
+		strings.NewReader(want),
+		"cosi_sidecar_operation_errors_total",
+	); err != nil {
 		t.Error(err)
 	}
 	if n := testutil.CollectAndCount(registry, "cosi_sidecar_operation_duration_seconds"); n != 2 {
-		t.Errorf("cosi_sidecar_operation_duration_seconds has %d series, want 2 (DriverGetInfo OK, DriverCreateBucket DeadlineExceeded)", n)
+		t.Errorf(
+			"cosi_sidecar_operation_duration_seconds has %d series, "+
+				"want 2 (DriverGetInfo OK, DriverCreateBucket DeadlineExceeded)",
+			n,
+		)
 	}
 }
 
@@ -138,7 +149,7 @@ func TestClientLogsWithTheCallersLogger(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := logr.NewContext(t.Context(), capture("reconcile").WithValues("bucket", "b-1"))
-	if _, err := c.DriverGenerateBucketId(ctx, &cosi.DriverGenerateBucketIdRequest{Name: "b-1"}); err != nil {
+	if _, err := c.DriverGenerateBucketId(ctx, &cosiproto.DriverGenerateBucketIdRequest{Name: "b-1"}); err != nil {
 		t.Fatal(err)
 	}
 

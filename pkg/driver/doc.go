@@ -1,7 +1,7 @@
 // Package driver is the SDK for writing a COSI driver, and the client the COSI sidecar uses to
 // call one.
 //
-// A driver implements cosi.IdentityServer and cosi.ProvisionerServer (package
+// A driver implements cosiproto.IdentityServer and cosiproto.ProvisionerServer (package
 // github.com/kube-cosi/cosi/proto) and hands them to Run, which serves them on the Unix socket
 // named by COSI_ENDPOINT until SIGTERM. The SDK does the parts every driver must get right:
 //   - the endpoint rules of the COSI spec (unix:// only, a path ending in ".sock", a stale socket

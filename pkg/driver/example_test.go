@@ -10,10 +10,10 @@ import (
 
 	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
-// A vendor's driver implements cosi.IdentityServer and cosi.ProvisionerServer; the reference
+// A vendor's driver implements cosiproto.IdentityServer and cosiproto.ProvisionerServer; the reference
 // driver stands in for it here. In the driver's main, driver.Run does all of this: it serves on
 // $COSI_ENDPOINT until SIGTERM. NewServer and Serve are the same steps with the lifetime in the
 // caller's hands.
@@ -61,7 +61,7 @@ func Example() {
 	fmt.Println("driver:", info.GetName())
 
 	// The SDK refuses a request that breaks the protocol before the driver sees it.
-	_, err = client.DriverCreateBucket(ctx, &cosi.DriverCreateBucketRequest{})
+	_, err = client.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{})
 	fmt.Println("empty create:", err)
 
 	stop()

@@ -41,9 +41,14 @@ func serverInterceptor(log logr.Logger, metrics *operationMetrics, driverName st
 // call timeout: the earlier of the context's deadline and the timeout wins. A call is logged with
 // the logger of its context when it carries one (see callLogger), else with fallback.
 func clientInterceptor(
-	fallback logr.Logger, metrics *operationMetrics, driverName func() string, timeout time.Duration,
+	fallback logr.Logger,
+	metrics *operationMetrics,
+	driverName func() string,
+	timeout time.Duration,
 ) grpc.UnaryClientInterceptor {
-	return func(ctx context.Context, fullMethod string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	return func(ctx context.Context, fullMethod string, req, reply any, cc *grpc.ClientConn,
+		invoker grpc.UnaryInvoker, opts ...grpc.CallOption,
+	) error {
 		if timeout > 0 {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, timeout)
@@ -73,7 +78,14 @@ func callLogger(ctx context.Context, fallback logr.Logger) logr.Logger {
 	return fallback
 }
 
-func observe(log logr.Logger, metrics *operationMetrics, driverName, method string, start time.Time, resp any, err error) {
+func observe(
+	log logr.Logger,
+	metrics *operationMetrics,
+	driverName, method string,
+	start time.Time,
+	resp any,
+	err error,
+) {
 	elapsed := time.Since(start)
 	code := status.Code(err)
 	if metrics != nil {
@@ -84,7 +96,8 @@ func observe(log logr.Logger, metrics *operationMetrics, driverName, method stri
 	}
 	if err != nil {
 		// The status message is the driver's; drivers must not put secrets in it (COSI spec).
-		log.V(LogLevelCalls).Info("call failed", "method", method, "code", code.String(), "message", status.Convert(err).Message(), "duration", elapsed)
+		log.V(LogLevelCalls).Info("call failed", "method", method, "code", code.String(),
+			"message", status.Convert(err).Message(), "duration", elapsed)
 		return
 	}
 	log.V(LogLevelCalls).Info("call succeeded", "method", method, "duration", elapsed)

@@ -34,7 +34,10 @@ func (m *operationMetrics) errorLabels(driverName, method string, code codes.Cod
 }
 
 func newOperationMetrics(reg prometheus.Registerer, subsystem string) (*operationMetrics, error) {
-	errorLabels, errorHelp := []string{"driver_name", "method_name"}, "COSI driver gRPC operations that returned an error, by driver and method."
+	errorLabels, errorHelp := []string{
+		"driver_name",
+		"method_name",
+	}, "COSI driver gRPC operations that returned an error, by driver and method."
 	byCode := subsystem != "sidecar"
 	if byCode {
 		errorLabels = append(errorLabels, "grpc_status_code")

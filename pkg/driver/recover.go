@@ -23,7 +23,9 @@ import (
 // by the value's type being package runtime's, not by its implementing runtime.Error. A value a
 // driver panics with may have been made from the request, and is not logged.
 func recoverInterceptor(log logr.Logger) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	return func(
+		ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler,
+	) (resp any, err error) {
 		defer func() {
 			r := recover()
 			if r == nil {
@@ -34,7 +36,10 @@ func recoverInterceptor(log logr.Logger) grpc.UnaryServerInterceptor {
 				kv = append(kv, "panic", re.Error())
 			}
 			log.Error(nil, "driver panicked; the call fails with Internal", kv...)
-			resp, err = nil, status.Error(codes.Internal, "the driver failed unexpectedly (it panicked; its log has the details); the call may be retried")
+			resp, err = nil, status.Error(
+				codes.Internal,
+				"the driver failed unexpectedly (it panicked; its log has the details); the call may be retried",
+			)
 		}()
 		return handler(ctx, req)
 	}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 const panicSecret = "s3cr3t-from-the-request"
@@ -28,7 +28,10 @@ type panickingDriver struct {
 	*memory.Driver
 }
 
-func (panickingDriver) DriverCreateBucket(_ context.Context, req *cosi.DriverCreateBucketRequest) (*cosi.DriverCreateBucketResponse, error) {
+func (panickingDriver) DriverCreateBucket(
+	_ context.Context,
+	req *cosiproto.DriverCreateBucketRequest,
+) (*cosiproto.DriverCreateBucketResponse, error) {
 	panic("cannot create with " + req.GetParameters()["password"])
 }
 
@@ -39,14 +42,20 @@ type requestError struct{ msg string }
 func (e requestError) Error() string { return e.msg }
 func (requestError) RuntimeError()   {}
 
-func (panickingDriver) DriverGetBucket(_ context.Context, req *cosi.DriverGetBucketRequest) (*cosi.DriverGetBucketResponse, error) {
+func (panickingDriver) DriverGetBucket(
+	_ context.Context,
+	req *cosiproto.DriverGetBucketRequest,
+) (*cosiproto.DriverGetBucketResponse, error) {
 	panic(requestError{"cannot get with " + req.GetParameters()["password"]})
 }
 
-func (panickingDriver) DriverDeleteBucket(context.Context, *cosi.DriverDeleteBucketRequest) (*cosi.DriverDeleteBucketResponse, error) {
+func (panickingDriver) DriverDeleteBucket(
+	context.Context,
+	*cosiproto.DriverDeleteBucketRequest,
+) (*cosiproto.DriverDeleteBucketResponse, error) {
 	var user *struct{ Path *string }
 	_ = *user.Path // a store that answered without the user
-	return &cosi.DriverDeleteBucketResponse{}, nil
+	return &cosiproto.DriverDeleteBucketResponse{}, nil
 }
 
 // TestServerRecoversFromPanics checks that a panicking call fails with Internal, that the server
@@ -63,41 +72,56 @@ func TestServerRecoversFromPanics(t *testing.T) {
 	d := panickingDriver{newMemory(t, memory.Config{})}
 	endpoint := "unix://" + filepath.Join(t.TempDir(), "driver.sock")
 	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := driver.NewServer(ctx, driver.Options{Endpoint: endpoint, Identity: d, Provisioner: d, Logger: log, Registerer: prometheus.NewRegistry()})
+	srv, err := driver.NewServer(
+		ctx,
+		driver.Options{Endpoint: endpoint, Identity: d, Provisioner: d, Logger: log, Registerer: prometheus.NewRegistry()},
+	)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
 	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	p := cosi.NewProvisionerClient(conn)
+	p := cosiproto.NewProvisionerClient(conn)
 
-	_, err = p.DriverCreateBucket(t.Context(), &cosi.DriverCreateBucketRequest{BucketId: "b1", Parameters: map[string]string{"password": panicSecret}})
+	_, err = p.DriverCreateBucket(
+		t.Context(),
+		&cosiproto.DriverCreateBucketRequest{BucketId: "b1", Parameters: map[string]string{"password": panicSecret}},
+	)
 	if status.Code(err) != codes.Internal {
 		t.Errorf("a panicking DriverCreateBucket: %v, want Internal", err)
 	}
-	_, err = p.DriverGetBucket(t.Context(), &cosi.DriverGetBucketRequest{BucketId: "b1", Parameters: map[string]string{"password": panicSecret}})
+	_, err = p.DriverGetBucket(t.Context(), &cosiproto.DriverGetBucketRequest{
+		BucketId: "b1", Parameters: map[string]string{"password": panicSecret},
+	})
 	if status.Code(err) != codes.Internal {
 		t.Errorf("a DriverGetBucket panicking with a runtime.Error of its own: %v, want Internal", err)
 	}
-	_, err = p.DriverDeleteBucket(t.Context(), &cosi.DriverDeleteBucketRequest{BucketId: "b1"})
+	_, err = p.DriverDeleteBucket(t.Context(), &cosiproto.DriverDeleteBucketRequest{BucketId: "b1"})
 	if status.Code(err) != codes.Internal {
 		t.Errorf("a DriverDeleteBucket with a nil dereference: %v, want Internal", err)
 	}
-	if _, err := cosi.NewIdentityClient(conn).DriverGetInfo(t.Context(), &cosi.DriverGetInfoRequest{}); err != nil {
+	if _, err := cosiproto.NewIdentityClient(conn).
+		DriverGetInfo(t.Context(), &cosiproto.DriverGetInfoRequest{}); err != nil {
 		t.Errorf("the server after two panics: %v", err)
 	}
 
 	mu.Lock()
 	out := logs.String()
 	mu.Unlock()
-	if !strings.Contains(out, "driver panicked") || !strings.Contains(out, "DriverDeleteBucket") || !strings.Contains(out, "nil pointer dereference") {
+	if !strings.Contains(out, "driver panicked") || !strings.Contains(out, "DriverDeleteBucket") ||
+		!strings.Contains(out, "nil pointer dereference") {
 		t.Errorf("the log does not say which call panicked and why:\n%s", out)
 	}
 	// The request is logged at this verbosity with secrets stripped; the panic value, made from

@@ -7,7 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // strippedValue replaces the value of every field marked cosi_secret.
@@ -45,7 +45,7 @@ func (s stripped) MarshalLog() any {
 }
 
 func isSecret(fd protoreflect.FieldDescriptor) bool {
-	secret, _ := proto.GetExtension(fd.Options(), cosi.E_CosiSecret).(bool)
+	secret, _ := proto.GetExtension(fd.Options(), cosiproto.E_CosiSecret).(bool)
 	return secret
 }
 

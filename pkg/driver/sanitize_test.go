@@ -7,7 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 func TestStripSecrets(t *testing.T) {
@@ -19,20 +19,32 @@ func TestStripSecrets(t *testing.T) {
 	}{
 		{
 			name: "S3 credentials in a grant response",
-			msg: &cosi.DriverGrantBucketAccessResponse{
-				Buckets:     []*cosi.DriverGrantBucketAccessResponse_BucketInfo{{BucketId: "bc-1", BucketInfo: &cosi.ProtocolBucketInfo{S3: &cosi.S3BucketInfo{BucketName: "bc-1", Endpoint: "https://s3.example.com"}}}},
-				Credentials: &cosi.CredentialInfo{S3: &cosi.S3Credentials{AccessKeyId: "AKIAEXAMPLE", AccessSecretKey: secret}},
+			msg: &cosiproto.DriverGrantBucketAccessResponse{
+				Buckets: []*cosiproto.DriverGrantBucketAccessResponse_BucketInfo{{
+					BucketId: "bc-1",
+					BucketInfo: &cosiproto.ProtocolBucketInfo{
+						S3: &cosiproto.S3BucketInfo{BucketName: "bc-1", Endpoint: "https://s3.example.com"},
+					},
+				}},
+				Credentials: &cosiproto.CredentialInfo{
+					S3: &cosiproto.S3Credentials{AccessKeyId: "AKIAEXAMPLE", AccessSecretKey: secret},
+				},
 			},
 			wantKept: []string{"AKIAEXAMPLE", "https://s3.example.com", "bc-1"},
 		},
 		{
-			name:     "Azure token",
-			msg:      &cosi.CredentialInfo{Azure: &cosi.AzureCredentials{AccessToken: "sv=2024&sig=" + secret, ExpiryTimestamp: timestamppb.Now()}},
+			name: "Azure token",
+			msg: &cosiproto.CredentialInfo{
+				Azure: &cosiproto.AzureCredentials{AccessToken: "sv=2024&sig=" + secret, ExpiryTimestamp: timestamppb.Now()},
+			},
 			wantKept: []string{"expiryTimestamp"},
 		},
 		{
-			name:     "GCS private key and HMAC secret",
-			msg:      &cosi.GcsCredentials{ClientEmail: "sa@example.iam", PrivateKey: "-----BEGIN " + secret, HmacAccessId: "GOOG1EXAMPLE", HmacSecret: secret},
+			name: "GCS private key and HMAC secret",
+			msg: &cosiproto.GcsCredentials{
+				ClientEmail: "sa@example.iam", PrivateKey: "-----BEGIN " + secret,
+				HmacAccessId: "GOOG1EXAMPLE", HmacSecret: secret,
+			},
 			wantKept: []string{"sa@example.iam", "GOOG1EXAMPLE"},
 		},
 	} {

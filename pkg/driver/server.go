@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // Options configure a driver's gRPC server.
@@ -23,8 +23,8 @@ type Options struct {
 	// Endpoint is where to serve, unix:///path/to/driver.sock. Empty means $COSI_ENDPOINT.
 	Endpoint string
 	// Identity and Provisioner are the driver. Both are required.
-	Identity    cosi.IdentityServer
-	Provisioner cosi.ProvisionerServer
+	Identity    cosiproto.IdentityServer
+	Provisioner cosiproto.ProvisionerServer
 	// Logger receives the SDK's logs; see LogLevelCalls and LogLevelBodies. The zero Logger
 	// discards them.
 	Logger logr.Logger
@@ -67,7 +67,7 @@ func NewServer(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	info, err := opts.Identity.DriverGetInfo(ctx, &cosi.DriverGetInfoRequest{})
+	info, err := opts.Identity.DriverGetInfo(ctx, &cosiproto.DriverGetInfoRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("driver: DriverGetInfo: %w", err)
 	}
@@ -98,10 +98,19 @@ func NewServer(ctx context.Context, opts Options) (*Server, error) {
 	// can take the process down.
 	recovery := recoverInterceptor(log)
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
-		append([]grpc.UnaryServerInterceptor{recovery, serverInterceptor(log, metrics, info.GetName()), recovery}, opts.Interceptors...)...))
-	cosi.RegisterIdentityServer(srv, opts.Identity)
-	cosi.RegisterProvisionerServer(srv, opts.Provisioner)
-	return &Server{name: info.GetName(), endpoint: opts.Endpoint, lis: lis, grpc: srv, log: log, stopTimeout: opts.StopTimeout}, nil
+		append(
+			[]grpc.UnaryServerInterceptor{recovery, serverInterceptor(log, metrics, info.GetName()), recovery},
+			opts.Interceptors...)...))
+	cosiproto.RegisterIdentityServer(srv, opts.Identity)
+	cosiproto.RegisterProvisionerServer(srv, opts.Provisioner)
+	return &Server{
+		name:        info.GetName(),
+		endpoint:    opts.Endpoint,
+		lis:         lis,
+		grpc:        srv,
+		log:         log,
+		stopTimeout: opts.StopTimeout,
+	}, nil
 }
 
 // Name is the driver's name, from DriverGetInfo.
@@ -132,7 +141,9 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.grpc.Stop()
 		<-stopped
 	}
-	<-served
+	// Wait for Serve to return. Once stopped it has nothing to report: it returns nil, or
+	// grpc.ErrServerStopped when the stop came before it started serving.
+	<-served //nolint:errcheck // see above
 	return nil
 }
 

@@ -18,7 +18,7 @@ import (
 
 	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // countingDriver counts the DriverCreateBucket calls that reach the driver.
@@ -27,7 +27,10 @@ type countingDriver struct {
 	creates atomic.Int32
 }
 
-func (d *countingDriver) DriverCreateBucket(ctx context.Context, req *cosi.DriverCreateBucketRequest) (*cosi.DriverCreateBucketResponse, error) {
+func (d *countingDriver) DriverCreateBucket(
+	ctx context.Context,
+	req *cosiproto.DriverCreateBucketRequest,
+) (*cosiproto.DriverCreateBucketResponse, error) {
 	d.creates.Add(1)
 	return d.Driver.DriverCreateBucket(ctx, req)
 }
@@ -42,11 +45,15 @@ type testServer struct {
 
 // startServer serves d through the SDK on a socket in a temporary directory.
 func startServer(t *testing.T, d interface {
-	cosi.IdentityServer
-	cosi.ProvisionerServer
+	cosiproto.IdentityServer
+	cosiproto.ProvisionerServer
 }) *testServer {
 	t.Helper()
-	ts := &testServer{socket: filepath.Join(t.TempDir(), "driver.sock"), registry: prometheus.NewRegistry(), faults: &memory.Faults{}}
+	ts := &testServer{
+		socket:   filepath.Join(t.TempDir(), "driver.sock"),
+		registry: prometheus.NewRegistry(),
+		faults:   &memory.Faults{},
+	}
 	ts.endpoint = "unix://" + ts.socket
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := driver.NewServer(ctx, driver.Options{
@@ -95,14 +102,14 @@ func TestServerValidatesBeforeTheDriver(t *testing.T) {
 	ts := startServer(t, d)
 	c := connect(t, ts.endpoint, driver.ClientOptions{})
 
-	_, err := c.DriverCreateBucket(t.Context(), &cosi.DriverCreateBucketRequest{})
+	_, err := c.DriverCreateBucket(t.Context(), &cosiproto.DriverCreateBucketRequest{})
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "bucket_id is required") {
 		t.Fatalf("DriverCreateBucket without bucket_id: %v, want InvalidArgument naming bucket_id", err)
 	}
 	if n := d.creates.Load(); n != 0 {
 		t.Errorf("the driver saw %d invalid requests, want 0", n)
 	}
-	if _, err := c.DriverCreateBucket(t.Context(), &cosi.DriverCreateBucketRequest{BucketId: "b"}); err != nil {
+	if _, err := c.DriverCreateBucket(t.Context(), &cosiproto.DriverCreateBucketRequest{BucketId: "b"}); err != nil {
 		t.Fatal(err)
 	}
 	if n := d.creates.Load(); n != 1 {
@@ -114,12 +121,18 @@ func TestServerValidatesBeforeTheDriver(t *testing.T) {
 	if n := testutil.CollectAndCount(ts.registry, metric); n != 2 {
 		t.Errorf("%s has %d series, want 2 (OK and InvalidArgument)", metric, n)
 	}
+	// The Prometheus text format has one sample per line.
+	//nolint:lll
 	errs := `
 # HELP cosi_driver_operation_errors_total COSI driver gRPC operations that returned an error, by driver, method and gRPC status code.
 # TYPE cosi_driver_operation_errors_total counter
 cosi_driver_operation_errors_total{driver_name="memory.cosi.kube-cosi.io",grpc_status_code="InvalidArgument",method_name="DriverCreateBucket"} 1
 `
-	if err := testutil.GatherAndCompare(ts.registry, strings.NewReader(errs), "cosi_driver_operation_errors_total"); err != nil {
+	if err := testutil.GatherAndCompare(
+		ts.registry,
+		strings.NewReader(errs),
+		"cosi_driver_operation_errors_total",
+	); err != nil {
 		t.Error(err)
 	}
 }
@@ -131,7 +144,7 @@ func TestServerStopsGracefully(t *testing.T) {
 
 	result := make(chan error, 1)
 	go func() {
-		_, err := c.DriverCreateBucket(context.Background(), &cosi.DriverCreateBucketRequest{BucketId: "in-flight"})
+		_, err := c.DriverCreateBucket(context.Background(), &cosiproto.DriverCreateBucketRequest{BucketId: "in-flight"})
 		result <- err
 	}()
 	time.Sleep(100 * time.Millisecond) // the call is in flight
@@ -149,8 +162,10 @@ func TestServerStopsGracefully(t *testing.T) {
 func TestServerFailsFast(t *testing.T) {
 	socket := filepath.Join(t.TempDir(), "driver.sock")
 	_, err := driver.NewServer(t.Context(), driver.Options{
-		Endpoint: "unix://" + socket, Identity: newMemory(t, memory.Config{Name: "not_a_domain"}), Provisioner: newMemory(t, memory.Config{}),
-		Registerer: prometheus.NewRegistry(),
+		Endpoint:    "unix://" + socket,
+		Identity:    newMemory(t, memory.Config{Name: "not_a_domain"}),
+		Provisioner: newMemory(t, memory.Config{}),
+		Registerer:  prometheus.NewRegistry(),
 	})
 	if err == nil || !strings.Contains(err.Error(), "domain name notation") {
 		t.Fatalf("NewServer with an invalid driver name: %v", err)
@@ -161,7 +176,11 @@ func TestServerFailsFast(t *testing.T) {
 
 	t.Setenv(driver.EndpointEnv, "")
 	d := newMemory(t, memory.Config{})
-	if _, err := driver.NewServer(t.Context(), driver.Options{Identity: d, Provisioner: d}); err == nil || !strings.Contains(err.Error(), driver.EndpointEnv) {
+	if _, err := driver.NewServer(
+		t.Context(),
+		driver.Options{Identity: d, Provisioner: d},
+	); err == nil ||
+		!strings.Contains(err.Error(), driver.EndpointEnv) {
 		t.Errorf("NewServer without an endpoint: %v, want an error naming %s", err, driver.EndpointEnv)
 	}
 }
@@ -170,7 +189,10 @@ func TestServerUsesCOSIEndpoint(t *testing.T) {
 	socket := filepath.Join(t.TempDir(), "env.sock")
 	t.Setenv(driver.EndpointEnv, "unix://"+socket)
 	d := newMemory(t, memory.Config{})
-	srv, err := driver.NewServer(t.Context(), driver.Options{Identity: d, Provisioner: d, Registerer: prometheus.NewRegistry(), Logger: logr.Discard()})
+	srv, err := driver.NewServer(
+		t.Context(),
+		driver.Options{Identity: d, Provisioner: d, Registerer: prometheus.NewRegistry(), Logger: logr.Discard()},
+	)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,10 @@ func TestListenHasNoWindow(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "driver.sock")
 		var wide atomic.Int32
 		raceListen(t, rounds, path, func() {
-			if info, err := os.Lstat(path); err == nil && info.Mode().Type() == fs.ModeSocket && info.Mode().Perm() != DefaultSocketMode {
+			if info, err := os.Lstat(
+				path,
+			); err == nil && info.Mode().Type() == fs.ModeSocket &&
+				info.Mode().Perm() != DefaultSocketMode {
 				wide.Add(1)
 			}
 		})

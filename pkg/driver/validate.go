@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // Limits on request fields. COSI never sends more: they match the limits the CRDs enforce (IDs,
@@ -32,39 +32,39 @@ var driverNameRE = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?$
 func ValidateRequest(req any) error {
 	var err error
 	switch r := req.(type) {
-	case *cosi.DriverGetInfoRequest:
-	case *cosi.DriverGenerateBucketIdRequest:
+	case *cosiproto.DriverGetInfoRequest:
+	case *cosiproto.DriverGenerateBucketIdRequest:
 		err = firstError(
 			checkString("name", r.GetName(), MaxNameLength),
 			checkProtocols("protocols", r.GetProtocols()),
 			checkParameters(r.GetParameters()))
-	case *cosi.DriverCreateBucketRequest:
+	case *cosiproto.DriverCreateBucketRequest:
 		err = firstError(
 			checkString("bucket_id", r.GetBucketId(), MaxIDLength),
 			checkProtocols("protocols", r.GetProtocols()),
 			checkParameters(r.GetParameters()))
-	case *cosi.DriverGetBucketRequest:
+	case *cosiproto.DriverGetBucketRequest:
 		err = firstError(
 			checkString("bucket_id", r.GetBucketId(), MaxIDLength),
 			checkProtocols("protocols", r.GetProtocols()),
 			checkParameters(r.GetParameters()))
-	case *cosi.DriverDeleteBucketRequest:
+	case *cosiproto.DriverDeleteBucketRequest:
 		err = firstError(
 			checkString("bucket_id", r.GetBucketId(), MaxIDLength),
 			checkParameters(r.GetParameters()))
-	case *cosi.DriverGenerateBucketAccessIdRequest:
+	case *cosiproto.DriverGenerateBucketAccessIdRequest:
 		err = firstError(
 			checkString("account_name", r.GetAccountName(), MaxNameLength),
 			checkAccessedBuckets(r.GetBuckets()),
 			checkAccess(r.GetProtocol(), r.GetAuthenticationType(), r.GetServiceAccount()),
 			checkParameters(r.GetParameters()))
-	case *cosi.DriverGrantBucketAccessRequest:
+	case *cosiproto.DriverGrantBucketAccessRequest:
 		err = firstError(
 			checkString("account_id", r.GetAccountId(), MaxIDLength),
 			checkAccessedBuckets(r.GetBuckets()),
 			checkAccess(r.GetProtocol(), r.GetAuthenticationType(), r.GetServiceAccount()),
 			checkParameters(r.GetParameters()))
-	case *cosi.DriverRevokeBucketAccessRequest:
+	case *cosiproto.DriverRevokeBucketAccessRequest:
 		err = firstError(
 			checkString("account_id", r.GetAccountId(), MaxIDLength),
 			checkRevokedBuckets(r.GetBuckets()),
@@ -98,15 +98,15 @@ func checkString(field, value string, maxLen int) error {
 	return nil
 }
 
-func checkProtocol(field string, p cosi.ObjectProtocol_Type) error {
-	if _, known := cosi.ObjectProtocol_Type_name[int32(p)]; !known || p == cosi.ObjectProtocol_UNKNOWN {
+func checkProtocol(field string, p cosiproto.ObjectProtocol_Type) error {
+	if _, known := cosiproto.ObjectProtocol_Type_name[int32(p)]; !known || p == cosiproto.ObjectProtocol_UNKNOWN {
 		return fmt.Errorf("%s: %v is not a protocol (S3, AZURE or GCS)", field, p)
 	}
 	return nil
 }
 
-func checkProtocols(field string, protocols []cosi.ObjectProtocol_Type) error {
-	seen := map[cosi.ObjectProtocol_Type]bool{}
+func checkProtocols(field string, protocols []cosiproto.ObjectProtocol_Type) error {
+	seen := map[cosiproto.ObjectProtocol_Type]bool{}
 	for i, p := range protocols {
 		if err := checkProtocol(fmt.Sprintf("%s[%d]", field, i), p); err != nil {
 			return err
@@ -137,7 +137,7 @@ func checkParameters(params map[string]string) error {
 	return nil
 }
 
-func checkAccessedBuckets(buckets []*cosi.AccessedBucket) error {
+func checkAccessedBuckets(buckets []*cosiproto.AccessedBucket) error {
 	if len(buckets) == 0 {
 		return fmt.Errorf("buckets: at least one bucket is required")
 	}
@@ -161,17 +161,17 @@ func checkAccessedBuckets(buckets []*cosi.AccessedBucket) error {
 	return nil
 }
 
-func checkAccessModes(field string, modes *cosi.AccessModes) error {
+func checkAccessModes(field string, modes *cosiproto.AccessModes) error {
 	requested := 0
-	for name, mode := range map[string]cosi.AccessMode_Mode{
+	for name, mode := range map[string]cosiproto.AccessMode_Mode{
 		"object_data":     modes.GetObjectData(),
 		"object_metadata": modes.GetObjectMetadata(),
 		"bucket_metadata": modes.GetBucketMetadata(),
 	} {
-		if _, known := cosi.AccessMode_Mode_name[int32(mode)]; !known {
+		if _, known := cosiproto.AccessMode_Mode_name[int32(mode)]; !known {
 			return fmt.Errorf("%s.%s: %v is not an access mode", field, name, mode)
 		}
-		if mode != cosi.AccessMode_UNSPECIFIED {
+		if mode != cosiproto.AccessMode_UNSPECIFIED {
 			requested++
 		}
 	}
@@ -181,7 +181,7 @@ func checkAccessModes(field string, modes *cosi.AccessModes) error {
 	return nil
 }
 
-func checkRevokedBuckets(buckets []*cosi.DriverRevokeBucketAccessRequest_Bucket) error {
+func checkRevokedBuckets(buckets []*cosiproto.DriverRevokeBucketAccessRequest_Bucket) error {
 	if len(buckets) == 0 {
 		return fmt.Errorf("buckets: at least one bucket is required")
 	}
@@ -199,16 +199,20 @@ func checkRevokedBuckets(buckets []*cosi.DriverRevokeBucketAccessRequest_Bucket)
 // checkAccess checks the protocol, the authentication type and the service account, which is
 // required for SERVICE_ACCOUNT authentication and must be empty otherwise (COSI never sends it for
 // KEY, so that drivers cannot come to depend on it).
-func checkAccess(protocol cosi.ObjectProtocol_Type, auth cosi.AuthenticationType_Type, sa *cosi.ServiceAccount) error {
+func checkAccess(
+	protocol cosiproto.ObjectProtocol_Type,
+	auth cosiproto.AuthenticationType_Type,
+	sa *cosiproto.ServiceAccount,
+) error {
 	if err := checkProtocol("protocol", protocol); err != nil {
 		return err
 	}
 	switch auth {
-	case cosi.AuthenticationType_KEY:
+	case cosiproto.AuthenticationType_KEY:
 		if sa.GetName() != "" || sa.GetNamespace() != "" {
 			return fmt.Errorf("service_account must be empty for KEY authentication")
 		}
-	case cosi.AuthenticationType_SERVICE_ACCOUNT:
+	case cosiproto.AuthenticationType_SERVICE_ACCOUNT:
 		if sa.GetName() == "" || sa.GetNamespace() == "" {
 			return fmt.Errorf("service_account name and namespace are required for SERVICE_ACCOUNT authentication")
 		}
@@ -230,14 +234,17 @@ func ValidateDriverName(name string) error {
 		return fmt.Errorf("driver name %q is longer than %d characters", name, MaxDriverNameLength)
 	}
 	if !driverNameRE.MatchString(name) {
-		return fmt.Errorf("driver name %q is not in domain name notation (alphanumerics at both ends, dashes and dots between)", name)
+		return fmt.Errorf(
+			"driver name %q is not in domain name notation (alphanumerics at both ends, dashes and dots between)",
+			name,
+		)
 	}
 	return nil
 }
 
 // ValidateGetInfoResponse checks what a driver says about itself: a valid name and at least one
 // known protocol, none twice.
-func ValidateGetInfoResponse(resp *cosi.DriverGetInfoResponse) error {
+func ValidateGetInfoResponse(resp *cosiproto.DriverGetInfoResponse) error {
 	if err := ValidateDriverName(resp.GetName()); err != nil {
 		return err
 	}
@@ -249,16 +256,16 @@ func ValidateGetInfoResponse(resp *cosi.DriverGetInfoResponse) error {
 
 // BucketInfoProtocols returns the protocols present in a bucket info message, in S3, Azure, GCS
 // order.
-func BucketInfoProtocols(info *cosi.ProtocolBucketInfo) []cosi.ObjectProtocol_Type {
-	var protocols []cosi.ObjectProtocol_Type
+func BucketInfoProtocols(info *cosiproto.ProtocolBucketInfo) []cosiproto.ObjectProtocol_Type {
+	var protocols []cosiproto.ObjectProtocol_Type
 	if info.GetS3() != nil {
-		protocols = append(protocols, cosi.ObjectProtocol_S3)
+		protocols = append(protocols, cosiproto.ObjectProtocol_S3)
 	}
 	if info.GetAzure() != nil {
-		protocols = append(protocols, cosi.ObjectProtocol_AZURE)
+		protocols = append(protocols, cosiproto.ObjectProtocol_AZURE)
 	}
 	if info.GetGcs() != nil {
-		protocols = append(protocols, cosi.ObjectProtocol_GCS)
+		protocols = append(protocols, cosiproto.ObjectProtocol_GCS)
 	}
 	return protocols
 }
@@ -266,7 +273,10 @@ func BucketInfoProtocols(info *cosi.ProtocolBucketInfo) []cosi.ObjectProtocol_Ty
 // ValidateBucketInfo checks the bucket information of a DriverCreateBucket or DriverGetBucket
 // response: at least one protocol, each advertised by the driver, and each requested protocol
 // present.
-func ValidateBucketInfo(info *cosi.ProtocolBucketInfo, advertised, requested []cosi.ObjectProtocol_Type) error {
+func ValidateBucketInfo(
+	info *cosiproto.ProtocolBucketInfo,
+	advertised, requested []cosiproto.ObjectProtocol_Type,
+) error {
 	got := BucketInfoProtocols(info)
 	if len(got) == 0 {
 		return fmt.Errorf("the response names no protocol: a bucket supports at least one")
@@ -287,8 +297,11 @@ func ValidateBucketInfo(info *cosi.ProtocolBucketInfo, advertised, requested []c
 // ValidateGrantResponse checks a DriverGrantBucketAccess response against its request: one entry
 // per requested bucket with the fields workloads need for the protocol, and, for KEY
 // authentication, complete credentials for the protocol. Messages never include credential values.
-func ValidateGrantResponse(req *cosi.DriverGrantBucketAccessRequest, resp *cosi.DriverGrantBucketAccessResponse) error {
-	byID := map[string]*cosi.ProtocolBucketInfo{}
+func ValidateGrantResponse(
+	req *cosiproto.DriverGrantBucketAccessRequest,
+	resp *cosiproto.DriverGrantBucketAccessResponse,
+) error {
+	byID := map[string]*cosiproto.ProtocolBucketInfo{}
 	for i, b := range resp.GetBuckets() {
 		if _, dup := byID[b.GetBucketId()]; dup {
 			return fmt.Errorf("buckets[%d]: bucket %q is listed twice", i, b.GetBucketId())
@@ -307,24 +320,24 @@ func ValidateGrantResponse(req *cosi.DriverGrantBucketAccessRequest, resp *cosi.
 	if len(byID) != len(req.GetBuckets()) {
 		return fmt.Errorf("buckets: %d entries for %d requested buckets", len(byID), len(req.GetBuckets()))
 	}
-	if req.GetAuthenticationType() == cosi.AuthenticationType_KEY {
+	if req.GetAuthenticationType() == cosiproto.AuthenticationType_KEY {
 		return checkCredentials(req.GetProtocol(), resp.GetCredentials())
 	}
 	return nil
 }
 
-func checkGrantBucketInfo(protocol cosi.ObjectProtocol_Type, info *cosi.ProtocolBucketInfo) error {
+func checkGrantBucketInfo(protocol cosiproto.ObjectProtocol_Type, info *cosiproto.ProtocolBucketInfo) error {
 	switch protocol {
-	case cosi.ObjectProtocol_S3:
+	case cosiproto.ObjectProtocol_S3:
 		s3 := info.GetS3()
 		if s3 == nil || s3.GetBucketName() == "" || s3.GetEndpoint() == "" || s3.GetRegion() == "" {
 			return fmt.Errorf("S3 bucket info needs bucket_name, endpoint and region")
 		}
-	case cosi.ObjectProtocol_AZURE:
+	case cosiproto.ObjectProtocol_AZURE:
 		if info.GetAzure().GetStorageAccount() == "" {
-			return fmt.Errorf("Azure bucket info needs storage_account")
+			return fmt.Errorf("Azure bucket info needs storage_account") //nolint:staticcheck // ST1005: a proper noun
 		}
-	case cosi.ObjectProtocol_GCS:
+	case cosiproto.ObjectProtocol_GCS:
 		if info.GetGcs().GetBucketName() == "" {
 			return fmt.Errorf("GCS bucket info needs bucket_name")
 		}
@@ -332,17 +345,17 @@ func checkGrantBucketInfo(protocol cosi.ObjectProtocol_Type, info *cosi.Protocol
 	return nil
 }
 
-func checkCredentials(protocol cosi.ObjectProtocol_Type, creds *cosi.CredentialInfo) error {
+func checkCredentials(protocol cosiproto.ObjectProtocol_Type, creds *cosiproto.CredentialInfo) error {
 	switch protocol {
-	case cosi.ObjectProtocol_S3:
+	case cosiproto.ObjectProtocol_S3:
 		if creds.GetS3().GetAccessKeyId() == "" || creds.GetS3().GetAccessSecretKey() == "" {
 			return fmt.Errorf("S3 credentials need access_key_id and access_secret_key")
 		}
-	case cosi.ObjectProtocol_AZURE:
+	case cosiproto.ObjectProtocol_AZURE:
 		if creds.GetAzure().GetAccessToken() == "" {
-			return fmt.Errorf("Azure credentials need access_token")
+			return fmt.Errorf("Azure credentials need access_token") //nolint:staticcheck // ST1005: a proper noun
 		}
-	case cosi.ObjectProtocol_GCS:
+	case cosiproto.ObjectProtocol_GCS:
 		g := creds.GetGcs()
 		if g.GetPrivateKey() == "" && (g.GetHmacAccessId() == "" || g.GetHmacSecret() == "") {
 			return fmt.Errorf("GCS credentials need private_key, or hmac_access_id and hmac_secret")
@@ -351,7 +364,7 @@ func checkCredentials(protocol cosi.ObjectProtocol_Type, creds *cosi.CredentialI
 	return nil
 }
 
-func containsProtocol(list []cosi.ObjectProtocol_Type, p cosi.ObjectProtocol_Type) bool {
+func containsProtocol(list []cosiproto.ObjectProtocol_Type, p cosiproto.ObjectProtocol_Type) bool {
 	for _, q := range list {
 		if q == p {
 			return true

@@ -7,21 +7,23 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
-func validGrant() *cosi.DriverGrantBucketAccessRequest {
-	return &cosi.DriverGrantBucketAccessRequest{
-		AccountId:          "ba-1",
-		Buckets:            []*cosi.AccessedBucket{{BucketId: "bc-1", AccessModes: &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}}},
-		Protocol:           cosi.ObjectProtocol_S3,
-		AuthenticationType: cosi.AuthenticationType_KEY,
+func validGrant() *cosiproto.DriverGrantBucketAccessRequest {
+	return &cosiproto.DriverGrantBucketAccessRequest{
+		AccountId: "ba-1",
+		Buckets: []*cosiproto.AccessedBucket{
+			{BucketId: "bc-1", AccessModes: &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}},
+		},
+		Protocol:           cosiproto.ObjectProtocol_S3,
+		AuthenticationType: cosiproto.AuthenticationType_KEY,
 	}
 }
 
 func TestValidateRequest(t *testing.T) {
 	long := strings.Repeat("x", MaxIDLength+1)
-	grant := func(mutate func(*cosi.DriverGrantBucketAccessRequest)) *cosi.DriverGrantBucketAccessRequest {
+	grant := func(mutate func(*cosiproto.DriverGrantBucketAccessRequest)) *cosiproto.DriverGrantBucketAccessRequest {
 		r := validGrant()
 		mutate(r)
 		return r
@@ -30,46 +32,91 @@ func TestValidateRequest(t *testing.T) {
 	for i := range MaxParameters + 1 {
 		tooMany[strings.Repeat("k", i+1)] = "v"
 	}
+	generate := func(name string, protocols ...cosiproto.ObjectProtocol_Type) *cosiproto.DriverGenerateBucketIdRequest {
+		return &cosiproto.DriverGenerateBucketIdRequest{Name: name, Protocols: protocols}
+	}
+	create := func(params map[string]string) *cosiproto.DriverCreateBucketRequest {
+		return &cosiproto.DriverCreateBucketRequest{BucketId: "b", Parameters: params}
+	}
+	type request = cosiproto.DriverGrantBucketAccessRequest
+	s3, key := cosiproto.ObjectProtocol_S3, cosiproto.AuthenticationType_KEY
 	for _, tc := range []struct {
 		name    string
 		req     any
 		wantErr string // empty: valid
 	}{
-		{"valid get info", &cosi.DriverGetInfoRequest{}, ""},
-		{"valid generate bucket id", &cosi.DriverGenerateBucketIdRequest{Name: "bc-1", Protocols: []cosi.ObjectProtocol_Type{cosi.ObjectProtocol_S3}}, ""},
-		{"generate without name", &cosi.DriverGenerateBucketIdRequest{}, "name is required"},
-		{"generate with unknown protocol", &cosi.DriverGenerateBucketIdRequest{Name: "n", Protocols: []cosi.ObjectProtocol_Type{cosi.ObjectProtocol_UNKNOWN}}, "protocols[0]"},
-		{"generate with out-of-range protocol", &cosi.DriverGenerateBucketIdRequest{Name: "n", Protocols: []cosi.ObjectProtocol_Type{9}}, "protocols[0]"},
-		{"generate with a protocol twice", &cosi.DriverGenerateBucketIdRequest{Name: "n", Protocols: []cosi.ObjectProtocol_Type{cosi.ObjectProtocol_S3, cosi.ObjectProtocol_S3}}, "listed twice"},
-		{"create without bucket_id", &cosi.DriverCreateBucketRequest{}, "bucket_id is required"},
-		{"create with a too long bucket_id", &cosi.DriverCreateBucketRequest{BucketId: long}, "bucket_id is longer"},
-		{"create with too many parameters", &cosi.DriverCreateBucketRequest{BucketId: "b", Parameters: tooMany}, "parameters:"},
-		{"create with an empty parameter key", &cosi.DriverCreateBucketRequest{BucketId: "b", Parameters: map[string]string{"": "v"}}, "empty key"},
-		{"create with a too long parameter value", &cosi.DriverCreateBucketRequest{BucketId: "b", Parameters: map[string]string{"k": strings.Repeat("v", MaxParameterValueLength+1)}}, `parameters["k"]`},
-		{"get without bucket_id", &cosi.DriverGetBucketRequest{}, "bucket_id is required"},
-		{"delete without bucket_id", &cosi.DriverDeleteBucketRequest{}, "bucket_id is required"},
+		{"valid get info", &cosiproto.DriverGetInfoRequest{}, ""},
+		{"valid generate bucket id", generate("bc-1", s3), ""},
+		{"generate without name", &cosiproto.DriverGenerateBucketIdRequest{}, "name is required"},
+		{"generate with unknown protocol", generate("n", cosiproto.ObjectProtocol_UNKNOWN), "protocols[0]"},
+		{"generate with out-of-range protocol", generate("n", 9), "protocols[0]"},
+		{"generate with a protocol twice", generate("n", s3, s3), "listed twice"},
+		{"create without bucket_id", &cosiproto.DriverCreateBucketRequest{}, "bucket_id is required"},
+		{"create with a too long bucket_id", &cosiproto.DriverCreateBucketRequest{BucketId: long}, "bucket_id is longer"},
+		{"create with too many parameters", create(tooMany), "parameters:"},
+		{"create with an empty parameter key", create(map[string]string{"": "v"}), "empty key"},
+		{
+			"create with a too long parameter value",
+			create(map[string]string{"k": strings.Repeat("v", MaxParameterValueLength+1)}),
+			`parameters["k"]`,
+		},
+		{"get without bucket_id", &cosiproto.DriverGetBucketRequest{}, "bucket_id is required"},
+		{"delete without bucket_id", &cosiproto.DriverDeleteBucketRequest{}, "bucket_id is required"},
 		{"valid grant", validGrant(), ""},
-		{"grant without account_id", grant(func(r *cosi.DriverGrantBucketAccessRequest) { r.AccountId = "" }), "account_id is required"},
-		{"grant without buckets", grant(func(r *cosi.DriverGrantBucketAccessRequest) { r.Buckets = nil }), "at least one bucket"},
-		{"grant with a bucket twice", grant(func(r *cosi.DriverGrantBucketAccessRequest) { r.Buckets = append(r.Buckets, r.Buckets[0]) }), "listed twice"},
-		{"grant without bucket_id", grant(func(r *cosi.DriverGrantBucketAccessRequest) { r.Buckets[0].BucketId = "" }), "buckets[0].bucket_id is required"},
-		{"grant without access modes", grant(func(r *cosi.DriverGrantBucketAccessRequest) { r.Buckets[0].AccessModes = nil }), "at least one of object_data"},
-		{"grant with an unknown access mode", grant(func(r *cosi.DriverGrantBucketAccessRequest) { r.Buckets[0].AccessModes.BucketMetadata = 7 }), "bucket_metadata"},
-		{"grant without protocol", grant(func(r *cosi.DriverGrantBucketAccessRequest) { r.Protocol = cosi.ObjectProtocol_UNKNOWN }), "protocol"},
-		{"grant without authentication type", grant(func(r *cosi.DriverGrantBucketAccessRequest) { r.AuthenticationType = cosi.AuthenticationType_UNKNOWN }), "authentication_type"},
-		{"grant with a service account for KEY", grant(func(r *cosi.DriverGrantBucketAccessRequest) {
-			r.ServiceAccount = &cosi.ServiceAccount{Namespace: "ns", Name: "sa"}
+		{"grant without account_id", grant(func(r *request) { r.AccountId = "" }), "account_id is required"},
+		{"grant without buckets", grant(func(r *request) { r.Buckets = nil }), "at least one bucket"},
+		{
+			"grant with a bucket twice",
+			grant(func(r *request) { r.Buckets = append(r.Buckets, r.Buckets[0]) }),
+			"listed twice",
+		},
+		{
+			"grant without bucket_id",
+			grant(func(r *request) { r.Buckets[0].BucketId = "" }),
+			"buckets[0].bucket_id is required",
+		},
+		{
+			"grant without access modes",
+			grant(func(r *request) { r.Buckets[0].AccessModes = nil }),
+			"at least one of object_data",
+		},
+		{
+			"grant with an unknown access mode",
+			grant(func(r *request) { r.Buckets[0].AccessModes.BucketMetadata = 7 }),
+			"bucket_metadata",
+		},
+		{"grant without protocol", grant(func(r *request) { r.Protocol = cosiproto.ObjectProtocol_UNKNOWN }), "protocol"},
+		{"grant without authentication type", grant(func(r *request) {
+			r.AuthenticationType = cosiproto.AuthenticationType_UNKNOWN
+		}), "authentication_type"},
+		{"grant with a service account for KEY", grant(func(r *request) {
+			r.ServiceAccount = &cosiproto.ServiceAccount{Namespace: "ns", Name: "sa"}
 		}), "must be empty for KEY"},
-		{"grant for SERVICE_ACCOUNT without service account", grant(func(r *cosi.DriverGrantBucketAccessRequest) {
-			r.AuthenticationType = cosi.AuthenticationType_SERVICE_ACCOUNT
+		{"grant for SERVICE_ACCOUNT without service account", grant(func(r *request) {
+			r.AuthenticationType = cosiproto.AuthenticationType_SERVICE_ACCOUNT
 		}), "required for SERVICE_ACCOUNT"},
-		{"valid SERVICE_ACCOUNT grant", grant(func(r *cosi.DriverGrantBucketAccessRequest) {
-			r.AuthenticationType = cosi.AuthenticationType_SERVICE_ACCOUNT
-			r.ServiceAccount = &cosi.ServiceAccount{Namespace: "ns", Name: "sa"}
+		{"valid SERVICE_ACCOUNT grant", grant(func(r *request) {
+			r.AuthenticationType = cosiproto.AuthenticationType_SERVICE_ACCOUNT
+			r.ServiceAccount = &cosiproto.ServiceAccount{Namespace: "ns", Name: "sa"}
 		}), ""},
-		{"generate access without account_name", &cosi.DriverGenerateBucketAccessIdRequest{Buckets: validGrant().Buckets, Protocol: cosi.ObjectProtocol_S3, AuthenticationType: cosi.AuthenticationType_KEY}, "account_name is required"},
-		{"revoke without account_id", &cosi.DriverRevokeBucketAccessRequest{Buckets: []*cosi.DriverRevokeBucketAccessRequest_Bucket{{BucketId: "b"}}, Protocol: cosi.ObjectProtocol_S3, AuthenticationType: cosi.AuthenticationType_KEY}, "account_id is required"},
-		{"revoke without buckets", &cosi.DriverRevokeBucketAccessRequest{AccountId: "a", Protocol: cosi.ObjectProtocol_S3, AuthenticationType: cosi.AuthenticationType_KEY}, "at least one bucket"},
+		{
+			"generate access without account_name",
+			&cosiproto.DriverGenerateBucketAccessIdRequest{Buckets: validGrant().Buckets, Protocol: s3, AuthenticationType: key},
+			"account_name is required",
+		},
+		{
+			"revoke without account_id",
+			&cosiproto.DriverRevokeBucketAccessRequest{
+				Buckets:  []*cosiproto.DriverRevokeBucketAccessRequest_Bucket{{BucketId: "b"}},
+				Protocol: s3, AuthenticationType: key,
+			},
+			"account_id is required",
+		},
+		{
+			"revoke without buckets",
+			&cosiproto.DriverRevokeBucketAccessRequest{AccountId: "a", Protocol: s3, AuthenticationType: key},
+			"at least one bucket",
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := ValidateRequest(tc.req)
@@ -91,22 +138,36 @@ func TestValidateRequest(t *testing.T) {
 
 func TestValidateGrantResponse(t *testing.T) {
 	req := validGrant()
-	req.Buckets = append(req.Buckets, &cosi.AccessedBucket{BucketId: "bc-2", AccessModes: &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_ONLY}})
-	info := func(id string) *cosi.DriverGrantBucketAccessResponse_BucketInfo {
-		return &cosi.DriverGrantBucketAccessResponse_BucketInfo{BucketId: id, BucketInfo: &cosi.ProtocolBucketInfo{
-			S3: &cosi.S3BucketInfo{BucketName: id, Endpoint: "https://s3.example.com", Region: "us-east-1"}}}
+	req.Buckets = append(
+		req.Buckets,
+		&cosiproto.AccessedBucket{
+			BucketId:    "bc-2",
+			AccessModes: &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_ONLY},
+		},
+	)
+	info := func(id string) *cosiproto.DriverGrantBucketAccessResponse_BucketInfo {
+		return &cosiproto.DriverGrantBucketAccessResponse_BucketInfo{BucketId: id, BucketInfo: &cosiproto.ProtocolBucketInfo{
+			S3: &cosiproto.S3BucketInfo{BucketName: id, Endpoint: "https://s3.example.com", Region: "us-east-1"}}}
 	}
-	creds := &cosi.CredentialInfo{S3: &cosi.S3Credentials{AccessKeyId: "AK", AccessSecretKey: "SECRETVALUE"}}
+	creds := &cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{AccessKeyId: "AK", AccessSecretKey: "SECRETVALUE"}}
+	// response lists the buckets of a grant's response, with the given credentials.
+	response := func(creds *cosiproto.CredentialInfo, buckets ...*cosiproto.DriverGrantBucketAccessResponse_BucketInfo,
+	) *cosiproto.DriverGrantBucketAccessResponse {
+		return &cosiproto.DriverGrantBucketAccessResponse{Buckets: buckets, Credentials: creds}
+	}
+	noRegion := info("bc-2")
+	noRegion.BucketInfo.S3 = &cosiproto.S3BucketInfo{BucketName: "bc-2", Endpoint: "e"}
+	noSecretKey := &cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{AccessKeyId: "AK"}}
 	for _, tc := range []struct {
 		name    string
-		resp    *cosi.DriverGrantBucketAccessResponse
+		resp    *cosiproto.DriverGrantBucketAccessResponse
 		wantErr string
 	}{
-		{"complete", &cosi.DriverGrantBucketAccessResponse{Buckets: []*cosi.DriverGrantBucketAccessResponse_BucketInfo{info("bc-1"), info("bc-2")}, Credentials: creds}, ""},
-		{"a bucket missing", &cosi.DriverGrantBucketAccessResponse{Buckets: []*cosi.DriverGrantBucketAccessResponse_BucketInfo{info("bc-1")}, Credentials: creds}, `no entry for requested bucket "bc-2"`},
-		{"an extra bucket", &cosi.DriverGrantBucketAccessResponse{Buckets: []*cosi.DriverGrantBucketAccessResponse_BucketInfo{info("bc-1"), info("bc-2"), info("bc-3")}, Credentials: creds}, "3 entries for 2"},
-		{"no region", &cosi.DriverGrantBucketAccessResponse{Buckets: []*cosi.DriverGrantBucketAccessResponse_BucketInfo{info("bc-1"), {BucketId: "bc-2", BucketInfo: &cosi.ProtocolBucketInfo{S3: &cosi.S3BucketInfo{BucketName: "bc-2", Endpoint: "e"}}}}, Credentials: creds}, "needs bucket_name, endpoint and region"},
-		{"no secret key", &cosi.DriverGrantBucketAccessResponse{Buckets: []*cosi.DriverGrantBucketAccessResponse_BucketInfo{info("bc-1"), info("bc-2")}, Credentials: &cosi.CredentialInfo{S3: &cosi.S3Credentials{AccessKeyId: "AK"}}}, "need access_key_id and access_secret_key"},
+		{"complete", response(creds, info("bc-1"), info("bc-2")), ""},
+		{"a bucket missing", response(creds, info("bc-1")), `no entry for requested bucket "bc-2"`},
+		{"an extra bucket", response(creds, info("bc-1"), info("bc-2"), info("bc-3")), "3 entries for 2"},
+		{"no region", response(creds, info("bc-1"), noRegion), "needs bucket_name, endpoint and region"},
+		{"no secret key", response(noSecretKey, info("bc-1"), info("bc-2")), "need access_key_id and access_secret_key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := ValidateGrantResponse(req, tc.resp)

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kube-cosi/cosi/pkg/driver"
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // cases are the requirements of KEP-1979 "COSI Driver" and the COSI spec's "Error Scheme", one
@@ -21,7 +21,7 @@ var cases = []Case{
 		}
 	}},
 	{"DriverGetInfo/advertises at least one protocol, each once", func(t *T) {
-		info := &cosi.DriverGetInfoResponse{Name: "valid.example.com", SupportedProtocols: t.protocols()}
+		info := &cosiproto.DriverGetInfoResponse{Name: "valid.example.com", SupportedProtocols: t.protocols()}
 		if err := driver.ValidateGetInfoResponse(info); err != nil {
 			t.Errorf("%v", err)
 		}
@@ -29,7 +29,7 @@ var cases = []Case{
 
 	// DriverGenerateBucketId
 	{"DriverGenerateBucketId/is idempotent for the same name and parameters", func(t *T) {
-		req := &cosi.DriverGenerateBucketIdRequest{Name: t.name("b"), Parameters: t.s.cfg.BucketParameters}
+		req := &cosiproto.DriverGenerateBucketIdRequest{Name: t.name("b"), Parameters: t.s.cfg.BucketParameters}
 		first, err := t.s.prov.DriverGenerateBucketId(t.ctx, req)
 		t.ok(err, "first DriverGenerateBucketId")
 		second, err := t.s.prov.DriverGenerateBucketId(t.ctx, req)
@@ -39,7 +39,10 @@ var cases = []Case{
 		}
 	}},
 	{"DriverGenerateBucketId/creates nothing in the backend", func(t *T) {
-		gen, err := t.s.prov.DriverGenerateBucketId(t.ctx, &cosi.DriverGenerateBucketIdRequest{Name: t.name("b"), Parameters: t.s.cfg.BucketParameters})
+		gen, err := t.s.prov.DriverGenerateBucketId(
+			t.ctx,
+			&cosiproto.DriverGenerateBucketIdRequest{Name: t.name("b"), Parameters: t.s.cfg.BucketParameters},
+		)
 		t.ok(err, "DriverGenerateBucketId")
 		if t.bucketExists(gen.GetBucketId()) {
 			t.Errorf("bucket %q exists after phase 1; it would leak if COSI never persisted the ID", gen.GetBucketId())
@@ -47,14 +50,20 @@ var cases = []Case{
 		}
 	}},
 	{"DriverGenerateBucketId/rejects a missing name with InvalidArgument", func(t *T) {
-		_, err := t.s.prov.DriverGenerateBucketId(t.ctx, &cosi.DriverGenerateBucketIdRequest{Parameters: t.s.cfg.BucketParameters})
+		_, err := t.s.prov.DriverGenerateBucketId(
+			t.ctx,
+			&cosiproto.DriverGenerateBucketIdRequest{Parameters: t.s.cfg.BucketParameters},
+		)
 		t.code(err, "DriverGenerateBucketId without name", codes.InvalidArgument)
 	}},
 	{"DriverGenerateBucketId/rejects invalid parameters with InvalidArgument", func(t *T) {
 		if t.s.cfg.InvalidBucketParameters == nil {
 			t.Skipf("no invalid bucket parameters configured")
 		}
-		_, err := t.s.prov.DriverGenerateBucketId(t.ctx, &cosi.DriverGenerateBucketIdRequest{Name: t.name("b"), Parameters: t.s.cfg.InvalidBucketParameters})
+		_, err := t.s.prov.DriverGenerateBucketId(
+			t.ctx,
+			&cosiproto.DriverGenerateBucketIdRequest{Name: t.name("b"), Parameters: t.s.cfg.InvalidBucketParameters},
+		)
 		t.code(err, "DriverGenerateBucketId with invalid parameters", codes.InvalidArgument)
 	}},
 	{"DriverGenerateBucketId/returns AlreadyExists for an existing bucket with incompatible parameters", func(t *T) {
@@ -62,12 +71,21 @@ var cases = []Case{
 			t.Skipf("no incompatible bucket parameters configured")
 		}
 		name := t.name("b")
-		gen, err := t.s.prov.DriverGenerateBucketId(t.ctx, &cosi.DriverGenerateBucketIdRequest{Name: name, Parameters: t.s.cfg.BucketParameters})
+		gen, err := t.s.prov.DriverGenerateBucketId(
+			t.ctx,
+			&cosiproto.DriverGenerateBucketIdRequest{Name: name, Parameters: t.s.cfg.BucketParameters},
+		)
 		t.ok(err, "DriverGenerateBucketId")
-		_, err = t.s.prov.DriverCreateBucket(t.ctx, &cosi.DriverCreateBucketRequest{BucketId: gen.GetBucketId(), Parameters: t.s.cfg.BucketParameters})
+		_, err = t.s.prov.DriverCreateBucket(
+			t.ctx,
+			&cosiproto.DriverCreateBucketRequest{BucketId: gen.GetBucketId(), Parameters: t.s.cfg.BucketParameters},
+		)
 		t.ok(err, "DriverCreateBucket")
 		t.Cleanup(func() { t.deleteBucket(gen.GetBucketId()) })
-		_, err = t.s.prov.DriverGenerateBucketId(t.ctx, &cosi.DriverGenerateBucketIdRequest{Name: name, Parameters: t.s.cfg.IncompatibleBucketParameters})
+		_, err = t.s.prov.DriverGenerateBucketId(
+			t.ctx,
+			&cosiproto.DriverGenerateBucketIdRequest{Name: name, Parameters: t.s.cfg.IncompatibleBucketParameters},
+		)
 		t.code(err, "DriverGenerateBucketId for an existing bucket with other parameters", codes.AlreadyExists)
 	}},
 
@@ -81,7 +99,11 @@ var cases = []Case{
 	{"DriverCreateBucket/supports each advertised protocol when requested", func(t *T) {
 		for _, p := range t.protocols() {
 			_, resp := t.createBucket(p)
-			if err := driver.ValidateBucketInfo(resp.GetProtocols(), t.protocols(), []cosi.ObjectProtocol_Type{p}); err != nil {
+			if err := driver.ValidateBucketInfo(
+				resp.GetProtocols(),
+				t.protocols(),
+				[]cosiproto.ObjectProtocol_Type{p},
+			); err != nil {
 				t.Errorf("%v: %v", p, err)
 			}
 		}
@@ -94,14 +116,20 @@ var cases = []Case{
 	}},
 	{"DriverCreateBucket/is idempotent for the same bucket_id", func(t *T) {
 		id, first := t.createBucket()
-		second, err := t.s.prov.DriverCreateBucket(t.ctx, &cosi.DriverCreateBucketRequest{BucketId: id, Parameters: t.s.cfg.BucketParameters})
+		second, err := t.s.prov.DriverCreateBucket(
+			t.ctx,
+			&cosiproto.DriverCreateBucketRequest{BucketId: id, Parameters: t.s.cfg.BucketParameters},
+		)
 		t.ok(err, "second DriverCreateBucket for the same bucket_id")
 		if !proto.Equal(first.GetProtocols(), second.GetProtocols()) {
 			t.Errorf("the second call returned other bucket info: %v, then %v", first.GetProtocols(), second.GetProtocols())
 		}
 	}},
 	{"DriverCreateBucket/rejects a missing bucket_id with InvalidArgument", func(t *T) {
-		_, err := t.s.prov.DriverCreateBucket(t.ctx, &cosi.DriverCreateBucketRequest{Parameters: t.s.cfg.BucketParameters})
+		_, err := t.s.prov.DriverCreateBucket(
+			t.ctx,
+			&cosiproto.DriverCreateBucketRequest{Parameters: t.s.cfg.BucketParameters},
+		)
 		t.code(err, "DriverCreateBucket without bucket_id", codes.InvalidArgument)
 	}},
 	{"DriverCreateBucket/rejects invalid parameters with InvalidArgument", func(t *T) {
@@ -109,7 +137,10 @@ var cases = []Case{
 			t.Skipf("no invalid bucket parameters configured")
 		}
 		id := t.name("b")
-		_, err := t.s.prov.DriverCreateBucket(t.ctx, &cosi.DriverCreateBucketRequest{BucketId: id, Parameters: t.s.cfg.InvalidBucketParameters})
+		_, err := t.s.prov.DriverCreateBucket(
+			t.ctx,
+			&cosiproto.DriverCreateBucketRequest{BucketId: id, Parameters: t.s.cfg.InvalidBucketParameters},
+		)
 		if err == nil {
 			t.deleteBucket(id)
 		}
@@ -120,13 +151,23 @@ var cases = []Case{
 			t.Skipf("no incompatible bucket parameters configured")
 		}
 		id, _ := t.createBucket()
-		_, err := t.s.prov.DriverCreateBucket(t.ctx, &cosi.DriverCreateBucketRequest{BucketId: id, Parameters: t.s.cfg.IncompatibleBucketParameters})
+		_, err := t.s.prov.DriverCreateBucket(
+			t.ctx,
+			&cosiproto.DriverCreateBucketRequest{BucketId: id, Parameters: t.s.cfg.IncompatibleBucketParameters},
+		)
 		t.code(err, "DriverCreateBucket for an existing bucket with other parameters", codes.AlreadyExists)
 	}},
 	{"DriverCreateBucket/rejects a protocol the driver does not advertise with InvalidArgument", func(t *T) {
 		p := t.unsupportedProtocol()
 		id := t.name("b")
-		_, err := t.s.prov.DriverCreateBucket(t.ctx, &cosi.DriverCreateBucketRequest{BucketId: id, Protocols: []cosi.ObjectProtocol_Type{p}, Parameters: t.s.cfg.BucketParameters})
+		_, err := t.s.prov.DriverCreateBucket(
+			t.ctx,
+			&cosiproto.DriverCreateBucketRequest{
+				BucketId:   id,
+				Protocols:  []cosiproto.ObjectProtocol_Type{p},
+				Parameters: t.s.cfg.BucketParameters,
+			},
+		)
 		if err == nil {
 			t.deleteBucket(id)
 		}
@@ -139,32 +180,38 @@ var cases = []Case{
 		if id == "" {
 			id, _ = t.createBucket()
 		}
-		resp, err := t.s.prov.DriverGetBucket(t.ctx, &cosi.DriverGetBucketRequest{BucketId: id})
+		resp, err := t.s.prov.DriverGetBucket(t.ctx, &cosiproto.DriverGetBucketRequest{BucketId: id})
 		t.ok(err, "DriverGetBucket")
 		if err := driver.ValidateBucketInfo(resp.GetProtocols(), t.protocols(), nil); err != nil {
 			t.Errorf("%v", err)
 		}
 	}},
 	{"DriverGetBucket/returns NotFound for a missing bucket", func(t *T) {
-		_, err := t.s.prov.DriverGetBucket(t.ctx, &cosi.DriverGetBucketRequest{BucketId: t.name("missing")})
+		_, err := t.s.prov.DriverGetBucket(t.ctx, &cosiproto.DriverGetBucketRequest{BucketId: t.name("missing")})
 		t.code(err, "DriverGetBucket for a bucket that does not exist", codes.NotFound)
 	}},
 	{"DriverGetBucket/rejects a missing bucket_id with InvalidArgument", func(t *T) {
-		_, err := t.s.prov.DriverGetBucket(t.ctx, &cosi.DriverGetBucketRequest{})
+		_, err := t.s.prov.DriverGetBucket(t.ctx, &cosiproto.DriverGetBucketRequest{})
 		t.code(err, "DriverGetBucket without bucket_id", codes.InvalidArgument)
 	}},
 
 	// DriverDeleteBucket
 	{"DriverDeleteBucket/deletes the bucket so that DriverGetBucket no longer finds it", func(t *T) {
 		id, _ := t.createBucket()
-		_, err := t.s.prov.DriverDeleteBucket(t.ctx, &cosi.DriverDeleteBucketRequest{BucketId: id, Parameters: t.s.cfg.BucketParameters})
+		_, err := t.s.prov.DriverDeleteBucket(
+			t.ctx,
+			&cosiproto.DriverDeleteBucketRequest{BucketId: id, Parameters: t.s.cfg.BucketParameters},
+		)
 		t.ok(err, "DriverDeleteBucket")
-		_, err = t.s.prov.DriverGetBucket(t.ctx, &cosi.DriverGetBucketRequest{BucketId: id})
+		_, err = t.s.prov.DriverGetBucket(t.ctx, &cosiproto.DriverGetBucketRequest{BucketId: id})
 		t.code(err, "DriverGetBucket after DriverDeleteBucket", codes.NotFound)
 	}},
 	{"DriverDeleteBucket/deletes the bucket in the backend", func(t *T) {
 		id, _ := t.createBucket()
-		_, err := t.s.prov.DriverDeleteBucket(t.ctx, &cosi.DriverDeleteBucketRequest{BucketId: id, Parameters: t.s.cfg.BucketParameters})
+		_, err := t.s.prov.DriverDeleteBucket(
+			t.ctx,
+			&cosiproto.DriverDeleteBucketRequest{BucketId: id, Parameters: t.s.cfg.BucketParameters},
+		)
 		t.ok(err, "DriverDeleteBucket")
 		if t.bucketExists(id) {
 			t.Errorf("bucket %q still exists in the backend after DriverDeleteBucket returned OK", id)
@@ -173,16 +220,22 @@ var cases = []Case{
 	{"DriverDeleteBucket/returns OK when deleting twice", func(t *T) {
 		id, _ := t.createBucket()
 		for i := range 2 {
-			_, err := t.s.prov.DriverDeleteBucket(t.ctx, &cosi.DriverDeleteBucketRequest{BucketId: id, Parameters: t.s.cfg.BucketParameters})
+			_, err := t.s.prov.DriverDeleteBucket(
+				t.ctx,
+				&cosiproto.DriverDeleteBucketRequest{BucketId: id, Parameters: t.s.cfg.BucketParameters},
+			)
 			t.ok(err, []string{"first", "second"}[i]+" DriverDeleteBucket")
 		}
 	}},
 	{"DriverDeleteBucket/returns OK for an unknown bucket_id", func(t *T) {
-		_, err := t.s.prov.DriverDeleteBucket(t.ctx, &cosi.DriverDeleteBucketRequest{BucketId: t.name("missing"), Parameters: t.s.cfg.BucketParameters})
+		_, err := t.s.prov.DriverDeleteBucket(
+			t.ctx,
+			&cosiproto.DriverDeleteBucketRequest{BucketId: t.name("missing"), Parameters: t.s.cfg.BucketParameters},
+		)
 		t.ok(err, "DriverDeleteBucket for a bucket that never existed")
 	}},
 	{"DriverDeleteBucket/rejects a missing bucket_id with InvalidArgument", func(t *T) {
-		_, err := t.s.prov.DriverDeleteBucket(t.ctx, &cosi.DriverDeleteBucketRequest{})
+		_, err := t.s.prov.DriverDeleteBucket(t.ctx, &cosiproto.DriverDeleteBucketRequest{})
 		t.code(err, "DriverDeleteBucket without bucket_id", codes.InvalidArgument)
 	}},
 
@@ -206,7 +259,11 @@ var cases = []Case{
 		_, err := t.s.prov.DriverGenerateBucketAccessId(t.ctx, t.keyGrant(p, readWrite, id).generateRequest(t.name("a")))
 		t.ok(err, "DriverGenerateBucketAccessId")
 		if after := t.accounts(); len(after) != len(before) {
-			t.Errorf("the backend has %d accounts after phase 1, %d before; they would leak if COSI never persisted the ID", len(after), len(before))
+			t.Errorf(
+				"the backend has %d accounts after phase 1, %d before; they would leak if COSI never persisted the ID",
+				len(after),
+				len(before),
+			)
 		}
 	}},
 	{"DriverGenerateBucketAccessId/rejects a missing account_name with InvalidArgument", func(t *T) {
@@ -216,7 +273,10 @@ var cases = []Case{
 		t.code(err, "DriverGenerateBucketAccessId without account_name", codes.InvalidArgument)
 	}},
 	{"DriverGenerateBucketAccessId/rejects a request without buckets with InvalidArgument", func(t *T) {
-		_, err := t.s.prov.DriverGenerateBucketAccessId(t.ctx, t.keyGrant(t.protocols()[0], readWrite).generateRequest(t.name("a")))
+		_, err := t.s.prov.DriverGenerateBucketAccessId(
+			t.ctx,
+			t.keyGrant(t.protocols()[0], readWrite).generateRequest(t.name("a")),
+		)
 		t.code(err, "DriverGenerateBucketAccessId without buckets", codes.InvalidArgument)
 	}},
 
@@ -244,7 +304,7 @@ var cases = []Case{
 			return
 		}
 		// Different credentials are acceptable if both work: a driver may issue a new key.
-		for i, creds := range []*cosi.CredentialInfo{first.GetCredentials(), second.GetCredentials()} {
+		for i, creds := range []*cosiproto.CredentialInfo{first.GetCredentials(), second.GetCredentials()} {
 			if !t.allowed(p, creds, id, bucketInfoFor(second, id), ObjectData, false) {
 				t.Errorf("the credentials of grant %d do not work; repeating a grant must not break earlier credentials", i+1)
 			}
@@ -260,7 +320,11 @@ var cases = []Case{
 		_, err = t.s.prov.DriverGrantBucketAccess(t.ctx, g.grantRequest(account))
 		t.ok(err, "second DriverGrantBucketAccess")
 		if after := t.accounts(); len(after) != len(before)+1 {
-			t.Errorf("the backend has %d accounts after granting twice, %d before: want exactly one more", len(after), len(before))
+			t.Errorf(
+				"the backend has %d accounts after granting twice, %d before: want exactly one more",
+				len(after),
+				len(before),
+			)
 		}
 	}},
 	{"DriverGrantBucketAccess/accepts each access mode or returns InvalidArgument", func(t *T) {
@@ -285,7 +349,14 @@ var cases = []Case{
 			for _, write := range []bool{false, true} {
 				want := m.allows(write)
 				if got := t.allowed(p, resp.GetCredentials(), id, info, m.category, write); got != want {
-					t.Errorf("%s: %v %s allowed=%v, want %v", m.name, m.category, map[bool]string{true: "write", false: "read"}[write], got, want)
+					t.Errorf(
+						"%s: %v %s allowed=%v, want %v",
+						m.name,
+						m.category,
+						map[bool]string{true: "write", false: "read"}[write],
+						got,
+						want,
+					)
 				}
 			}
 		}
@@ -313,8 +384,8 @@ var cases = []Case{
 		p := t.protocols()[0]
 		id, _ := t.createBucket(p)
 		g := t.keyGrant(p, readWrite, id)
-		g.auth = cosi.AuthenticationType_SERVICE_ACCOUNT
-		g.sa = &cosi.ServiceAccount{Namespace: "sanity", Name: "workload"}
+		g.auth = cosiproto.AuthenticationType_SERVICE_ACCOUNT
+		g.sa = &cosiproto.ServiceAccount{Namespace: "sanity", Name: "workload"}
 		_, _, err := t.grant(g)
 		if err != nil {
 			t.code(err, "ServiceAccount grant", codes.InvalidArgument)
@@ -374,7 +445,10 @@ var cases = []Case{
 	}},
 	{"DriverRevokeBucketAccess/returns OK for an unknown account_id", func(t *T) {
 		p := t.protocols()[0]
-		_, err := t.s.prov.DriverRevokeBucketAccess(t.ctx, t.keyGrant(p, readWrite, t.name("missing")).revokeRequest(t.name("missing")))
+		_, err := t.s.prov.DriverRevokeBucketAccess(
+			t.ctx,
+			t.keyGrant(p, readWrite, t.name("missing")).revokeRequest(t.name("missing")),
+		)
 		t.ok(err, "DriverRevokeBucketAccess for an account that never existed")
 	}},
 	{"DriverRevokeBucketAccess/rejects a missing account_id with InvalidArgument", func(t *T) {
@@ -386,12 +460,17 @@ var cases = []Case{
 	// Error scheme (COSI spec): checked on every call of every case by the suite's interceptor;
 	// these cases make sure some errors happen even when run alone.
 	{"Errors/carry a readable message and no status details", func(t *T) {
-		_, _ = t.s.prov.DriverCreateBucket(t.ctx, &cosi.DriverCreateBucketRequest{})
-		_, _ = t.s.prov.DriverGetBucket(t.ctx, &cosi.DriverGetBucketRequest{BucketId: t.name("missing")})
-		_, _ = t.s.prov.DriverGrantBucketAccess(t.ctx, &cosi.DriverGrantBucketAccessRequest{})
+		_, _ = t.s.prov.DriverCreateBucket(t.ctx, &cosiproto.DriverCreateBucketRequest{})
+		_, _ = t.s.prov.DriverGetBucket(t.ctx, &cosiproto.DriverGetBucketRequest{BucketId: t.name("missing")})
+		_, _ = t.s.prov.DriverGrantBucketAccess(t.ctx, &cosiproto.DriverGrantBucketAccessRequest{})
 	}},
 	{"Errors/an unknown RPC returns Unimplemented", func(t *T) {
-		err := t.s.conn.Invoke(t.ctx, "/cosi.v1alpha2.Provisioner/DriverUnknownMethod", &cosi.DriverGetInfoRequest{}, &cosi.DriverGetInfoResponse{})
+		err := t.s.conn.Invoke(
+			t.ctx,
+			"/cosi.v1alpha2.Provisioner/DriverUnknownMethod",
+			&cosiproto.DriverGetInfoRequest{},
+			&cosiproto.DriverGetInfoResponse{},
+		)
 		t.code(err, "calling an RPC the driver does not have", codes.Unimplemented)
 	}},
 
@@ -427,15 +506,15 @@ var cases = []Case{
 type modeCase struct {
 	name     string
 	category Category
-	mode     cosi.AccessMode_Mode
-	modes    *cosi.AccessModes
+	mode     cosiproto.AccessMode_Mode
+	modes    *cosiproto.AccessModes
 }
 
 func (m modeCase) allows(write bool) bool {
 	switch m.mode {
-	case cosi.AccessMode_READ_WRITE:
+	case cosiproto.AccessMode_READ_WRITE:
 		return true
-	case cosi.AccessMode_READ_ONLY:
+	case cosiproto.AccessMode_READ_ONLY:
 		return !write
 	default:
 		return write
@@ -446,8 +525,11 @@ func (m modeCase) allows(write bool) bool {
 func accessModeCombinations() []modeCase {
 	var out []modeCase
 	for _, c := range []Category{ObjectData, ObjectMetadata, BucketMetadata} {
-		for _, mode := range []cosi.AccessMode_Mode{cosi.AccessMode_READ_WRITE, cosi.AccessMode_READ_ONLY, cosi.AccessMode_WRITE_ONLY} {
-			m := &cosi.AccessModes{}
+		modes := []cosiproto.AccessMode_Mode{
+			cosiproto.AccessMode_READ_WRITE, cosiproto.AccessMode_READ_ONLY, cosiproto.AccessMode_WRITE_ONLY,
+		}
+		for _, mode := range modes {
+			m := &cosiproto.AccessModes{}
 			switch c {
 			case ObjectData:
 				m.ObjectData = mode

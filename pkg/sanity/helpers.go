@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 var nameCounter atomic.Int64
@@ -27,7 +27,7 @@ func (t *T) ok(err error, what string) {
 }
 
 // code ends the case unless err has one of the wanted codes.
-func (t *T) code(err error, what string, want ...codes.Code) codes.Code {
+func (t *T) code(err error, what string, want ...codes.Code) {
 	got := status.Code(err)
 	if !slices.Contains(want, got) {
 		if err == nil {
@@ -35,27 +35,29 @@ func (t *T) code(err error, what string, want ...codes.Code) codes.Code {
 		}
 		t.Fatalf("%s: returned %v (%s), want %v", what, got, status.Convert(err).Message(), want)
 	}
-	return got
 }
 
 // protocols returns the protocols the driver advertises.
-func (t *T) protocols() []cosi.ObjectProtocol_Type { return t.s.info.GetSupportedProtocols() }
+func (t *T) protocols() []cosiproto.ObjectProtocol_Type { return t.s.info.GetSupportedProtocols() }
 
 // unsupportedProtocol returns a protocol the driver does not advertise, or skips the case.
-func (t *T) unsupportedProtocol() cosi.ObjectProtocol_Type {
-	for _, p := range []cosi.ObjectProtocol_Type{cosi.ObjectProtocol_S3, cosi.ObjectProtocol_AZURE, cosi.ObjectProtocol_GCS} {
+func (t *T) unsupportedProtocol() cosiproto.ObjectProtocol_Type {
+	all := []cosiproto.ObjectProtocol_Type{
+		cosiproto.ObjectProtocol_S3, cosiproto.ObjectProtocol_AZURE, cosiproto.ObjectProtocol_GCS,
+	}
+	for _, p := range all {
 		if !slices.Contains(t.protocols(), p) {
 			return p
 		}
 	}
 	t.Skipf("the driver supports every protocol")
-	return cosi.ObjectProtocol_UNKNOWN
+	return cosiproto.ObjectProtocol_UNKNOWN
 }
 
 // createBucket provisions a bucket in two phases, as the sidecar does, and deletes it when the case
 // ends. It returns the bucket ID and the creation response.
-func (t *T) createBucket(protocols ...cosi.ObjectProtocol_Type) (string, *cosi.DriverCreateBucketResponse) {
-	gen, err := t.s.prov.DriverGenerateBucketId(t.ctx, &cosi.DriverGenerateBucketIdRequest{
+func (t *T) createBucket(protocols ...cosiproto.ObjectProtocol_Type) (string, *cosiproto.DriverCreateBucketResponse) {
+	gen, err := t.s.prov.DriverGenerateBucketId(t.ctx, &cosiproto.DriverGenerateBucketIdRequest{
 		Name: t.name("b"), Protocols: protocols, Parameters: t.s.cfg.BucketParameters,
 	})
 	t.ok(err, "DriverGenerateBucketId")
@@ -63,7 +65,7 @@ func (t *T) createBucket(protocols ...cosi.ObjectProtocol_Type) (string, *cosi.D
 	if id == "" {
 		t.Fatalf("DriverGenerateBucketId returned an empty bucket_id")
 	}
-	resp, err := t.s.prov.DriverCreateBucket(t.ctx, &cosi.DriverCreateBucketRequest{
+	resp, err := t.s.prov.DriverCreateBucket(t.ctx, &cosiproto.DriverCreateBucketRequest{
 		BucketId: id, Protocols: protocols, Parameters: t.s.cfg.BucketParameters,
 	})
 	t.ok(err, "DriverCreateBucket")
@@ -72,7 +74,10 @@ func (t *T) createBucket(protocols ...cosi.ObjectProtocol_Type) (string, *cosi.D
 }
 
 func (t *T) deleteBucket(id string) {
-	_, err := t.s.prov.DriverDeleteBucket(t.ctx, &cosi.DriverDeleteBucketRequest{BucketId: id, Parameters: t.s.cfg.BucketParameters})
+	_, err := t.s.prov.DriverDeleteBucket(
+		t.ctx,
+		&cosiproto.DriverDeleteBucketRequest{BucketId: id, Parameters: t.s.cfg.BucketParameters},
+	)
 	if err != nil {
 		t.Errorf("cleanup: DriverDeleteBucket %q: %v", id, err)
 	}
@@ -80,44 +85,50 @@ func (t *T) deleteBucket(id string) {
 
 // grant is an access request, built by accessRequest and sent by grant.
 type grant struct {
-	buckets  []*cosi.AccessedBucket
-	protocol cosi.ObjectProtocol_Type
-	auth     cosi.AuthenticationType_Type
-	sa       *cosi.ServiceAccount
+	buckets  []*cosiproto.AccessedBucket
+	protocol cosiproto.ObjectProtocol_Type
+	auth     cosiproto.AuthenticationType_Type
+	sa       *cosiproto.ServiceAccount
 	params   map[string]string
 }
 
 // keyGrant asks for Key-authenticated access to the buckets with the modes, in the protocol.
-func (t *T) keyGrant(protocol cosi.ObjectProtocol_Type, modes *cosi.AccessModes, bucketIDs ...string) grant {
-	g := grant{protocol: protocol, auth: cosi.AuthenticationType_KEY, params: t.s.cfg.AccessParameters}
+func (t *T) keyGrant(protocol cosiproto.ObjectProtocol_Type, modes *cosiproto.AccessModes, bucketIDs ...string) grant {
+	g := grant{protocol: protocol, auth: cosiproto.AuthenticationType_KEY, params: t.s.cfg.AccessParameters}
 	for _, id := range bucketIDs {
-		g.buckets = append(g.buckets, &cosi.AccessedBucket{BucketId: id, AccessModes: modes})
+		g.buckets = append(g.buckets, &cosiproto.AccessedBucket{BucketId: id, AccessModes: modes})
 	}
 	return g
 }
 
-func (g grant) generateRequest(accountName string) *cosi.DriverGenerateBucketAccessIdRequest {
-	return &cosi.DriverGenerateBucketAccessIdRequest{AccountName: accountName, Buckets: g.buckets, Protocol: g.protocol,
+func (g grant) generateRequest(accountName string) *cosiproto.DriverGenerateBucketAccessIdRequest {
+	return &cosiproto.DriverGenerateBucketAccessIdRequest{
+		AccountName:        accountName,
+		Buckets:            g.buckets,
+		Protocol:           g.protocol,
+		AuthenticationType: g.auth,
+		ServiceAccount:     g.sa,
+		Parameters:         g.params,
+	}
+}
+
+func (g grant) grantRequest(accountID string) *cosiproto.DriverGrantBucketAccessRequest {
+	return &cosiproto.DriverGrantBucketAccessRequest{AccountId: accountID, Buckets: g.buckets, Protocol: g.protocol,
 		AuthenticationType: g.auth, ServiceAccount: g.sa, Parameters: g.params}
 }
 
-func (g grant) grantRequest(accountID string) *cosi.DriverGrantBucketAccessRequest {
-	return &cosi.DriverGrantBucketAccessRequest{AccountId: accountID, Buckets: g.buckets, Protocol: g.protocol,
-		AuthenticationType: g.auth, ServiceAccount: g.sa, Parameters: g.params}
-}
-
-func (g grant) revokeRequest(accountID string) *cosi.DriverRevokeBucketAccessRequest {
-	req := &cosi.DriverRevokeBucketAccessRequest{AccountId: accountID, Protocol: g.protocol,
+func (g grant) revokeRequest(accountID string) *cosiproto.DriverRevokeBucketAccessRequest {
+	req := &cosiproto.DriverRevokeBucketAccessRequest{AccountId: accountID, Protocol: g.protocol,
 		AuthenticationType: g.auth, ServiceAccount: g.sa, Parameters: g.params}
 	for _, b := range g.buckets {
-		req.Buckets = append(req.Buckets, &cosi.DriverRevokeBucketAccessRequest_Bucket{BucketId: b.GetBucketId()})
+		req.Buckets = append(req.Buckets, &cosiproto.DriverRevokeBucketAccessRequest_Bucket{BucketId: b.GetBucketId()})
 	}
 	return req
 }
 
 // grant provisions access in two phases, as the sidecar does, and revokes it when the case ends.
 // It returns the account ID, the response and the error of whichever phase failed.
-func (t *T) grant(g grant) (string, *cosi.DriverGrantBucketAccessResponse, error) {
+func (t *T) grant(g grant) (string, *cosiproto.DriverGrantBucketAccessResponse, error) {
 	gen, err := t.s.prov.DriverGenerateBucketAccessId(t.ctx, g.generateRequest(t.name("a")))
 	if err != nil {
 		return "", nil, err
@@ -139,13 +150,29 @@ func (t *T) grant(g grant) (string, *cosi.DriverGrantBucketAccessResponse, error
 }
 
 // allowed asks the probe whether creds can access a bucket, or skips the case without a probe.
-func (t *T) allowed(protocol cosi.ObjectProtocol_Type, creds *cosi.CredentialInfo, bucketID string, info *cosi.ProtocolBucketInfo, c Category, write bool) bool {
+func (t *T) allowed(
+	protocol cosiproto.ObjectProtocol_Type,
+	creds *cosiproto.CredentialInfo,
+	bucketID string,
+	info *cosiproto.ProtocolBucketInfo,
+	c Category,
+	write bool,
+) bool {
 	if t.s.cfg.Probe.Allowed == nil {
 		t.Skipf("needs a backend probe (Probe.Allowed) to check what the credentials can do")
 	}
-	ok, err := t.s.cfg.Probe.Allowed(t.ctx, AccessCheck{Protocol: protocol, Credentials: creds, BucketID: bucketID, BucketInfo: info, Category: c, Write: write})
+	ok, err := t.s.cfg.Probe.Allowed(
+		t.ctx,
+		AccessCheck{Protocol: protocol, Credentials: creds, BucketID: bucketID, BucketInfo: info, Category: c, Write: write},
+	)
 	if err != nil {
-		t.Fatalf("probe: checking %v %s access to %q: %v", c, map[bool]string{true: "write", false: "read"}[write], bucketID, err)
+		t.Fatalf(
+			"probe: checking %v %s access to %q: %v",
+			c,
+			map[bool]string{true: "write", false: "read"}[write],
+			bucketID,
+			err,
+		)
 	}
 	return ok
 }
@@ -173,7 +200,7 @@ func (t *T) accounts() []string {
 }
 
 // bucketInfoFor returns the bucket info of bucketID in a grant response.
-func bucketInfoFor(resp *cosi.DriverGrantBucketAccessResponse, bucketID string) *cosi.ProtocolBucketInfo {
+func bucketInfoFor(resp *cosiproto.DriverGrantBucketAccessResponse, bucketID string) *cosiproto.ProtocolBucketInfo {
 	for _, b := range resp.GetBuckets() {
 		if b.GetBucketId() == bucketID {
 			return b.GetBucketInfo()
@@ -182,4 +209,4 @@ func bucketInfoFor(resp *cosi.DriverGrantBucketAccessResponse, bucketID string) 
 	return nil
 }
 
-var readWrite = &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}
+var readWrite = &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}

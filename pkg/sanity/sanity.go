@@ -26,7 +26,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/kube-cosi/cosi/pkg/driver"
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // Config says which driver to test and how.
@@ -64,9 +64,13 @@ type Config struct {
 // Category is one of the three kinds of data KEP-1979 separates access modes for.
 type Category int
 
+// The categories, in KEP-1979's order.
 const (
+	// ObjectData is reading and writing objects (get, put, list, delete).
 	ObjectData Category = iota
+	// ObjectMetadata is reading and writing objects' metadata (tags, ACLs).
 	ObjectMetadata
+	// BucketMetadata is reading and writing the bucket's own metadata (tags, versioning).
 	BucketMetadata
 )
 
@@ -77,10 +81,10 @@ func (c Category) String() string {
 // AccessCheck asks whether credentials can read (Write false) or write (Write true) a category
 // of a bucket's data.
 type AccessCheck struct {
-	Protocol    cosi.ObjectProtocol_Type
-	Credentials *cosi.CredentialInfo
+	Protocol    cosiproto.ObjectProtocol_Type
+	Credentials *cosiproto.CredentialInfo
 	BucketID    string
-	BucketInfo  *cosi.ProtocolBucketInfo
+	BucketInfo  *cosiproto.ProtocolBucketInfo
 	Category    Category
 	Write       bool
 }
@@ -99,9 +103,13 @@ type Probe struct {
 // Status is the outcome of a case.
 type Status string
 
+// The outcomes of a case.
 const (
-	Passed  Status = "passed"
-	Failed  Status = "failed"
+	// Passed: the driver did what the spec requires.
+	Passed Status = "passed"
+	// Failed: the driver did not; the Result says how.
+	Failed Status = "failed"
+	// Skipped: the case could not run (a protocol, parameter or probe it needs is missing).
 	Skipped Status = "skipped"
 )
 
@@ -168,9 +176,9 @@ func Test(t *testing.T, cfg Config) {
 type suite struct {
 	cfg      Config
 	conn     *grpc.ClientConn
-	identity cosi.IdentityClient
-	prov     cosi.ProvisionerClient
-	info     *cosi.DriverGetInfoResponse
+	identity cosiproto.IdentityClient
+	prov     cosiproto.ProvisionerClient
+	info     *cosiproto.DriverGetInfoResponse
 	prefix   string // makes this run's names unique in the backend
 
 	mu         sync.Mutex
@@ -193,13 +201,13 @@ func newSuite(ctx context.Context, cfg Config) (*suite, error) {
 		return nil, err
 	}
 	s.conn = conn
-	s.identity = cosi.NewIdentityClient(conn)
-	s.prov = cosi.NewProvisionerClient(conn)
+	s.identity = cosiproto.NewIdentityClient(conn)
+	s.prov = cosiproto.NewProvisionerClient(conn)
 	// Wait for the driver, as the sidecar does, but not forever.
 	probeCtx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	for {
-		s.info, err = s.identity.DriverGetInfo(probeCtx, &cosi.DriverGetInfoRequest{})
+		s.info, err = s.identity.DriverGetInfo(probeCtx, &cosiproto.DriverGetInfoRequest{})
 		if err == nil || !driver.Retryable(err) || probeCtx.Err() != nil {
 			break
 		}
@@ -214,7 +222,14 @@ func newSuite(ctx context.Context, cfg Config) (*suite, error) {
 
 // intercept applies the COSI error scheme to every call (a failed call carries a message and no
 // details) and collects every secret the driver returns, for the log-leak case.
-func (s *suite) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+func (s *suite) intercept(
+	ctx context.Context,
+	method string,
+	req, reply any,
+	cc *grpc.ClientConn,
+	invoker grpc.UnaryInvoker,
+	opts ...grpc.CallOption,
+) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	err := invoker(ctx, method, req, reply, cc, opts...)
@@ -224,10 +239,16 @@ func (s *suite) intercept(ctx context.Context, method string, req, reply any, cc
 		st := status.Convert(err)
 		name := method[strings.LastIndex(method, "/")+1:]
 		if len(st.Details()) > 0 || len(st.Proto().GetDetails()) > 0 {
-			s.violations = append(s.violations, fmt.Sprintf("%s returned %v with status details; the COSI spec requires them to be empty", name, st.Code()))
+			s.violations = append(
+				s.violations,
+				fmt.Sprintf("%s returned %v with status details; the COSI spec requires them to be empty", name, st.Code()),
+			)
 		}
 		if st.Code() != codes.OK && st.Message() == "" {
-			s.violations = append(s.violations, fmt.Sprintf("%s returned %v without a message; the COSI spec requires a readable one", name, st.Code()))
+			s.violations = append(
+				s.violations,
+				fmt.Sprintf("%s returned %v without a message; the COSI spec requires a readable one", name, st.Code()),
+			)
 		}
 		return err
 	}
@@ -241,7 +262,7 @@ func (s *suite) intercept(ctx context.Context, method string, req, reply any, cc
 func secretValues(m protoreflect.Message) []string {
 	var values []string
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		secret, _ := proto.GetExtension(fd.Options(), cosi.E_CosiSecret).(bool)
+		secret, _ := proto.GetExtension(fd.Options(), cosiproto.E_CosiSecret).(bool)
 		switch {
 		case secret && fd.Kind() == protoreflect.StringKind && !fd.IsList() && !fd.IsMap():
 			if v.String() != "" {
@@ -301,7 +322,6 @@ type T struct {
 	failures   []string
 	skipReason string
 	cleanups   []func()
-	names      int
 }
 
 // Errorf records a failure and continues.

@@ -19,7 +19,7 @@ import (
 	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
 	"github.com/kube-cosi/cosi/pkg/sanity"
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // logBuffer collects a driver's log lines.
@@ -44,8 +44,8 @@ func (l *logBuffer) bytes() ([]byte, error) {
 
 // server is what a test serves: the memory driver, or a broken wrapper of it.
 type server interface {
-	cosi.IdentityServer
-	cosi.ProvisionerServer
+	cosiproto.IdentityServer
+	cosiproto.ProvisionerServer
 }
 
 // serve serves srv through the SDK on a socket in a temporary directory until the test ends.
@@ -136,14 +136,17 @@ func TestMemoryDriverPassesEveryCase(t *testing.T) {
 			cfg:  memory.Config{},
 			// Only cases that need a protocol the driver lacks.
 			wantSkipped: []string{
-				"DriverCreateBucket/rejects a protocol the driver does not advertise with InvalidArgument: the driver supports every protocol",
-				"DriverGrantBucketAccess/rejects a protocol the driver does not advertise with InvalidArgument: the driver supports every protocol",
+				"DriverCreateBucket/rejects a protocol the driver does not advertise with InvalidArgument: " +
+					"the driver supports every protocol",
+				"DriverGrantBucketAccess/rejects a protocol the driver does not advertise with InvalidArgument: " +
+					"the driver supports every protocol",
 			},
 		},
 		{
 			name: "S3 only, single bucket, no ServiceAccount",
 			cfg: memory.Config{
-				Protocols: []cosi.ObjectProtocol_Type{cosi.ObjectProtocol_S3}, SingleBucketAccess: true, NoServiceAccountAuth: true,
+				Protocols:          []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3},
+				SingleBucketAccess: true, NoServiceAccountAuth: true,
 			},
 		},
 	} {
@@ -203,7 +206,10 @@ func TestSkipsWithoutProbe(t *testing.T) {
 
 type nonIdempotentCreate struct{ *memory.Driver }
 
-func (d nonIdempotentCreate) DriverCreateBucket(ctx context.Context, req *cosi.DriverCreateBucketRequest) (*cosi.DriverCreateBucketResponse, error) {
+func (d nonIdempotentCreate) DriverCreateBucket(
+	ctx context.Context,
+	req *cosiproto.DriverCreateBucketRequest,
+) (*cosiproto.DriverCreateBucketResponse, error) {
 	if d.Backend().BucketExists(req.GetBucketId()) {
 		return nil, status.Error(codes.AlreadyExists, "bucket exists")
 	}
@@ -212,7 +218,10 @@ func (d nonIdempotentCreate) DriverCreateBucket(ctx context.Context, req *cosi.D
 
 type wrongNotFoundCode struct{ *memory.Driver }
 
-func (d wrongNotFoundCode) DriverGetBucket(ctx context.Context, req *cosi.DriverGetBucketRequest) (*cosi.DriverGetBucketResponse, error) {
+func (d wrongNotFoundCode) DriverGetBucket(
+	ctx context.Context,
+	req *cosiproto.DriverGetBucketRequest,
+) (*cosiproto.DriverGetBucketResponse, error) {
 	resp, err := d.Driver.DriverGetBucket(ctx, req)
 	if status.Code(err) == codes.NotFound {
 		return nil, status.Error(codes.Internal, "lookup failed")
@@ -225,7 +234,10 @@ type leakySecretLog struct {
 	log logr.Logger
 }
 
-func (d leakySecretLog) DriverGrantBucketAccess(ctx context.Context, req *cosi.DriverGrantBucketAccessRequest) (*cosi.DriverGrantBucketAccessResponse, error) {
+func (d leakySecretLog) DriverGrantBucketAccess(
+	ctx context.Context,
+	req *cosiproto.DriverGrantBucketAccessRequest,
+) (*cosiproto.DriverGrantBucketAccessResponse, error) {
 	resp, err := d.Driver.DriverGrantBucketAccess(ctx, req)
 	if err == nil {
 		d.log.Info("granted", "credentials", resp.GetCredentials().String()) // the bug: no StripSecrets
@@ -235,27 +247,43 @@ func (d leakySecretLog) DriverGrantBucketAccess(ctx context.Context, req *cosi.D
 
 type eagerGenerate struct{ *memory.Driver }
 
-func (d eagerGenerate) DriverGenerateBucketId(ctx context.Context, req *cosi.DriverGenerateBucketIdRequest) (*cosi.DriverGenerateBucketIdResponse, error) {
+func (d eagerGenerate) DriverGenerateBucketId(
+	ctx context.Context,
+	req *cosiproto.DriverGenerateBucketIdRequest,
+) (*cosiproto.DriverGenerateBucketIdResponse, error) {
 	resp, err := d.Driver.DriverGenerateBucketId(ctx, req)
 	if err == nil {
-		_, err = d.Driver.DriverCreateBucket(ctx, &cosi.DriverCreateBucketRequest{BucketId: resp.GetBucketId(), Protocols: req.GetProtocols(), Parameters: req.GetParameters()})
+		_, err = d.Driver.DriverCreateBucket(
+			ctx,
+			&cosiproto.DriverCreateBucketRequest{
+				BucketId:   resp.GetBucketId(),
+				Protocols:  req.GetProtocols(),
+				Parameters: req.GetParameters(),
+			},
+		)
 	}
 	return resp, err
 }
 
 type revokeKeepsKey struct{ *memory.Driver }
 
-func (revokeKeepsKey) DriverRevokeBucketAccess(context.Context, *cosi.DriverRevokeBucketAccessRequest) (*cosi.DriverRevokeBucketAccessResponse, error) {
-	return &cosi.DriverRevokeBucketAccessResponse{}, nil
+func (revokeKeepsKey) DriverRevokeBucketAccess(
+	context.Context,
+	*cosiproto.DriverRevokeBucketAccessRequest,
+) (*cosiproto.DriverRevokeBucketAccessResponse, error) {
+	return &cosiproto.DriverRevokeBucketAccessResponse{}, nil
 }
 
 type readOnlyWrites struct{ *memory.Driver }
 
-func (d readOnlyWrites) DriverGrantBucketAccess(ctx context.Context, req *cosi.DriverGrantBucketAccessRequest) (*cosi.DriverGrantBucketAccessResponse, error) {
+func (d readOnlyWrites) DriverGrantBucketAccess(
+	ctx context.Context,
+	req *cosiproto.DriverGrantBucketAccessRequest,
+) (*cosiproto.DriverGrantBucketAccessResponse, error) {
 	for _, b := range req.GetBuckets() {
 		m := b.GetAccessModes()
-		if m.GetObjectData() == cosi.AccessMode_READ_ONLY {
-			m.ObjectData = cosi.AccessMode_READ_WRITE // the bug: grants more than asked
+		if m.GetObjectData() == cosiproto.AccessMode_READ_ONLY {
+			m.ObjectData = cosiproto.AccessMode_READ_WRITE // the bug: grants more than asked
 		}
 	}
 	return d.Driver.DriverGrantBucketAccess(ctx, req)
@@ -263,7 +291,10 @@ func (d readOnlyWrites) DriverGrantBucketAccess(ctx context.Context, req *cosi.D
 
 type wrongMultiBucketCode struct{ *memory.Driver }
 
-func (d wrongMultiBucketCode) DriverGrantBucketAccess(ctx context.Context, req *cosi.DriverGrantBucketAccessRequest) (*cosi.DriverGrantBucketAccessResponse, error) {
+func (d wrongMultiBucketCode) DriverGrantBucketAccess(
+	ctx context.Context,
+	req *cosiproto.DriverGrantBucketAccessRequest,
+) (*cosiproto.DriverGrantBucketAccessResponse, error) {
 	if len(req.GetBuckets()) > 1 {
 		return nil, status.Error(codes.InvalidArgument, "one bucket at a time")
 	}
@@ -272,10 +303,13 @@ func (d wrongMultiBucketCode) DriverGrantBucketAccess(ctx context.Context, req *
 
 type detailedErrors struct{ *memory.Driver }
 
-func (d detailedErrors) DriverGetBucket(ctx context.Context, req *cosi.DriverGetBucketRequest) (*cosi.DriverGetBucketResponse, error) {
+func (d detailedErrors) DriverGetBucket(
+	ctx context.Context,
+	req *cosiproto.DriverGetBucketRequest,
+) (*cosiproto.DriverGetBucketResponse, error) {
 	resp, err := d.Driver.DriverGetBucket(ctx, req)
 	if err != nil {
-		st, _ := status.Convert(err).WithDetails(&cosi.DriverGetBucketRequest{BucketId: "detail"})
+		st, _ := status.Convert(err).WithDetails(&cosiproto.DriverGetBucketRequest{BucketId: "detail"})
 		return nil, st.Err()
 	}
 	return resp, nil
@@ -300,7 +334,8 @@ func TestBrokenDriversFail(t *testing.T) {
 			"DriverRevokeBucketAccess/revokes the credentials"},
 		{"read-only grants writes", func(d *memory.Driver, _ logr.Logger) server { return readOnlyWrites{d} },
 			"DriverGrantBucketAccess/enforces each granted access mode"},
-		{"multi-bucket refused with the wrong code", func(d *memory.Driver, _ logr.Logger) server { return wrongMultiBucketCode{d} },
+		{"multi-bucket refused with the wrong code",
+			func(d *memory.Driver, _ logr.Logger) server { return wrongMultiBucketCode{d} },
 			"DriverGrantBucketAccess/gives multiple buckets one credential, or returns OutOfRange"},
 		{"errors with status details", func(d *memory.Driver, _ logr.Logger) server { return detailedErrors{d} },
 			"Errors/carry a readable message and no status details"},

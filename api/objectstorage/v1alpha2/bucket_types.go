@@ -19,10 +19,7 @@ type BucketSpec struct {
 	// (domain-name notation, for example "s3.example.com"). Only the sidecar of that driver acts
 	// on this Bucket. Immutable.
 	// +required
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=63
-	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?$`
-	DriverName string `json:"driverName"`
+	DriverName DriverName `json:"driverName"`
 
 	// deletionPolicy says what happens when the bound BucketClaim is deleted:
 	//  - Retain: keep this Bucket object and the bucket in the object store;
@@ -71,10 +68,7 @@ type BucketSpec struct {
 type BucketClaimReference struct {
 	// name of the BucketClaim. Immutable.
 	// +required
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
-	Name string `json:"name"`
+	Name ObjectName `json:"name"`
 
 	// namespace of the BucketClaim. Immutable.
 	// +required
@@ -145,6 +139,7 @@ type BucketStatus struct {
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.bucketID) || (has(self.status) && has(self.status.bucketID) && self.status.bucketID == oldSelf.status.bucketID)",fieldPath=".status.bucketID",message="bucketID cannot be changed or removed once set"
 type Bucket struct {
 	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
 	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 

@@ -31,20 +31,14 @@ type BucketAccessModes struct {
 type BucketClaimAccess struct {
 	// bucketClaimName is the name of a BucketClaim in the BucketAccess's namespace.
 	// +required
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
-	BucketClaimName string `json:"bucketClaimName"`
+	BucketClaimName ObjectName `json:"bucketClaimName"`
 
 	// accessSecretName is the name of the Secret, in the BucketAccess's namespace, that COSI
 	// creates with the bucket's connection details and credentials. COSI will not overwrite a
 	// Secret it does not own. The Secret is deleted with the BucketAccess. Each claim needs its
 	// own Secret name.
 	// +required
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
-	AccessSecretName string `json:"accessSecretName"`
+	AccessSecretName ObjectName `json:"accessSecretName"`
 
 	// accessModes are the read/write modes wanted for the claim's bucket. At least one must be
 	// requested.
@@ -73,10 +67,7 @@ type BucketAccessSpec struct {
 
 	// bucketAccessClassName is the name of the BucketAccessClass that configures this access.
 	// +required
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
-	BucketAccessClassName string `json:"bucketAccessClassName"`
+	BucketAccessClassName ObjectName `json:"bucketAccessClassName"`
 
 	// protocol is the protocol the credentials are for (S3, Azure or GCS). Every referenced claim
 	// must support it.
@@ -88,10 +79,7 @@ type BucketAccessSpec struct {
 	// authentication (the driver then lets Pods of that ServiceAccount authenticate implicitly),
 	// and ignored with Key authentication.
 	// +optional
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
-	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+	ServiceAccountName ObjectName `json:"serviceAccountName,omitempty"`
 }
 
 // AccessedBucket is a Bucket a BucketAccess grants access to, resolved by the COSI controller.
@@ -186,6 +174,7 @@ type BucketAccessStatus struct {
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.driverName) || (has(self.status) && (has(self.status.parameters) ? self.status.parameters : {}) == (has(oldSelf.status.parameters) ? oldSelf.status.parameters : {}))",fieldPath=".status.parameters",message="parameters cannot change once driverName is set"
 type BucketAccess struct {
 	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
 	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 

@@ -34,10 +34,7 @@ type BucketAccessClassSpec struct {
 	// driverName is the name of the COSI driver that grants accesses of this class, as the driver
 	// reports it (domain-name notation, for example "s3.example.com").
 	// +required
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=63
-	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?$`
-	DriverName string `json:"driverName"`
+	DriverName DriverName `json:"driverName"`
 
 	// authenticationType is how workloads authenticate to the object store:
 	//  - Key (default): with keys or tokens that COSI writes into the access Secret;
@@ -45,7 +42,7 @@ type BucketAccessClassSpec struct {
 	//    which the driver maps to an object store identity. BucketAccesses must then set
 	//    serviceAccountName.
 	// +optional
-	// +kubebuilder:default=Key
+	// +default="Key"
 	AuthenticationType AuthenticationType `json:"authenticationType,omitempty"`
 
 	// parameters is an opaque map of driver-specific configuration for granting access (the driver
@@ -85,6 +82,7 @@ type BucketAccessClassSpec struct {
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type BucketAccessClass struct {
 	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
 	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 

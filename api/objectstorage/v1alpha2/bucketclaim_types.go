@@ -14,10 +14,7 @@ type BucketClaimSpec struct {
 	// bucketClassName is the name of the BucketClass to create a new bucket with. Set it to have
 	// COSI provision a new bucket; leave it empty when existingBucketName is set. Immutable.
 	// +optional
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
-	BucketClassName string `json:"bucketClassName,omitempty"`
+	BucketClassName ObjectName `json:"bucketClassName,omitempty"`
 
 	// protocols lists the protocols the bucket must support (S3, Azure, GCS). COSI checks that the
 	// driver advertises each one, and BucketAccesses can only use protocols the bucket supports.
@@ -31,10 +28,7 @@ type BucketClaimSpec struct {
 	// bucket which exists outside COSI. The Bucket must name this claim in its bucketClaimRef,
 	// otherwise the claim does not bind. Leave it empty to provision a new bucket. Immutable.
 	// +optional
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
-	ExistingBucketName string `json:"existingBucketName,omitempty"`
+	ExistingBucketName ObjectName `json:"existingBucketName,omitempty"`
 }
 
 // BucketClaimStatus is the observed state of a BucketClaim, written by the COSI controller.
@@ -82,6 +76,7 @@ type BucketClaimStatus struct {
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.boundBucketName) || (has(self.status) && has(self.status.boundBucketName) && self.status.boundBucketName == oldSelf.status.boundBucketName)",fieldPath=".status.boundBucketName",message="boundBucketName cannot be changed or removed once set"
 type BucketClaim struct {
 	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
 	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 

@@ -12,10 +12,7 @@ type BucketClassSpec struct {
 	// driverName is the name of the COSI driver that provisions buckets of this class, as the
 	// driver reports it (domain-name notation, for example "s3.example.com").
 	// +required
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=63
-	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?$`
-	DriverName string `json:"driverName"`
+	DriverName DriverName `json:"driverName"`
 
 	// deletionPolicy says what happens when a BucketClaim of this class is deleted:
 	//  - Retain: keep the Bucket object and the bucket in the object store;
@@ -42,6 +39,7 @@ type BucketClassSpec struct {
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type BucketClass struct {
 	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
 	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 

@@ -1,5 +1,25 @@
 package v1alpha2
 
+// ObjectName is the name of a Kubernetes object that COSI refers to by name (a BucketClaim,
+// BucketClass, BucketAccessClass, Bucket, Secret or ServiceAccount): a DNS subdomain (RFC 1123),
+// as the API server requires of those names. Gateway API names the same validation ObjectName.
+//
+// It is a type alias, not a defined type: the validation is written once and controller-gen
+// applies it to every field of this type, while Go code keeps assigning and comparing the fields
+// as plain strings (object names are strings everywhere else in Kubernetes' Go API).
+// +kubebuilder:validation:MinLength=1
+// +kubebuilder:validation:MaxLength=253
+// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+type ObjectName = string
+
+// DriverName is the name of a COSI driver as the driver reports it in DriverGetInfo: domain-name
+// notation, for example "s3.example.com", of at most 63 characters (like a CSI driver name).
+// A type alias, like ObjectName, so that the validation is written once.
+// +kubebuilder:validation:MinLength=1
+// +kubebuilder:validation:MaxLength=63
+// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?$`
+type DriverName = string
+
 // DeletionPolicy says what happens to a Bucket, and to the bucket in the object store, when the
 // BucketClaim bound to it is deleted.
 // +kubebuilder:validation:Enum=Retain;Delete

@@ -5,15 +5,19 @@ import (
 	"maps"
 	"slices"
 
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // Category is one of the three kinds of data KEP-1979 separates access modes for.
 type Category int
 
+// The categories, in KEP-1979's order.
 const (
+	// ObjectData is reading and writing objects (get, put, list, delete).
 	ObjectData Category = iota
+	// ObjectMetadata is reading and writing objects' metadata (tags, ACLs).
 	ObjectMetadata
+	// BucketMetadata is reading and writing the bucket's own metadata (tags, versioning).
 	BucketMetadata
 )
 
@@ -49,7 +53,7 @@ func (b Backend) Accounts() []string {
 // Allowed reports whether creds open bucketID for reading (write false) or writing (write true)
 // data of the category: the credentials must belong to a live account that was granted the
 // bucket with a mode allowing it. Unrequested categories are denied: least privilege.
-func (b Backend) Allowed(creds *cosi.CredentialInfo, bucketID string, category Category, write bool) bool {
+func (b Backend) Allowed(creds *cosiproto.CredentialInfo, bucketID string, category Category, write bool) bool {
 	b.d.mu.Lock()
 	defer b.d.mu.Unlock()
 	for id, acct := range b.d.state.Accounts {
@@ -60,13 +64,13 @@ func (b Backend) Allowed(creds *cosi.CredentialInfo, bucketID string, category C
 		if !ok || !b.bucketExists(bucketID) {
 			return false
 		}
-		mode := [...]cosi.AccessMode_Mode{m.ObjectData, m.ObjectMetadata, m.BucketMetadata}[category]
+		mode := [...]cosiproto.AccessMode_Mode{m.ObjectData, m.ObjectMetadata, m.BucketMetadata}[category]
 		switch mode {
-		case cosi.AccessMode_READ_WRITE:
+		case cosiproto.AccessMode_READ_WRITE:
 			return true
-		case cosi.AccessMode_READ_ONLY:
+		case cosiproto.AccessMode_READ_ONLY:
 			return !write
-		case cosi.AccessMode_WRITE_ONLY:
+		case cosiproto.AccessMode_WRITE_ONLY:
 			return write
 		}
 		return false
@@ -79,15 +83,17 @@ func (b Backend) bucketExists(id string) bool {
 	return ok
 }
 
-func sameCredentials(a, b *cosi.CredentialInfo) bool {
+func sameCredentials(a, b *cosiproto.CredentialInfo) bool {
 	eq := func(x, y string) bool { return x != "" && subtle.ConstantTimeCompare([]byte(x), []byte(y)) == 1 }
 	switch {
 	case a.GetS3() != nil:
-		return eq(a.GetS3().GetAccessKeyId(), b.GetS3().GetAccessKeyId()) && eq(a.GetS3().GetAccessSecretKey(), b.GetS3().GetAccessSecretKey())
+		return eq(a.GetS3().GetAccessKeyId(), b.GetS3().GetAccessKeyId()) &&
+			eq(a.GetS3().GetAccessSecretKey(), b.GetS3().GetAccessSecretKey())
 	case a.GetAzure() != nil:
 		return eq(a.GetAzure().GetAccessToken(), b.GetAzure().GetAccessToken())
 	case a.GetGcs() != nil:
-		return eq(a.GetGcs().GetHmacAccessId(), b.GetGcs().GetHmacAccessId()) && eq(a.GetGcs().GetHmacSecret(), b.GetGcs().GetHmacSecret())
+		return eq(a.GetGcs().GetHmacAccessId(), b.GetGcs().GetHmacAccessId()) &&
+			eq(a.GetGcs().GetHmacSecret(), b.GetGcs().GetHmacSecret())
 	}
 	return false
 }

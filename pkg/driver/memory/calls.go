@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // Calls counts the calls a driver serves, for tests that assert how often COSI called it: per
@@ -40,14 +40,14 @@ func (c *Calls) Interceptor() grpc.UnaryServerInterceptor {
 			return resp, err
 		}
 		switch r := req.(type) {
-		case *cosi.DriverGrantBucketAccessRequest:
+		case *cosiproto.DriverGrantBucketAccessRequest:
 			c.counts[method+"/"+r.GetAccountId()]++
 			for _, b := range r.GetBuckets() {
 				c.counts[method+"/bucket/"+b.GetBucketId()]++
 			}
-		case *cosi.DriverRevokeBucketAccessRequest:
+		case *cosiproto.DriverRevokeBucketAccessRequest:
 			c.counts[method+"/"+r.GetAccountId()]++
-		case *cosi.DriverCreateBucketRequest:
+		case *cosiproto.DriverCreateBucketRequest:
 			c.counts[method+"/"+r.GetBucketId()]++
 		}
 		return resp, err

@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // DefaultName is the memory driver's name unless configured otherwise.
@@ -33,7 +33,7 @@ type Config struct {
 	// Name is the driver name reported by DriverGetInfo; empty means DefaultName.
 	Name string
 	// Protocols are the protocols the driver supports; empty means S3, Azure and GCS.
-	Protocols []cosi.ObjectProtocol_Type
+	Protocols []cosiproto.ObjectProtocol_Type
 	// S3Endpoint and Region are reported in S3 bucket info.
 	S3Endpoint, Region string
 	// SingleBucketAccess makes multi-bucket access requests fail with OutOfRange, as a backend
@@ -48,12 +48,12 @@ type Config struct {
 	StateFile string
 }
 
-// Driver is the memory driver. It implements cosi.IdentityServer and cosi.ProvisionerServer.
+// Driver is the memory driver. It implements cosiproto.IdentityServer and cosiproto.ProvisionerServer.
 type Driver struct {
 	// The Unimplemented servers make the driver compile against newer protocol versions that add
 	// RPCs; every RPC of v1alpha2 is implemented below.
-	cosi.UnimplementedIdentityServer
-	cosi.UnimplementedProvisionerServer
+	cosiproto.UnimplementedIdentityServer
+	cosiproto.UnimplementedProvisionerServer
 
 	cfg Config
 
@@ -78,7 +78,11 @@ func New(cfg Config) (*Driver, error) {
 		cfg.Name = DefaultName
 	}
 	if len(cfg.Protocols) == 0 {
-		cfg.Protocols = []cosi.ObjectProtocol_Type{cosi.ObjectProtocol_S3, cosi.ObjectProtocol_AZURE, cosi.ObjectProtocol_GCS}
+		cfg.Protocols = []cosiproto.ObjectProtocol_Type{
+			cosiproto.ObjectProtocol_S3,
+			cosiproto.ObjectProtocol_AZURE,
+			cosiproto.ObjectProtocol_GCS,
+		}
 	}
 	if cfg.S3Endpoint == "" {
 		cfg.S3Endpoint = "https://s3.memory.invalid"
@@ -99,13 +103,19 @@ func New(cfg Config) (*Driver, error) {
 }
 
 // DriverGetInfo returns the driver's name and protocols.
-func (d *Driver) DriverGetInfo(context.Context, *cosi.DriverGetInfoRequest) (*cosi.DriverGetInfoResponse, error) {
-	return &cosi.DriverGetInfoResponse{Name: d.cfg.Name, SupportedProtocols: d.cfg.Protocols}, nil
+func (d *Driver) DriverGetInfo(
+	context.Context,
+	*cosiproto.DriverGetInfoRequest,
+) (*cosiproto.DriverGetInfoResponse, error) {
+	return &cosiproto.DriverGetInfoResponse{Name: d.cfg.Name, SupportedProtocols: d.cfg.Protocols}, nil
 }
 
 // DriverGenerateBucketId is phase 1: the ID is the request name, so it is deterministic and no
 // backend resource exists until DriverCreateBucket.
-func (d *Driver) DriverGenerateBucketId(_ context.Context, req *cosi.DriverGenerateBucketIdRequest) (*cosi.DriverGenerateBucketIdResponse, error) {
+func (d *Driver) DriverGenerateBucketId(
+	_ context.Context,
+	req *cosiproto.DriverGenerateBucketIdRequest,
+) (*cosiproto.DriverGenerateBucketIdResponse, error) {
 	want, err := d.newBucket(req.GetProtocols(), req.GetParameters())
 	if err != nil {
 		return nil, err
@@ -115,12 +125,15 @@ func (d *Driver) DriverGenerateBucketId(_ context.Context, req *cosi.DriverGener
 	if have, ok := d.state.Buckets[req.GetName()]; ok && !have.equal(want) {
 		return nil, status.Errorf(codes.AlreadyExists, "bucket %q exists with other protocols or parameters", req.GetName())
 	}
-	return &cosi.DriverGenerateBucketIdResponse{BucketId: req.GetName()}, nil
+	return &cosiproto.DriverGenerateBucketIdResponse{BucketId: req.GetName()}, nil
 }
 
 // DriverCreateBucket is phase 2: it creates the bucket, or returns it unchanged if it exists with
 // the same protocols and parameters.
-func (d *Driver) DriverCreateBucket(_ context.Context, req *cosi.DriverCreateBucketRequest) (*cosi.DriverCreateBucketResponse, error) {
+func (d *Driver) DriverCreateBucket(
+	_ context.Context,
+	req *cosiproto.DriverCreateBucketRequest,
+) (*cosiproto.DriverCreateBucketResponse, error) {
 	want, err := d.newBucket(req.GetProtocols(), req.GetParameters())
 	if err != nil {
 		return nil, err
@@ -132,18 +145,21 @@ func (d *Driver) DriverCreateBucket(_ context.Context, req *cosi.DriverCreateBuc
 		if !have.equal(want) {
 			return nil, status.Errorf(codes.AlreadyExists, "bucket %q exists with other protocols or parameters", id)
 		}
-		return &cosi.DriverCreateBucketResponse{Protocols: d.bucketInfo(id, have)}, nil
+		return &cosiproto.DriverCreateBucketResponse{Protocols: d.bucketInfo(id, have)}, nil
 	}
 	d.state.Buckets[id] = want
 	if err := d.save(); err != nil {
 		delete(d.state.Buckets, id)
 		return nil, err
 	}
-	return &cosi.DriverCreateBucketResponse{Protocols: d.bucketInfo(id, want)}, nil
+	return &cosiproto.DriverCreateBucketResponse{Protocols: d.bucketInfo(id, want)}, nil
 }
 
 // DriverGetBucket finds an existing bucket for static provisioning.
-func (d *Driver) DriverGetBucket(_ context.Context, req *cosi.DriverGetBucketRequest) (*cosi.DriverGetBucketResponse, error) {
+func (d *Driver) DriverGetBucket(
+	_ context.Context,
+	req *cosiproto.DriverGetBucketRequest,
+) (*cosiproto.DriverGetBucketResponse, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	b, ok := d.state.Buckets[req.GetBucketId()]
@@ -158,28 +174,40 @@ func (d *Driver) DriverGetBucket(_ context.Context, req *cosi.DriverGetBucketReq
 	if len(req.GetParameters()) > 0 && !maps.Equal(req.GetParameters(), b.Parameters) {
 		return nil, status.Errorf(codes.AlreadyExists, "bucket %q exists with other parameters", req.GetBucketId())
 	}
-	return &cosi.DriverGetBucketResponse{Protocols: d.bucketInfo(req.GetBucketId(), b)}, nil
+	return &cosiproto.DriverGetBucketResponse{Protocols: d.bucketInfo(req.GetBucketId(), b)}, nil
 }
 
 // DriverDeleteBucket deletes the bucket; a bucket that does not exist is already deleted.
-func (d *Driver) DriverDeleteBucket(_ context.Context, req *cosi.DriverDeleteBucketRequest) (*cosi.DriverDeleteBucketResponse, error) {
+func (d *Driver) DriverDeleteBucket(
+	_ context.Context,
+	req *cosiproto.DriverDeleteBucketRequest,
+) (*cosiproto.DriverDeleteBucketResponse, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	b, ok := d.state.Buckets[req.GetBucketId()]
 	if !ok {
-		return &cosi.DriverDeleteBucketResponse{}, nil
+		return &cosiproto.DriverDeleteBucketResponse{}, nil
 	}
 	delete(d.state.Buckets, req.GetBucketId())
 	if err := d.save(); err != nil {
 		d.state.Buckets[req.GetBucketId()] = b
 		return nil, err
 	}
-	return &cosi.DriverDeleteBucketResponse{}, nil
+	return &cosiproto.DriverDeleteBucketResponse{}, nil
 }
 
 // DriverGenerateBucketAccessId is phase 1: the ID is the account name; nothing is created.
-func (d *Driver) DriverGenerateBucketAccessId(_ context.Context, req *cosi.DriverGenerateBucketAccessIdRequest) (*cosi.DriverGenerateBucketAccessIdResponse, error) {
-	want, err := d.newAccount(req.GetBuckets(), req.GetProtocol(), req.GetAuthenticationType(), req.GetServiceAccount(), req.GetParameters())
+func (d *Driver) DriverGenerateBucketAccessId(
+	_ context.Context,
+	req *cosiproto.DriverGenerateBucketAccessIdRequest,
+) (*cosiproto.DriverGenerateBucketAccessIdResponse, error) {
+	want, err := d.newAccount(
+		req.GetBuckets(),
+		req.GetProtocol(),
+		req.GetAuthenticationType(),
+		req.GetServiceAccount(),
+		req.GetParameters(),
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -188,13 +216,22 @@ func (d *Driver) DriverGenerateBucketAccessId(_ context.Context, req *cosi.Drive
 	if have, ok := d.state.Accounts[req.GetAccountName()]; ok && !have.sameGrant(want) {
 		return nil, status.Errorf(codes.AlreadyExists, "account %q exists with another grant", req.GetAccountName())
 	}
-	return &cosi.DriverGenerateBucketAccessIdResponse{AccountId: req.GetAccountName()}, nil
+	return &cosiproto.DriverGenerateBucketAccessIdResponse{AccountId: req.GetAccountName()}, nil
 }
 
 // DriverGrantBucketAccess is phase 2: it creates the account with one key for all its buckets, or
 // returns the existing account's key when the grant is the same.
-func (d *Driver) DriverGrantBucketAccess(_ context.Context, req *cosi.DriverGrantBucketAccessRequest) (*cosi.DriverGrantBucketAccessResponse, error) {
-	want, err := d.newAccount(req.GetBuckets(), req.GetProtocol(), req.GetAuthenticationType(), req.GetServiceAccount(), req.GetParameters())
+func (d *Driver) DriverGrantBucketAccess(
+	_ context.Context,
+	req *cosiproto.DriverGrantBucketAccessRequest,
+) (*cosiproto.DriverGrantBucketAccessResponse, error) {
+	want, err := d.newAccount(
+		req.GetBuckets(),
+		req.GetProtocol(),
+		req.GetAuthenticationType(),
+		req.GetServiceAccount(),
+		req.GetParameters(),
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -225,12 +262,21 @@ func (d *Driver) DriverGrantBucketAccess(_ context.Context, req *cosi.DriverGran
 		}
 	}
 
-	resp := &cosi.DriverGrantBucketAccessResponse{}
+	resp := &cosiproto.DriverGrantBucketAccessResponse{}
 	for _, b := range req.GetBuckets() {
-		info := d.bucketInfo(b.GetBucketId(), &bucket{Protocols: []cosi.ObjectProtocol_Type{want.Protocol}, Parameters: d.state.Buckets[b.GetBucketId()].Parameters})
-		resp.Buckets = append(resp.Buckets, &cosi.DriverGrantBucketAccessResponse_BucketInfo{BucketId: b.GetBucketId(), BucketInfo: info})
+		info := d.bucketInfo(
+			b.GetBucketId(),
+			&bucket{
+				Protocols:  []cosiproto.ObjectProtocol_Type{want.Protocol},
+				Parameters: d.state.Buckets[b.GetBucketId()].Parameters,
+			},
+		)
+		resp.Buckets = append(
+			resp.Buckets,
+			&cosiproto.DriverGrantBucketAccessResponse_BucketInfo{BucketId: b.GetBucketId(), BucketInfo: info},
+		)
 	}
-	if acct.AuthenticationType == cosi.AuthenticationType_KEY {
+	if acct.AuthenticationType == cosiproto.AuthenticationType_KEY {
 		resp.Credentials = acct.credentials(id)
 	}
 	return resp, nil
@@ -238,23 +284,26 @@ func (d *Driver) DriverGrantBucketAccess(_ context.Context, req *cosi.DriverGran
 
 // DriverRevokeBucketAccess deletes the account and its key; an account that does not exist is
 // already revoked.
-func (d *Driver) DriverRevokeBucketAccess(_ context.Context, req *cosi.DriverRevokeBucketAccessRequest) (*cosi.DriverRevokeBucketAccessResponse, error) {
+func (d *Driver) DriverRevokeBucketAccess(
+	_ context.Context,
+	req *cosiproto.DriverRevokeBucketAccessRequest,
+) (*cosiproto.DriverRevokeBucketAccessResponse, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	acct, ok := d.state.Accounts[req.GetAccountId()]
 	if !ok {
-		return &cosi.DriverRevokeBucketAccessResponse{}, nil
+		return &cosiproto.DriverRevokeBucketAccessResponse{}, nil
 	}
 	delete(d.state.Accounts, req.GetAccountId())
 	if err := d.save(); err != nil {
 		d.state.Accounts[req.GetAccountId()] = acct
 		return nil, err
 	}
-	return &cosi.DriverRevokeBucketAccessResponse{}, nil
+	return &cosiproto.DriverRevokeBucketAccessResponse{}, nil
 }
 
 // newBucket checks a bucket request against what the driver supports.
-func (d *Driver) newBucket(protocols []cosi.ObjectProtocol_Type, params map[string]string) (*bucket, error) {
+func (d *Driver) newBucket(protocols []cosiproto.ObjectProtocol_Type, params map[string]string) (*bucket, error) {
 	for _, p := range protocols {
 		if !slices.Contains(d.cfg.Protocols, p) {
 			return nil, status.Errorf(codes.InvalidArgument, "protocol %v is not supported by this driver", p)
@@ -281,11 +330,17 @@ func (d *Driver) newBucket(protocols []cosi.ObjectProtocol_Type, params map[stri
 }
 
 // newAccount checks an access request against what the driver supports.
-func (d *Driver) newAccount(buckets []*cosi.AccessedBucket, protocol cosi.ObjectProtocol_Type, auth cosi.AuthenticationType_Type, sa *cosi.ServiceAccount, params map[string]string) (*account, error) {
+func (d *Driver) newAccount(
+	buckets []*cosiproto.AccessedBucket,
+	protocol cosiproto.ObjectProtocol_Type,
+	auth cosiproto.AuthenticationType_Type,
+	sa *cosiproto.ServiceAccount,
+	params map[string]string,
+) (*account, error) {
 	if len(buckets) > 1 && d.cfg.SingleBucketAccess {
 		return nil, status.Errorf(codes.OutOfRange, "this driver cannot share one credential across %d buckets", len(buckets))
 	}
-	if auth == cosi.AuthenticationType_SERVICE_ACCOUNT && d.cfg.NoServiceAccountAuth {
+	if auth == cosiproto.AuthenticationType_SERVICE_ACCOUNT && d.cfg.NoServiceAccountAuth {
 		return nil, status.Error(codes.InvalidArgument, "ServiceAccount authentication is not supported by this driver")
 	}
 	if !slices.Contains(d.cfg.Protocols, protocol) {
@@ -310,50 +365,59 @@ func (d *Driver) newAccount(buckets []*cosi.AccessedBucket, protocol cosi.Object
 	}
 	for _, b := range buckets {
 		m := b.GetAccessModes()
-		a.Buckets[b.GetBucketId()] = modes{ObjectData: m.GetObjectData(), ObjectMetadata: m.GetObjectMetadata(), BucketMetadata: m.GetBucketMetadata()}
+		a.Buckets[b.GetBucketId()] = modes{
+			ObjectData:     m.GetObjectData(),
+			ObjectMetadata: m.GetObjectMetadata(),
+			BucketMetadata: m.GetBucketMetadata(),
+		}
 	}
 	return a, nil
 }
 
 // bucketInfo is what clients need to reach bucket id with each of b's protocols.
-func (d *Driver) bucketInfo(id string, b *bucket) *cosi.ProtocolBucketInfo {
+func (d *Driver) bucketInfo(id string, b *bucket) *cosiproto.ProtocolBucketInfo {
 	region := d.cfg.Region
 	if r := b.Parameters[ParamRegion]; r != "" {
 		region = r
 	}
-	info := &cosi.ProtocolBucketInfo{}
+	info := &cosiproto.ProtocolBucketInfo{}
 	for _, p := range b.Protocols {
 		switch p {
-		case cosi.ObjectProtocol_S3:
-			info.S3 = &cosi.S3BucketInfo{BucketName: id, Endpoint: d.cfg.S3Endpoint, Region: region, AddressingStyle: cosi.S3AddressingStyle_PATH}
-		case cosi.ObjectProtocol_AZURE:
-			info.Azure = &cosi.AzureBucketInfo{StorageAccount: "memory"}
-		case cosi.ObjectProtocol_GCS:
-			info.Gcs = &cosi.GcsBucketInfo{ProjectId: "memory", BucketName: id}
+		case cosiproto.ObjectProtocol_S3:
+			info.S3 = &cosiproto.S3BucketInfo{
+				BucketName:      id,
+				Endpoint:        d.cfg.S3Endpoint,
+				Region:          region,
+				AddressingStyle: cosiproto.S3AddressingStyle_PATH,
+			}
+		case cosiproto.ObjectProtocol_AZURE:
+			info.Azure = &cosiproto.AzureBucketInfo{StorageAccount: "memory"}
+		case cosiproto.ObjectProtocol_GCS:
+			info.Gcs = &cosiproto.GcsBucketInfo{ProjectId: "memory", BucketName: id}
 		}
 	}
 	return info
 }
 
 // credentials derives the account's key for its protocol from its secret.
-func (a *account) credentials(id string) *cosi.CredentialInfo {
+func (a *account) credentials(id string) *cosiproto.CredentialInfo {
 	sum := sha256.Sum256([]byte(id))
 	keyID := "MEM" + strings.ToUpper(hex.EncodeToString(sum[:8]))
 	switch a.Protocol {
-	case cosi.ObjectProtocol_S3:
-		return &cosi.CredentialInfo{S3: &cosi.S3Credentials{AccessKeyId: keyID, AccessSecretKey: a.Secret}}
-	case cosi.ObjectProtocol_AZURE:
-		creds := &cosi.AzureCredentials{AccessToken: "sv=memory&sig=" + a.Secret}
+	case cosiproto.ObjectProtocol_S3:
+		return &cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{AccessKeyId: keyID, AccessSecretKey: a.Secret}}
+	case cosiproto.ObjectProtocol_AZURE:
+		creds := &cosiproto.AzureCredentials{AccessToken: "sv=memory&sig=" + a.Secret}
 		if expiry, err := time.ParseDuration(a.Parameters[ParamSASExpiry]); err == nil {
 			creds.ExpiryTimestamp = timestamppb.New(a.Created.Add(expiry))
 		}
-		return &cosi.CredentialInfo{Azure: creds}
+		return &cosiproto.CredentialInfo{Azure: creds}
 	default:
-		return &cosi.CredentialInfo{Gcs: &cosi.GcsCredentials{HmacAccessId: keyID, HmacSecret: a.Secret}}
+		return &cosiproto.CredentialInfo{Gcs: &cosiproto.GcsCredentials{HmacAccessId: keyID, HmacSecret: a.Secret}}
 	}
 }
 
-func sortedProtocols(protocols []cosi.ObjectProtocol_Type) []cosi.ObjectProtocol_Type {
+func sortedProtocols(protocols []cosiproto.ObjectProtocol_Type) []cosiproto.ObjectProtocol_Type {
 	s := slices.Clone(protocols)
 	slices.Sort(s)
 	return slices.Compact(s)

@@ -11,15 +11,19 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
-var readWrite = &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}
+var readWrite = &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}
 
-func grantRequest(account string, buckets ...string) *cosi.DriverGrantBucketAccessRequest {
-	req := &cosi.DriverGrantBucketAccessRequest{AccountId: account, Protocol: cosi.ObjectProtocol_S3, AuthenticationType: cosi.AuthenticationType_KEY}
+func grantRequest(account string, buckets ...string) *cosiproto.DriverGrantBucketAccessRequest {
+	req := &cosiproto.DriverGrantBucketAccessRequest{
+		AccountId:          account,
+		Protocol:           cosiproto.ObjectProtocol_S3,
+		AuthenticationType: cosiproto.AuthenticationType_KEY,
+	}
 	for _, b := range buckets {
-		req.Buckets = append(req.Buckets, &cosi.AccessedBucket{BucketId: b, AccessModes: readWrite})
+		req.Buckets = append(req.Buckets, &cosiproto.AccessedBucket{BucketId: b, AccessModes: readWrite})
 	}
 	return req
 }
@@ -33,7 +37,10 @@ func TestStateFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.DriverCreateBucket(ctx, &cosi.DriverCreateBucketRequest{BucketId: "bc-1", Parameters: map[string]string{ParamVersioning: "true"}}); err != nil {
+	if _, err := d.DriverCreateBucket(
+		ctx,
+		&cosiproto.DriverCreateBucketRequest{BucketId: "bc-1", Parameters: map[string]string{ParamVersioning: "true"}},
+	); err != nil {
 		t.Fatal(err)
 	}
 	first, err := d.DriverGrantBucketAccess(ctx, grantRequest("ba-1", "bc-1"))
@@ -52,10 +59,14 @@ func TestStateFile(t *testing.T) {
 		t.Fatal("the restarted driver forgot bucket bc-1")
 	}
 	// Same bucket, same parameters: OK; other parameters: AlreadyExists.
-	if _, err := restarted.DriverCreateBucket(ctx, &cosi.DriverCreateBucketRequest{BucketId: "bc-1", Parameters: map[string]string{ParamVersioning: "true"}}); err != nil {
+	if _, err := restarted.DriverCreateBucket(
+		ctx,
+		&cosiproto.DriverCreateBucketRequest{BucketId: "bc-1", Parameters: map[string]string{ParamVersioning: "true"}},
+	); err != nil {
 		t.Errorf("re-creating the same bucket after a restart: %v", err)
 	}
-	if _, err := restarted.DriverCreateBucket(ctx, &cosi.DriverCreateBucketRequest{BucketId: "bc-1"}); status.Code(err) != codes.AlreadyExists {
+	_, err = restarted.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: "bc-1"})
+	if status.Code(err) != codes.AlreadyExists {
 		t.Errorf("re-creating the bucket with other parameters after a restart: %v, want AlreadyExists", err)
 	}
 	second, err := restarted.DriverGrantBucketAccess(ctx, grantRequest("ba-1", "bc-1"))
@@ -70,10 +81,13 @@ func TestStateFile(t *testing.T) {
 	}
 
 	// Deletions persist too.
-	if _, err := restarted.DriverRevokeBucketAccess(ctx, &cosi.DriverRevokeBucketAccessRequest{AccountId: "ba-1"}); err != nil {
+	if _, err := restarted.DriverRevokeBucketAccess(
+		ctx,
+		&cosiproto.DriverRevokeBucketAccessRequest{AccountId: "ba-1"},
+	); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := restarted.DriverDeleteBucket(ctx, &cosi.DriverDeleteBucketRequest{BucketId: "bc-1"}); err != nil {
+	if _, err := restarted.DriverDeleteBucket(ctx, &cosiproto.DriverDeleteBucketRequest{BucketId: "bc-1"}); err != nil {
 		t.Fatal(err)
 	}
 	again, err := New(Config{StateFile: stateFile})
@@ -92,9 +106,15 @@ func TestParseFault(t *testing.T) {
 		wantErr bool
 	}{
 		{spec: "DriverCreateBucket=Unavailable", want: Fault{Method: "DriverCreateBucket", Code: codes.Unavailable, Rate: 1}},
-		{spec: "DriverCreateBucket=UNAVAILABLE:0.25", want: Fault{Method: "DriverCreateBucket", Code: codes.Unavailable, Rate: 0.25}},
+		{
+			spec: "DriverCreateBucket=UNAVAILABLE:0.25",
+			want: Fault{Method: "DriverCreateBucket", Code: codes.Unavailable, Rate: 0.25},
+		},
 		{spec: "*=InvalidArgument:x3", want: Fault{Method: "*", Code: codes.InvalidArgument, Rate: 1, Count: 3}},
-		{spec: "DriverGrantBucketAccess=invalid_argument", want: Fault{Method: "DriverGrantBucketAccess", Code: codes.InvalidArgument, Rate: 1}},
+		{
+			spec: "DriverGrantBucketAccess=invalid_argument",
+			want: Fault{Method: "DriverGrantBucketAccess", Code: codes.InvalidArgument, Rate: 1},
+		},
 		{spec: "DriverGetInfo=Cancelled", want: Fault{Method: "DriverGetInfo", Code: codes.Canceled, Rate: 1}},
 		{spec: "DriverCreateBucket", wantErr: true},
 		{spec: "DriverCreateBucket=OK", wantErr: true},
@@ -112,8 +132,12 @@ func TestParseFault(t *testing.T) {
 func TestFaults(t *testing.T) {
 	var f Faults
 	call := func(method string) error {
-		_, err := f.Interceptor()(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/cosi.v1alpha2.Provisioner/" + method},
-			func(context.Context, any) (any, error) { return "ok", nil })
+		_, err := f.Interceptor()(
+			context.Background(),
+			nil,
+			&grpc.UnaryServerInfo{FullMethod: "/cosi.v1alpha2.Provisioner/" + method},
+			func(context.Context, any) (any, error) { return "ok", nil },
+		)
 		return err
 	}
 	if err := call("DriverCreateBucket"); err != nil {

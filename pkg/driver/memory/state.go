@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // state is everything the "backend" holds. It is what the state file stores.
@@ -28,8 +28,8 @@ func newState() state {
 }
 
 type bucket struct {
-	Protocols  []cosi.ObjectProtocol_Type `json:"protocols"`
-	Parameters map[string]string          `json:"parameters,omitempty"`
+	Protocols  []cosiproto.ObjectProtocol_Type `json:"protocols"`
+	Parameters map[string]string               `json:"parameters,omitempty"`
 }
 
 func (b *bucket) equal(o *bucket) bool {
@@ -37,17 +37,17 @@ func (b *bucket) equal(o *bucket) bool {
 }
 
 type modes struct {
-	ObjectData     cosi.AccessMode_Mode `json:"objectData"`
-	ObjectMetadata cosi.AccessMode_Mode `json:"objectMetadata"`
-	BucketMetadata cosi.AccessMode_Mode `json:"bucketMetadata"`
+	ObjectData     cosiproto.AccessMode_Mode `json:"objectData"`
+	ObjectMetadata cosiproto.AccessMode_Mode `json:"objectMetadata"`
+	BucketMetadata cosiproto.AccessMode_Mode `json:"bucketMetadata"`
 }
 
 type account struct {
-	Buckets            map[string]modes             `json:"buckets"`
-	Protocol           cosi.ObjectProtocol_Type     `json:"protocol"`
-	AuthenticationType cosi.AuthenticationType_Type `json:"authenticationType"`
-	ServiceAccount     string                       `json:"serviceAccount,omitempty"`
-	Parameters         map[string]string            `json:"parameters,omitempty"`
+	Buckets            map[string]modes                  `json:"buckets"`
+	Protocol           cosiproto.ObjectProtocol_Type     `json:"protocol"`
+	AuthenticationType cosiproto.AuthenticationType_Type `json:"authenticationType"`
+	ServiceAccount     string                            `json:"serviceAccount,omitempty"`
+	Parameters         map[string]string                 `json:"parameters,omitempty"`
 	// Secret is the account's key material. The state file holds it, like a backend's user
 	// database would: protect the file accordingly (it is written with mode 0600).
 	Secret  string    `json:"secret"`
@@ -97,7 +97,7 @@ func (d *Driver) save() error {
 		return status.Errorf(codes.Unavailable, "saving state: %v", err)
 	}
 	defer os.Remove(tmp.Name()) // no-op after a successful rename
-	if _, err := tmp.Write(data); err == nil {
+	if _, err = tmp.Write(data); err == nil {
 		err = tmp.Sync()
 	}
 	if cerr := tmp.Close(); err == nil {
