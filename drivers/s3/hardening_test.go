@@ -1049,3 +1049,47 @@ func TestRGWCreatedBucketsIgnorePublicACLs(t *testing.T) {
 		}
 	})
 }
+
+// TestNoModeChangesPublicAccessBlock grants each mode, and all of them, on a bucket the driver
+// created and checks that the key can neither change nor delete the bucket's public access
+// block (s3:PutBucketPublicAccessBlock is never granted), and that on RGW the block is as the
+// driver set it afterwards. Versity has no public access block (NotImplemented).
+func TestNoModeChangesPublicAccessBlock(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		ctx := t.Context()
+		_, p := serve(t, b.newDriver(t, ""), logr.Discard())
+		bucket := createBucket(t, p, nil)
+		rw := cosi.AccessMode_READ_WRITE
+		for _, tc := range []struct {
+			name  string
+			modes *cosi.AccessModes
+		}{
+			{"objectData ReadOnly", &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_ONLY}},
+			{"objectData ReadWrite", &cosi.AccessModes{ObjectData: rw}},
+			{"objectMetadata ReadWrite", &cosi.AccessModes{ObjectMetadata: rw}},
+			{"bucketMetadata ReadOnly", &cosi.AccessModes{BucketMetadata: cosi.AccessMode_READ_ONLY}},
+			{"bucketMetadata ReadWrite", &cosi.AccessModes{BucketMetadata: rw}},
+			{"all ReadWrite", &cosi.AccessModes{ObjectData: rw, ObjectMetadata: rw, BucketMetadata: rw}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				a := grant(t, p, tc.modes, bucket)
+				defer revoke(t, p, a)
+				_, err := a.client.PutPublicAccessBlock(ctx, &awss3.PutPublicAccessBlockInput{Bucket: aws.String(bucket),
+					PublicAccessBlockConfiguration: &types.PublicAccessBlockConfiguration{BlockPublicAcls: aws.Bool(false), IgnorePublicAcls: aws.Bool(false),
+						BlockPublicPolicy: aws.Bool(false), RestrictPublicBuckets: aws.Bool(false)}})
+				if apiCodeOf(err) != "NotImplemented" {
+					expect(t, tc.name+": PutPublicAccessBlock all off", false, err)
+				}
+				_, err = a.client.DeletePublicAccessBlock(ctx, &awss3.DeletePublicAccessBlockInput{Bucket: aws.String(bucket)})
+				if apiCodeOf(err) != "NotImplemented" {
+					expect(t, tc.name+": DeletePublicAccessBlock", false, err)
+				}
+				if b.name == "ceph-rgw" {
+					if got, want := publicAccessBlock(t, b, bucket), [4]bool{false, true, false, false}; got != want {
+						t.Errorf("the public access block after the attempts of %s: %v, want %v", tc.name, got, want)
+					}
+				}
+			})
+		}
+	})
+}
