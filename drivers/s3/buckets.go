@@ -171,6 +171,42 @@ func (d *Driver) checkCompatible(ctx context.Context, id string, p bucketParams,
 	return nil
 }
 
+// ensureIgnorePublicACLs sets IgnorePublicAcls in the public access block of bucket id, which the
+// driver created, when the account back-end asks for it (publicACLIgnorer); the block's other
+// settings stay as they are. Public ACLs (AllUsers, AuthenticatedUsers) then give nobody access,
+// however an object got them. Only IgnorePublicAcls: on Ceph RGW 16, BlockPublicAcls refuses
+// every upload (AccessDenied, with or without an ACL header), and BlockPublicPolicy and
+// RestrictPublicBuckets concern bucket policies, which no access may write. A store that cannot
+// set it fails the creation (InvalidArgument for NotImplemented): the driver does not create
+// buckets whose objects its workloads could publish.
+func (d *Driver) ensureIgnorePublicACLs(ctx context.Context, id string) error {
+	if !d.ignorePublicACLs {
+		return nil
+	}
+	var cfg types.PublicAccessBlockConfiguration
+	out, err := d.s3.GetPublicAccessBlock(ctx, &s3.GetPublicAccessBlockInput{Bucket: aws.String(id)})
+	switch {
+	case err == nil:
+		if out.PublicAccessBlockConfiguration != nil {
+			cfg = *out.PublicAccessBlockConfiguration
+		}
+	case apiCode(err) == "NoSuchPublicAccessBlockConfiguration", httpStatus(err) == http.StatusNotFound:
+	default:
+		return toStatus(err, "reading the public access block of bucket %q", id)
+	}
+	if aws.ToBool(cfg.IgnorePublicAcls) {
+		return nil
+	}
+	_, err = d.s3.PutPublicAccessBlock(ctx, &s3.PutPublicAccessBlockInput{Bucket: aws.String(id),
+		PublicAccessBlockConfiguration: &types.PublicAccessBlockConfiguration{
+			IgnorePublicAcls:      aws.Bool(true),
+			BlockPublicAcls:       aws.Bool(aws.ToBool(cfg.BlockPublicAcls)),
+			BlockPublicPolicy:     aws.Bool(aws.ToBool(cfg.BlockPublicPolicy)),
+			RestrictPublicBuckets: aws.Bool(aws.ToBool(cfg.RestrictPublicBuckets)),
+		}})
+	return toStatus(err, "setting IgnorePublicAcls in the public access block of bucket %q", id)
+}
+
 func onOff(b bool) string {
 	if b {
 		return "enabled"

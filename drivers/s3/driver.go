@@ -103,8 +103,19 @@ type Driver struct {
 
 	cfg Config
 	s3  *s3.Client
+	// ignorePublicACLs: the buckets the driver creates get IgnorePublicAcls (see
+	// publicACLIgnorer).
+	ignorePublicACLs bool
 
 	locks keyedMutex
+}
+
+// publicACLIgnorer is implemented by account back-ends whose store lets a key that may write
+// objects also give them a public ACL in ways no policy the driver writes can refuse (Ceph RGW:
+// CopyObject and CreateMultipartUpload with x-amz-acl or x-amz-grant-* headers). The buckets the
+// driver creates for them have IgnorePublicAcls set in their public access block.
+type publicACLIgnorer interface {
+	ignorePublicACLsOnNewBuckets() bool
 }
 
 // New returns a driver.
@@ -127,7 +138,11 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.Credentials == nil {
 		return nil, errors.New("s3: no admin credentials")
 	}
-	return &Driver{cfg: cfg, s3: NewS3Client(cfg.Endpoint, cfg.Region, cfg.Credentials, cfg.HTTPClient)}, nil
+	d := &Driver{cfg: cfg, s3: NewS3Client(cfg.Endpoint, cfg.Region, cfg.Credentials, cfg.HTTPClient)}
+	if i, ok := cfg.Accounts.(publicACLIgnorer); ok {
+		d.ignorePublicACLs = i.ignorePublicACLsOnNewBuckets()
+	}
+	return d, nil
 }
 
 // logFailure logs the object store's error behind a failed call, which the gRPC error does not
@@ -292,6 +307,11 @@ func (d *Driver) DriverCreateBucket(ctx context.Context, req *cosi.DriverCreateB
 		if err := d.checkCompatible(ctx, id, p, true); err != nil {
 			return nil, err
 		}
+		// A creation that stopped before the public access block was set (or a bucket created
+		// before the driver set it) is finished now.
+		if err := d.ensureIgnorePublicACLs(ctx, id); err != nil {
+			return nil, err
+		}
 		return &cosi.DriverCreateBucketResponse{Protocols: d.bucketInfo(id, p.region)}, nil
 	case err == nil:
 	case code == "BucketAlreadyExists":
@@ -312,9 +332,13 @@ func (d *Driver) DriverCreateBucket(ctx context.Context, req *cosi.DriverCreateB
 	return &cosi.DriverCreateBucketResponse{Protocols: d.bucketInfo(id, p.region)}, nil
 }
 
-// configure tags a new bucket as the driver's and applies its parameters.
+// configure tags a new bucket as the driver's, sets its public access block (see
+// ensureIgnorePublicACLs) and applies its parameters.
 func (d *Driver) configure(ctx context.Context, id string, p bucketParams) error {
 	if err := d.tagBucket(ctx, id); err != nil {
+		return err
+	}
+	if err := d.ensureIgnorePublicACLs(ctx, id); err != nil {
 		return err
 	}
 	if p.versioning && !p.objectLock {

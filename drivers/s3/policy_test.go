@@ -183,7 +183,7 @@ func checkGrants(t *testing.T, doc []byte, grants []bucketGrant) {
 // exposes, destroys or locks object data, and no mode holds one of the never-granted actions.
 func TestMetadataModesActions(t *testing.T) {
 	never := []string{"s3:PutBucketPolicy", "s3:DeleteBucketPolicy", "s3:GetBucketPolicy", "s3:PutBucketAcl", "s3:GetBucketAcl",
-		"s3:PutObjectAcl", "s3:PutObjectVersionAcl", "s3:GetObjectAcl", "s3:GetObjectVersionAcl", "s3:PutBucketPublicAccessBlock",
+		"s3:PutObjectAcl", "s3:PutObjectVersionAcl", "s3:GetObjectAcl", "s3:GetObjectVersionAcl", "s3:PutBucketPublicAccessBlock", "s3:DeleteBucketPublicAccessBlock",
 		"s3:PutBucketOwnershipControls", "s3:DeleteBucket", "s3:CreateBucket", "s3:ListAllMyBuckets", "s3:BypassGovernanceRetention",
 		"s3:PutLifecycleConfiguration", "s3:PutBucketObjectLockConfiguration", "s3:PutEncryptionConfiguration"}
 	data := []string{"s3:GetObject", "s3:GetObjectVersion", "s3:ListBucket", "s3:ListBucketVersions", "s3:PutObject", "s3:DeleteObject",

@@ -57,6 +57,11 @@ func NewRGWAccounts(endpoint, adminPath, region string, creds aws.CredentialsPro
 		creds: creds, http: httpClient, s3: s3Client, signer: v4.NewSigner()}
 }
 
+// ignorePublicACLsOnNewBuckets implements publicACLIgnorer: RGW 16 does not evaluate the
+// conditions of rgwACLDenials for CopyObject and CreateMultipartUpload, so an objectData writer
+// could still publish objects that way; IgnorePublicAcls makes such ACLs ineffective.
+func (*RGWAccounts) ignorePublicACLsOnNewBuckets() bool { return true }
+
 // rgwUser is the part of the Admin Ops user info the driver uses.
 type rgwUser struct {
 	UserID      string `json:"user_id"`
@@ -230,7 +235,11 @@ const sidDenyACL = "DenyCannedAcl"
 // reads what it uploads. Ceph RGW checks only s3:PutObject for an upload (PutObject, CopyObject,
 // CreateMultipartUpload) that sets an ACL in its headers (AWS also wants s3:PutObjectAcl, which
 // the driver never grants): a workload could make the bucket's data public with x-amz-acl:
-// public-read. Each statement denies uploads that carry one such header. The conditions test
+// public-read. Each statement denies uploads that carry one such header. RGW 16 evaluates them
+// for PutObject only; for CopyObject and CreateMultipartUpload, IgnorePublicAcls on the buckets
+// the driver creates makes public ACLs ineffective (ignorePublicACLsOnNewBuckets). The
+// statements stay on every bucket: they also refuse grants to named users, which
+// IgnorePublicAcls does not concern, and imported buckets have no block. The conditions test
 // that a value is present (StringEquals, StringLike "*"), because operators that test absence
 // (Null, StringNotEquals on a missing key) do not evaluate alike across RGW versions; a condition
 // on a header the request does not carry is false, so plain and private uploads are not denied.
