@@ -29,7 +29,7 @@ import (
 	"github.com/kube-cosi/cosi/internal/versity"
 	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/sanity"
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // backend is a real object store with an account back-end of the driver.
@@ -153,7 +153,7 @@ func (l *logBuffer) bytes() ([]byte, error) {
 }
 
 // serve serves d through the SDK on a socket until the test ends and returns a client.
-func serve(t *testing.T, d *s3.Driver, log logr.Logger) (string, cosi.ProvisionerClient) {
+func serve(t *testing.T, d *s3.Driver, log logr.Logger) (string, cosiproto.ProvisionerClient) {
 	t.Helper()
 	endpoint := "unix://" + filepath.Join(t.TempDir(), "driver.sock")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -175,17 +175,17 @@ func serve(t *testing.T, d *s3.Driver, log logr.Logger) (string, cosi.Provisione
 			t.Error(err)
 		}
 	})
-	return endpoint, cosi.NewProvisionerClient(conn)
+	return endpoint, cosiproto.NewProvisionerClient(conn)
 }
 
 // userClient is an S3 client with issued credentials, configured from the bucket info the driver
 // returned, as a workload would be.
-func userClient(creds *cosi.CredentialInfo, info *cosi.ProtocolBucketInfo) *awss3.Client {
+func userClient(creds *cosiproto.CredentialInfo, info *cosiproto.ProtocolBucketInfo) *awss3.Client {
 	return awss3.New(awss3.Options{
 		BaseEndpoint: aws.String(info.GetS3().GetEndpoint()),
 		Region:       info.GetS3().GetRegion(),
 		Credentials:  credentials.NewStaticCredentialsProvider(creds.GetS3().GetAccessKeyId(), creds.GetS3().GetAccessSecretKey(), ""),
-		UsePathStyle: info.GetS3().GetAddressingStyle() != cosi.S3AddressingStyle_VIRTUAL,
+		UsePathStyle: info.GetS3().GetAddressingStyle() != cosiproto.S3AddressingStyle_VIRTUAL,
 		// Fail at once: a denied request is an answer, not something to retry.
 		RetryMaxAttempts:           1,
 		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,

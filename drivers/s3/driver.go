@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kube-cosi/cosi/pkg/driver"
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // DefaultName is the driver's name unless configured otherwise.
@@ -96,10 +96,10 @@ type Config struct {
 	Logger logr.Logger
 }
 
-// Driver is the S3 driver. It implements cosi.IdentityServer and cosi.ProvisionerServer.
+// Driver is the S3 driver. It implements cosiproto.IdentityServer and cosiproto.ProvisionerServer.
 type Driver struct {
-	cosi.UnimplementedIdentityServer
-	cosi.UnimplementedProvisionerServer
+	cosiproto.UnimplementedIdentityServer
+	cosiproto.UnimplementedProvisionerServer
 
 	cfg Config
 	s3  *s3.Client
@@ -173,8 +173,8 @@ func NewS3Client(endpoint, region string, creds aws.CredentialsProvider, httpCli
 }
 
 // DriverGetInfo returns the driver's name; it supports S3 only.
-func (d *Driver) DriverGetInfo(context.Context, *cosi.DriverGetInfoRequest) (*cosi.DriverGetInfoResponse, error) {
-	return &cosi.DriverGetInfoResponse{Name: d.cfg.Name, SupportedProtocols: []cosi.ObjectProtocol_Type{cosi.ObjectProtocol_S3}}, nil
+func (d *Driver) DriverGetInfo(context.Context, *cosiproto.DriverGetInfoRequest) (*cosiproto.DriverGetInfoResponse, error) {
+	return &cosiproto.DriverGetInfoResponse{Name: d.cfg.Name, SupportedProtocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3}}, nil
 }
 
 // bucketParams are parsed bucket parameters.
@@ -227,9 +227,9 @@ func (d *Driver) parseBucketParams(params map[string]string) (bucketParams, erro
 	return p, nil
 }
 
-func checkProtocols(protocols []cosi.ObjectProtocol_Type) error {
+func checkProtocols(protocols []cosiproto.ObjectProtocol_Type) error {
 	for _, p := range protocols {
-		if p != cosi.ObjectProtocol_S3 {
+		if p != cosiproto.ObjectProtocol_S3 {
 			return status.Errorf(codes.InvalidArgument, "protocol %v is not supported by this driver (S3 only)", p)
 		}
 	}
@@ -239,7 +239,7 @@ func checkProtocols(protocols []cosi.ObjectProtocol_Type) error {
 // DriverGenerateBucketId derives the S3 bucket name from the request name (see BucketName). It
 // creates nothing; it fails with AlreadyExists when a bucket of that name exists that the driver
 // did not create or that has incompatible parameters.
-func (d *Driver) DriverGenerateBucketId(ctx context.Context, req *cosi.DriverGenerateBucketIdRequest) (_ *cosi.DriverGenerateBucketIdResponse, err error) {
+func (d *Driver) DriverGenerateBucketId(ctx context.Context, req *cosiproto.DriverGenerateBucketIdRequest) (_ *cosiproto.DriverGenerateBucketIdResponse, err error) {
 	defer d.logFailure("DriverGenerateBucketId", &err)
 	if err := checkProtocols(req.GetProtocols()); err != nil {
 		return nil, err
@@ -261,12 +261,12 @@ func (d *Driver) DriverGenerateBucketId(ctx context.Context, req *cosi.DriverGen
 			return nil, err
 		}
 	}
-	return &cosi.DriverGenerateBucketIdResponse{BucketId: id}, nil
+	return &cosiproto.DriverGenerateBucketIdResponse{BucketId: id}, nil
 }
 
 // DriverCreateBucket creates the bucket with its parameters and the owner tag. An existing bucket
 // the driver created with compatible parameters is returned as it is.
-func (d *Driver) DriverCreateBucket(ctx context.Context, req *cosi.DriverCreateBucketRequest) (_ *cosi.DriverCreateBucketResponse, err error) {
+func (d *Driver) DriverCreateBucket(ctx context.Context, req *cosiproto.DriverCreateBucketRequest) (_ *cosiproto.DriverCreateBucketResponse, err error) {
 	defer d.logFailure("DriverCreateBucket", &err)
 	if err := checkProtocols(req.GetProtocols()); err != nil {
 		return nil, err
@@ -312,7 +312,7 @@ func (d *Driver) DriverCreateBucket(ctx context.Context, req *cosi.DriverCreateB
 		if err := d.ensureIgnorePublicACLs(ctx, id); err != nil {
 			return nil, err
 		}
-		return &cosi.DriverCreateBucketResponse{Protocols: d.bucketInfo(id, p.region)}, nil
+		return &cosiproto.DriverCreateBucketResponse{Protocols: d.bucketInfo(id, p.region)}, nil
 	case err == nil:
 	case code == "BucketAlreadyExists":
 		return nil, status.Errorf(codes.AlreadyExists, "bucket %q exists and belongs to another account", id)
@@ -329,7 +329,7 @@ func (d *Driver) DriverCreateBucket(ctx context.Context, req *cosi.DriverCreateB
 		}
 		return nil, err
 	}
-	return &cosi.DriverCreateBucketResponse{Protocols: d.bucketInfo(id, p.region)}, nil
+	return &cosiproto.DriverCreateBucketResponse{Protocols: d.bucketInfo(id, p.region)}, nil
 }
 
 // configure tags a new bucket as the driver's, sets its public access block (see
@@ -353,7 +353,7 @@ func (d *Driver) configure(ctx context.Context, id string, p bucketParams) error
 
 // DriverGetBucket finds an existing bucket for static provisioning: NotFound when it does not
 // exist, AlreadyExists when parameters given in the request contradict its configuration.
-func (d *Driver) DriverGetBucket(ctx context.Context, req *cosi.DriverGetBucketRequest) (_ *cosi.DriverGetBucketResponse, err error) {
+func (d *Driver) DriverGetBucket(ctx context.Context, req *cosiproto.DriverGetBucketRequest) (_ *cosiproto.DriverGetBucketResponse, err error) {
 	defer d.logFailure("DriverGetBucket", &err)
 	if err := checkProtocols(req.GetProtocols()); err != nil {
 		return nil, err
@@ -378,13 +378,13 @@ func (d *Driver) DriverGetBucket(ctx context.Context, req *cosi.DriverGetBucketR
 			region = r
 		}
 	}
-	return &cosi.DriverGetBucketResponse{Protocols: d.bucketInfo(id, region)}, nil
+	return &cosiproto.DriverGetBucketResponse{Protocols: d.bucketInfo(id, region)}, nil
 }
 
 // DriverDeleteBucket deletes the bucket. A bucket that holds objects is refused with
 // FailedPrecondition unless the parameter purgeOnDelete is "true". A missing bucket is already
 // deleted.
-func (d *Driver) DriverDeleteBucket(ctx context.Context, req *cosi.DriverDeleteBucketRequest) (_ *cosi.DriverDeleteBucketResponse, err error) {
+func (d *Driver) DriverDeleteBucket(ctx context.Context, req *cosiproto.DriverDeleteBucketRequest) (_ *cosiproto.DriverDeleteBucketResponse, err error) {
 	defer d.logFailure("DriverDeleteBucket", &err)
 	p, err := d.parseBucketParams(req.GetParameters())
 	if err != nil {
@@ -416,35 +416,35 @@ func (d *Driver) DriverDeleteBucket(ctx context.Context, req *cosi.DriverDeleteB
 	default:
 		return nil, toStatus(err, "deleting bucket %q", id)
 	}
-	return &cosi.DriverDeleteBucketResponse{}, nil
+	return &cosiproto.DriverDeleteBucketResponse{}, nil
 }
 
 // bucketInfo is what workloads need to reach bucket id.
-func (d *Driver) bucketInfo(id, region string) *cosi.ProtocolBucketInfo {
-	style := cosi.S3AddressingStyle_PATH
+func (d *Driver) bucketInfo(id, region string) *cosiproto.ProtocolBucketInfo {
+	style := cosiproto.S3AddressingStyle_PATH
 	if d.cfg.VirtualHostedStyle {
-		style = cosi.S3AddressingStyle_VIRTUAL
+		style = cosiproto.S3AddressingStyle_VIRTUAL
 	}
-	return &cosi.ProtocolBucketInfo{S3: &cosi.S3BucketInfo{BucketName: id, Endpoint: d.cfg.PublicEndpoint, Region: region, AddressingStyle: style}}
+	return &cosiproto.ProtocolBucketInfo{S3: &cosiproto.S3BucketInfo{BucketName: id, Endpoint: d.cfg.PublicEndpoint, Region: region, AddressingStyle: style}}
 }
 
 // DriverGenerateBucketAccessId returns the account name as the account ID: the name of the
 // backend identity DriverGrantBucketAccess creates. It creates nothing.
-func (d *Driver) DriverGenerateBucketAccessId(_ context.Context, req *cosi.DriverGenerateBucketAccessIdRequest) (*cosi.DriverGenerateBucketAccessIdResponse, error) {
+func (d *Driver) DriverGenerateBucketAccessId(_ context.Context, req *cosiproto.DriverGenerateBucketAccessIdRequest) (*cosiproto.DriverGenerateBucketAccessIdResponse, error) {
 	if err := checkAccess(req.GetProtocol(), req.GetAuthenticationType(), req.GetParameters()); err != nil {
 		return nil, err
 	}
 	if !validAccountName(req.GetAccountName()) {
 		return nil, status.Errorf(codes.InvalidArgument, "account_name %q is not a valid user name: 1 to 64 characters of A-Z a-z 0-9 + = , . @ _ -", req.GetAccountName())
 	}
-	return &cosi.DriverGenerateBucketAccessIdResponse{AccountId: req.GetAccountName()}, nil
+	return &cosiproto.DriverGenerateBucketAccessIdResponse{AccountId: req.GetAccountName()}, nil
 }
 
-func checkAccess(protocol cosi.ObjectProtocol_Type, auth cosi.AuthenticationType_Type, params map[string]string) error {
-	if protocol != cosi.ObjectProtocol_S3 {
+func checkAccess(protocol cosiproto.ObjectProtocol_Type, auth cosiproto.AuthenticationType_Type, params map[string]string) error {
+	if protocol != cosiproto.ObjectProtocol_S3 {
 		return status.Errorf(codes.InvalidArgument, "protocol %v is not supported by this driver (S3 only)", protocol)
 	}
-	if auth == cosi.AuthenticationType_SERVICE_ACCOUNT {
+	if auth == cosiproto.AuthenticationType_SERVICE_ACCOUNT {
 		return status.Error(codes.InvalidArgument, "ServiceAccount authentication is not supported by this driver: no supported backend maps Kubernetes ServiceAccounts to S3 identities; use authenticationType Key")
 	}
 	for k := range params {
@@ -455,7 +455,7 @@ func checkAccess(protocol cosi.ObjectProtocol_Type, auth cosi.AuthenticationType
 
 // DriverGrantBucketAccess creates the access's identity, key and policy for all its buckets.
 // Repeating it returns a working key (see the account back-ends for which one).
-func (d *Driver) DriverGrantBucketAccess(ctx context.Context, req *cosi.DriverGrantBucketAccessRequest) (_ *cosi.DriverGrantBucketAccessResponse, err error) {
+func (d *Driver) DriverGrantBucketAccess(ctx context.Context, req *cosiproto.DriverGrantBucketAccessRequest) (_ *cosiproto.DriverGrantBucketAccessResponse, err error) {
 	defer d.logFailure("DriverGrantBucketAccess", &err)
 	if err := checkAccess(req.GetProtocol(), req.GetAuthenticationType(), req.GetParameters()); err != nil {
 		return nil, err
@@ -471,7 +471,7 @@ func (d *Driver) DriverGrantBucketAccess(ctx context.Context, req *cosi.DriverGr
 		}
 	}
 	var grants []bucketGrant
-	resp := &cosi.DriverGrantBucketAccessResponse{}
+	resp := &cosiproto.DriverGrantBucketAccessResponse{}
 	for _, b := range req.GetBuckets() {
 		if err := d.existingBucket(ctx, b.GetBucketId()); err != nil {
 			return nil, err
@@ -481,7 +481,7 @@ func (d *Driver) DriverGrantBucketAccess(ctx context.Context, req *cosi.DriverGr
 			region = d.cfg.Region
 		}
 		grants = append(grants, grantFor(b))
-		resp.Buckets = append(resp.Buckets, &cosi.DriverGrantBucketAccessResponse_BucketInfo{BucketId: b.GetBucketId(), BucketInfo: d.bucketInfo(b.GetBucketId(), region)})
+		resp.Buckets = append(resp.Buckets, &cosiproto.DriverGrantBucketAccessResponse_BucketInfo{BucketId: b.GetBucketId(), BucketInfo: d.bucketInfo(b.GetBucketId(), region)})
 	}
 
 	unlock := d.locks.lock("account/" + id)
@@ -490,16 +490,16 @@ func (d *Driver) DriverGrantBucketAccess(ctx context.Context, req *cosi.DriverGr
 	if err != nil {
 		return nil, err
 	}
-	resp.Credentials = &cosi.CredentialInfo{S3: &cosi.S3Credentials{AccessKeyId: key.AccessKeyID, AccessSecretKey: key.SecretAccessKey}}
+	resp.Credentials = &cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{AccessKeyId: key.AccessKeyID, AccessSecretKey: key.SecretAccessKey}}
 	return resp, nil
 }
 
 // DriverRevokeBucketAccess deletes the access's key, policy and identity.
-func (d *Driver) DriverRevokeBucketAccess(ctx context.Context, req *cosi.DriverRevokeBucketAccessRequest) (_ *cosi.DriverRevokeBucketAccessResponse, err error) {
+func (d *Driver) DriverRevokeBucketAccess(ctx context.Context, req *cosiproto.DriverRevokeBucketAccessRequest) (_ *cosiproto.DriverRevokeBucketAccessResponse, err error) {
 	defer d.logFailure("DriverRevokeBucketAccess", &err)
 	id := req.GetAccountId()
 	if !validAccountName(id) {
-		return &cosi.DriverRevokeBucketAccessResponse{}, nil // never created
+		return &cosiproto.DriverRevokeBucketAccessResponse{}, nil // never created
 	}
 	var buckets []string
 	for _, b := range req.GetBuckets() {
@@ -517,7 +517,7 @@ func (d *Driver) DriverRevokeBucketAccess(ctx context.Context, req *cosi.DriverR
 	if err := d.cfg.Accounts.Revoke(ctx, id, buckets); err != nil {
 		return nil, err
 	}
-	return &cosi.DriverRevokeBucketAccessResponse{}, nil
+	return &cosiproto.DriverRevokeBucketAccessResponse{}, nil
 }
 
 // keyedMutex serializes work on one bucket or account: the sidecar may work on several accesses

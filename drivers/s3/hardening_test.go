@@ -29,7 +29,7 @@ import (
 
 	"github.com/kube-cosi/cosi/drivers/s3"
 	"github.com/kube-cosi/cosi/pkg/driver"
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 func apiCodeOf(err error) string {
@@ -114,11 +114,11 @@ func TestForeignPolicyStatementsKept(t *testing.T) {
 		}
 		expectAnonymousDenied("before any grant")
 
-		if _, err := p.DriverGetBucket(ctx, &cosi.DriverGetBucketRequest{BucketId: bucket}); err != nil {
+		if _, err := p.DriverGetBucket(ctx, &cosiproto.DriverGetBucketRequest{BucketId: bucket}); err != nil {
 			t.Fatal(err)
 		}
-		ro := grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_ONLY}, bucket)
-		rw := grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE, ObjectMetadata: cosi.AccessMode_READ_ONLY}, bucket)
+		ro := grant(t, p, &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_ONLY}, bucket)
+		rw := grant(t, p, &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE, ObjectMetadata: cosiproto.AccessMode_READ_ONLY}, bucket)
 		expect(t, "ReadOnly get", true, get(ro, bucket, "secret"))
 		expect(t, "ReadWrite put", true, put(rw, bucket, "new"))
 		expectAnonymousDenied("after two grants")
@@ -238,28 +238,28 @@ func TestMetadataModesCannotReachData(t *testing.T) {
 		}
 		for _, tc := range []struct {
 			name  string
-			modes *cosi.AccessModes
+			modes *cosiproto.AccessModes
 			own   func(c *awss3.Client) error // what the mode is for, which must work
 		}{
-			{"objectMetadata ReadOnly", &cosi.AccessModes{ObjectMetadata: cosi.AccessMode_READ_ONLY}, func(c *awss3.Client) error {
+			{"objectMetadata ReadOnly", &cosiproto.AccessModes{ObjectMetadata: cosiproto.AccessMode_READ_ONLY}, func(c *awss3.Client) error {
 				_, err := c.GetObjectTagging(ctx, &awss3.GetObjectTaggingInput{Bucket: aws.String(bucket), Key: aws.String(key)})
 				return err
 			}},
-			{"objectMetadata WriteOnly", &cosi.AccessModes{ObjectMetadata: cosi.AccessMode_WRITE_ONLY}, func(c *awss3.Client) error {
+			{"objectMetadata WriteOnly", &cosiproto.AccessModes{ObjectMetadata: cosiproto.AccessMode_WRITE_ONLY}, func(c *awss3.Client) error {
 				_, err := c.PutObjectTagging(ctx, &awss3.PutObjectTaggingInput{Bucket: aws.String(bucket), Key: aws.String(key),
 					Tagging: &types.Tagging{TagSet: []types.Tag{{Key: aws.String("k"), Value: aws.String("v")}}}})
 				return err
 			}},
-			{"objectMetadata ReadWrite", &cosi.AccessModes{ObjectMetadata: cosi.AccessMode_READ_WRITE}, func(c *awss3.Client) error {
+			{"objectMetadata ReadWrite", &cosiproto.AccessModes{ObjectMetadata: cosiproto.AccessMode_READ_WRITE}, func(c *awss3.Client) error {
 				_, err := c.PutObjectTagging(ctx, &awss3.PutObjectTaggingInput{Bucket: aws.String(bucket), Key: aws.String(key),
 					Tagging: &types.Tagging{TagSet: []types.Tag{{Key: aws.String("k"), Value: aws.String("v")}}}})
 				return err
 			}},
-			{"bucketMetadata ReadOnly", &cosi.AccessModes{BucketMetadata: cosi.AccessMode_READ_ONLY}, func(c *awss3.Client) error {
+			{"bucketMetadata ReadOnly", &cosiproto.AccessModes{BucketMetadata: cosiproto.AccessMode_READ_ONLY}, func(c *awss3.Client) error {
 				_, err := c.GetBucketVersioning(ctx, &awss3.GetBucketVersioningInput{Bucket: aws.String(bucket)})
 				return err
 			}},
-			{"bucketMetadata WriteOnly", &cosi.AccessModes{BucketMetadata: cosi.AccessMode_WRITE_ONLY}, func(c *awss3.Client) error {
+			{"bucketMetadata WriteOnly", &cosiproto.AccessModes{BucketMetadata: cosiproto.AccessMode_WRITE_ONLY}, func(c *awss3.Client) error {
 				tags, err := b.admin.GetBucketTagging(ctx, &awss3.GetBucketTaggingInput{Bucket: aws.String(bucket)})
 				if err != nil {
 					t.Fatal(err)
@@ -267,11 +267,11 @@ func TestMetadataModesCannotReachData(t *testing.T) {
 				_, err = c.PutBucketTagging(ctx, &awss3.PutBucketTaggingInput{Bucket: aws.String(bucket), Tagging: &types.Tagging{TagSet: tags.TagSet}})
 				return err
 			}},
-			{"bucketMetadata ReadWrite", &cosi.AccessModes{BucketMetadata: cosi.AccessMode_READ_WRITE}, func(c *awss3.Client) error {
+			{"bucketMetadata ReadWrite", &cosiproto.AccessModes{BucketMetadata: cosiproto.AccessMode_READ_WRITE}, func(c *awss3.Client) error {
 				_, err := c.GetBucketTagging(ctx, &awss3.GetBucketTaggingInput{Bucket: aws.String(bucket)})
 				return err
 			}},
-			{"all metadata ReadWrite", &cosi.AccessModes{ObjectMetadata: cosi.AccessMode_READ_WRITE, BucketMetadata: cosi.AccessMode_READ_WRITE}, func(c *awss3.Client) error {
+			{"all metadata ReadWrite", &cosiproto.AccessModes{ObjectMetadata: cosiproto.AccessMode_READ_WRITE, BucketMetadata: cosiproto.AccessMode_READ_WRITE}, func(c *awss3.Client) error {
 				_, err := c.GetObjectTagging(ctx, &awss3.GetObjectTaggingInput{Bucket: aws.String(bucket), Key: aws.String(key)})
 				return err
 			}},
@@ -324,13 +324,13 @@ func TestGrantOverPolicySizeLimit(t *testing.T) {
 	b := versityBackend(t)
 	ctx := t.Context()
 	_, p := serve(t, b.newDriver(t, ""), logr.Discard())
-	all := &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE, ObjectMetadata: cosi.AccessMode_READ_WRITE, BucketMetadata: cosi.AccessMode_READ_WRITE}
+	all := &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE, ObjectMetadata: cosiproto.AccessMode_READ_WRITE, BucketMetadata: cosiproto.AccessMode_READ_WRITE}
 	buckets := longBuckets(t, b, 12)
 
 	id := randomName("ba-")
-	req := &cosi.DriverGrantBucketAccessRequest{AccountId: id, Protocol: cosi.ObjectProtocol_S3, AuthenticationType: cosi.AuthenticationType_KEY}
+	req := &cosiproto.DriverGrantBucketAccessRequest{AccountId: id, Protocol: cosiproto.ObjectProtocol_S3, AuthenticationType: cosiproto.AuthenticationType_KEY}
 	for _, bk := range buckets {
-		req.Buckets = append(req.Buckets, &cosi.AccessedBucket{BucketId: bk, AccessModes: all})
+		req.Buckets = append(req.Buckets, &cosiproto.AccessedBucket{BucketId: bk, AccessModes: all})
 	}
 	_, err := p.DriverGrantBucketAccess(ctx, req)
 	if code := status.Code(err); code != codes.OutOfRange || !strings.Contains(status.Convert(err).Message(), "2048") {
@@ -363,18 +363,18 @@ func TestBucketIDsValidated(t *testing.T) {
 		ctx := t.Context()
 		_, p := serve(t, b.newDriver(t, ""), logr.Discard())
 		real := createBucket(t, p, nil)
-		rw := &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}
+		rw := &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}
 		for _, bad := range []string{"*", "prod-*", "b?cket", "${aws:username}", real + "/*", "a", "UPPER", strings.Repeat("a", 64), "-lead", "a..b", "192.168.1.1", "192.168.001.001"} {
-			_, err := p.DriverGetBucket(ctx, &cosi.DriverGetBucketRequest{BucketId: bad})
+			_, err := p.DriverGetBucket(ctx, &cosiproto.DriverGetBucketRequest{BucketId: bad})
 			if status.Code(err) != codes.InvalidArgument {
 				t.Errorf("DriverGetBucket(%q): %v, want InvalidArgument", bad, err)
 			}
-			_, err = p.DriverGrantBucketAccess(ctx, &cosi.DriverGrantBucketAccessRequest{AccountId: randomName("ba-"), Protocol: cosi.ObjectProtocol_S3,
-				AuthenticationType: cosi.AuthenticationType_KEY, Buckets: []*cosi.AccessedBucket{{BucketId: real, AccessModes: rw}, {BucketId: bad, AccessModes: rw}}})
+			_, err = p.DriverGrantBucketAccess(ctx, &cosiproto.DriverGrantBucketAccessRequest{AccountId: randomName("ba-"), Protocol: cosiproto.ObjectProtocol_S3,
+				AuthenticationType: cosiproto.AuthenticationType_KEY, Buckets: []*cosiproto.AccessedBucket{{BucketId: real, AccessModes: rw}, {BucketId: bad, AccessModes: rw}}})
 			if status.Code(err) != codes.InvalidArgument {
 				t.Errorf("DriverGrantBucketAccess with bucket %q: %v, want InvalidArgument", bad, err)
 			}
-			_, err = p.DriverDeleteBucket(ctx, &cosi.DriverDeleteBucketRequest{BucketId: bad})
+			_, err = p.DriverDeleteBucket(ctx, &cosiproto.DriverDeleteBucketRequest{BucketId: bad})
 			if status.Code(err) != codes.InvalidArgument {
 				t.Errorf("DriverDeleteBucket(%q): %v, want InvalidArgument", bad, err)
 			}
@@ -384,8 +384,8 @@ func TestBucketIDsValidated(t *testing.T) {
 		}
 		// A revoke naming such an ID cannot fail for good: it skips it and removes the rest.
 		a := grant(t, p, rw, real)
-		_, err := p.DriverRevokeBucketAccess(ctx, &cosi.DriverRevokeBucketAccessRequest{AccountId: a.id, Protocol: cosi.ObjectProtocol_S3,
-			AuthenticationType: cosi.AuthenticationType_KEY, Buckets: []*cosi.DriverRevokeBucketAccessRequest_Bucket{{BucketId: real}, {BucketId: "*"}}})
+		_, err := p.DriverRevokeBucketAccess(ctx, &cosiproto.DriverRevokeBucketAccessRequest{AccountId: a.id, Protocol: cosiproto.ObjectProtocol_S3,
+			AuthenticationType: cosiproto.AuthenticationType_KEY, Buckets: []*cosiproto.DriverRevokeBucketAccessRequest_Bucket{{BucketId: real}, {BucketId: "*"}}})
 		if err != nil {
 			t.Errorf("revoking with a bucket ID \"*\" among the buckets: %v", err)
 		}
@@ -397,12 +397,12 @@ func TestBucketIDsValidated(t *testing.T) {
 		// A bucket of another user that the driver's identity may not see.
 		foreign, cleanup := rgwForeignBucket(t, b)
 		defer cleanup()
-		_, err = p.DriverGetBucket(ctx, &cosi.DriverGetBucketRequest{BucketId: foreign})
+		_, err = p.DriverGetBucket(ctx, &cosiproto.DriverGetBucketRequest{BucketId: foreign})
 		if err == nil {
 			t.Errorf("DriverGetBucket imported %s, which the driver's identity may not see", foreign)
 		}
-		_, err = p.DriverGrantBucketAccess(ctx, &cosi.DriverGrantBucketAccessRequest{AccountId: randomName("ba-"), Protocol: cosi.ObjectProtocol_S3,
-			AuthenticationType: cosi.AuthenticationType_KEY, Buckets: []*cosi.AccessedBucket{{BucketId: foreign, AccessModes: rw}}})
+		_, err = p.DriverGrantBucketAccess(ctx, &cosiproto.DriverGrantBucketAccessRequest{AccountId: randomName("ba-"), Protocol: cosiproto.ObjectProtocol_S3,
+			AuthenticationType: cosiproto.AuthenticationType_KEY, Buckets: []*cosiproto.AccessedBucket{{BucketId: foreign, AccessModes: rw}}})
 		if err == nil {
 			t.Errorf("DriverGrantBucketAccess granted %s, which the driver's identity may not see", foreign)
 		}
@@ -481,7 +481,7 @@ func writeCredentials(t *testing.T, path string, k s3.Key) {
 
 // limitedDriver serves a driver on Versity whose admin identity is the limited user with key k,
 // read from a credentials file, and returns the file's path.
-func limitedDriver(t *testing.T, k s3.Key, log logr.Logger) (string, cosi.ProvisionerClient) {
+func limitedDriver(t *testing.T, k s3.Key, log logr.Logger) (string, cosiproto.ProvisionerClient) {
 	t.Helper()
 	b := versityBackend(t)
 	file := filepath.Join(t.TempDir(), "admin.env")
@@ -512,7 +512,7 @@ func TestLimitedAdmin(t *testing.T) {
 		_, _, k := limitedAdmin(t, limitedAdminPolicy)
 		_, p := limitedDriver(t, k, logr.Discard())
 		mine := createBucket(t, p, nil)
-		if _, err := p.DriverGetBucket(ctx, &cosi.DriverGetBucketRequest{BucketId: mine}); err != nil {
+		if _, err := p.DriverGetBucket(ctx, &cosiproto.DriverGetBucketRequest{BucketId: mine}); err != nil {
 			t.Fatalf("DriverGetBucket of the limited admin's own bucket: %v", err)
 		}
 		other := randomName("lim-root-")
@@ -525,12 +525,12 @@ func TestLimitedAdmin(t *testing.T) {
 		if _, err := b.admin.PutBucketPolicy(ctx, &awss3.PutBucketPolicyInput{Bucket: aws.String(other), Policy: aws.String(deny)}); err != nil {
 			t.Fatal(err)
 		}
-		_, err := p.DriverGetBucket(ctx, &cosi.DriverGetBucketRequest{BucketId: other})
+		_, err := p.DriverGetBucket(ctx, &cosiproto.DriverGetBucketRequest{BucketId: other})
 		if err == nil {
 			t.Errorf("DriverGetBucket imported %s, which the driver's identity may not see", other)
 		}
-		_, err = p.DriverGrantBucketAccess(ctx, &cosi.DriverGrantBucketAccessRequest{AccountId: randomName("ba-"), Protocol: cosi.ObjectProtocol_S3,
-			AuthenticationType: cosi.AuthenticationType_KEY, Buckets: []*cosi.AccessedBucket{{BucketId: other, AccessModes: &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}}}})
+		_, err = p.DriverGrantBucketAccess(ctx, &cosiproto.DriverGrantBucketAccessRequest{AccountId: randomName("ba-"), Protocol: cosiproto.ObjectProtocol_S3,
+			AuthenticationType: cosiproto.AuthenticationType_KEY, Buckets: []*cosiproto.AccessedBucket{{BucketId: other, AccessModes: &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}}}})
 		if err == nil {
 			t.Errorf("DriverGrantBucketAccess granted %s, which the driver's identity may not see", other)
 		}
@@ -540,7 +540,7 @@ func TestLimitedAdmin(t *testing.T) {
 		name, root, k1 := limitedAdmin(t, limitedAdminPolicy)
 		file, p := limitedDriver(t, k1, logr.Discard())
 		before := createBucket(t, p, nil)
-		grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}, before)
+		grant(t, p, &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}, before)
 
 		out, err := root.CreateAccessKey(ctx, &iam.CreateAccessKeyInput{UserName: aws.String(name)})
 		if err != nil {
@@ -553,7 +553,7 @@ func TestLimitedAdmin(t *testing.T) {
 		// The old key is dead and the file not yet updated: a failure the admin will fix, so
 		// retryable, and saying so without the key.
 		bucketName := s3.BucketName("lim-", randomName("bc-"))
-		_, err = p.DriverCreateBucket(ctx, &cosi.DriverCreateBucketRequest{BucketId: bucketName})
+		_, err = p.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: bucketName})
 		if status.Code(err) != codes.Unavailable {
 			t.Errorf("a call with the deleted admin key: %v, want Unavailable (retryable)", err)
 		}
@@ -564,7 +564,7 @@ func TestLimitedAdmin(t *testing.T) {
 		writeCredentials(t, file, k2)
 		deadline := time.Now().Add(15 * time.Second)
 		for {
-			_, err = p.DriverCreateBucket(ctx, &cosi.DriverCreateBucketRequest{BucketId: bucketName})
+			_, err = p.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: bucketName})
 			if err == nil || time.Now().After(deadline) {
 				break
 			}
@@ -573,7 +573,7 @@ func TestLimitedAdmin(t *testing.T) {
 		if err != nil {
 			t.Fatalf("after the credentials file got the new key: %v", err)
 		}
-		a := grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}, bucketName)
+		a := grant(t, p, &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}, bucketName)
 		expect(t, "put with an access granted after the rotation", true, put(a, bucketName, "k"))
 		revoke(t, p, a)
 	})
@@ -585,8 +585,8 @@ func TestLimitedAdmin(t *testing.T) {
 		var logs logBuffer
 		_, p := limitedDriver(t, k, logs.logger())
 		bucket := createBucket(t, p, nil)
-		_, err := p.DriverGrantBucketAccess(ctx, &cosi.DriverGrantBucketAccessRequest{AccountId: randomName("ba-"), Protocol: cosi.ObjectProtocol_S3,
-			AuthenticationType: cosi.AuthenticationType_KEY, Buckets: []*cosi.AccessedBucket{{BucketId: bucket, AccessModes: &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}}}})
+		_, err := p.DriverGrantBucketAccess(ctx, &cosiproto.DriverGrantBucketAccessRequest{AccountId: randomName("ba-"), Protocol: cosiproto.ObjectProtocol_S3,
+			AuthenticationType: cosiproto.AuthenticationType_KEY, Buckets: []*cosiproto.AccessedBucket{{BucketId: bucket, AccessModes: &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}}}})
 		if err == nil {
 			t.Fatal("a grant by an admin without IAM rights succeeded")
 		}
@@ -648,7 +648,7 @@ func TestRGWStatementsOfOthersKept(t *testing.T) {
 			t.Errorf("%s: the admin's statement %s is gone: %s", when, adminSid, bucketPolicy(t, b, bucket))
 		}
 	}
-	rw := &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}
+	rw := &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}
 	a1 := grantAs(t, p, first, rw, bucket)
 	a2 := grantAs(t, p, second, rw, bucket)
 	expect(t, "put by the second account", true, put(a2, bucket, "k2"))
@@ -697,10 +697,10 @@ func TestForeignPolicyShapesKept(t *testing.T) {
 		return []any{p["Statement"]}
 	}
 	want := exact(bucketPolicy(t, b, bucket))
-	if _, err := p.DriverGetBucket(ctx, &cosi.DriverGetBucketRequest{BucketId: bucket}); err != nil {
+	if _, err := p.DriverGetBucket(ctx, &cosiproto.DriverGetBucketRequest{BucketId: bucket}); err != nil {
 		t.Fatal(err)
 	}
-	a := grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_ONLY}, bucket)
+	a := grant(t, p, &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_ONLY}, bucket)
 	expect(t, "list by the granted access", true, list(a, bucket))
 	got := exact(bucketPolicy(t, b, bucket))
 	if !slices.ContainsFunc(got, func(g any) bool { return reflect.DeepEqual(g, want[0]) }) {
@@ -723,7 +723,7 @@ func TestRGWRevokeCutsAccessFirst(t *testing.T) {
 	_, p := serve(t, b.newDriver(t, ""), logr.Discard())
 	open := createBucket(t, p, map[string]string{s3.ParamPurgeOnDelete: "true"})
 	locked := createBucket(t, p, map[string]string{s3.ParamPurgeOnDelete: "true"})
-	a := grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}, open, locked)
+	a := grant(t, p, &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}, open, locked)
 	expect(t, "put before the revoke", true, put(a, open, "k"))
 
 	doc := bucketPolicy(t, b, locked)
@@ -742,8 +742,8 @@ func TestRGWRevokeCutsAccessFirst(t *testing.T) {
 		t.Skip("Ceph RGW lets the bucket owner read a policy that denies it that; no way here to keep the driver out")
 	}
 
-	req := &cosi.DriverRevokeBucketAccessRequest{AccountId: a.id, Protocol: cosi.ObjectProtocol_S3, AuthenticationType: cosi.AuthenticationType_KEY,
-		Buckets: []*cosi.DriverRevokeBucketAccessRequest_Bucket{{BucketId: locked}, {BucketId: open}}}
+	req := &cosiproto.DriverRevokeBucketAccessRequest{AccountId: a.id, Protocol: cosiproto.ObjectProtocol_S3, AuthenticationType: cosiproto.AuthenticationType_KEY,
+		Buckets: []*cosiproto.DriverRevokeBucketAccessRequest_Bucket{{BucketId: locked}, {BucketId: open}}}
 	_, err := p.DriverRevokeBucketAccess(ctx, req)
 	if err != nil && !driver.Retryable(err) {
 		t.Errorf("a revoke that cannot edit one policy: %v, want success or a retryable error", err)
@@ -770,25 +770,25 @@ func TestRGWConcurrentGrantsKeepEveryStatement(t *testing.T) {
 	b := rgwBackend(t)
 	_, p := serve(t, b.newDriver(t, ""), logr.Discard())
 	bucket := createBucket(t, p, map[string]string{s3.ParamPurgeOnDelete: "true"})
-	rw := &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}
+	rw := &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}
 	first := make([]*access, 4)
 	for i := range first {
 		first[i] = grant(t, p, rw, bucket)
 	}
 	// The calls run in goroutines, which must not call t.Fatal: they report their errors.
-	second := make([]*cosi.DriverGrantBucketAccessResponse, 4)
+	second := make([]*cosiproto.DriverGrantBucketAccessResponse, 4)
 	errs := make(chan error, 8)
 	for i := range 8 {
 		go func() {
 			var err error
 			if i < 4 {
-				second[i], err = p.DriverGrantBucketAccess(t.Context(), &cosi.DriverGrantBucketAccessRequest{AccountId: randomName("ba-"),
-					Protocol: cosi.ObjectProtocol_S3, AuthenticationType: cosi.AuthenticationType_KEY,
-					Buckets: []*cosi.AccessedBucket{{BucketId: bucket, AccessModes: rw}}})
+				second[i], err = p.DriverGrantBucketAccess(t.Context(), &cosiproto.DriverGrantBucketAccessRequest{AccountId: randomName("ba-"),
+					Protocol: cosiproto.ObjectProtocol_S3, AuthenticationType: cosiproto.AuthenticationType_KEY,
+					Buckets: []*cosiproto.AccessedBucket{{BucketId: bucket, AccessModes: rw}}})
 			} else {
-				_, err = p.DriverRevokeBucketAccess(t.Context(), &cosi.DriverRevokeBucketAccessRequest{AccountId: first[i-4].id,
-					Protocol: cosi.ObjectProtocol_S3, AuthenticationType: cosi.AuthenticationType_KEY,
-					Buckets: []*cosi.DriverRevokeBucketAccessRequest_Bucket{{BucketId: bucket}}})
+				_, err = p.DriverRevokeBucketAccess(t.Context(), &cosiproto.DriverRevokeBucketAccessRequest{AccountId: first[i-4].id,
+					Protocol: cosiproto.ObjectProtocol_S3, AuthenticationType: cosiproto.AuthenticationType_KEY,
+					Buckets: []*cosiproto.DriverRevokeBucketAccessRequest_Bucket{{BucketId: bucket}}})
 			}
 			errs <- err
 		}()
@@ -830,7 +830,7 @@ func TestObjectDataWriteCannotShare(t *testing.T) {
 		ctx := t.Context()
 		_, p := serve(t, b.newDriver(t, ""), logr.Discard())
 		bucket := createBucket(t, p, map[string]string{s3.ParamPurgeOnDelete: "true"})
-		a := grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}, bucket)
+		a := grant(t, p, &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}, bucket)
 		body := func() *strings.Reader { return strings.NewReader("data") }
 		_, err := a.client.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("plain"), Body: body()})
 		expect(t, "a plain upload", true, err)
@@ -880,7 +880,7 @@ func TestObjectDataWriteCannotShareByCopyOrMultipart(t *testing.T) {
 		ctx := t.Context()
 		_, p := serve(t, b.newDriver(t, ""), logr.Discard())
 		bucket := createBucket(t, p, map[string]string{s3.ParamPurgeOnDelete: "true"})
-		a := grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}, bucket)
+		a := grant(t, p, &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}, bucket)
 		allUsers := aws.String(`uri="http://acs.amazonaws.com/groups/global/AllUsers"`)
 
 		put := func(key string) {
@@ -1000,7 +1000,7 @@ func TestRGWCreatedBucketsIgnorePublicACLs(t *testing.T) {
 		}
 		recreate := func(when string) {
 			t.Helper()
-			if _, err := p.DriverCreateBucket(ctx, &cosi.DriverCreateBucketRequest{BucketId: bucket}); err != nil {
+			if _, err := p.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: bucket}); err != nil {
 				t.Fatalf("DriverCreateBucket again, %s: %v", when, err)
 			}
 		}
@@ -1026,7 +1026,7 @@ func TestRGWCreatedBucketsIgnorePublicACLs(t *testing.T) {
 		}
 
 		// The workload's uploads work with the block: it ignores ACLs, it refuses nothing.
-		a := grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}, bucket)
+		a := grant(t, p, &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}, bucket)
 		expect(t, "an upload to a bucket with the block", true, put(a, bucket, "k"))
 		expect(t, "a read of it", true, get(a, bucket, "k"))
 		expect(t, "a delete of it", true, del(a, bucket, "k"))
@@ -1039,10 +1039,10 @@ func TestRGWCreatedBucketsIgnorePublicACLs(t *testing.T) {
 		defer func() {
 			_, _ = b.admin.DeleteBucket(context.Background(), &awss3.DeleteBucketInput{Bucket: aws.String(imported)})
 		}()
-		if _, err := p.DriverGetBucket(ctx, &cosi.DriverGetBucketRequest{BucketId: imported}); err != nil {
+		if _, err := p.DriverGetBucket(ctx, &cosiproto.DriverGetBucketRequest{BucketId: imported}); err != nil {
 			t.Fatal(err)
 		}
-		ia := grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}, imported)
+		ia := grant(t, p, &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}, imported)
 		defer revoke(t, p, ia)
 		if got := publicAccessBlock(t, b, imported); got != ([4]bool{}) {
 			t.Errorf("an imported bucket's public access block after import and grant: %v, want the admin's (none)", got)
@@ -1059,17 +1059,17 @@ func TestNoModeChangesPublicAccessBlock(t *testing.T) {
 		ctx := t.Context()
 		_, p := serve(t, b.newDriver(t, ""), logr.Discard())
 		bucket := createBucket(t, p, nil)
-		rw := cosi.AccessMode_READ_WRITE
+		rw := cosiproto.AccessMode_READ_WRITE
 		for _, tc := range []struct {
 			name  string
-			modes *cosi.AccessModes
+			modes *cosiproto.AccessModes
 		}{
-			{"objectData ReadOnly", &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_ONLY}},
-			{"objectData ReadWrite", &cosi.AccessModes{ObjectData: rw}},
-			{"objectMetadata ReadWrite", &cosi.AccessModes{ObjectMetadata: rw}},
-			{"bucketMetadata ReadOnly", &cosi.AccessModes{BucketMetadata: cosi.AccessMode_READ_ONLY}},
-			{"bucketMetadata ReadWrite", &cosi.AccessModes{BucketMetadata: rw}},
-			{"all ReadWrite", &cosi.AccessModes{ObjectData: rw, ObjectMetadata: rw, BucketMetadata: rw}},
+			{"objectData ReadOnly", &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_ONLY}},
+			{"objectData ReadWrite", &cosiproto.AccessModes{ObjectData: rw}},
+			{"objectMetadata ReadWrite", &cosiproto.AccessModes{ObjectMetadata: rw}},
+			{"bucketMetadata ReadOnly", &cosiproto.AccessModes{BucketMetadata: cosiproto.AccessMode_READ_ONLY}},
+			{"bucketMetadata ReadWrite", &cosiproto.AccessModes{BucketMetadata: rw}},
+			{"all ReadWrite", &cosiproto.AccessModes{ObjectData: rw, ObjectMetadata: rw, BucketMetadata: rw}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				a := grant(t, p, tc.modes, bucket)

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // nonConformantIAM is an IAM service that answers successfully but leaves out what the API
@@ -40,7 +40,7 @@ func nonConformantIAM(t *testing.T, userExists bool) *httptest.Server {
 // call with Internal instead of panicking (which would crash-loop the driver).
 func TestNonConformantIAM(t *testing.T) {
 	creds := credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", "")
-	grants := []bucketGrant{{Bucket: "bucket-one", Modes: [3]cosi.AccessMode_Mode{cosi.AccessMode_READ_WRITE}}}
+	grants := []bucketGrant{{Bucket: "bucket-one", Modes: [3]cosiproto.AccessMode_Mode{cosiproto.AccessMode_READ_WRITE}}}
 	for _, tc := range []struct {
 		name       string
 		userExists bool

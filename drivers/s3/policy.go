@@ -5,7 +5,7 @@ import (
 	"strings"
 	"unicode"
 
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // category is one of KEP-1979's three kinds of bucket data that access modes are granted for.
@@ -61,19 +61,19 @@ var actions = map[category]actionSet{
 // bucketGrant is what one access may do in one bucket.
 type bucketGrant struct {
 	Bucket string
-	Modes  [3]cosi.AccessMode_Mode // indexed by category
+	Modes  [3]cosiproto.AccessMode_Mode // indexed by category
 }
 
-func grantFor(b *cosi.AccessedBucket) bucketGrant {
+func grantFor(b *cosiproto.AccessedBucket) bucketGrant {
 	m := b.GetAccessModes()
-	return bucketGrant{Bucket: b.GetBucketId(), Modes: [3]cosi.AccessMode_Mode{m.GetObjectData(), m.GetObjectMetadata(), m.GetBucketMetadata()}}
+	return bucketGrant{Bucket: b.GetBucketId(), Modes: [3]cosiproto.AccessMode_Mode{m.GetObjectData(), m.GetObjectMetadata(), m.GetBucketMetadata()}}
 }
 
-func reads(m cosi.AccessMode_Mode) bool {
-	return m == cosi.AccessMode_READ_ONLY || m == cosi.AccessMode_READ_WRITE
+func reads(m cosiproto.AccessMode_Mode) bool {
+	return m == cosiproto.AccessMode_READ_ONLY || m == cosiproto.AccessMode_READ_WRITE
 }
-func writes(m cosi.AccessMode_Mode) bool {
-	return m == cosi.AccessMode_WRITE_ONLY || m == cosi.AccessMode_READ_WRITE
+func writes(m cosiproto.AccessMode_Mode) bool {
+	return m == cosiproto.AccessMode_WRITE_ONLY || m == cosiproto.AccessMode_READ_WRITE
 }
 
 // bucketActions returns the actions g allows on the bucket and on its objects, sorted.

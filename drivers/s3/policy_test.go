@@ -10,19 +10,19 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
-var allModes = []cosi.AccessMode_Mode{cosi.AccessMode_UNSPECIFIED, cosi.AccessMode_READ_ONLY, cosi.AccessMode_WRITE_ONLY, cosi.AccessMode_READ_WRITE}
+var allModes = []cosiproto.AccessMode_Mode{cosiproto.AccessMode_UNSPECIFIED, cosiproto.AccessMode_READ_ONLY, cosiproto.AccessMode_WRITE_ONLY, cosiproto.AccessMode_READ_WRITE}
 
 // modeCombinations are the 63 ways to ask for at least one mode.
-func modeCombinations() [][3]cosi.AccessMode_Mode {
-	var out [][3]cosi.AccessMode_Mode
+func modeCombinations() [][3]cosiproto.AccessMode_Mode {
+	var out [][3]cosiproto.AccessMode_Mode
 	for _, d := range allModes {
 		for _, om := range allModes {
 			for _, bm := range allModes {
-				if d != cosi.AccessMode_UNSPECIFIED || om != cosi.AccessMode_UNSPECIFIED || bm != cosi.AccessMode_UNSPECIFIED {
-					out = append(out, [3]cosi.AccessMode_Mode{d, om, bm})
+				if d != cosiproto.AccessMode_UNSPECIFIED || om != cosiproto.AccessMode_UNSPECIFIED || bm != cosiproto.AccessMode_UNSPECIFIED {
+					out = append(out, [3]cosiproto.AccessMode_Mode{d, om, bm})
 				}
 			}
 		}
@@ -51,7 +51,7 @@ func quotedLen(items []string) int {
 // 2,048 characters with OutOfRange, and every bucket gets exactly its modes' actions.
 func TestUserPolicySize(t *testing.T) {
 	a := &IAMAccounts{}
-	fits := map[[3]cosi.AccessMode_Mode]int{}
+	fits := map[[3]cosiproto.AccessMode_Mode]int{}
 	for _, modes := range modeCombinations() {
 		g := bucketGrant{Modes: modes}
 		bucketActs, objectActs := g.bucketActions()
@@ -95,8 +95,8 @@ func TestUserPolicySize(t *testing.T) {
 			checkGrants(t, doc, grants)
 		}
 	}
-	rw := cosi.AccessMode_READ_WRITE
-	for _, modes := range [][3]cosi.AccessMode_Mode{{rw, 0, 0}, {cosi.AccessMode_READ_ONLY, 0, 0}, {rw, rw, 0}, {rw, rw, rw}} {
+	rw := cosiproto.AccessMode_READ_WRITE
+	for _, modes := range [][3]cosiproto.AccessMode_Mode{{rw, 0, 0}, {cosiproto.AccessMode_READ_ONLY, 0, 0}, {rw, rw, 0}, {rw, rw, rw}} {
 		// The figures in docs/drivers/s3.md, also for names like bc-<UID> (39 characters).
 		var grants []bucketGrant
 		one, n39 := 0, 0
@@ -114,8 +114,8 @@ func TestUserPolicySize(t *testing.T) {
 		t.Logf("modes %v: one 39-character bucket %d characters; %d buckets with 39-character names fit in 2,048 characters, %d with 63-character names",
 			modes, one, n39, fits[modes])
 	}
-	if fits[[3]cosi.AccessMode_Mode{rw, rw, rw}] < 5 {
-		t.Errorf("full access fits only %d buckets with 63-character names", fits[[3]cosi.AccessMode_Mode{rw, rw, rw}])
+	if fits[[3]cosiproto.AccessMode_Mode{rw, rw, rw}] < 5 {
+		t.Errorf("full access fits only %d buckets with 63-character names", fits[[3]cosiproto.AccessMode_Mode{rw, rw, rw}])
 	}
 }
 

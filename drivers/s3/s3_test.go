@@ -17,7 +17,7 @@ import (
 
 	"github.com/kube-cosi/cosi/drivers/s3"
 	"github.com/kube-cosi/cosi/pkg/sanity"
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // TestSanity runs cosi-sanity against the driver on each real store, with a probe that asks the
@@ -49,24 +49,24 @@ func TestSanity(t *testing.T) {
 // access is one granted access, as a workload sees it.
 type access struct {
 	id     string
-	creds  *cosi.CredentialInfo
-	infos  map[string]*cosi.ProtocolBucketInfo
+	creds  *cosiproto.CredentialInfo
+	infos  map[string]*cosiproto.ProtocolBucketInfo
 	client *awss3.Client
 }
 
-func grant(t *testing.T, p cosi.ProvisionerClient, modes *cosi.AccessModes, buckets ...string) *access {
+func grant(t *testing.T, p cosiproto.ProvisionerClient, modes *cosiproto.AccessModes, buckets ...string) *access {
 	t.Helper()
 	return grantAs(t, p, "ba-"+strings.ToLower(rand.Text()[:12]), modes, buckets...)
 }
 
 // grantAs grants with the account name name.
-func grantAs(t *testing.T, p cosi.ProvisionerClient, name string, modes *cosi.AccessModes, buckets ...string) *access {
+func grantAs(t *testing.T, p cosiproto.ProvisionerClient, name string, modes *cosiproto.AccessModes, buckets ...string) *access {
 	t.Helper()
 	ctx := t.Context()
-	req := &cosi.DriverGenerateBucketAccessIdRequest{AccountName: name, Protocol: cosi.ObjectProtocol_S3, AuthenticationType: cosi.AuthenticationType_KEY}
-	greq := &cosi.DriverGrantBucketAccessRequest{Protocol: cosi.ObjectProtocol_S3, AuthenticationType: cosi.AuthenticationType_KEY}
+	req := &cosiproto.DriverGenerateBucketAccessIdRequest{AccountName: name, Protocol: cosiproto.ObjectProtocol_S3, AuthenticationType: cosiproto.AuthenticationType_KEY}
+	greq := &cosiproto.DriverGrantBucketAccessRequest{Protocol: cosiproto.ObjectProtocol_S3, AuthenticationType: cosiproto.AuthenticationType_KEY}
 	for _, b := range buckets {
-		req.Buckets = append(req.Buckets, &cosi.AccessedBucket{BucketId: b, AccessModes: modes})
+		req.Buckets = append(req.Buckets, &cosiproto.AccessedBucket{BucketId: b, AccessModes: modes})
 	}
 	greq.Buckets = req.Buckets
 	gen, err := p.DriverGenerateBucketAccessId(ctx, req)
@@ -78,7 +78,7 @@ func grantAs(t *testing.T, p cosi.ProvisionerClient, name string, modes *cosi.Ac
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &access{id: gen.GetAccountId(), creds: resp.GetCredentials(), infos: map[string]*cosi.ProtocolBucketInfo{}}
+	a := &access{id: gen.GetAccountId(), creds: resp.GetCredentials(), infos: map[string]*cosiproto.ProtocolBucketInfo{}}
 	for _, bi := range resp.GetBuckets() {
 		a.infos[bi.GetBucketId()] = bi.GetBucketInfo()
 	}
@@ -86,24 +86,24 @@ func grantAs(t *testing.T, p cosi.ProvisionerClient, name string, modes *cosi.Ac
 	return a
 }
 
-func revoke(t *testing.T, p cosi.ProvisionerClient, a *access) {
+func revoke(t *testing.T, p cosiproto.ProvisionerClient, a *access) {
 	t.Helper()
-	req := &cosi.DriverRevokeBucketAccessRequest{AccountId: a.id, Protocol: cosi.ObjectProtocol_S3, AuthenticationType: cosi.AuthenticationType_KEY}
+	req := &cosiproto.DriverRevokeBucketAccessRequest{AccountId: a.id, Protocol: cosiproto.ObjectProtocol_S3, AuthenticationType: cosiproto.AuthenticationType_KEY}
 	for b := range a.infos {
-		req.Buckets = append(req.Buckets, &cosi.DriverRevokeBucketAccessRequest_Bucket{BucketId: b})
+		req.Buckets = append(req.Buckets, &cosiproto.DriverRevokeBucketAccessRequest_Bucket{BucketId: b})
 	}
 	if _, err := p.DriverRevokeBucketAccess(t.Context(), req); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func createBucket(t *testing.T, p cosi.ProvisionerClient, params map[string]string) string {
+func createBucket(t *testing.T, p cosiproto.ProvisionerClient, params map[string]string) string {
 	t.Helper()
-	gen, err := p.DriverGenerateBucketId(t.Context(), &cosi.DriverGenerateBucketIdRequest{Name: "bc-" + strings.ToLower(rand.Text()[:12]), Parameters: params})
+	gen, err := p.DriverGenerateBucketId(t.Context(), &cosiproto.DriverGenerateBucketIdRequest{Name: "bc-" + strings.ToLower(rand.Text()[:12]), Parameters: params})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.DriverCreateBucket(t.Context(), &cosi.DriverCreateBucketRequest{BucketId: gen.GetBucketId(), Parameters: params}); err != nil {
+	if _, err := p.DriverCreateBucket(t.Context(), &cosiproto.DriverCreateBucketRequest{BucketId: gen.GetBucketId(), Parameters: params}); err != nil {
 		t.Fatal(err)
 	}
 	return gen.GetBucketId()
@@ -159,7 +159,7 @@ func TestEnforcement(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		rw := grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}, bucket)
+		rw := grant(t, p, &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}, bucket)
 		expect(t, "ReadWrite put", true, put(rw, bucket, "rw"))
 		expect(t, "ReadWrite get", true, get(rw, bucket, "rw"))
 		expect(t, "ReadWrite list", true, list(rw, bucket))
@@ -174,21 +174,21 @@ func TestEnforcement(t *testing.T) {
 		_, err = rw.client.DeleteBucket(ctx, &awss3.DeleteBucketInput{Bucket: aws.String(bucket)})
 		expect(t, "ReadWrite deleting the bucket", false, err)
 
-		ro := grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_ONLY}, bucket)
+		ro := grant(t, p, &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_ONLY}, bucket)
 		expect(t, "ReadOnly get", true, get(ro, bucket, "seed"))
 		expect(t, "ReadOnly list", true, list(ro, bucket))
 		expect(t, "ReadOnly put", false, put(ro, bucket, "ro"))
 		expect(t, "ReadOnly delete", false, del(ro, bucket, "seed"))
 		expect(t, "ReadOnly get from a bucket it was not granted", false, get(ro, other, "seed"))
 
-		wo := grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_WRITE_ONLY}, bucket)
+		wo := grant(t, p, &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_WRITE_ONLY}, bucket)
 		expect(t, "WriteOnly put", true, put(wo, bucket, "wo"))
 		expect(t, "WriteOnly delete", true, del(wo, bucket, "wo"))
 		expect(t, "WriteOnly get", false, get(wo, bucket, "seed"))
 		expect(t, "WriteOnly list", false, list(wo, bucket))
 		expect(t, "WriteOnly put into a bucket it was not granted", false, put(wo, other, "x"))
 
-		multi := grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}, bucket, other)
+		multi := grant(t, p, &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}, bucket, other)
 		for _, bk := range []string{bucket, other} {
 			expect(t, "multi-bucket put into "+bk, true, put(multi, bk, "multi"))
 			expect(t, "multi-bucket get from "+bk, true, get(multi, bk, "multi"))
@@ -224,9 +224,9 @@ func TestRepeatedGrant(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		_, p := serve(t, b.newDriver(t, ""), logr.Discard())
 		bucket := createBucket(t, p, nil)
-		first := grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}, bucket)
-		req := &cosi.DriverGrantBucketAccessRequest{AccountId: first.id, Protocol: cosi.ObjectProtocol_S3, AuthenticationType: cosi.AuthenticationType_KEY,
-			Buckets: []*cosi.AccessedBucket{{BucketId: bucket, AccessModes: &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}}}}
+		first := grant(t, p, &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}, bucket)
+		req := &cosiproto.DriverGrantBucketAccessRequest{AccountId: first.id, Protocol: cosiproto.ObjectProtocol_S3, AuthenticationType: cosiproto.AuthenticationType_KEY,
+			Buckets: []*cosiproto.AccessedBucket{{BucketId: bucket, AccessModes: &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}}}}
 		resp, err := p.DriverGrantBucketAccess(t.Context(), req)
 		if err != nil {
 			t.Fatal(err)
@@ -248,11 +248,11 @@ func TestBuckets(t *testing.T) {
 
 		t.Run("generated names are deterministic, prefixed and valid", func(t *testing.T) {
 			name := "bc-3f1e9a52-7c1d-4c3e-9d4e-UPPER"
-			one, err := p.DriverGenerateBucketId(ctx, &cosi.DriverGenerateBucketIdRequest{Name: name})
+			one, err := p.DriverGenerateBucketId(ctx, &cosiproto.DriverGenerateBucketIdRequest{Name: name})
 			if err != nil {
 				t.Fatal(err)
 			}
-			two, _ := p.DriverGenerateBucketId(ctx, &cosi.DriverGenerateBucketIdRequest{Name: name})
+			two, _ := p.DriverGenerateBucketId(ctx, &cosiproto.DriverGenerateBucketIdRequest{Name: name})
 			if one.GetBucketId() != two.GetBucketId() || !strings.HasPrefix(one.GetBucketId(), "test-bc-") || one.GetBucketId() != strings.ToLower(one.GetBucketId()) {
 				t.Errorf("bucket IDs %q, %q", one.GetBucketId(), two.GetBucketId())
 			}
@@ -270,11 +270,11 @@ func TestBuckets(t *testing.T) {
 			if _, err := b.admin.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(id), Key: aws.String("precious"), Body: strings.NewReader("x")}); err != nil {
 				t.Fatal(err)
 			}
-			_, err := p.DriverGenerateBucketId(ctx, &cosi.DriverGenerateBucketIdRequest{Name: name})
+			_, err := p.DriverGenerateBucketId(ctx, &cosiproto.DriverGenerateBucketIdRequest{Name: name})
 			if status.Code(err) != codes.AlreadyExists {
 				t.Errorf("DriverGenerateBucketId for a foreign bucket: %v, want AlreadyExists", err)
 			}
-			_, err = p.DriverCreateBucket(ctx, &cosi.DriverCreateBucketRequest{BucketId: id})
+			_, err = p.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: id})
 			if status.Code(err) != codes.AlreadyExists {
 				t.Errorf("DriverCreateBucket for a foreign bucket: %v, want AlreadyExists", err)
 			}
@@ -288,7 +288,7 @@ func TestBuckets(t *testing.T) {
 			if _, err := b.admin.CreateBucket(ctx, &awss3.CreateBucketInput{Bucket: aws.String(id)}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := p.DriverCreateBucket(ctx, &cosi.DriverCreateBucketRequest{BucketId: id}); err != nil {
+			if _, err := p.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: id}); err != nil {
 				t.Fatalf("DriverCreateBucket after an interrupted creation: %v", err)
 			}
 			tags, err := b.admin.GetBucketTagging(ctx, &awss3.GetBucketTaggingInput{Bucket: aws.String(id)})
@@ -303,7 +303,7 @@ func TestBuckets(t *testing.T) {
 			if err != nil || v.Status != types.BucketVersioningStatusEnabled {
 				t.Errorf("versioning=true: status %v, %v", v, err)
 			}
-			_, err = p.DriverCreateBucket(ctx, &cosi.DriverCreateBucketRequest{BucketId: versioned, Parameters: map[string]string{s3.ParamVersioning: "false"}})
+			_, err = p.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: versioned, Parameters: map[string]string{s3.ParamVersioning: "false"}})
 			if status.Code(err) != codes.AlreadyExists {
 				t.Errorf("re-creating a versioned bucket unversioned: %v, want AlreadyExists", err)
 			}
@@ -312,11 +312,11 @@ func TestBuckets(t *testing.T) {
 			if err != nil || lock.ObjectLockConfiguration == nil || lock.ObjectLockConfiguration.ObjectLockEnabled != types.ObjectLockEnabledEnabled {
 				t.Errorf("objectLock=true: %v, %v", lock, err)
 			}
-			_, err = p.DriverCreateBucket(ctx, &cosi.DriverCreateBucketRequest{BucketId: "x-" + locked, Parameters: map[string]string{s3.ParamObjectLock: "true", s3.ParamVersioning: "false"}})
+			_, err = p.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: "x-" + locked, Parameters: map[string]string{s3.ParamObjectLock: "true", s3.ParamVersioning: "false"}})
 			if status.Code(err) != codes.InvalidArgument {
 				t.Errorf("objectLock=true with versioning=false: %v, want InvalidArgument", err)
 			}
-			_, err = p.DriverCreateBucket(ctx, &cosi.DriverCreateBucketRequest{BucketId: "x-" + locked, Parameters: map[string]string{"versoning": "true"}})
+			_, err = p.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: "x-" + locked, Parameters: map[string]string{"versoning": "true"}})
 			if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "versoning") {
 				t.Errorf("a misspelt parameter: %v, want InvalidArgument naming it", err)
 			}
@@ -324,25 +324,25 @@ func TestBuckets(t *testing.T) {
 
 		t.Run("static buckets", func(t *testing.T) {
 			id := "static-" + strings.ToLower(rand.Text()[:10])
-			_, err := p.DriverGetBucket(ctx, &cosi.DriverGetBucketRequest{BucketId: id})
+			_, err := p.DriverGetBucket(ctx, &cosiproto.DriverGetBucketRequest{BucketId: id})
 			if status.Code(err) != codes.NotFound {
 				t.Errorf("DriverGetBucket of a missing bucket: %v, want NotFound", err)
 			}
 			if _, err := b.admin.CreateBucket(ctx, &awss3.CreateBucketInput{Bucket: aws.String(id)}); err != nil {
 				t.Fatal(err)
 			}
-			resp, err := p.DriverGetBucket(ctx, &cosi.DriverGetBucketRequest{BucketId: id})
+			resp, err := p.DriverGetBucket(ctx, &cosiproto.DriverGetBucketRequest{BucketId: id})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if s := resp.GetProtocols().GetS3(); s.GetBucketName() != id || s.GetEndpoint() != b.s3Endpoint || s.GetRegion() == "" {
 				t.Errorf("bucket info %v", s)
 			}
-			_, err = p.DriverGetBucket(ctx, &cosi.DriverGetBucketRequest{BucketId: id, Parameters: map[string]string{s3.ParamVersioning: "true"}})
+			_, err = p.DriverGetBucket(ctx, &cosiproto.DriverGetBucketRequest{BucketId: id, Parameters: map[string]string{s3.ParamVersioning: "true"}})
 			if status.Code(err) != codes.AlreadyExists {
 				t.Errorf("DriverGetBucket asking for versioning of an unversioned bucket: %v, want AlreadyExists", err)
 			}
-			a := grant(t, p, &cosi.AccessModes{ObjectData: cosi.AccessMode_READ_WRITE}, id)
+			a := grant(t, p, &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}, id)
 			expect(t, "put into a static bucket", true, put(a, id, "k"))
 			revoke(t, p, a)
 		})
@@ -354,14 +354,14 @@ func TestBuckets(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			_, err := p.DriverDeleteBucket(ctx, &cosi.DriverDeleteBucketRequest{BucketId: id, Parameters: map[string]string{s3.ParamVersioning: "true"}})
+			_, err := p.DriverDeleteBucket(ctx, &cosiproto.DriverDeleteBucketRequest{BucketId: id, Parameters: map[string]string{s3.ParamVersioning: "true"}})
 			if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), s3.ParamPurgeOnDelete) {
 				t.Errorf("deleting a non-empty bucket: %v, want FailedPrecondition naming %s", err, s3.ParamPurgeOnDelete)
 			}
 			if _, err := b.admin.HeadObject(ctx, &awss3.HeadObjectInput{Bucket: aws.String(id), Key: aws.String("b/c")}); err != nil {
 				t.Errorf("an object after the refused delete: %v", err)
 			}
-			_, err = p.DriverDeleteBucket(ctx, &cosi.DriverDeleteBucketRequest{BucketId: id, Parameters: map[string]string{s3.ParamVersioning: "true", s3.ParamPurgeOnDelete: "true"}})
+			_, err = p.DriverDeleteBucket(ctx, &cosiproto.DriverDeleteBucketRequest{BucketId: id, Parameters: map[string]string{s3.ParamVersioning: "true", s3.ParamPurgeOnDelete: "true"}})
 			if err != nil {
 				t.Fatalf("deleting with purgeOnDelete: %v", err)
 			}

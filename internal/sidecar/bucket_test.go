@@ -14,7 +14,7 @@ import (
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/testenv"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // deleteAsController deletes a Bucket the way the controller does for a deleted claim: annotate
@@ -119,7 +119,7 @@ func TestDeletionWaitsForTheClaim(t *testing.T) {
 
 func TestStaticBucket(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, memory.Config{Protocols: []cosi.ObjectProtocol_Type{cosi.ObjectProtocol_S3}})
+	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3}})
 	static := func(existing string, protocols ...cosiapi.Protocol) *cosiapi.Bucket {
 		b := h.bucket(cosiapi.DeletionPolicyRetain, protocols...)
 		b.Spec.ExistingBucketID = existing
@@ -137,7 +137,7 @@ func TestStaticBucket(t *testing.T) {
 		testenv.Condition(t, env, b, bucketConditions, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning)
 		waitForEvent(t, b, cosiapi.EventFailedCreateBucket)
 		// The admin creates the bucket in the backend; the sidecar retries with backoff.
-		if _, err := h.driver.DriverCreateBucket(t.Context(), &cosi.DriverCreateBucketRequest{BucketId: "legacy-later"}); err != nil {
+		if _, err := h.driver.DriverCreateBucket(t.Context(), &cosiproto.DriverCreateBucketRequest{BucketId: "legacy-later"}); err != nil {
 			t.Fatal(err)
 		}
 		b = provisioned(t, b, bucketConditions)
@@ -150,7 +150,7 @@ func TestStaticBucket(t *testing.T) {
 	})
 
 	t.Run("incompatible is final", func(t *testing.T) {
-		if _, err := h.driver.DriverCreateBucket(t.Context(), &cosi.DriverCreateBucketRequest{BucketId: "legacy-versioned", Parameters: map[string]string{memory.ParamVersioning: "true"}}); err != nil {
+		if _, err := h.driver.DriverCreateBucket(t.Context(), &cosiproto.DriverCreateBucketRequest{BucketId: "legacy-versioned", Parameters: map[string]string{memory.ParamVersioning: "true"}}); err != nil {
 			t.Fatal(err)
 		}
 		b := static("legacy-versioned")
@@ -170,7 +170,7 @@ func TestStaticBucket(t *testing.T) {
 	})
 
 	t.Run("protocol the bucket lacks is final", func(t *testing.T) {
-		if _, err := h.driver.DriverCreateBucket(t.Context(), &cosi.DriverCreateBucketRequest{BucketId: "legacy-s3"}); err != nil {
+		if _, err := h.driver.DriverCreateBucket(t.Context(), &cosiproto.DriverCreateBucketRequest{BucketId: "legacy-s3"}); err != nil {
 			t.Fatal(err)
 		}
 		b := static("legacy-s3", cosiapi.ProtocolGCS)
@@ -180,7 +180,7 @@ func TestStaticBucket(t *testing.T) {
 
 	t.Run("Retain never deletes", func(t *testing.T) {
 		b := static("legacy-kept")
-		if _, err := h.driver.DriverCreateBucket(t.Context(), &cosi.DriverCreateBucketRequest{BucketId: "legacy-kept"}); err != nil {
+		if _, err := h.driver.DriverCreateBucket(t.Context(), &cosiproto.DriverCreateBucketRequest{BucketId: "legacy-kept"}); err != nil {
 			t.Fatal(err)
 		}
 		h.create(b)

@@ -18,7 +18,7 @@ import (
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/testenv"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // access creates a BucketAccess for the buckets and hands it off to the harness's driver, as the
@@ -152,14 +152,14 @@ func TestAccessLifecycle(t *testing.T) {
 	}
 }
 
-func credentialsFrom(p cosiapi.Protocol, s *corev1.Secret) *cosi.CredentialInfo {
+func credentialsFrom(p cosiapi.Protocol, s *corev1.Secret) *cosiproto.CredentialInfo {
 	switch p {
 	case cosiapi.ProtocolS3:
-		return &cosi.CredentialInfo{S3: &cosi.S3Credentials{AccessKeyId: string(s.Data["AWS_ACCESS_KEY_ID"]), AccessSecretKey: string(s.Data["AWS_SECRET_ACCESS_KEY"])}}
+		return &cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{AccessKeyId: string(s.Data["AWS_ACCESS_KEY_ID"]), AccessSecretKey: string(s.Data["AWS_SECRET_ACCESS_KEY"])}}
 	case cosiapi.ProtocolAzure:
-		return &cosi.CredentialInfo{Azure: &cosi.AzureCredentials{AccessToken: string(s.Data["AZURE_STORAGE_SAS_TOKEN"])}}
+		return &cosiproto.CredentialInfo{Azure: &cosiproto.AzureCredentials{AccessToken: string(s.Data["AZURE_STORAGE_SAS_TOKEN"])}}
 	default:
-		return &cosi.CredentialInfo{Gcs: &cosi.GcsCredentials{HmacAccessId: string(s.Data["HMAC_ACCESS_ID"]), HmacSecret: string(s.Data["HMAC_SECRET"])}}
+		return &cosiproto.CredentialInfo{Gcs: &cosiproto.GcsCredentials{HmacAccessId: string(s.Data["HMAC_ACCESS_ID"]), HmacSecret: string(s.Data["HMAC_SECRET"])}}
 	}
 }
 

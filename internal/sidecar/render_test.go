@@ -8,24 +8,24 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 func TestSecretData(t *testing.T) {
 	expiry := time.Date(2027, 1, 2, 3, 4, 5, 0, time.UTC)
 	for _, tc := range []struct {
 		name     string
-		protocol cosi.ObjectProtocol_Type
-		info     *cosi.ProtocolBucketInfo
-		creds    *cosi.CredentialInfo
+		protocol cosiproto.ObjectProtocol_Type
+		info     *cosiproto.ProtocolBucketInfo
+		creds    *cosiproto.CredentialInfo
 		ca       string
 		want     map[string]string
 	}{
 		{
 			name:     "S3, every key",
-			protocol: cosi.ObjectProtocol_S3,
-			info:     &cosi.ProtocolBucketInfo{S3: &cosi.S3BucketInfo{BucketName: "bc-1", Endpoint: "https://s3.example.com", Region: "eu-1", AddressingStyle: cosi.S3AddressingStyle_VIRTUAL}},
-			creds:    &cosi.CredentialInfo{S3: &cosi.S3Credentials{AccessKeyId: "AK", AccessSecretKey: "SK"}},
+			protocol: cosiproto.ObjectProtocol_S3,
+			info:     &cosiproto.ProtocolBucketInfo{S3: &cosiproto.S3BucketInfo{BucketName: "bc-1", Endpoint: "https://s3.example.com", Region: "eu-1", AddressingStyle: cosiproto.S3AddressingStyle_VIRTUAL}},
+			creds:    &cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{AccessKeyId: "AK", AccessSecretKey: "SK"}},
 			ca:       "-----BEGIN CERTIFICATE-----",
 			want: map[string]string{
 				"COSI_PROTOCOL": "S3", "AWS_ENDPOINT_URL": "https://s3.example.com", "BUCKET_NAME": "bc-1",
@@ -35,12 +35,12 @@ func TestSecretData(t *testing.T) {
 		},
 		{
 			name:     "S3 info of other protocols is left out",
-			protocol: cosi.ObjectProtocol_S3,
-			info: &cosi.ProtocolBucketInfo{
-				S3:  &cosi.S3BucketInfo{BucketName: "bc-1", Endpoint: "e", Region: "r", AddressingStyle: cosi.S3AddressingStyle_PATH},
-				Gcs: &cosi.GcsBucketInfo{ProjectId: "p", BucketName: "other"},
+			protocol: cosiproto.ObjectProtocol_S3,
+			info: &cosiproto.ProtocolBucketInfo{
+				S3:  &cosiproto.S3BucketInfo{BucketName: "bc-1", Endpoint: "e", Region: "r", AddressingStyle: cosiproto.S3AddressingStyle_PATH},
+				Gcs: &cosiproto.GcsBucketInfo{ProjectId: "p", BucketName: "other"},
 			},
-			creds: &cosi.CredentialInfo{S3: &cosi.S3Credentials{AccessKeyId: "AK", AccessSecretKey: "SK"}},
+			creds: &cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{AccessKeyId: "AK", AccessSecretKey: "SK"}},
 			want: map[string]string{
 				"COSI_PROTOCOL": "S3", "AWS_ENDPOINT_URL": "e", "BUCKET_NAME": "bc-1", "AWS_DEFAULT_REGION": "r",
 				"AWS_S3_ADDRESSING_STYLE": "path", "AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK",
@@ -48,9 +48,9 @@ func TestSecretData(t *testing.T) {
 		},
 		{
 			name:     "Azure with expiry",
-			protocol: cosi.ObjectProtocol_AZURE,
-			info:     &cosi.ProtocolBucketInfo{Azure: &cosi.AzureBucketInfo{StorageAccount: "acct"}},
-			creds:    &cosi.CredentialInfo{Azure: &cosi.AzureCredentials{AccessToken: "sv=x&sig=y", ExpiryTimestamp: timestamppb.New(expiry)}},
+			protocol: cosiproto.ObjectProtocol_AZURE,
+			info:     &cosiproto.ProtocolBucketInfo{Azure: &cosiproto.AzureBucketInfo{StorageAccount: "acct"}},
+			creds:    &cosiproto.CredentialInfo{Azure: &cosiproto.AzureCredentials{AccessToken: "sv=x&sig=y", ExpiryTimestamp: timestamppb.New(expiry)}},
 			want: map[string]string{
 				"COSI_PROTOCOL": "Azure", "AZURE_STORAGE_ACCOUNT": "acct", "AZURE_STORAGE_SAS_TOKEN": "sv=x&sig=y",
 				"AZURE_STORAGE_SAS_TOKEN_EXPIRY_TIMESTAMP": "2027-01-02T03:04:05Z",
@@ -58,9 +58,9 @@ func TestSecretData(t *testing.T) {
 		},
 		{
 			name:     "Azure without expiry has the key, empty",
-			protocol: cosi.ObjectProtocol_AZURE,
-			info:     &cosi.ProtocolBucketInfo{Azure: &cosi.AzureBucketInfo{StorageAccount: "acct"}},
-			creds:    &cosi.CredentialInfo{Azure: &cosi.AzureCredentials{AccessToken: "tok"}},
+			protocol: cosiproto.ObjectProtocol_AZURE,
+			info:     &cosiproto.ProtocolBucketInfo{Azure: &cosiproto.AzureBucketInfo{StorageAccount: "acct"}},
+			creds:    &cosiproto.CredentialInfo{Azure: &cosiproto.AzureCredentials{AccessToken: "tok"}},
 			want: map[string]string{
 				"COSI_PROTOCOL": "Azure", "AZURE_STORAGE_ACCOUNT": "acct", "AZURE_STORAGE_SAS_TOKEN": "tok",
 				"AZURE_STORAGE_SAS_TOKEN_EXPIRY_TIMESTAMP": "",
@@ -68,9 +68,9 @@ func TestSecretData(t *testing.T) {
 		},
 		{
 			name:     "GCS with service account key and HMAC",
-			protocol: cosi.ObjectProtocol_GCS,
-			info:     &cosi.ProtocolBucketInfo{Gcs: &cosi.GcsBucketInfo{ProjectId: "proj", BucketName: "b"}},
-			creds: &cosi.CredentialInfo{Gcs: &cosi.GcsCredentials{ServiceAccountName: "sa", ClientEmail: "sa@x", ClientId: "1",
+			protocol: cosiproto.ObjectProtocol_GCS,
+			info:     &cosiproto.ProtocolBucketInfo{Gcs: &cosiproto.GcsBucketInfo{ProjectId: "proj", BucketName: "b"}},
+			creds: &cosiproto.CredentialInfo{Gcs: &cosiproto.GcsCredentials{ServiceAccountName: "sa", ClientEmail: "sa@x", ClientId: "1",
 				PrivateKeyId: "kid", PrivateKey: "pk", HmacAccessId: "hid", HmacSecret: "hs"}},
 			want: map[string]string{
 				"COSI_PROTOCOL": "GCS", "PROJECT_ID": "proj", "BUCKET_NAME": "b", "SERVICE_ACCOUNT_NAME": "sa", "CLIENT_EMAIL": "sa@x",
@@ -79,8 +79,8 @@ func TestSecretData(t *testing.T) {
 		},
 		{
 			name:     "ServiceAccount authentication: bucket info only",
-			protocol: cosi.ObjectProtocol_GCS,
-			info:     &cosi.ProtocolBucketInfo{Gcs: &cosi.GcsBucketInfo{ProjectId: "proj", BucketName: "b"}},
+			protocol: cosiproto.ObjectProtocol_GCS,
+			info:     &cosiproto.ProtocolBucketInfo{Gcs: &cosiproto.GcsBucketInfo{ProjectId: "proj", BucketName: "b"}},
 			want:     map[string]string{"COSI_PROTOCOL": "GCS", "PROJECT_ID": "proj", "BUCKET_NAME": "b"},
 		},
 	} {
@@ -97,10 +97,10 @@ func TestSecretData(t *testing.T) {
 }
 
 func TestBucketStatusInfo(t *testing.T) {
-	got := bucketStatusInfo(&cosi.ProtocolBucketInfo{
-		S3:    &cosi.S3BucketInfo{BucketName: "s3name", Endpoint: "e"},
-		Azure: &cosi.AzureBucketInfo{StorageAccount: "acct"},
-		Gcs:   &cosi.GcsBucketInfo{BucketName: "gcsname"},
+	got := bucketStatusInfo(&cosiproto.ProtocolBucketInfo{
+		S3:    &cosiproto.S3BucketInfo{BucketName: "s3name", Endpoint: "e"},
+		Azure: &cosiproto.AzureBucketInfo{StorageAccount: "acct"},
+		Gcs:   &cosiproto.GcsBucketInfo{BucketName: "gcsname"},
 	})
 	// KEP-1979: "COSI_<PROTOCOL>_<KEY> ... e.g., COSI_S3_ENDPOINT, COSI_AZURE_STORAGE_ACCOUNT".
 	want := map[string]string{
@@ -113,7 +113,7 @@ func TestBucketStatusInfo(t *testing.T) {
 	if !maps.Equal(got, want) {
 		t.Errorf("bucketStatusInfo = %v, want %v", got, want)
 	}
-	if bucketStatusInfo(&cosi.ProtocolBucketInfo{}) != nil {
+	if bucketStatusInfo(&cosiproto.ProtocolBucketInfo{}) != nil {
 		t.Error("empty info should render as nil")
 	}
 }

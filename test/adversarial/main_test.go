@@ -28,7 +28,7 @@ import (
 	"github.com/kube-cosi/cosi/internal/objects"
 	"github.com/kube-cosi/cosi/internal/testenv"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 const tenantNamespace = "tenant-a"
@@ -119,7 +119,7 @@ func newSystem(t *testing.T, cfg memory.Config) *system {
 	s.name = fmt.Sprintf("memory-%d.adversarial.cosi.io", driverCounter.Add(1))
 	cfg.Name = s.name
 	if cfg.Protocols == nil {
-		cfg.Protocols = []cosi.ObjectProtocol_Type{cosi.ObjectProtocol_S3, cosi.ObjectProtocol_AZURE}
+		cfg.Protocols = []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3, cosiproto.ObjectProtocol_AZURE}
 	}
 	var err error
 	if s.driver, err = memory.New(cfg); err != nil {
@@ -273,8 +273,8 @@ func secret(t *testing.T, ba *cosiapi.BucketAccess, i int) *corev1.Secret {
 	return s
 }
 
-func credentials(s *corev1.Secret) *cosi.CredentialInfo {
-	return &cosi.CredentialInfo{S3: &cosi.S3Credentials{
+func credentials(s *corev1.Secret) *cosiproto.CredentialInfo {
+	return &cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{
 		AccessKeyId: string(s.Data[cosiapi.SecretKeyS3AccessKeyID]), AccessSecretKey: string(s.Data[cosiapi.SecretKeyS3SecretAccessKey]),
 	}}
 }

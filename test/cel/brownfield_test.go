@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	cosi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/testenv"
 )
 
@@ -32,10 +32,10 @@ func TestBrownfieldDeleteStoredBeforeTheRule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	brownfieldDelete := func() *cosi.Bucket {
+	brownfieldDelete := func() *cosiapi.Bucket {
 		b := newBucket(uniqueName("brownfield"))
 		static(b)
-		b.Spec.DeletionPolicy = cosi.DeletionPolicyDelete
+		b.Spec.DeletionPolicy = cosiapi.DeletionPolicyDelete
 		return b
 	}
 	// refusedNow probes the rule with a dry-run create.
@@ -72,19 +72,19 @@ func TestBrownfieldDeleteStoredBeforeTheRule(t *testing.T) {
 
 	for _, tc := range []struct {
 		name       string
-		update     func(*cosi.Bucket)
+		update     func(*cosiapi.Bucket)
 		status     bool
 		wantErrors []string
 	}{
-		{name: "the sidecar adds its finalizer", update: func(b *cosi.Bucket) { b.Finalizers = []string{cosi.FinalizerProtection} }},
-		{name: "the sidecar writes status", status: true, update: func(b *cosi.Bucket) { b.Status.BucketID = "legacy-bucket" }},
+		{name: "the sidecar adds its finalizer", update: func(b *cosiapi.Bucket) { b.Finalizers = []string{cosiapi.FinalizerProtection} }},
+		{name: "the sidecar writes status", status: true, update: func(b *cosiapi.Bucket) { b.Status.BucketID = "legacy-bucket" }},
 		{
 			name:       "the controller binds the claim",
-			update:     func(b *cosi.Bucket) { b.Spec.BucketClaimRef.UID = "3f2b9c1e-0000-4000-8000-000000000003" },
+			update:     func(b *cosiapi.Bucket) { b.Spec.BucketClaimRef.UID = "3f2b9c1e-0000-4000-8000-000000000003" },
 			wantErrors: []string{"spec.deletionPolicy", brownfieldRuleMessage},
 		},
-		{name: "the admin switches it to Retain", update: func(b *cosi.Bucket) { b.Spec.DeletionPolicy = cosi.DeletionPolicyRetain }},
-		{name: "then the claim binds", update: func(b *cosi.Bucket) { b.Spec.BucketClaimRef.UID = "3f2b9c1e-0000-4000-8000-000000000003" }},
+		{name: "the admin switches it to Retain", update: func(b *cosiapi.Bucket) { b.Spec.DeletionPolicy = cosiapi.DeletionPolicyRetain }},
+		{name: "then the claim binds", update: func(b *cosiapi.Bucket) { b.Spec.BucketClaimRef.UID = "3f2b9c1e-0000-4000-8000-000000000003" }},
 	} {
 		// In order, on the one stored Bucket.
 		t.Run(tc.name, func(t *testing.T) {
@@ -104,7 +104,7 @@ func setRule(t *testing.T, crds client.Client, put *apiextensionsv1.ValidationRu
 	var removed *apiextensionsv1.ValidationRule
 	testenv.Eventually(t, func() error {
 		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := crds.Get(t.Context(), client.ObjectKey{Name: "buckets." + cosi.GroupName}, crd); err != nil {
+		if err := crds.Get(t.Context(), client.ObjectKey{Name: "buckets." + cosiapi.GroupName}, crd); err != nil {
 			return err
 		}
 		spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]

@@ -7,53 +7,53 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	cosi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 )
 
 // newBucketAccess returns a valid single-bucket BucketAccess.
-func newBucketAccess(name string) *cosi.BucketAccess {
-	return &cosi.BucketAccess{
+func newBucketAccess(name string) *cosiapi.BucketAccess {
+	return &cosiapi.BucketAccess{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace},
-		Spec: cosi.BucketAccessSpec{
-			BucketClaims: []cosi.BucketClaimAccess{
-				claimAccess("data", "data-creds", cosi.BucketAccessModes{ObjectData: cosi.BucketAccessModeReadWrite}),
+		Spec: cosiapi.BucketAccessSpec{
+			BucketClaims: []cosiapi.BucketClaimAccess{
+				claimAccess("data", "data-creds", cosiapi.BucketAccessModes{ObjectData: cosiapi.BucketAccessModeReadWrite}),
 			},
 			BucketAccessClassName: "standard",
-			Protocol:              cosi.ProtocolS3,
+			Protocol:              cosiapi.ProtocolS3,
 		},
 	}
 }
 
-func claimAccess(claim, secret string, modes cosi.BucketAccessModes) cosi.BucketClaimAccess {
-	return cosi.BucketClaimAccess{BucketClaimName: claim, AccessSecretName: secret, AccessModes: modes}
+func claimAccess(claim, secret string, modes cosiapi.BucketAccessModes) cosiapi.BucketClaimAccess {
+	return cosiapi.BucketClaimAccess{BucketClaimName: claim, AccessSecretName: secret, AccessModes: modes}
 }
 
 // multiBucket makes a BucketAccess reference two claims.
-func multiBucket(a *cosi.BucketAccess) {
+func multiBucket(a *cosiapi.BucketAccess) {
 	a.Spec.BucketClaims = append(a.Spec.BucketClaims,
-		claimAccess("logs", "logs-creds", cosi.BucketAccessModes{ObjectData: cosi.BucketAccessModeWriteOnly}))
+		claimAccess("logs", "logs-creds", cosiapi.BucketAccessModes{ObjectData: cosiapi.BucketAccessModeWriteOnly}))
 }
 
 // handedOff fills the status the controller writes when it hands the access to the sidecar.
-func handedOff(a *cosi.BucketAccess) {
+func handedOff(a *cosiapi.BucketAccess) {
 	a.Status.DriverName = "s3.example.com"
-	a.Status.AuthenticationType = cosi.AuthenticationTypeKey
+	a.Status.AuthenticationType = cosiapi.AuthenticationTypeKey
 	a.Status.Parameters = map[string]string{"policy": "strict"}
-	a.Status.AccessedBuckets = []cosi.AccessedBucket{{BucketClaimName: "data", BucketName: "bc-1234", BucketID: "bc-1234"}}
+	a.Status.AccessedBuckets = []cosiapi.AccessedBucket{{BucketClaimName: "data", BucketName: "bc-1234", BucketID: "bc-1234"}}
 }
 
 func TestBucketAccessCreate(t *testing.T) {
-	runCreateCases(t, newBucketAccess, []createCase[*cosi.BucketAccess]{
+	runCreateCases(t, newBucketAccess, []createCase[*cosiapi.BucketAccess]{
 		{name: "valid single-bucket access"},
 		{name: "valid multi-bucket access", mutate: multiBucket},
-		{name: "valid with every access mode category", mutate: func(a *cosi.BucketAccess) {
-			a.Spec.BucketClaims[0].AccessModes = cosi.BucketAccessModes{
-				ObjectData:     cosi.BucketAccessModeReadOnly,
-				ObjectMetadata: cosi.BucketAccessModeReadWrite,
-				BucketMetadata: cosi.BucketAccessModeWriteOnly,
+		{name: "valid with every access mode category", mutate: func(a *cosiapi.BucketAccess) {
+			a.Spec.BucketClaims[0].AccessModes = cosiapi.BucketAccessModes{
+				ObjectData:     cosiapi.BucketAccessModeReadOnly,
+				ObjectMetadata: cosiapi.BucketAccessModeReadWrite,
+				BucketMetadata: cosiapi.BucketAccessModeWriteOnly,
 			}
 		}},
-		{name: "valid with a serviceAccountName", mutate: func(a *cosi.BucketAccess) { a.Spec.ServiceAccountName = "app-runner" }},
+		{name: "valid with a serviceAccountName", mutate: func(a *cosiapi.BucketAccess) { a.Spec.ServiceAccountName = "app-runner" }},
 		{
 			name:       "bucketClaims missing",
 			removed:    [][]string{{"spec", "bucketClaims"}},
@@ -61,59 +61,59 @@ func TestBucketAccessCreate(t *testing.T) {
 		},
 		{
 			name:       "bucketClaims empty",
-			mutate:     func(a *cosi.BucketAccess) { a.Spec.BucketClaims = []cosi.BucketClaimAccess{} },
+			mutate:     func(a *cosiapi.BucketAccess) { a.Spec.BucketClaims = []cosiapi.BucketClaimAccess{} },
 			wantErrors: []string{"spec.bucketClaims", "should have at least 1 items"},
 		},
 		{
 			name: "the same claim twice",
-			mutate: func(a *cosi.BucketAccess) {
+			mutate: func(a *cosiapi.BucketAccess) {
 				a.Spec.BucketClaims = append(a.Spec.BucketClaims,
-					claimAccess("data", "other-creds", cosi.BucketAccessModes{ObjectData: cosi.BucketAccessModeReadOnly}))
+					claimAccess("data", "other-creds", cosiapi.BucketAccessModes{ObjectData: cosiapi.BucketAccessModeReadOnly}))
 			},
 			wantErrors: []string{"spec.bucketClaims[1]: Duplicate value", "data"},
 		},
 		{
 			name: "two claims sharing one Secret",
-			mutate: func(a *cosi.BucketAccess) {
+			mutate: func(a *cosiapi.BucketAccess) {
 				a.Spec.BucketClaims = append(a.Spec.BucketClaims,
-					claimAccess("logs", "data-creds", cosi.BucketAccessModes{ObjectData: cosi.BucketAccessModeReadOnly}))
+					claimAccess("logs", "data-creds", cosiapi.BucketAccessModes{ObjectData: cosiapi.BucketAccessModeReadOnly}))
 			},
 			wantErrors: []string{"spec.bucketClaims", "each bucket claim must use a different accessSecretName"},
 		},
 		{
 			name: "more than 64 claims",
-			mutate: func(a *cosi.BucketAccess) {
+			mutate: func(a *cosiapi.BucketAccess) {
 				a.Spec.BucketClaims = nil
 				for i := range 65 {
 					a.Spec.BucketClaims = append(a.Spec.BucketClaims, claimAccess(fmt.Sprintf("c%d", i), fmt.Sprintf("s%d", i),
-						cosi.BucketAccessModes{ObjectData: cosi.BucketAccessModeReadOnly}))
+						cosiapi.BucketAccessModes{ObjectData: cosiapi.BucketAccessModeReadOnly}))
 				}
 			},
 			wantErrors: []string{"spec.bucketClaims", "Too many"},
 		},
 		{
 			name:       "accessSecretName empty",
-			mutate:     func(a *cosi.BucketAccess) { a.Spec.BucketClaims[0].AccessSecretName = "" },
+			mutate:     func(a *cosiapi.BucketAccess) { a.Spec.BucketClaims[0].AccessSecretName = "" },
 			wantErrors: []string{"spec.bucketClaims[0].accessSecretName", "at least 1 chars long"},
 		},
 		{
 			name:       "accessSecretName not a valid Secret name",
-			mutate:     func(a *cosi.BucketAccess) { a.Spec.BucketClaims[0].AccessSecretName = "Data_Creds" },
+			mutate:     func(a *cosiapi.BucketAccess) { a.Spec.BucketClaims[0].AccessSecretName = "Data_Creds" },
 			wantErrors: []string{"spec.bucketClaims[0].accessSecretName", "should match"},
 		},
 		{
 			name:       "bucketClaimName empty",
-			mutate:     func(a *cosi.BucketAccess) { a.Spec.BucketClaims[0].BucketClaimName = "" },
+			mutate:     func(a *cosiapi.BucketAccess) { a.Spec.BucketClaims[0].BucketClaimName = "" },
 			wantErrors: []string{"spec.bucketClaims[0].bucketClaimName", "at least 1 chars long"},
 		},
 		{
 			name:       "no access mode requested",
-			mutate:     func(a *cosi.BucketAccess) { a.Spec.BucketClaims[0].AccessModes = cosi.BucketAccessModes{} },
+			mutate:     func(a *cosiapi.BucketAccess) { a.Spec.BucketClaims[0].AccessModes = cosiapi.BucketAccessModes{} },
 			wantErrors: []string{"spec.bucketClaims[0].accessModes", "at least one of objectData, objectMetadata or bucketMetadata must be requested"},
 		},
 		{
 			name: "unknown access mode",
-			mutate: func(a *cosi.BucketAccess) {
+			mutate: func(a *cosiapi.BucketAccess) {
 				a.Spec.BucketClaims[0].AccessModes.BucketMetadata = "ReadMostly"
 			},
 			wantErrors: []string{"spec.bucketClaims[0].accessModes.bucketMetadata: Unsupported value: \"ReadMostly\""},
@@ -130,37 +130,37 @@ func TestBucketAccessCreate(t *testing.T) {
 		},
 		{
 			name:       "unknown protocol",
-			mutate:     func(a *cosi.BucketAccess) { a.Spec.Protocol = "Swift" },
+			mutate:     func(a *cosiapi.BucketAccess) { a.Spec.Protocol = "Swift" },
 			wantErrors: []string{"spec.protocol: Unsupported value: \"Swift\""},
 		},
 		{
 			name:       "serviceAccountName not a valid ServiceAccount name",
-			mutate:     func(a *cosi.BucketAccess) { a.Spec.ServiceAccountName = "App_Runner" },
+			mutate:     func(a *cosiapi.BucketAccess) { a.Spec.ServiceAccountName = "App_Runner" },
 			wantErrors: []string{"spec.serviceAccountName", "should match"},
 		},
 		{
 			name:       "serviceAccountName longer than 253 characters",
-			mutate:     func(a *cosi.BucketAccess) { a.Spec.ServiceAccountName = strings.Repeat("a", 254) },
+			mutate:     func(a *cosiapi.BucketAccess) { a.Spec.ServiceAccountName = strings.Repeat("a", 254) },
 			wantErrors: []string{"spec.serviceAccountName", "Too long"},
 		},
 	})
 }
 
 func TestBucketAccessUpdate(t *testing.T) {
-	runUpdateCases(t, newBucketAccess, []updateCase[*cosi.BucketAccess]{
+	runUpdateCases(t, newBucketAccess, []updateCase[*cosiapi.BucketAccess]{
 		{
 			name:   "metadata can change",
-			update: func(a *cosi.BucketAccess) { a.Annotations = map[string]string{"owner": "team-a"} },
+			update: func(a *cosiapi.BucketAccess) { a.Annotations = map[string]string{"owner": "team-a"} },
 		},
 		{
 			name:       "protocol is immutable",
-			update:     func(a *cosi.BucketAccess) { a.Spec.Protocol = cosi.ProtocolAzure },
+			update:     func(a *cosiapi.BucketAccess) { a.Spec.Protocol = cosiapi.ProtocolAzure },
 			wantErrors: []string{"spec.protocol", "protocol is immutable"},
 		},
 		{
 			name: "access modes are immutable",
-			update: func(a *cosi.BucketAccess) {
-				a.Spec.BucketClaims[0].AccessModes.ObjectData = cosi.BucketAccessModeReadOnly
+			update: func(a *cosiapi.BucketAccess) {
+				a.Spec.BucketClaims[0].AccessModes.ObjectData = cosiapi.BucketAccessModeReadOnly
 			},
 			wantErrors: []string{"spec.bucketClaims", "bucketClaims is immutable"},
 		},
@@ -171,12 +171,12 @@ func TestBucketAccessUpdate(t *testing.T) {
 		},
 		{
 			name:       "bucketAccessClassName is immutable",
-			update:     func(a *cosi.BucketAccess) { a.Spec.BucketAccessClassName = "premium" },
+			update:     func(a *cosiapi.BucketAccess) { a.Spec.BucketAccessClassName = "premium" },
 			wantErrors: []string{"spec.bucketAccessClassName", "bucketAccessClassName is immutable"},
 		},
 		{
 			name:       "serviceAccountName cannot be added",
-			update:     func(a *cosi.BucketAccess) { a.Spec.ServiceAccountName = "app-runner" },
+			update:     func(a *cosiapi.BucketAccess) { a.Spec.ServiceAccountName = "app-runner" },
 			wantErrors: []string{"spec.serviceAccountName", "serviceAccountName is immutable"},
 		},
 		{
@@ -187,50 +187,50 @@ func TestBucketAccessUpdate(t *testing.T) {
 		{
 			name:         "status.accountID can be set after the hand-off",
 			statusBefore: handedOff,
-			update:       func(a *cosi.BucketAccess) { a.Status.AccountID = "ba-1234" },
+			update:       func(a *cosiapi.BucketAccess) { a.Status.AccountID = "ba-1234" },
 			status:       true,
 		},
 		{
 			name:         "status.accountID cannot change once set",
-			statusBefore: func(a *cosi.BucketAccess) { handedOff(a); a.Status.AccountID = "ba-1234" },
-			update:       func(a *cosi.BucketAccess) { a.Status.AccountID = "ba-5678" },
+			statusBefore: func(a *cosiapi.BucketAccess) { handedOff(a); a.Status.AccountID = "ba-1234" },
+			update:       func(a *cosiapi.BucketAccess) { a.Status.AccountID = "ba-5678" },
 			status:       true,
 			wantErrors:   []string{"status.accountID", "accountID cannot be changed or removed once set"},
 		},
 		{
 			name:         "status.accountID cannot be removed once set",
-			statusBefore: func(a *cosi.BucketAccess) { handedOff(a); a.Status.AccountID = "ba-1234" },
-			update:       func(a *cosi.BucketAccess) { a.Status.AccountID = "" },
+			statusBefore: func(a *cosiapi.BucketAccess) { handedOff(a); a.Status.AccountID = "ba-1234" },
+			update:       func(a *cosiapi.BucketAccess) { a.Status.AccountID = "" },
 			status:       true,
 			wantErrors:   []string{"status.accountID", "accountID cannot be changed or removed once set"},
 		},
 		{
 			name:         "status.driverName cannot change once set",
 			statusBefore: handedOff,
-			update:       func(a *cosi.BucketAccess) { a.Status.DriverName = "other.example.com" },
+			update:       func(a *cosiapi.BucketAccess) { a.Status.DriverName = "other.example.com" },
 			status:       true,
 			wantErrors:   []string{"status.driverName", "driverName cannot be changed or removed once set"},
 		},
 		{
 			name:         "status.authenticationType cannot change once set",
 			statusBefore: handedOff,
-			update:       func(a *cosi.BucketAccess) { a.Status.AuthenticationType = cosi.AuthenticationTypeServiceAccount },
+			update:       func(a *cosiapi.BucketAccess) { a.Status.AuthenticationType = cosiapi.AuthenticationTypeServiceAccount },
 			status:       true,
 			wantErrors:   []string{"status.authenticationType", "authenticationType cannot be changed or removed once set"},
 		},
 		{
 			name:         "status.parameters cannot change after the hand-off",
 			statusBefore: handedOff,
-			update:       func(a *cosi.BucketAccess) { a.Status.Parameters = nil },
+			update:       func(a *cosiapi.BucketAccess) { a.Status.Parameters = nil },
 			status:       true,
 			wantErrors:   []string{"status.parameters", "parameters cannot change once driverName is set"},
 		},
 		{
 			name:         "conditions can change after the hand-off",
 			statusBefore: handedOff,
-			update: func(a *cosi.BucketAccess) {
+			update: func(a *cosiapi.BucketAccess) {
 				a.Status.Conditions = []metav1.Condition{{
-					Type: cosi.ConditionProvisionFailed, Status: metav1.ConditionTrue, Reason: cosi.ReasonDriverError,
+					Type: cosiapi.ConditionProvisionFailed, Status: metav1.ConditionTrue, Reason: cosiapi.ReasonDriverError,
 					Message: "Unavailable: backend down", LastTransitionTime: metav1.Now(),
 				}}
 			},
@@ -239,7 +239,7 @@ func TestBucketAccessUpdate(t *testing.T) {
 		{
 			name:         "status.accessedBuckets keyed by claim",
 			statusBefore: handedOff,
-			update: func(a *cosi.BucketAccess) {
+			update: func(a *cosiapi.BucketAccess) {
 				a.Status.AccessedBuckets = append(a.Status.AccessedBuckets, a.Status.AccessedBuckets[0])
 			},
 			status:     true,
@@ -247,7 +247,7 @@ func TestBucketAccessUpdate(t *testing.T) {
 		},
 		{
 			name:       "status.authenticationType must be known",
-			update:     func(a *cosi.BucketAccess) { a.Status.AuthenticationType = "IAM" },
+			update:     func(a *cosiapi.BucketAccess) { a.Status.AuthenticationType = "IAM" },
 			status:     true,
 			wantErrors: []string{"status.authenticationType: Unsupported value: \"IAM\""},
 		},

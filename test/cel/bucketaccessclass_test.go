@@ -6,34 +6,34 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	cosi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 )
 
 // newBucketAccessClass returns a valid BucketAccessClass.
-func newBucketAccessClass(name string) *cosi.BucketAccessClass {
-	return &cosi.BucketAccessClass{
+func newBucketAccessClass(name string) *cosiapi.BucketAccessClass {
+	return &cosiapi.BucketAccessClass{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: cosi.BucketAccessClassSpec{
+		Spec: cosiapi.BucketAccessClassSpec{
 			DriverName:         "s3.example.com",
-			AuthenticationType: cosi.AuthenticationTypeKey,
+			AuthenticationType: cosiapi.AuthenticationTypeKey,
 			Parameters:         map[string]string{"policy": "strict"},
 		},
 	}
 }
 
 func TestBucketAccessClassCreate(t *testing.T) {
-	runCreateCases(t, newBucketAccessClass, []createCase[*cosi.BucketAccessClass]{
+	runCreateCases(t, newBucketAccessClass, []createCase[*cosiapi.BucketAccessClass]{
 		{name: "valid class"},
-		{name: "valid read-only multi-bucket class", mutate: func(c *cosi.BucketAccessClass) {
-			c.Spec.MultiBucketAccess = cosi.MultiBucketAccessMultipleBuckets
-			c.Spec.DisallowedBucketAccessModes = cosi.DisallowedBucketAccessModes{
-				ObjectData:     []cosi.BucketAccessMode{cosi.BucketAccessModeReadWrite, cosi.BucketAccessModeWriteOnly},
-				ObjectMetadata: []cosi.BucketAccessMode{cosi.BucketAccessModeReadWrite, cosi.BucketAccessModeWriteOnly},
-				BucketMetadata: []cosi.BucketAccessMode{cosi.BucketAccessModeReadWrite, cosi.BucketAccessModeWriteOnly},
+		{name: "valid read-only multi-bucket class", mutate: func(c *cosiapi.BucketAccessClass) {
+			c.Spec.MultiBucketAccess = cosiapi.MultiBucketAccessMultipleBuckets
+			c.Spec.DisallowedBucketAccessModes = cosiapi.DisallowedBucketAccessModes{
+				ObjectData:     []cosiapi.BucketAccessMode{cosiapi.BucketAccessModeReadWrite, cosiapi.BucketAccessModeWriteOnly},
+				ObjectMetadata: []cosiapi.BucketAccessMode{cosiapi.BucketAccessModeReadWrite, cosiapi.BucketAccessModeWriteOnly},
+				BucketMetadata: []cosiapi.BucketAccessMode{cosiapi.BucketAccessModeReadWrite, cosiapi.BucketAccessModeWriteOnly},
 			}
 		}},
-		{name: "valid ServiceAccount class", mutate: func(c *cosi.BucketAccessClass) {
-			c.Spec.AuthenticationType = cosi.AuthenticationTypeServiceAccount
+		{name: "valid ServiceAccount class", mutate: func(c *cosiapi.BucketAccessClass) {
+			c.Spec.AuthenticationType = cosiapi.AuthenticationTypeServiceAccount
 		}},
 		{
 			name:       "driverName missing",
@@ -42,30 +42,30 @@ func TestBucketAccessClassCreate(t *testing.T) {
 		},
 		{
 			name:       "authenticationType uses the v1alpha1 spelling",
-			mutate:     func(c *cosi.BucketAccessClass) { c.Spec.AuthenticationType = "KEY" },
+			mutate:     func(c *cosiapi.BucketAccessClass) { c.Spec.AuthenticationType = "KEY" },
 			wantErrors: []string{"spec.authenticationType: Unsupported value: \"KEY\"", `"Key", "ServiceAccount"`},
 		},
 		{
 			name:       "authenticationType IAM was renamed ServiceAccount",
-			mutate:     func(c *cosi.BucketAccessClass) { c.Spec.AuthenticationType = "IAM" },
+			mutate:     func(c *cosiapi.BucketAccessClass) { c.Spec.AuthenticationType = "IAM" },
 			wantErrors: []string{"spec.authenticationType: Unsupported value: \"IAM\""},
 		},
 		{
 			name:       "unknown multiBucketAccess",
-			mutate:     func(c *cosi.BucketAccessClass) { c.Spec.MultiBucketAccess = "Many" },
+			mutate:     func(c *cosiapi.BucketAccessClass) { c.Spec.MultiBucketAccess = "Many" },
 			wantErrors: []string{"spec.multiBucketAccess: Unsupported value: \"Many\"", `"SingleBucket", "MultipleBuckets"`},
 		},
 		{
 			name: "unknown disallowed access mode",
-			mutate: func(c *cosi.BucketAccessClass) {
-				c.Spec.DisallowedBucketAccessModes.ObjectMetadata = []cosi.BucketAccessMode{"Delete"}
+			mutate: func(c *cosiapi.BucketAccessClass) {
+				c.Spec.DisallowedBucketAccessModes.ObjectMetadata = []cosiapi.BucketAccessMode{"Delete"}
 			},
 			wantErrors: []string{"spec.disallowedBucketAccessModes.objectMetadata[0]: Unsupported value: \"Delete\""},
 		},
 		{
 			name: "duplicate disallowed access mode",
-			mutate: func(c *cosi.BucketAccessClass) {
-				c.Spec.DisallowedBucketAccessModes.BucketMetadata = []cosi.BucketAccessMode{cosi.BucketAccessModeReadWrite, cosi.BucketAccessModeReadWrite}
+			mutate: func(c *cosiapi.BucketAccessClass) {
+				c.Spec.DisallowedBucketAccessModes.BucketMetadata = []cosiapi.BucketAccessMode{cosiapi.BucketAccessModeReadWrite, cosiapi.BucketAccessModeReadWrite}
 			},
 			wantErrors: []string{"spec.disallowedBucketAccessModes.bucketMetadata[1]: Duplicate value"},
 		},
@@ -79,12 +79,12 @@ func TestBucketAccessClassDefaultsToKey(t *testing.T) {
 	if err := env.Client.Create(t.Context(), c); err != nil {
 		t.Fatal(err)
 	}
-	var got cosi.BucketAccessClass
+	var got cosiapi.BucketAccessClass
 	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(c), &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Spec.AuthenticationType != cosi.AuthenticationTypeKey {
-		t.Errorf("authenticationType = %q, want the default %q", got.Spec.AuthenticationType, cosi.AuthenticationTypeKey)
+	if got.Spec.AuthenticationType != cosiapi.AuthenticationTypeKey {
+		t.Errorf("authenticationType = %q, want the default %q", got.Spec.AuthenticationType, cosiapi.AuthenticationTypeKey)
 	}
 	if got.Spec.MultiBucketAccess != "" {
 		t.Errorf("multiBucketAccess = %q, want it left empty (no opinion) for COSI to decide", got.Spec.MultiBucketAccess)
@@ -92,26 +92,30 @@ func TestBucketAccessClassDefaultsToKey(t *testing.T) {
 }
 
 func TestBucketAccessClassUpdate(t *testing.T) {
-	runUpdateCases(t, newBucketAccessClass, []updateCase[*cosi.BucketAccessClass]{
+	runUpdateCases(t, newBucketAccessClass, []updateCase[*cosiapi.BucketAccessClass]{
 		{
 			name:   "metadata can change",
-			update: func(c *cosi.BucketAccessClass) { c.Labels = map[string]string{"tier": "gold"} },
+			update: func(c *cosiapi.BucketAccessClass) { c.Labels = map[string]string{"tier": "gold"} },
 		},
 		{
-			name:       "authenticationType is immutable",
-			update:     func(c *cosi.BucketAccessClass) { c.Spec.AuthenticationType = cosi.AuthenticationTypeServiceAccount },
+			name: "authenticationType is immutable",
+			update: func(c *cosiapi.BucketAccessClass) {
+				c.Spec.AuthenticationType = cosiapi.AuthenticationTypeServiceAccount
+			},
 			wantErrors: []string{"spec", "spec is immutable; create a new BucketAccessClass instead"},
 		},
 		{
 			name: "disallowed modes are immutable",
-			update: func(c *cosi.BucketAccessClass) {
-				c.Spec.DisallowedBucketAccessModes.ObjectData = []cosi.BucketAccessMode{cosi.BucketAccessModeWriteOnly}
+			update: func(c *cosiapi.BucketAccessClass) {
+				c.Spec.DisallowedBucketAccessModes.ObjectData = []cosiapi.BucketAccessMode{cosiapi.BucketAccessModeWriteOnly}
 			},
 			wantErrors: []string{"spec", "spec is immutable"},
 		},
 		{
-			name:       "multiBucketAccess is immutable",
-			update:     func(c *cosi.BucketAccessClass) { c.Spec.MultiBucketAccess = cosi.MultiBucketAccessMultipleBuckets },
+			name: "multiBucketAccess is immutable",
+			update: func(c *cosiapi.BucketAccessClass) {
+				c.Spec.MultiBucketAccess = cosiapi.MultiBucketAccessMultipleBuckets
+			},
 			wantErrors: []string{"spec", "spec is immutable"},
 		},
 	})

@@ -5,26 +5,26 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	cosi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 )
 
 // newBucketClass returns a valid BucketClass.
-func newBucketClass(name string) *cosi.BucketClass {
-	return &cosi.BucketClass{
+func newBucketClass(name string) *cosiapi.BucketClass {
+	return &cosiapi.BucketClass{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: cosi.BucketClassSpec{
+		Spec: cosiapi.BucketClassSpec{
 			DriverName:     "s3.example.com",
-			DeletionPolicy: cosi.DeletionPolicyDelete,
+			DeletionPolicy: cosiapi.DeletionPolicyDelete,
 			Parameters:     map[string]string{"versioning": "true"},
 		},
 	}
 }
 
 func TestBucketClassCreate(t *testing.T) {
-	runCreateCases(t, newBucketClass, []createCase[*cosi.BucketClass]{
+	runCreateCases(t, newBucketClass, []createCase[*cosiapi.BucketClass]{
 		{name: "valid class"},
-		{name: "valid Retain class without parameters", mutate: func(c *cosi.BucketClass) {
-			c.Spec.DeletionPolicy, c.Spec.Parameters = cosi.DeletionPolicyRetain, nil
+		{name: "valid Retain class without parameters", mutate: func(c *cosiapi.BucketClass) {
+			c.Spec.DeletionPolicy, c.Spec.Parameters = cosiapi.DeletionPolicyRetain, nil
 		}},
 		{
 			name:       "driverName missing",
@@ -33,7 +33,7 @@ func TestBucketClassCreate(t *testing.T) {
 		},
 		{
 			name:       "driverName with a space",
-			mutate:     func(c *cosi.BucketClass) { c.Spec.DriverName = "s3 example" },
+			mutate:     func(c *cosiapi.BucketClass) { c.Spec.DriverName = "s3 example" },
 			wantErrors: []string{"spec.driverName", "should match"},
 		},
 		{
@@ -43,31 +43,31 @@ func TestBucketClassCreate(t *testing.T) {
 		},
 		{
 			name:       "deletionPolicy lower case",
-			mutate:     func(c *cosi.BucketClass) { c.Spec.DeletionPolicy = "delete" },
+			mutate:     func(c *cosiapi.BucketClass) { c.Spec.DeletionPolicy = "delete" },
 			wantErrors: []string{"spec.deletionPolicy: Unsupported value: \"delete\""},
 		},
 	})
 }
 
 func TestBucketClassUpdate(t *testing.T) {
-	runUpdateCases(t, newBucketClass, []updateCase[*cosi.BucketClass]{
+	runUpdateCases(t, newBucketClass, []updateCase[*cosiapi.BucketClass]{
 		{
 			name:   "metadata can change",
-			update: func(c *cosi.BucketClass) { c.Annotations = map[string]string{"note": "default"} },
+			update: func(c *cosiapi.BucketClass) { c.Annotations = map[string]string{"note": "default"} },
 		},
 		{
 			name:       "parameters are immutable",
-			update:     func(c *cosi.BucketClass) { c.Spec.Parameters["versioning"] = "false" },
+			update:     func(c *cosiapi.BucketClass) { c.Spec.Parameters["versioning"] = "false" },
 			wantErrors: []string{"spec", "spec is immutable; create a new BucketClass instead"},
 		},
 		{
 			name:       "deletionPolicy is immutable",
-			update:     func(c *cosi.BucketClass) { c.Spec.DeletionPolicy = cosi.DeletionPolicyRetain },
+			update:     func(c *cosiapi.BucketClass) { c.Spec.DeletionPolicy = cosiapi.DeletionPolicyRetain },
 			wantErrors: []string{"spec", "spec is immutable"},
 		},
 		{
 			name:       "driverName is immutable",
-			update:     func(c *cosi.BucketClass) { c.Spec.DriverName = "gcs.example.com" },
+			update:     func(c *cosiapi.BucketClass) { c.Spec.DriverName = "gcs.example.com" },
 			wantErrors: []string{"spec", "spec is immutable"},
 		},
 	})

@@ -10,7 +10,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	cosi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 )
 
 // TestKubectlExplain checks that the field documentation users read with `kubectl explain` reaches
@@ -78,7 +78,7 @@ func TestKubectlGet(t *testing.T) {
 	}
 	b.Status.BucketID = "backend-" + b.Name
 	b.Status.Conditions = []metav1.Condition{{
-		Type: cosi.ConditionProvisioned, Status: metav1.ConditionTrue, Reason: cosi.ReasonProvisioned,
+		Type: cosiapi.ConditionProvisioned, Status: metav1.ConditionTrue, Reason: cosiapi.ReasonProvisioned,
 		LastTransitionTime: metav1.Now(),
 	}}
 	if err := env.Client.Status().Update(t.Context(), b); err != nil {

@@ -28,7 +28,7 @@ import (
 	"github.com/kube-cosi/cosi/internal/testenv"
 	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
-	cosi "github.com/kube-cosi/cosi/proto"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 const namespace = "team-a"
@@ -157,13 +157,13 @@ func access(class string, modes cosiapi.BucketAccessMode, claims ...*cosiapi.Buc
 
 // secretCredentials reads an access Secret as a workload would and returns its bucket and
 // credentials.
-func secretCredentials(t testing.TB, ba *cosiapi.BucketAccess, i int) (string, *cosi.CredentialInfo) {
+func secretCredentials(t testing.TB, ba *cosiapi.BucketAccess, i int) (string, *cosiproto.CredentialInfo) {
 	t.Helper()
 	s := &corev1.Secret{}
 	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: ba.Namespace, Name: ba.Spec.BucketClaims[i].AccessSecretName}, s); err != nil {
 		t.Fatal(err)
 	}
-	return string(s.Data[cosiapi.SecretKeyS3BucketName]), &cosi.CredentialInfo{S3: &cosi.S3Credentials{
+	return string(s.Data[cosiapi.SecretKeyS3BucketName]), &cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{
 		AccessKeyId: string(s.Data[cosiapi.SecretKeyS3AccessKeyID]), AccessSecretKey: string(s.Data[cosiapi.SecretKeyS3SecretAccessKey]),
 	}}
 }
