@@ -391,7 +391,7 @@ func (a *RGWAccounts) setStatements(ctx context.Context, bucket, id string, stmt
 		return status.Errorf(codes.Internal, "encoding the policy of bucket %q: %v", bucket, err)
 	}
 	_, err = a.s3.PutBucketPolicy(ctx, &s3.PutBucketPolicyInput{Bucket: aws.String(bucket), Policy: aws.String(string(doc))})
-	if err != nil && !(apiCode(err) == "NoSuchBucket" && len(stmts) == 0) {
+	if err != nil && (apiCode(err) != "NoSuchBucket" || len(stmts) != 0) {
 		return toStatus(err, "setting the policy of bucket %q", bucket)
 	}
 	return nil
@@ -412,7 +412,7 @@ func (a *RGWAccounts) Revoke(ctx context.Context, id string, buckets []string) e
 	}
 	if u != nil {
 		err = a.admin(ctx, http.MethodDelete, "user", url.Values{"uid": {id}, "purge-data": {"false"}}, nil)
-		if e := (*rgwError)(nil); err != nil && !(errors.As(err, &e) && e.Status == http.StatusNotFound) {
+		if e := (*rgwError)(nil); err != nil && (!errors.As(err, &e) || e.Status != http.StatusNotFound) {
 			return rgwStatus(err, fmt.Sprintf("deleting RGW user %q", id))
 		}
 	}

@@ -174,7 +174,7 @@ func TestBucketWentMissing(t *testing.T) {
 	}
 	testenv.Never(t, time.Second, func() error {
 		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), &cosiapi.Bucket{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("the missing Bucket was re-created: %v", err)
+			return fmt.Errorf("the missing Bucket was re-created: %w", err)
 		}
 		return nil
 	})

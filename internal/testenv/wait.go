@@ -46,7 +46,7 @@ func (e *Env) Gone(t testing.TB, obj client.Object) {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		return fmt.Errorf("%s still exists (finalizers %v, annotations %v): %v", obj.GetName(), obj.GetFinalizers(), obj.GetAnnotations(), err)
+		return fmt.Errorf("%s still exists (finalizers %v, annotations %v): %w", obj.GetName(), obj.GetFinalizers(), obj.GetAnnotations(), err)
 	})
 }
 

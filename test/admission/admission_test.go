@@ -393,7 +393,7 @@ func waitForPolicies(t *testing.T) {
 			if err != nil && strings.Contains(err.Error(), p.refused) {
 				return nil
 			}
-			return fmt.Errorf("%s is not in force yet: %v", p.name, err)
+			return fmt.Errorf("%s is not in force yet: %w", p.name, err)
 		})
 	}
 	for _, c := range []actor{controller, sidecar} {
@@ -402,7 +402,7 @@ func waitForPolicies(t *testing.T) {
 			if apierrors.IsNotFound(err) {
 				return nil
 			}
-			return fmt.Errorf("the role of %s is not in force yet: %v", c.name, err)
+			return fmt.Errorf("the role of %s is not in force yet: %w", c.name, err)
 		})
 	}
 }

@@ -160,6 +160,6 @@ func restrict(t *testing.T, ns string, annotations map[string]string) {
 		if err != nil && strings.Contains(err.Error(), "spec.bucketClassName: not-listed is not allowed") {
 			return nil
 		}
-		return fmt.Errorf("the policy does not see the annotations of %s yet: %v", ns, err)
+		return fmt.Errorf("the policy does not see the annotations of %s yet: %w", ns, err)
 	})
 }

@@ -5,6 +5,7 @@
 package imports
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -154,7 +155,8 @@ func goCmd(t *testing.T, dir string, args ...string) string {
 	out, err := cmd.Output()
 	if err != nil {
 		stderr := ""
-		if ee, ok := err.(*exec.ExitError); ok {
+		ee := &exec.ExitError{}
+		if errors.As(err, &ee) {
 			stderr = string(ee.Stderr)
 		}
 		t.Fatalf("go %s in %s: %v\n%s", strings.Join(args, " "), dir, err, stderr)
