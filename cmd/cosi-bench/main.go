@@ -28,13 +28,23 @@ func main() {
 	}
 	cfg := bench.Config{RepoRoot: root, Log: os.Stderr}
 	sizes := flag.String("n", "100,500,2000", "numbers of claims (and accesses) per throughput measurement")
-	flag.StringVar(&cfg.BinDir, "bin", filepath.Join(root, "bin"), "directory with the COSI binaries, kube-apiserver and etcd")
+	flag.StringVar(
+		&cfg.BinDir,
+		"bin",
+		filepath.Join(root, "bin"),
+		"directory with the COSI binaries, kube-apiserver and etcd",
+	)
 	flag.IntVar(&cfg.Runs, "runs", 3, "repetitions of every measurement")
 	flag.IntVar(&cfg.Writers, "writers", 8, "concurrent writers creating and deleting objects")
 	flag.IntVar(&cfg.Workers, "workers", 16, "reconcile workers of controller and sidecar")
 	flag.IntVar(&cfg.Single, "single", 20, "single claims created one at a time for the latency figures")
 	flag.IntVar(&cfg.RawObjects, "raw", 1000, "objects for the API server's raw ceiling")
-	flag.IntVar(&cfg.RestartSize, "restart", 500, "claims and accesses provisioned across restarts of controller and sidecar (0 skips)")
+	flag.IntVar(
+		&cfg.RestartSize,
+		"restart",
+		500,
+		"claims and accesses provisioned across restarts of controller and sidecar (0 skips)",
+	)
 	flag.IntVar(&cfg.RSSClaims, "rss", 10000, "claims (Buckets) provisioned before measuring memory (0 skips)")
 	flag.StringVar(&cfg.JSON, "json", "", "write the results as JSON to this file")
 	flag.Parse()

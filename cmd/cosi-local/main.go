@@ -24,10 +24,14 @@ func main() {
 	flag.StringVar(&opts.BinDir, "bin", "bin", "directory of the binaries (make build)")
 	flag.StringVar(&opts.S3Address, "s3-address", "127.0.0.1:9070", "address of the S3 endpoint")
 	flag.StringVar(&opts.IAMAddress, "iam-address", "127.0.0.1:9071", "address of the IAM endpoint")
-	flag.Func("store", "object store: versity (default), or rgw (a throwaway Ceph RGW whose data does not survive a restart; make ceph installs Ceph)", func(v string) error {
-		opts.Store = localenv.Store(v)
-		return nil
-	})
+	flag.Func(
+		"store",
+		"object store: versity (default), or rgw (a throwaway Ceph RGW whose data does not survive a restart; make ceph installs Ceph)",
+		func(v string) error {
+			opts.Store = localenv.Store(v)
+			return nil
+		},
+	)
 	flag.BoolVar(&opts.Demo, "demo", true, "apply the demo from examples/ and use its credentials")
 	flag.BoolVar(&opts.ExitAfterDemo, "exit-after-demo", false, "stop after the demo instead of waiting for Ctrl-C")
 	flag.Parse()

@@ -79,7 +79,10 @@ func versityBackend(t *testing.T) *backend {
 			versityErr = err
 			return
 		}
-		versityStore, versityErr = versity.Start(context.Background(), versity.Options{Binary: filepath.Join(root, "bin", "versitygw"), Dir: dir})
+		versityStore, versityErr = versity.Start(
+			context.Background(),
+			versity.Options{Binary: filepath.Join(root, "bin", "versitygw"), Dir: dir},
+		)
 	})
 	if versityErr != nil {
 		t.Fatalf("starting the Versity gateway: %v", versityErr)
@@ -99,7 +102,9 @@ func versityBackend(t *testing.T) *backend {
 func rgwBackend(t *testing.T) *backend {
 	t.Helper()
 	if _, err := exec.LookPath("radosgw"); err != nil {
-		t.Skip("Ceph RGW is not installed on this machine (radosgw not found; `make ceph` installs it from Debian's packages): the rgw back-end is not tested here")
+		t.Skip(
+			"Ceph RGW is not installed on this machine (radosgw not found; `make ceph` installs it from Debian's packages): the rgw back-end is not tested here",
+		)
 	}
 	rgwOnce.Do(func() { rgw, rgwErr = startRGW() })
 	if rgwErr != nil {
@@ -125,7 +130,9 @@ func forEachBackend(t *testing.T, f func(t *testing.T, b *backend)) {
 // newDriver returns a driver for b.
 func (b *backend) newDriver(t *testing.T, prefix string) *s3.Driver {
 	t.Helper()
-	d, err := s3.New(s3.Config{Endpoint: b.s3Endpoint, Credentials: b.creds, Accounts: b.newAccount(), BucketNamePrefix: prefix})
+	d, err := s3.New(
+		s3.Config{Endpoint: b.s3Endpoint, Credentials: b.creds, Accounts: b.newAccount(), BucketNamePrefix: prefix},
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +164,10 @@ func serve(t *testing.T, d *s3.Driver, log logr.Logger) (string, cosiproto.Provi
 	t.Helper()
 	endpoint := "unix://" + filepath.Join(t.TempDir(), "driver.sock")
 	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := driver.NewServer(ctx, driver.Options{Endpoint: endpoint, Identity: d, Provisioner: d, Logger: log, Registerer: prometheus.NewRegistry()})
+	srv, err := driver.NewServer(
+		ctx,
+		driver.Options{Endpoint: endpoint, Identity: d, Provisioner: d, Logger: log, Registerer: prometheus.NewRegistry()},
+	)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -184,7 +194,11 @@ func userClient(creds *cosiproto.CredentialInfo, info *cosiproto.ProtocolBucketI
 	return awss3.New(awss3.Options{
 		BaseEndpoint: aws.String(info.GetS3().GetEndpoint()),
 		Region:       info.GetS3().GetRegion(),
-		Credentials:  credentials.NewStaticCredentialsProvider(creds.GetS3().GetAccessKeyId(), creds.GetS3().GetAccessSecretKey(), ""),
+		Credentials: credentials.NewStaticCredentialsProvider(
+			creds.GetS3().GetAccessKeyId(),
+			creds.GetS3().GetAccessSecretKey(),
+			"",
+		),
 		UsePathStyle: info.GetS3().GetAddressingStyle() != cosiproto.S3AddressingStyle_VIRTUAL,
 		// Fail at once: a denied request is an answer, not something to retry.
 		RetryMaxAttempts:           1,
@@ -232,7 +246,10 @@ const probeKey = "cosi-probe-object"
 // cleans up what a write created.
 func (b *backend) allowed(ctx context.Context, c sanity.AccessCheck) (bool, error) {
 	bucket := c.BucketInfo.GetS3().GetBucketName()
-	if _, err := b.admin.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(probeKey), Body: strings.NewReader("probe")}); err != nil {
+	if _, err := b.admin.PutObject(
+		ctx,
+		&awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(probeKey), Body: strings.NewReader("probe")},
+	); err != nil {
 		return false, fmt.Errorf("admin put: %w", err)
 	}
 	user := userClient(c.Credentials, c.BucketInfo)
@@ -240,18 +257,30 @@ func (b *backend) allowed(ctx context.Context, c sanity.AccessCheck) (bool, erro
 	switch {
 	case c.Category == sanity.ObjectData && !c.Write:
 		var out *awss3.GetObjectOutput
-		if out, err = user.GetObject(ctx, &awss3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(probeKey)}); err == nil {
+		if out, err = user.GetObject(
+			ctx,
+			&awss3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(probeKey)},
+		); err == nil {
 			out.Body.Close()
 		}
 	case c.Category == sanity.ObjectData:
 		key := "written-by-probe"
-		_, err = user.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader("w")})
+		_, err = user.PutObject(
+			ctx,
+			&awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader("w")},
+		)
 		_, _ = b.admin.DeleteObject(ctx, &awss3.DeleteObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
 	case c.Category == sanity.ObjectMetadata && !c.Write:
-		_, err = user.GetObjectTagging(ctx, &awss3.GetObjectTaggingInput{Bucket: aws.String(bucket), Key: aws.String(probeKey)})
+		_, err = user.GetObjectTagging(
+			ctx,
+			&awss3.GetObjectTaggingInput{Bucket: aws.String(bucket), Key: aws.String(probeKey)},
+		)
 	case c.Category == sanity.ObjectMetadata:
-		_, err = user.PutObjectTagging(ctx, &awss3.PutObjectTaggingInput{Bucket: aws.String(bucket), Key: aws.String(probeKey),
-			Tagging: &types.Tagging{TagSet: []types.Tag{{Key: aws.String("probe"), Value: aws.String("yes")}}}})
+		_, err = user.PutObjectTagging(
+			ctx,
+			&awss3.PutObjectTaggingInput{Bucket: aws.String(bucket), Key: aws.String(probeKey),
+				Tagging: &types.Tagging{TagSet: []types.Tag{{Key: aws.String("probe"), Value: aws.String("yes")}}}},
+		)
 	case !c.Write:
 		_, err = user.GetBucketVersioning(ctx, &awss3.GetBucketVersioningInput{Bucket: aws.String(bucket)})
 	default:
@@ -260,7 +289,10 @@ func (b *backend) allowed(ctx context.Context, c sanity.AccessCheck) (bool, erro
 		if terr != nil {
 			return false, fmt.Errorf("admin get bucket tagging: %w", terr)
 		}
-		_, err = user.PutBucketTagging(ctx, &awss3.PutBucketTaggingInput{Bucket: aws.String(bucket), Tagging: &types.Tagging{TagSet: tags.TagSet}})
+		_, err = user.PutBucketTagging(
+			ctx,
+			&awss3.PutBucketTaggingInput{Bucket: aws.String(bucket), Tagging: &types.Tagging{TagSet: tags.TagSet}},
+		)
 	}
 	return outcome(err)
 }

@@ -68,8 +68,11 @@ func (d *Driver) existingBucket(ctx context.Context, id string) error {
 	case state == bucketMissing:
 		return status.Errorf(codes.NotFound, "bucket %q does not exist", id)
 	case state == bucketForbidden:
-		return status.Errorf(codes.FailedPrecondition,
-			"bucket %q exists but the driver's identity may not access it, so it is neither imported nor granted: its owner must give the driver's identity access, or use another bucket", id)
+		return status.Errorf(
+			codes.FailedPrecondition,
+			"bucket %q exists but the driver's identity may not access it, so it is neither imported nor granted: its owner must give the driver's identity access, or use another bucket",
+			id,
+		)
 	}
 	return nil
 }
@@ -125,7 +128,13 @@ func (d *Driver) checkOurs(ctx context.Context, id string, adopt bool) error {
 		return err
 	}
 	if o == foreign {
-		return status.Errorf(codes.AlreadyExists, "bucket %q exists and was not created by this driver (it has no %s=%s tag); choose another name or import it as a static bucket", id, OwnerTag, d.cfg.Name)
+		return status.Errorf(
+			codes.AlreadyExists,
+			"bucket %q exists and was not created by this driver (it has no %s=%s tag); choose another name or import it as a static bucket",
+			id,
+			OwnerTag,
+			d.cfg.Name,
+		)
 	}
 	if o == unfinished && adopt {
 		return d.tagBucket(ctx, id)
@@ -151,7 +160,14 @@ func (d *Driver) checkCompatible(ctx context.Context, id string, p bucketParams,
 		}
 		enabled := v.Status == types.BucketVersioningStatusEnabled
 		if want := p.versioning || p.objectLock; (defaults || p.versioningSet) && enabled != want {
-			return status.Errorf(codes.AlreadyExists, "bucket %q exists with versioning %s, the parameters ask for %s=%v", id, onOff(enabled), ParamVersioning, want)
+			return status.Errorf(
+				codes.AlreadyExists,
+				"bucket %q exists with versioning %s, the parameters ask for %s=%v",
+				id,
+				onOff(enabled),
+				ParamVersioning,
+				want,
+			)
 		}
 	}
 	if defaults || p.objectLockSet {
@@ -159,13 +175,21 @@ func (d *Driver) checkCompatible(ctx context.Context, id string, p bucketParams,
 		out, err := d.s3.GetObjectLockConfiguration(ctx, &s3.GetObjectLockConfigurationInput{Bucket: aws.String(id)})
 		switch {
 		case err == nil:
-			locked = out.ObjectLockConfiguration != nil && out.ObjectLockConfiguration.ObjectLockEnabled == types.ObjectLockEnabledEnabled
+			locked = out.ObjectLockConfiguration != nil &&
+				out.ObjectLockConfiguration.ObjectLockEnabled == types.ObjectLockEnabledEnabled
 		case apiCode(err) == "ObjectLockConfigurationNotFoundError", httpStatus(err) == http.StatusNotFound:
 		default:
 			return toStatus(err, "reading the object lock configuration of bucket %q", id)
 		}
 		if locked != p.objectLock {
-			return status.Errorf(codes.AlreadyExists, "bucket %q exists with object lock %s, the parameters ask for %s=%v", id, onOff(locked), ParamObjectLock, p.objectLock)
+			return status.Errorf(
+				codes.AlreadyExists,
+				"bucket %q exists with object lock %s, the parameters ask for %s=%v",
+				id,
+				onOff(locked),
+				ParamObjectLock,
+				p.objectLock,
+			)
 		}
 	}
 	return nil
@@ -247,7 +271,10 @@ func (d *Driver) purge(ctx context.Context, id string) error {
 		if len(objects) == 0 {
 			continue
 		}
-		out, err := d.s3.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: aws.String(id), Delete: &types.Delete{Objects: objects, Quiet: aws.Bool(true)}})
+		out, err := d.s3.DeleteObjects(
+			ctx,
+			&s3.DeleteObjectsInput{Bucket: aws.String(id), Delete: &types.Delete{Objects: objects, Quiet: aws.Bool(true)}},
+		)
 		if err != nil {
 			return toStatus(err, "purging bucket %q", id)
 		}
@@ -265,7 +292,10 @@ func (d *Driver) purge(ctx context.Context, id string) error {
 			return toStatus(err, "listing the unfinished uploads of bucket %q to purge it", id)
 		}
 		for _, u := range page.Uploads {
-			_, err := d.s3.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: aws.String(id), Key: u.Key, UploadId: u.UploadId})
+			_, err := d.s3.AbortMultipartUpload(
+				ctx,
+				&s3.AbortMultipartUploadInput{Bucket: aws.String(id), Key: u.Key, UploadId: u.UploadId},
+			)
 			if err != nil && apiCode(err) != "NoSuchUpload" {
 				return toStatus(err, "aborting an unfinished upload in bucket %q", id)
 			}

@@ -87,7 +87,8 @@ func (f *fileCredentials) Retrieve(context.Context) (aws.Credentials, error) {
 	if err != nil {
 		return aws.Credentials{}, &credentialsError{err}
 	}
-	if f.read == nil || !os.SameFile(f.read, info) || !f.read.ModTime().Equal(info.ModTime()) || f.read.Size() != info.Size() {
+	if f.read == nil || !os.SameFile(f.read, info) || !f.read.ModTime().Equal(info.ModTime()) ||
+		f.read.Size() != info.Size() {
 		id, secret, err := parseCredentialsFile(f.path)
 		if err != nil {
 			// Keep f.read: the file is looked at again on the next call (it may be mid-write).

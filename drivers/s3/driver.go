@@ -150,7 +150,13 @@ func New(cfg Config) (*Driver, error) {
 func (d *Driver) logFailure(method string, errp *error) {
 	var be *backendError
 	if *errp != nil && errors.As(*errp, &be) && be.cause != nil {
-		d.cfg.Logger.Error(be.cause, "object store call failed", "method", method, "code", be.st.Code().String(), "message", be.st.Message())
+		d.cfg.Logger.Error(
+			be.cause,
+			"object store call failed",
+			"method", method,
+			"code", be.st.Code().String(),
+			"message", be.st.Message(),
+		)
 	}
 }
 
@@ -173,8 +179,14 @@ func NewS3Client(endpoint, region string, creds aws.CredentialsProvider, httpCli
 }
 
 // DriverGetInfo returns the driver's name; it supports S3 only.
-func (d *Driver) DriverGetInfo(context.Context, *cosiproto.DriverGetInfoRequest) (*cosiproto.DriverGetInfoResponse, error) {
-	return &cosiproto.DriverGetInfoResponse{Name: d.cfg.Name, SupportedProtocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3}}, nil
+func (d *Driver) DriverGetInfo(
+	context.Context,
+	*cosiproto.DriverGetInfoRequest,
+) (*cosiproto.DriverGetInfoResponse, error) {
+	return &cosiproto.DriverGetInfoResponse{
+		Name:               d.cfg.Name,
+		SupportedProtocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3},
+	}, nil
 }
 
 // bucketParams are parsed bucket parameters.
@@ -222,7 +234,12 @@ func (d *Driver) parseBucketParams(params map[string]string) (bucketParams, erro
 		return p, err
 	}
 	if p.objectLock && p.versioningSet && !p.versioning {
-		return p, status.Errorf(codes.InvalidArgument, "parameter %s=true needs versioning; %s=false contradicts it", ParamObjectLock, ParamVersioning)
+		return p, status.Errorf(
+			codes.InvalidArgument,
+			"parameter %s=true needs versioning; %s=false contradicts it",
+			ParamObjectLock,
+			ParamVersioning,
+		)
 	}
 	return p, nil
 }
@@ -239,7 +256,10 @@ func checkProtocols(protocols []cosiproto.ObjectProtocol_Type) error {
 // DriverGenerateBucketId derives the S3 bucket name from the request name (see BucketName). It
 // creates nothing; it fails with AlreadyExists when a bucket of that name exists that the driver
 // did not create or that has incompatible parameters.
-func (d *Driver) DriverGenerateBucketId(ctx context.Context, req *cosiproto.DriverGenerateBucketIdRequest) (_ *cosiproto.DriverGenerateBucketIdResponse, err error) {
+func (d *Driver) DriverGenerateBucketId(
+	ctx context.Context,
+	req *cosiproto.DriverGenerateBucketIdRequest,
+) (_ *cosiproto.DriverGenerateBucketIdResponse, err error) {
 	defer d.logFailure("DriverGenerateBucketId", &err)
 	if err := checkProtocols(req.GetProtocols()); err != nil {
 		return nil, err
@@ -266,7 +286,10 @@ func (d *Driver) DriverGenerateBucketId(ctx context.Context, req *cosiproto.Driv
 
 // DriverCreateBucket creates the bucket with its parameters and the owner tag. An existing bucket
 // the driver created with compatible parameters is returned as it is.
-func (d *Driver) DriverCreateBucket(ctx context.Context, req *cosiproto.DriverCreateBucketRequest) (_ *cosiproto.DriverCreateBucketResponse, err error) {
+func (d *Driver) DriverCreateBucket(
+	ctx context.Context,
+	req *cosiproto.DriverCreateBucketRequest,
+) (_ *cosiproto.DriverCreateBucketResponse, err error) {
 	defer d.logFailure("DriverCreateBucket", &err)
 	if err := checkProtocols(req.GetProtocols()); err != nil {
 		return nil, err
@@ -284,7 +307,9 @@ func (d *Driver) DriverCreateBucket(ctx context.Context, req *cosiproto.DriverCr
 
 	in := &s3.CreateBucketInput{Bucket: aws.String(id)}
 	if p.region != "us-east-1" {
-		in.CreateBucketConfiguration = &types.CreateBucketConfiguration{LocationConstraint: types.BucketLocationConstraint(p.region)}
+		in.CreateBucketConfiguration = &types.CreateBucketConfiguration{
+			LocationConstraint: types.BucketLocationConstraint(p.region),
+		}
 	}
 	if p.objectLock {
 		in.ObjectLockEnabledForBucket = aws.Bool(true)
@@ -353,7 +378,10 @@ func (d *Driver) configure(ctx context.Context, id string, p bucketParams) error
 
 // DriverGetBucket finds an existing bucket for static provisioning: NotFound when it does not
 // exist, AlreadyExists when parameters given in the request contradict its configuration.
-func (d *Driver) DriverGetBucket(ctx context.Context, req *cosiproto.DriverGetBucketRequest) (_ *cosiproto.DriverGetBucketResponse, err error) {
+func (d *Driver) DriverGetBucket(
+	ctx context.Context,
+	req *cosiproto.DriverGetBucketRequest,
+) (_ *cosiproto.DriverGetBucketResponse, err error) {
 	defer d.logFailure("DriverGetBucket", &err)
 	if err := checkProtocols(req.GetProtocols()); err != nil {
 		return nil, err
@@ -384,7 +412,10 @@ func (d *Driver) DriverGetBucket(ctx context.Context, req *cosiproto.DriverGetBu
 // DriverDeleteBucket deletes the bucket. A bucket that holds objects is refused with
 // FailedPrecondition unless the parameter purgeOnDelete is "true". A missing bucket is already
 // deleted.
-func (d *Driver) DriverDeleteBucket(ctx context.Context, req *cosiproto.DriverDeleteBucketRequest) (_ *cosiproto.DriverDeleteBucketResponse, err error) {
+func (d *Driver) DriverDeleteBucket(
+	ctx context.Context,
+	req *cosiproto.DriverDeleteBucketRequest,
+) (_ *cosiproto.DriverDeleteBucketResponse, err error) {
 	defer d.logFailure("DriverDeleteBucket", &err)
 	p, err := d.parseBucketParams(req.GetParameters())
 	if err != nil {
@@ -410,9 +441,12 @@ func (d *Driver) DriverDeleteBucket(ctx context.Context, req *cosiproto.DriverDe
 		}
 	case "NoSuchBucket":
 	case "BucketNotEmpty":
-		return nil, status.Errorf(codes.FailedPrecondition,
+		return nil, status.Errorf(
+			codes.FailedPrecondition,
 			"bucket %q is not empty: nothing was deleted; delete its objects, or set the bucket parameter %s to \"true\" to let the driver delete them",
-			id, ParamPurgeOnDelete)
+			id,
+			ParamPurgeOnDelete,
+		)
 	default:
 		return nil, toStatus(err, "deleting bucket %q", id)
 	}
@@ -425,27 +459,43 @@ func (d *Driver) bucketInfo(id, region string) *cosiproto.ProtocolBucketInfo {
 	if d.cfg.VirtualHostedStyle {
 		style = cosiproto.S3AddressingStyle_VIRTUAL
 	}
-	return &cosiproto.ProtocolBucketInfo{S3: &cosiproto.S3BucketInfo{BucketName: id, Endpoint: d.cfg.PublicEndpoint, Region: region, AddressingStyle: style}}
+	return &cosiproto.ProtocolBucketInfo{
+		S3: &cosiproto.S3BucketInfo{BucketName: id, Endpoint: d.cfg.PublicEndpoint, Region: region, AddressingStyle: style},
+	}
 }
 
 // DriverGenerateBucketAccessId returns the account name as the account ID: the name of the
 // backend identity DriverGrantBucketAccess creates. It creates nothing.
-func (d *Driver) DriverGenerateBucketAccessId(_ context.Context, req *cosiproto.DriverGenerateBucketAccessIdRequest) (*cosiproto.DriverGenerateBucketAccessIdResponse, error) {
+func (d *Driver) DriverGenerateBucketAccessId(
+	_ context.Context,
+	req *cosiproto.DriverGenerateBucketAccessIdRequest,
+) (*cosiproto.DriverGenerateBucketAccessIdResponse, error) {
 	if err := checkAccess(req.GetProtocol(), req.GetAuthenticationType(), req.GetParameters()); err != nil {
 		return nil, err
 	}
 	if !validAccountName(req.GetAccountName()) {
-		return nil, status.Errorf(codes.InvalidArgument, "account_name %q is not a valid user name: 1 to 64 characters of A-Z a-z 0-9 + = , . @ _ -", req.GetAccountName())
+		return nil, status.Errorf(
+			codes.InvalidArgument,
+			"account_name %q is not a valid user name: 1 to 64 characters of A-Z a-z 0-9 + = , . @ _ -",
+			req.GetAccountName(),
+		)
 	}
 	return &cosiproto.DriverGenerateBucketAccessIdResponse{AccountId: req.GetAccountName()}, nil
 }
 
-func checkAccess(protocol cosiproto.ObjectProtocol_Type, auth cosiproto.AuthenticationType_Type, params map[string]string) error {
+func checkAccess(
+	protocol cosiproto.ObjectProtocol_Type,
+	auth cosiproto.AuthenticationType_Type,
+	params map[string]string,
+) error {
 	if protocol != cosiproto.ObjectProtocol_S3 {
 		return status.Errorf(codes.InvalidArgument, "protocol %v is not supported by this driver (S3 only)", protocol)
 	}
 	if auth == cosiproto.AuthenticationType_SERVICE_ACCOUNT {
-		return status.Error(codes.InvalidArgument, "ServiceAccount authentication is not supported by this driver: no supported backend maps Kubernetes ServiceAccounts to S3 identities; use authenticationType Key")
+		return status.Error(
+			codes.InvalidArgument,
+			"ServiceAccount authentication is not supported by this driver: no supported backend maps Kubernetes ServiceAccounts to S3 identities; use authenticationType Key",
+		)
 	}
 	for k := range params {
 		return status.Errorf(codes.InvalidArgument, "unknown access parameter %q: this driver takes no access parameters", k)
@@ -455,7 +505,10 @@ func checkAccess(protocol cosiproto.ObjectProtocol_Type, auth cosiproto.Authenti
 
 // DriverGrantBucketAccess creates the access's identity, key and policy for all its buckets.
 // Repeating it returns a working key (see the account back-ends for which one).
-func (d *Driver) DriverGrantBucketAccess(ctx context.Context, req *cosiproto.DriverGrantBucketAccessRequest) (_ *cosiproto.DriverGrantBucketAccessResponse, err error) {
+func (d *Driver) DriverGrantBucketAccess(
+	ctx context.Context,
+	req *cosiproto.DriverGrantBucketAccessRequest,
+) (_ *cosiproto.DriverGrantBucketAccessResponse, err error) {
 	defer d.logFailure("DriverGrantBucketAccess", &err)
 	if err := checkAccess(req.GetProtocol(), req.GetAuthenticationType(), req.GetParameters()); err != nil {
 		return nil, err
@@ -481,7 +534,13 @@ func (d *Driver) DriverGrantBucketAccess(ctx context.Context, req *cosiproto.Dri
 			region = d.cfg.Region
 		}
 		grants = append(grants, grantFor(b))
-		resp.Buckets = append(resp.Buckets, &cosiproto.DriverGrantBucketAccessResponse_BucketInfo{BucketId: b.GetBucketId(), BucketInfo: d.bucketInfo(b.GetBucketId(), region)})
+		resp.Buckets = append(
+			resp.Buckets,
+			&cosiproto.DriverGrantBucketAccessResponse_BucketInfo{
+				BucketId:   b.GetBucketId(),
+				BucketInfo: d.bucketInfo(b.GetBucketId(), region),
+			},
+		)
 	}
 
 	unlock := d.locks.lock("account/" + id)
@@ -490,12 +549,17 @@ func (d *Driver) DriverGrantBucketAccess(ctx context.Context, req *cosiproto.Dri
 	if err != nil {
 		return nil, err
 	}
-	resp.Credentials = &cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{AccessKeyId: key.AccessKeyID, AccessSecretKey: key.SecretAccessKey}}
+	resp.Credentials = &cosiproto.CredentialInfo{
+		S3: &cosiproto.S3Credentials{AccessKeyId: key.AccessKeyID, AccessSecretKey: key.SecretAccessKey},
+	}
 	return resp, nil
 }
 
 // DriverRevokeBucketAccess deletes the access's key, policy and identity.
-func (d *Driver) DriverRevokeBucketAccess(ctx context.Context, req *cosiproto.DriverRevokeBucketAccessRequest) (_ *cosiproto.DriverRevokeBucketAccessResponse, err error) {
+func (d *Driver) DriverRevokeBucketAccess(
+	ctx context.Context,
+	req *cosiproto.DriverRevokeBucketAccessRequest,
+) (_ *cosiproto.DriverRevokeBucketAccessResponse, err error) {
 	defer d.logFailure("DriverRevokeBucketAccess", &err)
 	id := req.GetAccountId()
 	if !validAccountName(id) {
@@ -507,7 +571,11 @@ func (d *Driver) DriverRevokeBucketAccess(ctx context.Context, req *cosiproto.Dr
 		// not fail for good on it (the sidecar would retry forever, and the identity, which is
 		// what gives access, would stay): skip it and delete the rest.
 		if !validBucketID(b.GetBucketId()) {
-			d.cfg.Logger.Info("revoke: skipping a bucket ID that is no bucket name", "accountID", id, "bucketID", b.GetBucketId())
+			d.cfg.Logger.Info(
+				"revoke: skipping a bucket ID that is no bucket name",
+				"accountID", id,
+				"bucketID", b.GetBucketId(),
+			)
 			continue
 		}
 		buckets = append(buckets, b.GetBucketId())

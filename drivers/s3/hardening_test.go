@@ -67,8 +67,10 @@ func bucketPolicy(t *testing.T, b *backend, bucket string) string {
 }
 
 func anonymousClient(endpoint string) *awss3.Client {
-	return awss3.New(awss3.Options{BaseEndpoint: aws.String(endpoint), Region: "us-east-1", Credentials: aws.AnonymousCredentials{},
-		UsePathStyle: true, RetryMaxAttempts: 1})
+	return awss3.New(
+		awss3.Options{BaseEndpoint: aws.String(endpoint), Region: "us-east-1", Credentials: aws.AnonymousCredentials{},
+			UsePathStyle: true, RetryMaxAttempts: 1},
+	)
 }
 
 // TestForeignPolicyStatementsKept imports a bucket whose policy an admin wrote, with a condition,
@@ -88,7 +90,10 @@ func TestForeignPolicyStatementsKept(t *testing.T) {
 		if _, err := b.admin.CreateBucket(ctx, &awss3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.admin.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("secret"), Body: strings.NewReader("x")}); err != nil {
+		if _, err := b.admin.PutObject(
+			ctx,
+			&awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("secret"), Body: strings.NewReader("x")},
+		); err != nil {
 			t.Fatal(err)
 		}
 		arn := "arn:aws:s3:::" + bucket
@@ -99,7 +104,10 @@ func TestForeignPolicyStatementsKept(t *testing.T) {
 			`"Action":["s3:DeleteBucket"],"Resource":["` + arn + `"]},` +
 			`{"Sid":"OnlyReads","Effect":"Deny","Principal":{"AWS":["arn:aws:iam:::user/nobody-at-all"]},` +
 			`"NotAction":["s3:GetObject"],"NotResource":["` + arn + `/public/*"]}]}`
-		if _, err := b.admin.PutBucketPolicy(ctx, &awss3.PutBucketPolicyInput{Bucket: aws.String(bucket), Policy: aws.String(original)}); err != nil {
+		if _, err := b.admin.PutBucketPolicy(
+			ctx,
+			&awss3.PutBucketPolicyInput{Bucket: aws.String(bucket), Policy: aws.String(original)},
+		); err != nil {
 			t.Fatalf("the store refuses the admin's policy: %v", err)
 		}
 		stored := bucketPolicy(t, b, bucket)
@@ -107,7 +115,9 @@ func TestForeignPolicyStatementsKept(t *testing.T) {
 
 		expectAnonymousDenied := func(when string) {
 			t.Helper()
-			_, err := anonymousClient(b.s3Endpoint).GetObject(ctx, &awss3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String("secret")})
+			_, err := anonymousClient(
+				b.s3Endpoint,
+			).GetObject(ctx, &awss3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String("secret")})
 			if !denied(err) {
 				t.Errorf("%s: an anonymous read from outside the admin's IP range: %v, want AccessDenied", when, err)
 			}
@@ -118,7 +128,12 @@ func TestForeignPolicyStatementsKept(t *testing.T) {
 			t.Fatal(err)
 		}
 		ro := grant(t, p, &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_ONLY}, bucket)
-		rw := grant(t, p, &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE, ObjectMetadata: cosiproto.AccessMode_READ_ONLY}, bucket)
+		rw := grant(
+			t,
+			p,
+			&cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE, ObjectMetadata: cosiproto.AccessMode_READ_ONLY},
+			bucket,
+		)
 		expect(t, "ReadOnly get", true, get(ro, bucket, "secret"))
 		expect(t, "ReadWrite put", true, put(rw, bucket, "new"))
 		expectAnonymousDenied("after two grants")
@@ -168,7 +183,10 @@ var dataOps = []forbiddenOp{
 		return err
 	}},
 	{"PutObject (overwrite)", func(ctx context.Context, c *awss3.Client, bucket, key string) error {
-		_, err := c.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader("overwritten")})
+		_, err := c.PutObject(
+			ctx,
+			&awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader("overwritten")},
+		)
 		return err
 	}},
 	{"DeleteObject", func(ctx context.Context, c *awss3.Client, bucket, key string) error {
@@ -176,38 +194,65 @@ var dataOps = []forbiddenOp{
 		return err
 	}},
 	{"PutObjectAcl public-read", func(ctx context.Context, c *awss3.Client, bucket, key string) error {
-		_, err := c.PutObjectAcl(ctx, &awss3.PutObjectAclInput{Bucket: aws.String(bucket), Key: aws.String(key), ACL: types.ObjectCannedACLPublicRead})
+		_, err := c.PutObjectAcl(
+			ctx,
+			&awss3.PutObjectAclInput{Bucket: aws.String(bucket), Key: aws.String(key), ACL: types.ObjectCannedACLPublicRead},
+		)
 		return err
 	}},
 	{"PutBucketAcl public-read", func(ctx context.Context, c *awss3.Client, bucket, _ string) error {
-		_, err := c.PutBucketAcl(ctx, &awss3.PutBucketAclInput{Bucket: aws.String(bucket), ACL: types.BucketCannedACLPublicRead})
+		_, err := c.PutBucketAcl(
+			ctx,
+			&awss3.PutBucketAclInput{Bucket: aws.String(bucket), ACL: types.BucketCannedACLPublicRead},
+		)
 		return err
 	}},
 	{"PutBucketPolicy public read", func(ctx context.Context, c *awss3.Client, bucket, _ string) error {
 		_, err := c.PutBucketPolicy(ctx, &awss3.PutBucketPolicyInput{Bucket: aws.String(bucket), Policy: aws.String(
-			`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":"*","Action":["s3:GetObject"],"Resource":["arn:aws:s3:::` + bucket + `/*"]}]}`)})
+			`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":"*","Action":["s3:GetObject"],"Resource":["arn:aws:s3:::` + bucket + `/*"]}]}`,
+		)})
 		return err
 	}},
 	{"GetBucketPolicy (names other accesses)", func(ctx context.Context, c *awss3.Client, bucket, _ string) error {
 		_, err := c.GetBucketPolicy(ctx, &awss3.GetBucketPolicyInput{Bucket: aws.String(bucket)})
 		return err
 	}},
-	{"PutBucketLifecycleConfiguration expiring everything", func(ctx context.Context, c *awss3.Client, bucket, _ string) error {
-		_, err := c.PutBucketLifecycleConfiguration(ctx, &awss3.PutBucketLifecycleConfigurationInput{Bucket: aws.String(bucket),
-			LifecycleConfiguration: &types.BucketLifecycleConfiguration{Rules: []types.LifecycleRule{{ID: aws.String("expire-all"),
-				Status: types.ExpirationStatusEnabled, Filter: &types.LifecycleRuleFilter{Prefix: aws.String("")},
-				Expiration: &types.LifecycleExpiration{Days: aws.Int32(1)}}}}})
-		return err
-	}},
+	{
+		"PutBucketLifecycleConfiguration expiring everything",
+		func(ctx context.Context, c *awss3.Client, bucket, _ string) error {
+			_, err := c.PutBucketLifecycleConfiguration(
+				ctx,
+				&awss3.PutBucketLifecycleConfigurationInput{
+					Bucket: aws.String(bucket),
+					LifecycleConfiguration: &types.BucketLifecycleConfiguration{
+						Rules: []types.LifecycleRule{{ID: aws.String("expire-all"),
+							Status: types.ExpirationStatusEnabled, Filter: &types.LifecycleRuleFilter{Prefix: aws.String("")},
+							Expiration: &types.LifecycleExpiration{Days: aws.Int32(1)}}},
+					},
+				},
+			)
+			return err
+		},
+	},
 	{"PutObjectLockConfiguration compliance default", func(ctx context.Context, c *awss3.Client, bucket, _ string) error {
 		_, err := c.PutObjectLockConfiguration(ctx, &awss3.PutObjectLockConfigurationInput{Bucket: aws.String(bucket),
-			ObjectLockConfiguration: &types.ObjectLockConfiguration{ObjectLockEnabled: types.ObjectLockEnabledEnabled,
-				Rule: &types.ObjectLockRule{DefaultRetention: &types.DefaultRetention{Mode: types.ObjectLockRetentionModeCompliance, Days: aws.Int32(1)}}}})
+			ObjectLockConfiguration: &types.ObjectLockConfiguration{
+				ObjectLockEnabled: types.ObjectLockEnabledEnabled,
+				Rule: &types.ObjectLockRule{
+					DefaultRetention: &types.DefaultRetention{Mode: types.ObjectLockRetentionModeCompliance, Days: aws.Int32(1)},
+				},
+			}})
 		return err
 	}},
 	{"PutObjectRetention compliance", func(ctx context.Context, c *awss3.Client, bucket, key string) error {
-		_, err := c.PutObjectRetention(ctx, &awss3.PutObjectRetentionInput{Bucket: aws.String(bucket), Key: aws.String(key),
-			Retention: &types.ObjectLockRetention{Mode: types.ObjectLockRetentionModeCompliance, RetainUntilDate: aws.Time(time.Now().Add(time.Hour))}})
+		_, err := c.PutObjectRetention(ctx, &awss3.PutObjectRetentionInput{
+			Bucket: aws.String(bucket),
+			Key:    aws.String(key),
+			Retention: &types.ObjectLockRetention{
+				Mode:            types.ObjectLockRetentionModeCompliance,
+				RetainUntilDate: aws.Time(time.Now().Add(time.Hour)),
+			},
+		})
 		return err
 	}},
 	{"PutObjectLegalHold on", func(ctx context.Context, c *awss3.Client, bucket, key string) error {
@@ -217,9 +262,14 @@ var dataOps = []forbiddenOp{
 	}},
 	{"PutBucketEncryption", func(ctx context.Context, c *awss3.Client, bucket, _ string) error {
 		_, err := c.PutBucketEncryption(ctx, &awss3.PutBucketEncryptionInput{Bucket: aws.String(bucket),
-			ServerSideEncryptionConfiguration: &types.ServerSideEncryptionConfiguration{Rules: []types.ServerSideEncryptionRule{{
-				ApplyServerSideEncryptionByDefault: &types.ServerSideEncryptionByDefault{SSEAlgorithm: types.ServerSideEncryptionAwsKms,
-					KMSMasterKeyID: aws.String("arn:aws:kms:us-east-1:000000000000:key/someone-elses")}}}}})
+			ServerSideEncryptionConfiguration: &types.ServerSideEncryptionConfiguration{Rules: []types.ServerSideEncryptionRule{
+				{
+					ApplyServerSideEncryptionByDefault: &types.ServerSideEncryptionByDefault{
+						SSEAlgorithm:   types.ServerSideEncryptionAwsKms,
+						KMSMasterKeyID: aws.String("arn:aws:kms:us-east-1:000000000000:key/someone-elses"),
+					},
+				},
+			}}})
 		return err
 	}},
 }
@@ -233,7 +283,10 @@ func TestMetadataModesCannotReachData(t *testing.T) {
 		_, p := serve(t, b.newDriver(t, ""), logr.Discard())
 		bucket := createBucket(t, p, map[string]string{s3.ParamObjectLock: "true", s3.ParamPurgeOnDelete: "true"})
 		const key = "precious"
-		if _, err := b.admin.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader("data")}); err != nil {
+		if _, err := b.admin.PutObject(
+			ctx,
+			&awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader("data")},
+		); err != nil {
 			t.Fatal(err)
 		}
 		for _, tc := range []struct {
@@ -295,7 +348,9 @@ func TestMetadataModesCannotReachData(t *testing.T) {
 			t.Fatalf("the admin reading the object afterwards: %v", err)
 		}
 		out.Body.Close()
-		_, err = anonymousClient(b.s3Endpoint).GetObject(ctx, &awss3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+		_, err = anonymousClient(
+			b.s3Endpoint,
+		).GetObject(ctx, &awss3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
 		if !denied(err) {
 			t.Errorf("anonymous read afterwards: %v, want AccessDenied", err)
 		}
@@ -324,17 +379,29 @@ func TestGrantOverPolicySizeLimit(t *testing.T) {
 	b := versityBackend(t)
 	ctx := t.Context()
 	_, p := serve(t, b.newDriver(t, ""), logr.Discard())
-	all := &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE, ObjectMetadata: cosiproto.AccessMode_READ_WRITE, BucketMetadata: cosiproto.AccessMode_READ_WRITE}
+	all := &cosiproto.AccessModes{
+		ObjectData:     cosiproto.AccessMode_READ_WRITE,
+		ObjectMetadata: cosiproto.AccessMode_READ_WRITE,
+		BucketMetadata: cosiproto.AccessMode_READ_WRITE,
+	}
 	buckets := longBuckets(t, b, 12)
 
 	id := randomName("ba-")
-	req := &cosiproto.DriverGrantBucketAccessRequest{AccountId: id, Protocol: cosiproto.ObjectProtocol_S3, AuthenticationType: cosiproto.AuthenticationType_KEY}
+	req := &cosiproto.DriverGrantBucketAccessRequest{
+		AccountId:          id,
+		Protocol:           cosiproto.ObjectProtocol_S3,
+		AuthenticationType: cosiproto.AuthenticationType_KEY,
+	}
 	for _, bk := range buckets {
 		req.Buckets = append(req.Buckets, &cosiproto.AccessedBucket{BucketId: bk, AccessModes: all})
 	}
 	_, err := p.DriverGrantBucketAccess(ctx, req)
 	if code := status.Code(err); code != codes.OutOfRange || !strings.Contains(status.Convert(err).Message(), "2048") {
-		t.Errorf("granting full access to %d buckets with 63-character names: %v, want OutOfRange naming the 2048-character limit", len(buckets), err)
+		t.Errorf(
+			"granting full access to %d buckets with 63-character names: %v, want OutOfRange naming the 2048-character limit",
+			len(buckets),
+			err,
+		)
 	}
 	users, err := b.newAccount().List(ctx)
 	if err != nil {
@@ -347,7 +414,10 @@ func TestGrantOverPolicySizeLimit(t *testing.T) {
 	a := grant(t, p, all, buckets[:5]...)
 	for _, bk := range buckets[:5] {
 		expect(t, "put into one of five buckets", true, put(a, bk, "k"))
-		if _, err := b.admin.DeleteObject(ctx, &awss3.DeleteObjectInput{Bucket: aws.String(bk), Key: aws.String("k")}); err != nil {
+		if _, err := b.admin.DeleteObject(
+			ctx,
+			&awss3.DeleteObjectInput{Bucket: aws.String(bk), Key: aws.String("k")},
+		); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -369,8 +439,18 @@ func TestBucketIDsValidated(t *testing.T) {
 			if status.Code(err) != codes.InvalidArgument {
 				t.Errorf("DriverGetBucket(%q): %v, want InvalidArgument", bad, err)
 			}
-			_, err = p.DriverGrantBucketAccess(ctx, &cosiproto.DriverGrantBucketAccessRequest{AccountId: randomName("ba-"), Protocol: cosiproto.ObjectProtocol_S3,
-				AuthenticationType: cosiproto.AuthenticationType_KEY, Buckets: []*cosiproto.AccessedBucket{{BucketId: real, AccessModes: rw}, {BucketId: bad, AccessModes: rw}}})
+			_, err = p.DriverGrantBucketAccess(
+				ctx,
+				&cosiproto.DriverGrantBucketAccessRequest{
+					AccountId:          randomName("ba-"),
+					Protocol:           cosiproto.ObjectProtocol_S3,
+					AuthenticationType: cosiproto.AuthenticationType_KEY,
+					Buckets: []*cosiproto.AccessedBucket{
+						{BucketId: real, AccessModes: rw},
+						{BucketId: bad, AccessModes: rw},
+					},
+				},
+			)
 			if status.Code(err) != codes.InvalidArgument {
 				t.Errorf("DriverGrantBucketAccess with bucket %q: %v, want InvalidArgument", bad, err)
 			}
@@ -384,8 +464,15 @@ func TestBucketIDsValidated(t *testing.T) {
 		}
 		// A revoke naming such an ID cannot fail for good: it skips it and removes the rest.
 		a := grant(t, p, rw, real)
-		_, err := p.DriverRevokeBucketAccess(ctx, &cosiproto.DriverRevokeBucketAccessRequest{AccountId: a.id, Protocol: cosiproto.ObjectProtocol_S3,
-			AuthenticationType: cosiproto.AuthenticationType_KEY, Buckets: []*cosiproto.DriverRevokeBucketAccessRequest_Bucket{{BucketId: real}, {BucketId: "*"}}})
+		_, err := p.DriverRevokeBucketAccess(
+			ctx,
+			&cosiproto.DriverRevokeBucketAccessRequest{
+				AccountId:          a.id,
+				Protocol:           cosiproto.ObjectProtocol_S3,
+				AuthenticationType: cosiproto.AuthenticationType_KEY,
+				Buckets:            []*cosiproto.DriverRevokeBucketAccessRequest_Bucket{{BucketId: real}, {BucketId: "*"}},
+			},
+		)
 		if err != nil {
 			t.Errorf("revoking with a bucket ID \"*\" among the buckets: %v", err)
 		}
@@ -401,8 +488,15 @@ func TestBucketIDsValidated(t *testing.T) {
 		if err == nil {
 			t.Errorf("DriverGetBucket imported %s, which the driver's identity may not see", foreign)
 		}
-		_, err = p.DriverGrantBucketAccess(ctx, &cosiproto.DriverGrantBucketAccessRequest{AccountId: randomName("ba-"), Protocol: cosiproto.ObjectProtocol_S3,
-			AuthenticationType: cosiproto.AuthenticationType_KEY, Buckets: []*cosiproto.AccessedBucket{{BucketId: foreign, AccessModes: rw}}})
+		_, err = p.DriverGrantBucketAccess(
+			ctx,
+			&cosiproto.DriverGrantBucketAccessRequest{
+				AccountId:          randomName("ba-"),
+				Protocol:           cosiproto.ObjectProtocol_S3,
+				AuthenticationType: cosiproto.AuthenticationType_KEY,
+				Buckets:            []*cosiproto.AccessedBucket{{BucketId: foreign, AccessModes: rw}},
+			},
+		)
 		if err == nil {
 			t.Errorf("DriverGrantBucketAccess granted %s, which the driver's identity may not see", foreign)
 		}
@@ -416,7 +510,8 @@ func rgwForeignBucket(t *testing.T, b *backend) (string, func()) {
 	ctx := t.Context()
 	uid := randomName("other")
 	out, err := exec.Command("radosgw-admin", "-c", filepath.Join(rgw.dir, "ceph.conf"), "-n", "client.admin", "user", "create",
-		"--uid", uid, "--display-name", uid).Output()
+		"--uid", uid, "--display-name", uid).
+		Output()
 	if err != nil {
 		t.Fatalf("radosgw-admin user create: %v", err)
 	}
@@ -429,7 +524,12 @@ func rgwForeignBucket(t *testing.T, b *backend) (string, func()) {
 	if err := json.Unmarshal(out, &u); err != nil || len(u.Keys) == 0 {
 		t.Fatalf("radosgw-admin user create: %v %s", err, out)
 	}
-	owner := s3.NewS3Client(b.s3Endpoint, "us-east-1", credentials.NewStaticCredentialsProvider(u.Keys[0].AccessKey, u.Keys[0].SecretKey, ""), nil)
+	owner := s3.NewS3Client(
+		b.s3Endpoint,
+		"us-east-1",
+		credentials.NewStaticCredentialsProvider(u.Keys[0].AccessKey, u.Keys[0].SecretKey, ""),
+		nil,
+	)
 	name := randomName("other-")
 	if _, err := owner.CreateBucket(ctx, &awss3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
 		t.Fatal(err)
@@ -448,19 +548,31 @@ func limitedAdmin(t *testing.T, policy string) (name string, iamc *iam.Client, k
 	t.Helper()
 	b := versityBackend(t)
 	ctx := t.Context()
-	root := iam.New(iam.Options{Region: "us-east-1", Credentials: b.creds, BaseEndpoint: aws.String(versityStore.IAMEndpoint)})
+	root := iam.New(
+		iam.Options{Region: "us-east-1", Credentials: b.creds, BaseEndpoint: aws.String(versityStore.IAMEndpoint)},
+	)
 	name = randomName("driver-admin-")
 	if _, err := root.CreateUser(ctx, &iam.CreateUserInput{UserName: aws.String(name)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := root.PutUserPolicy(ctx, &iam.PutUserPolicyInput{UserName: aws.String(name), PolicyName: aws.String("admin"), PolicyDocument: aws.String(policy)}); err != nil {
+	if _, err := root.PutUserPolicy(
+		ctx,
+		&iam.PutUserPolicyInput{
+			UserName:       aws.String(name),
+			PolicyName:     aws.String("admin"),
+			PolicyDocument: aws.String(policy),
+		},
+	); err != nil {
 		t.Fatal(err)
 	}
 	out, err := root.CreateAccessKey(ctx, &iam.CreateAccessKeyInput{UserName: aws.String(name)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return name, root, s3.Key{AccessKeyID: aws.ToString(out.AccessKey.AccessKeyId), SecretAccessKey: aws.ToString(out.AccessKey.SecretAccessKey)}
+	return name, root, s3.Key{
+		AccessKeyID:     aws.ToString(out.AccessKey.AccessKeyId),
+		SecretAccessKey: aws.ToString(out.AccessKey.SecretAccessKey),
+	}
 }
 
 const limitedAdminPolicy = `{"Version":"2012-10-17","Statement":[` +
@@ -471,7 +583,11 @@ func writeCredentials(t *testing.T, path string, k s3.Key) {
 	t.Helper()
 	// As Kubernetes updates a mounted Secret: write a new file, then swap it in.
 	tmp := path + ".new"
-	if err := os.WriteFile(tmp, []byte("AWS_ACCESS_KEY_ID="+k.AccessKeyID+"\nAWS_SECRET_ACCESS_KEY="+k.SecretAccessKey+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(
+		tmp,
+		[]byte("AWS_ACCESS_KEY_ID="+k.AccessKeyID+"\nAWS_SECRET_ACCESS_KEY="+k.SecretAccessKey+"\n"),
+		0o600,
+	); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
@@ -490,8 +606,15 @@ func limitedDriver(t *testing.T, k s3.Key, log logr.Logger) (string, cosiproto.P
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := s3.New(s3.Config{Endpoint: b.s3Endpoint, Credentials: creds, Accounts: s3.NewIAMAccounts(versityStore.IAMEndpoint, creds, nil),
-		BucketNamePrefix: "lim-", Logger: log})
+	d, err := s3.New(
+		s3.Config{
+			Endpoint:         b.s3Endpoint,
+			Credentials:      creds,
+			Accounts:         s3.NewIAMAccounts(versityStore.IAMEndpoint, creds, nil),
+			BucketNamePrefix: "lim-",
+			Logger:           log,
+		},
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -522,15 +645,27 @@ func TestLimitedAdmin(t *testing.T) {
 		// The root's bucket matches lim-*, so the identity policy allows it: make the store
 		// refuse it with a bucket policy that denies the limited admin.
 		deny := `{"Version":"2012-10-17","Statement":[{"Effect":"Deny","Principal":"*","Action":["s3:*"],"Resource":["arn:aws:s3:::` + other + `","arn:aws:s3:::` + other + `/*"]}]}`
-		if _, err := b.admin.PutBucketPolicy(ctx, &awss3.PutBucketPolicyInput{Bucket: aws.String(other), Policy: aws.String(deny)}); err != nil {
+		if _, err := b.admin.PutBucketPolicy(
+			ctx,
+			&awss3.PutBucketPolicyInput{Bucket: aws.String(other), Policy: aws.String(deny)},
+		); err != nil {
 			t.Fatal(err)
 		}
 		_, err := p.DriverGetBucket(ctx, &cosiproto.DriverGetBucketRequest{BucketId: other})
 		if err == nil {
 			t.Errorf("DriverGetBucket imported %s, which the driver's identity may not see", other)
 		}
-		_, err = p.DriverGrantBucketAccess(ctx, &cosiproto.DriverGrantBucketAccessRequest{AccountId: randomName("ba-"), Protocol: cosiproto.ObjectProtocol_S3,
-			AuthenticationType: cosiproto.AuthenticationType_KEY, Buckets: []*cosiproto.AccessedBucket{{BucketId: other, AccessModes: &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}}}})
+		_, err = p.DriverGrantBucketAccess(
+			ctx,
+			&cosiproto.DriverGrantBucketAccessRequest{
+				AccountId:          randomName("ba-"),
+				Protocol:           cosiproto.ObjectProtocol_S3,
+				AuthenticationType: cosiproto.AuthenticationType_KEY,
+				Buckets: []*cosiproto.AccessedBucket{
+					{BucketId: other, AccessModes: &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}},
+				},
+			},
+		)
 		if err == nil {
 			t.Errorf("DriverGrantBucketAccess granted %s, which the driver's identity may not see", other)
 		}
@@ -546,8 +681,14 @@ func TestLimitedAdmin(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		k2 := s3.Key{AccessKeyID: aws.ToString(out.AccessKey.AccessKeyId), SecretAccessKey: aws.ToString(out.AccessKey.SecretAccessKey)}
-		if _, err := root.DeleteAccessKey(ctx, &iam.DeleteAccessKeyInput{UserName: aws.String(name), AccessKeyId: aws.String(k1.AccessKeyID)}); err != nil {
+		k2 := s3.Key{
+			AccessKeyID:     aws.ToString(out.AccessKey.AccessKeyId),
+			SecretAccessKey: aws.ToString(out.AccessKey.SecretAccessKey),
+		}
+		if _, err := root.DeleteAccessKey(
+			ctx,
+			&iam.DeleteAccessKeyInput{UserName: aws.String(name), AccessKeyId: aws.String(k1.AccessKeyID)},
+		); err != nil {
 			t.Fatal(err)
 		}
 		// The old key is dead and the file not yet updated: a failure the admin will fix, so
@@ -557,7 +698,9 @@ func TestLimitedAdmin(t *testing.T) {
 		if status.Code(err) != codes.Unavailable {
 			t.Errorf("a call with the deleted admin key: %v, want Unavailable (retryable)", err)
 		}
-		if msg := status.Convert(err).Message(); strings.Contains(msg, k1.AccessKeyID) || strings.Contains(msg, k1.SecretAccessKey) {
+		if msg := status.Convert(err).
+			Message(); strings.Contains(msg, k1.AccessKeyID) ||
+			strings.Contains(msg, k1.SecretAccessKey) {
 			t.Errorf("the error names the admin key: %s", msg)
 		}
 
@@ -581,12 +724,24 @@ func TestLimitedAdmin(t *testing.T) {
 	t.Run("the store's AccessDenied does not name the admin in the gRPC message", func(t *testing.T) {
 		// Allowed to manage its buckets, not IAM users: every grant is refused by the store with
 		// a message naming the admin's ARN.
-		name, _, k := limitedAdmin(t, `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["s3:*"],"Resource":["arn:aws:s3:::lim-*","arn:aws:s3:::lim-*/*"]}]}`)
+		name, _, k := limitedAdmin(
+			t,
+			`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["s3:*"],"Resource":["arn:aws:s3:::lim-*","arn:aws:s3:::lim-*/*"]}]}`,
+		)
 		var logs logBuffer
 		_, p := limitedDriver(t, k, logs.logger())
 		bucket := createBucket(t, p, nil)
-		_, err := p.DriverGrantBucketAccess(ctx, &cosiproto.DriverGrantBucketAccessRequest{AccountId: randomName("ba-"), Protocol: cosiproto.ObjectProtocol_S3,
-			AuthenticationType: cosiproto.AuthenticationType_KEY, Buckets: []*cosiproto.AccessedBucket{{BucketId: bucket, AccessModes: &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}}}})
+		_, err := p.DriverGrantBucketAccess(
+			ctx,
+			&cosiproto.DriverGrantBucketAccessRequest{
+				AccountId:          randomName("ba-"),
+				Protocol:           cosiproto.ObjectProtocol_S3,
+				AuthenticationType: cosiproto.AuthenticationType_KEY,
+				Buckets: []*cosiproto.AccessedBucket{
+					{BucketId: bucket, AccessModes: &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}},
+				},
+			},
+		)
 		if err == nil {
 			t.Fatal("a grant by an admin without IAM rights succeeded")
 		}
@@ -639,7 +794,10 @@ func TestRGWStatementsOfOthersKept(t *testing.T) {
 	adminSid := sidPrefix(first) + "AdminKeep"
 	admin := `{"Version":"2012-10-17","Statement":[{"Sid":"` + adminSid + `","Effect":"Deny","Principal":{"AWS":["arn:aws:iam:::user/nobody-at-all"]},` +
 		`"Action":["s3:DeleteBucket"],"Resource":["arn:aws:s3:::` + bucket + `"]}]}`
-	if _, err := b.admin.PutBucketPolicy(ctx, &awss3.PutBucketPolicyInput{Bucket: aws.String(bucket), Policy: aws.String(admin)}); err != nil {
+	if _, err := b.admin.PutBucketPolicy(
+		ctx,
+		&awss3.PutBucketPolicyInput{Bucket: aws.String(bucket), Policy: aws.String(admin)},
+	); err != nil {
 		t.Fatal(err)
 	}
 	adminKept := func(when string) {
@@ -680,7 +838,10 @@ func TestForeignPolicyShapesKept(t *testing.T) {
 	original := `{"Version":"2012-10-17","Statement":{"Effect":"Allow","Principal":"*","Action":"s3:ListBucket",` +
 		`"Resource":"arn:aws:s3:::` + bucket + `","Condition":{"StringLike":{"s3:prefix":["a<b>&c/*"]},` +
 		`"NumericLessThanEquals":{"s3:max-keys":"10.000000000000000000001"}}}}`
-	if _, err := b.admin.PutBucketPolicy(ctx, &awss3.PutBucketPolicyInput{Bucket: aws.String(bucket), Policy: aws.String(original)}); err != nil {
+	if _, err := b.admin.PutBucketPolicy(
+		ctx,
+		&awss3.PutBucketPolicyInput{Bucket: aws.String(bucket), Policy: aws.String(original)},
+	); err != nil {
 		t.Fatalf("the store refuses the admin's policy: %v", err)
 	}
 	exact := func(doc string) []any {
@@ -732,7 +893,10 @@ func TestRGWRevokeCutsAccessFirst(t *testing.T) {
 		"Principal": map[string]any{"AWS": []any{"arn:aws:iam:::user/cosi-admin"}}, "Action": []any{"s3:GetBucketPolicy"},
 		"Resource": []any{"arn:aws:s3:::" + locked}})
 	lockedDoc, _ := json.Marshal(top)
-	if _, err := b.admin.PutBucketPolicy(ctx, &awss3.PutBucketPolicyInput{Bucket: aws.String(locked), Policy: aws.String(string(lockedDoc))}); err != nil {
+	if _, err := b.admin.PutBucketPolicy(
+		ctx,
+		&awss3.PutBucketPolicyInput{Bucket: aws.String(locked), Policy: aws.String(string(lockedDoc))},
+	); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
@@ -742,8 +906,12 @@ func TestRGWRevokeCutsAccessFirst(t *testing.T) {
 		t.Skip("Ceph RGW lets the bucket owner read a policy that denies it that; no way here to keep the driver out")
 	}
 
-	req := &cosiproto.DriverRevokeBucketAccessRequest{AccountId: a.id, Protocol: cosiproto.ObjectProtocol_S3, AuthenticationType: cosiproto.AuthenticationType_KEY,
-		Buckets: []*cosiproto.DriverRevokeBucketAccessRequest_Bucket{{BucketId: locked}, {BucketId: open}}}
+	req := &cosiproto.DriverRevokeBucketAccessRequest{
+		AccountId:          a.id,
+		Protocol:           cosiproto.ObjectProtocol_S3,
+		AuthenticationType: cosiproto.AuthenticationType_KEY,
+		Buckets:            []*cosiproto.DriverRevokeBucketAccessRequest_Bucket{{BucketId: locked}, {BucketId: open}},
+	}
 	_, err := p.DriverRevokeBucketAccess(ctx, req)
 	if err != nil && !driver.Retryable(err) {
 		t.Errorf("a revoke that cannot edit one policy: %v, want success or a retryable error", err)
@@ -758,7 +926,12 @@ func TestRGWRevokeCutsAccessFirst(t *testing.T) {
 	if _, err := p.DriverRevokeBucketAccess(ctx, req); err != nil {
 		t.Fatalf("the revoke retried: %v", err)
 	}
-	if _, err := b.admin.GetBucketPolicy(ctx, &awss3.GetBucketPolicyInput{Bucket: aws.String(open)}); apiCodeOf(err) != "NoSuchBucketPolicy" {
+	if _, err := b.admin.GetBucketPolicy(
+		ctx,
+		&awss3.GetBucketPolicyInput{Bucket: aws.String(open)},
+	); apiCodeOf(
+		err,
+	) != "NoSuchBucketPolicy" {
 		t.Errorf("the policy of %s after the revoke: %v, want none (the access's statements removed)", open, err)
 	}
 }
@@ -782,13 +955,19 @@ func TestRGWConcurrentGrantsKeepEveryStatement(t *testing.T) {
 		go func() {
 			var err error
 			if i < 4 {
-				second[i], err = p.DriverGrantBucketAccess(t.Context(), &cosiproto.DriverGrantBucketAccessRequest{AccountId: randomName("ba-"),
-					Protocol: cosiproto.ObjectProtocol_S3, AuthenticationType: cosiproto.AuthenticationType_KEY,
-					Buckets: []*cosiproto.AccessedBucket{{BucketId: bucket, AccessModes: rw}}})
+				second[i], err = p.DriverGrantBucketAccess(
+					t.Context(),
+					&cosiproto.DriverGrantBucketAccessRequest{AccountId: randomName("ba-"),
+						Protocol: cosiproto.ObjectProtocol_S3, AuthenticationType: cosiproto.AuthenticationType_KEY,
+						Buckets: []*cosiproto.AccessedBucket{{BucketId: bucket, AccessModes: rw}}},
+				)
 			} else {
-				_, err = p.DriverRevokeBucketAccess(t.Context(), &cosiproto.DriverRevokeBucketAccessRequest{AccountId: first[i-4].id,
-					Protocol: cosiproto.ObjectProtocol_S3, AuthenticationType: cosiproto.AuthenticationType_KEY,
-					Buckets: []*cosiproto.DriverRevokeBucketAccessRequest_Bucket{{BucketId: bucket}}})
+				_, err = p.DriverRevokeBucketAccess(
+					t.Context(),
+					&cosiproto.DriverRevokeBucketAccessRequest{AccountId: first[i-4].id,
+						Protocol: cosiproto.ObjectProtocol_S3, AuthenticationType: cosiproto.AuthenticationType_KEY,
+						Buckets: []*cosiproto.DriverRevokeBucketAccessRequest_Bucket{{BucketId: bucket}}},
+				)
 			}
 			errs <- err
 		}()
@@ -815,7 +994,11 @@ func TestRGWConcurrentGrantsKeepEveryStatement(t *testing.T) {
 	}
 	_, stmts := policyStatements(t, doc)
 	if perAccess := len(stmts) / len(second); len(stmts) != perAccess*len(second) || perAccess < 2 {
-		t.Errorf("the policy has %d statements for %d accesses with the same grant, want the same number for each", len(stmts), len(second))
+		t.Errorf(
+			"the policy has %d statements for %d accesses with the same grant, want the same number for each",
+			len(stmts),
+			len(second),
+		)
 	}
 }
 
@@ -832,9 +1015,20 @@ func TestObjectDataWriteCannotShare(t *testing.T) {
 		bucket := createBucket(t, p, map[string]string{s3.ParamPurgeOnDelete: "true"})
 		a := grant(t, p, &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}, bucket)
 		body := func() *strings.Reader { return strings.NewReader("data") }
-		_, err := a.client.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("plain"), Body: body()})
+		_, err := a.client.PutObject(
+			ctx,
+			&awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("plain"), Body: body()},
+		)
 		expect(t, "a plain upload", true, err)
-		_, err = a.client.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("private"), Body: body(), ACL: types.ObjectCannedACLPrivate})
+		_, err = a.client.PutObject(
+			ctx,
+			&awss3.PutObjectInput{
+				Bucket: aws.String(bucket),
+				Key:    aws.String("private"),
+				Body:   body(),
+				ACL:    types.ObjectCannedACLPrivate,
+			},
+		)
 		expect(t, "an upload with ACL private", true, err)
 
 		allUsers := aws.String(`uri="http://acs.amazonaws.com/groups/global/AllUsers"`)
@@ -855,9 +1049,15 @@ func TestObjectDataWriteCannotShare(t *testing.T) {
 			if err := upload(); err != nil && !denied(err) && apiCodeOf(err) != "NotImplemented" {
 				t.Errorf("upload %s: %v, want success or AccessDenied", key, err)
 			}
-			_, err := anonymousClient(b.s3Endpoint).GetObject(ctx, &awss3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+			_, err := anonymousClient(
+				b.s3Endpoint,
+			).GetObject(ctx, &awss3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
 			if !denied(err) && apiCodeOf(err) != "NoSuchKey" {
-				t.Errorf("an anonymous read of %s, uploaded by the workload with an ACL: %v, want AccessDenied (or no such object)", key, err)
+				t.Errorf(
+					"an anonymous read of %s, uploaded by the workload with an ACL: %v, want AccessDenied (or no such object)",
+					key,
+					err,
+				)
 			}
 		}
 	})
@@ -885,7 +1085,10 @@ func TestObjectDataWriteCannotShareByCopyOrMultipart(t *testing.T) {
 
 		put := func(key string) {
 			t.Helper()
-			_, err := a.client.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader("data")})
+			_, err := a.client.PutObject(
+				ctx,
+				&awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader("data")},
+			)
 			expect(t, "a plain upload of "+key, true, err)
 		}
 		copyObject := func(in *awss3.CopyObjectInput) error {
@@ -902,13 +1105,25 @@ func TestObjectDataWriteCannotShareByCopyOrMultipart(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			part, err := a.client.UploadPart(ctx, &awss3.UploadPartInput{Bucket: aws.String(bucket), Key: in.Key, UploadId: up.UploadId,
-				PartNumber: aws.Int32(1), Body: strings.NewReader("data")})
+			part, err := a.client.UploadPart(
+				ctx,
+				&awss3.UploadPartInput{Bucket: aws.String(bucket), Key: in.Key, UploadId: up.UploadId,
+					PartNumber: aws.Int32(1), Body: strings.NewReader("data")},
+			)
 			if err != nil {
 				return fmt.Errorf("upload part: %w", err)
 			}
-			_, err = a.client.CompleteMultipartUpload(ctx, &awss3.CompleteMultipartUploadInput{Bucket: aws.String(bucket), Key: in.Key, UploadId: up.UploadId,
-				MultipartUpload: &types.CompletedMultipartUpload{Parts: []types.CompletedPart{{ETag: part.ETag, PartNumber: aws.Int32(1)}}}})
+			_, err = a.client.CompleteMultipartUpload(
+				ctx,
+				&awss3.CompleteMultipartUploadInput{
+					Bucket:   aws.String(bucket),
+					Key:      in.Key,
+					UploadId: up.UploadId,
+					MultipartUpload: &types.CompletedMultipartUpload{
+						Parts: []types.CompletedPart{{ETag: part.ETag, PartNumber: aws.Int32(1)}},
+					},
+				},
+			)
 			if err != nil {
 				return fmt.Errorf("complete: %w", err)
 			}
@@ -917,7 +1132,12 @@ func TestObjectDataWriteCannotShareByCopyOrMultipart(t *testing.T) {
 
 		put("source")
 		expect(t, "a plain copy", true, copyObject(&awss3.CopyObjectInput{Key: aws.String("plain-copy")}))
-		expect(t, "a plain multipart upload", true, multipart(&awss3.CreateMultipartUploadInput{Key: aws.String("plain-multipart")}))
+		expect(
+			t,
+			"a plain multipart upload",
+			true,
+			multipart(&awss3.CreateMultipartUploadInput{Key: aws.String("plain-multipart")}),
+		)
 		put("in-place")
 
 		for _, c := range []struct {
@@ -944,12 +1164,18 @@ func TestObjectDataWriteCannotShareByCopyOrMultipart(t *testing.T) {
 			if err := c.create(c.key); err != nil && !denied(err) && apiCodeOf(err) != "NotImplemented" {
 				t.Errorf("%s: %v, want success or AccessDenied", c.key, err)
 			}
-			out, err := anonymousClient(b.s3Endpoint).GetObject(ctx, &awss3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(c.key)})
+			out, err := anonymousClient(
+				b.s3Endpoint,
+			).GetObject(ctx, &awss3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(c.key)})
 			if err == nil {
 				out.Body.Close()
 			}
 			if !denied(err) && apiCodeOf(err) != "NoSuchKey" {
-				t.Errorf("an anonymous read of %s, created by the workload with an ACL: %v, want AccessDenied (or no such object)", c.key, err)
+				t.Errorf(
+					"an anonymous read of %s, created by the workload with an ACL: %v, want AccessDenied (or no such object)",
+					c.key,
+					err,
+				)
 			}
 		}
 	})
@@ -970,14 +1196,25 @@ func publicAccessBlock(t *testing.T, b *backend, bucket string) [4]bool {
 	if c == nil {
 		return [4]bool{}
 	}
-	return [4]bool{aws.ToBool(c.BlockPublicAcls), aws.ToBool(c.IgnorePublicAcls), aws.ToBool(c.BlockPublicPolicy), aws.ToBool(c.RestrictPublicBuckets)}
+	return [4]bool{
+		aws.ToBool(c.BlockPublicAcls),
+		aws.ToBool(c.IgnorePublicAcls),
+		aws.ToBool(c.BlockPublicPolicy),
+		aws.ToBool(c.RestrictPublicBuckets),
+	}
 }
 
 func putPublicAccessBlock(t *testing.T, b *backend, bucket string, v [4]bool) {
 	t.Helper()
-	_, err := b.admin.PutPublicAccessBlock(t.Context(), &awss3.PutPublicAccessBlockInput{Bucket: aws.String(bucket),
-		PublicAccessBlockConfiguration: &types.PublicAccessBlockConfiguration{BlockPublicAcls: aws.Bool(v[0]), IgnorePublicAcls: aws.Bool(v[1]),
-			BlockPublicPolicy: aws.Bool(v[2]), RestrictPublicBuckets: aws.Bool(v[3])}})
+	_, err := b.admin.PutPublicAccessBlock(t.Context(), &awss3.PutPublicAccessBlockInput{
+		Bucket: aws.String(bucket),
+		PublicAccessBlockConfiguration: &types.PublicAccessBlockConfiguration{
+			BlockPublicAcls:       aws.Bool(v[0]),
+			IgnorePublicAcls:      aws.Bool(v[1]),
+			BlockPublicPolicy:     aws.Bool(v[2]),
+			RestrictPublicBuckets: aws.Bool(v[3]),
+		},
+	})
 	if err != nil {
 		t.Fatalf("setting the public access block of %s: %v", bucket, err)
 	}
@@ -996,7 +1233,11 @@ func TestRGWCreatedBucketsIgnorePublicACLs(t *testing.T) {
 		bucket := createBucket(t, p, nil)
 		want := [4]bool{false, true, false, false}
 		if got := publicAccessBlock(t, b, bucket); got != want {
-			t.Fatalf("a new bucket's public access block (BlockPublicAcls, IgnorePublicAcls, BlockPublicPolicy, RestrictPublicBuckets) = %v, want %v", got, want)
+			t.Fatalf(
+				"a new bucket's public access block (BlockPublicAcls, IgnorePublicAcls, BlockPublicPolicy, RestrictPublicBuckets) = %v, want %v",
+				got,
+				want,
+			)
 		}
 		recreate := func(when string) {
 			t.Helper()
@@ -1009,7 +1250,10 @@ func TestRGWCreatedBucketsIgnorePublicACLs(t *testing.T) {
 			t.Errorf("after a repeated DriverCreateBucket: %v, want %v", got, want)
 		}
 
-		if _, err := b.admin.DeletePublicAccessBlock(ctx, &awss3.DeletePublicAccessBlockInput{Bucket: aws.String(bucket)}); err != nil {
+		if _, err := b.admin.DeletePublicAccessBlock(
+			ctx,
+			&awss3.DeletePublicAccessBlockInput{Bucket: aws.String(bucket)},
+		); err != nil {
 			t.Fatal(err)
 		}
 		recreate("without a public access block")
@@ -1022,7 +1266,11 @@ func TestRGWCreatedBucketsIgnorePublicACLs(t *testing.T) {
 		putPublicAccessBlock(t, b, bucket, [4]bool{false, false, false, true})
 		recreate("with IgnorePublicAcls off and RestrictPublicBuckets on")
 		if got, want := publicAccessBlock(t, b, bucket), [4]bool{false, true, false, true}; got != want {
-			t.Errorf("a repeated DriverCreateBucket of a bucket with IgnorePublicAcls off: %v, want %v (the admin's other settings kept)", got, want)
+			t.Errorf(
+				"a repeated DriverCreateBucket of a bucket with IgnorePublicAcls off: %v, want %v (the admin's other settings kept)",
+				got,
+				want,
+			)
 		}
 
 		// The workload's uploads work with the block: it ignores ACLs, it refuses nothing.
@@ -1074,9 +1322,15 @@ func TestNoModeChangesPublicAccessBlock(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				a := grant(t, p, tc.modes, bucket)
 				defer revoke(t, p, a)
-				_, err := a.client.PutPublicAccessBlock(ctx, &awss3.PutPublicAccessBlockInput{Bucket: aws.String(bucket),
-					PublicAccessBlockConfiguration: &types.PublicAccessBlockConfiguration{BlockPublicAcls: aws.Bool(false), IgnorePublicAcls: aws.Bool(false),
-						BlockPublicPolicy: aws.Bool(false), RestrictPublicBuckets: aws.Bool(false)}})
+				_, err := a.client.PutPublicAccessBlock(ctx, &awss3.PutPublicAccessBlockInput{
+					Bucket: aws.String(bucket),
+					PublicAccessBlockConfiguration: &types.PublicAccessBlockConfiguration{
+						BlockPublicAcls:       aws.Bool(false),
+						IgnorePublicAcls:      aws.Bool(false),
+						BlockPublicPolicy:     aws.Bool(false),
+						RestrictPublicBuckets: aws.Bool(false),
+					},
+				})
 				if apiCodeOf(err) != "NotImplemented" {
 					expect(t, tc.name+": PutPublicAccessBlock all off", false, err)
 				}

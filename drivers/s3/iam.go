@@ -74,12 +74,18 @@ func (a *IAMAccounts) Grant(ctx context.Context, id string, grants []bucketGrant
 		return Key{}, toStatus(err, "creating IAM user %q", id)
 	}
 
-	if _, err := a.client.PutUserPolicy(ctx, &iam.PutUserPolicyInput{UserName: aws.String(id), PolicyName: aws.String(iamPolicyName),
-		PolicyDocument: aws.String(string(doc))}); err != nil {
+	if _, err := a.client.PutUserPolicy(
+		ctx,
+		&iam.PutUserPolicyInput{UserName: aws.String(id), PolicyName: aws.String(iamPolicyName),
+			PolicyDocument: aws.String(string(doc))},
+	); err != nil {
 		if apiCode(err) == "LimitExceeded" {
 			// The store's limit is lower than MaxPolicySize: as final as our own check.
 			return Key{}, newBackendError(codes.OutOfRange, err, fmt.Sprintf(
-				"the IAM policy for access to %d buckets (%d characters) exceeds the store's policy size limit; grant fewer buckets per BucketAccess", len(grants), policySize(doc)))
+				"the IAM policy for access to %d buckets (%d characters) exceeds the store's policy size limit; grant fewer buckets per BucketAccess",
+				len(grants),
+				policySize(doc),
+			))
 		}
 		return Key{}, toStatus(err, "setting the policy of IAM user %q", id)
 	}
@@ -99,11 +105,19 @@ func (a *IAMAccounts) Grant(ctx context.Context, id string, grants []bucketGrant
 	if err != nil {
 		return Key{}, toStatus(err, "creating an access key for IAM user %q", id)
 	}
-	if out.AccessKey == nil || aws.ToString(out.AccessKey.AccessKeyId) == "" || aws.ToString(out.AccessKey.SecretAccessKey) == "" {
+	if out.AccessKey == nil || aws.ToString(out.AccessKey.AccessKeyId) == "" ||
+		aws.ToString(out.AccessKey.SecretAccessKey) == "" {
 		// A non-conformant store. Retrying creates another key and deletes the oldest.
-		return Key{}, status.Errorf(codes.Internal, "creating an access key for IAM user %q: the IAM service answered without the key", id)
+		return Key{}, status.Errorf(
+			codes.Internal,
+			"creating an access key for IAM user %q: the IAM service answered without the key",
+			id,
+		)
 	}
-	return Key{AccessKeyID: aws.ToString(out.AccessKey.AccessKeyId), SecretAccessKey: aws.ToString(out.AccessKey.SecretAccessKey)}, nil
+	return Key{
+		AccessKeyID:     aws.ToString(out.AccessKey.AccessKeyId),
+		SecretAccessKey: aws.ToString(out.AccessKey.SecretAccessKey),
+	}, nil
 }
 
 // checkSize returns OutOfRange when doc is larger than the store allows.
@@ -113,9 +127,14 @@ func (a *IAMAccounts) checkSize(doc []byte, buckets int) error {
 		limit = MaxInlinePolicySize
 	}
 	if size := policySize(doc); size > limit {
-		return status.Errorf(codes.OutOfRange,
+		return status.Errorf(
+			codes.OutOfRange,
 			"the IAM policy for this access to %d buckets needs %d characters, more than the %d an IAM user's inline policies may have: "+
-				"grant fewer buckets per BucketAccess (use several BucketAccesses), or fewer access modes", buckets, size, limit)
+				"grant fewer buckets per BucketAccess (use several BucketAccesses), or fewer access modes",
+			buckets,
+			size,
+			limit,
+		)
 	}
 	return nil
 }
@@ -131,7 +150,13 @@ func (a *IAMAccounts) checkOurs(ctx context.Context, id string) error {
 		return status.Errorf(codes.Internal, "reading IAM user %q: the IAM service answered without the user", id)
 	}
 	if p := aws.ToString(out.User.Path); p != IAMPath {
-		return status.Errorf(codes.AlreadyExists, "IAM user %q exists and was not created by this driver (path %q, not %q)", id, p, IAMPath)
+		return status.Errorf(
+			codes.AlreadyExists,
+			"IAM user %q exists and was not created by this driver (path %q, not %q)",
+			id,
+			p,
+			IAMPath,
+		)
 	}
 	return nil
 }
@@ -139,7 +164,10 @@ func (a *IAMAccounts) checkOurs(ctx context.Context, id string) error {
 // checkPolicy returns AlreadyExists when user id has a policy other than doc: the same account
 // ID with another grant.
 func (a *IAMAccounts) checkPolicy(ctx context.Context, id string, doc []byte) error {
-	out, err := a.client.GetUserPolicy(ctx, &iam.GetUserPolicyInput{UserName: aws.String(id), PolicyName: aws.String(iamPolicyName)})
+	out, err := a.client.GetUserPolicy(
+		ctx,
+		&iam.GetUserPolicyInput{UserName: aws.String(id), PolicyName: aws.String(iamPolicyName)},
+	)
 	if apiCode(err) == "NoSuchEntity" {
 		return nil // created, but the grant did not finish
 	}
@@ -185,7 +213,10 @@ func (a *IAMAccounts) keys(ctx context.Context, id string) ([]string, error) {
 }
 
 func (a *IAMAccounts) deleteKey(ctx context.Context, user, key string) error {
-	_, err := a.client.DeleteAccessKey(ctx, &iam.DeleteAccessKeyInput{UserName: aws.String(user), AccessKeyId: aws.String(key)})
+	_, err := a.client.DeleteAccessKey(
+		ctx,
+		&iam.DeleteAccessKeyInput{UserName: aws.String(user), AccessKeyId: aws.String(key)},
+	)
 	if err != nil && apiCode(err) != "NoSuchEntity" {
 		return toStatus(err, "deleting an access key of IAM user %q", user)
 	}
@@ -213,7 +244,10 @@ func (a *IAMAccounts) Revoke(ctx context.Context, id string, _ []string) error {
 			return err
 		}
 	}
-	_, err = a.client.DeleteUserPolicy(ctx, &iam.DeleteUserPolicyInput{UserName: aws.String(id), PolicyName: aws.String(iamPolicyName)})
+	_, err = a.client.DeleteUserPolicy(
+		ctx,
+		&iam.DeleteUserPolicyInput{UserName: aws.String(id), PolicyName: aws.String(iamPolicyName)},
+	)
 	if err != nil && apiCode(err) != "NoSuchEntity" {
 		return toStatus(err, "deleting the policy of IAM user %q", id)
 	}

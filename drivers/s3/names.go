@@ -113,8 +113,11 @@ func ipFormatted(id string) bool {
 // checkBucketID returns InvalidArgument unless id is a valid bucket name (see validBucketID).
 func checkBucketID(id string) error {
 	if !validBucketID(id) {
-		return status.Errorf(codes.InvalidArgument,
-			"bucket ID %q is not an S3 bucket name: 3 to 63 characters of a-z 0-9 . -, starting and ending with a letter or digit, no \"..\", not formatted as an IP address", id)
+		return status.Errorf(
+			codes.InvalidArgument,
+			"bucket ID %q is not an S3 bucket name: 3 to 63 characters of a-z 0-9 . -, starting and ending with a letter or digit, no \"..\", not formatted as an IP address",
+			id,
+		)
 	}
 	return nil
 }

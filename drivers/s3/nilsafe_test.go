@@ -26,11 +26,19 @@ func nonConformantIAM(t *testing.T, userExists bool) *httptest.Server {
 		w.Header().Set("Content-Type", "text/xml")
 		if action == "CreateUser" && userExists {
 			w.WriteHeader(http.StatusConflict)
-			_, _ = w.Write([]byte(`<ErrorResponse><Error><Type>Sender</Type><Code>EntityAlreadyExists</Code><Message>exists</Message></Error><RequestId>1</RequestId></ErrorResponse>`))
+			_, _ = w.Write(
+				[]byte(
+					`<ErrorResponse><Error><Type>Sender</Type><Code>EntityAlreadyExists</Code><Message>exists</Message></Error><RequestId>1</RequestId></ErrorResponse>`,
+				),
+			)
 			return
 		}
 		// Every other action: success with an empty result.
-		_, _ = w.Write([]byte(`<` + action + `Response><` + action + `Result></` + action + `Result><ResponseMetadata><RequestId>1</RequestId></ResponseMetadata></` + action + `Response>`))
+		_, _ = w.Write(
+			[]byte(
+				`<` + action + `Response><` + action + `Result></` + action + `Result><ResponseMetadata><RequestId>1</RequestId></ResponseMetadata></` + action + `Response>`,
+			),
+		)
 	}))
 	t.Cleanup(srv.Close)
 	return srv

@@ -43,13 +43,36 @@ type actionSet struct {
 var actions = map[category]actionSet{
 	objectData: {
 		readBucket: []string{"s3:ListBucket", "s3:ListBucketVersions", "s3:ListBucketMultipartUploads"},
-		readObject: []string{"s3:GetObject", "s3:GetObjectVersion", "s3:GetObjectAttributes", "s3:GetObjectVersionAttributes", "s3:ListMultipartUploadParts"},
-		writeObject: []string{"s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion", "s3:AbortMultipartUpload", "s3:RestoreObject",
-			"s3:PutObjectRetention", "s3:PutObjectLegalHold"},
+		readObject: []string{
+			"s3:GetObject",
+			"s3:GetObjectVersion",
+			"s3:GetObjectAttributes",
+			"s3:GetObjectVersionAttributes",
+			"s3:ListMultipartUploadParts",
+		},
+		writeObject: []string{
+			"s3:PutObject",
+			"s3:DeleteObject",
+			"s3:DeleteObjectVersion",
+			"s3:AbortMultipartUpload",
+			"s3:RestoreObject",
+			"s3:PutObjectRetention",
+			"s3:PutObjectLegalHold",
+		},
 	},
 	objectMetadata: {
-		readObject:  []string{"s3:GetObjectTagging", "s3:GetObjectVersionTagging", "s3:GetObjectRetention", "s3:GetObjectLegalHold"},
-		writeObject: []string{"s3:PutObjectTagging", "s3:PutObjectVersionTagging", "s3:DeleteObjectTagging", "s3:DeleteObjectVersionTagging"},
+		readObject: []string{
+			"s3:GetObjectTagging",
+			"s3:GetObjectVersionTagging",
+			"s3:GetObjectRetention",
+			"s3:GetObjectLegalHold",
+		},
+		writeObject: []string{
+			"s3:PutObjectTagging",
+			"s3:PutObjectVersionTagging",
+			"s3:DeleteObjectTagging",
+			"s3:DeleteObjectVersionTagging",
+		},
 	},
 	bucketMetadata: {
 		readBucket: []string{"s3:GetBucketLocation", "s3:GetBucketTagging", "s3:GetBucketVersioning", "s3:GetBucketCORS",
@@ -66,7 +89,10 @@ type bucketGrant struct {
 
 func grantFor(b *cosiproto.AccessedBucket) bucketGrant {
 	m := b.GetAccessModes()
-	return bucketGrant{Bucket: b.GetBucketId(), Modes: [3]cosiproto.AccessMode_Mode{m.GetObjectData(), m.GetObjectMetadata(), m.GetBucketMetadata()}}
+	return bucketGrant{
+		Bucket: b.GetBucketId(),
+		Modes:  [3]cosiproto.AccessMode_Mode{m.GetObjectData(), m.GetObjectMetadata(), m.GetBucketMetadata()},
+	}
 }
 
 func reads(m cosiproto.AccessMode_Mode) bool {

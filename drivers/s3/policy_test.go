@@ -13,7 +13,12 @@ import (
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
-var allModes = []cosiproto.AccessMode_Mode{cosiproto.AccessMode_UNSPECIFIED, cosiproto.AccessMode_READ_ONLY, cosiproto.AccessMode_WRITE_ONLY, cosiproto.AccessMode_READ_WRITE}
+var allModes = []cosiproto.AccessMode_Mode{
+	cosiproto.AccessMode_UNSPECIFIED,
+	cosiproto.AccessMode_READ_ONLY,
+	cosiproto.AccessMode_WRITE_ONLY,
+	cosiproto.AccessMode_READ_WRITE,
+}
 
 // modeCombinations are the 63 ways to ask for at least one mode.
 func modeCombinations() [][3]cosiproto.AccessMode_Mode {
@@ -21,7 +26,8 @@ func modeCombinations() [][3]cosiproto.AccessMode_Mode {
 	for _, d := range allModes {
 		for _, om := range allModes {
 			for _, bm := range allModes {
-				if d != cosiproto.AccessMode_UNSPECIFIED || om != cosiproto.AccessMode_UNSPECIFIED || bm != cosiproto.AccessMode_UNSPECIFIED {
+				if d != cosiproto.AccessMode_UNSPECIFIED || om != cosiproto.AccessMode_UNSPECIFIED ||
+					bm != cosiproto.AccessMode_UNSPECIFIED {
 					out = append(out, [3]cosiproto.AccessMode_Mode{d, om, bm})
 				}
 			}
@@ -81,7 +87,14 @@ func TestUserPolicySize(t *testing.T) {
 				t.Fatal(err)
 			}
 			if got := policySize(doc); got != want || got != len(doc) {
-				t.Fatalf("modes %v, %d buckets: policySize %d, document %d characters, counted by hand %d", modes, n, got, len(doc), want)
+				t.Fatalf(
+					"modes %v, %d buckets: policySize %d, document %d characters, counted by hand %d",
+					modes,
+					n,
+					got,
+					len(doc),
+					want,
+				)
 			}
 			err = a.checkSize(doc, n)
 			switch {
@@ -111,8 +124,13 @@ func TestUserPolicySize(t *testing.T) {
 			}
 			n39 = i + 1
 		}
-		t.Logf("modes %v: one 39-character bucket %d characters; %d buckets with 39-character names fit in 2,048 characters, %d with 63-character names",
-			modes, one, n39, fits[modes])
+		t.Logf(
+			"modes %v: one 39-character bucket %d characters; %d buckets with 39-character names fit in 2,048 characters, %d with 63-character names",
+			modes,
+			one,
+			n39,
+			fits[modes],
+		)
 	}
 	if fits[[3]cosiproto.AccessMode_Mode{rw, rw, rw}] < 5 {
 		t.Errorf("full access fits only %d buckets with 63-character names", fits[[3]cosiproto.AccessMode_Mode{rw, rw, rw}])
@@ -182,12 +200,40 @@ func checkGrants(t *testing.T, doc []byte, grants []bucketGrant) {
 // TestMetadataModesActions checks the table itself: no metadata mode holds an action that reads,
 // exposes, destroys or locks object data, and no mode holds one of the never-granted actions.
 func TestMetadataModesActions(t *testing.T) {
-	never := []string{"s3:PutBucketPolicy", "s3:DeleteBucketPolicy", "s3:GetBucketPolicy", "s3:PutBucketAcl", "s3:GetBucketAcl",
-		"s3:PutObjectAcl", "s3:PutObjectVersionAcl", "s3:GetObjectAcl", "s3:GetObjectVersionAcl", "s3:PutBucketPublicAccessBlock", "s3:DeleteBucketPublicAccessBlock",
-		"s3:PutBucketOwnershipControls", "s3:DeleteBucket", "s3:CreateBucket", "s3:ListAllMyBuckets", "s3:BypassGovernanceRetention",
-		"s3:PutLifecycleConfiguration", "s3:PutBucketObjectLockConfiguration", "s3:PutEncryptionConfiguration"}
-	data := []string{"s3:GetObject", "s3:GetObjectVersion", "s3:ListBucket", "s3:ListBucketVersions", "s3:PutObject", "s3:DeleteObject",
-		"s3:DeleteObjectVersion", "s3:PutObjectRetention", "s3:PutObjectLegalHold", "s3:RestoreObject", "s3:GetObjectAttributes"}
+	never := []string{
+		"s3:PutBucketPolicy",
+		"s3:DeleteBucketPolicy",
+		"s3:GetBucketPolicy",
+		"s3:PutBucketAcl",
+		"s3:GetBucketAcl",
+		"s3:PutObjectAcl",
+		"s3:PutObjectVersionAcl",
+		"s3:GetObjectAcl",
+		"s3:GetObjectVersionAcl",
+		"s3:PutBucketPublicAccessBlock",
+		"s3:DeleteBucketPublicAccessBlock",
+		"s3:PutBucketOwnershipControls",
+		"s3:DeleteBucket",
+		"s3:CreateBucket",
+		"s3:ListAllMyBuckets",
+		"s3:BypassGovernanceRetention",
+		"s3:PutLifecycleConfiguration",
+		"s3:PutBucketObjectLockConfiguration",
+		"s3:PutEncryptionConfiguration",
+	}
+	data := []string{
+		"s3:GetObject",
+		"s3:GetObjectVersion",
+		"s3:ListBucket",
+		"s3:ListBucketVersions",
+		"s3:PutObject",
+		"s3:DeleteObject",
+		"s3:DeleteObjectVersion",
+		"s3:PutObjectRetention",
+		"s3:PutObjectLegalHold",
+		"s3:RestoreObject",
+		"s3:GetObjectAttributes",
+	}
 	for c, set := range actions {
 		all := slices.Concat(set.readBucket, set.readObject, set.writeBucket, set.writeObject)
 		for _, a := range all {
@@ -221,7 +267,9 @@ func TestValidBucketID(t *testing.T) {
 func TestRawPolicyRoundTrip(t *testing.T) {
 	foreign := `{"Sid":"Office","Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::b/*",` +
 		`"Condition":{"IpAddress":{"aws:SourceIp":"10.0.0.0/8"}},"FutureField":{"x":[1,2]}}`
-	ours := `{"Sid":"` + rgwSid("ba-1") + `Bucket","Effect":"Allow","Principal":{"AWS":["arn:aws:iam:::user/ba-1"]},"Action":["s3:ListBucket"],"Resource":["arn:aws:s3:::b"]}`
+	ours := `{"Sid":"` + rgwSid(
+		"ba-1",
+	) + `Bucket","Effect":"Allow","Principal":{"AWS":["arn:aws:iam:::user/ba-1"]},"Action":["s3:ListBucket"],"Resource":["arn:aws:s3:::b"]}`
 	for name, doc := range map[string]string{
 		"list":             `{"Version":"2012-10-17","Id":"p1","Statement":[` + foreign + `,` + ours + `]}`,
 		"single statement": `{"Id":"p1","Version":"2012-10-17","Statement":` + foreign + `}`,

@@ -49,12 +49,24 @@ type RGWAccounts struct {
 
 // NewRGWAccounts returns an RGW back-end using the Admin Ops API at endpoint+adminPath and
 // s3Client (with the same admin credentials) for bucket policies.
-func NewRGWAccounts(endpoint, adminPath, region string, creds aws.CredentialsProvider, httpClient *http.Client, s3Client *s3.Client) *RGWAccounts {
+func NewRGWAccounts(
+	endpoint, adminPath, region string,
+	creds aws.CredentialsProvider,
+	httpClient *http.Client,
+	s3Client *s3.Client,
+) *RGWAccounts {
 	if httpClient == nil {
 		httpClient = http.DefaultClient
 	}
-	return &RGWAccounts{endpoint: strings.TrimRight(endpoint, "/"), adminPath: "/" + strings.Trim(adminPath, "/"), region: region,
-		creds: creds, http: httpClient, s3: s3Client, signer: v4.NewSigner()}
+	return &RGWAccounts{
+		endpoint:  strings.TrimRight(endpoint, "/"),
+		adminPath: "/" + strings.Trim(adminPath, "/"),
+		region:    region,
+		creds:     creds,
+		http:      httpClient,
+		s3:        s3Client,
+		signer:    v4.NewSigner(),
+	}
 }
 
 // ignorePublicACLsOnNewBuckets implements publicACLIgnorer: RGW 16 does not evaluate the
@@ -103,12 +115,20 @@ func (a *RGWAccounts) admin(ctx context.Context, method, resource string, query 
 	resp, err := a.http.Do(req)
 	if err != nil {
 		// The error names the URL, with the query: for the log only.
-		return newBackendError(codes.Unavailable, err, fmt.Sprintf("RGW admin API %s %s: the object store could not be reached", method, resource))
+		return newBackendError(
+			codes.Unavailable,
+			err,
+			fmt.Sprintf("RGW admin API %s %s: the object store could not be reached", method, resource),
+		)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return newBackendError(codes.Unavailable, err, fmt.Sprintf("RGW admin API %s %s: reading the answer failed", method, resource))
+		return newBackendError(
+			codes.Unavailable,
+			err,
+			fmt.Sprintf("RGW admin API %s %s: reading the answer failed", method, resource),
+		)
 	}
 	if resp.StatusCode >= 300 {
 		e := &rgwError{Status: resp.StatusCode}
@@ -188,7 +208,13 @@ func (a *RGWAccounts) Grant(ctx context.Context, id string, grants []bucketGrant
 		}
 	}
 	if len(u.Keys) == 0 {
-		err := a.admin(ctx, http.MethodPut, "user", url.Values{"key": {""}, "uid": {id}, "key-type": {"s3"}, "generate-key": {"true"}}, &u.Keys)
+		err := a.admin(
+			ctx,
+			http.MethodPut,
+			"user",
+			url.Values{"key": {""}, "uid": {id}, "key-type": {"s3"}, "generate-key": {"true"}},
+			&u.Keys,
+		)
 		if err != nil {
 			return Key{}, rgwStatus(err, fmt.Sprintf("creating a key for RGW user %q", id))
 		}
@@ -219,7 +245,13 @@ func (a *RGWAccounts) Grant(ctx context.Context, id string, grants []bucketGrant
 // rgwWideningCannedACLs are the canned ACLs that let someone other than the uploader and the
 // bucket owner at an object. "private", "bucket-owner-read" and "bucket-owner-full-control" are
 // not among them.
-var rgwWideningCannedACLs = []string{"public-read", "public-read-write", "authenticated-read", "aws-exec-read", "log-delivery-write"}
+var rgwWideningCannedACLs = []string{
+	"public-read",
+	"public-read-write",
+	"authenticated-read",
+	"aws-exec-read",
+	"log-delivery-write",
+}
 
 // rgwGrantHeaders are the ACL grant headers of an upload (x-amz-grant-<name>), with the Sid
 // suffix of the statement that denies each.
@@ -352,7 +384,12 @@ func (a *RGWAccounts) setStatements(ctx context.Context, bucket, id string, stmt
 	switch {
 	case err == nil:
 		if policy, err = parseRawPolicy(aws.ToString(out.Policy)); err != nil {
-			return status.Errorf(codes.FailedPrecondition, "the policy of bucket %q is not JSON this driver can edit: %v", bucket, err)
+			return status.Errorf(
+				codes.FailedPrecondition,
+				"the policy of bucket %q is not JSON this driver can edit: %v",
+				bucket,
+				err,
+			)
 		}
 	case apiCode(err) == "NoSuchBucketPolicy":
 	case apiCode(err) == "NoSuchBucket" && len(stmts) == 0:
@@ -390,7 +427,10 @@ func (a *RGWAccounts) setStatements(ctx context.Context, bucket, id string, stmt
 	if err != nil {
 		return status.Errorf(codes.Internal, "encoding the policy of bucket %q: %v", bucket, err)
 	}
-	_, err = a.s3.PutBucketPolicy(ctx, &s3.PutBucketPolicyInput{Bucket: aws.String(bucket), Policy: aws.String(string(doc))})
+	_, err = a.s3.PutBucketPolicy(
+		ctx,
+		&s3.PutBucketPolicyInput{Bucket: aws.String(bucket), Policy: aws.String(string(doc))},
+	)
 	if err != nil && (apiCode(err) != "NoSuchBucket" || len(stmts) != 0) {
 		return toStatus(err, "setting the policy of bucket %q", bucket)
 	}

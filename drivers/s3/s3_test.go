@@ -60,11 +60,24 @@ func grant(t *testing.T, p cosiproto.ProvisionerClient, modes *cosiproto.AccessM
 }
 
 // grantAs grants with the account name name.
-func grantAs(t *testing.T, p cosiproto.ProvisionerClient, name string, modes *cosiproto.AccessModes, buckets ...string) *access {
+func grantAs(
+	t *testing.T,
+	p cosiproto.ProvisionerClient,
+	name string,
+	modes *cosiproto.AccessModes,
+	buckets ...string,
+) *access {
 	t.Helper()
 	ctx := t.Context()
-	req := &cosiproto.DriverGenerateBucketAccessIdRequest{AccountName: name, Protocol: cosiproto.ObjectProtocol_S3, AuthenticationType: cosiproto.AuthenticationType_KEY}
-	greq := &cosiproto.DriverGrantBucketAccessRequest{Protocol: cosiproto.ObjectProtocol_S3, AuthenticationType: cosiproto.AuthenticationType_KEY}
+	req := &cosiproto.DriverGenerateBucketAccessIdRequest{
+		AccountName:        name,
+		Protocol:           cosiproto.ObjectProtocol_S3,
+		AuthenticationType: cosiproto.AuthenticationType_KEY,
+	}
+	greq := &cosiproto.DriverGrantBucketAccessRequest{
+		Protocol:           cosiproto.ObjectProtocol_S3,
+		AuthenticationType: cosiproto.AuthenticationType_KEY,
+	}
 	for _, b := range buckets {
 		req.Buckets = append(req.Buckets, &cosiproto.AccessedBucket{BucketId: b, AccessModes: modes})
 	}
@@ -88,7 +101,11 @@ func grantAs(t *testing.T, p cosiproto.ProvisionerClient, name string, modes *co
 
 func revoke(t *testing.T, p cosiproto.ProvisionerClient, a *access) {
 	t.Helper()
-	req := &cosiproto.DriverRevokeBucketAccessRequest{AccountId: a.id, Protocol: cosiproto.ObjectProtocol_S3, AuthenticationType: cosiproto.AuthenticationType_KEY}
+	req := &cosiproto.DriverRevokeBucketAccessRequest{
+		AccountId:          a.id,
+		Protocol:           cosiproto.ObjectProtocol_S3,
+		AuthenticationType: cosiproto.AuthenticationType_KEY,
+	}
 	for b := range a.infos {
 		req.Buckets = append(req.Buckets, &cosiproto.DriverRevokeBucketAccessRequest_Bucket{BucketId: b})
 	}
@@ -99,11 +116,17 @@ func revoke(t *testing.T, p cosiproto.ProvisionerClient, a *access) {
 
 func createBucket(t *testing.T, p cosiproto.ProvisionerClient, params map[string]string) string {
 	t.Helper()
-	gen, err := p.DriverGenerateBucketId(t.Context(), &cosiproto.DriverGenerateBucketIdRequest{Name: "bc-" + strings.ToLower(rand.Text()[:12]), Parameters: params})
+	gen, err := p.DriverGenerateBucketId(
+		t.Context(),
+		&cosiproto.DriverGenerateBucketIdRequest{Name: "bc-" + strings.ToLower(rand.Text()[:12]), Parameters: params},
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.DriverCreateBucket(t.Context(), &cosiproto.DriverCreateBucketRequest{BucketId: gen.GetBucketId(), Parameters: params}); err != nil {
+	if _, err := p.DriverCreateBucket(
+		t.Context(),
+		&cosiproto.DriverCreateBucketRequest{BucketId: gen.GetBucketId(), Parameters: params},
+	); err != nil {
 		t.Fatal(err)
 	}
 	return gen.GetBucketId()
@@ -111,12 +134,18 @@ func createBucket(t *testing.T, p cosiproto.ProvisionerClient, params map[string
 
 // The operations the issue names, with the issued credentials.
 func put(a *access, bucket, key string) error {
-	_, err := a.client.PutObject(context.Background(), &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader("data of " + key)})
+	_, err := a.client.PutObject(
+		context.Background(),
+		&awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader("data of " + key)},
+	)
 	return err
 }
 
 func get(a *access, bucket, key string) error {
-	out, err := a.client.GetObject(context.Background(), &awss3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+	out, err := a.client.GetObject(
+		context.Background(),
+		&awss3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)},
+	)
 	if err != nil {
 		return err
 	}
@@ -131,7 +160,10 @@ func list(a *access, bucket string) error {
 }
 
 func del(a *access, bucket, key string) error {
-	_, err := a.client.DeleteObject(context.Background(), &awss3.DeleteObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+	_, err := a.client.DeleteObject(
+		context.Background(),
+		&awss3.DeleteObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)},
+	)
 	return err
 }
 
@@ -155,7 +187,10 @@ func TestEnforcement(t *testing.T) {
 		_, p := serve(t, b.newDriver(t, ""), logr.Discard())
 		ctx := t.Context()
 		bucket, other := createBucket(t, p, nil), createBucket(t, p, nil)
-		if _, err := b.admin.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("seed"), Body: strings.NewReader("seed")}); err != nil {
+		if _, err := b.admin.PutObject(
+			ctx,
+			&awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("seed"), Body: strings.NewReader("seed")},
+		); err != nil {
 			t.Fatal(err)
 		}
 
@@ -167,9 +202,20 @@ func TestEnforcement(t *testing.T) {
 		expect(t, "ReadWrite put into a bucket it was not granted", false, put(rw, other, "x"))
 		expect(t, "ReadWrite list of a bucket it was not granted", false, list(rw, other))
 		expect(t, "ReadWrite get from a bucket it was not granted", false, get(rw, other, "seed"))
-		_, err := rw.client.CreateBucket(ctx, &awss3.CreateBucketInput{Bucket: aws.String("cosi-own-" + strings.ToLower(rand.Text()[:8]))})
+		_, err := rw.client.CreateBucket(
+			ctx,
+			&awss3.CreateBucketInput{Bucket: aws.String("cosi-own-" + strings.ToLower(rand.Text()[:8]))},
+		)
 		expect(t, "ReadWrite creating a bucket of its own", false, err)
-		_, err = rw.client.PutBucketPolicy(ctx, &awss3.PutBucketPolicyInput{Bucket: aws.String(bucket), Policy: aws.String(`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":"*","Action":"s3:*","Resource":"arn:aws:s3:::` + bucket + `/*"}]}`)})
+		_, err = rw.client.PutBucketPolicy(
+			ctx,
+			&awss3.PutBucketPolicyInput{
+				Bucket: aws.String(bucket),
+				Policy: aws.String(
+					`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":"*","Action":"s3:*","Resource":"arn:aws:s3:::` + bucket + `/*"}]}`,
+				),
+			},
+		)
 		expect(t, "ReadWrite widening its access with a bucket policy", false, err)
 		_, err = rw.client.DeleteBucket(ctx, &awss3.DeleteBucketInput{Bucket: aws.String(bucket)})
 		expect(t, "ReadWrite deleting the bucket", false, err)
@@ -225,13 +271,24 @@ func TestRepeatedGrant(t *testing.T) {
 		_, p := serve(t, b.newDriver(t, ""), logr.Discard())
 		bucket := createBucket(t, p, nil)
 		first := grant(t, p, &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}, bucket)
-		req := &cosiproto.DriverGrantBucketAccessRequest{AccountId: first.id, Protocol: cosiproto.ObjectProtocol_S3, AuthenticationType: cosiproto.AuthenticationType_KEY,
-			Buckets: []*cosiproto.AccessedBucket{{BucketId: bucket, AccessModes: &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}}}}
+		req := &cosiproto.DriverGrantBucketAccessRequest{
+			AccountId:          first.id,
+			Protocol:           cosiproto.ObjectProtocol_S3,
+			AuthenticationType: cosiproto.AuthenticationType_KEY,
+			Buckets: []*cosiproto.AccessedBucket{
+				{BucketId: bucket, AccessModes: &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}},
+			},
+		}
 		resp, err := p.DriverGrantBucketAccess(t.Context(), req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		second := &access{id: first.id, creds: resp.GetCredentials(), infos: first.infos, client: userClient(resp.GetCredentials(), first.infos[bucket])}
+		second := &access{
+			id:     first.id,
+			creds:  resp.GetCredentials(),
+			infos:  first.infos,
+			client: userClient(resp.GetCredentials(), first.infos[bucket]),
+		}
 		expect(t, "put with the first key after a repeated grant", true, put(first, bucket, "a"))
 		expect(t, "put with the second key", true, put(second, bucket, "b"))
 		revoke(t, p, first)
@@ -253,7 +310,8 @@ func TestBuckets(t *testing.T) {
 				t.Fatal(err)
 			}
 			two, _ := p.DriverGenerateBucketId(ctx, &cosiproto.DriverGenerateBucketIdRequest{Name: name})
-			if one.GetBucketId() != two.GetBucketId() || !strings.HasPrefix(one.GetBucketId(), "test-bc-") || one.GetBucketId() != strings.ToLower(one.GetBucketId()) {
+			if one.GetBucketId() != two.GetBucketId() || !strings.HasPrefix(one.GetBucketId(), "test-bc-") ||
+				one.GetBucketId() != strings.ToLower(one.GetBucketId()) {
 				t.Errorf("bucket IDs %q, %q", one.GetBucketId(), two.GetBucketId())
 			}
 			if exists, _ := b.bucketExists(ctx, one.GetBucketId()); exists {
@@ -267,7 +325,10 @@ func TestBuckets(t *testing.T) {
 			if _, err := b.admin.CreateBucket(ctx, &awss3.CreateBucketInput{Bucket: aws.String(id)}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := b.admin.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(id), Key: aws.String("precious"), Body: strings.NewReader("x")}); err != nil {
+			if _, err := b.admin.PutObject(
+				ctx,
+				&awss3.PutObjectInput{Bucket: aws.String(id), Key: aws.String("precious"), Body: strings.NewReader("x")},
+			); err != nil {
 				t.Fatal(err)
 			}
 			_, err := p.DriverGenerateBucketId(ctx, &cosiproto.DriverGenerateBucketIdRequest{Name: name})
@@ -278,7 +339,10 @@ func TestBuckets(t *testing.T) {
 			if status.Code(err) != codes.AlreadyExists {
 				t.Errorf("DriverCreateBucket for a foreign bucket: %v, want AlreadyExists", err)
 			}
-			if _, err := b.admin.HeadObject(ctx, &awss3.HeadObjectInput{Bucket: aws.String(id), Key: aws.String("precious")}); err != nil {
+			if _, err := b.admin.HeadObject(
+				ctx,
+				&awss3.HeadObjectInput{Bucket: aws.String(id), Key: aws.String("precious")},
+			); err != nil {
 				t.Errorf("the foreign bucket's object: %v", err)
 			}
 		})
@@ -292,7 +356,8 @@ func TestBuckets(t *testing.T) {
 				t.Fatalf("DriverCreateBucket after an interrupted creation: %v", err)
 			}
 			tags, err := b.admin.GetBucketTagging(ctx, &awss3.GetBucketTaggingInput{Bucket: aws.String(id)})
-			if err != nil || !slices.ContainsFunc(tags.TagSet, func(tag types.Tag) bool { return aws.ToString(tag.Key) == s3.OwnerTag }) {
+			if err != nil ||
+				!slices.ContainsFunc(tags.TagSet, func(tag types.Tag) bool { return aws.ToString(tag.Key) == s3.OwnerTag }) {
 				t.Errorf("the adopted bucket has no %s tag: %v %v", s3.OwnerTag, tags, err)
 			}
 		})
@@ -303,20 +368,39 @@ func TestBuckets(t *testing.T) {
 			if err != nil || v.Status != types.BucketVersioningStatusEnabled {
 				t.Errorf("versioning=true: status %v, %v", v, err)
 			}
-			_, err = p.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: versioned, Parameters: map[string]string{s3.ParamVersioning: "false"}})
+			_, err = p.DriverCreateBucket(
+				ctx,
+				&cosiproto.DriverCreateBucketRequest{
+					BucketId:   versioned,
+					Parameters: map[string]string{s3.ParamVersioning: "false"},
+				},
+			)
 			if status.Code(err) != codes.AlreadyExists {
 				t.Errorf("re-creating a versioned bucket unversioned: %v, want AlreadyExists", err)
 			}
 			locked := createBucket(t, p, map[string]string{s3.ParamObjectLock: "true"})
-			lock, err := b.admin.GetObjectLockConfiguration(ctx, &awss3.GetObjectLockConfigurationInput{Bucket: aws.String(locked)})
-			if err != nil || lock.ObjectLockConfiguration == nil || lock.ObjectLockConfiguration.ObjectLockEnabled != types.ObjectLockEnabledEnabled {
+			lock, err := b.admin.GetObjectLockConfiguration(
+				ctx,
+				&awss3.GetObjectLockConfigurationInput{Bucket: aws.String(locked)},
+			)
+			if err != nil || lock.ObjectLockConfiguration == nil ||
+				lock.ObjectLockConfiguration.ObjectLockEnabled != types.ObjectLockEnabledEnabled {
 				t.Errorf("objectLock=true: %v, %v", lock, err)
 			}
-			_, err = p.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: "x-" + locked, Parameters: map[string]string{s3.ParamObjectLock: "true", s3.ParamVersioning: "false"}})
+			_, err = p.DriverCreateBucket(
+				ctx,
+				&cosiproto.DriverCreateBucketRequest{
+					BucketId:   "x-" + locked,
+					Parameters: map[string]string{s3.ParamObjectLock: "true", s3.ParamVersioning: "false"},
+				},
+			)
 			if status.Code(err) != codes.InvalidArgument {
 				t.Errorf("objectLock=true with versioning=false: %v, want InvalidArgument", err)
 			}
-			_, err = p.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: "x-" + locked, Parameters: map[string]string{"versoning": "true"}})
+			_, err = p.DriverCreateBucket(
+				ctx,
+				&cosiproto.DriverCreateBucketRequest{BucketId: "x-" + locked, Parameters: map[string]string{"versoning": "true"}},
+			)
 			if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "versoning") {
 				t.Errorf("a misspelt parameter: %v, want InvalidArgument naming it", err)
 			}
@@ -335,10 +419,15 @@ func TestBuckets(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s := resp.GetProtocols().GetS3(); s.GetBucketName() != id || s.GetEndpoint() != b.s3Endpoint || s.GetRegion() == "" {
+			if s := resp.GetProtocols().
+				GetS3(); s.GetBucketName() != id || s.GetEndpoint() != b.s3Endpoint ||
+				s.GetRegion() == "" {
 				t.Errorf("bucket info %v", s)
 			}
-			_, err = p.DriverGetBucket(ctx, &cosiproto.DriverGetBucketRequest{BucketId: id, Parameters: map[string]string{s3.ParamVersioning: "true"}})
+			_, err = p.DriverGetBucket(
+				ctx,
+				&cosiproto.DriverGetBucketRequest{BucketId: id, Parameters: map[string]string{s3.ParamVersioning: "true"}},
+			)
 			if status.Code(err) != codes.AlreadyExists {
 				t.Errorf("DriverGetBucket asking for versioning of an unversioned bucket: %v, want AlreadyExists", err)
 			}
@@ -350,18 +439,34 @@ func TestBuckets(t *testing.T) {
 		t.Run("a non-empty bucket is not deleted unless purgeOnDelete", func(t *testing.T) {
 			id := createBucket(t, p, map[string]string{s3.ParamVersioning: "true"})
 			for _, key := range []string{"a", "a", "b/c"} { // two versions of a
-				if _, err := b.admin.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(id), Key: aws.String(key), Body: strings.NewReader("x")}); err != nil {
+				if _, err := b.admin.PutObject(
+					ctx,
+					&awss3.PutObjectInput{Bucket: aws.String(id), Key: aws.String(key), Body: strings.NewReader("x")},
+				); err != nil {
 					t.Fatal(err)
 				}
 			}
-			_, err := p.DriverDeleteBucket(ctx, &cosiproto.DriverDeleteBucketRequest{BucketId: id, Parameters: map[string]string{s3.ParamVersioning: "true"}})
-			if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), s3.ParamPurgeOnDelete) {
+			_, err := p.DriverDeleteBucket(
+				ctx,
+				&cosiproto.DriverDeleteBucketRequest{BucketId: id, Parameters: map[string]string{s3.ParamVersioning: "true"}},
+			)
+			if status.Code(err) != codes.FailedPrecondition ||
+				!strings.Contains(status.Convert(err).Message(), s3.ParamPurgeOnDelete) {
 				t.Errorf("deleting a non-empty bucket: %v, want FailedPrecondition naming %s", err, s3.ParamPurgeOnDelete)
 			}
-			if _, err := b.admin.HeadObject(ctx, &awss3.HeadObjectInput{Bucket: aws.String(id), Key: aws.String("b/c")}); err != nil {
+			if _, err := b.admin.HeadObject(
+				ctx,
+				&awss3.HeadObjectInput{Bucket: aws.String(id), Key: aws.String("b/c")},
+			); err != nil {
 				t.Errorf("an object after the refused delete: %v", err)
 			}
-			_, err = p.DriverDeleteBucket(ctx, &cosiproto.DriverDeleteBucketRequest{BucketId: id, Parameters: map[string]string{s3.ParamVersioning: "true", s3.ParamPurgeOnDelete: "true"}})
+			_, err = p.DriverDeleteBucket(
+				ctx,
+				&cosiproto.DriverDeleteBucketRequest{
+					BucketId:   id,
+					Parameters: map[string]string{s3.ParamVersioning: "true", s3.ParamPurgeOnDelete: "true"},
+				},
+			)
 			if err != nil {
 				t.Fatalf("deleting with purgeOnDelete: %v", err)
 			}

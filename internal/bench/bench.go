@@ -181,8 +181,10 @@ func (s *system) rawCeiling(ctx context.Context, r *RunResult) error {
 		claims := make([]*cosiapi.BucketClaim, n)
 		start := time.Now()
 		err := s.parallel(n, func(i int) error {
-			claims[i] = &cosiapi.BucketClaim{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("raw-%d-%d", w, i), Namespace: "raw"},
-				Spec: cosiapi.BucketClaimSpec{BucketClassName: "none", Protocols: []cosiapi.Protocol{cosiapi.ProtocolS3}}}
+			claims[i] = &cosiapi.BucketClaim{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("raw-%d-%d", w, i), Namespace: "raw"},
+				Spec:       cosiapi.BucketClaimSpec{BucketClassName: "none", Protocols: []cosiapi.Protocol{cosiapi.ProtocolS3}},
+			}
 			return s.client.Create(ctx, claims[i])
 		})
 		if err != nil {
@@ -193,8 +195,10 @@ func (s *system) rawCeiling(ctx context.Context, r *RunResult) error {
 		start = time.Now()
 		err = s.parallel(n, func(i int) error {
 			claims[i].Status.BoundBucketName = "bc-" + string(claims[i].UID)
-			claims[i].Status.Conditions = []metav1.Condition{{Type: cosiapi.ConditionProvisioned, Status: metav1.ConditionUnknown,
-				Reason: cosiapi.ReasonProvisioning, Message: "raw", LastTransitionTime: metav1.Now()}}
+			claims[i].Status.Conditions = []metav1.Condition{
+				{Type: cosiapi.ConditionProvisioned, Status: metav1.ConditionUnknown,
+					Reason: cosiapi.ReasonProvisioning, Message: "raw", LastTransitionTime: metav1.Now()},
+			}
 			return s.client.Status().Update(ctx, claims[i])
 		})
 		s.cfg.Writers = writers
@@ -293,7 +297,17 @@ func latency(starts, done []time.Time) (rate, p50, p90, p99 float64) {
 		}
 		d[i] = done[i].Sub(starts[i])
 	}
-	return float64(len(starts)) / last.Sub(first).Seconds(), ms(percentile(d, 50)), ms(percentile(d, 90)), ms(percentile(d, 99))
+	return float64(
+			len(starts),
+		) / last.Sub(first).
+			Seconds(),
+		ms(
+			percentile(d, 50),
+		), ms(
+			percentile(d, 90),
+		), ms(
+			percentile(d, 99),
+		)
 }
 
 // scrapes are the metrics of the API server and the COSI processes at one moment.
@@ -317,13 +331,25 @@ func (s *system) scrape(ctx context.Context) (m scrapes, err error) {
 
 func rpcs(before, after metrics, method string) float64 {
 	sel := map[string]string{"method_name": method, "grpc_status_code": "OK"}
-	return after.sum("cosi_driver_operation_duration_seconds", sel) - before.sum("cosi_driver_operation_duration_seconds", sel)
+	return after.sum(
+		"cosi_driver_operation_duration_seconds",
+		sel,
+	) - before.sum(
+		"cosi_driver_operation_duration_seconds",
+		sel,
+	)
 }
 
 func reconciles(ms ...[2]metrics) float64 {
 	total := 0.0
 	for _, m := range ms {
-		total += m[1].sum("controller_runtime_reconcile_total", map[string]string{"result": "*"}) - m[0].sum("controller_runtime_reconcile_total", map[string]string{"result": "*"})
+		total += m[1].sum(
+			"controller_runtime_reconcile_total",
+			map[string]string{"result": "*"},
+		) - m[0].sum(
+			"controller_runtime_reconcile_total",
+			map[string]string{"result": "*"},
+		)
 	}
 	return total
 }
@@ -406,7 +432,10 @@ func (m *sizeRun) idle(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m.sr.IdleReconciles = reconciles([2]metrics{m.claimsDone.sidecar, quiet.sidecar}, [2]metrics{m.claimsDone.controller, quiet.controller})
+	m.sr.IdleReconciles = reconciles(
+		[2]metrics{m.claimsDone.sidecar, quiet.sidecar},
+		[2]metrics{m.claimsDone.controller, quiet.controller},
+	)
 	return nil
 }
 
@@ -429,11 +458,18 @@ func (m *sizeRun) provisionAccesses(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m.sr.AccessWrites = (apiWrites(before.api, after.api, "bucketaccesses", "secrets", "bucketclaims") - float64(m.n)) / float64(m.n)
+	m.sr.AccessWrites = (apiWrites(before.api, after.api, "bucketaccesses", "secrets", "bucketclaims") - float64(m.n)) / float64(
+		m.n,
+	)
 	m.cfg.logf("N=%d access writes: %v", m.n, writeBreakdown(before.api, after.api))
 	m.sr.GrantRPCs = rpcs(before.driver, after.driver, "DriverGrantBucketAccess") / float64(m.n)
 	var secrets corev1.SecretList
-	if err := m.client.List(ctx, &secrets, client.InNamespace(m.ns), client.HasLabels{cosiapi.LabelBucketAccessUID}); err != nil {
+	if err := m.client.List(
+		ctx,
+		&secrets,
+		client.InNamespace(m.ns),
+		client.HasLabels{cosiapi.LabelBucketAccessUID},
+	); err != nil {
 		return err
 	}
 	for _, sec := range secrets.Items {
@@ -450,7 +486,10 @@ func (m *sizeRun) provisionAccesses(ctx context.Context) error {
 func (m *sizeRun) deleteAll(ctx context.Context) error {
 	start := time.Now()
 	all := append(append([]client.Object{}, m.accesses...), m.claims...)
-	if err := m.parallel(len(all), func(i int) error { return client.IgnoreNotFound(m.client.Delete(ctx, all[i])) }); err != nil {
+	if err := m.parallel(
+		len(all),
+		func(i int) error { return client.IgnoreNotFound(m.client.Delete(ctx, all[i])) },
+	); err != nil {
 		return err
 	}
 	if _, err := m.watch.waitFor(ctx, m.watch.deleted, append(m.accessUIDs, m.claimUIDs...), m.timeout); err != nil {

@@ -162,7 +162,12 @@ func writeBreakdown(before, after metrics) map[string]float64 {
 		if l["subresource"] != "" {
 			key += "/" + l["subresource"]
 		}
-		sel := map[string]string{"verb": l["verb"], "resource": l["resource"], "subresource": l["subresource"], "code": l["code"]}
+		sel := map[string]string{
+			"verb":        l["verb"],
+			"resource":    l["resource"],
+			"subresource": l["subresource"],
+			"code":        l["code"],
+		}
 		if d := after.sum("apiserver_request_total", sel) - before.sum("apiserver_request_total", sel); d > 0 {
 			out[key+" "+l["code"]] += d
 		}

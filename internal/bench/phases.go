@@ -56,7 +56,10 @@ func (s *system) restarts(ctx context.Context, r *RunResult) error {
 	}
 	r.RestartCreateRPCs = rpcs(before.driver, after.driver, "DriverCreateBucket") / float64(n)
 	r.RestartGrantRPCs = rpcs(before.driver, after.driver, "DriverGrantBucketAccess") / float64(n)
-	if err := s.parallel(len(all), func(i int) error { return client.IgnoreNotFound(s.client.Delete(ctx, all[len(all)-1-i])) }); err != nil {
+	if err := s.parallel(
+		len(all),
+		func(i int) error { return client.IgnoreNotFound(s.client.Delete(ctx, all[len(all)-1-i])) },
+	); err != nil {
 		return err
 	}
 	return s.waitDriverEmpty(ctx)

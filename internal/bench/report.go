@@ -49,11 +49,35 @@ func (s *summary) add(name, unit string, get func(RunResult) float64, target str
 func (s *summary) apiServerRows(cfg Config) {
 	add := s.add
 	add("API server: creates, 1 writer", "obj/s", func(r RunResult) float64 { return r.RawCreate1 }, "", nil)
-	add(fmt.Sprintf("API server: creates, %d writers", cfg.Writers), "obj/s", func(r RunResult) float64 { return r.RawCreate8 }, "", nil)
+	add(
+		fmt.Sprintf("API server: creates, %d writers", cfg.Writers),
+		"obj/s",
+		func(r RunResult) float64 { return r.RawCreate8 },
+		"",
+		nil,
+	)
 	add("API server: status updates, 1 writer", "obj/s", func(r RunResult) float64 { return r.RawStatus1 }, "", nil)
-	add(fmt.Sprintf("API server: status updates, %d writers", cfg.Writers), "obj/s", func(r RunResult) float64 { return r.RawStatus8 }, "", nil)
-	add("single claim: create → Provisioned p50", "ms", func(r RunResult) float64 { return r.SingleProvisionP50 }, "< 100", func(m float64) bool { return m < 100 })
-	add("single claim: delete → gone p50", "ms", func(r RunResult) float64 { return r.SingleDeleteP50 }, "< 200", func(m float64) bool { return m < 200 })
+	add(
+		fmt.Sprintf("API server: status updates, %d writers", cfg.Writers),
+		"obj/s",
+		func(r RunResult) float64 { return r.RawStatus8 },
+		"",
+		nil,
+	)
+	add(
+		"single claim: create → Provisioned p50",
+		"ms",
+		func(r RunResult) float64 { return r.SingleProvisionP50 },
+		"< 100",
+		func(m float64) bool { return m < 100 },
+	)
+	add(
+		"single claim: delete → gone p50",
+		"ms",
+		func(r RunResult) float64 { return r.SingleDeleteP50 },
+		"< 200",
+		func(m float64) bool { return m < 200 },
+	)
 }
 
 // sizeRows are the throughput measurement with n claims and accesses, the i-th size.
@@ -77,23 +101,77 @@ func (s *summary) sizeRows(i, n int) {
 		accessTarget, accessOK = "≥ 150", func(m float64) bool { return m >= 150 }
 	}
 	p := fmt.Sprintf("N=%d ", n)
-	add(p+"claims/s (first create → last Provisioned)", "obj/s", size(func(s SizeResult) float64 { return s.ClaimsPerSec }), claimTarget, claimOK)
+	add(
+		p+"claims/s (first create → last Provisioned)",
+		"obj/s",
+		size(func(s SizeResult) float64 { return s.ClaimsPerSec }),
+		claimTarget,
+		claimOK,
+	)
 	add(p+"claim latency p50", "ms", size(func(s SizeResult) float64 { return s.ClaimP50 }), "", nil)
 	add(p+"claim latency p90", "ms", size(func(s SizeResult) float64 { return s.ClaimP90 }), "", nil)
 	add(p+"claim latency p99", "ms", size(func(s SizeResult) float64 { return s.ClaimP99 }), "", nil)
-	add(p+"COSI API writes per claim (claims + Buckets)", "writes", size(func(s SizeResult) float64 { return s.ClaimWrites }), "≤ 6", func(m float64) bool { return m <= 6 })
-	add(p+"DriverCreateBucket per claim", "calls", size(func(s SizeResult) float64 { return s.CreateRPCs }), "= 1", func(m float64) bool { return m == 1 })
-	add(p+"reconciles in 2 s idle after provisioning", "reconciles", size(func(s SizeResult) float64 { return s.IdleReconciles }), "= 0 (no hot loop)", func(m float64) bool { return m == 0 })
-	add(p+"accesses/s (first create → last Provisioned)", "obj/s", size(func(s SizeResult) float64 { return s.AccessesPerSec }), accessTarget, accessOK)
+	add(
+		p+"COSI API writes per claim (claims + Buckets)",
+		"writes",
+		size(func(s SizeResult) float64 { return s.ClaimWrites }),
+		"≤ 6",
+		func(m float64) bool { return m <= 6 },
+	)
+	add(
+		p+"DriverCreateBucket per claim",
+		"calls",
+		size(func(s SizeResult) float64 { return s.CreateRPCs }),
+		"= 1",
+		func(m float64) bool { return m == 1 },
+	)
+	add(
+		p+"reconciles in 2 s idle after provisioning",
+		"reconciles",
+		size(func(s SizeResult) float64 { return s.IdleReconciles }),
+		"= 0 (no hot loop)",
+		func(m float64) bool { return m == 0 },
+	)
+	add(
+		p+"accesses/s (first create → last Provisioned)",
+		"obj/s",
+		size(func(s SizeResult) float64 { return s.AccessesPerSec }),
+		accessTarget,
+		accessOK,
+	)
 	add(p+"access latency p50", "ms", size(func(s SizeResult) float64 { return s.AccessP50 }), "", nil)
 	add(p+"access latency p90", "ms", size(func(s SizeResult) float64 { return s.AccessP90 }), "", nil)
 	add(p+"access latency p99", "ms", size(func(s SizeResult) float64 { return s.AccessP99 }), "", nil)
 	// 7: the KEP's 6, and the Secret's check before granting (a no-op PATCH: the sidecar may
 	// not read Secrets, and must not mint credentials it cannot write).
-	add(p+"COSI API writes per access (accesses, Secrets, claims)", "writes", size(func(s SizeResult) float64 { return s.AccessWrites }), "≤ 7.1", func(m float64) bool { return m <= 7.1 })
-	add(p+"DriverGrantBucketAccess per access", "calls", size(func(s SizeResult) float64 { return s.GrantRPCs }), "= 1", func(m float64) bool { return m == 1 })
-	add(p+"Secrets with credentials", "secrets", size(func(s SizeResult) float64 { return float64(s.SecretsWithData) }), fmt.Sprintf("= %d", n), func(m float64) bool { return m == float64(n) })
-	add(p+"deletions/s (claims + accesses → gone)", "obj/s", size(func(s SizeResult) float64 { return s.DeletionsPerSec }), "", nil)
+	add(
+		p+"COSI API writes per access (accesses, Secrets, claims)",
+		"writes",
+		size(func(s SizeResult) float64 { return s.AccessWrites }),
+		"≤ 7.1",
+		func(m float64) bool { return m <= 7.1 },
+	)
+	add(
+		p+"DriverGrantBucketAccess per access",
+		"calls",
+		size(func(s SizeResult) float64 { return s.GrantRPCs }),
+		"= 1",
+		func(m float64) bool { return m == 1 },
+	)
+	add(
+		p+"Secrets with credentials",
+		"secrets",
+		size(func(s SizeResult) float64 { return float64(s.SecretsWithData) }),
+		fmt.Sprintf("= %d", n),
+		func(m float64) bool { return m == float64(n) },
+	)
+	add(
+		p+"deletions/s (claims + accesses → gone)",
+		"obj/s",
+		size(func(s SizeResult) float64 { return s.DeletionsPerSec }),
+		"",
+		nil,
+	)
 	add(p+"delete all → driver empty", "s", size(func(s SizeResult) float64 { return s.DriverEmptyAfter }), "", nil)
 	add(p+"409 conflicts (whole cycle)", "responses", size(func(s SizeResult) float64 { return s.Conflicts }), "", nil)
 	for _, proc := range []string{"total", "kube-apiserver", "etcd", "cosi-controller", "cosi-sidecar", "cosi-driver-memory", "cosi-bench"} {
@@ -105,25 +183,65 @@ func (s *summary) sizeRows(i, n int) {
 func (s *summary) processRows(cfg Config) {
 	add := s.add
 	if cfg.RestartSize > 0 {
-		add(fmt.Sprintf("restarts mid-run (N=%d): DriverCreateBucket per claim", cfg.RestartSize), "calls", func(r RunResult) float64 { return r.RestartCreateRPCs }, "= 1", func(m float64) bool { return m == 1 })
-		add(fmt.Sprintf("restarts mid-run (N=%d): DriverGrantBucketAccess per access", cfg.RestartSize), "calls", func(r RunResult) float64 { return r.RestartGrantRPCs }, "= 1", func(m float64) bool { return m == 1 })
+		add(
+			fmt.Sprintf("restarts mid-run (N=%d): DriverCreateBucket per claim", cfg.RestartSize),
+			"calls",
+			func(r RunResult) float64 { return r.RestartCreateRPCs },
+			"= 1",
+			func(m float64) bool { return m == 1 },
+		)
+		add(
+			fmt.Sprintf("restarts mid-run (N=%d): DriverGrantBucketAccess per access", cfg.RestartSize),
+			"calls",
+			func(r RunResult) float64 { return r.RestartGrantRPCs },
+			"= 1",
+			func(m float64) bool { return m == 1 },
+		)
 	}
 	add("controller CPU, throughput phases", "s", func(r RunResult) float64 { return r.ControllerCPU }, "", nil)
 	add("sidecar CPU, throughput phases", "s", func(r RunResult) float64 { return r.SidecarCPU }, "", nil)
 	add("controller peak RSS, throughput phases", "MiB", func(r RunResult) float64 { return r.ControllerPeakRSS }, "", nil)
 	add("sidecar peak RSS, throughput phases", "MiB", func(r RunResult) float64 { return r.SidecarPeakRSS }, "", nil)
 	if cfg.RSSClaims > 0 {
-		add(fmt.Sprintf("controller RSS with %d Buckets", cfg.RSSClaims), "MiB", func(r RunResult) float64 { return r.ControllerRSS }, "< 150", func(m float64) bool { return m < 150 })
-		add(fmt.Sprintf("sidecar RSS with %d Buckets", cfg.RSSClaims), "MiB", func(r RunResult) float64 { return r.SidecarRSS }, "< 150", func(m float64) bool { return m < 150 })
+		add(
+			fmt.Sprintf("controller RSS with %d Buckets", cfg.RSSClaims),
+			"MiB",
+			func(r RunResult) float64 { return r.ControllerRSS },
+			"< 150",
+			func(m float64) bool { return m < 150 },
+		)
+		add(
+			fmt.Sprintf("sidecar RSS with %d Buckets", cfg.RSSClaims),
+			"MiB",
+			func(r RunResult) float64 { return r.SidecarRSS },
+			"< 150",
+			func(m float64) bool { return m < 150 },
+		)
 	}
 }
 
 func printSummary(w io.Writer, cfg Config, rows []Row) {
-	fmt.Fprintf(w, "\ncosi-bench: %d runs, %d writers, %d workers; median [min – max]\n\n", cfg.Runs, cfg.Writers, cfg.Workers)
+	fmt.Fprintf(
+		w,
+		"\ncosi-bench: %d runs, %d writers, %d workers; median [min – max]\n\n",
+		cfg.Runs,
+		cfg.Writers,
+		cfg.Workers,
+	)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "MEASUREMENT\tMEDIAN\tRANGE\tUNIT\tTARGET\tMET")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s – %s\t%s\t%s\t%s\n", r.Name, num(r.Stat.Median), num(r.Stat.Min), num(r.Stat.Max), r.Unit, r.Target, r.Met)
+		fmt.Fprintf(
+			tw,
+			"%s\t%s\t%s – %s\t%s\t%s\t%s\n",
+			r.Name,
+			num(r.Stat.Median),
+			num(r.Stat.Min),
+			num(r.Stat.Max),
+			r.Unit,
+			r.Target,
+			r.Met,
+		)
 	}
 	tw.Flush()
 }

@@ -42,8 +42,16 @@ func startSystem(ctx context.Context, cfg Config) (*system, error) {
 	if s.dir, err = os.MkdirTemp("", "cosi-bench"); err != nil {
 		return nil, err
 	}
-	if s.env, err = localenv.New(ctx, localenv.Options{Dir: s.dir, RepoRoot: cfg.RepoRoot, BinDir: cfg.BinDir,
-		Driver: localenv.DriverMemory, DriverName: driverName, Identities: localenv.Admin, Workers: cfg.Workers, Metrics: true}); err != nil {
+	if s.env, err = localenv.New(ctx, localenv.Options{
+		Dir:        s.dir,
+		RepoRoot:   cfg.RepoRoot,
+		BinDir:     cfg.BinDir,
+		Driver:     localenv.DriverMemory,
+		DriverName: driverName,
+		Identities: localenv.Admin,
+		Workers:    cfg.Workers,
+		Metrics:    true,
+	}); err != nil {
 		return nil, fmt.Errorf("starting the API server: %w", err)
 	}
 	if s.rest, s.client, err = s.env.AdminClient(5000); err != nil {
@@ -145,7 +153,12 @@ func (w *watcher) times(m map[types.UID]time.Time, uids []types.UID) ([]time.Tim
 }
 
 // waitFor waits until all uids are recorded in m.
-func (w *watcher) waitFor(ctx context.Context, m map[types.UID]time.Time, uids []types.UID, timeout time.Duration) ([]time.Time, error) {
+func (w *watcher) waitFor(
+	ctx context.Context,
+	m map[types.UID]time.Time,
+	uids []types.UID,
+	timeout time.Duration,
+) ([]time.Time, error) {
 	deadline := time.Now().Add(timeout)
 	for {
 		times, n := w.times(m, uids)

@@ -25,7 +25,15 @@ func provisionedClaim(t *testing.T, protocols ...cosiapi.Protocol) (*cosiapi.Buc
 	create(t, c)
 	b := boundBucket(t, c)
 	provisionAsSidecar(t, b, metav1.ConditionTrue, protocols...)
-	testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned)
+	testenv.Condition(
+		t,
+		env,
+		c,
+		claimConditions,
+		cosiapi.ConditionProvisioned,
+		metav1.ConditionTrue,
+		cosiapi.ReasonProvisioned,
+	)
 	return c, b
 }
 
@@ -48,7 +56,8 @@ func TestAccessHandOff(t *testing.T) {
 	if len(ba.Status.AccessedBuckets) != 1 || ba.Status.AccessedBuckets[0] != want {
 		t.Errorf("accessedBuckets %+v, want [%+v]", ba.Status.AccessedBuckets, want)
 	}
-	if ba.Status.DriverName != driverName || ba.Status.AuthenticationType != cosiapi.AuthenticationTypeKey || !maps.Equal(ba.Status.Parameters, ac.Spec.Parameters) {
+	if ba.Status.DriverName != driverName || ba.Status.AuthenticationType != cosiapi.AuthenticationTypeKey ||
+		!maps.Equal(ba.Status.Parameters, ac.Spec.Parameters) {
 		t.Errorf("hand-off status %+v", ba.Status)
 	}
 	if !controllerutil.ContainsFinalizer(ba, cosiapi.FinalizerProtection) {
@@ -58,7 +67,15 @@ func TestAccessHandOff(t *testing.T) {
 	if c.Annotations[cosiapi.AnnotationHasBucketAccessReferences] == "" {
 		t.Errorf("the claim lacks %s", cosiapi.AnnotationHasBucketAccessReferences)
 	}
-	testenv.Condition(t, env, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid)
+	testenv.Condition(
+		t,
+		env,
+		ba,
+		accessConditions,
+		cosiapi.ConditionResourcesValidated,
+		metav1.ConditionTrue,
+		cosiapi.ReasonValid,
+	)
 
 	// The class may change or go: the access carries its copy.
 	if err := env.Client.Delete(t.Context(), ac); err != nil {
@@ -69,7 +86,15 @@ func TestAccessHandOff(t *testing.T) {
 	if err := env.Client.Delete(t.Context(), c); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonDeletionBlocked)
+	testenv.Condition(
+		t,
+		env,
+		c,
+		claimConditions,
+		cosiapi.ConditionProvisioned,
+		metav1.ConditionTrue,
+		cosiapi.ReasonDeletionBlocked,
+	)
 	testenv.Never(t, time.Second, func() error {
 		get(t, c)
 		get(t, b)
@@ -124,8 +149,24 @@ func TestClaimStaysReferencedWhileAnotherAccessExists(t *testing.T) {
 	second.Spec.BucketClaims[0].AccessSecretName = "second-creds"
 	create(t, first)
 	create(t, second)
-	testenv.Condition(t, env, first, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid)
-	testenv.Condition(t, env, second, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid)
+	testenv.Condition(
+		t,
+		env,
+		first,
+		accessConditions,
+		cosiapi.ConditionResourcesValidated,
+		metav1.ConditionTrue,
+		cosiapi.ReasonValid,
+	)
+	testenv.Condition(
+		t,
+		env,
+		second,
+		accessConditions,
+		cosiapi.ConditionResourcesValidated,
+		metav1.ConditionTrue,
+		cosiapi.ReasonValid,
+	)
 	for i, ba := range []*cosiapi.BucketAccess{first, second} {
 		if err := env.Client.Delete(t.Context(), ba); err != nil {
 			t.Fatal(err)
@@ -203,14 +244,38 @@ func TestAccessValidation(t *testing.T) {
 			}
 			create(t, ba)
 			if tc.wantReason == cosiapi.ReasonValid {
-				testenv.Condition(t, env, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid)
+				testenv.Condition(
+					t,
+					env,
+					ba,
+					accessConditions,
+					cosiapi.ConditionResourcesValidated,
+					metav1.ConditionTrue,
+					cosiapi.ReasonValid,
+				)
 				return
 			}
-			rv := testenv.Condition(t, env, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, tc.wantReason)
+			rv := testenv.Condition(
+				t,
+				env,
+				ba,
+				accessConditions,
+				cosiapi.ConditionResourcesValidated,
+				metav1.ConditionFalse,
+				tc.wantReason,
+			)
 			if !strings.Contains(rv.Message, tc.wantText) {
 				t.Errorf("message %q does not contain %q", rv.Message, tc.wantText)
 			}
-			testenv.Condition(t, env, ba, accessConditions, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
+			testenv.Condition(
+				t,
+				env,
+				ba,
+				accessConditions,
+				cosiapi.ConditionProvisioned,
+				metav1.ConditionFalse,
+				cosiapi.ReasonProvisioningFailed,
+			)
 			get(t, ba)
 			if ba.Status.DriverName != "" {
 				t.Errorf("a rejected access was handed off to %s", ba.Status.DriverName)
@@ -230,14 +295,26 @@ func TestAccessWaitsForClassAndClaim(t *testing.T) {
 	c := claim("class-of-" + uniqueName("later"))
 	ba := access(ac.Name, c.Name)
 	create(t, ba)
-	rv := testenv.Condition(t, env, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources)
+	rv := testenv.Condition(
+		t,
+		env,
+		ba,
+		accessConditions,
+		cosiapi.ConditionResourcesValidated,
+		metav1.ConditionUnknown,
+		cosiapi.ReasonWaitingForResources,
+	)
 	if !strings.Contains(rv.Message, ac.Name) {
 		t.Errorf("message %q does not name the class", rv.Message)
 	}
 	create(t, ac)
 	testenv.Eventually(t, func() error {
 		get(t, ba)
-		if rv := meta.FindStatusCondition(ba.Status.Conditions, cosiapi.ConditionResourcesValidated); rv == nil || !strings.Contains(rv.Message, "BucketClaim "+c.Name+" does not exist") {
+		if rv := meta.FindStatusCondition(
+			ba.Status.Conditions,
+			cosiapi.ConditionResourcesValidated,
+		); rv == nil ||
+			!strings.Contains(rv.Message, "BucketClaim "+c.Name+" does not exist") {
 			return fmt.Errorf("not waiting for the claim: %+v", ba.Status.Conditions)
 		}
 		return nil
@@ -247,7 +324,15 @@ func TestAccessWaitsForClassAndClaim(t *testing.T) {
 	create(t, class)
 	create(t, c)
 	provisionAsSidecar(t, boundBucket(t, c), metav1.ConditionTrue, cosiapi.ProtocolS3)
-	testenv.Condition(t, env, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid)
+	testenv.Condition(
+		t,
+		env,
+		ba,
+		accessConditions,
+		cosiapi.ConditionResourcesValidated,
+		metav1.ConditionTrue,
+		cosiapi.ReasonValid,
+	)
 }
 
 func TestNoAccessToADeletingClaim(t *testing.T) {
@@ -266,7 +351,15 @@ func TestNoAccessToADeletingClaim(t *testing.T) {
 	create(t, ac)
 	ba := access(ac.Name, c.Name)
 	create(t, ba)
-	rv := testenv.Condition(t, env, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonInvalidReference)
+	rv := testenv.Condition(
+		t,
+		env,
+		ba,
+		accessConditions,
+		cosiapi.ConditionResourcesValidated,
+		metav1.ConditionFalse,
+		cosiapi.ReasonInvalidReference,
+	)
 	if !strings.Contains(rv.Message, "being deleted") {
 		t.Errorf("message %q", rv.Message)
 	}
@@ -301,12 +394,25 @@ func TestControllerLeastPrivilege(t *testing.T) {
 	} {
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User: "system:serviceaccount:cosi-system:cosi-controller",
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Group: tc.group, Resource: tc.resource, Subresource: tc.subresource,
-				Verb: tc.verb, Namespace: testNamespace},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Group:       tc.group,
+				Resource:    tc.resource,
+				Subresource: tc.subresource,
+				Verb:        tc.verb,
+				Namespace:   testNamespace,
+			},
 		}}
 		create(t, sar)
 		if sar.Status.Allowed != tc.allowed {
-			t.Errorf("%s %s/%s %s: allowed=%v, want %v", tc.verb, tc.group, tc.resource, tc.subresource, sar.Status.Allowed, tc.allowed)
+			t.Errorf(
+				"%s %s/%s %s: allowed=%v, want %v",
+				tc.verb,
+				tc.group,
+				tc.resource,
+				tc.subresource,
+				sar.Status.Allowed,
+				tc.allowed,
+			)
 		}
 	}
 }

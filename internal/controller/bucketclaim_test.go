@@ -36,22 +36,49 @@ func TestDynamicClaim(t *testing.T) {
 		t.Error("the Bucket was not created with its protection finalizer")
 	}
 	want := cosiapi.BucketSpec{
-		DriverName: driverName, DeletionPolicy: cosiapi.DeletionPolicyDelete, Protocols: []cosiapi.Protocol{cosiapi.ProtocolS3},
+		DriverName:     driverName,
+		DeletionPolicy: cosiapi.DeletionPolicyDelete,
+		Protocols:      []cosiapi.Protocol{cosiapi.ProtocolS3},
 		Parameters:     class.Spec.Parameters,
 		BucketClaimRef: cosiapi.BucketClaimReference{Name: c.Name, Namespace: c.Namespace, UID: c.UID},
 	}
 	if b.Spec.DriverName != want.DriverName || b.Spec.DeletionPolicy != want.DeletionPolicy || !slices.Equal(b.Spec.Protocols, want.Protocols) ||
-		!maps.Equal(b.Spec.Parameters, want.Parameters) || b.Spec.BucketClaimRef != want.BucketClaimRef {
+		!maps.Equal(b.Spec.Parameters, want.Parameters) ||
+		b.Spec.BucketClaimRef != want.BucketClaimRef {
 		t.Errorf("Bucket spec %+v\nwant %+v", b.Spec, want)
 	}
-	testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning)
+	testenv.Condition(
+		t,
+		env,
+		c,
+		claimConditions,
+		cosiapi.ConditionProvisioned,
+		metav1.ConditionUnknown,
+		cosiapi.ReasonProvisioning,
+	)
 
 	provisionAsSidecar(t, b, metav1.ConditionTrue, cosiapi.ProtocolS3, cosiapi.ProtocolGCS)
-	p := testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned)
+	p := testenv.Condition(
+		t,
+		env,
+		c,
+		claimConditions,
+		cosiapi.ConditionProvisioned,
+		metav1.ConditionTrue,
+		cosiapi.ReasonProvisioned,
+	)
 	if p.ObservedGeneration != c.Generation {
 		t.Errorf("observedGeneration %d, generation %d", p.ObservedGeneration, c.Generation)
 	}
-	testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid)
+	testenv.Condition(
+		t,
+		env,
+		c,
+		claimConditions,
+		cosiapi.ConditionResourcesValidated,
+		metav1.ConditionTrue,
+		cosiapi.ReasonValid,
+	)
 	if !slices.Equal(c.Status.Protocols, []cosiapi.Protocol{cosiapi.ProtocolS3, cosiapi.ProtocolGCS}) {
 		t.Errorf("claim protocols %v, want the Bucket's", c.Status.Protocols)
 	}
@@ -92,23 +119,52 @@ func TestClaimMirrorsTheBucket(t *testing.T) {
 				return err
 			}
 			b.Status.Conditions = []metav1.Condition{
-				{Type: cosiapi.ConditionProvisioned, Status: metav1.ConditionFalse, Reason: cosiapi.ReasonProvisioningFailed, Message: "DriverCreateBucket: InvalidArgument: bad region", LastTransitionTime: metav1.Now()},
-				{Type: cosiapi.ConditionProvisionFailed, Status: metav1.ConditionTrue, Reason: cosiapi.ReasonDriverError, Message: "DriverCreateBucket: InvalidArgument: bad region", LastTransitionTime: metav1.Now()},
+				{
+					Type:               cosiapi.ConditionProvisioned,
+					Status:             metav1.ConditionFalse,
+					Reason:             cosiapi.ReasonProvisioningFailed,
+					Message:            "DriverCreateBucket: InvalidArgument: bad region",
+					LastTransitionTime: metav1.Now(),
+				},
+				{
+					Type:               cosiapi.ConditionProvisionFailed,
+					Status:             metav1.ConditionTrue,
+					Reason:             cosiapi.ReasonDriverError,
+					Message:            "DriverCreateBucket: InvalidArgument: bad region",
+					LastTransitionTime: metav1.Now(),
+				},
 			}
 			return env.Client.Status().Update(t.Context(), b)
 		})
-		pc := testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
+		pc := testenv.Condition(
+			t,
+			env,
+			c,
+			claimConditions,
+			cosiapi.ConditionProvisioned,
+			metav1.ConditionFalse,
+			cosiapi.ReasonProvisioningFailed,
+		)
 		if !strings.Contains(pc.Message, "bad region") {
 			t.Errorf("claim message %q", pc.Message)
 		}
-		testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, cosiapi.ReasonDriverError)
+		testenv.Condition(
+			t,
+			env,
+			c,
+			claimConditions,
+			cosiapi.ConditionProvisionFailed,
+			metav1.ConditionTrue,
+			cosiapi.ReasonDriverError,
+		)
 		testenv.Eventually(t, func() error {
 			var list corev1.EventList
 			if err := env.Client.List(t.Context(), &list, client.InNamespace(testNamespace)); err != nil {
 				return err
 			}
 			for _, e := range list.Items {
-				if e.InvolvedObject.Name == c.Name && e.Reason == cosiapi.EventFailedCreateBucket && strings.Contains(e.Message, "bad region") {
+				if e.InvolvedObject.Name == c.Name && e.Reason == cosiapi.EventFailedCreateBucket &&
+					strings.Contains(e.Message, "bad region") {
 					return nil
 				}
 			}
@@ -122,7 +178,15 @@ func TestClaimMirrorsTheBucket(t *testing.T) {
 		create(t, c)
 		b := boundBucket(t, c)
 		provisionAsSidecar(t, b, metav1.ConditionUnknown)
-		testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning)
+		testenv.Condition(
+			t,
+			env,
+			c,
+			claimConditions,
+			cosiapi.ConditionProvisioned,
+			metav1.ConditionUnknown,
+			cosiapi.ReasonProvisioning,
+		)
 	})
 
 	t.Run("a protocol the Bucket lacks", func(t *testing.T) {
@@ -130,7 +194,15 @@ func TestClaimMirrorsTheBucket(t *testing.T) {
 		c := claim(class.Name, cosiapi.ProtocolS3, cosiapi.ProtocolAzure)
 		create(t, c)
 		provisionAsSidecar(t, boundBucket(t, c), metav1.ConditionTrue, cosiapi.ProtocolS3)
-		rv := testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonUnsupportedProtocol)
+		rv := testenv.Condition(
+			t,
+			env,
+			c,
+			claimConditions,
+			cosiapi.ConditionResourcesValidated,
+			metav1.ConditionFalse,
+			cosiapi.ReasonUnsupportedProtocol,
+		)
 		if !strings.Contains(rv.Message, "Azure") {
 			t.Errorf("message %q does not name the missing protocol", rv.Message)
 		}
@@ -142,7 +214,15 @@ func TestClaimWaitsForItsClass(t *testing.T) {
 	class := bucketClass(cosiapi.DeletionPolicyDelete)
 	c := claim(class.Name)
 	create(t, c)
-	rv := testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources)
+	rv := testenv.Condition(
+		t,
+		env,
+		c,
+		claimConditions,
+		cosiapi.ConditionResourcesValidated,
+		metav1.ConditionUnknown,
+		cosiapi.ReasonWaitingForResources,
+	)
 	if !strings.Contains(rv.Message, class.Name) {
 		t.Errorf("message %q does not name the class", rv.Message)
 	}
@@ -161,14 +241,30 @@ func TestBucketWentMissing(t *testing.T) {
 	create(t, c)
 	b := boundBucket(t, c)
 	provisionAsSidecar(t, b, metav1.ConditionTrue, cosiapi.ProtocolS3)
-	testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid)
+	testenv.Condition(
+		t,
+		env,
+		c,
+		claimConditions,
+		cosiapi.ConditionResourcesValidated,
+		metav1.ConditionTrue,
+		cosiapi.ReasonValid,
+	)
 
 	if err := env.Client.Delete(t.Context(), b); err != nil {
 		t.Fatal(err)
 	}
 	finishAsSidecar(t, b) // an admin forced it away
 	env.Gone(t, b)
-	rv := testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonInvalidReference)
+	rv := testenv.Condition(
+		t,
+		env,
+		c,
+		claimConditions,
+		cosiapi.ConditionResourcesValidated,
+		metav1.ConditionFalse,
+		cosiapi.ReasonInvalidReference,
+	)
 	if !strings.Contains(rv.Message, "went missing") {
 		t.Errorf("message %q", rv.Message)
 	}
@@ -183,8 +279,12 @@ func TestBucketWentMissing(t *testing.T) {
 func staticBucket(claimName string) *cosiapi.Bucket {
 	return &cosiapi.Bucket{
 		ObjectMeta: metav1.ObjectMeta{Name: uniqueName("static")},
-		Spec: cosiapi.BucketSpec{DriverName: driverName, DeletionPolicy: cosiapi.DeletionPolicyRetain, ExistingBucketID: "legacy",
-			BucketClaimRef: cosiapi.BucketClaimReference{Name: claimName, Namespace: testNamespace}},
+		Spec: cosiapi.BucketSpec{
+			DriverName:       driverName,
+			DeletionPolicy:   cosiapi.DeletionPolicyRetain,
+			ExistingBucketID: "legacy",
+			BucketClaimRef:   cosiapi.BucketClaimReference{Name: claimName, Namespace: testNamespace},
+		},
 	}
 }
 
@@ -196,7 +296,15 @@ func TestStaticClaim(t *testing.T) {
 		b := staticBucket(c.Name)
 		c.Spec.ExistingBucketName = b.Name
 		create(t, c)
-		testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources)
+		testenv.Condition(
+			t,
+			env,
+			c,
+			claimConditions,
+			cosiapi.ConditionResourcesValidated,
+			metav1.ConditionUnknown,
+			cosiapi.ReasonWaitingForResources,
+		)
 		create(t, b) // the Bucket watch wakes the claim
 		testenv.Eventually(t, func() error {
 			get(t, b)
@@ -214,7 +322,15 @@ func TestStaticClaim(t *testing.T) {
 			return nil
 		})
 		provisionAsSidecar(t, b, metav1.ConditionTrue, cosiapi.ProtocolS3)
-		testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned)
+		testenv.Condition(
+			t,
+			env,
+			c,
+			claimConditions,
+			cosiapi.ConditionProvisioned,
+			metav1.ConditionTrue,
+			cosiapi.ReasonProvisioned,
+		)
 	})
 	t.Run("does not bind to a Bucket reserved for another claim", func(t *testing.T) {
 		t.Parallel()
@@ -223,11 +339,27 @@ func TestStaticClaim(t *testing.T) {
 		c := &cosiapi.BucketClaim{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("claim"), Namespace: testNamespace},
 			Spec: cosiapi.BucketClaimSpec{ExistingBucketName: b.Name}}
 		create(t, c)
-		rv := testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonInvalidReference)
+		rv := testenv.Condition(
+			t,
+			env,
+			c,
+			claimConditions,
+			cosiapi.ConditionResourcesValidated,
+			metav1.ConditionFalse,
+			cosiapi.ReasonInvalidReference,
+		)
 		if !strings.Contains(rv.Message, "someone-else") {
 			t.Errorf("message %q", rv.Message)
 		}
-		testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
+		testenv.Condition(
+			t,
+			env,
+			c,
+			claimConditions,
+			cosiapi.ConditionProvisioned,
+			metav1.ConditionFalse,
+			cosiapi.ReasonProvisioningFailed,
+		)
 		get(t, b)
 		if b.Spec.BucketClaimRef.UID != "" {
 			t.Errorf("the other claim's Bucket was bound: uid %q", b.Spec.BucketClaimRef.UID)
@@ -255,7 +387,15 @@ func TestClaimDeletion(t *testing.T) {
 			create(t, c)
 			b := boundBucket(t, c)
 			provisionAsSidecar(t, b, metav1.ConditionTrue, cosiapi.ProtocolS3)
-			testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned)
+			testenv.Condition(
+				t,
+				env,
+				c,
+				claimConditions,
+				cosiapi.ConditionProvisioned,
+				metav1.ConditionTrue,
+				cosiapi.ReasonProvisioned,
+			)
 			// The class may be gone: the Bucket carries what deletion needs.
 			if err := env.Client.Delete(t.Context(), class); err != nil {
 				t.Fatal(err)

@@ -37,7 +37,12 @@ func TestMain(m *testing.M) {
 			return err
 		}
 		env.Go(ctx, "controller", func(ctx context.Context) error {
-			return controller.Run(ctx, cfg, controller.Options{Workers: 4, MetricsAddress: "0", HealthAddress: "0"}, logr.Discard())
+			return controller.Run(
+				ctx,
+				cfg,
+				controller.Options{Workers: 4, MetricsAddress: "0", HealthAddress: "0"},
+				logr.Discard(),
+			)
 		})
 		return nil
 	})
@@ -67,7 +72,12 @@ func accessConditions(a *cosiapi.BucketAccess) []metav1.Condition { return a.Sta
 // Builders.
 
 func bucketClass(policy cosiapi.DeletionPolicy) *cosiapi.BucketClass {
-	return objects.BucketClass(uniqueName("class"), driverName, policy, objects.ClassParameters(map[string]string{"versioning": "true"}))
+	return objects.BucketClass(
+		uniqueName("class"),
+		driverName,
+		policy,
+		objects.ClassParameters(map[string]string{"versioning": "true"}),
+	)
 }
 
 func claim(class string, protocols ...cosiapi.Protocol) *cosiapi.BucketClaim {
@@ -75,8 +85,12 @@ func claim(class string, protocols ...cosiapi.Protocol) *cosiapi.BucketClaim {
 }
 
 func accessClass(mutate ...func(*cosiapi.BucketAccessClass)) *cosiapi.BucketAccessClass {
-	return objects.BucketAccessClass(uniqueName("accessclass"), driverName,
-		append([]func(*cosiapi.BucketAccessClass){objects.AccessParameters(map[string]string{"policy": "strict"})}, mutate...)...)
+	return objects.BucketAccessClass(
+		uniqueName("accessclass"),
+		driverName,
+		append(
+			[]func(*cosiapi.BucketAccessClass){objects.AccessParameters(map[string]string{"policy": "strict"})},
+			mutate...)...)
 }
 
 func access(class string, claims ...string) *cosiapi.BucketAccess {
@@ -123,7 +137,10 @@ func provisionAsSidecar(t *testing.T, b *cosiapi.Bucket, s metav1.ConditionStatu
 		if s == metav1.ConditionFalse {
 			reason = cosiapi.ReasonProvisioningFailed
 		}
-		meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: cosiapi.ConditionProvisioned, Status: s, Reason: reason, Message: "by the test"})
+		meta.SetStatusCondition(
+			&b.Status.Conditions,
+			metav1.Condition{Type: cosiapi.ConditionProvisioned, Status: s, Reason: reason, Message: "by the test"},
+		)
 		return env.Client.Status().Update(t.Context(), b)
 	})
 }
@@ -137,8 +154,11 @@ func revokeAsSidecar(t *testing.T, ba *cosiapi.BucketAccess) {
 		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(ba), ba); err != nil {
 			return client.IgnoreNotFound(err)
 		}
-		meta.SetStatusCondition(&ba.Status.Conditions, metav1.Condition{Type: cosiapi.ConditionProvisioned, Status: metav1.ConditionFalse,
-			Reason: cosiapi.ReasonRevoked, Message: "by the test"})
+		meta.SetStatusCondition(
+			&ba.Status.Conditions,
+			metav1.Condition{Type: cosiapi.ConditionProvisioned, Status: metav1.ConditionFalse,
+				Reason: cosiapi.ReasonRevoked, Message: "by the test"},
+		)
 		if err := env.Client.Status().Update(t.Context(), ba); err != nil {
 			return client.IgnoreNotFound(err)
 		}

@@ -69,7 +69,12 @@ func StartAPIServer(opts APIServerOptions) (*APIServer, error) {
 	}
 	for _, name := range []string{"kube-apiserver", "etcd"} {
 		if _, err := os.Stat(filepath.Join(binDir, name)); err != nil {
-			return nil, fmt.Errorf("%s not found in %s: run `make kube-binaries` (or `make test`) to build it: %w", name, binDir, err)
+			return nil, fmt.Errorf(
+				"%s not found in %s: run `make kube-binaries` (or `make test`) to build it: %w",
+				name,
+				binDir,
+				err,
+			)
 		}
 	}
 	scheme := scheme.New()

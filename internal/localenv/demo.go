@@ -24,7 +24,13 @@ import (
 )
 
 // demoFiles are applied in this order; the claim and access names are theirs.
-var demoFiles = []string{"namespace.yaml", "bucketclass.yaml", "bucketaccessclass.yaml", "bucketclaim.yaml", "bucketaccess.yaml"}
+var demoFiles = []string{
+	"namespace.yaml",
+	"bucketclass.yaml",
+	"bucketaccessclass.yaml",
+	"bucketclaim.yaml",
+	"bucketaccess.yaml",
+}
 
 const (
 	demoNamespace = "cosi-demo"
@@ -70,7 +76,12 @@ func Run(ctx context.Context, opts RunOptions, out, errOut io.Writer) error {
 			fmt.Fprintln(errOut, "cosi-local: stopping:", err)
 		}
 	}()
-	fmt.Fprintf(out, "COSI is running (%.1fs). kubectl --kubeconfig %s get crd\n", time.Since(start).Seconds(), env.Kubeconfig)
+	fmt.Fprintf(
+		out,
+		"COSI is running (%.1fs). kubectl --kubeconfig %s get crd\n",
+		time.Since(start).Seconds(),
+		env.Kubeconfig,
+	)
 
 	if opts.Demo {
 		if err := runDemo(ctx, env, opts.RepoRoot, out); err != nil {
@@ -125,17 +136,45 @@ func applyDemo(ctx context.Context, env *Env, repoRoot string, out io.Writer) er
 func waitDemoProvisioned(ctx context.Context, env *Env, out io.Writer) error {
 	step := time.Now()
 	claim := &cosiapi.BucketClaim{}
-	if err := waitProvisioned(ctx, out, env.Client, types.NamespacedName{Namespace: demoNamespace, Name: demoClaim}, claim, func() []metav1.Condition { return claim.Status.Conditions }); err != nil {
+	if err := waitProvisioned(
+		ctx,
+		out,
+		env.Client,
+		types.NamespacedName{Namespace: demoNamespace, Name: demoClaim},
+		claim,
+		func() []metav1.Condition { return claim.Status.Conditions },
+	); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "  ✓ BucketClaim %s/%s Provisioned: Bucket %s, bucket %q in the object store %6.1fs\n", demoNamespace, demoClaim,
-		claim.Status.BoundBucketName, bucketID(ctx, env.Client, claim.Status.BoundBucketName), time.Since(step).Seconds())
+	fmt.Fprintf(
+		out,
+		"  ✓ BucketClaim %s/%s Provisioned: Bucket %s, bucket %q in the object store %6.1fs\n",
+		demoNamespace,
+		demoClaim,
+		claim.Status.BoundBucketName,
+		bucketID(ctx, env.Client, claim.Status.BoundBucketName),
+		time.Since(step).Seconds(),
+	)
 	step = time.Now()
 	access := &cosiapi.BucketAccess{}
-	if err := waitProvisioned(ctx, out, env.Client, types.NamespacedName{Namespace: demoNamespace, Name: demoAccess}, access, func() []metav1.Condition { return access.Status.Conditions }); err != nil {
+	if err := waitProvisioned(
+		ctx,
+		out,
+		env.Client,
+		types.NamespacedName{Namespace: demoNamespace, Name: demoAccess},
+		access,
+		func() []metav1.Condition { return access.Status.Conditions },
+	); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "  ✓ BucketAccess %s/%s Provisioned: account %s %6.1fs\n", demoNamespace, demoAccess, access.Status.AccountID, time.Since(step).Seconds())
+	fmt.Fprintf(
+		out,
+		"  ✓ BucketAccess %s/%s Provisioned: account %s %6.1fs\n",
+		demoNamespace,
+		demoAccess,
+		access.Status.AccountID,
+		time.Since(step).Seconds(),
+	)
 	return nil
 }
 
@@ -164,7 +203,10 @@ func putAndGet(ctx context.Context, secret *corev1.Secret, out io.Writer) error 
 	}
 	key := "hello.txt"
 	body := "hello from COSI, " + time.Now().Format(time.RFC3339)
-	if _, err := s3c.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader(body)}); err != nil {
+	if _, err := s3c.PutObject(
+		ctx,
+		&awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader(body)},
+	); err != nil {
 		return fmt.Errorf("putting s3://%s/%s with the Secret's credentials: %w", bucket, key, err)
 	}
 	obj, err := s3c.GetObject(ctx, &awss3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
@@ -185,7 +227,14 @@ func putAndGet(ctx context.Context, secret *corev1.Secret, out io.Writer) error 
 
 // waitProvisioned waits until obj's Provisioned condition is True, printing failures as they
 // appear.
-func waitProvisioned(ctx context.Context, out io.Writer, c client.Client, key types.NamespacedName, obj client.Object, conditions func() []metav1.Condition) error {
+func waitProvisioned(
+	ctx context.Context,
+	out io.Writer,
+	c client.Client,
+	key types.NamespacedName,
+	obj client.Object,
+	conditions func() []metav1.Condition,
+) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	lastMessage := ""
 	for time.Now().Before(deadline) {
@@ -241,7 +290,12 @@ Stop with Ctrl-C; the next make run keeps the buckets and objects. Start fresh: 
 func storeSummary(env *Env, rel func(string) string) string {
 	switch {
 	case env.Store != nil:
-		return fmt.Sprintf("S3 %s, IAM %s, root credentials in %s", env.Store.S3Endpoint, env.Store.IAMEndpoint, rel(env.Store.RootEnvFile()))
+		return fmt.Sprintf(
+			"S3 %s, IAM %s, root credentials in %s",
+			env.Store.S3Endpoint,
+			env.Store.IAMEndpoint,
+			rel(env.Store.RootEnvFile()),
+		)
 	case env.RGW != nil:
 		return fmt.Sprintf("Ceph RGW %s, admin credentials in %s", env.RGW.Endpoint, rel(env.RGW.AdminEnvFile()))
 	}

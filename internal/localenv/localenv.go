@@ -189,7 +189,9 @@ func (e *Env) step(name string, f func() error) error {
 func (e *Env) startAPIServer() error {
 	var err error
 	// A fixed data directory keeps the objects across restarts.
-	e.APIServer, err = StartAPIServer(APIServerOptions{RepoRoot: e.opts.RepoRoot, BinDir: e.opts.BinDir, EtcdDir: filepath.Join(e.opts.Dir, "etcd")})
+	e.APIServer, err = StartAPIServer(
+		APIServerOptions{RepoRoot: e.opts.RepoRoot, BinDir: e.opts.BinDir, EtcdDir: filepath.Join(e.opts.Dir, "etcd")},
+	)
 	if err != nil {
 		return err
 	}
@@ -200,7 +202,13 @@ func (e *Env) startAPIServer() error {
 // roles and to nothing else, and their kubeconfigs.
 func (e *Env) componentUsers(ctx context.Context) error {
 	for _, name := range []string{"controller", "sidecar"} {
-		if err := e.UserKubeconfig(ctx, "config/rbac/"+name+"/role.yaml", "cosi-system", "cosi-"+name, e.kubeconfigOf("cosi-"+name)); err != nil {
+		if err := e.UserKubeconfig(
+			ctx,
+			"config/rbac/"+name+"/role.yaml",
+			"cosi-system",
+			"cosi-"+name,
+			e.kubeconfigOf("cosi-"+name),
+		); err != nil {
 			return err
 		}
 	}
@@ -220,8 +228,11 @@ func (e *Env) startStore(ctx context.Context) error {
 	case StoreVersity:
 		return e.step("object store: Versity S3 gateway and its IAM service", func() error {
 			var err error
-			e.Store, err = versity.Start(ctx, versity.Options{Binary: filepath.Join(e.opts.BinDir, "versitygw"), Dir: filepath.Join(e.opts.Dir, "s3"),
-				S3Address: e.opts.S3Address, IAMAddress: e.opts.IAMAddress})
+			e.Store, err = versity.Start(
+				ctx,
+				versity.Options{Binary: filepath.Join(e.opts.BinDir, "versitygw"), Dir: filepath.Join(e.opts.Dir, "s3"),
+					S3Address: e.opts.S3Address, IAMAddress: e.opts.IAMAddress},
+			)
 			return err
 		})
 	case StoreRGW:
@@ -251,7 +262,11 @@ func (e *Env) StartCOSI(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if e.Driver, err = e.component("cosi-driver-"+string(e.opts.Driver), "--metrics-address", append([]string{"--endpoint", endpoint}, driverArgs...)); err != nil {
+	if e.Driver, err = e.component(
+		"cosi-driver-"+string(e.opts.Driver),
+		"--metrics-address",
+		append([]string{"--endpoint", endpoint}, driverArgs...),
+	); err != nil {
 		return err
 	}
 	// Not ready until the new process listens.
@@ -297,7 +312,14 @@ func (e *Env) manager(name string, args ...string) (*Component, error) {
 	if err != nil {
 		return nil, err
 	}
-	args = append(args, "--kubeconfig", e.kubeconfigOf(name), "--leader-elect=false", "--health-probe-bind-address", health)
+	args = append(
+		args,
+		"--kubeconfig",
+		e.kubeconfigOf(name),
+		"--leader-elect=false",
+		"--health-probe-bind-address",
+		health,
+	)
 	if e.opts.Workers > 0 {
 		args = append(args, "--workers", strconv.Itoa(e.opts.Workers))
 	}

@@ -76,7 +76,11 @@ func S3Client(secret *corev1.Secret) (*awss3.Client, string, error) {
 	c := awss3.New(awss3.Options{
 		BaseEndpoint: aws.String(string(d[cosiapi.SecretKeyS3EndpointURL])),
 		Region:       region,
-		Credentials:  credentials.NewStaticCredentialsProvider(string(d[cosiapi.SecretKeyS3AccessKeyID]), string(d[cosiapi.SecretKeyS3SecretAccessKey]), ""),
+		Credentials: credentials.NewStaticCredentialsProvider(
+			string(d[cosiapi.SecretKeyS3AccessKeyID]),
+			string(d[cosiapi.SecretKeyS3SecretAccessKey]),
+			"",
+		),
 		UsePathStyle: string(d[cosiapi.SecretKeyS3AddressingStyle]) != "virtual",
 		// A denied request is an answer, not something to retry.
 		RetryMaxAttempts:           1,

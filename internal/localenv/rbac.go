@@ -107,7 +107,12 @@ func (a *APIServer) ServiceAccountConfig(ctx context.Context, rolePath, namespac
 // authenticated by a client certificate, and writes a kubeconfig for it to path: the identity of a
 // component run as a process.
 func (a *APIServer) UserKubeconfig(ctx context.Context, rolePath, namespace, name, path string) error {
-	if err := a.BindRoles(ctx, rolePath, namespace, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: name}); err != nil {
+	if err := a.BindRoles(
+		ctx,
+		rolePath,
+		namespace,
+		rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: name},
+	); err != nil {
 		return err
 	}
 	return a.WriteKubeconfig(path, name)

@@ -20,7 +20,11 @@ var (
 )
 
 // BucketClass is a cluster-scoped class of driver with the deletion policy.
-func BucketClass(name, driver string, policy cosiapi.DeletionPolicy, opts ...func(*cosiapi.BucketClass)) *cosiapi.BucketClass {
+func BucketClass(
+	name, driver string,
+	policy cosiapi.DeletionPolicy,
+	opts ...func(*cosiapi.BucketClass),
+) *cosiapi.BucketClass {
 	c := &cosiapi.BucketClass{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: cosiapi.BucketClassSpec{DriverName: driver, DeletionPolicy: policy}}
 	return apply(c, opts)

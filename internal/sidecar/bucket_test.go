@@ -57,7 +57,15 @@ func TestDynamicBucket(t *testing.T) {
 				t.Errorf("no protection finalizer: %v", b.Finalizers)
 			}
 			for _, typ := range []string{cosiapi.ConditionProvisionFailed} {
-				if c := testenv.Condition(t, env, b, bucketConditions, typ, metav1.ConditionFalse, cosiapi.ReasonDriverSucceeded); c.ObservedGeneration != b.Generation {
+				if c := testenv.Condition(
+					t,
+					env,
+					b,
+					bucketConditions,
+					typ,
+					metav1.ConditionFalse,
+					cosiapi.ReasonDriverSucceeded,
+				); c.ObservedGeneration != b.Generation {
 					t.Errorf("%s observedGeneration %d, generation %d", typ, c.ObservedGeneration, b.Generation)
 				}
 			}
@@ -96,7 +104,15 @@ func TestDeletionWaitsForTheClaim(t *testing.T) {
 	if err := env.Client.Delete(t.Context(), b); err != nil {
 		t.Fatal(err)
 	}
-	c := testenv.Condition(t, env, b, bucketConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonDeletionBlocked)
+	c := testenv.Condition(
+		t,
+		env,
+		b,
+		bucketConditions,
+		cosiapi.ConditionProvisioned,
+		metav1.ConditionTrue,
+		cosiapi.ReasonDeletionBlocked,
+	)
 	if !strings.Contains(c.Message, b.Spec.BucketClaimRef.Name) {
 		t.Errorf("the condition does not name the claim: %q", c.Message)
 	}
@@ -130,14 +146,33 @@ func TestStaticBucket(t *testing.T) {
 	t.Run("appears later", func(t *testing.T) {
 		b := static("legacy-later")
 		h.create(b)
-		c := testenv.Condition(t, env, b, bucketConditions, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, cosiapi.ReasonDriverError)
+		c := testenv.Condition(
+			t,
+			env,
+			b,
+			bucketConditions,
+			cosiapi.ConditionProvisionFailed,
+			metav1.ConditionTrue,
+			cosiapi.ReasonDriverError,
+		)
 		if !strings.Contains(c.Message, "NotFound") {
 			t.Errorf("ProvisionFailed message %q does not say NotFound", c.Message)
 		}
-		testenv.Condition(t, env, b, bucketConditions, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonProvisioning)
+		testenv.Condition(
+			t,
+			env,
+			b,
+			bucketConditions,
+			cosiapi.ConditionProvisioned,
+			metav1.ConditionUnknown,
+			cosiapi.ReasonProvisioning,
+		)
 		waitForEvent(t, b, cosiapi.EventFailedCreateBucket)
 		// The admin creates the bucket in the backend; the sidecar retries with backoff.
-		if _, err := h.driver.DriverCreateBucket(t.Context(), &cosiproto.DriverCreateBucketRequest{BucketId: "legacy-later"}); err != nil {
+		if _, err := h.driver.DriverCreateBucket(
+			t.Context(),
+			&cosiproto.DriverCreateBucketRequest{BucketId: "legacy-later"},
+		); err != nil {
 			t.Fatal(err)
 		}
 		b = provisioned(t, b, bucketConditions)
@@ -150,13 +185,27 @@ func TestStaticBucket(t *testing.T) {
 	})
 
 	t.Run("incompatible is final", func(t *testing.T) {
-		if _, err := h.driver.DriverCreateBucket(t.Context(), &cosiproto.DriverCreateBucketRequest{BucketId: "legacy-versioned", Parameters: map[string]string{memory.ParamVersioning: "true"}}); err != nil {
+		if _, err := h.driver.DriverCreateBucket(
+			t.Context(),
+			&cosiproto.DriverCreateBucketRequest{
+				BucketId:   "legacy-versioned",
+				Parameters: map[string]string{memory.ParamVersioning: "true"},
+			},
+		); err != nil {
 			t.Fatal(err)
 		}
 		b := static("legacy-versioned")
 		b.Spec.Parameters = map[string]string{memory.ParamVersioning: "false"}
 		h.create(b)
-		c := testenv.Condition(t, env, b, bucketConditions, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
+		c := testenv.Condition(
+			t,
+			env,
+			b,
+			bucketConditions,
+			cosiapi.ConditionProvisioned,
+			metav1.ConditionFalse,
+			cosiapi.ReasonProvisioningFailed,
+		)
 		if !strings.Contains(c.Message, "AlreadyExists") {
 			t.Errorf("Provisioned message %q does not say AlreadyExists", c.Message)
 		}
@@ -170,17 +219,31 @@ func TestStaticBucket(t *testing.T) {
 	})
 
 	t.Run("protocol the bucket lacks is final", func(t *testing.T) {
-		if _, err := h.driver.DriverCreateBucket(t.Context(), &cosiproto.DriverCreateBucketRequest{BucketId: "legacy-s3"}); err != nil {
+		if _, err := h.driver.DriverCreateBucket(
+			t.Context(),
+			&cosiproto.DriverCreateBucketRequest{BucketId: "legacy-s3"},
+		); err != nil {
 			t.Fatal(err)
 		}
 		b := static("legacy-s3", cosiapi.ProtocolGCS)
 		h.create(b)
-		testenv.Condition(t, env, b, bucketConditions, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
+		testenv.Condition(
+			t,
+			env,
+			b,
+			bucketConditions,
+			cosiapi.ConditionProvisioned,
+			metav1.ConditionFalse,
+			cosiapi.ReasonProvisioningFailed,
+		)
 	})
 
 	t.Run("Retain never deletes", func(t *testing.T) {
 		b := static("legacy-kept")
-		if _, err := h.driver.DriverCreateBucket(t.Context(), &cosiproto.DriverCreateBucketRequest{BucketId: "legacy-kept"}); err != nil {
+		if _, err := h.driver.DriverCreateBucket(
+			t.Context(),
+			&cosiproto.DriverCreateBucketRequest{BucketId: "legacy-kept"},
+		); err != nil {
 			t.Fatal(err)
 		}
 		h.create(b)
@@ -200,8 +263,21 @@ func TestTransientErrorsHeal(t *testing.T) {
 	b := h.bucket(cosiapi.DeletionPolicyDelete)
 	h.create(b)
 	provisioned(t, b, bucketConditions)
-	testenv.Condition(t, env, b, bucketConditions, cosiapi.ConditionProvisionFailed, metav1.ConditionFalse, cosiapi.ReasonDriverSucceeded)
-	if ok, failed := h.calls.Count("DriverCreateBucket/OK"), h.calls.Count("DriverCreateBucket/Unavailable"); ok != 1 || failed != 3 {
+	testenv.Condition(
+		t,
+		env,
+		b,
+		bucketConditions,
+		cosiapi.ConditionProvisionFailed,
+		metav1.ConditionFalse,
+		cosiapi.ReasonDriverSucceeded,
+	)
+	if ok, failed := h.calls.Count(
+		"DriverCreateBucket/OK",
+	), h.calls.Count(
+		"DriverCreateBucket/Unavailable",
+	); ok != 1 ||
+		failed != 3 {
 		t.Errorf("DriverCreateBucket: %d OK, %d Unavailable; want 1 and 3", ok, failed)
 	}
 	if n := h.calls.Count("DriverGenerateBucketId"); n != 1 {
@@ -215,8 +291,17 @@ func TestFinalErrorIsNotRetried(t *testing.T) {
 	b := h.bucket(cosiapi.DeletionPolicyDelete)
 	b.Spec.Parameters = map[string]string{memory.ParamVersioning: "maybe"}
 	h.create(b)
-	c := testenv.Condition(t, env, b, bucketConditions, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
-	if !strings.Contains(c.Message, "DriverGenerateBucketId: InvalidArgument") || !strings.Contains(c.Message, "versioning") {
+	c := testenv.Condition(
+		t,
+		env,
+		b,
+		bucketConditions,
+		cosiapi.ConditionProvisioned,
+		metav1.ConditionFalse,
+		cosiapi.ReasonProvisioningFailed,
+	)
+	if !strings.Contains(c.Message, "DriverGenerateBucketId: InvalidArgument") ||
+		!strings.Contains(c.Message, "versioning") {
 		t.Errorf("the condition does not carry the driver's message: %q", c.Message)
 	}
 	testenv.Never(t, time.Second, func() error {

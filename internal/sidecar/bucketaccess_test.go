@@ -23,7 +23,11 @@ import (
 
 // access creates a BucketAccess for the buckets and hands it off to the harness's driver, as the
 // controller does: status.driverName, authenticationType, parameters and accessedBuckets.
-func (h *harness) access(protocol cosiapi.Protocol, auth cosiapi.AuthenticationType, buckets ...*cosiapi.Bucket) *cosiapi.BucketAccess {
+func (h *harness) access(
+	protocol cosiapi.Protocol,
+	auth cosiapi.AuthenticationType,
+	buckets ...*cosiapi.Bucket,
+) *cosiapi.BucketAccess {
 	h.t.Helper()
 	ba := &cosiapi.BucketAccess{
 		ObjectMeta: metav1.ObjectMeta{Name: uniqueName("access"), Namespace: testNamespace},
@@ -42,7 +46,11 @@ func (h *harness) access(protocol cosiapi.Protocol, auth cosiapi.AuthenticationT
 		})
 	}
 	h.create(ba)
-	ba.Status = cosiapi.BucketAccessStatus{DriverName: h.name, AuthenticationType: auth, Parameters: map[string]string{memory.ParamSASExpiry: "1h"}}
+	ba.Status = cosiapi.BucketAccessStatus{
+		DriverName:         h.name,
+		AuthenticationType: auth,
+		Parameters:         map[string]string{memory.ParamSASExpiry: "1h"},
+	}
 	for _, b := range buckets {
 		ba.Status.AccessedBuckets = append(ba.Status.AccessedBuckets, cosiapi.AccessedBucket{
 			BucketClaimName: b.Spec.BucketClaimRef.Name, BucketName: b.Name, BucketID: b.Status.BucketID,
@@ -64,7 +72,11 @@ func (h *harness) provisionedBucket(protocols ...cosiapi.Protocol) *cosiapi.Buck
 func secret(t *testing.T, ba *cosiapi.BucketAccess, i int) *corev1.Secret {
 	t.Helper()
 	s := &corev1.Secret{}
-	if err := env.Client.Get(t.Context(), types.NamespacedName{Namespace: ba.Namespace, Name: ba.Spec.BucketClaims[i].AccessSecretName}, s); err != nil {
+	if err := env.Client.Get(
+		t.Context(),
+		types.NamespacedName{Namespace: ba.Namespace, Name: ba.Spec.BucketClaims[i].AccessSecretName},
+		s,
+	); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -112,10 +124,18 @@ func TestAccessLifecycle(t *testing.T) {
 			ba := provisioned(t, h.access(tc.protocol, cosiapi.AuthenticationTypeKey, b), accessConditions)
 
 			if want := cosiapi.AccountNamePrefix + string(ba.UID); ba.Status.AccountID != want {
-				t.Errorf("status.accountID = %q, want %q (the memory driver's ID for account_name ba-<uid>)", ba.Status.AccountID, want)
+				t.Errorf(
+					"status.accountID = %q, want %q (the memory driver's ID for account_name ba-<uid>)",
+					ba.Status.AccountID,
+					want,
+				)
 			}
 			if ba.Status.AccessedBuckets[0].BucketID != b.Status.BucketID {
-				t.Errorf("status.accessedBuckets[0].bucketID = %q, want %q", ba.Status.AccessedBuckets[0].BucketID, b.Status.BucketID)
+				t.Errorf(
+					"status.accessedBuckets[0].bucketID = %q, want %q",
+					ba.Status.AccessedBuckets[0].BucketID,
+					b.Status.BucketID,
+				)
 			}
 			s := secret(t, ba, 0)
 			if got := keys(s.Data); !slices.Equal(got, tc.wantKeys) {
@@ -127,7 +147,12 @@ func TestAccessLifecycle(t *testing.T) {
 			if !metav1.IsControlledBy(s, ba) || !controllerutil.ContainsFinalizer(s, cosiapi.FinalizerProtection) ||
 				s.Annotations[cosiapi.AnnotationBucketAccessReference] != ba.Namespace+"/"+ba.Name ||
 				s.Annotations[cosiapi.AnnotationBucketClaimReference] != ba.Namespace+"/"+b.Spec.BucketClaimRef.Name {
-				t.Errorf("Secret metadata: owners %v, finalizers %v, annotations %v", s.OwnerReferences, s.Finalizers, s.Annotations)
+				t.Errorf(
+					"Secret metadata: owners %v, finalizers %v, annotations %v",
+					s.OwnerReferences,
+					s.Finalizers,
+					s.Annotations,
+				)
 			}
 			creds := credentialsFrom(tc.protocol, s)
 			if !h.driver.Backend().Allowed(creds, b.Status.BucketID, memory.ObjectData, true) {
@@ -140,7 +165,8 @@ func TestAccessLifecycle(t *testing.T) {
 
 			deleteAccess(t, ba)
 			env.Gone(t, s)
-			if h.driver.Backend().Allowed(creds, b.Status.BucketID, memory.ObjectData, false) || len(h.driver.Backend().Accounts()) != 0 {
+			if h.driver.Backend().Allowed(creds, b.Status.BucketID, memory.ObjectData, false) ||
+				len(h.driver.Backend().Accounts()) != 0 {
 				t.Errorf("the access was not revoked: accounts %v", h.driver.Backend().Accounts())
 			}
 			deleteAsController(t, b)
@@ -155,11 +181,23 @@ func TestAccessLifecycle(t *testing.T) {
 func credentialsFrom(p cosiapi.Protocol, s *corev1.Secret) *cosiproto.CredentialInfo {
 	switch p {
 	case cosiapi.ProtocolS3:
-		return &cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{AccessKeyId: string(s.Data["AWS_ACCESS_KEY_ID"]), AccessSecretKey: string(s.Data["AWS_SECRET_ACCESS_KEY"])}}
+		return &cosiproto.CredentialInfo{
+			S3: &cosiproto.S3Credentials{
+				AccessKeyId:     string(s.Data["AWS_ACCESS_KEY_ID"]),
+				AccessSecretKey: string(s.Data["AWS_SECRET_ACCESS_KEY"]),
+			},
+		}
 	case cosiapi.ProtocolAzure:
-		return &cosiproto.CredentialInfo{Azure: &cosiproto.AzureCredentials{AccessToken: string(s.Data["AZURE_STORAGE_SAS_TOKEN"])}}
+		return &cosiproto.CredentialInfo{
+			Azure: &cosiproto.AzureCredentials{AccessToken: string(s.Data["AZURE_STORAGE_SAS_TOKEN"])},
+		}
 	default:
-		return &cosiproto.CredentialInfo{Gcs: &cosiproto.GcsCredentials{HmacAccessId: string(s.Data["HMAC_ACCESS_ID"]), HmacSecret: string(s.Data["HMAC_SECRET"])}}
+		return &cosiproto.CredentialInfo{
+			Gcs: &cosiproto.GcsCredentials{
+				HmacAccessId: string(s.Data["HMAC_ACCESS_ID"]),
+				HmacSecret:   string(s.Data["HMAC_SECRET"]),
+			},
+		}
 	}
 }
 
@@ -191,16 +229,24 @@ func TestMultiBucketAccess(t *testing.T) {
 	ba := provisioned(t, h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, a, b), accessConditions)
 	sa, sb := secret(t, ba, 0), secret(t, ba, 1)
 	if string(sa.Data["BUCKET_NAME"]) != a.Status.BucketID || string(sb.Data["BUCKET_NAME"]) != b.Status.BucketID {
-		t.Errorf("BUCKET_NAME %q and %q, want %q and %q", sa.Data["BUCKET_NAME"], sb.Data["BUCKET_NAME"], a.Status.BucketID, b.Status.BucketID)
+		t.Errorf(
+			"BUCKET_NAME %q and %q, want %q and %q",
+			sa.Data["BUCKET_NAME"],
+			sb.Data["BUCKET_NAME"],
+			a.Status.BucketID,
+			b.Status.BucketID,
+		)
 	}
-	if !bytes.Equal(sa.Data["AWS_SECRET_ACCESS_KEY"], sb.Data["AWS_SECRET_ACCESS_KEY"]) || !bytes.Equal(sa.Data["AWS_ACCESS_KEY_ID"], sb.Data["AWS_ACCESS_KEY_ID"]) {
+	if !bytes.Equal(sa.Data["AWS_SECRET_ACCESS_KEY"], sb.Data["AWS_SECRET_ACCESS_KEY"]) ||
+		!bytes.Equal(sa.Data["AWS_ACCESS_KEY_ID"], sb.Data["AWS_ACCESS_KEY_ID"]) {
 		t.Error("the two Secrets carry different credentials; multi-bucket access shares one")
 	}
 	if n := len(h.driver.Backend().Accounts()); n != 1 {
 		t.Errorf("%d backend accounts, want 1", n)
 	}
 	creds := credentialsFrom(cosiapi.ProtocolS3, sa)
-	if !h.driver.Backend().Allowed(creds, b.Status.BucketID, memory.ObjectData, false) || h.driver.Backend().Allowed(creds, b.Status.BucketID, memory.ObjectData, true) {
+	if !h.driver.Backend().Allowed(creds, b.Status.BucketID, memory.ObjectData, false) ||
+		h.driver.Backend().Allowed(creds, b.Status.BucketID, memory.ObjectData, true) {
 		t.Error("the second claim's ReadOnly mode is not what the driver granted")
 	}
 	deleteAccess(t, ba)
@@ -212,8 +258,21 @@ func TestMultiBucketAccess(t *testing.T) {
 func TestOutOfRange(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, memory.Config{SingleBucketAccess: true})
-	ba := h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, h.provisionedBucket(cosiapi.ProtocolS3), h.provisionedBucket(cosiapi.ProtocolS3))
-	c := testenv.Condition(t, env, ba, accessConditions, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
+	ba := h.access(
+		cosiapi.ProtocolS3,
+		cosiapi.AuthenticationTypeKey,
+		h.provisionedBucket(cosiapi.ProtocolS3),
+		h.provisionedBucket(cosiapi.ProtocolS3),
+	)
+	c := testenv.Condition(
+		t,
+		env,
+		ba,
+		accessConditions,
+		cosiapi.ConditionProvisioned,
+		metav1.ConditionFalse,
+		cosiapi.ReasonProvisioningFailed,
+	)
 	if !strings.Contains(c.Message, "OutOfRange") {
 		t.Errorf("Provisioned message %q does not say OutOfRange", c.Message)
 	}
@@ -229,7 +288,11 @@ func TestOutOfRange(t *testing.T) {
 func TestServiceAccountAuthentication(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, memory.Config{})
-	ba := provisioned(t, h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeServiceAccount, h.provisionedBucket(cosiapi.ProtocolS3)), accessConditions)
+	ba := provisioned(
+		t,
+		h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeServiceAccount, h.provisionedBucket(cosiapi.ProtocolS3)),
+		accessConditions,
+	)
 	s := secret(t, ba, 0)
 	if _, ok := s.Data["AWS_SECRET_ACCESS_KEY"]; ok {
 		t.Errorf("a ServiceAccount access got keys: %v", keys(s.Data))
@@ -243,14 +306,25 @@ func TestPrecreatedSecretIsNotOverwritten(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, memory.Config{})
 	b := h.provisionedBucket(cosiapi.ProtocolS3)
-	userSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("mine"), Namespace: testNamespace}, StringData: map[string]string{"password": "user data"}}
+	userSecret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: uniqueName("mine"), Namespace: testNamespace},
+		StringData: map[string]string{"password": "user data"},
+	}
 	h.create(userSecret)
 
 	ba := &cosiapi.BucketAccess{
 		ObjectMeta: metav1.ObjectMeta{Name: uniqueName("access"), Namespace: testNamespace},
-		Spec: cosiapi.BucketAccessSpec{BucketAccessClassName: "standard", Protocol: cosiapi.ProtocolS3, BucketClaims: []cosiapi.BucketClaimAccess{{
-			BucketClaimName: b.Spec.BucketClaimRef.Name, AccessSecretName: userSecret.Name, AccessModes: cosiapi.BucketAccessModes{ObjectData: cosiapi.BucketAccessModeReadWrite},
-		}}},
+		Spec: cosiapi.BucketAccessSpec{
+			BucketAccessClassName: "standard",
+			Protocol:              cosiapi.ProtocolS3,
+			BucketClaims: []cosiapi.BucketClaimAccess{
+				{
+					BucketClaimName:  b.Spec.BucketClaimRef.Name,
+					AccessSecretName: userSecret.Name,
+					AccessModes:      cosiapi.BucketAccessModes{ObjectData: cosiapi.BucketAccessModeReadWrite},
+				},
+			},
+		},
 	}
 	h.create(ba)
 	ba.Status = cosiapi.BucketAccessStatus{DriverName: h.name, AuthenticationType: cosiapi.AuthenticationTypeKey,
@@ -258,7 +332,15 @@ func TestPrecreatedSecretIsNotOverwritten(t *testing.T) {
 	if err := env.Client.Status().Update(t.Context(), ba); err != nil {
 		t.Fatal(err)
 	}
-	c := testenv.Condition(t, env, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonSecretConflict)
+	c := testenv.Condition(
+		t,
+		env,
+		ba,
+		accessConditions,
+		cosiapi.ConditionResourcesValidated,
+		metav1.ConditionFalse,
+		cosiapi.ReasonSecretConflict,
+	)
 	if !strings.Contains(c.Message, userSecret.Name) {
 		t.Errorf("the condition does not name the Secret: %q", c.Message)
 	}
@@ -281,7 +363,15 @@ func TestAccessWaitsForTheBucket(t *testing.T) {
 	b := h.bucket(cosiapi.DeletionPolicyDelete, cosiapi.ProtocolS3)
 	h.create(b)
 	ba := h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b)
-	testenv.Condition(t, env, ba, accessConditions, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, cosiapi.ReasonWaitingForResources)
+	testenv.Condition(
+		t,
+		env,
+		ba,
+		accessConditions,
+		cosiapi.ConditionProvisioned,
+		metav1.ConditionUnknown,
+		cosiapi.ReasonWaitingForResources,
+	)
 	waitForEvent(t, ba, cosiapi.EventWaitingForBucket)
 	h.faults.Set(0) // the backend recovers; the Bucket provisions; the watch wakes the access
 	provisioned(t, ba, accessConditions)
@@ -293,7 +383,15 @@ func TestNoAccessToADeletingBucket(t *testing.T) {
 	b := h.provisionedBucket(cosiapi.ProtocolS3)
 	annotate(t, b, cosiapi.AnnotationBucketClaimBeingDeleted)
 	ba := h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b)
-	c := testenv.Condition(t, env, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonInvalidReference)
+	c := testenv.Condition(
+		t,
+		env,
+		ba,
+		accessConditions,
+		cosiapi.ConditionResourcesValidated,
+		metav1.ConditionFalse,
+		cosiapi.ReasonInvalidReference,
+	)
 	if !strings.Contains(c.Message, "being deleted") {
 		t.Errorf("condition message %q", c.Message)
 	}
@@ -305,7 +403,11 @@ func TestNoAccessToADeletingBucket(t *testing.T) {
 func TestLostSecretIsWrittenAgain(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, memory.Config{})
-	ba := provisioned(t, h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, h.provisionedBucket(cosiapi.ProtocolS3)), accessConditions)
+	ba := provisioned(
+		t,
+		h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, h.provisionedBucket(cosiapi.ProtocolS3)),
+		accessConditions,
+	)
 	s := secret(t, ba, 0)
 	before := s.Data["AWS_SECRET_ACCESS_KEY"]
 	controllerutil.RemoveFinalizer(s, cosiapi.FinalizerProtection)

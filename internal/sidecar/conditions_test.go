@@ -11,7 +11,12 @@ import (
 // TestRetryable: KEP-1979 retries create and grant with backoff and always retries delete and
 // revoke; only the codes that repeating the same request cannot fix are final.
 func TestRetryable(t *testing.T) {
-	final := map[codes.Code]bool{codes.InvalidArgument: true, codes.AlreadyExists: true, codes.OutOfRange: true, codes.Unimplemented: true}
+	final := map[codes.Code]bool{
+		codes.InvalidArgument: true,
+		codes.AlreadyExists:   true,
+		codes.OutOfRange:      true,
+		codes.Unimplemented:   true,
+	}
 	for _, method := range []string{"DriverGenerateBucketId", "DriverCreateBucket", "DriverGetBucket", "DriverGenerateBucketAccessId",
 		"DriverGrantBucketAccess", "DriverRevokeBucketAccess", "DriverDeleteBucket"} {
 		never := method == "DriverRevokeBucketAccess" || method == "DriverDeleteBucket"

@@ -38,7 +38,12 @@ func TestMain(m *testing.M) {
 	testenv.Run(m, func(ctx context.Context, e *testenv.Env) error {
 		env = e
 		var err error
-		if sidecarConfig, err = env.ServiceAccountConfig(ctx, "config/rbac/sidecar/role.yaml", sidecarNamespace, sidecarSA); err != nil {
+		if sidecarConfig, err = env.ServiceAccountConfig(
+			ctx,
+			"config/rbac/sidecar/role.yaml",
+			sidecarNamespace,
+			sidecarSA,
+		); err != nil {
 			return err
 		}
 		return env.CreateNamespace(ctx, testNamespace)

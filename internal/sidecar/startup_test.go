@@ -84,14 +84,28 @@ func TestLeastPrivilege(t *testing.T) {
 		{"", "configmaps", "", "get", false},
 	} {
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User:               user,
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Group: tc.group, Resource: tc.resource, Subresource: tc.subresource, Verb: tc.verb, Namespace: testNamespace},
+			User: user,
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Group:       tc.group,
+				Resource:    tc.resource,
+				Subresource: tc.subresource,
+				Verb:        tc.verb,
+				Namespace:   testNamespace,
+			},
 		}}
 		if err := env.Client.Create(t.Context(), sar); err != nil {
 			t.Fatal(err)
 		}
 		if sar.Status.Allowed != tc.allowed {
-			t.Errorf("%s %s/%s %s: allowed=%v, want %v", tc.verb, tc.group, tc.resource, tc.subresource, sar.Status.Allowed, tc.allowed)
+			t.Errorf(
+				"%s %s/%s %s: allowed=%v, want %v",
+				tc.verb,
+				tc.group,
+				tc.resource,
+				tc.subresource,
+				sar.Status.Allowed,
+				tc.allowed,
+			)
 		}
 	}
 }
@@ -135,7 +149,11 @@ func TestLeaderElectionHealthAndMetrics(t *testing.T) {
 
 	lease := &coordinationv1.Lease{}
 	testenv.Eventually(t, func() error {
-		if err := env.Client.Get(t.Context(), types.NamespacedName{Namespace: sidecarNamespace, Name: sidecar.LeaseName(h.name)}, lease); err != nil {
+		if err := env.Client.Get(
+			t.Context(),
+			types.NamespacedName{Namespace: sidecarNamespace, Name: sidecar.LeaseName(h.name)},
+			lease,
+		); err != nil {
 			return err
 		}
 		if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
@@ -182,7 +200,8 @@ func TestLeaderElectionHealthAndMetrics(t *testing.T) {
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if labels["driver_name"] == h.name && labels["method_name"] == "DriverCreateBucket" && labels["grpc_status_code"] == "OK" {
+			if labels["driver_name"] == h.name && labels["method_name"] == "DriverCreateBucket" &&
+				labels["grpc_status_code"] == "OK" {
 				found = true
 			}
 		}

@@ -46,12 +46,26 @@ func (e *Env) Gone(t testing.TB, obj client.Object) {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		return fmt.Errorf("%s still exists (finalizers %v, annotations %v): %w", obj.GetName(), obj.GetFinalizers(), obj.GetAnnotations(), err)
+		return fmt.Errorf(
+			"%s still exists (finalizers %v, annotations %v): %w",
+			obj.GetName(),
+			obj.GetFinalizers(),
+			obj.GetAnnotations(),
+			err,
+		)
 	})
 }
 
 // Condition waits until obj has the condition typ with the status and reason, and returns it.
-func Condition[T client.Object](t testing.TB, e *Env, obj T, conds func(T) []metav1.Condition, typ string, s metav1.ConditionStatus, reason string) metav1.Condition {
+func Condition[T client.Object](
+	t testing.TB,
+	e *Env,
+	obj T,
+	conds func(T) []metav1.Condition,
+	typ string,
+	s metav1.ConditionStatus,
+	reason string,
+) metav1.Condition {
 	t.Helper()
 	var found metav1.Condition
 	Eventually(t, func() error {

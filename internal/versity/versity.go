@@ -98,12 +98,22 @@ func Start(ctx context.Context, opts Options) (*Store, error) {
 // process is versitygw serving name ("iam" or "s3"), ready when endpoint/healthz answers.
 func (s *Store) process(binary, name, endpoint string, args ...string) *process.Process {
 	return &process.Process{
-		Name: "versitygw " + name, Binary: binary, Args: args, Log: s.LogFile(name),
+		Name:   "versitygw " + name,
+		Binary: binary,
+		Args:   args,
+		Log:    s.LogFile(name),
 		// The root credentials go through the environment, not the command line, which every
 		// user of the machine can read.
-		Env:   append(os.Environ(), "ROOT_ACCESS_KEY_ID="+s.RootAccessKey, "ROOT_SECRET_ACCESS_KEY="+s.RootSecretKey, "VGW_QUIET=true"),
-		Ready: process.HTTPReady(endpoint + "/healthz"), ReadyTimeout: 30 * time.Second,
-		StopTimeout: 10 * time.Second, OwnGroup: true,
+		Env: append(
+			os.Environ(),
+			"ROOT_ACCESS_KEY_ID="+s.RootAccessKey,
+			"ROOT_SECRET_ACCESS_KEY="+s.RootSecretKey,
+			"VGW_QUIET=true",
+		),
+		Ready:        process.HTTPReady(endpoint + "/healthz"),
+		ReadyTimeout: 30 * time.Second,
+		StopTimeout:  10 * time.Second,
+		OwnGroup:     true,
 	}
 }
 

@@ -156,7 +156,8 @@ func TestClientLogsWithTheCallersLogger(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	got := lines["reconcile"]
-	if len(got) != 1 || !strings.Contains(got[0], `"bucket"="b-1"`) || !strings.Contains(got[0], "DriverGenerateBucketId") {
+	if len(got) != 1 || !strings.Contains(got[0], `"bucket"="b-1"`) ||
+		!strings.Contains(got[0], "DriverGenerateBucketId") {
 		t.Errorf("the reconcile's logger got %q, want one line of DriverGenerateBucketId naming the bucket", got)
 	}
 	if got := lines["client"]; len(got) != 1 || !strings.Contains(got[0], "DriverGetInfo") {

@@ -71,10 +71,13 @@ func setup(ctx context.Context) error {
 	if err := installPolicies(ctx); err != nil {
 		return err
 	}
-	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: restrictedNamespace, Annotations: map[string]string{
-		cosiapi.AnnotationAllowedBucketClasses:       "standard, archive",
-		cosiapi.AnnotationAllowedBucketAccessClasses: "read-only",
-	}}}); err != nil {
+	if err := env.Client.Create(
+		ctx,
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: restrictedNamespace, Annotations: map[string]string{
+			cosiapi.AnnotationAllowedBucketClasses:       "standard, archive",
+			cosiapi.AnnotationAllowedBucketAccessClasses: "read-only",
+		}}},
+	); err != nil {
 		return err
 	}
 	if err := env.CreateNamespace(ctx, tenantNamespace); err != nil {
@@ -121,7 +124,12 @@ func installPolicies(ctx context.Context) error {
 		return err
 	}
 	if len(files) != len(kustomization.Resources)+1 {
-		return fmt.Errorf("%s lists %v, the directory holds %v: a policy file would not be installed", dir, kustomization.Resources, files)
+		return fmt.Errorf(
+			"%s lists %v, the directory holds %v: a policy file would not be installed",
+			dir,
+			kustomization.Resources,
+			files,
+		)
 	}
 	for _, name := range kustomization.Resources {
 		f := filepath.Join(dir, name)
@@ -158,7 +166,11 @@ func installPolicies(ctx context.Context) error {
 func bindTenants(ctx context.Context, ns string) error {
 	roles := map[string][]rbacv1.PolicyRule{
 		"tenant": {
-			{APIGroups: []string{cosiapi.GroupName}, Resources: []string{"bucketclaims", "bucketaccesses"}, Verbs: []string{"*"}},
+			{
+				APIGroups: []string{cosiapi.GroupName},
+				Resources: []string{"bucketclaims", "bucketaccesses"},
+				Verbs:     []string{"*"},
+			},
 			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"*"}},
 		},
 		"broad-tenant": {
@@ -234,11 +246,21 @@ func newStaticClaim(ns, bucket string) *cosiapi.BucketClaim {
 }
 
 func newAccess(ns, class string) *cosiapi.BucketAccess {
-	return objects.BucketAccess(ns, uniqueName("access"), class, objects.Grant("data", uniqueName("creds"), objects.ReadOnly))
+	return objects.BucketAccess(
+		ns,
+		uniqueName("access"),
+		class,
+		objects.Grant("data", uniqueName("creds"), objects.ReadOnly),
+	)
 }
 
 func newBucket() *cosiapi.Bucket {
-	return objects.Bucket(uniqueName("bucket"), "s3.example.com", cosiapi.DeletionPolicyDelete, objects.ClaimedBy(tenantNamespace, "data", ""))
+	return objects.Bucket(
+		uniqueName("bucket"),
+		"s3.example.com",
+		cosiapi.DeletionPolicyDelete,
+		objects.ClaimedBy(tenantNamespace, "data", ""),
+	)
 }
 
 // newSecret is an ordinary Secret of the tenant; cosiSecret makes it one the sidecar wrote.

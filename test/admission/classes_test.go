@@ -18,9 +18,19 @@ import (
 // classes the annotations list, whoever creates the object; a namespace without them, any.
 func TestAllowedClasses(t *testing.T) {
 	waitForPolicies(t)
-	everything := namespace(t, map[string]string{cosiapi.AnnotationAllowedBucketClasses: "*", cosiapi.AnnotationAllowedBucketAccessClasses: "read-only,*"})
+	everything := namespace(
+		t,
+		map[string]string{
+			cosiapi.AnnotationAllowedBucketClasses:       "*",
+			cosiapi.AnnotationAllowedBucketAccessClasses: "read-only,*",
+		},
+	)
 	nothing := namespace(t, nil)
-	restrict(t, nothing, map[string]string{cosiapi.AnnotationAllowedBucketClasses: "", cosiapi.AnnotationAllowedBucketAccessClasses: " , "})
+	restrict(
+		t,
+		nothing,
+		map[string]string{cosiapi.AnnotationAllowedBucketClasses: "", cosiapi.AnnotationAllowedBucketAccessClasses: " , "},
+	)
 	const premiumRefused = "spec.bucketClassName: premium is not allowed in namespace " + restrictedNamespace +
 		" (the namespace annotation " + cosiapi.AnnotationAllowedBucketClasses + " allows: standard, archive)"
 	const readWriteRefused = "spec.bucketAccessClassName: read-write is not allowed in namespace " + restrictedNamespace +
@@ -33,15 +43,29 @@ func TestAllowedClasses(t *testing.T) {
 		refused string
 	}{
 		{"claim of a class the namespace may not use", tenant, newClaim(restrictedNamespace, "premium"), premiumRefused},
-		{"admin's claim of a class the namespace may not use", admin, newClaim(restrictedNamespace, "premium"), premiumRefused},
+		{
+			"admin's claim of a class the namespace may not use",
+			admin,
+			newClaim(restrictedNamespace, "premium"),
+			premiumRefused,
+		},
 		{"claim of a class the namespace may use", tenant, newClaim(restrictedNamespace, "archive"), ""},
 		{"claim of the first class listed, before the comma", tenant, newClaim(restrictedNamespace, "standard"), ""},
-		{"claim of a class that only contains an allowed name", tenant, newClaim(restrictedNamespace, "archive-2"), "spec.bucketClassName: archive-2 is not allowed"},
+		{
+			"claim of a class that only contains an allowed name",
+			tenant,
+			newClaim(restrictedNamespace, "archive-2"),
+			"spec.bucketClassName: archive-2 is not allowed",
+		},
 		{"claim of an imported bucket", tenant, newStaticClaim(restrictedNamespace, "imported"), ""},
 		{"claim in a namespace without the annotation", tenant, newClaim(tenantNamespace, "premium"), ""},
 		{"claim in a namespace that allows *", tenant, newClaim(everything, "premium"), ""},
-		{"claim in a namespace whose annotation is empty", tenant, newClaim(nothing, "standard"),
-			"spec.bucketClassName: standard is not allowed in namespace " + nothing + " (the namespace annotation " + cosiapi.AnnotationAllowedBucketClasses + " allows: none)"},
+		{
+			"claim in a namespace whose annotation is empty",
+			tenant,
+			newClaim(nothing, "standard"),
+			"spec.bucketClassName: standard is not allowed in namespace " + nothing + " (the namespace annotation " + cosiapi.AnnotationAllowedBucketClasses + " allows: none)",
+		},
 	}
 	for _, tc := range claims {
 		t.Run(tc.name, func(t *testing.T) {
@@ -58,7 +82,11 @@ func TestAllowedClasses(t *testing.T) {
 		{"access of a class the namespace may use", newAccess(restrictedNamespace, "read-only"), ""},
 		{"access in a namespace without the annotation", newAccess(tenantNamespace, "read-write"), ""},
 		{"access in a namespace that allows *", newAccess(everything, "read-write"), ""},
-		{"access in a namespace whose annotation lists no name", newAccess(nothing, "read-only"), "spec.bucketAccessClassName: read-only is not allowed"},
+		{
+			"access in a namespace whose annotation lists no name",
+			newAccess(nothing, "read-only"),
+			"spec.bucketAccessClassName: read-only is not allowed",
+		},
 	}
 	for _, tc := range accesses {
 		t.Run(tc.name, func(t *testing.T) {
@@ -85,12 +113,23 @@ func TestRestrictingANamespaceLater(t *testing.T) {
 			if err := tenant.Create(t.Context(), o); err != nil {
 				t.Fatal(err)
 			}
-			answer(t, update(t, controller, o, func(o client.Object) { controllerutil.AddFinalizer(o, cosiapi.FinalizerProtection) }), "")
+			answer(
+				t,
+				update(t, controller, o, func(o client.Object) { controllerutil.AddFinalizer(o, cosiapi.FinalizerProtection) }),
+				"",
+			)
 		}
 		claims, accesses = append(claims, c), append(accesses, ba)
 	}
 
-	restrict(t, ns, map[string]string{cosiapi.AnnotationAllowedBucketClasses: "standard", cosiapi.AnnotationAllowedBucketAccessClasses: "read-only"})
+	restrict(
+		t,
+		ns,
+		map[string]string{
+			cosiapi.AnnotationAllowedBucketClasses:       "standard",
+			cosiapi.AnnotationAllowedBucketAccessClasses: "read-only",
+		},
+	)
 	answer(t, tenant.Create(t.Context(), newClaims()), "spec.bucketClassName: premium is not allowed")
 	answer(t, tenant.Create(t.Context(), newAccesses()), "spec.bucketAccessClassName: read-write is not allowed")
 
@@ -126,7 +165,10 @@ func TestRestrictingANamespaceLater(t *testing.T) {
 func namespace(t *testing.T, annotations map[string]string) string {
 	t.Helper()
 	name := uniqueName("ns")
-	if err := env.Client.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations}}); err != nil {
+	if err := env.Client.Create(
+		t.Context(),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations}},
+	); err != nil {
 		t.Fatal(err)
 	}
 	if err := bindTenants(t.Context(), name); err != nil {

@@ -28,26 +28,52 @@ func TestClaimMetadata(t *testing.T) {
 	build := func() *cosiapi.BucketClaim { return newClaim(tenantNamespace, "standard") }
 	runCreates(t, build, []createCase[*cosiapi.BucketClaim]{
 		{name: "tenant creates a claim", as: tenant},
-		{name: "tenant creates a claim with its own labels, annotations and finalizers", as: tenant, mutate: func(c *cosiapi.BucketClaim) {
-			metav1.SetMetaDataLabel(&c.ObjectMeta, "team", "photos")
-			metav1.SetMetaDataAnnotation(&c.ObjectMeta, "example.com/owner", "alice")
-			c.Finalizers = []string{"example.com/backup"}
-		}},
-		{name: "tenant creates a claim with COSI's finalizer", as: tenant, mutate: protected[*cosiapi.BucketClaim], refused: finalizerReserved},
+		{
+			name: "tenant creates a claim with its own labels, annotations and finalizers",
+			as:   tenant,
+			mutate: func(c *cosiapi.BucketClaim) {
+				metav1.SetMetaDataLabel(&c.ObjectMeta, "team", "photos")
+				metav1.SetMetaDataAnnotation(&c.ObjectMeta, "example.com/owner", "alice")
+				c.Finalizers = []string{"example.com/backup"}
+			},
+		},
+		{
+			name:    "tenant creates a claim with COSI's finalizer",
+			as:      tenant,
+			mutate:  protected[*cosiapi.BucketClaim],
+			refused: finalizerReserved,
+		},
 		{name: "tenant creates a claim that claims to be in use", as: tenant, mutate: func(c *cosiapi.BucketClaim) {
 			metav1.SetMetaDataAnnotation(&c.ObjectMeta, cosiapi.AnnotationHasBucketAccessReferences, "true")
 		}, refused: claimAnnotationReserved},
-		{name: "broad tenant creates a claim with COSI's finalizer", as: broadTenant, mutate: protected[*cosiapi.BucketClaim], refused: finalizerReserved},
+		{
+			name:    "broad tenant creates a claim with COSI's finalizer",
+			as:      broadTenant,
+			mutate:  protected[*cosiapi.BucketClaim],
+			refused: finalizerReserved,
+		},
 		{name: "admin creates a claim with COSI's metadata", as: admin, mutate: inUse},
 	})
 	runUpdates(t, build, []updateCase[*cosiapi.BucketClaim]{
 		{name: "tenant removes COSI's finalizer", before: inUse, as: tenant, update: func(c *cosiapi.BucketClaim) {
 			controllerutil.RemoveFinalizer(c, cosiapi.FinalizerProtection)
 		}, refused: finalizerReserved},
-		{name: "tenant removes every finalizer of a deleting claim", before: inUse, deleting: true, as: tenant, update: func(c *cosiapi.BucketClaim) {
-			c.Finalizers = nil
-		}, refused: finalizerReserved},
-		{name: "tenant adds COSI's finalizer", as: tenant, update: protected[*cosiapi.BucketClaim], refused: finalizerReserved},
+		{
+			name:     "tenant removes every finalizer of a deleting claim",
+			before:   inUse,
+			deleting: true,
+			as:       tenant,
+			update: func(c *cosiapi.BucketClaim) {
+				c.Finalizers = nil
+			},
+			refused: finalizerReserved,
+		},
+		{
+			name:    "tenant adds COSI's finalizer",
+			as:      tenant,
+			update:  protected[*cosiapi.BucketClaim],
+			refused: finalizerReserved,
+		},
 		{name: "tenant removes the reference annotation", before: inUse, as: tenant, update: func(c *cosiapi.BucketClaim) {
 			delete(c.Annotations, cosiapi.AnnotationHasBucketAccessReferences)
 		}, refused: claimAnnotationReserved},
@@ -57,39 +83,78 @@ func TestClaimMetadata(t *testing.T) {
 		{name: "tenant sets the reference annotation", as: tenant, update: func(c *cosiapi.BucketClaim) {
 			metav1.SetMetaDataAnnotation(&c.ObjectMeta, cosiapi.AnnotationHasBucketAccessReferences, "true")
 		}, refused: claimAnnotationReserved},
-		{name: "broad tenant removes the reference annotation", before: inUse, as: broadTenant, update: func(c *cosiapi.BucketClaim) {
-			delete(c.Annotations, cosiapi.AnnotationHasBucketAccessReferences)
-		}, refused: claimAnnotationReserved},
+		{
+			name:   "broad tenant removes the reference annotation",
+			before: inUse,
+			as:     broadTenant,
+			update: func(c *cosiapi.BucketClaim) {
+				delete(c.Annotations, cosiapi.AnnotationHasBucketAccessReferences)
+			},
+			refused: claimAnnotationReserved,
+		},
 
-		{name: "tenant edits its labels and annotations next to COSI's", before: inUse, as: tenant, update: func(c *cosiapi.BucketClaim) {
-			metav1.SetMetaDataLabel(&c.ObjectMeta, "team", "photos")
-			metav1.SetMetaDataAnnotation(&c.ObjectMeta, "example.com/owner", "alice")
-		}},
-		{name: "tenant adds its own finalizer next to COSI's", before: inUse, as: tenant, update: func(c *cosiapi.BucketClaim) {
-			controllerutil.AddFinalizer(c, "example.com/backup")
-		}},
+		{
+			name:   "tenant edits its labels and annotations next to COSI's",
+			before: inUse,
+			as:     tenant,
+			update: func(c *cosiapi.BucketClaim) {
+				metav1.SetMetaDataLabel(&c.ObjectMeta, "team", "photos")
+				metav1.SetMetaDataAnnotation(&c.ObjectMeta, "example.com/owner", "alice")
+			},
+		},
+		{
+			name:   "tenant adds its own finalizer next to COSI's",
+			before: inUse,
+			as:     tenant,
+			update: func(c *cosiapi.BucketClaim) {
+				controllerutil.AddFinalizer(c, "example.com/backup")
+			},
+		},
 		{name: "tenant removes its own finalizer from a deleting claim", before: func(c *cosiapi.BucketClaim) {
 			inUse(c)
 			controllerutil.AddFinalizer(c, "example.com/backup")
 		}, deleting: true, as: tenant, update: func(c *cosiapi.BucketClaim) {
 			controllerutil.RemoveFinalizer(c, "example.com/backup")
 		}},
-		{name: "tenant edits a label of a deleting claim", before: inUse, deleting: true, as: tenant, update: func(c *cosiapi.BucketClaim) {
-			metav1.SetMetaDataLabel(&c.ObjectMeta, "team", "photos")
-		}},
+		{
+			name:     "tenant edits a label of a deleting claim",
+			before:   inUse,
+			deleting: true,
+			as:       tenant,
+			update: func(c *cosiapi.BucketClaim) {
+				metav1.SetMetaDataLabel(&c.ObjectMeta, "team", "photos")
+			},
+		},
 		{name: "tenant deletes a claim in use", before: inUse, as: tenant},
 		{name: "tenant deletes a claim", as: tenant},
 
 		{name: "controller adds its finalizer and the reference annotation", as: controller, update: inUse},
-		{name: "controller removes the reference annotation", before: inUse, as: controller, update: func(c *cosiapi.BucketClaim) {
-			delete(c.Annotations, cosiapi.AnnotationHasBucketAccessReferences)
-		}},
-		{name: "controller removes its finalizer from a deleting claim", before: inUse, deleting: true, as: controller, update: func(c *cosiapi.BucketClaim) {
-			controllerutil.RemoveFinalizer(c, cosiapi.FinalizerProtection)
-		}},
-		{name: "admin removes COSI's finalizer from a deleting claim", before: inUse, deleting: true, as: admin, update: func(c *cosiapi.BucketClaim) {
-			c.Finalizers = nil
-		}},
+		{
+			name:   "controller removes the reference annotation",
+			before: inUse,
+			as:     controller,
+			update: func(c *cosiapi.BucketClaim) {
+				delete(c.Annotations, cosiapi.AnnotationHasBucketAccessReferences)
+			},
+		},
+		{
+			name:     "controller removes its finalizer from a deleting claim",
+			before:   inUse,
+			deleting: true,
+			as:       controller,
+			update: func(c *cosiapi.BucketClaim) {
+				controllerutil.RemoveFinalizer(c, cosiapi.FinalizerProtection)
+			},
+		},
+		{
+			name:     "admin removes COSI's finalizer from a deleting claim",
+			before:   inUse,
+			deleting: true,
+			as:       admin,
+			update: func(c *cosiapi.BucketClaim) {
+				c.Finalizers = nil
+			},
+		},
 	})
 }
 
@@ -104,36 +169,101 @@ func TestAccessMetadata(t *testing.T) {
 	}
 	runCreates(t, build, []createCase[*cosiapi.BucketAccess]{
 		{name: "tenant creates an access", as: tenant},
-		{name: "tenant creates an access with COSI's finalizer", as: tenant, mutate: protected[*cosiapi.BucketAccess], refused: finalizerReserved},
-		{name: "tenant creates an access that claims to be cleaned up", as: tenant, mutate: cleanedUp, refused: accessAnnotationReserved},
+		{
+			name:    "tenant creates an access with COSI's finalizer",
+			as:      tenant,
+			mutate:  protected[*cosiapi.BucketAccess],
+			refused: finalizerReserved,
+		},
+		{
+			name:    "tenant creates an access that claims to be cleaned up",
+			as:      tenant,
+			mutate:  cleanedUp,
+			refused: accessAnnotationReserved,
+		},
 	})
 	runUpdates(t, build, []updateCase[*cosiapi.BucketAccess]{
-		{name: "tenant sets sidecar-cleanup-finished", before: protected[*cosiapi.BucketAccess], as: tenant, update: cleanedUp, refused: accessAnnotationReserved},
-		{name: "tenant sets sidecar-cleanup-finished on a deleting access", before: protected[*cosiapi.BucketAccess], deleting: true, as: tenant,
-			update: cleanedUp, refused: accessAnnotationReserved},
-		{name: "tenant removes sidecar-cleanup-finished", before: func(ba *cosiapi.BucketAccess) { protected(ba); cleanedUp(ba) }, as: tenant,
-			update: func(ba *cosiapi.BucketAccess) { delete(ba.Annotations, cosiapi.AnnotationSidecarCleanupFinished) }, refused: accessAnnotationReserved},
-		{name: "tenant removes COSI's finalizer", before: protected[*cosiapi.BucketAccess], as: tenant, update: func(ba *cosiapi.BucketAccess) {
-			controllerutil.RemoveFinalizer(ba, cosiapi.FinalizerProtection)
-		}, refused: finalizerReserved},
-		{name: "tenant removes COSI's finalizer from a deleting access", before: protected[*cosiapi.BucketAccess], deleting: true, as: tenant,
-			update: func(ba *cosiapi.BucketAccess) { ba.Finalizers = nil }, refused: finalizerReserved},
-		{name: "tenant adds COSI's finalizer", as: tenant, update: protected[*cosiapi.BucketAccess], refused: finalizerReserved},
+		{
+			name:    "tenant sets sidecar-cleanup-finished",
+			before:  protected[*cosiapi.BucketAccess],
+			as:      tenant,
+			update:  cleanedUp,
+			refused: accessAnnotationReserved,
+		},
+		{
+			name:     "tenant sets sidecar-cleanup-finished on a deleting access",
+			before:   protected[*cosiapi.BucketAccess],
+			deleting: true,
+			as:       tenant,
+			update:   cleanedUp,
+			refused:  accessAnnotationReserved,
+		},
+		{
+			name:    "tenant removes sidecar-cleanup-finished",
+			before:  func(ba *cosiapi.BucketAccess) { protected(ba); cleanedUp(ba) },
+			as:      tenant,
+			update:  func(ba *cosiapi.BucketAccess) { delete(ba.Annotations, cosiapi.AnnotationSidecarCleanupFinished) },
+			refused: accessAnnotationReserved,
+		},
+		{
+			name:   "tenant removes COSI's finalizer",
+			before: protected[*cosiapi.BucketAccess],
+			as:     tenant,
+			update: func(ba *cosiapi.BucketAccess) {
+				controllerutil.RemoveFinalizer(ba, cosiapi.FinalizerProtection)
+			},
+			refused: finalizerReserved,
+		},
+		{
+			name:     "tenant removes COSI's finalizer from a deleting access",
+			before:   protected[*cosiapi.BucketAccess],
+			deleting: true,
+			as:       tenant,
+			update:   func(ba *cosiapi.BucketAccess) { ba.Finalizers = nil },
+			refused:  finalizerReserved,
+		},
+		{
+			name:    "tenant adds COSI's finalizer",
+			as:      tenant,
+			update:  protected[*cosiapi.BucketAccess],
+			refused: finalizerReserved,
+		},
 
-		{name: "tenant edits its labels and annotations", before: protected[*cosiapi.BucketAccess], as: tenant, update: func(ba *cosiapi.BucketAccess) {
-			metav1.SetMetaDataLabel(&ba.ObjectMeta, "app", "gallery")
-			metav1.SetMetaDataAnnotation(&ba.ObjectMeta, "example.com/owner", "alice")
-		}},
-		{name: "tenant adds its own finalizer", before: protected[*cosiapi.BucketAccess], as: tenant, update: func(ba *cosiapi.BucketAccess) {
-			controllerutil.AddFinalizer(ba, "example.com/backup")
-		}},
+		{
+			name:   "tenant edits its labels and annotations",
+			before: protected[*cosiapi.BucketAccess],
+			as:     tenant,
+			update: func(ba *cosiapi.BucketAccess) {
+				metav1.SetMetaDataLabel(&ba.ObjectMeta, "app", "gallery")
+				metav1.SetMetaDataAnnotation(&ba.ObjectMeta, "example.com/owner", "alice")
+			},
+		},
+		{
+			name:   "tenant adds its own finalizer",
+			before: protected[*cosiapi.BucketAccess],
+			as:     tenant,
+			update: func(ba *cosiapi.BucketAccess) {
+				controllerutil.AddFinalizer(ba, "example.com/backup")
+			},
+		},
 		{name: "tenant deletes an access with COSI's finalizer", before: protected[*cosiapi.BucketAccess], as: tenant},
 
 		{name: "controller adds its finalizer", as: controller, update: protected[*cosiapi.BucketAccess]},
 		{name: "sidecar adds the finalizer", as: sidecar, update: protected[*cosiapi.BucketAccess]},
-		{name: "sidecar sets sidecar-cleanup-finished on a deleting access", before: protected[*cosiapi.BucketAccess], deleting: true, as: sidecar, update: cleanedUp},
-		{name: "controller removes its finalizer from a deleting access", before: func(ba *cosiapi.BucketAccess) { protected(ba); cleanedUp(ba) }, deleting: true,
-			as: controller, update: func(ba *cosiapi.BucketAccess) { controllerutil.RemoveFinalizer(ba, cosiapi.FinalizerProtection) }},
+		{
+			name:     "sidecar sets sidecar-cleanup-finished on a deleting access",
+			before:   protected[*cosiapi.BucketAccess],
+			deleting: true,
+			as:       sidecar,
+			update:   cleanedUp,
+		},
+		{
+			name:     "controller removes its finalizer from a deleting access",
+			before:   func(ba *cosiapi.BucketAccess) { protected(ba); cleanedUp(ba) },
+			deleting: true,
+			as:       controller,
+			update:   func(ba *cosiapi.BucketAccess) { controllerutil.RemoveFinalizer(ba, cosiapi.FinalizerProtection) },
+		},
 	})
 }
 
@@ -149,25 +279,63 @@ func TestBucketMetadata(t *testing.T) {
 		{name: "bucket admin imports a bucket", as: bucketAdmin, mutate: func(b *cosiapi.Bucket) {
 			b.Spec.ExistingBucketID, b.Spec.DeletionPolicy = "legacy", cosiapi.DeletionPolicyRetain
 		}},
-		{name: "bucket admin creates a released Bucket", as: bucketAdmin, mutate: released, refused: bucketAnnotationReserved},
+		{
+			name:    "bucket admin creates a released Bucket",
+			as:      bucketAdmin,
+			mutate:  released,
+			refused: bucketAnnotationReserved,
+		},
 		{name: "controller creates a Bucket with its finalizer", as: controller, mutate: protected[*cosiapi.Bucket]},
 	})
 	runUpdates(t, newBucket, []updateCase[*cosiapi.Bucket]{
-		{name: "bucket admin sets bucketclaim-being-deleted", before: protected[*cosiapi.Bucket], as: bucketAdmin, update: released, refused: bucketAnnotationReserved},
-		{name: "bucket admin sets bucketclaim-being-deleted on a deleting Bucket", before: protected[*cosiapi.Bucket], deleting: true, as: bucketAdmin,
-			update: released, refused: bucketAnnotationReserved},
-		{name: "bucket admin removes bucketclaim-being-deleted", before: released, as: bucketAdmin, update: func(b *cosiapi.Bucket) {
-			delete(b.Annotations, cosiapi.AnnotationBucketClaimBeingDeleted)
-		}, refused: bucketAnnotationReserved},
-		{name: "bucket admin edits labels and annotations", before: protected[*cosiapi.Bucket], as: bucketAdmin, update: func(b *cosiapi.Bucket) {
-			metav1.SetMetaDataLabel(&b.ObjectMeta, "team", "photos")
-			metav1.SetMetaDataAnnotation(&b.ObjectMeta, "example.com/owner", "alice")
-		}},
-		{name: "bucket admin switches a Bucket to Retain", before: protected[*cosiapi.Bucket], as: bucketAdmin, update: func(b *cosiapi.Bucket) {
-			b.Spec.DeletionPolicy = cosiapi.DeletionPolicyRetain
-		}},
+		{
+			name:    "bucket admin sets bucketclaim-being-deleted",
+			before:  protected[*cosiapi.Bucket],
+			as:      bucketAdmin,
+			update:  released,
+			refused: bucketAnnotationReserved,
+		},
+		{
+			name:     "bucket admin sets bucketclaim-being-deleted on a deleting Bucket",
+			before:   protected[*cosiapi.Bucket],
+			deleting: true,
+			as:       bucketAdmin,
+			update:   released,
+			refused:  bucketAnnotationReserved,
+		},
+		{
+			name:   "bucket admin removes bucketclaim-being-deleted",
+			before: released,
+			as:     bucketAdmin,
+			update: func(b *cosiapi.Bucket) {
+				delete(b.Annotations, cosiapi.AnnotationBucketClaimBeingDeleted)
+			},
+			refused: bucketAnnotationReserved,
+		},
+		{
+			name:   "bucket admin edits labels and annotations",
+			before: protected[*cosiapi.Bucket],
+			as:     bucketAdmin,
+			update: func(b *cosiapi.Bucket) {
+				metav1.SetMetaDataLabel(&b.ObjectMeta, "team", "photos")
+				metav1.SetMetaDataAnnotation(&b.ObjectMeta, "example.com/owner", "alice")
+			},
+		},
+		{
+			name:   "bucket admin switches a Bucket to Retain",
+			before: protected[*cosiapi.Bucket],
+			as:     bucketAdmin,
+			update: func(b *cosiapi.Bucket) {
+				b.Spec.DeletionPolicy = cosiapi.DeletionPolicyRetain
+			},
+		},
 		{name: "bucket admin deletes a Bucket", before: protected[*cosiapi.Bucket], as: bucketAdmin},
-		{name: "controller sets bucketclaim-being-deleted", before: protected[*cosiapi.Bucket], as: controller, update: released},
+		{
+			name:   "controller sets bucketclaim-being-deleted",
+			before: protected[*cosiapi.Bucket],
+			as:     controller,
+			update: released,
+		},
 		{name: "admin sets bucketclaim-being-deleted", as: admin, update: released},
 	})
 }

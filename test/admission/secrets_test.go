@@ -20,7 +20,11 @@ func TestSecrets(t *testing.T) {
 	}
 	runCreates(t, newSecret, []createCase[*corev1.Secret]{
 		{name: "tenant creates a Secret", as: tenant},
-		{name: "tenant creates a Secret with a finalizer of the same name as COSI's", as: tenant, mutate: protected[*corev1.Secret]},
+		{
+			name:   "tenant creates a Secret with a finalizer of the same name as COSI's",
+			as:     tenant,
+			mutate: protected[*corev1.Secret],
+		},
 		{name: "tenant creates a Secret that poses as COSI's", as: tenant, mutate: cosiSecret, refused: secretLabelReserved},
 		{name: "tenant creates a Secret with COSI's label only", as: tenant, mutate: labelled, refused: secretLabelReserved},
 		{name: "sidecar writes an access Secret", as: sidecar, mutate: cosiSecret},
@@ -29,13 +33,26 @@ func TestSecrets(t *testing.T) {
 		{name: "tenant removes COSI's finalizer", before: cosiSecret, as: tenant, update: func(s *corev1.Secret) {
 			controllerutil.RemoveFinalizer(s, cosiapi.FinalizerProtection)
 		}, refused: secretFinalizerReserved},
-		{name: "tenant removes COSI's finalizer from a deleting Secret", before: cosiSecret, deleting: true, as: tenant, update: func(s *corev1.Secret) {
-			s.Finalizers = nil
-		}, refused: secretFinalizerReserved},
+		{
+			name:     "tenant removes COSI's finalizer from a deleting Secret",
+			before:   cosiSecret,
+			deleting: true,
+			as:       tenant,
+			update: func(s *corev1.Secret) {
+				s.Finalizers = nil
+			},
+			refused: secretFinalizerReserved,
+		},
 		{name: "tenant removes the label", before: cosiSecret, as: tenant, update: func(s *corev1.Secret) {
 			delete(s.Labels, cosiapi.LabelBucketAccessUID)
 		}, refused: secretLabelReserved},
-		{name: "tenant changes the label to another access", before: cosiSecret, as: tenant, update: labelled, refused: secretLabelReserved},
+		{
+			name:    "tenant changes the label to another access",
+			before:  cosiSecret,
+			as:      tenant,
+			update:  labelled,
+			refused: secretLabelReserved,
+		},
 		{name: "tenant labels its own Secret as COSI's", as: tenant, update: labelled, refused: secretLabelReserved},
 
 		{name: "tenant annotates a COSI Secret", before: cosiSecret, as: tenant, update: func(s *corev1.Secret) {
@@ -43,13 +60,24 @@ func TestSecrets(t *testing.T) {
 			metav1.SetMetaDataLabel(&s.ObjectMeta, "app", "gallery")
 		}},
 		{name: "tenant deletes a COSI Secret", before: cosiSecret, as: tenant},
-		{name: "tenant adds and removes finalizers of its own Secret", before: protected[*corev1.Secret], as: tenant, update: func(s *corev1.Secret) {
-			s.Finalizers = []string{"example.com/backup"}
-		}},
+		{
+			name:   "tenant adds and removes finalizers of its own Secret",
+			before: protected[*corev1.Secret],
+			as:     tenant,
+			update: func(s *corev1.Secret) {
+				s.Finalizers = []string{"example.com/backup"}
+			},
+		},
 
-		{name: "sidecar removes its finalizer", before: cosiSecret, deleting: true, as: sidecar, update: func(s *corev1.Secret) {
-			controllerutil.RemoveFinalizer(s, cosiapi.FinalizerProtection)
-		}},
+		{
+			name:     "sidecar removes its finalizer",
+			before:   cosiSecret,
+			deleting: true,
+			as:       sidecar,
+			update: func(s *corev1.Secret) {
+				controllerutil.RemoveFinalizer(s, cosiapi.FinalizerProtection)
+			},
+		},
 		{name: "sidecar rewrites a Secret's data", before: cosiSecret, as: sidecar, update: func(s *corev1.Secret) {
 			s.Data = map[string][]byte{cosiapi.SecretKeyProtocol: []byte("S3"), cosiapi.SecretKeyS3BucketName: []byte("photos")}
 		}},

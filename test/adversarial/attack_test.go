@@ -229,7 +229,9 @@ func TestAttackAccessVanishesDuringSlowGrant(t *testing.T) {
 	time.Sleep(5 * time.Second) // the grant finishes and the Secret is written
 	s.faults.Set(0)
 	within(t, 30*time.Second, s.accountRevoked(ba.Status.AccountID))
-	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: ba.Spec.BucketClaims[0].AccessSecretName, Namespace: ba.Namespace}}
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: ba.Spec.BucketClaims[0].AccessSecretName, Namespace: ba.Namespace},
+	}
 	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(sec), sec); err == nil {
 		secretGoneAfterGC(t, sec)
 	}
@@ -253,7 +255,10 @@ func TestAttackStatusWriterEscapesClassLimits(t *testing.T) {
 	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
 	b := boundBucket(t, c)
 	readOnly := s.accessClass(func(ac *cosiapi.BucketAccessClass) {
-		ac.Spec.DisallowedBucketAccessModes.ObjectData = []cosiapi.BucketAccessMode{cosiapi.BucketAccessModeReadWrite, cosiapi.BucketAccessModeWriteOnly}
+		ac.Spec.DisallowedBucketAccessModes.ObjectData = []cosiapi.BucketAccessMode{
+			cosiapi.BucketAccessModeReadWrite,
+			cosiapi.BucketAccessModeWriteOnly,
+		}
 	})
 	ba := newAccess(readOnly.Name, c) // asks ReadWrite
 	mustCreate(t, statusWriter, ba)
@@ -368,7 +373,13 @@ func TestAttackStatusWriterHangsAccessDeletion(t *testing.T) {
 
 // forgedAccess creates, as the statusWriter, an access to its own claim that the controller never
 // hands off (its class does not exist), and writes the hand-off itself with the account ID.
-func forgedAccess(t *testing.T, s *system, own *cosiapi.BucketClaim, accountID string, withBucketID bool) *cosiapi.BucketAccess {
+func forgedAccess(
+	t *testing.T,
+	s *system,
+	own *cosiapi.BucketClaim,
+	accountID string,
+	withBucketID bool,
+) *cosiapi.BucketAccess {
 	t.Helper()
 	ownBucket := boundBucket(t, own)
 	ba := newAccess("no-such-class", own)

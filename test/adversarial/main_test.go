@@ -56,15 +56,30 @@ func TestMain(m *testing.M) {
 		if statusWriter, err = tenantClient(ctx, "status-writer", true); err != nil {
 			return err
 		}
-		if sidecarConfig, err = env.ServiceAccountConfig(ctx, "config/rbac/sidecar/role.yaml", "cosi-system", "cosi-sidecar"); err != nil {
+		if sidecarConfig, err = env.ServiceAccountConfig(
+			ctx,
+			"config/rbac/sidecar/role.yaml",
+			"cosi-system",
+			"cosi-sidecar",
+		); err != nil {
 			return err
 		}
-		controllerCfg, err := env.ServiceAccountConfig(ctx, "config/rbac/controller/role.yaml", "cosi-system", "cosi-controller")
+		controllerCfg, err := env.ServiceAccountConfig(
+			ctx,
+			"config/rbac/controller/role.yaml",
+			"cosi-system",
+			"cosi-controller",
+		)
 		if err != nil {
 			return err
 		}
 		env.Go(ctx, "controller", func(ctx context.Context) error {
-			return controller.Run(ctx, controllerCfg, controller.Options{Workers: 4, MetricsAddress: "0", HealthAddress: "0"}, logr.Discard())
+			return controller.Run(
+				ctx,
+				controllerCfg,
+				controller.Options{Workers: 4, MetricsAddress: "0", HealthAddress: "0"},
+				logr.Discard(),
+			)
 		})
 		return nil
 	})
@@ -77,7 +92,14 @@ func tenantClient(ctx context.Context, name string, writesStatus bool) (client.C
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"*"}},
 	}
 	if writesStatus {
-		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{cosiapi.GroupName}, Resources: []string{"bucketaccesses/status"}, Verbs: []string{"*"}})
+		rules = append(
+			rules,
+			rbacv1.PolicyRule{
+				APIGroups: []string{cosiapi.GroupName},
+				Resources: []string{"bucketaccesses/status"},
+				Verbs:     []string{"*"},
+			},
+		)
 	}
 	for _, o := range []client.Object{
 		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tenantNamespace}, Rules: rules},
@@ -244,7 +266,13 @@ func waitProvisioned(t *testing.T, obj client.Object) {
 }
 
 // waitCondition waits until obj has condition typ with status s and reason.
-func waitCondition(t *testing.T, obj client.Object, typ string, s metav1.ConditionStatus, reason string) metav1.Condition {
+func waitCondition(
+	t *testing.T,
+	obj client.Object,
+	typ string,
+	s metav1.ConditionStatus,
+	reason string,
+) metav1.Condition {
 	t.Helper()
 	return testenv.Condition(t, env, obj, conditions, typ, s, reason)
 }
@@ -275,7 +303,10 @@ func secret(t *testing.T, ba *cosiapi.BucketAccess, i int) *corev1.Secret {
 
 func credentials(s *corev1.Secret) *cosiproto.CredentialInfo {
 	return &cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{
-		AccessKeyId: string(s.Data[cosiapi.SecretKeyS3AccessKeyID]), AccessSecretKey: string(s.Data[cosiapi.SecretKeyS3SecretAccessKey]),
+		AccessKeyId: string(
+			s.Data[cosiapi.SecretKeyS3AccessKeyID],
+		),
+		AccessSecretKey: string(s.Data[cosiapi.SecretKeyS3SecretAccessKey]),
 	}}
 }
 

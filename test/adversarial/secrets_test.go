@@ -59,8 +59,10 @@ func TestUserSecretConflictIsCheckedBeforeGranting(t *testing.T) {
 	s := newSystem(t, memory.Config{})
 	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
 	ba := newAccess(s.accessClass().Name, c)
-	mine := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: ba.Spec.BucketClaims[0].AccessSecretName, Namespace: tenantNamespace},
-		StringData: map[string]string{"password": "the user's own"}}
+	mine := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: ba.Spec.BucketClaims[0].AccessSecretName, Namespace: tenantNamespace},
+		StringData: map[string]string{"password": "the user's own"},
+	}
 	mustCreate(t, tenant, mine)
 	mustCreate(t, tenant, ba)
 	waitCondition(t, ba, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonSecretConflict)
@@ -219,10 +221,19 @@ func TestEventsAndConditionsTheKEPLists(t *testing.T) {
 		protocols = append(protocols, string(p))
 	}
 	if want := strings.Join(protocols, ","); info[cosiapi.SecretKeyProtocol] != want || want == "" {
-		t.Errorf("bucketInfo %s = %q, want the bucket's protocols %q", cosiapi.SecretKeyProtocol, info[cosiapi.SecretKeyProtocol], want)
+		t.Errorf(
+			"bucketInfo %s = %q, want the bucket's protocols %q",
+			cosiapi.SecretKeyProtocol,
+			info[cosiapi.SecretKeyProtocol],
+			want,
+		)
 	}
 	for k := range info {
-		if k != cosiapi.SecretKeyProtocol && !slices.ContainsFunc([]string{"COSI_S3_", "COSI_AZURE_", "COSI_GCS_"}, func(p string) bool { return len(k) > len(p) && k[:len(p)] == p }) {
+		if k != cosiapi.SecretKeyProtocol &&
+			!slices.ContainsFunc(
+				[]string{"COSI_S3_", "COSI_AZURE_", "COSI_GCS_"},
+				func(p string) bool { return len(k) > len(p) && k[:len(p)] == p },
+			) {
 			t.Errorf("bucketInfo key %q is not COSI_<PROTOCOL>_<KEY>", k)
 		}
 		for _, doubled := range []string{"COSI_AZURE_AZURE_", "COSI_S3_AWS_"} {

@@ -18,7 +18,11 @@ func newBucket(name string) *cosiapi.Bucket {
 			DeletionPolicy: cosiapi.DeletionPolicyDelete,
 			Protocols:      []cosiapi.Protocol{cosiapi.ProtocolS3},
 			Parameters:     map[string]string{"region": "us-east-1"},
-			BucketClaimRef: cosiapi.BucketClaimReference{Name: "claim", Namespace: "apps", UID: "3f2b9c1e-0000-4000-8000-000000000001"},
+			BucketClaimRef: cosiapi.BucketClaimReference{
+				Name:      "claim",
+				Namespace: "apps",
+				UID:       "3f2b9c1e-0000-4000-8000-000000000001",
+			},
 		},
 	}
 }

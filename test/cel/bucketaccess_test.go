@@ -39,7 +39,9 @@ func handedOff(a *cosiapi.BucketAccess) {
 	a.Status.DriverName = "s3.example.com"
 	a.Status.AuthenticationType = cosiapi.AuthenticationTypeKey
 	a.Status.Parameters = map[string]string{"policy": "strict"}
-	a.Status.AccessedBuckets = []cosiapi.AccessedBucket{{BucketClaimName: "data", BucketName: "bc-1234", BucketID: "bc-1234"}}
+	a.Status.AccessedBuckets = []cosiapi.AccessedBucket{
+		{BucketClaimName: "data", BucketName: "bc-1234", BucketID: "bc-1234"},
+	}
 }
 
 func TestBucketAccessCreate(t *testing.T) {
@@ -53,7 +55,10 @@ func TestBucketAccessCreate(t *testing.T) {
 				BucketMetadata: cosiapi.BucketAccessModeWriteOnly,
 			}
 		}},
-		{name: "valid with a serviceAccountName", mutate: func(a *cosiapi.BucketAccess) { a.Spec.ServiceAccountName = "app-runner" }},
+		{
+			name:   "valid with a serviceAccountName",
+			mutate: func(a *cosiapi.BucketAccess) { a.Spec.ServiceAccountName = "app-runner" },
+		},
 		{
 			name:       "bucketClaims missing",
 			removed:    [][]string{{"spec", "bucketClaims"}},
@@ -107,9 +112,12 @@ func TestBucketAccessCreate(t *testing.T) {
 			wantErrors: []string{"spec.bucketClaims[0].bucketClaimName", "at least 1 chars long"},
 		},
 		{
-			name:       "no access mode requested",
-			mutate:     func(a *cosiapi.BucketAccess) { a.Spec.BucketClaims[0].AccessModes = cosiapi.BucketAccessModes{} },
-			wantErrors: []string{"spec.bucketClaims[0].accessModes", "at least one of objectData, objectMetadata or bucketMetadata must be requested"},
+			name:   "no access mode requested",
+			mutate: func(a *cosiapi.BucketAccess) { a.Spec.BucketClaims[0].AccessModes = cosiapi.BucketAccessModes{} },
+			wantErrors: []string{
+				"spec.bucketClaims[0].accessModes",
+				"at least one of objectData, objectMetadata or bucketMetadata must be requested",
+			},
 		},
 		{
 			name: "unknown access mode",

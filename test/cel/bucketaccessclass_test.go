@@ -65,7 +65,10 @@ func TestBucketAccessClassCreate(t *testing.T) {
 		{
 			name: "duplicate disallowed access mode",
 			mutate: func(c *cosiapi.BucketAccessClass) {
-				c.Spec.DisallowedBucketAccessModes.BucketMetadata = []cosiapi.BucketAccessMode{cosiapi.BucketAccessModeReadWrite, cosiapi.BucketAccessModeReadWrite}
+				c.Spec.DisallowedBucketAccessModes.BucketMetadata = []cosiapi.BucketAccessMode{
+					cosiapi.BucketAccessModeReadWrite,
+					cosiapi.BucketAccessModeReadWrite,
+				}
 			},
 			wantErrors: []string{"spec.disallowedBucketAccessModes.bucketMetadata[1]: Duplicate value"},
 		},

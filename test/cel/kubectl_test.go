@@ -87,7 +87,8 @@ func TestKubectlGet(t *testing.T) {
 
 	run := func(args ...string) string {
 		t.Helper()
-		out, err := exec.CommandContext(t.Context(), kubectl, append([]string{"--kubeconfig", kubeconfig}, args...)...).CombinedOutput()
+		out, err := exec.CommandContext(t.Context(), kubectl, append([]string{"--kubeconfig", kubeconfig}, args...)...).
+			CombinedOutput()
 		if err != nil {
 			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
@@ -116,7 +117,13 @@ func TestKubectlGet(t *testing.T) {
 	if got := row(out, b.Name); !slicesHasPrefix(got, want) {
 		t.Errorf("kubectl get buckets row = %v, want it to start with %v", got, want)
 	}
-	if got := row(run("get", "buckets", "-o", "wide"), b.Name); !strings.Contains(strings.Join(got, " "), "backend-"+b.Name) {
+	if got := row(
+		run("get", "buckets", "-o", "wide"),
+		b.Name,
+	); !strings.Contains(
+		strings.Join(got, " "),
+		"backend-"+b.Name,
+	) {
 		t.Errorf("kubectl get buckets -o wide row = %v, want the bucket ID", got)
 	}
 	// The category lists all COSI kinds, including namespaced ones (short name bc).

@@ -41,7 +41,12 @@ var (
 func TestMain(m *testing.M) {
 	testenv.RunSystem(m, localenv.Options{Verbosity: 2}, func(_ context.Context, e *localenv.Env) error {
 		env, waits = e, &testenv.Env{APIServer: e.APIServer}
-		admin = s3.NewS3Client(env.Store.S3Endpoint, "us-east-1", credentials.NewStaticCredentialsProvider(env.Store.RootAccessKey, env.Store.RootSecretKey, ""), nil)
+		admin = s3.NewS3Client(
+			env.Store.S3Endpoint,
+			"us-east-1",
+			credentials.NewStaticCredentialsProvider(env.Store.RootAccessKey, env.Store.RootSecretKey, ""),
+			nil,
+		)
 		return nil
 	})
 }
@@ -109,9 +114,25 @@ func provisioned(t *testing.T, objs ...client.Object) {
 	for _, o := range objs {
 		switch o := o.(type) {
 		case *cosiapi.BucketClaim:
-			testenv.Condition(t, waits, o, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned)
+			testenv.Condition(
+				t,
+				waits,
+				o,
+				claimConditions,
+				cosiapi.ConditionProvisioned,
+				metav1.ConditionTrue,
+				cosiapi.ReasonProvisioned,
+			)
 		case *cosiapi.BucketAccess:
-			testenv.Condition(t, waits, o, accessConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned)
+			testenv.Condition(
+				t,
+				waits,
+				o,
+				accessConditions,
+				cosiapi.ConditionProvisioned,
+				metav1.ConditionTrue,
+				cosiapi.ReasonProvisioned,
+			)
 		}
 	}
 }
@@ -153,7 +174,10 @@ func secretClient(t *testing.T, ns, name string) (*awss3.Client, string, *corev1
 }
 
 func put(c *awss3.Client, bucket, key string) error {
-	_, err := c.PutObject(context.Background(), &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader("data of " + key)})
+	_, err := c.PutObject(
+		context.Background(),
+		&awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader("data of " + key)},
+	)
 	return err
 }
 

@@ -71,7 +71,12 @@ func TestInstall(t *testing.T) {
 func TestDynamicBucketLifecycle(t *testing.T) {
 	ctx := t.Context()
 	ns := namespace(t)
-	bc, bac := bucketClass(cosiapi.DeletionPolicyDelete, map[string]string{s3.ParamPurgeOnDelete: "true"}), accessClass(false)
+	bc, bac := bucketClass(
+		cosiapi.DeletionPolicyDelete,
+		map[string]string{s3.ParamPurgeOnDelete: "true"},
+	), accessClass(
+		false,
+	)
 	c, other := claim(ns, bc.Name), claim(ns, bc.Name)
 	create(t, bc, bac, c, other)
 	provisioned(t, c, other)
@@ -85,13 +90,26 @@ func TestDynamicBucketLifecycle(t *testing.T) {
 	create(t, a)
 	provisioned(t, a)
 	s3c, name, secret := secretClient(t, ns, a.Spec.BucketClaims[0].AccessSecretName)
-	wantKeys := []string{cosiapi.SecretKeyProtocol, cosiapi.SecretKeyS3EndpointURL, cosiapi.SecretKeyS3BucketName, cosiapi.SecretKeyS3Region,
-		cosiapi.SecretKeyS3AddressingStyle, cosiapi.SecretKeyS3AccessKeyID, cosiapi.SecretKeyS3SecretAccessKey}
+	wantKeys := []string{
+		cosiapi.SecretKeyProtocol,
+		cosiapi.SecretKeyS3EndpointURL,
+		cosiapi.SecretKeyS3BucketName,
+		cosiapi.SecretKeyS3Region,
+		cosiapi.SecretKeyS3AddressingStyle,
+		cosiapi.SecretKeyS3AccessKeyID,
+		cosiapi.SecretKeyS3SecretAccessKey,
+	}
 	if keys := slices.Sorted(maps.Keys(secret.Data)); !slices.Equal(keys, slices.Sorted(slices.Values(wantKeys))) {
 		t.Errorf("Secret keys %v, want %v", keys, wantKeys)
 	}
 	if name != bucket || string(secret.Data[cosiapi.SecretKeyS3EndpointURL]) != env.Store.S3Endpoint {
-		t.Errorf("Secret names bucket %q at %q, want %q at %q", name, secret.Data[cosiapi.SecretKeyS3EndpointURL], bucket, env.Store.S3Endpoint)
+		t.Errorf(
+			"Secret names bucket %q at %q, want %q at %q",
+			name,
+			secret.Data[cosiapi.SecretKeyS3EndpointURL],
+			bucket,
+			env.Store.S3Endpoint,
+		)
 	}
 	expectAllowed(t, "put with the Secret's key", put(s3c, bucket, "hello"))
 	if got, err := get(s3c, bucket, "hello"); err != nil || got != "data of hello" {
@@ -101,7 +119,15 @@ func TestDynamicBucketLifecycle(t *testing.T) {
 
 	// Deleting the claim is blocked while an access uses it; the bucket and data stay.
 	del(t, c)
-	testenv.Condition(t, waits, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonDeletionBlocked)
+	testenv.Condition(
+		t,
+		waits,
+		c,
+		claimConditions,
+		cosiapi.ConditionProvisioned,
+		metav1.ConditionTrue,
+		cosiapi.ReasonDeletionBlocked,
+	)
 	if _, err := get(s3c, bucket, "hello"); err != nil {
 		t.Errorf("the data while deletion is blocked: %v", err)
 	}
@@ -146,7 +172,10 @@ func TestRetain(t *testing.T) {
 	del(t, c)
 	waits.Gone(t, c)
 	testenv.Never(t, 2*time.Second, func() error {
-		out, err := admin.GetObject(t.Context(), &awss3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String("keep-me")})
+		out, err := admin.GetObject(
+			t.Context(),
+			&awss3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String("keep-me")},
+		)
 		if err != nil {
 			return errorf("the retained object: %v", err)
 		}
@@ -164,15 +193,32 @@ func TestStaticBucket(t *testing.T) {
 	if _, err := admin.CreateBucket(ctx, &awss3.CreateBucketInput{Bucket: aws.String(existing)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(existing), Key: aws.String("report.csv"), Body: strings.NewReader("a,b")}); err != nil {
+	if _, err := admin.PutObject(
+		ctx,
+		&awss3.PutObjectInput{Bucket: aws.String(existing), Key: aws.String("report.csv"), Body: strings.NewReader("a,b")},
+	); err != nil {
 		t.Fatal(err)
 	}
 	bac := accessClass(false)
-	c := &cosiapi.BucketClaim{ObjectMeta: metav1.ObjectMeta{Name: unique("legacy"), Namespace: ns},
-		Spec: cosiapi.BucketClaimSpec{ExistingBucketName: unique("static"), Protocols: []cosiapi.Protocol{cosiapi.ProtocolS3}}}
-	b := &cosiapi.Bucket{ObjectMeta: metav1.ObjectMeta{Name: c.Spec.ExistingBucketName},
-		Spec: cosiapi.BucketSpec{DriverName: localenv.DriverName, DeletionPolicy: cosiapi.DeletionPolicyRetain, ExistingBucketID: existing,
-			Protocols: []cosiapi.Protocol{cosiapi.ProtocolS3}, BucketClaimRef: cosiapi.BucketClaimReference{Name: c.Name, Namespace: ns}}}
+	c := &cosiapi.BucketClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: unique("legacy"), Namespace: ns},
+		Spec: cosiapi.BucketClaimSpec{
+			ExistingBucketName: unique("static"),
+			Protocols:          []cosiapi.Protocol{cosiapi.ProtocolS3},
+		},
+	}
+	b := &cosiapi.Bucket{
+		ObjectMeta: metav1.ObjectMeta{Name: c.Spec.ExistingBucketName},
+		Spec: cosiapi.BucketSpec{
+			DriverName:       localenv.DriverName,
+			DeletionPolicy:   cosiapi.DeletionPolicyRetain,
+			ExistingBucketID: existing,
+			Protocols: []cosiapi.Protocol{
+				cosiapi.ProtocolS3,
+			},
+			BucketClaimRef: cosiapi.BucketClaimReference{Name: c.Name, Namespace: ns},
+		},
+	}
 	create(t, bac, b, c)
 	provisioned(t, c)
 	a := access(ns, bac.Name, readOnly, c)
@@ -199,7 +245,12 @@ func TestStaticBucket(t *testing.T) {
 // Multi-bucket grant: one key in one Secret per bucket, working on both and nothing else.
 func TestMultiBucketAccess(t *testing.T) {
 	ns := namespace(t)
-	bc, bac := bucketClass(cosiapi.DeletionPolicyDelete, map[string]string{s3.ParamPurgeOnDelete: "true"}), accessClass(true)
+	bc, bac := bucketClass(
+		cosiapi.DeletionPolicyDelete,
+		map[string]string{s3.ParamPurgeOnDelete: "true"},
+	), accessClass(
+		true,
+	)
 	one, two, three := claim(ns, bc.Name), claim(ns, bc.Name), claim(ns, bc.Name)
 	create(t, bc, bac, one, two, three)
 	provisioned(t, one, two, three)
@@ -220,7 +271,15 @@ func TestMultiBucketAccess(t *testing.T) {
 	create(t, single)
 	refused := access(ns, single.Name, readWrite, one, two)
 	create(t, refused)
-	testenv.Condition(t, waits, refused, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonForbiddenByClass)
+	testenv.Condition(
+		t,
+		waits,
+		refused,
+		accessConditions,
+		cosiapi.ConditionResourcesValidated,
+		metav1.ConditionFalse,
+		cosiapi.ReasonForbiddenByClass,
+	)
 	if refused.Status.AccountID != "" {
 		t.Errorf("the refused access has an account %q", refused.Status.AccountID)
 	}
@@ -231,13 +290,24 @@ func TestDisallowedAccessMode(t *testing.T) {
 	ns := namespace(t)
 	bc := bucketClass(cosiapi.DeletionPolicyDelete, nil)
 	bac := accessClass(false)
-	bac.Spec.DisallowedBucketAccessModes.ObjectData = []cosiapi.BucketAccessMode{cosiapi.BucketAccessModeReadWrite, cosiapi.BucketAccessModeWriteOnly}
+	bac.Spec.DisallowedBucketAccessModes.ObjectData = []cosiapi.BucketAccessMode{
+		cosiapi.BucketAccessModeReadWrite,
+		cosiapi.BucketAccessModeWriteOnly,
+	}
 	c := claim(ns, bc.Name)
 	create(t, bc, bac, c)
 	provisioned(t, c)
 	a := access(ns, bac.Name, readWrite, c)
 	create(t, a)
-	cond := testenv.Condition(t, waits, a, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonForbiddenByClass)
+	cond := testenv.Condition(
+		t,
+		waits,
+		a,
+		accessConditions,
+		cosiapi.ConditionResourcesValidated,
+		metav1.ConditionFalse,
+		cosiapi.ReasonForbiddenByClass,
+	)
 	if !strings.Contains(cond.Message, "ReadWrite") {
 		t.Errorf("condition message %q does not name the disallowed mode", cond.Message)
 	}
@@ -258,7 +328,8 @@ func TestDriverErrorIsVisible(t *testing.T) {
 			return err
 		}
 		for _, cond := range c.Status.Conditions {
-			if cond.Type == cosiapi.ConditionProvisioned && cond.Status == metav1.ConditionFalse && strings.Contains(cond.Message, "versoning") {
+			if cond.Type == cosiapi.ConditionProvisioned && cond.Status == metav1.ConditionFalse &&
+				strings.Contains(cond.Message, "versoning") {
 				return nil
 			}
 		}
@@ -280,7 +351,12 @@ func TestDriverErrorIsVisible(t *testing.T) {
 func TestClassDeletedAfterProvisioning(t *testing.T) {
 	ctx := t.Context()
 	ns := namespace(t)
-	bc, bac := bucketClass(cosiapi.DeletionPolicyDelete, map[string]string{s3.ParamPurgeOnDelete: "true"}), accessClass(false)
+	bc, bac := bucketClass(
+		cosiapi.DeletionPolicyDelete,
+		map[string]string{s3.ParamPurgeOnDelete: "true"},
+	), accessClass(
+		false,
+	)
 	c := claim(ns, bc.Name)
 	create(t, bc, bac, c)
 	provisioned(t, c)
@@ -313,7 +389,12 @@ func TestClassDeletedAfterProvisioning(t *testing.T) {
 func TestRestartsMidFlow(t *testing.T) {
 	ctx := t.Context()
 	ns := namespace(t)
-	bc, bac := bucketClass(cosiapi.DeletionPolicyDelete, map[string]string{s3.ParamPurgeOnDelete: "true"}), accessClass(false)
+	bc, bac := bucketClass(
+		cosiapi.DeletionPolicyDelete,
+		map[string]string{s3.ParamPurgeOnDelete: "true"},
+	), accessClass(
+		false,
+	)
 	create(t, bc, bac)
 	var claims []*cosiapi.BucketClaim
 	var accesses []*cosiapi.BucketAccess

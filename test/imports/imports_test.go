@@ -29,7 +29,12 @@ func TestImportHygiene(t *testing.T) {
 		tests     bool     // whether the packages' tests count too
 		forbidden []string // import path prefixes that must not be among the dependencies
 	}{
-		{"api", []string{"./..."}, false, []string{"sigs.k8s.io/controller-runtime", "k8s.io/client-go", "google.golang.org/grpc"}},
+		{
+			"api",
+			[]string{"./..."},
+			false,
+			[]string{"sigs.k8s.io/controller-runtime", "k8s.io/client-go", "google.golang.org/grpc"},
+		},
 		{"proto", []string{"./..."}, true, []string{"k8s.io/", "sigs.k8s.io/"}},
 		// What a driver vendor imports: the SDK, the reference driver, the conformance suite, and
 		// their tests (a vendor may run them).

@@ -32,7 +32,8 @@ func TestDynamicLifecycle(t *testing.T) {
 			provisioned(t, ba)
 
 			bucketID, creds := secretCredentials(t, ba, 0)
-			if !backend.Allowed(creds, bucketID, memory.ObjectData, true) || !backend.Allowed(creds, bucketID, memory.ObjectData, false) {
+			if !backend.Allowed(creds, bucketID, memory.ObjectData, true) ||
+				!backend.Allowed(creds, bucketID, memory.ObjectData, false) {
 				t.Fatal("the Secret's credentials do not open the bucket for reading and writing")
 			}
 
@@ -68,14 +69,19 @@ func TestStaticImport(t *testing.T) {
 	backend := system.driver.Backend()
 	c := &cosiapi.BucketClaim{}
 	c.Name, c.Namespace = uniqueName("imported"), namespace
-	b := &cosiapi.Bucket{Spec: cosiapi.BucketSpec{DriverName: system.driverName, DeletionPolicy: cosiapi.DeletionPolicyRetain,
-		ExistingBucketID: "legacy-data", BucketClaimRef: cosiapi.BucketClaimReference{Name: c.Name, Namespace: namespace}}}
+	b := &cosiapi.Bucket{
+		Spec: cosiapi.BucketSpec{DriverName: system.driverName, DeletionPolicy: cosiapi.DeletionPolicyRetain,
+			ExistingBucketID: "legacy-data", BucketClaimRef: cosiapi.BucketClaimReference{Name: c.Name, Namespace: namespace}},
+	}
 	b.Name = uniqueName("legacy")
 	c.Spec.ExistingBucketName = b.Name
 	create(t, b)
 	create(t, c)
 	aclass := accessClass(false)
-	aclass.Spec.DisallowedBucketAccessModes.ObjectData = []cosiapi.BucketAccessMode{cosiapi.BucketAccessModeReadWrite, cosiapi.BucketAccessModeWriteOnly}
+	aclass.Spec.DisallowedBucketAccessModes.ObjectData = []cosiapi.BucketAccessMode{
+		cosiapi.BucketAccessModeReadWrite,
+		cosiapi.BucketAccessModeWriteOnly,
+	}
 	create(t, aclass)
 	ba := access(aclass.Name, cosiapi.BucketAccessModeReadOnly, c)
 	create(t, ba)
@@ -86,7 +92,8 @@ func TestStaticImport(t *testing.T) {
 	if bucketID != "legacy-data" {
 		t.Errorf("BUCKET_NAME = %q, want the imported bucket", bucketID)
 	}
-	if !backend.Allowed(creds, bucketID, memory.ObjectData, false) || backend.Allowed(creds, bucketID, memory.ObjectData, true) {
+	if !backend.Allowed(creds, bucketID, memory.ObjectData, false) ||
+		backend.Allowed(creds, bucketID, memory.ObjectData, true) {
 		t.Error("a ReadOnly access to the imported bucket is not exactly read-only")
 	}
 	del(t, ba)

@@ -68,7 +68,10 @@ func start(ctx context.Context, cfg memory.Config) error {
 	}
 	env.Cleanup(func() error { return os.RemoveAll(dir) })
 	endpoint := "unix://" + filepath.Join(dir, "driver.sock")
-	srv, err := driver.NewServer(ctx, driver.Options{Endpoint: endpoint, Identity: d, Provisioner: d, Registerer: prometheus.NewRegistry()})
+	srv, err := driver.NewServer(
+		ctx,
+		driver.Options{Endpoint: endpoint, Identity: d, Provisioner: d, Registerer: prometheus.NewRegistry()},
+	)
 	if err != nil {
 		return err
 	}
@@ -76,7 +79,12 @@ func start(ctx context.Context, cfg memory.Config) error {
 	if err != nil {
 		return err
 	}
-	controllerCfg, err := env.ServiceAccountConfig(ctx, "config/rbac/controller/role.yaml", "cosi-system", "cosi-controller")
+	controllerCfg, err := env.ServiceAccountConfig(
+		ctx,
+		"config/rbac/controller/role.yaml",
+		"cosi-system",
+		"cosi-controller",
+	)
 	if err != nil {
 		return err
 	}
@@ -86,7 +94,12 @@ func start(ctx context.Context, cfg memory.Config) error {
 			DriverStartTimeout: 30 * time.Second, Workers: 8, MetricsAddress: "0", HealthAddress: "0"}, logr.Discard())
 	})
 	env.Go(ctx, "controller", func(ctx context.Context) error {
-		return controller.Run(ctx, controllerCfg, controller.Options{Workers: 8, MetricsAddress: "0", HealthAddress: "0"}, logr.Discard())
+		return controller.Run(
+			ctx,
+			controllerCfg,
+			controller.Options{Workers: 8, MetricsAddress: "0", HealthAddress: "0"},
+			logr.Discard(),
+		)
 	})
 	return nil
 }
@@ -132,7 +145,12 @@ func provisioned(t testing.TB, obj client.Object) {
 }
 
 func bucketClass(policy cosiapi.DeletionPolicy) *cosiapi.BucketClass {
-	return objects.BucketClass(uniqueName("class"), system.driverName, policy, objects.ClassParameters(map[string]string{memory.ParamVersioning: "true"}))
+	return objects.BucketClass(
+		uniqueName("class"),
+		system.driverName,
+		policy,
+		objects.ClassParameters(map[string]string{memory.ParamVersioning: "true"}),
+	)
 }
 
 func accessClass(multi bool) *cosiapi.BucketAccessClass {
@@ -160,11 +178,18 @@ func access(class string, modes cosiapi.BucketAccessMode, claims ...*cosiapi.Buc
 func secretCredentials(t testing.TB, ba *cosiapi.BucketAccess, i int) (string, *cosiproto.CredentialInfo) {
 	t.Helper()
 	s := &corev1.Secret{}
-	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: ba.Namespace, Name: ba.Spec.BucketClaims[i].AccessSecretName}, s); err != nil {
+	if err := env.Client.Get(
+		context.Background(),
+		types.NamespacedName{Namespace: ba.Namespace, Name: ba.Spec.BucketClaims[i].AccessSecretName},
+		s,
+	); err != nil {
 		t.Fatal(err)
 	}
 	return string(s.Data[cosiapi.SecretKeyS3BucketName]), &cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{
-		AccessKeyId: string(s.Data[cosiapi.SecretKeyS3AccessKeyID]), AccessSecretKey: string(s.Data[cosiapi.SecretKeyS3SecretAccessKey]),
+		AccessKeyId: string(
+			s.Data[cosiapi.SecretKeyS3AccessKeyID],
+		),
+		AccessSecretKey: string(s.Data[cosiapi.SecretKeyS3SecretAccessKey]),
 	}}
 }
 
