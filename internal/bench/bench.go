@@ -125,7 +125,7 @@ func runOnce(ctx context.Context, cfg Config) (r RunResult, err error) {
 		cfg.logf("throughput with %d claims and %d accesses", n, n)
 		sr, err := s.throughput(ctx, n)
 		if err != nil {
-			return r, fmt.Errorf("N=%d: %w", n, err)
+			return r, fmt.Errorf("throughput at N=%d: %w", n, err)
 		}
 		r.Sizes = append(r.Sizes, sr)
 	}

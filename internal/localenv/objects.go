@@ -53,7 +53,9 @@ func ApplyFile(ctx context.Context, c client.Client, path string) ([]*unstructur
 		return nil, err
 	}
 	for _, u := range objs {
-		if err := c.Patch(ctx, u, client.Apply, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		// The API server's answer is decoded into u, so the objects returned are the applied ones.
+		ac := client.ApplyConfigurationFromUnstructured(u)
+		if err := c.Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 			return nil, fmt.Errorf("%s: applying %s %s: %w", path, u.GetKind(), u.GetName(), err)
 		}
 	}
