@@ -432,9 +432,9 @@ func TestBucketIDsValidated(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		ctx := t.Context()
 		_, p := serve(t, b.newDriver(t, ""), logr.Discard())
-		real := createBucket(t, p, nil)
+		existing := createBucket(t, p, nil)
 		rw := &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}
-		for _, bad := range []string{"*", "prod-*", "b?cket", "${aws:username}", real + "/*", "a", "UPPER", strings.Repeat("a", 64), "-lead", "a..b", "192.168.1.1", "192.168.001.001"} {
+		for _, bad := range []string{"*", "prod-*", "b?cket", "${aws:username}", existing + "/*", "a", "UPPER", strings.Repeat("a", 64), "-lead", "a..b", "192.168.1.1", "192.168.001.001"} {
 			_, err := p.DriverGetBucket(ctx, &cosiproto.DriverGetBucketRequest{BucketId: bad})
 			if status.Code(err) != codes.InvalidArgument {
 				t.Errorf("DriverGetBucket(%q): %v, want InvalidArgument", bad, err)
@@ -446,7 +446,7 @@ func TestBucketIDsValidated(t *testing.T) {
 					Protocol:           cosiproto.ObjectProtocol_S3,
 					AuthenticationType: cosiproto.AuthenticationType_KEY,
 					Buckets: []*cosiproto.AccessedBucket{
-						{BucketId: real, AccessModes: rw},
+						{BucketId: existing, AccessModes: rw},
 						{BucketId: bad, AccessModes: rw},
 					},
 				},
@@ -459,24 +459,24 @@ func TestBucketIDsValidated(t *testing.T) {
 				t.Errorf("DriverDeleteBucket(%q): %v, want InvalidArgument", bad, err)
 			}
 		}
-		if exists, err := b.bucketExists(ctx, real); !exists || err != nil {
-			t.Errorf("bucket %s after the refused calls: exists=%v %v", real, exists, err)
+		if exists, err := b.bucketExists(ctx, existing); !exists || err != nil {
+			t.Errorf("bucket %s after the refused calls: exists=%v %v", existing, exists, err)
 		}
 		// A revoke naming such an ID cannot fail for good: it skips it and removes the rest.
-		a := grant(t, p, rw, real)
+		a := grant(t, p, rw, existing)
 		_, err := p.DriverRevokeBucketAccess(
 			ctx,
 			&cosiproto.DriverRevokeBucketAccessRequest{
 				AccountId:          a.id,
 				Protocol:           cosiproto.ObjectProtocol_S3,
 				AuthenticationType: cosiproto.AuthenticationType_KEY,
-				Buckets:            []*cosiproto.DriverRevokeBucketAccessRequest_Bucket{{BucketId: real}, {BucketId: "*"}},
+				Buckets:            []*cosiproto.DriverRevokeBucketAccessRequest_Bucket{{BucketId: existing}, {BucketId: "*"}},
 			},
 		)
 		if err != nil {
 			t.Errorf("revoking with a bucket ID \"*\" among the buckets: %v", err)
 		}
-		expect(t, "put after a revoke naming \"*\"", false, put(a, real, "k"))
+		expect(t, "put after a revoke naming \"*\"", false, put(a, existing, "k"))
 
 		if b.name != "ceph-rgw" {
 			return // Versity's root sees every bucket: TestLimitedAdmin covers it there

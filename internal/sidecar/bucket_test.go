@@ -21,7 +21,7 @@ import (
 // it, then delete it (Delete policy) or leave it (Retain).
 func deleteAsController(t *testing.T, b *cosiapi.Bucket) {
 	t.Helper()
-	annotate(t, b, cosiapi.AnnotationBucketClaimBeingDeleted)
+	markClaimBeingDeleted(t, b)
 	if err := env.Client.Delete(t.Context(), b); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestDeletionWaitsForTheClaim(t *testing.T) {
 	annotated := h.bucket(cosiapi.DeletionPolicyDelete)
 	h.create(annotated)
 	provisioned(t, annotated, bucketConditions)
-	annotate(t, annotated, cosiapi.AnnotationBucketClaimBeingDeleted)
+	markClaimBeingDeleted(t, annotated)
 
 	b := h.bucket(cosiapi.DeletionPolicyDelete)
 	h.create(b)
@@ -123,7 +123,7 @@ func TestDeletionWaitsForTheClaim(t *testing.T) {
 		return nil
 	})
 
-	annotate(t, b, cosiapi.AnnotationBucketClaimBeingDeleted)
+	markClaimBeingDeleted(t, b)
 	env.Gone(t, b)
 	if h.driver.Backend().BucketExists(b.Name) {
 		t.Error("the backend bucket exists after deletion")

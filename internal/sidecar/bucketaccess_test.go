@@ -381,7 +381,7 @@ func TestNoAccessToADeletingBucket(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, memory.Config{})
 	b := h.provisionedBucket(cosiapi.ProtocolS3)
-	annotate(t, b, cosiapi.AnnotationBucketClaimBeingDeleted)
+	markClaimBeingDeleted(t, b)
 	ba := h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b)
 	c := testenv.Condition(
 		t,

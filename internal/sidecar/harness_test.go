@@ -131,8 +131,9 @@ func provisioned[T client.Object](t *testing.T, obj T, conds func(T) []metav1.Co
 func bucketConditions(b *cosiapi.Bucket) []metav1.Condition       { return b.Status.Conditions }
 func accessConditions(a *cosiapi.BucketAccess) []metav1.Condition { return a.Status.Conditions }
 
-// annotate sets an annotation as the controller does.
-func annotate(t *testing.T, obj client.Object, key string) {
+// markClaimBeingDeleted sets cosiapi.AnnotationBucketClaimBeingDeleted on obj, as the controller does
+// when the BucketClaim of a Bucket is deleted.
+func markClaimBeingDeleted(t *testing.T, obj client.Object) {
 	t.Helper()
 	testenv.Eventually(t, func() error {
 		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); err != nil {
@@ -142,7 +143,7 @@ func annotate(t *testing.T, obj client.Object, key string) {
 		if a == nil {
 			a = map[string]string{}
 		}
-		a[key] = "true"
+		a[cosiapi.AnnotationBucketClaimBeingDeleted] = "true"
 		obj.SetAnnotations(a)
 		return env.Client.Update(t.Context(), obj)
 	})

@@ -144,7 +144,12 @@ func TestLeaderElectionHealthAndMetrics(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- sidecar.Run(ctx, sidecarConfig, opts, logr.Discard()) }()
-		t.Cleanup(func() { cancel(); <-done })
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Logf("sidecar %d stopped: %v", i, err)
+			}
+		})
 	}
 
 	lease := &coordinationv1.Lease{}

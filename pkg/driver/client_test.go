@@ -137,7 +137,7 @@ func TestClientLogsWithTheCallersLogger(t *testing.T) {
 	var mu sync.Mutex
 	lines := map[string][]string{}
 	capture := func(name string) logr.Logger {
-		return funcr.New(func(prefix, args string) {
+		return funcr.New(func(_, args string) {
 			mu.Lock()
 			defer mu.Unlock()
 			lines[name] = append(lines[name], args)

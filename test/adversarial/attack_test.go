@@ -76,10 +76,10 @@ func secretGoneAfterGC(t *testing.T, sec *corev1.Secret) {
 // on an immutable Secret is not treated as final or as a conflict; the grant precedes the write).
 func TestAttackImmutableSecretGrantStorm(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
 	ba := s.provisionedAccess(s.accessClass().Name, c)
-	sec := secret(t, ba, 0)
+	sec := secret(t, ba)
 	edit(t, tenant, sec, func(o *corev1.Secret) {
 		delete(o.Data, cosiapi.SecretKeyProtocol)
 		yes := true
@@ -101,10 +101,10 @@ func TestAttackImmutableSecretGrantStorm(t *testing.T) {
 // the record has no Secret names) and secrets.go writeSecret (COSI finalizer on every Secret).
 func TestAttackSecretLeftBehindWhenAccessVanishes(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
 	ba := s.provisionedAccess(s.accessClass().Name, c)
-	sec := secret(t, ba, 0)
+	sec := secret(t, ba)
 
 	s.stopSidecar()
 	mustDelete(t, tenant, ba)
@@ -122,10 +122,10 @@ func TestAttackSecretLeftBehindWhenAccessVanishes(t *testing.T) {
 // COSI's finalizer and the access's controller owner reference).
 func TestAttackRelabeledSecretLeftBehind(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
 	ba := s.provisionedAccess(s.accessClass().Name, c)
-	sec := secret(t, ba, 0)
+	sec := secret(t, ba)
 	edit(t, tenant, sec, func(o *corev1.Secret) { delete(o.Labels, cosiapi.LabelBucketAccessUID) })
 	mustDelete(t, tenant, ba)
 	env.Gone(t, ba)
@@ -144,11 +144,11 @@ func TestAttackRelabeledSecretLeftBehind(t *testing.T) {
 // path).
 func TestAttackRetainedBucketKeepsOrphanedGrant(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	c := s.provisionedClaim(cosiapi.DeletionPolicyRetain)
 	ba := s.provisionedAccess(s.accessClass().Name, c)
 	b := boundBucket(t, c)
-	creds := credentials(secret(t, ba, 0))
+	creds := credentials(secret(t, ba))
 
 	s.stopSidecar()
 	mustDelete(t, tenant, ba)
@@ -179,7 +179,7 @@ func TestAttackRetainedBucketKeepsOrphanedGrant(t *testing.T) {
 // restarting sidecar loses: see TestAttackRetainedBucketKeepsOrphanedGrant (same fault).
 func TestAttackRetainedBucketReleaseRace(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	aclass := s.accessClass()
 	for i := range 3 {
 		c := s.provisionedClaim(cosiapi.DeletionPolicyRetain)
@@ -207,7 +207,7 @@ func TestAttackRetainedBucketReleaseRace(t *testing.T) {
 // deletion path removes).
 func TestAttackAccessVanishesDuringSlowGrant(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
 	aclass := s.accessClass()
 	s.faults.Set(4 * time.Second)
@@ -251,7 +251,7 @@ func TestAttackStatusWriterEscapesClassLimits(t *testing.T) {
 	// policy (test/admission TestReservedStatus) keep it so. Kept as the record of the attack.
 	t.Skip("known limit: a principal that may write bucketaccesses/status can widen access modes; see docs/security.md")
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
 	b := boundBucket(t, c)
 	readOnly := s.accessClass(func(ac *cosiapi.BucketAccessClass) {
@@ -292,11 +292,11 @@ func TestAttackStatusWriterEscapesClassLimits(t *testing.T) {
 // bucket.go bucketsOfAccess (maps through status, not through the grant records).
 func TestAttackStatusWriterHidesGrantFromRevocation(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
 	ba := s.provisionedAccess(s.accessClass().Name, c)
 	bucketID := boundBucket(t, c).Status.BucketID
-	creds := credentials(secret(t, ba, 0))
+	creds := credentials(secret(t, ba))
 
 	testenv.Eventually(t, func() error {
 		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(ba), ba); err != nil {
@@ -331,11 +331,11 @@ func TestAttackStatusWriterHidesGrantFromRevocation(t *testing.T) {
 // and delete() (revokes status.accountID).
 func TestAttackStatusWriterRevokesAnotherAccount(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	victimClaim := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
 	victim := s.provisionedAccess(s.accessClass().Name, victimClaim)
 	victimBucket := boundBucket(t, victimClaim).Status.BucketID
-	victimCreds := credentials(secret(t, victim, 0))
+	victimCreds := credentials(secret(t, victim))
 
 	own := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
 	ba := forgedAccess(t, s, own, victim.Status.AccountID, true)
@@ -358,7 +358,7 @@ func TestAttackStatusWriterRevokesAnotherAccount(t *testing.T) {
 // bucket IDs are never recorded) and grants.go newGrantRecord/revokeRequest (drops empty IDs).
 func TestAttackStatusWriterHangsAccessDeletion(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	own := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
 	ba := forgedAccess(t, s, own, "ba-made-up", false)
 	time.Sleep(2 * time.Second)
@@ -406,10 +406,10 @@ func forgedAccess(
 // access's deletion still revokes, and the Secret goes once the tenant lets it.
 func TestAttackTenantFinalizerOnDeletedSecret(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
 	ba := s.provisionedAccess(s.accessClass().Name, c)
-	sec := secret(t, ba, 0)
+	sec := secret(t, ba)
 	edit(t, tenant, sec, func(o *corev1.Secret) { controllerutil.AddFinalizer(o, "tenant.example.com/hold") })
 	mustDelete(t, tenant, sec)
 	time.Sleep(5 * time.Second)
@@ -429,14 +429,14 @@ func TestAttackTenantFinalizerOnDeletedSecret(t *testing.T) {
 // only the old bucket is deleted.
 func TestAttackClaimNameReusedWhileOldBucketHeld(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	class := s.bucketClass(cosiapi.DeletionPolicyDelete)
 	old := newClaim(class.Name)
 	mustCreate(t, tenant, old)
 	waitProvisioned(t, old)
 	ba := s.provisionedAccess(s.accessClass().Name, old)
 	oldBucket := boundBucket(t, old)
-	creds := credentials(secret(t, ba, 0))
+	creds := credentials(secret(t, ba))
 
 	// Deleted first, then the finalizer removed: the controller puts finalizers back only on live
 	// objects, so this wins every time.
@@ -474,7 +474,7 @@ func TestAttackClaimNameReusedWhileOldBucketHeld(t *testing.T) {
 // nothing is left behind once the access goes.
 func TestAttackClaimVanishesDuringHandOff(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	aclass := s.accessClass()
 	for i := range 3 {
 		c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
@@ -509,10 +509,10 @@ func TestAttackClaimVanishesDuringHandOff(t *testing.T) {
 // deletion still revokes the key.
 func TestAttackSecretSwappedForForeignOne(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
 	ba := s.provisionedAccess(s.accessClass().Name, c)
-	old := secret(t, ba, 0)
+	old := secret(t, ba)
 	mustDelete(t, tenant, old)
 	mine := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: old.Name, Namespace: old.Namespace},
 		StringData: map[string]string{"password": "the user's own"}}

@@ -18,7 +18,7 @@ import (
 // every key is revoked, the bucket is deleted.
 func TestAccessesDeletedTogether(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
 	aclass := s.accessClass()
 	a := s.provisionedAccess(aclass.Name, c)
@@ -41,11 +41,11 @@ func TestAccessesDeletedTogether(t *testing.T) {
 // deletes the claim at once.
 func TestReferenceAnnotationIsRederived(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
 	ba := s.provisionedAccess(s.accessClass().Name, c)
 	bucketID := boundBucket(t, c).Status.BucketID
-	creds := credentials(secret(t, ba, 0))
+	creds := credentials(secret(t, ba))
 
 	unreference := func(c *cosiapi.BucketClaim) { delete(c.Annotations, cosiapi.AnnotationHasBucketAccessReferences) }
 	edit(t, tenant, c, unreference)
@@ -80,10 +80,10 @@ func TestReferenceAnnotationIsRederived(t *testing.T) {
 // does not skip the revocation or the Secret's deletion.
 func TestForgedCleanupAnnotation(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
 	ba := s.provisionedAccess(s.accessClass().Name, c)
-	sec := secret(t, ba, 0)
+	sec := secret(t, ba)
 
 	edit(t, tenant, ba, func(ba *cosiapi.BucketAccess) {
 		metav1.SetMetaDataAnnotation(&ba.ObjectMeta, cosiapi.AnnotationSidecarCleanupFinished, "true")
@@ -101,7 +101,7 @@ func TestForgedCleanupAnnotation(t *testing.T) {
 // Bucket are put back.
 func TestRemovedFinalizersArePutBack(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
 	ba := s.provisionedAccess(s.accessClass().Name, c)
 	b := boundBucket(t, c)
@@ -127,11 +127,11 @@ func TestRemovedFinalizersArePutBack(t *testing.T) {
 // than COSI can put the finalizer back, still has its key revoked.
 func TestAccessDeletedWithoutFinalizerIsRevoked(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
 	ba := s.provisionedAccess(s.accessClass().Name, c)
 	bucketID := boundBucket(t, c).Status.BucketID
-	creds := credentials(secret(t, ba, 0))
+	creds := credentials(secret(t, ba))
 
 	edit(t, tenant, ba, func(o *cosiapi.BucketAccess) { controllerutil.RemoveFinalizer(o, cosiapi.FinalizerProtection) })
 	mustDelete(t, tenant, ba)
@@ -149,11 +149,11 @@ func TestAccessDeletedWithoutFinalizerIsRevoked(t *testing.T) {
 // still uses it: the backend bucket stays, and the key works, until the access is gone.
 func TestAdminDeletedBucketWaitsForAccesses(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
 	ba := s.provisionedAccess(s.accessClass().Name, c)
 	b := boundBucket(t, c)
-	creds := credentials(secret(t, ba, 0))
+	creds := credentials(secret(t, ba))
 
 	mustDelete(t, env.Client, b)
 	mustDelete(t, tenant, c)
@@ -181,7 +181,7 @@ func TestAdminDeletedBucketWaitsForAccesses(t *testing.T) {
 // once the refused access is deleted.
 func TestNoGrantToADeletingClaim(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
 	// Another finalizer keeps the deleting claim around, as a slow controller of someone else's
 	// would.
@@ -209,7 +209,7 @@ func TestClaimDeletedWithoutFinalizer(t *testing.T) {
 	for _, policy := range []cosiapi.DeletionPolicy{cosiapi.DeletionPolicyDelete, cosiapi.DeletionPolicyRetain} {
 		t.Run(string(policy), func(t *testing.T) {
 			t.Parallel()
-			s := newSystem(t, memory.Config{})
+			s := newSystem(t)
 			c := s.provisionedClaim(policy)
 			b := boundBucket(t, c)
 			edit(t, tenant, c, func(o *cosiapi.BucketClaim) { controllerutil.RemoveFinalizer(o, cosiapi.FinalizerProtection) })
@@ -237,7 +237,7 @@ func TestClaimDeletedWithoutFinalizer(t *testing.T) {
 // namespace deletion uses (no order).
 func TestEverythingDeletedAtOnce(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	aclass := s.accessClass(func(c *cosiapi.BucketAccessClass) {
 		c.Spec.MultiBucketAccess = cosiapi.MultiBucketAccessMultipleBuckets
 	})

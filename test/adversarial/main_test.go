@@ -135,13 +135,13 @@ type system struct {
 	stopSidecar func()
 }
 
-func newSystem(t *testing.T, cfg memory.Config) *system {
+func newSystem(t *testing.T) *system {
 	t.Helper()
 	s := &system{t: t, faults: &memory.Faults{}, calls: &memory.Calls{}}
 	s.name = fmt.Sprintf("memory-%d.adversarial.cosi.io", driverCounter.Add(1))
-	cfg.Name = s.name
-	if cfg.Protocols == nil {
-		cfg.Protocols = []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3, cosiproto.ObjectProtocol_AZURE}
+	cfg := memory.Config{
+		Name:      s.name,
+		Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3, cosiproto.ObjectProtocol_AZURE},
 	}
 	var err error
 	if s.driver, err = memory.New(cfg); err != nil {
@@ -266,15 +266,9 @@ func waitProvisioned(t *testing.T, obj client.Object) {
 }
 
 // waitCondition waits until obj has condition typ with status s and reason.
-func waitCondition(
-	t *testing.T,
-	obj client.Object,
-	typ string,
-	s metav1.ConditionStatus,
-	reason string,
-) metav1.Condition {
+func waitCondition(t *testing.T, obj client.Object, typ string, s metav1.ConditionStatus, reason string) {
 	t.Helper()
-	return testenv.Condition(t, env, obj, conditions, typ, s, reason)
+	testenv.Condition(t, env, obj, conditions, typ, s, reason)
 }
 
 func boundBucket(t *testing.T, c *cosiapi.BucketClaim) *cosiapi.Bucket {
@@ -290,11 +284,11 @@ func boundBucket(t *testing.T, c *cosiapi.BucketClaim) *cosiapi.Bucket {
 	return b
 }
 
-// secret returns an access Secret as the workload sees it.
-func secret(t *testing.T, ba *cosiapi.BucketAccess, i int) *corev1.Secret {
+// secret returns the access Secret of ba's first BucketClaim as the workload sees it.
+func secret(t *testing.T, ba *cosiapi.BucketAccess) *corev1.Secret {
 	t.Helper()
 	s := &corev1.Secret{}
-	s.Name, s.Namespace = ba.Spec.BucketClaims[i].AccessSecretName, ba.Namespace
+	s.Name, s.Namespace = ba.Spec.BucketClaims[0].AccessSecretName, ba.Namespace
 	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(s), s); err != nil {
 		t.Fatal(err)
 	}
@@ -303,9 +297,7 @@ func secret(t *testing.T, ba *cosiapi.BucketAccess, i int) *corev1.Secret {
 
 func credentials(s *corev1.Secret) *cosiproto.CredentialInfo {
 	return &cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{
-		AccessKeyId: string(
-			s.Data[cosiapi.SecretKeyS3AccessKeyID],
-		),
+		AccessKeyId:     string(s.Data[cosiapi.SecretKeyS3AccessKeyID]),
 		AccessSecretKey: string(s.Data[cosiapi.SecretKeyS3SecretAccessKey]),
 	}}
 }

@@ -17,11 +17,11 @@ import (
 // after the restart.
 func TestAccessDeletedWhileTheSidecarIsDown(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
 	ba := s.provisionedAccess(s.accessClass().Name, c)
 	bucketID := boundBucket(t, c).Status.BucketID
-	creds := credentials(secret(t, ba, 0))
+	creds := credentials(secret(t, ba))
 
 	s.stopSidecar()
 	// Deleted first, then the finalizer removed: COSI puts finalizers back only on objects that
@@ -41,7 +41,7 @@ func TestAccessDeletedWhileTheSidecarIsDown(t *testing.T) {
 // credentials once the old Secret is gone.
 func TestAccessNameReusedAtOnce(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
 	aclass := s.accessClass()
 	old := s.provisionedAccess(aclass.Name, c)
@@ -51,7 +51,7 @@ func TestAccessNameReusedAtOnce(t *testing.T) {
 	testenv.Eventually(t, func() error { return tenant.Create(t.Context(), again) }) // once the old one is gone
 	waitProvisioned(t, again)
 	s.waitRevoked(old.Status.AccountID)
-	sec := secret(t, again, 0)
+	sec := secret(t, again)
 	if sec.Labels[cosiapi.LabelBucketAccessUID] != string(again.UID) || !metav1.IsControlledBy(sec, again) {
 		t.Errorf("the Secret does not belong to the new access: labels %v", sec.Labels)
 	}
@@ -71,7 +71,7 @@ func TestAccessNameReusedAtOnce(t *testing.T) {
 // still ends provisioned, with one account, and is revoked when deleted.
 func TestSidecarRestartsDuringGrants(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
 	aclass := s.accessClass()
 	var accesses []*cosiapi.BucketAccess

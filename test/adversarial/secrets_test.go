@@ -24,11 +24,11 @@ import (
 // again with working credentials, and the access is granted at most once more.
 func TestDeletedSecretIsRewrittenWithoutAGrantStorm(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
 	ba := s.provisionedAccess(s.accessClass().Name, c)
 	bucketID := boundBucket(t, c).Status.BucketID
-	old := secret(t, ba, 0)
+	old := secret(t, ba)
 
 	mustDelete(t, tenant, old)
 	testenv.Eventually(t, func() error {
@@ -56,7 +56,7 @@ func TestDeletedSecretIsRewrittenWithoutAGrantStorm(t *testing.T) {
 // granted; once the user deletes it, the access proceeds.
 func TestUserSecretConflictIsCheckedBeforeGranting(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
 	ba := newAccess(s.accessClass().Name, c)
 	mine := &corev1.Secret{
@@ -90,7 +90,7 @@ func TestUserSecretConflictIsCheckedBeforeGranting(t *testing.T) {
 // else's Bucket.
 func TestForgedAccessedBuckets(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	victim := s.provisionedClaim(cosiapi.DeletionPolicyDelete) // in tenantNamespace, but not this access's claim
 	own := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
 	victimBucket := boundBucket(t, victim)
@@ -124,7 +124,7 @@ func TestForgedAccessedBuckets(t *testing.T) {
 // and delete alike; nothing stays behind.
 func TestNonFinalErrorsAreRetried(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	var faults []memory.Fault
 	for _, m := range []string{"DriverCreateBucket", "DriverGrantBucketAccess", "DriverRevokeBucketAccess", "DriverDeleteBucket"} {
 		for _, code := range []codes.Code{codes.PermissionDenied, codes.Internal, codes.FailedPrecondition, codes.NotFound} {
@@ -152,7 +152,7 @@ func TestNonFinalErrorsAreRetried(t *testing.T) {
 // in the access's conditions and events, and the access stays until it succeeds.
 func TestFailingRevokeIsNeverGivenUp(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
 	ba := s.provisionedAccess(s.accessClass().Name, c)
 	s.faults.Set(0, memory.Fault{Method: "DriverRevokeBucketAccess", Code: codes.InvalidArgument, Rate: 1})
@@ -175,7 +175,7 @@ func TestFailingRevokeIsNeverGivenUp(t *testing.T) {
 // created in the backend.
 func TestUnsupportedProtocolCreatesNothing(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	c := newClaim(s.bucketClass(cosiapi.DeletionPolicyDelete).Name)
 	c.Spec.Protocols = []cosiapi.Protocol{cosiapi.ProtocolGCS}
 	mustCreate(t, tenant, c)
@@ -197,7 +197,7 @@ func TestUnsupportedProtocolCreatesNothing(t *testing.T) {
 // KEP's COSI_<PROTOCOL>_<KEY> keys.
 func TestEventsAndConditionsTheKEPLists(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, memory.Config{})
+	s := newSystem(t)
 	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
 	single := s.accessClass()
 	other := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
