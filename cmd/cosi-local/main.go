@@ -26,7 +26,8 @@ func main() {
 	flag.StringVar(&opts.IAMAddress, "iam-address", "127.0.0.1:9071", "address of the IAM endpoint")
 	flag.Func(
 		"store",
-		"object store: versity (default), or rgw (a throwaway Ceph RGW whose data does not survive a restart; make ceph installs Ceph)",
+		"object store: versity (default), or rgw (a throwaway Ceph RGW whose data does not survive a restart; "+
+			"make ceph installs Ceph)",
 		func(v string) error {
 			opts.Store = localenv.Store(v)
 			return nil

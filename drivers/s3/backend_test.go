@@ -102,9 +102,8 @@ func versityBackend(t *testing.T) *backend {
 func rgwBackend(t *testing.T) *backend {
 	t.Helper()
 	if _, err := exec.LookPath("radosgw"); err != nil {
-		t.Skip(
-			"Ceph RGW is not installed on this machine (radosgw not found; `make ceph` installs it from Debian's packages): the rgw back-end is not tested here",
-		)
+		t.Skip("Ceph RGW is not installed on this machine " +
+			"(radosgw not found; `make ceph` installs it from Debian's packages): the rgw back-end is not tested here")
 	}
 	rgwOnce.Do(func() { rgw, rgwErr = startRGW() })
 	if rgwErr != nil {

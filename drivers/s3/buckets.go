@@ -70,7 +70,8 @@ func (d *Driver) existingBucket(ctx context.Context, id string) error {
 	case state == bucketForbidden:
 		return status.Errorf(
 			codes.FailedPrecondition,
-			"bucket %q exists but the driver's identity may not access it, so it is neither imported nor granted: its owner must give the driver's identity access, or use another bucket",
+			"bucket %q exists but the driver's identity may not access it, so it is neither imported nor granted: "+
+				"its owner must give the driver's identity access, or use another bucket",
 			id,
 		)
 	}
@@ -130,7 +131,8 @@ func (d *Driver) checkOurs(ctx context.Context, id string, adopt bool) error {
 	if o == foreign {
 		return status.Errorf(
 			codes.AlreadyExists,
-			"bucket %q exists and was not created by this driver (it has no %s=%s tag); choose another name or import it as a static bucket",
+			"bucket %q exists and was not created by this driver (it has no %s=%s tag); "+
+				"choose another name or import it as a static bucket",
 			id,
 			OwnerTag,
 			d.cfg.Name,

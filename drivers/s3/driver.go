@@ -443,7 +443,8 @@ func (d *Driver) DriverDeleteBucket(
 	case "BucketNotEmpty":
 		return nil, status.Errorf(
 			codes.FailedPrecondition,
-			"bucket %q is not empty: nothing was deleted; delete its objects, or set the bucket parameter %s to \"true\" to let the driver delete them",
+			"bucket %q is not empty: nothing was deleted; "+
+				"delete its objects, or set the bucket parameter %s to \"true\" to let the driver delete them",
 			id,
 			ParamPurgeOnDelete,
 		)
@@ -494,7 +495,8 @@ func checkAccess(
 	if auth == cosiproto.AuthenticationType_SERVICE_ACCOUNT {
 		return status.Error(
 			codes.InvalidArgument,
-			"ServiceAccount authentication is not supported by this driver: no supported backend maps Kubernetes ServiceAccounts to S3 identities; use authenticationType Key",
+			"ServiceAccount authentication is not supported by this driver: "+
+				"no supported backend maps Kubernetes ServiceAccounts to S3 identities; use authenticationType Key",
 		)
 	}
 	for k := range params {

@@ -83,8 +83,10 @@ func toStatus(err error, format string, args ...any) error {
 		code = codes.InvalidArgument
 	case adminAuthCodes[c], c == "" && httpStatus(err) == 403:
 		code = codes.Unavailable
-		hint = ": the object store refused the driver's own identity; the driver's administrator must check its credentials and permissions (the call is retried)"
-	case c == "SlowDown" || c == "Throttling" || c == "ThrottlingException" || c == "RequestLimitExceeded" || c == "TooManyRequests":
+		hint = ": the object store refused the driver's own identity; " +
+			"the driver's administrator must check its credentials and permissions (the call is retried)"
+	case c == "SlowDown" || c == "Throttling" || c == "ThrottlingException" || c == "RequestLimitExceeded" ||
+		c == "TooManyRequests":
 		code = codes.Unavailable
 	case c == "LimitExceeded" || c == "QuotaExceeded" || c == "TooManyBuckets":
 		code = codes.ResourceExhausted

@@ -98,7 +98,8 @@ func TestForeignPolicyStatementsKept(t *testing.T) {
 		}
 		arn := "arn:aws:s3:::" + bucket
 		original := `{"Version":"2012-10-17","Id":"admin-policy","Statement":[` +
-			`{"Sid":"OfficeRead","Effect":"Allow","Principal":{"AWS":["*"]},"Action":["s3:GetObject"],"Resource":["` + arn + `/*"],` +
+			`{"Sid":"OfficeRead","Effect":"Allow","Principal":{"AWS":["*"]},"Action":["s3:GetObject"],` +
+			`"Resource":["` + arn + `/*"],` +
 			`"Condition":{"IpAddress":{"aws:SourceIp":["10.99.0.0/16"]}}},` +
 			`{"Sid":"NoDeleteButAdmin","Effect":"Deny","NotPrincipal":{"AWS":["arn:aws:iam:::user/nobody-at-all"]},` +
 			`"Action":["s3:DeleteBucket"],"Resource":["` + arn + `"]},` +
@@ -209,7 +210,8 @@ var dataOps = []forbiddenOp{
 	}},
 	{"PutBucketPolicy public read", func(ctx context.Context, c *awss3.Client, bucket, _ string) error {
 		_, err := c.PutBucketPolicy(ctx, &awss3.PutBucketPolicyInput{Bucket: aws.String(bucket), Policy: aws.String(
-			`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":"*","Action":["s3:GetObject"],"Resource":["arn:aws:s3:::` + bucket + `/*"]}]}`,
+			`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":"*","Action":["s3:GetObject"],` +
+				`"Resource":["arn:aws:s3:::` + bucket + `/*"]}]}`,
 		)})
 		return err
 	}},
@@ -289,45 +291,55 @@ func TestMetadataModesCannotReachData(t *testing.T) {
 		); err != nil {
 			t.Fatal(err)
 		}
+		ro, wo, rw := cosiproto.AccessMode_READ_ONLY, cosiproto.AccessMode_WRITE_ONLY, cosiproto.AccessMode_READ_WRITE
+		tagging := &types.Tagging{TagSet: []types.Tag{{Key: aws.String("k"), Value: aws.String("v")}}}
 		for _, tc := range []struct {
 			name  string
 			modes *cosiproto.AccessModes
 			own   func(c *awss3.Client) error // what the mode is for, which must work
 		}{
-			{"objectMetadata ReadOnly", &cosiproto.AccessModes{ObjectMetadata: cosiproto.AccessMode_READ_ONLY}, func(c *awss3.Client) error {
+			{"objectMetadata ReadOnly", &cosiproto.AccessModes{ObjectMetadata: ro}, func(c *awss3.Client) error {
 				_, err := c.GetObjectTagging(ctx, &awss3.GetObjectTaggingInput{Bucket: aws.String(bucket), Key: aws.String(key)})
 				return err
 			}},
-			{"objectMetadata WriteOnly", &cosiproto.AccessModes{ObjectMetadata: cosiproto.AccessMode_WRITE_ONLY}, func(c *awss3.Client) error {
-				_, err := c.PutObjectTagging(ctx, &awss3.PutObjectTaggingInput{Bucket: aws.String(bucket), Key: aws.String(key),
-					Tagging: &types.Tagging{TagSet: []types.Tag{{Key: aws.String("k"), Value: aws.String("v")}}}})
+			{"objectMetadata WriteOnly", &cosiproto.AccessModes{ObjectMetadata: wo}, func(c *awss3.Client) error {
+				_, err := c.PutObjectTagging(ctx, &awss3.PutObjectTaggingInput{
+					Bucket: aws.String(bucket), Key: aws.String(key), Tagging: tagging,
+				})
 				return err
 			}},
-			{"objectMetadata ReadWrite", &cosiproto.AccessModes{ObjectMetadata: cosiproto.AccessMode_READ_WRITE}, func(c *awss3.Client) error {
-				_, err := c.PutObjectTagging(ctx, &awss3.PutObjectTaggingInput{Bucket: aws.String(bucket), Key: aws.String(key),
-					Tagging: &types.Tagging{TagSet: []types.Tag{{Key: aws.String("k"), Value: aws.String("v")}}}})
+			{"objectMetadata ReadWrite", &cosiproto.AccessModes{ObjectMetadata: rw}, func(c *awss3.Client) error {
+				_, err := c.PutObjectTagging(ctx, &awss3.PutObjectTaggingInput{
+					Bucket: aws.String(bucket), Key: aws.String(key), Tagging: tagging,
+				})
 				return err
 			}},
-			{"bucketMetadata ReadOnly", &cosiproto.AccessModes{BucketMetadata: cosiproto.AccessMode_READ_ONLY}, func(c *awss3.Client) error {
+			{"bucketMetadata ReadOnly", &cosiproto.AccessModes{BucketMetadata: ro}, func(c *awss3.Client) error {
 				_, err := c.GetBucketVersioning(ctx, &awss3.GetBucketVersioningInput{Bucket: aws.String(bucket)})
 				return err
 			}},
-			{"bucketMetadata WriteOnly", &cosiproto.AccessModes{BucketMetadata: cosiproto.AccessMode_WRITE_ONLY}, func(c *awss3.Client) error {
+			{"bucketMetadata WriteOnly", &cosiproto.AccessModes{BucketMetadata: wo}, func(c *awss3.Client) error {
 				tags, err := b.admin.GetBucketTagging(ctx, &awss3.GetBucketTaggingInput{Bucket: aws.String(bucket)})
 				if err != nil {
 					t.Fatal(err)
 				}
-				_, err = c.PutBucketTagging(ctx, &awss3.PutBucketTaggingInput{Bucket: aws.String(bucket), Tagging: &types.Tagging{TagSet: tags.TagSet}})
+				_, err = c.PutBucketTagging(ctx, &awss3.PutBucketTaggingInput{
+					Bucket: aws.String(bucket), Tagging: &types.Tagging{TagSet: tags.TagSet},
+				})
 				return err
 			}},
-			{"bucketMetadata ReadWrite", &cosiproto.AccessModes{BucketMetadata: cosiproto.AccessMode_READ_WRITE}, func(c *awss3.Client) error {
+			{"bucketMetadata ReadWrite", &cosiproto.AccessModes{BucketMetadata: rw}, func(c *awss3.Client) error {
 				_, err := c.GetBucketTagging(ctx, &awss3.GetBucketTaggingInput{Bucket: aws.String(bucket)})
 				return err
 			}},
-			{"all metadata ReadWrite", &cosiproto.AccessModes{ObjectMetadata: cosiproto.AccessMode_READ_WRITE, BucketMetadata: cosiproto.AccessMode_READ_WRITE}, func(c *awss3.Client) error {
-				_, err := c.GetObjectTagging(ctx, &awss3.GetObjectTaggingInput{Bucket: aws.String(bucket), Key: aws.String(key)})
-				return err
-			}},
+			{
+				"all metadata ReadWrite",
+				&cosiproto.AccessModes{ObjectMetadata: rw, BucketMetadata: rw},
+				func(c *awss3.Client) error {
+					_, err := c.GetObjectTagging(ctx, &awss3.GetObjectTaggingInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+					return err
+				},
+			},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				a := grant(t, p, tc.modes, bucket)
@@ -434,7 +446,10 @@ func TestBucketIDsValidated(t *testing.T) {
 		_, p := serve(t, b.newDriver(t, ""), logr.Discard())
 		existing := createBucket(t, p, nil)
 		rw := &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}
-		for _, bad := range []string{"*", "prod-*", "b?cket", "${aws:username}", existing + "/*", "a", "UPPER", strings.Repeat("a", 64), "-lead", "a..b", "192.168.1.1", "192.168.001.001"} {
+		for _, bad := range []string{
+			"*", "prod-*", "b?cket", "${aws:username}", existing + "/*", "a", "UPPER", strings.Repeat("a", 64),
+			"-lead", "a..b", "192.168.1.1", "192.168.001.001",
+		} {
 			_, err := p.DriverGetBucket(ctx, &cosiproto.DriverGetBucketRequest{BucketId: bad})
 			if status.Code(err) != codes.InvalidArgument {
 				t.Errorf("DriverGetBucket(%q): %v, want InvalidArgument", bad, err)
@@ -509,9 +524,8 @@ func rgwForeignBucket(t *testing.T, b *backend) (string, func()) {
 	t.Helper()
 	ctx := t.Context()
 	uid := randomName("other")
-	out, err := exec.Command("radosgw-admin", "-c", filepath.Join(rgw.dir, "ceph.conf"), "-n", "client.admin", "user", "create",
-		"--uid", uid, "--display-name", uid).
-		Output()
+	out, err := exec.Command("radosgw-admin", "-c", filepath.Join(rgw.dir, "ceph.conf"), "-n", "client.admin",
+		"user", "create", "--uid", uid, "--display-name", uid).Output()
 	if err != nil {
 		t.Fatalf("radosgw-admin user create: %v", err)
 	}
@@ -644,7 +658,8 @@ func TestLimitedAdmin(t *testing.T) {
 		}
 		// The root's bucket matches lim-*, so the identity policy allows it: make the store
 		// refuse it with a bucket policy that denies the limited admin.
-		deny := `{"Version":"2012-10-17","Statement":[{"Effect":"Deny","Principal":"*","Action":["s3:*"],"Resource":["arn:aws:s3:::` + other + `","arn:aws:s3:::` + other + `/*"]}]}`
+		deny := `{"Version":"2012-10-17","Statement":[{"Effect":"Deny","Principal":"*","Action":["s3:*"],` +
+			`"Resource":["arn:aws:s3:::` + other + `","arn:aws:s3:::` + other + `/*"]}]}`
 		if _, err := b.admin.PutBucketPolicy(
 			ctx,
 			&awss3.PutBucketPolicyInput{Bucket: aws.String(other), Policy: aws.String(deny)},
@@ -724,10 +739,8 @@ func TestLimitedAdmin(t *testing.T) {
 	t.Run("the store's AccessDenied does not name the admin in the gRPC message", func(t *testing.T) {
 		// Allowed to manage its buckets, not IAM users: every grant is refused by the store with
 		// a message naming the admin's ARN.
-		name, _, k := limitedAdmin(
-			t,
-			`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["s3:*"],"Resource":["arn:aws:s3:::lim-*","arn:aws:s3:::lim-*/*"]}]}`,
-		)
+		name, _, k := limitedAdmin(t, `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["s3:*"],`+
+			`"Resource":["arn:aws:s3:::lim-*","arn:aws:s3:::lim-*/*"]}]}`)
 		var logs logBuffer
 		_, p := limitedDriver(t, k, logs.logger())
 		bucket := createBucket(t, p, nil)
@@ -792,7 +805,8 @@ func TestRGWStatementsOfOthersKept(t *testing.T) {
 		t.Fatalf("the test's IDs do not collide: %s, %s", sidPrefix(first), sidPrefix(second))
 	}
 	adminSid := sidPrefix(first) + "AdminKeep"
-	admin := `{"Version":"2012-10-17","Statement":[{"Sid":"` + adminSid + `","Effect":"Deny","Principal":{"AWS":["arn:aws:iam:::user/nobody-at-all"]},` +
+	admin := `{"Version":"2012-10-17","Statement":[{"Sid":"` + adminSid + `","Effect":"Deny",` +
+		`"Principal":{"AWS":["arn:aws:iam:::user/nobody-at-all"]},` +
 		`"Action":["s3:DeleteBucket"],"Resource":["arn:aws:s3:::` + bucket + `"]}]}`
 	if _, err := b.admin.PutBucketPolicy(
 		ctx,
@@ -1034,15 +1048,30 @@ func TestObjectDataWriteCannotShare(t *testing.T) {
 		allUsers := aws.String(`uri="http://acs.amazonaws.com/groups/global/AllUsers"`)
 		for key, upload := range map[string]func() error{
 			"canned-public-read": func() error {
-				_, err := a.client.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("canned-public-read"), Body: body(), ACL: types.ObjectCannedACLPublicRead})
+				_, err := a.client.PutObject(ctx, &awss3.PutObjectInput{
+					Bucket: aws.String(bucket),
+					Key:    aws.String("canned-public-read"),
+					Body:   body(),
+					ACL:    types.ObjectCannedACLPublicRead,
+				})
 				return err
 			},
 			"grant-read-all-users": func() error {
-				_, err := a.client.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("grant-read-all-users"), Body: body(), GrantRead: allUsers})
+				_, err := a.client.PutObject(ctx, &awss3.PutObjectInput{
+					Bucket:    aws.String(bucket),
+					Key:       aws.String("grant-read-all-users"),
+					Body:      body(),
+					GrantRead: allUsers,
+				})
 				return err
 			},
 			"grant-full-control-all-users": func() error {
-				_, err := a.client.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("grant-full-control-all-users"), Body: body(), GrantFullControl: allUsers})
+				_, err := a.client.PutObject(ctx, &awss3.PutObjectInput{
+					Bucket:           aws.String(bucket),
+					Key:              aws.String("grant-full-control-all-users"),
+					Body:             body(),
+					GrantFullControl: allUsers,
+				})
 				return err
 			},
 		} {
@@ -1151,8 +1180,13 @@ func TestObjectDataWriteCannotShareByCopyOrMultipart(t *testing.T) {
 				return copyObject(&awss3.CopyObjectInput{Key: aws.String(key), GrantRead: allUsers})
 			}},
 			{"in-place", func(key string) error { // the object onto itself, with a new ACL
-				return copyObject(&awss3.CopyObjectInput{Key: aws.String(key), CopySource: aws.String(bucket + "/" + key),
-					MetadataDirective: types.MetadataDirectiveReplace, Metadata: map[string]string{"x": "y"}, ACL: types.ObjectCannedACLPublicRead})
+				return copyObject(&awss3.CopyObjectInput{
+					Key:               aws.String(key),
+					CopySource:        aws.String(bucket + "/" + key),
+					MetadataDirective: types.MetadataDirectiveReplace,
+					Metadata:          map[string]string{"x": "y"},
+					ACL:               types.ObjectCannedACLPublicRead,
+				})
 			}},
 			{"multipart-canned-public-read", func(key string) error {
 				return multipart(&awss3.CreateMultipartUploadInput{Key: aws.String(key), ACL: types.ObjectCannedACLPublicRead})
@@ -1233,11 +1267,8 @@ func TestRGWCreatedBucketsIgnorePublicACLs(t *testing.T) {
 		bucket := createBucket(t, p, nil)
 		want := [4]bool{false, true, false, false}
 		if got := publicAccessBlock(t, b, bucket); got != want {
-			t.Fatalf(
-				"a new bucket's public access block (BlockPublicAcls, IgnorePublicAcls, BlockPublicPolicy, RestrictPublicBuckets) = %v, want %v",
-				got,
-				want,
-			)
+			t.Fatalf("a new bucket's public access block "+
+				"(BlockPublicAcls, IgnorePublicAcls, BlockPublicPolicy, RestrictPublicBuckets) = %v, want %v", got, want)
 		}
 		recreate := func(when string) {
 			t.Helper()
@@ -1266,11 +1297,8 @@ func TestRGWCreatedBucketsIgnorePublicACLs(t *testing.T) {
 		putPublicAccessBlock(t, b, bucket, [4]bool{false, false, false, true})
 		recreate("with IgnorePublicAcls off and RestrictPublicBuckets on")
 		if got, want := publicAccessBlock(t, b, bucket), [4]bool{false, true, false, true}; got != want {
-			t.Errorf(
-				"a repeated DriverCreateBucket of a bucket with IgnorePublicAcls off: %v, want %v (the admin's other settings kept)",
-				got,
-				want,
-			)
+			t.Errorf("a repeated DriverCreateBucket of a bucket with IgnorePublicAcls off: "+
+				"%v, want %v (the admin's other settings kept)", got, want)
 		}
 
 		// The workload's uploads work with the block: it ignores ACLs, it refuses nothing.

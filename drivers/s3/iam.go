@@ -82,7 +82,8 @@ func (a *IAMAccounts) Grant(ctx context.Context, id string, grants []bucketGrant
 		if apiCode(err) == "LimitExceeded" {
 			// The store's limit is lower than MaxPolicySize: as final as our own check.
 			return Key{}, newBackendError(codes.OutOfRange, err, fmt.Sprintf(
-				"the IAM policy for access to %d buckets (%d characters) exceeds the store's policy size limit; grant fewer buckets per BucketAccess",
+				"the IAM policy for access to %d buckets (%d characters) exceeds the store's policy size limit; "+
+					"grant fewer buckets per BucketAccess",
 				len(grants),
 				policySize(doc),
 			))
@@ -129,7 +130,8 @@ func (a *IAMAccounts) checkSize(doc []byte, buckets int) error {
 	if size := policySize(doc); size > limit {
 		return status.Errorf(
 			codes.OutOfRange,
-			"the IAM policy for this access to %d buckets needs %d characters, more than the %d an IAM user's inline policies may have: "+
+			"the IAM policy for this access to %d buckets needs %d characters, "+
+				"more than the %d an IAM user's inline policies may have: "+
 				"grant fewer buckets per BucketAccess (use several BucketAccesses), or fewer access modes",
 			buckets,
 			size,

@@ -115,7 +115,8 @@ func checkBucketID(id string) error {
 	if !validBucketID(id) {
 		return status.Errorf(
 			codes.InvalidArgument,
-			"bucket ID %q is not an S3 bucket name: 3 to 63 characters of a-z 0-9 . -, starting and ending with a letter or digit, no \"..\", not formatted as an IP address",
+			"bucket ID %q is not an S3 bucket name: 3 to 63 characters of a-z 0-9 . -, "+
+				"starting and ending with a letter or digit, no \"..\", not formatted as an IP address",
 			id,
 		)
 	}

@@ -26,19 +26,13 @@ func nonConformantIAM(t *testing.T, userExists bool) *httptest.Server {
 		w.Header().Set("Content-Type", "text/xml")
 		if action == "CreateUser" && userExists {
 			w.WriteHeader(http.StatusConflict)
-			_, _ = w.Write(
-				[]byte(
-					`<ErrorResponse><Error><Type>Sender</Type><Code>EntityAlreadyExists</Code><Message>exists</Message></Error><RequestId>1</RequestId></ErrorResponse>`,
-				),
-			)
+			_, _ = w.Write([]byte(`<ErrorResponse><Error><Type>Sender</Type><Code>EntityAlreadyExists</Code>` +
+				`<Message>exists</Message></Error><RequestId>1</RequestId></ErrorResponse>`))
 			return
 		}
 		// Every other action: success with an empty result.
-		_, _ = w.Write(
-			[]byte(
-				`<` + action + `Response><` + action + `Result></` + action + `Result><ResponseMetadata><RequestId>1</RequestId></ResponseMetadata></` + action + `Response>`,
-			),
-		)
+		_, _ = w.Write([]byte(`<` + action + `Response><` + action + `Result></` + action + `Result>` +
+			`<ResponseMetadata><RequestId>1</RequestId></ResponseMetadata></` + action + `Response>`))
 	}))
 	t.Cleanup(srv.Close)
 	return srv
@@ -59,7 +53,9 @@ func TestNonConformantIAM(t *testing.T) {
 			_, err := a.Grant(t.Context(), "ba-1", grants)
 			return err
 		}, "without the user"},
-		{"GetUser without the user (revoke)", true, func(a *IAMAccounts) error { return a.Revoke(t.Context(), "ba-1", nil) }, "without the user"},
+		{"GetUser without the user (revoke)", true, func(a *IAMAccounts) error {
+			return a.Revoke(t.Context(), "ba-1", nil)
+		}, "without the user"},
 		{"CreateAccessKey without the key", false, func(a *IAMAccounts) error {
 			_, err := a.Grant(t.Context(), "ba-1", grants)
 			return err

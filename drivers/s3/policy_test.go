@@ -109,7 +109,8 @@ func TestUserPolicySize(t *testing.T) {
 		}
 	}
 	rw := cosiproto.AccessMode_READ_WRITE
-	for _, modes := range [][3]cosiproto.AccessMode_Mode{{rw, 0, 0}, {cosiproto.AccessMode_READ_ONLY, 0, 0}, {rw, rw, 0}, {rw, rw, rw}} {
+	ro := cosiproto.AccessMode_READ_ONLY
+	for _, modes := range [][3]cosiproto.AccessMode_Mode{{rw, 0, 0}, {ro, 0, 0}, {rw, rw, 0}, {rw, rw, rw}} {
 		// The figures in docs/drivers/s3.md, also for names like bc-<UID> (39 characters).
 		var grants []bucketGrant
 		one, n39 := 0, 0
@@ -124,13 +125,9 @@ func TestUserPolicySize(t *testing.T) {
 			}
 			n39 = i + 1
 		}
-		t.Logf(
-			"modes %v: one 39-character bucket %d characters; %d buckets with 39-character names fit in 2,048 characters, %d with 63-character names",
-			modes,
-			one,
-			n39,
-			fits[modes],
-		)
+		t.Logf("modes %v: one 39-character bucket %d characters; "+
+			"%d buckets with 39-character names fit in 2,048 characters, %d with 63-character names",
+			modes, one, n39, fits[modes])
 	}
 	if fits[[3]cosiproto.AccessMode_Mode{rw, rw, rw}] < 5 {
 		t.Errorf("full access fits only %d buckets with 63-character names", fits[[3]cosiproto.AccessMode_Mode{rw, rw, rw}])
@@ -183,7 +180,10 @@ func checkGrants(t *testing.T, doc []byte, grants []bucketGrant) {
 	}
 	for _, g := range grants {
 		bucketActs, objectActs := g.bucketActions()
-		for resource, want := range map[string][]string{"arn:aws:s3:::" + g.Bucket: bucketActs, "arn:aws:s3:::" + g.Bucket + "/*": objectActs} {
+		for resource, want := range map[string][]string{
+			"arn:aws:s3:::" + g.Bucket:        bucketActs,
+			"arn:aws:s3:::" + g.Bucket + "/*": objectActs,
+		} {
 			got := slices.Clone(allowed[resource])
 			slices.Sort(got)
 			if !slices.Equal(got, want) {
@@ -249,11 +249,13 @@ func TestMetadataModesActions(t *testing.T) {
 
 func TestValidBucketID(t *testing.T) {
 	for id, want := range map[string]bool{
-		"bc-3f1e9a52": true, "abc": true, "a.b.c": true, "my-bucket.example": true, strings.Repeat("a", 63): true, "xn--legacy": true,
-		"": false, "ab": false, strings.Repeat("a", 64): false, "*": false, "prod-*": false, "b?cket": false, "${aws:username}": false,
-		"bucket/*": false, "Bucket": false, "under_score": false, "-lead": false, "trail-": false, ".dot": false, "dot.": false,
-		"a..b": false, "192.168.1.1": false, "192.168.001.001": false, "010.0.0.1": false, "999.999.999.999": false,
-		"1.2.3": true, "1.2.3.4.5": true, "bucket name": false, "bücket": false,
+		"bc-3f1e9a52": true, "abc": true, "a.b.c": true, "my-bucket.example": true,
+		strings.Repeat("a", 63): true, "xn--legacy": true, "1.2.3": true, "1.2.3.4.5": true,
+		"": false, "ab": false, strings.Repeat("a", 64): false, "*": false, "prod-*": false,
+		"b?cket": false, "${aws:username}": false, "bucket/*": false, "Bucket": false,
+		"under_score": false, "-lead": false, "trail-": false, ".dot": false, "dot.": false,
+		"a..b": false, "192.168.1.1": false, "192.168.001.001": false, "010.0.0.1": false,
+		"999.999.999.999": false, "bucket name": false, "bücket": false,
 	} {
 		if got := validBucketID(id); got != want {
 			t.Errorf("validBucketID(%q) = %v, want %v", id, got, want)
@@ -267,9 +269,8 @@ func TestValidBucketID(t *testing.T) {
 func TestRawPolicyRoundTrip(t *testing.T) {
 	foreign := `{"Sid":"Office","Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::b/*",` +
 		`"Condition":{"IpAddress":{"aws:SourceIp":"10.0.0.0/8"}},"FutureField":{"x":[1,2]}}`
-	ours := `{"Sid":"` + rgwSid(
-		"ba-1",
-	) + `Bucket","Effect":"Allow","Principal":{"AWS":["arn:aws:iam:::user/ba-1"]},"Action":["s3:ListBucket"],"Resource":["arn:aws:s3:::b"]}`
+	ours := `{"Sid":"` + rgwSid("ba-1") + `Bucket","Effect":"Allow","Principal":{"AWS":["arn:aws:iam:::user/ba-1"]},` +
+		`"Action":["s3:ListBucket"],"Resource":["arn:aws:s3:::b"]}`
 	for name, doc := range map[string]string{
 		"list":             `{"Version":"2012-10-17","Id":"p1","Statement":[` + foreign + `,` + ours + `]}`,
 		"single statement": `{"Id":"p1","Version":"2012-10-17","Statement":` + foreign + `}`,

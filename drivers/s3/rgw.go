@@ -165,7 +165,8 @@ func rgwStatus(err error, what string) error {
 		// Every Admin Ops call is the driver's own: a 403 is its key or its caps refused, which
 		// an admin fixes, so it is retried (see adminAuthCodes).
 		code = codes.Unavailable
-		hint = ": the object store refused the driver's own identity; the driver's administrator must check its credentials and its caps (users=*)"
+		hint = ": the object store refused the driver's own identity; " +
+			"the driver's administrator must check its credentials and its caps (users=*)"
 	case e.Status == http.StatusBadRequest:
 		code = codes.InvalidArgument
 	case e.Status >= 500:

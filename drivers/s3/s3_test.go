@@ -211,9 +211,8 @@ func TestEnforcement(t *testing.T) {
 			ctx,
 			&awss3.PutBucketPolicyInput{
 				Bucket: aws.String(bucket),
-				Policy: aws.String(
-					`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":"*","Action":"s3:*","Resource":"arn:aws:s3:::` + bucket + `/*"}]}`,
-				),
+				Policy: aws.String(`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":"*",` +
+					`"Action":"s3:*","Resource":"arn:aws:s3:::` + bucket + `/*"}]}`),
 			},
 		)
 		expect(t, "ReadWrite widening its access with a bucket policy", false, err)

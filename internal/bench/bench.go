@@ -458,9 +458,8 @@ func (m *sizeRun) provisionAccesses(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m.sr.AccessWrites = (apiWrites(before.api, after.api, "bucketaccesses", "secrets", "bucketclaims") - float64(m.n)) / float64(
-		m.n,
-	)
+	accessWrites := apiWrites(before.api, after.api, "bucketaccesses", "secrets", "bucketclaims") - float64(m.n)
+	m.sr.AccessWrites = accessWrites / float64(m.n)
 	m.cfg.logf("N=%d access writes: %v", m.n, writeBreakdown(before.api, after.api))
 	m.sr.GrantRPCs = rpcs(before.driver, after.driver, "DriverGrantBucketAccess") / float64(m.n)
 	var secrets corev1.SecretList

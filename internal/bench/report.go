@@ -174,7 +174,10 @@ func (s *summary) sizeRows(i, n int) {
 	)
 	add(p+"delete all → driver empty", "s", size(func(s SizeResult) float64 { return s.DriverEmptyAfter }), "", nil)
 	add(p+"409 conflicts (whole cycle)", "responses", size(func(s SizeResult) float64 { return s.Conflicts }), "", nil)
-	for _, proc := range []string{"total", "kube-apiserver", "etcd", "cosi-controller", "cosi-sidecar", "cosi-driver-memory", "cosi-bench"} {
+	procs := []string{
+		"total", "kube-apiserver", "etcd", "cosi-controller", "cosi-sidecar", "cosi-driver-memory", "cosi-bench",
+	}
+	for _, proc := range procs {
 		add(p+"CPU while provisioning: "+proc, "cores", size(func(s SizeResult) float64 { return s.CPUCores[proc] }), "", nil)
 	}
 }

@@ -203,32 +203,87 @@ func TestAccessValidation(t *testing.T) {
 		wantReason string
 		wantText   string
 	}{
-		{name: "several claims, class without an opinion", claims: []string{c1.Name, c2.Name},
-			wantReason: cosiapi.ReasonForbiddenByClass, wantText: "one BucketClaim per BucketAccess"},
-		{name: "several claims, SingleBucket class", class: func(c *cosiapi.BucketAccessClass) { c.Spec.MultiBucketAccess = cosiapi.MultiBucketAccessSingleBucket },
-			claims: []string{c1.Name, c2.Name}, wantReason: cosiapi.ReasonForbiddenByClass, wantText: "references 2"},
-		{name: "several claims, MultipleBuckets class", class: func(c *cosiapi.BucketAccessClass) {
-			c.Spec.MultiBucketAccess = cosiapi.MultiBucketAccessMultipleBuckets
+		{
+			name:       "several claims, class without an opinion",
+			claims:     []string{c1.Name, c2.Name},
+			wantReason: cosiapi.ReasonForbiddenByClass,
+			wantText:   "one BucketClaim per BucketAccess",
 		},
-			claims: []string{c1.Name, c2.Name}, wantReason: cosiapi.ReasonValid},
-		{name: "disallowed object data mode", class: func(c *cosiapi.BucketAccessClass) {
-			c.Spec.DisallowedBucketAccessModes.ObjectData = []cosiapi.BucketAccessMode{cosiapi.BucketAccessModeReadWrite, cosiapi.BucketAccessModeWriteOnly}
-		}, claims: []string{c1.Name}, wantReason: cosiapi.ReasonForbiddenByClass, wantText: "objectData access mode ReadWrite"},
-		{name: "disallowed bucket metadata mode", class: func(c *cosiapi.BucketAccessClass) {
-			c.Spec.DisallowedBucketAccessModes.BucketMetadata = []cosiapi.BucketAccessMode{cosiapi.BucketAccessModeWriteOnly}
-		}, access: func(a *cosiapi.BucketAccess) {
-			a.Spec.BucketClaims[0].AccessModes.BucketMetadata = cosiapi.BucketAccessModeWriteOnly
+		{
+			name: "several claims, SingleBucket class",
+			class: func(c *cosiapi.BucketAccessClass) {
+				c.Spec.MultiBucketAccess = cosiapi.MultiBucketAccessSingleBucket
+			},
+			claims:     []string{c1.Name, c2.Name},
+			wantReason: cosiapi.ReasonForbiddenByClass,
+			wantText:   "references 2",
 		},
-			claims: []string{c1.Name}, wantReason: cosiapi.ReasonForbiddenByClass, wantText: "bucketMetadata"},
-		{name: "allowed mode next to a disallowed one", class: func(c *cosiapi.BucketAccessClass) {
-			c.Spec.DisallowedBucketAccessModes.ObjectData = []cosiapi.BucketAccessMode{cosiapi.BucketAccessModeWriteOnly}
-		}, claims: []string{c1.Name}, wantReason: cosiapi.ReasonValid},
-		{name: "ServiceAccount class without serviceAccountName", class: func(c *cosiapi.BucketAccessClass) {
-			c.Spec.AuthenticationType = cosiapi.AuthenticationTypeServiceAccount
-		}, claims: []string{c1.Name}, wantReason: cosiapi.ReasonForbiddenByClass, wantText: "serviceAccountName"},
-		{name: "protocol the claim does not support", claims: []string{gcsOnly.Name}, wantReason: cosiapi.ReasonUnsupportedProtocol, wantText: "GCS"},
-		{name: "class of another driver", class: func(c *cosiapi.BucketAccessClass) { c.Spec.DriverName = "other.example.com" },
-			claims: []string{c1.Name}, wantReason: cosiapi.ReasonInvalidReference, wantText: "other.example.com"},
+		{
+			name: "several claims, MultipleBuckets class",
+			class: func(c *cosiapi.BucketAccessClass) {
+				c.Spec.MultiBucketAccess = cosiapi.MultiBucketAccessMultipleBuckets
+			},
+			claims:     []string{c1.Name, c2.Name},
+			wantReason: cosiapi.ReasonValid,
+		},
+		{
+			name: "disallowed object data mode",
+			class: func(c *cosiapi.BucketAccessClass) {
+				c.Spec.DisallowedBucketAccessModes.ObjectData = []cosiapi.BucketAccessMode{
+					cosiapi.BucketAccessModeReadWrite,
+					cosiapi.BucketAccessModeWriteOnly,
+				}
+			},
+			claims:     []string{c1.Name},
+			wantReason: cosiapi.ReasonForbiddenByClass,
+			wantText:   "objectData access mode ReadWrite",
+		},
+		{
+			name: "disallowed bucket metadata mode",
+			class: func(c *cosiapi.BucketAccessClass) {
+				c.Spec.DisallowedBucketAccessModes.BucketMetadata = []cosiapi.BucketAccessMode{
+					cosiapi.BucketAccessModeWriteOnly,
+				}
+			},
+			access: func(a *cosiapi.BucketAccess) {
+				a.Spec.BucketClaims[0].AccessModes.BucketMetadata = cosiapi.BucketAccessModeWriteOnly
+			},
+			claims:     []string{c1.Name},
+			wantReason: cosiapi.ReasonForbiddenByClass,
+			wantText:   "bucketMetadata",
+		},
+		{
+			name: "allowed mode next to a disallowed one",
+			class: func(c *cosiapi.BucketAccessClass) {
+				c.Spec.DisallowedBucketAccessModes.ObjectData = []cosiapi.BucketAccessMode{
+					cosiapi.BucketAccessModeWriteOnly,
+				}
+			},
+			claims:     []string{c1.Name},
+			wantReason: cosiapi.ReasonValid,
+		},
+		{
+			name: "ServiceAccount class without serviceAccountName",
+			class: func(c *cosiapi.BucketAccessClass) {
+				c.Spec.AuthenticationType = cosiapi.AuthenticationTypeServiceAccount
+			},
+			claims:     []string{c1.Name},
+			wantReason: cosiapi.ReasonForbiddenByClass,
+			wantText:   "serviceAccountName",
+		},
+		{
+			name:       "protocol the claim does not support",
+			claims:     []string{gcsOnly.Name},
+			wantReason: cosiapi.ReasonUnsupportedProtocol,
+			wantText:   "GCS",
+		},
+		{
+			name:       "class of another driver",
+			class:      func(c *cosiapi.BucketAccessClass) { c.Spec.DriverName = "other.example.com" },
+			claims:     []string{c1.Name},
+			wantReason: cosiapi.ReasonInvalidReference,
+			wantText:   "other.example.com",
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

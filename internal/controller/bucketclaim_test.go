@@ -42,8 +42,8 @@ func TestDynamicClaim(t *testing.T) {
 		Parameters:     class.Spec.Parameters,
 		BucketClaimRef: cosiapi.BucketClaimReference{Name: c.Name, Namespace: c.Namespace, UID: c.UID},
 	}
-	if b.Spec.DriverName != want.DriverName || b.Spec.DeletionPolicy != want.DeletionPolicy || !slices.Equal(b.Spec.Protocols, want.Protocols) ||
-		!maps.Equal(b.Spec.Parameters, want.Parameters) ||
+	if b.Spec.DriverName != want.DriverName || b.Spec.DeletionPolicy != want.DeletionPolicy ||
+		!slices.Equal(b.Spec.Protocols, want.Protocols) || !maps.Equal(b.Spec.Parameters, want.Parameters) ||
 		b.Spec.BucketClaimRef != want.BucketClaimRef {
 		t.Errorf("Bucket spec %+v\nwant %+v", b.Spec, want)
 	}

@@ -66,7 +66,12 @@ func ApplyFile(ctx context.Context, c client.Client, path string) ([]*unstructur
 // using the Secret's keys would be, and the bucket name from it.
 func S3Client(secret *corev1.Secret) (*awss3.Client, string, error) {
 	d := secret.Data
-	for _, k := range []string{cosiapi.SecretKeyS3EndpointURL, cosiapi.SecretKeyS3BucketName, cosiapi.SecretKeyS3AccessKeyID, cosiapi.SecretKeyS3SecretAccessKey} {
+	for _, k := range []string{
+		cosiapi.SecretKeyS3EndpointURL,
+		cosiapi.SecretKeyS3BucketName,
+		cosiapi.SecretKeyS3AccessKeyID,
+		cosiapi.SecretKeyS3SecretAccessKey,
+	} {
 		if len(d[k]) == 0 {
 			return nil, "", fmt.Errorf("secret %s/%s has no %s", secret.Namespace, secret.Name, k)
 		}

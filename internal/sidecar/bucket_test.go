@@ -78,7 +78,10 @@ func TestDynamicBucket(t *testing.T) {
 			if got := h.driver.Backend().BucketExists(b.Status.BucketID); got == tc.wantDriverEmpty {
 				t.Errorf("after deleting a %s Bucket the backend bucket exists=%v", tc.policy, got)
 			}
-			wantDeletes := map[cosiapi.DeletionPolicy]int{cosiapi.DeletionPolicyDelete: 1, cosiapi.DeletionPolicyRetain: 0}[tc.policy]
+			wantDeletes := map[cosiapi.DeletionPolicy]int{
+				cosiapi.DeletionPolicyDelete: 1,
+				cosiapi.DeletionPolicyRetain: 0,
+			}[tc.policy]
 			if n := h.calls.Count("DriverDeleteBucket"); n != wantDeletes {
 				t.Errorf("DriverDeleteBucket called %d times, want %d", n, wantDeletes)
 			}

@@ -113,8 +113,13 @@ func TestAccessLifecycle(t *testing.T) {
 		protocol cosiapi.Protocol
 		wantKeys []string
 	}{
-		{cosiapi.ProtocolS3, []string{"AWS_ACCESS_KEY_ID", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_S3_ADDRESSING_STYLE", "AWS_SECRET_ACCESS_KEY", "BUCKET_NAME", "COSI_PROTOCOL"}},
-		{cosiapi.ProtocolAzure, []string{"AZURE_STORAGE_ACCOUNT", "AZURE_STORAGE_SAS_TOKEN", "AZURE_STORAGE_SAS_TOKEN_EXPIRY_TIMESTAMP", "COSI_PROTOCOL"}},
+		{cosiapi.ProtocolS3, []string{
+			"AWS_ACCESS_KEY_ID", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_S3_ADDRESSING_STYLE",
+			"AWS_SECRET_ACCESS_KEY", "BUCKET_NAME", "COSI_PROTOCOL",
+		}},
+		{cosiapi.ProtocolAzure, []string{
+			"AZURE_STORAGE_ACCOUNT", "AZURE_STORAGE_SAS_TOKEN", "AZURE_STORAGE_SAS_TOKEN_EXPIRY_TIMESTAMP", "COSI_PROTOCOL",
+		}},
 		{cosiapi.ProtocolGCS, []string{"BUCKET_NAME", "COSI_PROTOCOL", "HMAC_ACCESS_ID", "HMAC_SECRET", "PROJECT_ID"}},
 	} {
 		t.Run(string(tc.protocol), func(t *testing.T) {

@@ -17,8 +17,10 @@ func TestRetryable(t *testing.T) {
 		codes.OutOfRange:      true,
 		codes.Unimplemented:   true,
 	}
-	for _, method := range []string{"DriverGenerateBucketId", "DriverCreateBucket", "DriverGetBucket", "DriverGenerateBucketAccessId",
-		"DriverGrantBucketAccess", "DriverRevokeBucketAccess", "DriverDeleteBucket"} {
+	for _, method := range []string{
+		"DriverGenerateBucketId", "DriverCreateBucket", "DriverGetBucket", "DriverGenerateBucketAccessId",
+		"DriverGrantBucketAccess", "DriverRevokeBucketAccess", "DriverDeleteBucket",
+	} {
 		never := method == "DriverRevokeBucketAccess" || method == "DriverDeleteBucket"
 		for c := codes.Canceled; c <= codes.Unauthenticated; c++ {
 			want := never || !final[c]

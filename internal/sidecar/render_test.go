@@ -24,20 +24,28 @@ func TestSecretData(t *testing.T) {
 		{
 			name:     "S3, every key",
 			protocol: cosiproto.ObjectProtocol_S3,
-			info:     &cosiproto.ProtocolBucketInfo{S3: &cosiproto.S3BucketInfo{BucketName: "bc-1", Endpoint: "https://s3.example.com", Region: "eu-1", AddressingStyle: cosiproto.S3AddressingStyle_VIRTUAL}},
-			creds:    &cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{AccessKeyId: "AK", AccessSecretKey: "SK"}},
-			ca:       "-----BEGIN CERTIFICATE-----",
+			info: &cosiproto.ProtocolBucketInfo{S3: &cosiproto.S3BucketInfo{
+				BucketName:      "bc-1",
+				Endpoint:        "https://s3.example.com",
+				Region:          "eu-1",
+				AddressingStyle: cosiproto.S3AddressingStyle_VIRTUAL,
+			}},
+			creds: &cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{AccessKeyId: "AK", AccessSecretKey: "SK"}},
+			ca:    "-----BEGIN CERTIFICATE-----",
 			want: map[string]string{
 				"COSI_PROTOCOL": "S3", "AWS_ENDPOINT_URL": "https://s3.example.com", "BUCKET_NAME": "bc-1",
 				"AWS_DEFAULT_REGION": "eu-1", "AWS_S3_ADDRESSING_STYLE": "virtual",
-				"AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK", "COSI_CERTIFICATE_AUTHORITY": "-----BEGIN CERTIFICATE-----",
+				"AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK",
+				"COSI_CERTIFICATE_AUTHORITY": "-----BEGIN CERTIFICATE-----",
 			},
 		},
 		{
 			name:     "S3 info of other protocols is left out",
 			protocol: cosiproto.ObjectProtocol_S3,
 			info: &cosiproto.ProtocolBucketInfo{
-				S3:  &cosiproto.S3BucketInfo{BucketName: "bc-1", Endpoint: "e", Region: "r", AddressingStyle: cosiproto.S3AddressingStyle_PATH},
+				S3: &cosiproto.S3BucketInfo{
+					BucketName: "bc-1", Endpoint: "e", Region: "r", AddressingStyle: cosiproto.S3AddressingStyle_PATH,
+				},
 				Gcs: &cosiproto.GcsBucketInfo{ProjectId: "p", BucketName: "other"},
 			},
 			creds: &cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{AccessKeyId: "AK", AccessSecretKey: "SK"}},
@@ -50,7 +58,10 @@ func TestSecretData(t *testing.T) {
 			name:     "Azure with expiry",
 			protocol: cosiproto.ObjectProtocol_AZURE,
 			info:     &cosiproto.ProtocolBucketInfo{Azure: &cosiproto.AzureBucketInfo{StorageAccount: "acct"}},
-			creds:    &cosiproto.CredentialInfo{Azure: &cosiproto.AzureCredentials{AccessToken: "sv=x&sig=y", ExpiryTimestamp: timestamppb.New(expiry)}},
+			creds: &cosiproto.CredentialInfo{Azure: &cosiproto.AzureCredentials{
+				AccessToken:     "sv=x&sig=y",
+				ExpiryTimestamp: timestamppb.New(expiry),
+			}},
 			want: map[string]string{
 				"COSI_PROTOCOL": "Azure", "AZURE_STORAGE_ACCOUNT": "acct", "AZURE_STORAGE_SAS_TOKEN": "sv=x&sig=y",
 				"AZURE_STORAGE_SAS_TOKEN_EXPIRY_TIMESTAMP": "2027-01-02T03:04:05Z",
@@ -70,11 +81,14 @@ func TestSecretData(t *testing.T) {
 			name:     "GCS with service account key and HMAC",
 			protocol: cosiproto.ObjectProtocol_GCS,
 			info:     &cosiproto.ProtocolBucketInfo{Gcs: &cosiproto.GcsBucketInfo{ProjectId: "proj", BucketName: "b"}},
-			creds: &cosiproto.CredentialInfo{Gcs: &cosiproto.GcsCredentials{ServiceAccountName: "sa", ClientEmail: "sa@x", ClientId: "1",
-				PrivateKeyId: "kid", PrivateKey: "pk", HmacAccessId: "hid", HmacSecret: "hs"}},
+			creds: &cosiproto.CredentialInfo{Gcs: &cosiproto.GcsCredentials{
+				ServiceAccountName: "sa", ClientEmail: "sa@x", ClientId: "1",
+				PrivateKeyId: "kid", PrivateKey: "pk", HmacAccessId: "hid", HmacSecret: "hs",
+			}},
 			want: map[string]string{
-				"COSI_PROTOCOL": "GCS", "PROJECT_ID": "proj", "BUCKET_NAME": "b", "SERVICE_ACCOUNT_NAME": "sa", "CLIENT_EMAIL": "sa@x",
-				"CLIENT_ID": "1", "PRIVATE_KEY_ID": "kid", "PRIVATE_KEY": "pk", "HMAC_ACCESS_ID": "hid", "HMAC_SECRET": "hs",
+				"COSI_PROTOCOL": "GCS", "PROJECT_ID": "proj", "BUCKET_NAME": "b",
+				"SERVICE_ACCOUNT_NAME": "sa", "CLIENT_EMAIL": "sa@x", "CLIENT_ID": "1",
+				"PRIVATE_KEY_ID": "kid", "PRIVATE_KEY": "pk", "HMAC_ACCESS_ID": "hid", "HMAC_SECRET": "hs",
 			},
 		},
 		{

@@ -367,12 +367,18 @@ func answer(t *testing.T, err error, refused string) {
 
 // Refusal messages, as the policies write them.
 const (
-	finalizerReserved        = "metadata.finalizers: " + cosiapi.FinalizerProtection + " is reserved to COSI"
-	claimAnnotationReserved  = "metadata.annotations[" + cosiapi.AnnotationHasBucketAccessReferences + "]: reserved to COSI"
-	accessAnnotationReserved = "metadata.annotations[" + cosiapi.AnnotationSidecarCleanupFinished + "]: reserved to COSI"
-	bucketAnnotationReserved = "metadata.annotations[" + cosiapi.AnnotationBucketClaimBeingDeleted + "]: reserved to the COSI controller"
-	secretFinalizerReserved  = "metadata.finalizers: " + cosiapi.FinalizerProtection + " on a BucketAccess Secret is reserved to COSI"
-	secretLabelReserved      = "metadata.labels[" + cosiapi.LabelBucketAccessUID + "]: reserved to COSI"
+	finalizerReserved = "metadata.finalizers: " + cosiapi.FinalizerProtection +
+		" is reserved to COSI"
+	claimAnnotationReserved = "metadata.annotations[" + cosiapi.AnnotationHasBucketAccessReferences +
+		"]: reserved to COSI"
+	accessAnnotationReserved = "metadata.annotations[" + cosiapi.AnnotationSidecarCleanupFinished +
+		"]: reserved to COSI"
+	bucketAnnotationReserved = "metadata.annotations[" + cosiapi.AnnotationBucketClaimBeingDeleted +
+		"]: reserved to the COSI controller"
+	secretFinalizerReserved = "metadata.finalizers: " + cosiapi.FinalizerProtection +
+		" on a BucketAccess Secret is reserved to COSI"
+	secretLabelReserved = "metadata.labels[" + cosiapi.LabelBucketAccessUID +
+		"]: reserved to COSI"
 )
 
 // waitForPolicies waits until every policy is in force, and every actor's role too: both take a

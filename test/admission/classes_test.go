@@ -64,7 +64,8 @@ func TestAllowedClasses(t *testing.T) {
 			"claim in a namespace whose annotation is empty",
 			tenant,
 			newClaim(nothing, "standard"),
-			"spec.bucketClassName: standard is not allowed in namespace " + nothing + " (the namespace annotation " + cosiapi.AnnotationAllowedBucketClasses + " allows: none)",
+			"spec.bucketClassName: standard is not allowed in namespace " + nothing +
+				" (the namespace annotation " + cosiapi.AnnotationAllowedBucketClasses + " allows: none)",
 		},
 	}
 	for _, tc := range claims {

@@ -18,7 +18,10 @@ func TestStatus(t *testing.T) {
 		ba.Status.AccessedBuckets = []cosiapi.AccessedBucket{{BucketClaimName: "data", BucketName: "someone-elses"}}
 	}
 	bindClaim := func(c *cosiapi.BucketClaim) { c.Status.BoundBucketName = "someone-elses" }
-	const accessRefused, claimRefused = "status: the status of bucketaccesses is reserved to COSI", "status: the status of bucketclaims is reserved to COSI"
+	const (
+		accessRefused = "status: the status of bucketaccesses is reserved to COSI"
+		claimRefused  = "status: the status of bucketclaims is reserved to COSI"
+	)
 
 	for _, tc := range []struct {
 		name    string

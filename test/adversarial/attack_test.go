@@ -66,12 +66,13 @@ func secretGoneAfterGC(t *testing.T, sec *corev1.Secret) {
 	})
 }
 
-// Broke the system when written (fixed since, this test now guards it). A tenant makes its COSI Secret immutable while dropping a data key (allowed: immutability
-// is checked against the old object). The Secret check finds it not intact and grants again, but
-// writeSecret can never patch the data: the error is an ordinary API error, retried with backoff,
-// and check() only records the check as done on success, so every retry calls
-// DriverGrantBucketAccess again, for ever (every 5 minutes once the backoff is capped; with the IAM
-// back-end each call mints a key and deletes older ones).
+// Broke the system when written (fixed since, this test now guards it). A tenant makes its COSI
+// Secret immutable while dropping a data key (allowed: immutability is checked against the old
+// object). The Secret check finds it not intact and grants again, but writeSecret can never patch
+// the data: the error is an ordinary API error, retried with backoff, and check() only records the
+// check as done on success, so every retry calls DriverGrantBucketAccess again, for ever (every 5
+// minutes once the backoff is capped; with the IAM back-end each call mints a key and deletes older
+// ones).
 // At fault: internal/sidecar/bucketaccess.go check() → grant() → secrets.go writeSecret (Invalid
 // on an immutable Secret is not treated as final or as a conflict; the grant precedes the write).
 func TestAttackImmutableSecretGrantStorm(t *testing.T) {
@@ -91,12 +92,13 @@ func TestAttackImmutableSecretGrantStorm(t *testing.T) {
 	}
 }
 
-// Broke the system when written (fixed since, this test now guards it). A tenant deletes its access while the sidecar is down, then removes COSI's finalizer from
-// the deleting access (the controller never puts it back on a deleting object): the access is gone
-// at once. The key is revoked from the grant record after the restart, but the access's Secret
-// keeps COSI's protection finalizer for ever: nothing but the access's deletion path releases it,
-// and the grant record does not name the Secrets. When the garbage collector (owner gone) or a
-// namespace deletion deletes it, it stays Terminating: the namespace hangs.
+// Broke the system when written (fixed since, this test now guards it). A tenant deletes its access
+// while the sidecar is down, then removes COSI's finalizer from the deleting access (the controller
+// never puts it back on a deleting object): the access is gone at once. The key is revoked from the
+// grant record after the restart, but the access's Secret keeps COSI's protection finalizer for
+// ever: nothing but the access's deletion path releases it, and the grant record does not name the
+// Secrets. When the garbage collector (owner gone) or a namespace deletion deletes it, it stays
+// Terminating: the namespace hangs.
 // At fault: internal/sidecar/grants.go revokeOrphanedGrants (revokes, but cannot release Secrets;
 // the record has no Secret names) and secrets.go writeSecret (COSI finalizer on every Secret).
 func TestAttackSecretLeftBehindWhenAccessVanishes(t *testing.T) {
@@ -115,9 +117,10 @@ func TestAttackSecretLeftBehindWhenAccessVanishes(t *testing.T) {
 	secretGoneAfterGC(t, sec)
 }
 
-// Broke the system when written (fixed since, this test now guards it). A tenant removes the bucketaccess-uid label from its COSI Secret (no admission policy
-// installed) and deletes the access. The sidecar now takes the Secret for a foreign one and never
-// touches it: COSI's finalizer stays, the Secret can never be deleted (GC, namespace deletion).
+// Broke the system when written (fixed since, this test now guards it). A tenant removes the
+// bucketaccess-uid label from its COSI Secret (no admission policy installed) and deletes the
+// access. The sidecar now takes the Secret for a foreign one and never touches it: COSI's finalizer
+// stays, the Secret can never be deleted (GC, namespace deletion).
 // At fault: internal/sidecar/secrets.go deleteSecrets (skips slotForeign although the Secret carries
 // COSI's finalizer and the access's controller owner reference).
 func TestAttackRelabeledSecretLeftBehind(t *testing.T) {
@@ -133,12 +136,13 @@ func TestAttackRelabeledSecretLeftBehind(t *testing.T) {
 	secretGoneAfterGC(t, sec)
 }
 
-// Broke the system when written (fixed since, this test now guards it). Retain policy. While the sidecar is down, a tenant deletes its access without COSI's
-// finalizer (as above) and then deletes the claim the normal way. The controller sees no access
-// (the access is gone), so it releases the Bucket: bucketclaim-being-deleted, no deletion (Retain).
-// The restarted sidecar reconciles the Bucket into delete(), which returns at once for a released
-// Bucket without a deletion timestamp: the grant recorded on the Bucket is never revoked, and the
-// key keeps opening the retained bucket for ever.
+// Broke the system when written (fixed since, this test now guards it). Retain policy. While the
+// sidecar is down, a tenant deletes its access without COSI's finalizer (as above) and then deletes
+// the claim the normal way. The controller sees no access (the access is gone), so it releases the
+// Bucket: bucketclaim-being-deleted, no deletion (Retain). The restarted sidecar reconciles the
+// Bucket into delete(), which returns at once for a released Bucket without a deletion timestamp:
+// the grant recorded on the Bucket is never revoked, and the key keeps opening the retained bucket
+// for ever.
 // At fault: internal/sidecar/bucket.go delete() ("if bucket.DeletionTimestamp == nil { return nil }"
 // comes before revokeOrphanedGrants) and Reconcile (revokeOrphanedGrants only on the non-released
 // path).
@@ -198,10 +202,11 @@ func TestAttackRetainedBucketReleaseRace(t *testing.T) {
 	}
 }
 
-// Broke the system when written (fixed since, this test now guards it). A tenant deletes its access without COSI's finalizer while DriverGrantBucketAccess is in
-// flight (a slow back-end). The grant is revoked from the record (the in-flight count works), but
-// after the grant the sidecar still creates the Secret, owned by an access that no longer exists
-// and protected by COSI's finalizer, which nothing will ever remove.
+// Broke the system when written (fixed since, this test now guards it). A tenant deletes its access
+// without COSI's finalizer while DriverGrantBucketAccess is in flight (a slow back-end). The grant
+// is revoked from the record (the in-flight count works), but after the grant the sidecar still
+// creates the Secret, owned by an access that no longer exists and protected by COSI's finalizer,
+// which nothing will ever remove.
 // At fault: internal/sidecar/bucketaccess.go grant() → writeSecret after the access is gone (no
 // check that the owner still exists; the Secret is created with a finalizer only the access's
 // deletion path removes).
@@ -237,11 +242,12 @@ func TestAttackAccessVanishesDuringSlowGrant(t *testing.T) {
 	}
 }
 
-// Broke the system when written (fixed since, this test now guards it). Whoever may write bucketaccesses/status (the statusWriter, a loose Role in one namespace)
-// escapes every limit of the BucketAccessClass: the controller refuses an access whose class
-// forbids ReadWrite, the writer fills in the hand-off itself, pointing at its own claim's Bucket,
-// and the sidecar grants ReadWrite. The sidecar checks the Bucket's claim reference (item 10) but
-// never the class (disallowed modes, multiBucketAccess, even that the class exists).
+// Broke the system when written (fixed since, this test now guards it). Whoever may write
+// bucketaccesses/status (the statusWriter, a loose Role in one namespace) escapes every limit of
+// the BucketAccessClass: the controller refuses an access whose class forbids ReadWrite, the writer
+// fills in the hand-off itself, pointing at its own claim's Bucket, and the sidecar grants
+// ReadWrite. The sidecar checks the Bucket's claim reference (item 10) but never the class
+// (disallowed modes, multiBucketAccess, even that the class exists).
 // At fault: internal/sidecar/bucketaccess.go buckets()/grant() (the hand-off in status is trusted
 // for everything but the Bucket binding).
 func TestAttackStatusWriterEscapesClassLimits(t *testing.T) {
@@ -282,12 +288,13 @@ func TestAttackStatusWriterEscapesClassLimits(t *testing.T) {
 	env.Gone(t, ba)
 }
 
-// Broke the system when written (fixed since, this test now guards it). The statusWriter hides a grant from revocation: on its provisioned access it clears
-// status.accessedBuckets and forges Provisioned=False/Revoked, the tenant sets
-// sidecar-cleanup-finished, then deletes the access. The sidecar believes it revoked already, the
-// controller sees both signals and removes the finalizer, and the access's deletion wakes no Bucket
-// (the watch maps through status.accessedBuckets, now empty): the grant record stays on the Bucket
-// until the sidecar restarts or the Bucket is deleted; the key and the Secret stay until then.
+// Broke the system when written (fixed since, this test now guards it). The statusWriter hides a
+// grant from revocation: on its provisioned access it clears status.accessedBuckets and forges
+// Provisioned=False/Revoked, the tenant sets sidecar-cleanup-finished, then deletes the access. The
+// sidecar believes it revoked already, the controller sees both signals and removes the finalizer,
+// and the access's deletion wakes no Bucket (the watch maps through status.accessedBuckets, now
+// empty): the grant record stays on the Bucket until the sidecar restarts or the Bucket is deleted;
+// the key and the Secret stay until then.
 // At fault: internal/sidecar/bucketaccess.go delete() (trusts revoked(ba) from status) and
 // bucket.go bucketsOfAccess (maps through status, not through the grant records).
 func TestAttackStatusWriterHidesGrantFromRevocation(t *testing.T) {
@@ -322,11 +329,12 @@ func TestAttackStatusWriterHidesGrantFromRevocation(t *testing.T) {
 	}
 }
 
-// Broke the system when written (fixed since, this test now guards it). The statusWriter names another access's account ID in the status of an access of its own
-// (accountID is immutable only once set; the sidecar then skips phase 1) and deletes it: the sidecar
-// revokes the victim's account. With a driver that adds buckets to an existing account on grant (IAM
-// users), the same forgery would also grant the writer's bucket to the victim's user and hand the
-// writer that user's keys.
+// Broke the system when written (fixed since, this test now guards it). The statusWriter names
+// another access's account ID in the status of an access of its own (accountID is immutable only
+// once set; the sidecar then skips phase 1) and deletes it: the sidecar revokes the victim's
+// account. With a driver that adds buckets to an existing account on grant (IAM users), the same
+// forgery would also grant the writer's bucket to the victim's user and hand the writer that user's
+// keys.
 // At fault: internal/sidecar/bucketaccess.go grant() (trusts a status.accountID it never generated)
 // and delete() (revokes status.accountID).
 func TestAttackStatusWriterRevokesAnotherAccount(t *testing.T) {
@@ -350,10 +358,11 @@ func TestAttackStatusWriterRevokesAnotherAccount(t *testing.T) {
 	})
 }
 
-// Broke the system when written (fixed since, this test now guards it). The statusWriter hands off an access with an account ID but without bucket IDs in
-// status.accessedBuckets (the sidecar fills them in only in phase 1, which a set accountID skips).
-// Deletion then sends DriverRevokeBucketAccess with no bucket, which the driver SDK refuses with
-// InvalidArgument, retried for ever: the access (and its namespace) never goes.
+// Broke the system when written (fixed since, this test now guards it). The statusWriter hands off
+// an access with an account ID but without bucket IDs in status.accessedBuckets (the sidecar fills
+// them in only in phase 1, which a set accountID skips). Deletion then sends
+// DriverRevokeBucketAccess with no bucket, which the driver SDK refuses with InvalidArgument,
+// retried for ever: the access (and its namespace) never goes.
 // At fault: internal/sidecar/bucketaccess.go grant() (phase 1 skipped on a forged accountID, so
 // bucket IDs are never recorded) and grants.go newGrantRecord/revokeRequest (drops empty IDs).
 func TestAttackStatusWriterHangsAccessDeletion(t *testing.T) {

@@ -125,8 +125,9 @@ func TestForgedAccessedBuckets(t *testing.T) {
 func TestNonFinalErrorsAreRetried(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
+	methods := []string{"DriverCreateBucket", "DriverGrantBucketAccess", "DriverRevokeBucketAccess", "DriverDeleteBucket"}
 	var faults []memory.Fault
-	for _, m := range []string{"DriverCreateBucket", "DriverGrantBucketAccess", "DriverRevokeBucketAccess", "DriverDeleteBucket"} {
+	for _, m := range methods {
 		for _, code := range []codes.Code{codes.PermissionDenied, codes.Internal, codes.FailedPrecondition, codes.NotFound} {
 			faults = append(faults, memory.Fault{Method: m, Code: code, Count: 1})
 		}
@@ -141,7 +142,7 @@ func TestNonFinalErrorsAreRetried(t *testing.T) {
 	env.Gone(t, c)
 	s.waitRevoked(ba.Status.AccountID)
 	s.waitBucketDeleted(bucketID)
-	for _, m := range []string{"DriverCreateBucket", "DriverGrantBucketAccess", "DriverRevokeBucketAccess", "DriverDeleteBucket"} {
+	for _, m := range methods {
 		if n := s.calls.Count(m + "/" + codes.Internal.String()); n == 0 {
 			t.Errorf("%s: the injected faults were not hit", m)
 		}

@@ -76,15 +76,28 @@ func TestBrownfieldDeleteStoredBeforeTheRule(t *testing.T) {
 		status     bool
 		wantErrors []string
 	}{
-		{name: "the sidecar adds its finalizer", update: func(b *cosiapi.Bucket) { b.Finalizers = []string{cosiapi.FinalizerProtection} }},
-		{name: "the sidecar writes status", status: true, update: func(b *cosiapi.Bucket) { b.Status.BucketID = "legacy-bucket" }},
+		{
+			name:   "the sidecar adds its finalizer",
+			update: func(b *cosiapi.Bucket) { b.Finalizers = []string{cosiapi.FinalizerProtection} },
+		},
+		{
+			name:   "the sidecar writes status",
+			status: true,
+			update: func(b *cosiapi.Bucket) { b.Status.BucketID = "legacy-bucket" },
+		},
 		{
 			name:       "the controller binds the claim",
 			update:     func(b *cosiapi.Bucket) { b.Spec.BucketClaimRef.UID = "3f2b9c1e-0000-4000-8000-000000000003" },
 			wantErrors: []string{"spec.deletionPolicy", brownfieldRuleMessage},
 		},
-		{name: "the admin switches it to Retain", update: func(b *cosiapi.Bucket) { b.Spec.DeletionPolicy = cosiapi.DeletionPolicyRetain }},
-		{name: "then the claim binds", update: func(b *cosiapi.Bucket) { b.Spec.BucketClaimRef.UID = "3f2b9c1e-0000-4000-8000-000000000003" }},
+		{
+			name:   "the admin switches it to Retain",
+			update: func(b *cosiapi.Bucket) { b.Spec.DeletionPolicy = cosiapi.DeletionPolicyRetain },
+		},
+		{
+			name:   "then the claim binds",
+			update: func(b *cosiapi.Bucket) { b.Spec.BucketClaimRef.UID = "3f2b9c1e-0000-4000-8000-000000000003" },
+		},
 	} {
 		// In order, on the one stored Bucket.
 		t.Run(tc.name, func(t *testing.T) {

@@ -84,8 +84,10 @@ func TestBucketCreate(t *testing.T) {
 			wantErrors: []string{"spec.protocols[0]: Unsupported value: \"NFS\""},
 		},
 		{
-			name:       "duplicate protocol",
-			mutate:     func(b *cosiapi.Bucket) { b.Spec.Protocols = []cosiapi.Protocol{cosiapi.ProtocolS3, cosiapi.ProtocolS3} },
+			name: "duplicate protocol",
+			mutate: func(b *cosiapi.Bucket) {
+				b.Spec.Protocols = []cosiapi.Protocol{cosiapi.ProtocolS3, cosiapi.ProtocolS3}
+			},
 			wantErrors: []string{"spec.protocols[1]: Duplicate value"},
 		},
 		{

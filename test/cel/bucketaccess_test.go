@@ -222,9 +222,11 @@ func TestBucketAccessUpdate(t *testing.T) {
 		{
 			name:         "status.authenticationType cannot change once set",
 			statusBefore: handedOff,
-			update:       func(a *cosiapi.BucketAccess) { a.Status.AuthenticationType = cosiapi.AuthenticationTypeServiceAccount },
-			status:       true,
-			wantErrors:   []string{"status.authenticationType", "authenticationType cannot be changed or removed once set"},
+			update: func(a *cosiapi.BucketAccess) {
+				a.Status.AuthenticationType = cosiapi.AuthenticationTypeServiceAccount
+			},
+			status:     true,
+			wantErrors: []string{"status.authenticationType", "authenticationType cannot be changed or removed once set"},
 		},
 		{
 			name:         "status.parameters cannot change after the hand-off",
