@@ -26,6 +26,7 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20251202230838-ff82c1b0f217 // indirect
+	sigs.k8s.io/container-object-storage-interface/proto v0.2.2 // indirect
 )
 
 replace github.com/kube-cosi/cosi/proto => ../proto
