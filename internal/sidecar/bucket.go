@@ -192,7 +192,11 @@ func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket
 	}
 	bucket.Status.BucketInfo = bucketStatusInfo(info)
 	g := bucket.Generation
-	apiutil.SetCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned, "the bucket exists in the backend")
+	msg := "the bucket exists in the backend"
+	if bucket.Spec.ExistingBucketID != "" {
+		msg = importedMessage(r.Driver)
+	}
+	apiutil.SetCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned, msg)
 	apiutil.SetCondition(&bucket.Status.Conditions, g, cosiapi.ConditionProvisionFailed, metav1.ConditionFalse, cosiapi.ReasonDriverSucceeded, "")
 	apiutil.SetCondition(&bucket.Status.Conditions, g, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue, cosiapi.ReasonValid, "")
 	return r.Client.Status().Patch(ctx, bucket, client.MergeFrom(orig))
