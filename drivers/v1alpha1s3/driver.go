@@ -50,6 +50,9 @@ func (d *Driver) DriverGetInfo(ctx context.Context, _ *v1.DriverGetInfoRequest) 
 // DriverCreateBucket creates the bucket name: OK when it exists with the same parameters,
 // ALREADY_EXISTS when it exists with others (the v1alpha1 contract).
 func (d *Driver) DriverCreateBucket(ctx context.Context, req *v1.DriverCreateBucketRequest) (*v1.DriverCreateBucketResponse, error) {
+	if req.GetName() == "" {
+		return nil, errInvalid("name is required")
+	}
 	gen, err := d.s3.DriverGenerateBucketId(ctx, &cosiproto.DriverGenerateBucketIdRequest{Name: req.GetName(), Protocols: s3Only, Parameters: req.GetParameters()})
 	if err != nil {
 		return nil, err
@@ -76,6 +79,9 @@ func (d *Driver) DriverDeleteBucket(ctx context.Context, req *v1.DriverDeleteBuc
 // DriverGrantBucketAccess creates the identity name with read-write access to the bucket and
 // returns account_id = name and the key in credentials["s3"].secrets.
 func (d *Driver) DriverGrantBucketAccess(ctx context.Context, req *v1.DriverGrantBucketAccessRequest) (*v1.DriverGrantBucketAccessResponse, error) {
+	if req.GetName() == "" || req.GetBucketId() == "" {
+		return nil, errInvalid("name and bucket_id are required")
+	}
 	if req.GetAuthenticationType() != v1.AuthenticationType_Key {
 		return nil, errInvalid("only Key authentication is supported")
 	}
