@@ -88,7 +88,9 @@ func TestMigrate(t *testing.T) {
 	if _, err := envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{Paths: []string{filepath.Join("testdata", "v1alpha1-crds.yaml")}, MaxTime: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Create(ctx, &corev1Namespace); err != nil && !apierrors.IsAlreadyExists(err) {
+	ns := &corev1.Namespace{}
+	ns.Name = "app"
+	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	for _, o := range []*unstructured.Unstructured{
@@ -163,5 +165,3 @@ func TestMigrate(t *testing.T) {
 		t.Errorf("v1alpha2 Bucket: %v, %+v", err, got.Spec)
 	}
 }
-
-var corev1Namespace = func() corev1.Namespace { ns := corev1.Namespace{}; ns.Name = "app"; return ns }()
