@@ -10,8 +10,10 @@ require (
 	github.com/go-logr/logr v1.4.3
 	github.com/kube-cosi/cosi/proto v0.0.0
 	github.com/prometheus/client_golang v1.25.0
+	golang.org/x/sys v0.48.0
 	google.golang.org/grpc v1.79.3
 	google.golang.org/protobuf v1.36.12
+	sigs.k8s.io/container-object-storage-interface/proto v0.2.2
 )
 
 require (
@@ -23,7 +25,6 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	golang.org/x/net v0.59.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20251202230838-ff82c1b0f217 // indirect
 )

@@ -27,7 +27,7 @@
 // versions:
 // 	protoc-gen-go v1.36.11-devel
 // 	protoc        v3.21.12
-// source: cosi.proto
+// source: cosi/v1alpha2/cosi.proto
 
 package cosi
 
@@ -89,11 +89,11 @@ func (x ObjectProtocol_Type) String() string {
 }
 
 func (ObjectProtocol_Type) Descriptor() protoreflect.EnumDescriptor {
-	return file_cosi_proto_enumTypes[0].Descriptor()
+	return file_cosi_v1alpha2_cosi_proto_enumTypes[0].Descriptor()
 }
 
 func (ObjectProtocol_Type) Type() protoreflect.EnumType {
-	return &file_cosi_proto_enumTypes[0]
+	return &file_cosi_v1alpha2_cosi_proto_enumTypes[0]
 }
 
 func (x ObjectProtocol_Type) Number() protoreflect.EnumNumber {
@@ -102,7 +102,7 @@ func (x ObjectProtocol_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ObjectProtocol_Type.Descriptor instead.
 func (ObjectProtocol_Type) EnumDescriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{0, 0}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{0, 0}
 }
 
 // Type is how workloads authenticate to the object store.
@@ -143,11 +143,11 @@ func (x AuthenticationType_Type) String() string {
 }
 
 func (AuthenticationType_Type) Descriptor() protoreflect.EnumDescriptor {
-	return file_cosi_proto_enumTypes[1].Descriptor()
+	return file_cosi_v1alpha2_cosi_proto_enumTypes[1].Descriptor()
 }
 
 func (AuthenticationType_Type) Type() protoreflect.EnumType {
-	return &file_cosi_proto_enumTypes[1]
+	return &file_cosi_v1alpha2_cosi_proto_enumTypes[1]
 }
 
 func (x AuthenticationType_Type) Number() protoreflect.EnumNumber {
@@ -156,7 +156,7 @@ func (x AuthenticationType_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AuthenticationType_Type.Descriptor instead.
 func (AuthenticationType_Type) EnumDescriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{1, 0}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{1, 0}
 }
 
 // Mode is the read/write mode requested for one category of a bucket's data.
@@ -201,11 +201,11 @@ func (x AccessMode_Mode) String() string {
 }
 
 func (AccessMode_Mode) Descriptor() protoreflect.EnumDescriptor {
-	return file_cosi_proto_enumTypes[2].Descriptor()
+	return file_cosi_v1alpha2_cosi_proto_enumTypes[2].Descriptor()
 }
 
 func (AccessMode_Mode) Type() protoreflect.EnumType {
-	return &file_cosi_proto_enumTypes[2]
+	return &file_cosi_v1alpha2_cosi_proto_enumTypes[2]
 }
 
 func (x AccessMode_Mode) Number() protoreflect.EnumNumber {
@@ -214,7 +214,7 @@ func (x AccessMode_Mode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AccessMode_Mode.Descriptor instead.
 func (AccessMode_Mode) EnumDescriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{2, 0}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{2, 0}
 }
 
 // Style is how clients address an S3 bucket.
@@ -254,11 +254,11 @@ func (x S3AddressingStyle_Style) String() string {
 }
 
 func (S3AddressingStyle_Style) Descriptor() protoreflect.EnumDescriptor {
-	return file_cosi_proto_enumTypes[3].Descriptor()
+	return file_cosi_v1alpha2_cosi_proto_enumTypes[3].Descriptor()
 }
 
 func (S3AddressingStyle_Style) Type() protoreflect.EnumType {
-	return &file_cosi_proto_enumTypes[3]
+	return &file_cosi_v1alpha2_cosi_proto_enumTypes[3]
 }
 
 func (x S3AddressingStyle_Style) Number() protoreflect.EnumNumber {
@@ -267,7 +267,7 @@ func (x S3AddressingStyle_Style) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use S3AddressingStyle_Style.Descriptor instead.
 func (S3AddressingStyle_Style) EnumDescriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{3, 0}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{3, 0}
 }
 
 // ObjectProtocol namespaces the Protocol enum.
@@ -279,7 +279,7 @@ type ObjectProtocol struct {
 
 func (x *ObjectProtocol) Reset() {
 	*x = ObjectProtocol{}
-	mi := &file_cosi_proto_msgTypes[0]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -291,7 +291,7 @@ func (x *ObjectProtocol) String() string {
 func (*ObjectProtocol) ProtoMessage() {}
 
 func (x *ObjectProtocol) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[0]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -304,7 +304,7 @@ func (x *ObjectProtocol) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectProtocol.ProtoReflect.Descriptor instead.
 func (*ObjectProtocol) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{0}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{0}
 }
 
 // AuthenticationType namespaces the authentication type enum.
@@ -316,7 +316,7 @@ type AuthenticationType struct {
 
 func (x *AuthenticationType) Reset() {
 	*x = AuthenticationType{}
-	mi := &file_cosi_proto_msgTypes[1]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -328,7 +328,7 @@ func (x *AuthenticationType) String() string {
 func (*AuthenticationType) ProtoMessage() {}
 
 func (x *AuthenticationType) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[1]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -341,7 +341,7 @@ func (x *AuthenticationType) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthenticationType.ProtoReflect.Descriptor instead.
 func (*AuthenticationType) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{1}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{1}
 }
 
 // AccessMode namespaces the access mode enum.
@@ -353,7 +353,7 @@ type AccessMode struct {
 
 func (x *AccessMode) Reset() {
 	*x = AccessMode{}
-	mi := &file_cosi_proto_msgTypes[2]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -365,7 +365,7 @@ func (x *AccessMode) String() string {
 func (*AccessMode) ProtoMessage() {}
 
 func (x *AccessMode) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[2]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -378,7 +378,7 @@ func (x *AccessMode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessMode.ProtoReflect.Descriptor instead.
 func (*AccessMode) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{2}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{2}
 }
 
 // S3AddressingStyle namespaces the S3 addressing style enum.
@@ -390,7 +390,7 @@ type S3AddressingStyle struct {
 
 func (x *S3AddressingStyle) Reset() {
 	*x = S3AddressingStyle{}
-	mi := &file_cosi_proto_msgTypes[3]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -402,7 +402,7 @@ func (x *S3AddressingStyle) String() string {
 func (*S3AddressingStyle) ProtoMessage() {}
 
 func (x *S3AddressingStyle) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[3]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -415,7 +415,7 @@ func (x *S3AddressingStyle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use S3AddressingStyle.ProtoReflect.Descriptor instead.
 func (*S3AddressingStyle) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{3}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{3}
 }
 
 type DriverGetInfoRequest struct {
@@ -426,7 +426,7 @@ type DriverGetInfoRequest struct {
 
 func (x *DriverGetInfoRequest) Reset() {
 	*x = DriverGetInfoRequest{}
-	mi := &file_cosi_proto_msgTypes[4]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -438,7 +438,7 @@ func (x *DriverGetInfoRequest) String() string {
 func (*DriverGetInfoRequest) ProtoMessage() {}
 
 func (x *DriverGetInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[4]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -451,7 +451,7 @@ func (x *DriverGetInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverGetInfoRequest.ProtoReflect.Descriptor instead.
 func (*DriverGetInfoRequest) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{4}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{4}
 }
 
 type DriverGetInfoResponse struct {
@@ -469,7 +469,7 @@ type DriverGetInfoResponse struct {
 
 func (x *DriverGetInfoResponse) Reset() {
 	*x = DriverGetInfoResponse{}
-	mi := &file_cosi_proto_msgTypes[5]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -481,7 +481,7 @@ func (x *DriverGetInfoResponse) String() string {
 func (*DriverGetInfoResponse) ProtoMessage() {}
 
 func (x *DriverGetInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[5]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -494,7 +494,7 @@ func (x *DriverGetInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverGetInfoResponse.ProtoReflect.Descriptor instead.
 func (*DriverGetInfoResponse) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{5}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DriverGetInfoResponse) GetName() string {
@@ -528,7 +528,7 @@ type DriverGenerateBucketIdRequest struct {
 
 func (x *DriverGenerateBucketIdRequest) Reset() {
 	*x = DriverGenerateBucketIdRequest{}
-	mi := &file_cosi_proto_msgTypes[6]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -540,7 +540,7 @@ func (x *DriverGenerateBucketIdRequest) String() string {
 func (*DriverGenerateBucketIdRequest) ProtoMessage() {}
 
 func (x *DriverGenerateBucketIdRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[6]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -553,7 +553,7 @@ func (x *DriverGenerateBucketIdRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverGenerateBucketIdRequest.ProtoReflect.Descriptor instead.
 func (*DriverGenerateBucketIdRequest) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{6}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DriverGenerateBucketIdRequest) GetName() string {
@@ -588,7 +588,7 @@ type DriverGenerateBucketIdResponse struct {
 
 func (x *DriverGenerateBucketIdResponse) Reset() {
 	*x = DriverGenerateBucketIdResponse{}
-	mi := &file_cosi_proto_msgTypes[7]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -600,7 +600,7 @@ func (x *DriverGenerateBucketIdResponse) String() string {
 func (*DriverGenerateBucketIdResponse) ProtoMessage() {}
 
 func (x *DriverGenerateBucketIdResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[7]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -613,7 +613,7 @@ func (x *DriverGenerateBucketIdResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverGenerateBucketIdResponse.ProtoReflect.Descriptor instead.
 func (*DriverGenerateBucketIdResponse) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{7}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DriverGenerateBucketIdResponse) GetBucketId() string {
@@ -637,7 +637,7 @@ type DriverCreateBucketRequest struct {
 
 func (x *DriverCreateBucketRequest) Reset() {
 	*x = DriverCreateBucketRequest{}
-	mi := &file_cosi_proto_msgTypes[8]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -649,7 +649,7 @@ func (x *DriverCreateBucketRequest) String() string {
 func (*DriverCreateBucketRequest) ProtoMessage() {}
 
 func (x *DriverCreateBucketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[8]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -662,7 +662,7 @@ func (x *DriverCreateBucketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverCreateBucketRequest.ProtoReflect.Descriptor instead.
 func (*DriverCreateBucketRequest) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{8}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DriverCreateBucketRequest) GetBucketId() string {
@@ -698,7 +698,7 @@ type DriverCreateBucketResponse struct {
 
 func (x *DriverCreateBucketResponse) Reset() {
 	*x = DriverCreateBucketResponse{}
-	mi := &file_cosi_proto_msgTypes[9]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -710,7 +710,7 @@ func (x *DriverCreateBucketResponse) String() string {
 func (*DriverCreateBucketResponse) ProtoMessage() {}
 
 func (x *DriverCreateBucketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[9]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -723,7 +723,7 @@ func (x *DriverCreateBucketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverCreateBucketResponse.ProtoReflect.Descriptor instead.
 func (*DriverCreateBucketResponse) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{9}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DriverCreateBucketResponse) GetProtocols() *ProtocolBucketInfo {
@@ -747,7 +747,7 @@ type DriverGetBucketRequest struct {
 
 func (x *DriverGetBucketRequest) Reset() {
 	*x = DriverGetBucketRequest{}
-	mi := &file_cosi_proto_msgTypes[10]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -759,7 +759,7 @@ func (x *DriverGetBucketRequest) String() string {
 func (*DriverGetBucketRequest) ProtoMessage() {}
 
 func (x *DriverGetBucketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[10]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -772,7 +772,7 @@ func (x *DriverGetBucketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverGetBucketRequest.ProtoReflect.Descriptor instead.
 func (*DriverGetBucketRequest) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{10}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DriverGetBucketRequest) GetBucketId() string {
@@ -806,7 +806,7 @@ type DriverGetBucketResponse struct {
 
 func (x *DriverGetBucketResponse) Reset() {
 	*x = DriverGetBucketResponse{}
-	mi := &file_cosi_proto_msgTypes[11]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -818,7 +818,7 @@ func (x *DriverGetBucketResponse) String() string {
 func (*DriverGetBucketResponse) ProtoMessage() {}
 
 func (x *DriverGetBucketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[11]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -831,7 +831,7 @@ func (x *DriverGetBucketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverGetBucketResponse.ProtoReflect.Descriptor instead.
 func (*DriverGetBucketResponse) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{11}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DriverGetBucketResponse) GetProtocols() *ProtocolBucketInfo {
@@ -853,7 +853,7 @@ type DriverDeleteBucketRequest struct {
 
 func (x *DriverDeleteBucketRequest) Reset() {
 	*x = DriverDeleteBucketRequest{}
-	mi := &file_cosi_proto_msgTypes[12]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -865,7 +865,7 @@ func (x *DriverDeleteBucketRequest) String() string {
 func (*DriverDeleteBucketRequest) ProtoMessage() {}
 
 func (x *DriverDeleteBucketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[12]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -878,7 +878,7 @@ func (x *DriverDeleteBucketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverDeleteBucketRequest.ProtoReflect.Descriptor instead.
 func (*DriverDeleteBucketRequest) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{12}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DriverDeleteBucketRequest) GetBucketId() string {
@@ -903,7 +903,7 @@ type DriverDeleteBucketResponse struct {
 
 func (x *DriverDeleteBucketResponse) Reset() {
 	*x = DriverDeleteBucketResponse{}
-	mi := &file_cosi_proto_msgTypes[13]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -915,7 +915,7 @@ func (x *DriverDeleteBucketResponse) String() string {
 func (*DriverDeleteBucketResponse) ProtoMessage() {}
 
 func (x *DriverDeleteBucketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[13]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -928,7 +928,7 @@ func (x *DriverDeleteBucketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverDeleteBucketResponse.ProtoReflect.Descriptor instead.
 func (*DriverDeleteBucketResponse) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{13}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{13}
 }
 
 // ProtocolBucketInfo holds bucket information per protocol. A set field means the bucket supports
@@ -945,7 +945,7 @@ type ProtocolBucketInfo struct {
 
 func (x *ProtocolBucketInfo) Reset() {
 	*x = ProtocolBucketInfo{}
-	mi := &file_cosi_proto_msgTypes[14]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -957,7 +957,7 @@ func (x *ProtocolBucketInfo) String() string {
 func (*ProtocolBucketInfo) ProtoMessage() {}
 
 func (x *ProtocolBucketInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[14]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -970,7 +970,7 @@ func (x *ProtocolBucketInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProtocolBucketInfo.ProtoReflect.Descriptor instead.
 func (*ProtocolBucketInfo) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{14}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ProtocolBucketInfo) GetS3() *S3BucketInfo {
@@ -1013,7 +1013,7 @@ type S3BucketInfo struct {
 
 func (x *S3BucketInfo) Reset() {
 	*x = S3BucketInfo{}
-	mi := &file_cosi_proto_msgTypes[15]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +1025,7 @@ func (x *S3BucketInfo) String() string {
 func (*S3BucketInfo) ProtoMessage() {}
 
 func (x *S3BucketInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[15]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +1038,7 @@ func (x *S3BucketInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use S3BucketInfo.ProtoReflect.Descriptor instead.
 func (*S3BucketInfo) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{15}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *S3BucketInfo) GetBucketName() string {
@@ -1081,7 +1081,7 @@ type AzureBucketInfo struct {
 
 func (x *AzureBucketInfo) Reset() {
 	*x = AzureBucketInfo{}
-	mi := &file_cosi_proto_msgTypes[16]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1093,7 +1093,7 @@ func (x *AzureBucketInfo) String() string {
 func (*AzureBucketInfo) ProtoMessage() {}
 
 func (x *AzureBucketInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[16]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1106,7 +1106,7 @@ func (x *AzureBucketInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AzureBucketInfo.ProtoReflect.Descriptor instead.
 func (*AzureBucketInfo) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{16}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AzureBucketInfo) GetStorageAccount() string {
@@ -1130,7 +1130,7 @@ type GcsBucketInfo struct {
 
 func (x *GcsBucketInfo) Reset() {
 	*x = GcsBucketInfo{}
-	mi := &file_cosi_proto_msgTypes[17]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1142,7 +1142,7 @@ func (x *GcsBucketInfo) String() string {
 func (*GcsBucketInfo) ProtoMessage() {}
 
 func (x *GcsBucketInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[17]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1155,7 +1155,7 @@ func (x *GcsBucketInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GcsBucketInfo.ProtoReflect.Descriptor instead.
 func (*GcsBucketInfo) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{17}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GcsBucketInfo) GetProjectId() string {
@@ -1185,7 +1185,7 @@ type AccessedBucket struct {
 
 func (x *AccessedBucket) Reset() {
 	*x = AccessedBucket{}
-	mi := &file_cosi_proto_msgTypes[18]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1197,7 +1197,7 @@ func (x *AccessedBucket) String() string {
 func (*AccessedBucket) ProtoMessage() {}
 
 func (x *AccessedBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[18]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1210,7 +1210,7 @@ func (x *AccessedBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessedBucket.ProtoReflect.Descriptor instead.
 func (*AccessedBucket) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{18}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AccessedBucket) GetBucketId() string {
@@ -1244,7 +1244,7 @@ type AccessModes struct {
 
 func (x *AccessModes) Reset() {
 	*x = AccessModes{}
-	mi := &file_cosi_proto_msgTypes[19]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1256,7 +1256,7 @@ func (x *AccessModes) String() string {
 func (*AccessModes) ProtoMessage() {}
 
 func (x *AccessModes) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[19]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1269,7 +1269,7 @@ func (x *AccessModes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessModes.ProtoReflect.Descriptor instead.
 func (*AccessModes) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{19}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AccessModes) GetObjectData() AccessMode_Mode {
@@ -1306,7 +1306,7 @@ type ServiceAccount struct {
 
 func (x *ServiceAccount) Reset() {
 	*x = ServiceAccount{}
-	mi := &file_cosi_proto_msgTypes[20]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1318,7 +1318,7 @@ func (x *ServiceAccount) String() string {
 func (*ServiceAccount) ProtoMessage() {}
 
 func (x *ServiceAccount) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[20]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1331,7 +1331,7 @@ func (x *ServiceAccount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceAccount.ProtoReflect.Descriptor instead.
 func (*ServiceAccount) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{20}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ServiceAccount) GetNamespace() string {
@@ -1373,7 +1373,7 @@ type DriverGenerateBucketAccessIdRequest struct {
 
 func (x *DriverGenerateBucketAccessIdRequest) Reset() {
 	*x = DriverGenerateBucketAccessIdRequest{}
-	mi := &file_cosi_proto_msgTypes[21]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1385,7 +1385,7 @@ func (x *DriverGenerateBucketAccessIdRequest) String() string {
 func (*DriverGenerateBucketAccessIdRequest) ProtoMessage() {}
 
 func (x *DriverGenerateBucketAccessIdRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[21]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1398,7 +1398,7 @@ func (x *DriverGenerateBucketAccessIdRequest) ProtoReflect() protoreflect.Messag
 
 // Deprecated: Use DriverGenerateBucketAccessIdRequest.ProtoReflect.Descriptor instead.
 func (*DriverGenerateBucketAccessIdRequest) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{21}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DriverGenerateBucketAccessIdRequest) GetAccountName() string {
@@ -1454,7 +1454,7 @@ type DriverGenerateBucketAccessIdResponse struct {
 
 func (x *DriverGenerateBucketAccessIdResponse) Reset() {
 	*x = DriverGenerateBucketAccessIdResponse{}
-	mi := &file_cosi_proto_msgTypes[22]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1466,7 +1466,7 @@ func (x *DriverGenerateBucketAccessIdResponse) String() string {
 func (*DriverGenerateBucketAccessIdResponse) ProtoMessage() {}
 
 func (x *DriverGenerateBucketAccessIdResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[22]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1479,7 +1479,7 @@ func (x *DriverGenerateBucketAccessIdResponse) ProtoReflect() protoreflect.Messa
 
 // Deprecated: Use DriverGenerateBucketAccessIdResponse.ProtoReflect.Descriptor instead.
 func (*DriverGenerateBucketAccessIdResponse) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{22}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DriverGenerateBucketAccessIdResponse) GetAccountId() string {
@@ -1510,7 +1510,7 @@ type DriverGrantBucketAccessRequest struct {
 
 func (x *DriverGrantBucketAccessRequest) Reset() {
 	*x = DriverGrantBucketAccessRequest{}
-	mi := &file_cosi_proto_msgTypes[23]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1522,7 +1522,7 @@ func (x *DriverGrantBucketAccessRequest) String() string {
 func (*DriverGrantBucketAccessRequest) ProtoMessage() {}
 
 func (x *DriverGrantBucketAccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[23]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1535,7 +1535,7 @@ func (x *DriverGrantBucketAccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverGrantBucketAccessRequest.ProtoReflect.Descriptor instead.
 func (*DriverGrantBucketAccessRequest) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{23}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DriverGrantBucketAccessRequest) GetAccountId() string {
@@ -1596,7 +1596,7 @@ type DriverGrantBucketAccessResponse struct {
 
 func (x *DriverGrantBucketAccessResponse) Reset() {
 	*x = DriverGrantBucketAccessResponse{}
-	mi := &file_cosi_proto_msgTypes[24]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1608,7 +1608,7 @@ func (x *DriverGrantBucketAccessResponse) String() string {
 func (*DriverGrantBucketAccessResponse) ProtoMessage() {}
 
 func (x *DriverGrantBucketAccessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[24]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1621,7 +1621,7 @@ func (x *DriverGrantBucketAccessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverGrantBucketAccessResponse.ProtoReflect.Descriptor instead.
 func (*DriverGrantBucketAccessResponse) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{24}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DriverGrantBucketAccessResponse) GetBuckets() []*DriverGrantBucketAccessResponse_BucketInfo {
@@ -1657,7 +1657,7 @@ type CredentialInfo struct {
 
 func (x *CredentialInfo) Reset() {
 	*x = CredentialInfo{}
-	mi := &file_cosi_proto_msgTypes[25]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +1669,7 @@ func (x *CredentialInfo) String() string {
 func (*CredentialInfo) ProtoMessage() {}
 
 func (x *CredentialInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[25]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +1682,7 @@ func (x *CredentialInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CredentialInfo.ProtoReflect.Descriptor instead.
 func (*CredentialInfo) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{25}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CredentialInfo) GetS3() *S3Credentials {
@@ -1720,7 +1720,7 @@ type S3Credentials struct {
 
 func (x *S3Credentials) Reset() {
 	*x = S3Credentials{}
-	mi := &file_cosi_proto_msgTypes[26]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +1732,7 @@ func (x *S3Credentials) String() string {
 func (*S3Credentials) ProtoMessage() {}
 
 func (x *S3Credentials) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[26]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +1745,7 @@ func (x *S3Credentials) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use S3Credentials.ProtoReflect.Descriptor instead.
 func (*S3Credentials) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{26}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *S3Credentials) GetAccessKeyId() string {
@@ -1777,7 +1777,7 @@ type AzureCredentials struct {
 
 func (x *AzureCredentials) Reset() {
 	*x = AzureCredentials{}
-	mi := &file_cosi_proto_msgTypes[27]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1789,7 +1789,7 @@ func (x *AzureCredentials) String() string {
 func (*AzureCredentials) ProtoMessage() {}
 
 func (x *AzureCredentials) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[27]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1802,7 +1802,7 @@ func (x *AzureCredentials) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AzureCredentials.ProtoReflect.Descriptor instead.
 func (*AzureCredentials) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{27}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AzureCredentials) GetAccessToken() string {
@@ -1843,7 +1843,7 @@ type GcsCredentials struct {
 
 func (x *GcsCredentials) Reset() {
 	*x = GcsCredentials{}
-	mi := &file_cosi_proto_msgTypes[28]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1855,7 +1855,7 @@ func (x *GcsCredentials) String() string {
 func (*GcsCredentials) ProtoMessage() {}
 
 func (x *GcsCredentials) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[28]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1868,7 +1868,7 @@ func (x *GcsCredentials) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GcsCredentials.ProtoReflect.Descriptor instead.
 func (*GcsCredentials) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{28}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GcsCredentials) GetServiceAccountName() string {
@@ -1940,7 +1940,7 @@ type DriverRevokeBucketAccessRequest struct {
 
 func (x *DriverRevokeBucketAccessRequest) Reset() {
 	*x = DriverRevokeBucketAccessRequest{}
-	mi := &file_cosi_proto_msgTypes[29]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1952,7 +1952,7 @@ func (x *DriverRevokeBucketAccessRequest) String() string {
 func (*DriverRevokeBucketAccessRequest) ProtoMessage() {}
 
 func (x *DriverRevokeBucketAccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[29]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1965,7 +1965,7 @@ func (x *DriverRevokeBucketAccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverRevokeBucketAccessRequest.ProtoReflect.Descriptor instead.
 func (*DriverRevokeBucketAccessRequest) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{29}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DriverRevokeBucketAccessRequest) GetAccountId() string {
@@ -2018,7 +2018,7 @@ type DriverRevokeBucketAccessResponse struct {
 
 func (x *DriverRevokeBucketAccessResponse) Reset() {
 	*x = DriverRevokeBucketAccessResponse{}
-	mi := &file_cosi_proto_msgTypes[30]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2030,7 +2030,7 @@ func (x *DriverRevokeBucketAccessResponse) String() string {
 func (*DriverRevokeBucketAccessResponse) ProtoMessage() {}
 
 func (x *DriverRevokeBucketAccessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[30]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2043,7 +2043,7 @@ func (x *DriverRevokeBucketAccessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverRevokeBucketAccessResponse.ProtoReflect.Descriptor instead.
 func (*DriverRevokeBucketAccessResponse) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{30}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{30}
 }
 
 // BucketInfo is the information of one granted bucket.
@@ -2060,7 +2060,7 @@ type DriverGrantBucketAccessResponse_BucketInfo struct {
 
 func (x *DriverGrantBucketAccessResponse_BucketInfo) Reset() {
 	*x = DriverGrantBucketAccessResponse_BucketInfo{}
-	mi := &file_cosi_proto_msgTypes[37]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2072,7 +2072,7 @@ func (x *DriverGrantBucketAccessResponse_BucketInfo) String() string {
 func (*DriverGrantBucketAccessResponse_BucketInfo) ProtoMessage() {}
 
 func (x *DriverGrantBucketAccessResponse_BucketInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[37]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2085,7 +2085,7 @@ func (x *DriverGrantBucketAccessResponse_BucketInfo) ProtoReflect() protoreflect
 
 // Deprecated: Use DriverGrantBucketAccessResponse_BucketInfo.ProtoReflect.Descriptor instead.
 func (*DriverGrantBucketAccessResponse_BucketInfo) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{24, 0}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{24, 0}
 }
 
 func (x *DriverGrantBucketAccessResponse_BucketInfo) GetBucketId() string {
@@ -2113,7 +2113,7 @@ type DriverRevokeBucketAccessRequest_Bucket struct {
 
 func (x *DriverRevokeBucketAccessRequest_Bucket) Reset() {
 	*x = DriverRevokeBucketAccessRequest_Bucket{}
-	mi := &file_cosi_proto_msgTypes[38]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2125,7 +2125,7 @@ func (x *DriverRevokeBucketAccessRequest_Bucket) String() string {
 func (*DriverRevokeBucketAccessRequest_Bucket) ProtoMessage() {}
 
 func (x *DriverRevokeBucketAccessRequest_Bucket) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_proto_msgTypes[38]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2138,7 +2138,7 @@ func (x *DriverRevokeBucketAccessRequest_Bucket) ProtoReflect() protoreflect.Mes
 
 // Deprecated: Use DriverRevokeBucketAccessRequest_Bucket.ProtoReflect.Descriptor instead.
 func (*DriverRevokeBucketAccessRequest_Bucket) Descriptor() ([]byte, []int) {
-	return file_cosi_proto_rawDescGZIP(), []int{29, 0}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{29, 0}
 }
 
 func (x *DriverRevokeBucketAccessRequest_Bucket) GetBucketId() string {
@@ -2148,14 +2148,14 @@ func (x *DriverRevokeBucketAccessRequest_Bucket) GetBucketId() string {
 	return ""
 }
 
-var file_cosi_proto_extTypes = []protoimpl.ExtensionInfo{
+var file_cosi_v1alpha2_cosi_proto_extTypes = []protoimpl.ExtensionInfo{
 	{
 		ExtendedType:  (*descriptorpb.FieldOptions)(nil),
 		ExtensionType: (*bool)(nil),
 		Field:         1125,
 		Name:          "cosi.v1alpha2.cosi_secret",
 		Tag:           "varint,1125,opt,name=cosi_secret",
-		Filename:      "cosi.proto",
+		Filename:      "cosi/v1alpha2/cosi.proto",
 	},
 }
 
@@ -2166,15 +2166,14 @@ var (
 	// into one program without an extension registry conflict.
 	//
 	// optional bool cosi_secret = 1125;
-	E_CosiSecret = &file_cosi_proto_extTypes[0]
+	E_CosiSecret = &file_cosi_v1alpha2_cosi_proto_extTypes[0]
 )
 
-var File_cosi_proto protoreflect.FileDescriptor
+var File_cosi_v1alpha2_cosi_proto protoreflect.FileDescriptor
 
-const file_cosi_proto_rawDesc = "" +
+const file_cosi_v1alpha2_cosi_proto_rawDesc = "" +
 	"\n" +
-	"\n" +
-	"cosi.proto\x12\rcosi.v1alpha2\x1a google/protobuf/descriptor.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"A\n" +
+	"\x18cosi/v1alpha2/cosi.proto\x12\rcosi.v1alpha2\x1a google/protobuf/descriptor.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"A\n" +
 	"\x0eObjectProtocol\"/\n" +
 	"\x04Type\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\x06\n" +
@@ -2361,20 +2360,20 @@ const file_cosi_proto_rawDesc = "" +
 	"cosiSecretB&Z$github.com/kube-cosi/cosi/proto;cosib\x06proto3"
 
 var (
-	file_cosi_proto_rawDescOnce sync.Once
-	file_cosi_proto_rawDescData []byte
+	file_cosi_v1alpha2_cosi_proto_rawDescOnce sync.Once
+	file_cosi_v1alpha2_cosi_proto_rawDescData []byte
 )
 
-func file_cosi_proto_rawDescGZIP() []byte {
-	file_cosi_proto_rawDescOnce.Do(func() {
-		file_cosi_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_cosi_proto_rawDesc), len(file_cosi_proto_rawDesc)))
+func file_cosi_v1alpha2_cosi_proto_rawDescGZIP() []byte {
+	file_cosi_v1alpha2_cosi_proto_rawDescOnce.Do(func() {
+		file_cosi_v1alpha2_cosi_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_cosi_v1alpha2_cosi_proto_rawDesc), len(file_cosi_v1alpha2_cosi_proto_rawDesc)))
 	})
-	return file_cosi_proto_rawDescData
+	return file_cosi_v1alpha2_cosi_proto_rawDescData
 }
 
-var file_cosi_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cosi_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
-var file_cosi_proto_goTypes = []any{
+var file_cosi_v1alpha2_cosi_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_cosi_v1alpha2_cosi_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_cosi_v1alpha2_cosi_proto_goTypes = []any{
 	(ObjectProtocol_Type)(0),                           // 0: cosi.v1alpha2.ObjectProtocol.Type
 	(AuthenticationType_Type)(0),                       // 1: cosi.v1alpha2.AuthenticationType.Type
 	(AccessMode_Mode)(0),                               // 2: cosi.v1alpha2.AccessMode.Mode
@@ -2422,7 +2421,7 @@ var file_cosi_proto_goTypes = []any{
 	(*timestamppb.Timestamp)(nil),     // 44: google.protobuf.Timestamp
 	(*descriptorpb.FieldOptions)(nil), // 45: google.protobuf.FieldOptions
 }
-var file_cosi_proto_depIdxs = []int32{
+var file_cosi_v1alpha2_cosi_proto_depIdxs = []int32{
 	0,  // 0: cosi.v1alpha2.DriverGetInfoResponse.supported_protocols:type_name -> cosi.v1alpha2.ObjectProtocol.Type
 	0,  // 1: cosi.v1alpha2.DriverGenerateBucketIdRequest.protocols:type_name -> cosi.v1alpha2.ObjectProtocol.Type
 	35, // 2: cosi.v1alpha2.DriverGenerateBucketIdRequest.parameters:type_name -> cosi.v1alpha2.DriverGenerateBucketIdRequest.ParametersEntry
@@ -2487,28 +2486,28 @@ var file_cosi_proto_depIdxs = []int32{
 	0,  // [0:40] is the sub-list for field type_name
 }
 
-func init() { file_cosi_proto_init() }
-func file_cosi_proto_init() {
-	if File_cosi_proto != nil {
+func init() { file_cosi_v1alpha2_cosi_proto_init() }
+func file_cosi_v1alpha2_cosi_proto_init() {
+	if File_cosi_v1alpha2_cosi_proto != nil {
 		return
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cosi_proto_rawDesc), len(file_cosi_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cosi_v1alpha2_cosi_proto_rawDesc), len(file_cosi_v1alpha2_cosi_proto_rawDesc)),
 			NumEnums:      4,
 			NumMessages:   40,
 			NumExtensions: 1,
 			NumServices:   2,
 		},
-		GoTypes:           file_cosi_proto_goTypes,
-		DependencyIndexes: file_cosi_proto_depIdxs,
-		EnumInfos:         file_cosi_proto_enumTypes,
-		MessageInfos:      file_cosi_proto_msgTypes,
-		ExtensionInfos:    file_cosi_proto_extTypes,
+		GoTypes:           file_cosi_v1alpha2_cosi_proto_goTypes,
+		DependencyIndexes: file_cosi_v1alpha2_cosi_proto_depIdxs,
+		EnumInfos:         file_cosi_v1alpha2_cosi_proto_enumTypes,
+		MessageInfos:      file_cosi_v1alpha2_cosi_proto_msgTypes,
+		ExtensionInfos:    file_cosi_v1alpha2_cosi_proto_extTypes,
 	}.Build()
-	File_cosi_proto = out.File
-	file_cosi_proto_goTypes = nil
-	file_cosi_proto_depIdxs = nil
+	File_cosi_v1alpha2_cosi_proto = out.File
+	file_cosi_v1alpha2_cosi_proto_goTypes = nil
+	file_cosi_v1alpha2_cosi_proto_depIdxs = nil
 }

@@ -27,7 +27,7 @@
 // versions:
 // - protoc-gen-go-grpc v1.6.2
 // - protoc             v3.21.12
-// source: cosi.proto
+// source: cosi/v1alpha2/cosi.proto
 
 package cosi
 
@@ -150,7 +150,7 @@ var Identity_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
-	Metadata: "cosi.proto",
+	Metadata: "cosi/v1alpha2/cosi.proto",
 }
 
 const (
@@ -572,5 +572,5 @@ var Provisioner_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
-	Metadata: "cosi.proto",
+	Metadata: "cosi/v1alpha2/cosi.proto",
 }

@@ -20,7 +20,7 @@ import (
 // of each protocol's credentials, and every field whose name says it holds a secret.
 func TestSecretFields(t *testing.T) {
 	var secret []string
-	messages := File_cosi_proto.Messages()
+	messages := File_cosi_v1alpha2_cosi_proto.Messages()
 	var walk func(protoreflect.MessageDescriptors)
 	walk = func(mds protoreflect.MessageDescriptors) {
 		for i := range mds.Len() {
@@ -63,7 +63,7 @@ func TestServices(t *testing.T) {
 			"DriverGenerateBucketAccessId", "DriverGrantBucketAccess", "DriverRevokeBucketAccess",
 		},
 	}
-	services := File_cosi_proto.Services()
+	services := File_cosi_v1alpha2_cosi_proto.Services()
 	if services.Len() != len(want) {
 		t.Fatalf("%d services, want %d", services.Len(), len(want))
 	}

@@ -37,6 +37,9 @@ const (
 	DriverS3 Driver = "s3"
 	// DriverMemory is cosi-driver-memory: no object store, nothing on disk.
 	DriverMemory Driver = "memory"
+	// DriverV1alpha1S3 is cosi-driver-v1alpha1s3, the reference cosi.v1alpha1 driver, against
+	// Versity (docs/v1alpha1-drivers.md); the sidecar detects its protocol.
+	DriverV1alpha1S3 Driver = "v1alpha1s3"
 )
 
 // Store is the object store an environment runs.
@@ -164,13 +167,16 @@ func (o *Options) defaults() error {
 		o.Identities = GeneratedRoles
 	}
 	switch {
-	case o.Store == "" && o.Driver == DriverS3:
+	case o.Store == "" && (o.Driver == DriverS3 || o.Driver == DriverV1alpha1S3):
 		o.Store = StoreVersity
 	case o.Store == "":
 		o.Store = StoreNone
 	}
 	if o.Driver == DriverS3 && o.Store == StoreNone {
 		return errors.New("the s3 driver needs an object store")
+	}
+	if o.Driver == DriverV1alpha1S3 && o.Store != StoreVersity {
+		return errors.New("the v1alpha1s3 driver runs against Versity only")
 	}
 	return nil
 }
@@ -262,9 +268,13 @@ func (e *Env) StartCOSI(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	metricsFlag := "--metrics-address"
+	if e.opts.Driver == DriverV1alpha1S3 {
+		metricsFlag = "" // a v1alpha1 driver serves no metrics
+	}
 	if e.Driver, err = e.component(
 		"cosi-driver-"+string(e.opts.Driver),
-		"--metrics-address",
+		metricsFlag,
 		append([]string{"--endpoint", endpoint}, driverArgs...),
 	); err != nil {
 		return err
@@ -294,6 +304,8 @@ func (e *Env) driverArgs() ([]string, error) {
 	}
 	switch {
 	case e.opts.Driver == DriverMemory:
+	case e.opts.Driver == DriverV1alpha1S3:
+		args = append(args, "--s3-endpoint", e.Store.S3Endpoint, "--iam-endpoint", e.Store.IAMEndpoint, "--credentials-file", e.Store.RootEnvFile())
 	case e.opts.Store == StoreVersity:
 		args = append(args, "--s3-endpoint", e.Store.S3Endpoint, "--accounts", "iam", "--iam-endpoint", e.Store.IAMEndpoint,
 			"--credentials-file", e.Store.RootEnvFile())
@@ -338,7 +350,7 @@ func (e *Env) manager(name string, args ...string) (*Component, error) {
 func (e *Env) component(name, metricsFlag string, args []string) (*Component, error) {
 	c := &Component{Process: &process.Process{Name: name, Binary: filepath.Join(e.opts.BinDir, name),
 		Log: filepath.Join(e.opts.Dir, "log", name+".log"), DumpOnHang: true}}
-	if e.opts.Metrics {
+	if e.opts.Metrics && metricsFlag != "" {
 		var err error
 		if c.MetricsAddress, err = process.FreeAddress(); err != nil {
 			return nil, err

@@ -191,8 +191,11 @@ func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket
 		bucket.Status.Protocols = append(bucket.Status.Protocols, apiProtocol(p))
 	}
 	bucket.Status.BucketInfo = bucketStatusInfo(info)
-	conditions.MarkTrue(bucket, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioned,
-		"the bucket exists in the backend")
+	msg := "the bucket exists in the backend"
+	if bucket.Spec.ExistingBucketID != "" {
+		msg = importedMessage(r.Driver)
+	}
+	conditions.MarkTrue(bucket, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioned, msg)
 	conditions.MarkFalse(bucket, cosiapi.ConditionProvisionFailed, cosiapi.ReasonDriverSucceeded, "")
 	conditions.MarkTrue(bucket, cosiapi.ConditionResourcesValidated, cosiapi.ReasonValid, "")
 	return status.Patch(ctx, patch.NoLock)

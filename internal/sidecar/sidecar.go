@@ -24,6 +24,7 @@ import (
 	"github.com/kube-cosi/cosi/internal/requeue"
 	"github.com/kube-cosi/cosi/internal/scheme"
 	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/v1alpha1"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
@@ -50,12 +51,17 @@ type Options struct {
 	MetricsAddress, HealthAddress string
 	// SkipNameValidation allows several sidecars in one process (tests).
 	SkipNameValidation bool
+	// DriverProtocol forces the driver protocol (driver.ProtocolV1alpha2 or ProtocolV1alpha1);
+	// empty detects it. V1alpha1Protocols are the object protocols a v1alpha1 driver serves.
+	DriverProtocol    string
+	V1alpha1Protocols []cosiproto.ObjectProtocol_Type
 }
 
 // Run connects to the driver, waits until it answers, and reconciles until ctx is done.
 func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) error {
 	drv, err := driver.NewClient(opts.DriverEndpoint, driver.ClientOptions{
 		Logger: log.WithName("driver"), Registerer: metrics.Registry, CallTimeout: opts.DriverTimeout,
+		Protocol: opts.DriverProtocol, V1alpha1: v1alpha1.Options{Protocols: opts.V1alpha1Protocols},
 	})
 	if err != nil {
 		return err
@@ -74,7 +80,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 		return fmt.Errorf("driver at %s: %w", opts.DriverEndpoint, err)
 	}
 	log = log.WithValues("driverName", info.GetName())
-	log.Info("driver ready", "protocols", info.GetSupportedProtocols())
+	log.Info("driver ready", "protocols", info.GetSupportedProtocols(), "driverProtocol", drv.Protocol())
 
 	mgr, err := newManager(cfg, opts, info, log)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/kube-cosi/cosi/pkg/driver/v1alpha1"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
@@ -29,6 +30,11 @@ type ClientOptions struct {
 	Registerer prometheus.Registerer
 	// CallTimeout is the deadline of each call whose context has none; zero means one minute.
 	CallTimeout time.Duration
+	// Protocol forces the driver protocol, ProtocolV1alpha2 or ProtocolV1alpha1; empty means
+	// Probe detects it (DetectProtocol).
+	Protocol string
+	// V1alpha1 configures the adapter that drives a v1alpha1 driver.
+	V1alpha1 v1alpha1.Options
 }
 
 // Client is a connection to a driver, as the sidecar uses it.
@@ -38,6 +44,9 @@ type Client struct {
 
 	conn       *grpc.ClientConn
 	driverName atomic.Pointer[string]
+	opts       ClientOptions
+	protocol   string
+	protocolM  *prometheus.GaugeVec
 }
 
 // NewClient prepares a connection to the driver at endpoint. It does no I/O: call Probe to wait
@@ -53,7 +62,16 @@ func NewClient(endpoint string, opts ClientOptions) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
-	c := &Client{}
+	switch opts.Protocol {
+	case "", ProtocolV1alpha2, ProtocolV1alpha1:
+	default:
+		return nil, fmt.Errorf("driver protocol %q is not %s or %s", opts.Protocol, ProtocolV1alpha2, ProtocolV1alpha1)
+	}
+	protocolM, err := newProtocolMetric(opts.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
+	c := &Client{opts: opts, protocolM: protocolM}
 	unknown := ""
 	c.driverName.Store(&unknown)
 	if opts.Registerer == nil {
@@ -71,6 +89,10 @@ func NewClient(endpoint string, opts ClientOptions) (*Client, error) {
 	return c, nil
 }
 
+// Protocol is the protocol the driver speaks, ProtocolV1alpha2 or ProtocolV1alpha1, once Probe
+// returned.
+func (c *Client) Protocol() string { return c.protocol }
+
 // DriverName is the name the driver reported to Probe, or "" before that.
 func (c *Client) DriverName() string { return *c.driverName.Load() }
 
@@ -79,18 +101,33 @@ func (c *Client) Close() error { return c.conn.Close() }
 
 // Probe calls DriverGetInfo until the driver answers, with backoff from 100 ms up to 5 s between
 // attempts, until ctx is done. It validates the answer (name format, protocols) and returns it.
+//
+// It first settles the driver's protocol (ClientOptions.Protocol, or DetectProtocol): for a
+// v1alpha1 driver, the client's Identity and Provisioner become pkg/driver/v1alpha1's adapter.
+// Call it before any other method, and only once.
 func (c *Client) Probe(ctx context.Context) (*cosiproto.DriverGetInfoResponse, error) {
 	delay := 100 * time.Millisecond
 	for {
 		attemptCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		info, err := c.DriverGetInfo(attemptCtx, &cosiproto.DriverGetInfoRequest{})
+		err := c.settleProtocol(attemptCtx)
+		var info *cosiproto.DriverGetInfoResponse
+		if err == nil {
+			info, err = c.DriverGetInfo(attemptCtx, &cosiproto.DriverGetInfoRequest{})
+		}
 		cancel()
+		if errors.Is(err, errNoProtocol) {
+			return nil, err
+		}
 		if err == nil {
 			if err := ValidateGetInfoResponse(info); err != nil {
 				return nil, fmt.Errorf("driver answered DriverGetInfo with an invalid response: %w", err)
 			}
 			name := info.GetName()
 			c.driverName.Store(&name)
+			if c.protocolM != nil {
+				c.protocolM.WithLabelValues(name, c.protocol).Set(1)
+			}
+			c.opts.Logger.Info("driver protocol", "protocol", c.protocol, "forced", c.opts.Protocol != "")
 			return info, nil
 		}
 		if !Retryable(err) && status.Code(err) != codes.Unknown {
@@ -103,6 +140,27 @@ func (c *Client) Probe(ctx context.Context) (*cosiproto.DriverGetInfoResponse, e
 		}
 		delay = min(2*delay, 5*time.Second)
 	}
+}
+
+// settleProtocol detects the driver's protocol once (or takes the forced one) and puts the
+// v1alpha1 adapter in place for a v1alpha1 driver.
+func (c *Client) settleProtocol(ctx context.Context) error {
+	if c.protocol != "" {
+		return nil
+	}
+	protocol := c.opts.Protocol
+	if protocol == "" {
+		var err error
+		if protocol, err = DetectProtocol(ctx, c.conn); err != nil {
+			return err
+		}
+	}
+	if protocol == ProtocolV1alpha1 {
+		adapter := v1alpha1.New(c.conn, c.opts.V1alpha1)
+		c.IdentityClient, c.ProvisionerClient = adapter, adapter
+	}
+	c.protocol = protocol
+	return nil
 }
 
 // Retryable reports whether a driver call that failed with err may still succeed when repeated

@@ -7,6 +7,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	v1 "sigs.k8s.io/container-object-storage-interface/proto"
+
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
@@ -46,8 +48,13 @@ func (s stripped) MarshalLog() any {
 
 func isSecret(fd protoreflect.FieldDescriptor) bool {
 	secret, _ := proto.GetExtension(fd.Options(), cosiproto.E_CosiSecret).(bool)
-	return secret
+	v1Secret, _ := proto.GetExtension(fd.Options(), v1.E_CosiSecret).(bool)
+	// v1alpha1 marks nothing in its grant response: the credentials' secrets map holds the keys.
+	return secret || v1Secret || fd.FullName() == v1alpha1CredentialSecrets
 }
+
+// v1alpha1CredentialSecrets is the v1alpha1 field that carries a grant's keys.
+const v1alpha1CredentialSecrets protoreflect.FullName = "cosi.v1alpha1.CredentialDetails.secrets"
 
 func stripMessage(m protoreflect.Message) {
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {

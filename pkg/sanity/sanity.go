@@ -139,7 +139,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	}
 	defer s.conn.Close()
 	var results []Result
-	for _, c := range cases {
+	for _, c := range s.runnable() {
 		if cfg.Run != nil && !cfg.Run.MatchString(c.Name) {
 			continue
 		}
@@ -156,7 +156,7 @@ func Test(t *testing.T, cfg Config) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.conn.Close() })
-	for _, c := range cases {
+	for _, c := range s.runnable() {
 		if cfg.Run != nil && !cfg.Run.MatchString(c.Name) {
 			continue
 		}
@@ -180,6 +180,7 @@ type suite struct {
 	prov     cosiproto.ProvisionerClient
 	info     *cosiproto.DriverGetInfoResponse
 	prefix   string // makes this run's names unique in the backend
+	protocol string // driver.ProtocolV1alpha2 or ProtocolV1alpha1 (v1alpha1.go)
 
 	mu         sync.Mutex
 	violations []string // error scheme violations seen by the interceptor during the current case
@@ -206,6 +207,13 @@ func newSuite(ctx context.Context, cfg Config) (*suite, error) {
 	// Wait for the driver, as the sidecar does, but not forever.
 	probeCtx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
+	if err := s.detect(probeCtx); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("driver at %s: detecting its protocol: %w", cfg.Endpoint, err)
+	}
+	if s.protocol == driver.ProtocolV1alpha1 {
+		return s, nil // v1alpha1Cases ask DriverGetInfo themselves
+	}
 	for {
 		s.info, err = s.identity.DriverGetInfo(probeCtx, &cosiproto.DriverGetInfoRequest{})
 		if err == nil || !driver.Retryable(err) || probeCtx.Err() != nil {

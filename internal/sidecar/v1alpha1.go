@@ -1,0 +1,34 @@
+package sidecar
+
+import (
+	"fmt"
+	"strings"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/pkg/driver"
+	cosiproto "github.com/kube-cosi/cosi/proto"
+)
+
+// ParseProtocols parses a comma-separated list of API protocols (S3, Azure, GCS), the
+// --v1alpha1-protocols flag.
+func ParseProtocols(s string) ([]cosiproto.ObjectProtocol_Type, error) {
+	var out []cosiproto.ObjectProtocol_Type
+	for p := range strings.SplitSeq(s, ",") {
+		rpc := rpcProtocol(cosiapi.Protocol(strings.TrimSpace(p)))
+		if rpc == cosiproto.ObjectProtocol_UNKNOWN {
+			return nil, fmt.Errorf("%q is not S3, Azure or GCS", p)
+		}
+		out = append(out, rpc)
+	}
+	return out, nil
+}
+
+// importedMessage is the Provisioned condition's message for an imported (static) Bucket. A
+// v1alpha1 driver cannot look a bucket up, so nothing was checked: the message says so, and that
+// the first grant is where a missing bucket will show.
+func importedMessage(drv *driver.Client) string {
+	if drv.Protocol() == driver.ProtocolV1alpha1 {
+		return "imported without a check: the driver speaks COSI v1alpha1, which cannot look a bucket up; the first access grant shows whether it exists"
+	}
+	return "the bucket exists in the backend"
+}

@@ -1,0 +1,427 @@
+// Package v1alpha1 lets the sidecar drive a COSI v1alpha1 driver (gRPC package cosi.v1alpha1, the
+// protocol of every COSI driver published before KEP-1979 v1alpha2) unchanged: Adapter implements
+// the v1alpha2 Identity and Provisioner clients on top of the v1alpha1 RPCs.
+//
+// Every mapping decision is listed in docs/v1alpha1-drivers.md; the comments here say why.
+//
+// The wire protocol is what matters, so one published Go module suffices for every v1alpha1
+// driver: sigs.k8s.io/container-object-storage-interface/proto (v0.2.x). The older
+// sigs.k8s.io/container-object-storage-interface-spec (v0.1.0) declares the same package
+// cosi.v1alpha1 with the same services, methods, messages and field numbers; v0.2.x only adds two
+// optional maps (DriverDeleteBucketRequest.delete_context = 2 and
+// DriverRevokeBucketAccessRequest.revoke_access_context = 3), which a driver built on v0.1.0 skips
+// as unknown fields. The two Go modules cannot be linked into one program (both register the
+// protobuf file "cosi.proto"), and they need not be.
+package v1alpha1
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	v1 "sigs.k8s.io/container-object-storage-interface/proto"
+
+	cosiproto "github.com/kube-cosi/cosi/proto"
+)
+
+// ParameterAccessModes is the BucketAccessClass parameter that declares which access modes the
+// class's v1alpha1 driver grants, since v1alpha1 requests carry none: for example
+// "objectData=ReadOnly" for a class whose parameters make the driver grant read-only keys. The
+// adapter accepts only requests within that set and removes the parameter before calling the
+// driver. Absent, it is DefaultAccessModes.
+const ParameterAccessModes = "objectstorage.k8s.io/v1alpha1-access-modes"
+
+// DefaultAccessModes is what a v1alpha1 grant is assumed to give when the class declares nothing:
+// read and write of objects, the only access every v1alpha1 driver grants.
+const DefaultAccessModes = "objectData=ReadWrite"
+
+// The keys of v1alpha1's DriverGrantBucketAccessResponse.credentials and of their secrets, as the
+// upstream v1alpha1 sidecar read them (controller/pkg/consts). The GCS keys were never defined by
+// the upstream sidecar; the adapter reads the camelCase names of the v1alpha2 fields.
+const (
+	CredentialsS3    = "s3"
+	CredentialsAzure = "azure"
+	CredentialsGCS   = "gcs"
+
+	S3AccessKeyID     = "accessKeyID"
+	S3AccessSecretKey = "accessSecretKey"
+	S3Endpoint        = "endpoint"
+	S3Region          = "region"
+
+	AzureAccessToken = "accessToken"
+	AzureExpiry      = "expiryTs"
+
+	GCSServiceAccountName = "serviceAccountName"
+	GCSClientEmail        = "clientEmail"
+	GCSClientID           = "clientId"
+	GCSPrivateKeyID       = "privateKeyId"
+	GCSPrivateKey         = "privateKey"
+	GCSHMACAccessID       = "hmacAccessId"
+	GCSHMACSecret         = "hmacSecret"
+	GCSProjectID          = "projectId"
+)
+
+// Options configure an Adapter.
+type Options struct {
+	// Protocols are the object protocols the driver serves, reported as the v1alpha2
+	// supported_protocols: v1alpha1's DriverGetInfo does not say. Empty means S3 only.
+	Protocols []cosiproto.ObjectProtocol_Type
+}
+
+// Adapter is a v1alpha2 Identity and Provisioner client that calls a v1alpha1 driver.
+type Adapter struct {
+	identity    v1.IdentityClient
+	provisioner v1.ProvisionerClient
+	protocols   []cosiproto.ObjectProtocol_Type
+}
+
+var (
+	_ cosiproto.IdentityClient    = (*Adapter)(nil)
+	_ cosiproto.ProvisionerClient = (*Adapter)(nil)
+)
+
+// New returns an adapter that calls the v1alpha1 driver on conn.
+func New(conn grpc.ClientConnInterface, opts Options) *Adapter {
+	protocols := opts.Protocols
+	if len(protocols) == 0 {
+		protocols = []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3}
+	}
+	return &Adapter{identity: v1.NewIdentityClient(conn), provisioner: v1.NewProvisionerClient(conn), protocols: slices.Clone(protocols)}
+}
+
+// DriverGetInfo returns the driver's v1alpha1 name and the configured protocols.
+func (a *Adapter) DriverGetInfo(ctx context.Context, _ *cosiproto.DriverGetInfoRequest, opts ...grpc.CallOption) (*cosiproto.DriverGetInfoResponse, error) {
+	resp, err := a.identity.DriverGetInfo(ctx, &v1.DriverGetInfoRequest{}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &cosiproto.DriverGetInfoResponse{Name: resp.GetName(), SupportedProtocols: slices.Clone(a.protocols)}, nil
+}
+
+// DriverGenerateBucketId returns the Bucket's name: the name DriverCreateBucket asks the v1alpha1
+// driver to create. It is deterministic, so a retried provisioning never creates a second bucket
+// (KEP-1979: random names leak buckets), and it touches nothing in the backend.
+func (a *Adapter) DriverGenerateBucketId(_ context.Context, req *cosiproto.DriverGenerateBucketIdRequest, _ ...grpc.CallOption) (*cosiproto.DriverGenerateBucketIdResponse, error) {
+	if req.GetName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "name is required")
+	}
+	if err := a.checkProtocols(req.GetProtocols()); err != nil {
+		return nil, err
+	}
+	return &cosiproto.DriverGenerateBucketIdResponse{BucketId: req.GetName()}, nil
+}
+
+// DriverCreateBucket calls v1alpha1 DriverCreateBucket(name = bucket_id, parameters).
+//
+// ALREADY_EXISTS is success: COSI calls it only with the bucket_id of phase 1, a Bucket name
+// ("bc-<BucketClaim UID>") no other Bucket has, and with that Bucket's parameters, which are
+// immutable; so the bucket can only be the one an earlier call created with the same parameters.
+// The v1alpha1 spec allows drivers to answer a repeated call that way ("Multiple calls to
+// CreateBucket may result in error ALREADY_EXISTS if the call succeeded early").
+func (a *Adapter) DriverCreateBucket(ctx context.Context, req *cosiproto.DriverCreateBucketRequest, opts ...grpc.CallOption) (*cosiproto.DriverCreateBucketResponse, error) {
+	if err := a.checkProtocols(req.GetProtocols()); err != nil {
+		return nil, err
+	}
+	resp, err := a.provisioner.DriverCreateBucket(ctx, &v1.DriverCreateBucketRequest{Name: req.GetBucketId(), Parameters: req.GetParameters()}, opts...)
+	if status.Code(err) == codes.AlreadyExists {
+		return &cosiproto.DriverCreateBucketResponse{Protocols: a.bucketInfo(req.GetBucketId(), nil, req.GetProtocols())}, nil
+	}
+	if err != nil {
+		return nil, mapError("DriverCreateBucket", err)
+	}
+	// The adapter addresses the bucket by its name in every later call (grant, revoke, delete):
+	// there is no v1alpha2 field to keep another ID in. A driver that names the bucket otherwise
+	// is refused before any access is granted to it.
+	if id := resp.GetBucketId(); id != req.GetBucketId() {
+		return nil, status.Errorf(codes.Unimplemented,
+			"v1alpha1 adapter: the driver created bucket %q with bucket_id %q; the adapter supports only drivers whose bucket_id is the name they are given (docs/v1alpha1-drivers.md)",
+			req.GetBucketId(), id)
+	}
+	return &cosiproto.DriverCreateBucketResponse{Protocols: a.bucketInfo(req.GetBucketId(), resp.GetBucketInfo(), req.GetProtocols())}, nil
+}
+
+// DriverGetBucket answers for an imported (static) Bucket without asking the driver: v1alpha1 has
+// no RPC to look a bucket up. Nothing is checked in the backend; the first grant is where a
+// missing bucket shows. The bucket info holds the client-facing name (the bucket_id) for each
+// protocol the Bucket names, or the driver's protocols when it names none.
+func (a *Adapter) DriverGetBucket(_ context.Context, req *cosiproto.DriverGetBucketRequest, _ ...grpc.CallOption) (*cosiproto.DriverGetBucketResponse, error) {
+	if req.GetBucketId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "bucket_id is required")
+	}
+	if err := a.checkProtocols(req.GetProtocols()); err != nil {
+		return nil, err
+	}
+	return &cosiproto.DriverGetBucketResponse{Protocols: a.bucketInfo(req.GetBucketId(), nil, req.GetProtocols())}, nil
+}
+
+// DriverDeleteBucket calls v1alpha1 DriverDeleteBucket(bucket_id, delete_context = parameters).
+// NOT_FOUND is success: the bucket is gone, which is what was asked.
+func (a *Adapter) DriverDeleteBucket(ctx context.Context, req *cosiproto.DriverDeleteBucketRequest, opts ...grpc.CallOption) (*cosiproto.DriverDeleteBucketResponse, error) {
+	_, err := a.provisioner.DriverDeleteBucket(ctx, &v1.DriverDeleteBucketRequest{BucketId: req.GetBucketId(), DeleteContext: req.GetParameters()}, opts...)
+	if err != nil && status.Code(err) != codes.NotFound {
+		return nil, mapError("DriverDeleteBucket", err)
+	}
+	return &cosiproto.DriverDeleteBucketResponse{}, nil
+}
+
+// DriverGenerateBucketAccessId checks that a v1alpha1 driver can serve the access and returns the
+// account name, which the grant passes as the v1alpha1 name.
+func (a *Adapter) DriverGenerateBucketAccessId(_ context.Context, req *cosiproto.DriverGenerateBucketAccessIdRequest, _ ...grpc.CallOption) (*cosiproto.DriverGenerateBucketAccessIdResponse, error) {
+	if req.GetAccountName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "account_name is required")
+	}
+	if err := a.checkAccess(req.GetBuckets(), req.GetProtocol(), req.GetAuthenticationType(), req.GetParameters()); err != nil {
+		return nil, err
+	}
+	return &cosiproto.DriverGenerateBucketAccessIdResponse{AccountId: req.GetAccountName()}, nil
+}
+
+// DriverGrantBucketAccess calls v1alpha1 DriverGrantBucketAccess(bucket_id, name = account_id,
+// Key, parameters without ParameterAccessModes) and maps its credentials.
+//
+// ALREADY_EXISTS means the driver made this account before (the v1alpha1 spec lets a repeated call
+// answer so) and will not return its credentials again; the sidecar asks again only when the
+// credentials were never written or their Secret was lost. The adapter revokes the account and
+// grants it once more, so the new Secret holds a key that works.
+func (a *Adapter) DriverGrantBucketAccess(ctx context.Context, req *cosiproto.DriverGrantBucketAccessRequest, opts ...grpc.CallOption) (*cosiproto.DriverGrantBucketAccessResponse, error) {
+	if err := a.checkAccess(req.GetBuckets(), req.GetProtocol(), req.GetAuthenticationType(), req.GetParameters()); err != nil {
+		return nil, err
+	}
+	bucketID := req.GetBuckets()[0].GetBucketId()
+	v1req := &v1.DriverGrantBucketAccessRequest{
+		BucketId: bucketID, Name: req.GetAccountId(), AuthenticationType: v1.AuthenticationType_Key, Parameters: driverParameters(req.GetParameters()),
+	}
+	resp, err := a.provisioner.DriverGrantBucketAccess(ctx, v1req, opts...)
+	if status.Code(err) == codes.AlreadyExists {
+		if _, err := a.revoke(ctx, bucketID, req.GetAccountId(), v1req.GetParameters(), opts); err != nil {
+			return nil, err
+		}
+		resp, err = a.provisioner.DriverGrantBucketAccess(ctx, v1req, opts...)
+	}
+	if err != nil {
+		return nil, mapError("DriverGrantBucketAccess", err)
+	}
+	// Revocation addresses the account by the v1alpha2 account_id, the name: a driver that returns
+	// another ID could never be revoked after a restart. Its account is revoked now, by the ID it
+	// returned, and the access refused: credentials must not outlive their BucketAccess.
+	if id := resp.GetAccountId(); id != req.GetAccountId() {
+		if _, err := a.revoke(ctx, bucketID, id, v1req.GetParameters(), opts); err != nil {
+			return nil, err
+		}
+		return nil, status.Errorf(codes.Unimplemented,
+			"v1alpha1 adapter: the driver returned account_id %q for account %q (revoked again); the adapter supports only drivers whose account_id is the name they are given (docs/v1alpha1-drivers.md)",
+			id, req.GetAccountId())
+	}
+	info, creds, err := mapCredentials(req.GetProtocol(), bucketID, resp.GetCredentials())
+	if err != nil {
+		return nil, err
+	}
+	return &cosiproto.DriverGrantBucketAccessResponse{
+		Buckets:     []*cosiproto.DriverGrantBucketAccessResponse_BucketInfo{{BucketId: bucketID, BucketInfo: info}},
+		Credentials: creds,
+	}, nil
+}
+
+// DriverRevokeBucketAccess calls v1alpha1 DriverRevokeBucketAccess(bucket_id, account_id,
+// revoke_access_context = parameters) for each bucket. NOT_FOUND is success.
+func (a *Adapter) DriverRevokeBucketAccess(ctx context.Context, req *cosiproto.DriverRevokeBucketAccessRequest, opts ...grpc.CallOption) (*cosiproto.DriverRevokeBucketAccessResponse, error) {
+	if len(req.GetBuckets()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "buckets: at least one bucket is required")
+	}
+	for _, b := range req.GetBuckets() {
+		if _, err := a.revoke(ctx, b.GetBucketId(), req.GetAccountId(), driverParameters(req.GetParameters()), opts); err != nil {
+			return nil, err
+		}
+	}
+	return &cosiproto.DriverRevokeBucketAccessResponse{}, nil
+}
+
+func (a *Adapter) revoke(ctx context.Context, bucketID, accountID string, params map[string]string, opts []grpc.CallOption) (*v1.DriverRevokeBucketAccessResponse, error) {
+	resp, err := a.provisioner.DriverRevokeBucketAccess(ctx, &v1.DriverRevokeBucketAccessRequest{BucketId: bucketID, AccountId: accountID, RevokeAccessContext: params}, opts...)
+	if err != nil && status.Code(err) != codes.NotFound {
+		return nil, mapError("DriverRevokeBucketAccess", err)
+	}
+	return resp, nil
+}
+
+// checkProtocols refuses protocols the adapter was not configured to serve.
+func (a *Adapter) checkProtocols(protocols []cosiproto.ObjectProtocol_Type) error {
+	for _, p := range protocols {
+		if !slices.Contains(a.protocols, p) {
+			return status.Errorf(codes.InvalidArgument, "protocol %v is not one of the v1alpha1 driver's configured protocols %v", p, a.protocols)
+		}
+	}
+	return nil
+}
+
+// checkAccess refuses what a v1alpha1 grant cannot express: several buckets with one credential
+// (OUT_OF_RANGE, as KEP-1979 asks of drivers that cannot), ServiceAccount authentication (v1alpha1
+// passes no ServiceAccount to the driver), and any access mode outside the class's declared set.
+func (a *Adapter) checkAccess(buckets []*cosiproto.AccessedBucket, protocol cosiproto.ObjectProtocol_Type, auth cosiproto.AuthenticationType_Type, params map[string]string) error {
+	switch {
+	case len(buckets) == 0:
+		return status.Error(codes.InvalidArgument, "buckets: at least one bucket is required")
+	case len(buckets) > 1:
+		return status.Errorf(codes.OutOfRange, "a v1alpha1 driver grants access to one bucket per account; %d buckets were requested", len(buckets))
+	case auth != cosiproto.AuthenticationType_KEY:
+		return status.Errorf(codes.InvalidArgument, "authentication type %v: a v1alpha1 driver is given no ServiceAccount; only KEY is supported", auth)
+	case buckets[0].GetBucketId() == "":
+		return status.Error(codes.InvalidArgument, "buckets[0].bucket_id is required")
+	}
+	if err := a.checkProtocols([]cosiproto.ObjectProtocol_Type{protocol}); err != nil {
+		return err
+	}
+	declared, err := ParseAccessModes(params[ParameterAccessModes])
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "BucketAccessClass parameter %s: %s", ParameterAccessModes, err)
+	}
+	return CheckAccessModes(declared, buckets[0].GetAccessModes())
+}
+
+// CheckAccessModes accepts a request only when each category it asks for (not UNSPECIFIED) has
+// exactly the declared mode: the driver grants what its class configures, whatever is asked, so
+// granting anything else would widen (or narrow) the access silently.
+func CheckAccessModes(declared, requested *cosiproto.AccessModes) error {
+	var wrong []string
+	check := func(name string, want, got cosiproto.AccessMode_Mode) {
+		if got != cosiproto.AccessMode_UNSPECIFIED && got != want {
+			wrong = append(wrong, fmt.Sprintf("%s %s (the class grants %s)", name, modeName(got), modeName(want)))
+		}
+	}
+	check("objectData", declared.GetObjectData(), requested.GetObjectData())
+	check("objectMetadata", declared.GetObjectMetadata(), requested.GetObjectMetadata())
+	check("bucketMetadata", declared.GetBucketMetadata(), requested.GetBucketMetadata())
+	if len(wrong) > 0 {
+		return status.Errorf(codes.InvalidArgument,
+			"access modes not granted by this v1alpha1 driver's class: %s; v1alpha1 drivers take no access mode, the class declares what they grant in parameter %s",
+			strings.Join(wrong, ", "), ParameterAccessModes)
+	}
+	if requested.GetObjectData() == cosiproto.AccessMode_UNSPECIFIED && requested.GetObjectMetadata() == cosiproto.AccessMode_UNSPECIFIED &&
+		requested.GetBucketMetadata() == cosiproto.AccessMode_UNSPECIFIED {
+		return status.Error(codes.InvalidArgument, "no access mode requested")
+	}
+	return nil
+}
+
+// ParseAccessModes parses a ParameterAccessModes value, "objectData=ReadWrite,objectMetadata=
+// ReadOnly"; empty is DefaultAccessModes. A category left out is not granted.
+func ParseAccessModes(s string) (*cosiproto.AccessModes, error) {
+	if strings.TrimSpace(s) == "" {
+		s = DefaultAccessModes
+	}
+	out := &cosiproto.AccessModes{}
+	for part := range strings.SplitSeq(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok {
+			return nil, fmt.Errorf("%q is not category=mode", part)
+		}
+		var mode cosiproto.AccessMode_Mode
+		switch strings.TrimSpace(v) {
+		case "ReadWrite":
+			mode = cosiproto.AccessMode_READ_WRITE
+		case "ReadOnly":
+			mode = cosiproto.AccessMode_READ_ONLY
+		case "WriteOnly":
+			mode = cosiproto.AccessMode_WRITE_ONLY
+		default:
+			return nil, fmt.Errorf("%q is not ReadWrite, ReadOnly or WriteOnly", v)
+		}
+		switch strings.TrimSpace(k) {
+		case "objectData":
+			out.ObjectData = mode
+		case "objectMetadata":
+			out.ObjectMetadata = mode
+		case "bucketMetadata":
+			out.BucketMetadata = mode
+		default:
+			return nil, fmt.Errorf("%q is not objectData, objectMetadata or bucketMetadata", k)
+		}
+	}
+	return out, nil
+}
+
+func modeName(m cosiproto.AccessMode_Mode) string {
+	switch m {
+	case cosiproto.AccessMode_READ_WRITE:
+		return "ReadWrite"
+	case cosiproto.AccessMode_READ_ONLY:
+		return "ReadOnly"
+	case cosiproto.AccessMode_WRITE_ONLY:
+		return "WriteOnly"
+	}
+	return "nothing"
+}
+
+// driverParameters are the parameters the v1alpha1 driver sees: the class's, without the
+// adapter's own.
+func driverParameters(params map[string]string) map[string]string {
+	if _, ok := params[ParameterAccessModes]; !ok {
+		return params
+	}
+	out := make(map[string]string, len(params))
+	for k, v := range params {
+		if k != ParameterAccessModes {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// bucketInfo maps v1alpha1 bucket_info (one protocol, or none) to v1alpha2's. The client-facing
+// bucket name, which v1alpha1 never reported, is the bucket_id: the upstream v1alpha1 sidecar
+// wrote the bucket ID into its BucketInfo as the bucket name too. S3's signature_version has no
+// v1alpha2 field (KEP-1979 assumes SigV4) and is dropped; GCS's service_account and
+// private_key_name describe credentials, not the bucket, and are dropped. Without bucket_info,
+// each protocol requested (or, when none is, each configured) is reported with the name alone.
+func (a *Adapter) bucketInfo(bucketID string, p *v1.Protocol, requested []cosiproto.ObjectProtocol_Type) *cosiproto.ProtocolBucketInfo {
+	out := &cosiproto.ProtocolBucketInfo{}
+	switch {
+	case p.GetS3() != nil:
+		out.S3 = &cosiproto.S3BucketInfo{BucketName: bucketID, Region: p.GetS3().GetRegion()}
+	case p.GetAzureBlob() != nil:
+		out.Azure = &cosiproto.AzureBucketInfo{StorageAccount: p.GetAzureBlob().GetStorageAccount()}
+	case p.GetGcs() != nil:
+		out.Gcs = &cosiproto.GcsBucketInfo{BucketName: bucketID, ProjectId: p.GetGcs().GetProjectId()}
+	default:
+		if len(requested) == 0 {
+			requested = a.protocols
+		}
+		for _, proto := range requested {
+			switch proto {
+			case cosiproto.ObjectProtocol_S3:
+				out.S3 = &cosiproto.S3BucketInfo{BucketName: bucketID}
+			case cosiproto.ObjectProtocol_AZURE:
+				out.Azure = &cosiproto.AzureBucketInfo{}
+			case cosiproto.ObjectProtocol_GCS:
+				out.Gcs = &cosiproto.GcsBucketInfo{BucketName: bucketID}
+			}
+		}
+	}
+	return out
+}
+
+// mapError keeps the driver's code, which the sidecar classifies (docs/v1alpha1-drivers.md), and
+// names the v1alpha1 call in the message. Errors without a status (a broken connection) are
+// returned as they are: the sidecar retries them.
+func mapError(method string, err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return fmt.Errorf("v1alpha1 %s: %w", method, err)
+	}
+	return status.Errorf(st.Code(), "v1alpha1 %s: %s", method, st.Message())
+}
+
+// sortedKeys lists a map's keys for messages; never its values, which may be secrets.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,160 @@
+package sanity
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	v1 "sigs.k8s.io/container-object-storage-interface/proto"
+
+	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/v1alpha1"
+)
+
+// A driver that speaks only cosi.v1alpha1 (every driver published before KEP-1979 v1alpha2) is
+// tested with v1alpha1Cases: the v1alpha1 spec's requirements (idempotent create, ALREADY_EXISTS on
+// different parameters, grant and revoke, idempotent delete and revoke, the error scheme, checked
+// on every call by the suite's interceptor), and what this project's sidecar adapter needs of it
+// to drive it (docs/v1alpha1-drivers.md): bucket_id and account_id are the names it is given, and
+// credentials come under the keys the upstream v1alpha1 sidecar read.
+
+// detect settles the driver's protocol, waiting for the driver as the sidecar does.
+func (s *suite) detect(ctx context.Context) error {
+	for {
+		protocol, err := driver.DetectProtocol(ctx, s.conn)
+		if err == nil {
+			s.protocol = protocol
+			return nil
+		}
+		if !driver.Retryable(err) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// runnable are the cases for the driver's protocol.
+func (s *suite) runnable() []Case {
+	if s.protocol == driver.ProtocolV1alpha1 {
+		return v1alpha1Cases
+	}
+	return cases
+}
+
+// V1alpha1Cases lists the cases run against a v1alpha1 driver.
+func V1alpha1Cases() []Case { return v1alpha1Cases }
+
+func (t *T) v1() v1.ProvisionerClient { return v1.NewProvisionerClient(t.s.conn) }
+
+// v1CreateBucket creates a bucket and deletes it when the case ends.
+func (t *T) v1CreateBucket() (string, *v1.DriverCreateBucketResponse) {
+	name := t.name("b")
+	resp, err := t.v1().DriverCreateBucket(t.ctx, &v1.DriverCreateBucketRequest{Name: name, Parameters: t.s.cfg.BucketParameters})
+	t.ok(err, "DriverCreateBucket")
+	t.Cleanup(func() {
+		_, _ = t.v1().DriverDeleteBucket(t.ctx, &v1.DriverDeleteBucketRequest{BucketId: resp.GetBucketId()})
+	})
+	return name, resp
+}
+
+// v1Grant grants a key to bucketID and revokes it when the case ends.
+func (t *T) v1Grant(bucketID string) (string, *v1.DriverGrantBucketAccessResponse) {
+	name := t.name("a")
+	resp, err := t.v1().DriverGrantBucketAccess(t.ctx, &v1.DriverGrantBucketAccessRequest{
+		BucketId: bucketID, Name: name, AuthenticationType: v1.AuthenticationType_Key, Parameters: t.s.cfg.AccessParameters,
+	})
+	t.ok(err, "DriverGrantBucketAccess")
+	t.Cleanup(func() {
+		_, _ = t.v1().DriverRevokeBucketAccess(t.ctx, &v1.DriverRevokeBucketAccessRequest{BucketId: bucketID, AccountId: resp.GetAccountId()})
+	})
+	return name, resp
+}
+
+var v1alpha1Cases = []Case{
+	{Name: "v1alpha1/DriverGetInfo/valid-name", run: func(t *T) {
+		info, err := v1.NewIdentityClient(t.s.conn).DriverGetInfo(t.ctx, &v1.DriverGetInfoRequest{})
+		t.ok(err, "DriverGetInfo")
+		if err := driver.ValidateDriverName(info.GetName()); err != nil {
+			t.Errorf("%v", err)
+		}
+	}},
+	{Name: "v1alpha1/DriverCreateBucket/idempotent", run: func(t *T) {
+		name, first := t.v1CreateBucket()
+		again, err := t.v1().DriverCreateBucket(t.ctx, &v1.DriverCreateBucketRequest{Name: name, Parameters: t.s.cfg.BucketParameters})
+		t.ok(err, "DriverCreateBucket again with the same name and parameters (the v1alpha1 spec requires OK)")
+		if again.GetBucketId() != first.GetBucketId() {
+			t.Errorf("bucket_id %q the second time, %q the first", again.GetBucketId(), first.GetBucketId())
+		}
+	}},
+	{Name: "v1alpha1/DriverCreateBucket/bucket-id-is-the-name", run: func(t *T) {
+		name, resp := t.v1CreateBucket()
+		if resp.GetBucketId() != name {
+			t.Errorf("bucket_id %q for name %q: the sidecar's v1alpha1 adapter addresses buckets by name and refuses this driver's buckets", resp.GetBucketId(), name)
+		}
+	}},
+	{Name: "v1alpha1/DriverCreateBucket/incompatible-parameters", run: func(t *T) {
+		if t.s.cfg.IncompatibleBucketParameters == nil {
+			t.Skipf("no IncompatibleBucketParameters configured")
+		}
+		name, _ := t.v1CreateBucket()
+		_, err := t.v1().DriverCreateBucket(t.ctx, &v1.DriverCreateBucketRequest{Name: name, Parameters: t.s.cfg.IncompatibleBucketParameters})
+		t.code(err, "DriverCreateBucket with the same name and other parameters", codes.AlreadyExists)
+	}},
+	{Name: "v1alpha1/DriverCreateBucket/invalid-parameters", run: func(t *T) {
+		if t.s.cfg.InvalidBucketParameters == nil {
+			t.Skipf("no InvalidBucketParameters configured")
+		}
+		_, err := t.v1().DriverCreateBucket(t.ctx, &v1.DriverCreateBucketRequest{Name: t.name("b"), Parameters: t.s.cfg.InvalidBucketParameters})
+		t.code(err, "DriverCreateBucket with invalid parameters", codes.InvalidArgument)
+	}},
+	{Name: "v1alpha1/DriverCreateBucket/missing-name", run: func(t *T) {
+		_, err := t.v1().DriverCreateBucket(t.ctx, &v1.DriverCreateBucketRequest{Parameters: t.s.cfg.BucketParameters})
+		t.code(err, "DriverCreateBucket without a name", codes.InvalidArgument)
+	}},
+	{Name: "v1alpha1/DriverDeleteBucket/idempotent", run: func(t *T) {
+		_, resp := t.v1CreateBucket()
+		for i := range 2 {
+			_, err := t.v1().DriverDeleteBucket(t.ctx, &v1.DriverDeleteBucketRequest{BucketId: resp.GetBucketId()})
+			t.ok(err, fmt.Sprintf("DriverDeleteBucket, call %d", i+1))
+		}
+	}},
+	{Name: "v1alpha1/DriverGrantBucketAccess/credentials", run: func(t *T) {
+		_, bucket := t.v1CreateBucket()
+		name, resp := t.v1Grant(bucket.GetBucketId())
+		if resp.GetAccountId() != name {
+			t.Errorf("account_id %q for name %q: the sidecar's v1alpha1 adapter revokes by name and refuses this driver's accounts", resp.GetAccountId(), name)
+		}
+		s3 := resp.GetCredentials()[v1alpha1.CredentialsS3].GetSecrets()
+		az := resp.GetCredentials()[v1alpha1.CredentialsAzure].GetSecrets()
+		gcs := resp.GetCredentials()[v1alpha1.CredentialsGCS].GetSecrets()
+		switch {
+		case s3 != nil:
+			for _, k := range []string{v1alpha1.S3AccessKeyID, v1alpha1.S3AccessSecretKey, v1alpha1.S3Endpoint, v1alpha1.S3Region} {
+				if s3[k] == "" {
+					t.Errorf("credentials[%q].secrets[%q] is empty: the Secret would lack it", v1alpha1.CredentialsS3, k)
+				}
+			}
+		case az != nil:
+			if az[v1alpha1.AzureAccessToken] == "" {
+				t.Errorf("credentials[%q].secrets[%q] is empty", v1alpha1.CredentialsAzure, v1alpha1.AzureAccessToken)
+			}
+		case gcs != nil:
+		default:
+			t.Errorf("credentials has none of %q, %q, %q", v1alpha1.CredentialsS3, v1alpha1.CredentialsAzure, v1alpha1.CredentialsGCS)
+		}
+	}},
+	{Name: "v1alpha1/DriverRevokeBucketAccess/idempotent", run: func(t *T) {
+		_, bucket := t.v1CreateBucket()
+		_, grant := t.v1Grant(bucket.GetBucketId())
+		for i := range 2 {
+			_, err := t.v1().DriverRevokeBucketAccess(t.ctx, &v1.DriverRevokeBucketAccessRequest{BucketId: bucket.GetBucketId(), AccountId: grant.GetAccountId()})
+			t.ok(err, fmt.Sprintf("DriverRevokeBucketAccess, call %d", i+1))
+		}
+	}},
+	{Name: "v1alpha1/DriverRevokeBucketAccess/never-granted", run: func(t *T) {
+		_, bucket := t.v1CreateBucket()
+		_, err := t.v1().DriverRevokeBucketAccess(t.ctx, &v1.DriverRevokeBucketAccessRequest{BucketId: bucket.GetBucketId(), AccountId: t.name("a")})
+		t.code(err, "DriverRevokeBucketAccess for an account never granted (NOT_FOUND is accepted: the adapter treats it as OK)", codes.OK, codes.NotFound)
+	}},
+}

@@ -1,0 +1,361 @@
+// Package v1alpha1 runs KEP-1979's flows against a driver that speaks only the COSI v1alpha1
+// protocol (cosi-driver-v1alpha1s3, built on the published
+// sigs.k8s.io/container-object-storage-interface/proto module) as a process behind the real
+// cosi-sidecar and cosi-controller, with the Versity gateway enforcing the keys it issues. The
+// sidecar is not told the protocol: it detects it (docs/v1alpha1-drivers.md).
+package v1alpha1
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/drivers/s3"
+	"github.com/kube-cosi/cosi/internal/localenv"
+	"github.com/kube-cosi/cosi/internal/objects"
+	"github.com/kube-cosi/cosi/internal/testenv"
+)
+
+const driverName = "v1alpha1.s3.objectstorage.k8s.io"
+
+var (
+	env   *localenv.Env
+	waits *testenv.Env
+	admin *awss3.Client
+)
+
+func TestMain(m *testing.M) {
+	opts := localenv.Options{Driver: localenv.DriverV1alpha1S3, DriverName: driverName, Verbosity: 2, Metrics: true}
+	testenv.RunSystem(m, opts, func(_ context.Context, e *localenv.Env) error {
+		env, waits = e, &testenv.Env{APIServer: e.APIServer}
+		admin = s3.NewS3Client(env.Store.S3Endpoint, "us-east-1", credentials.NewStaticCredentialsProvider(env.Store.RootAccessKey, env.Store.RootSecretKey, ""), nil)
+		return nil
+	})
+}
+
+// The sidecar detected the protocol, and says so in its metrics.
+func TestProtocolDetected(t *testing.T) {
+	resp, err := http.Get("http://" + env.Sidecar.MetricsAddress + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `cosi_sidecar_driver_protocol{driver_name="` + driverName + `",protocol="v1alpha1"} 1`
+	if !strings.Contains(string(body), want) {
+		t.Errorf("sidecar metrics lack %s", want)
+	}
+}
+
+// A dynamic claim with the Delete policy: the bucket is created under the Bucket's name, a
+// read-write key works on it and on nothing else, revocation stops the key, and deleting the claim
+// deletes the bucket.
+func TestDynamicDelete(t *testing.T) {
+	ctx := t.Context()
+	ns := namespace(t)
+	bc := objects.BucketClass(unique("class"), driverName, cosiapi.DeletionPolicyDelete, objects.ClassParameters(map[string]string{s3.ParamPurgeOnDelete: "true"}))
+	bac := accessClass()
+	c, other := claim(ns, bc.Name), claim(ns, bc.Name)
+	create(t, bc, bac, c, other)
+	provisioned(t, c, other)
+	bucket := backendBucket(t, c)
+	if bucket != c.Status.BoundBucketName {
+		t.Errorf("bucket ID %q, want the Bucket's name %q (the adapter's deterministic name)", bucket, c.Status.BoundBucketName)
+	}
+	if ok, err := storeHasBucket(ctx, bucket); !ok {
+		t.Fatalf("bucket %s is not in the store: %v", bucket, err)
+	}
+
+	a := access(ns, bac.Name, objects.ReadWrite, c)
+	create(t, a)
+	provisioned(t, a)
+	s3c, name, secret := secretClient(t, ns, a.Spec.BucketClaims[0].AccessSecretName)
+	if name != bucket {
+		t.Errorf("Secret BUCKET_NAME %q, want %q", name, bucket)
+	}
+	keys := make([]string, 0, len(secret.Data))
+	for k := range secret.Data {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	wantKeys := []string{cosiapi.SecretKeyS3AccessKeyID, cosiapi.SecretKeyS3EndpointURL, cosiapi.SecretKeyS3Region, cosiapi.SecretKeyS3SecretAccessKey,
+		cosiapi.SecretKeyS3BucketName, cosiapi.SecretKeyProtocol}
+	slices.Sort(wantKeys)
+	if !slices.Equal(keys, wantKeys) {
+		t.Errorf("Secret keys %v, want exactly %v", keys, wantKeys)
+	}
+	expectAllowed(t, "put", put(s3c, bucket, "a"))
+	if got, err := get(s3c, bucket, "a"); err != nil || got != "data of a" {
+		t.Errorf("get: %q, %v", got, err)
+	}
+	expectDenied(t, "put into the other claim's bucket", put(s3c, backendBucket(t, other), "a"))
+
+	del(t, a)
+	waits.Gone(t, a)
+	testenv.Eventually(t, func() error {
+		if err := put(s3c, bucket, "b"); !denied(err) {
+			return fmt.Errorf("put with the revoked key: %v, want denied", err)
+		}
+		return nil
+	})
+
+	del(t, c)
+	waits.Gone(t, c)
+	testenv.Eventually(t, func() error {
+		if ok, err := storeHasBucket(ctx, bucket); ok || err != nil {
+			return fmt.Errorf("bucket %s still in the store (%v) after its claim was deleted with the Delete policy", bucket, err)
+		}
+		return nil
+	})
+	del(t, other)
+}
+
+// A dynamic claim with the Retain policy keeps its bucket.
+func TestDynamicRetain(t *testing.T) {
+	ns := namespace(t)
+	bc := objects.BucketClass(unique("class"), driverName, cosiapi.DeletionPolicyRetain)
+	c := claim(ns, bc.Name)
+	create(t, bc, c)
+	provisioned(t, c)
+	bucket := backendBucket(t, c)
+	del(t, c)
+	waits.Gone(t, c)
+	testenv.Never(t, 3e9, func() error {
+		if ok, err := storeHasBucket(t.Context(), bucket); !ok {
+			return fmt.Errorf("bucket %s left the store with the Retain policy: %v", bucket, err)
+		}
+		return nil
+	})
+}
+
+// A static claim: v1alpha1 cannot look the bucket up, and the condition says so; a read-write
+// key works on the existing data; Retain keeps the bucket.
+func TestStaticBucket(t *testing.T) {
+	ctx := t.Context()
+	ns := namespace(t)
+	existing := unique("existing")
+	if _, err := admin.CreateBucket(ctx, &awss3.CreateBucketInput{Bucket: aws.String(existing)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := put(admin, existing, "report.csv"); err != nil {
+		t.Fatal(err)
+	}
+	bac := accessClass()
+	c := &cosiapi.BucketClaim{ObjectMeta: metav1.ObjectMeta{Name: unique("legacy"), Namespace: ns},
+		Spec: cosiapi.BucketClaimSpec{ExistingBucketName: unique("static"), Protocols: []cosiapi.Protocol{cosiapi.ProtocolS3}}}
+	b := &cosiapi.Bucket{ObjectMeta: metav1.ObjectMeta{Name: c.Spec.ExistingBucketName},
+		Spec: cosiapi.BucketSpec{DriverName: driverName, DeletionPolicy: cosiapi.DeletionPolicyRetain, ExistingBucketID: existing,
+			Protocols: []cosiapi.Protocol{cosiapi.ProtocolS3}, BucketClaimRef: cosiapi.BucketClaimReference{Name: c.Name, Namespace: ns}}}
+	create(t, bac, b, c)
+	provisioned(t, c)
+	cond := testenv.Condition(t, waits, b, func(b *cosiapi.Bucket) []metav1.Condition { return b.Status.Conditions },
+		cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned)
+	if !strings.Contains(cond.Message, "v1alpha1") || !strings.Contains(cond.Message, "without a check") {
+		t.Errorf("static Bucket's Provisioned message %q does not say that nothing was checked", cond.Message)
+	}
+	a := access(ns, bac.Name, objects.ReadWrite, c)
+	create(t, a)
+	provisioned(t, a)
+	s3c, _, _ := secretClient(t, ns, a.Spec.BucketClaims[0].AccessSecretName)
+	if got, err := get(s3c, existing, "report.csv"); err != nil || got != "data of report.csv" {
+		t.Errorf("get of the existing data: %q, %v", got, err)
+	}
+	expectAllowed(t, "put", put(s3c, existing, "new"))
+	del(t, a)
+	waits.Gone(t, a)
+	del(t, c)
+	waits.Gone(t, c)
+	if ok, err := storeHasBucket(ctx, existing); !ok {
+		t.Errorf("the imported bucket left the store (Retain): %v", err)
+	}
+}
+
+// What a v1alpha1 grant cannot express is refused with a final condition, never widened: a
+// read-only access (the class declares the driver's read-write), and an access to two buckets.
+func TestRefusedAccesses(t *testing.T) {
+	ns := namespace(t)
+	bc := objects.BucketClass(unique("class"), driverName, cosiapi.DeletionPolicyDelete)
+	bac, multi := accessClass(), accessClass()
+	objects.MultiBucket(multi)
+	one, two := claim(ns, bc.Name), claim(ns, bc.Name)
+	create(t, bc, bac, multi, one, two)
+	provisioned(t, one, two)
+
+	ro := access(ns, bac.Name, objects.ReadOnly, one)
+	both := access(ns, multi.Name, objects.ReadWrite, one, two)
+	create(t, ro, both)
+	for _, tc := range []struct {
+		a    *cosiapi.BucketAccess
+		want string
+	}{{ro, "objectData ReadOnly (the class grants ReadWrite)"}, {both, "OutOfRange"}} {
+		cond := testenv.Condition(t, waits, tc.a, func(a *cosiapi.BucketAccess) []metav1.Condition { return a.Status.Conditions },
+			cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
+		if !strings.Contains(cond.Message, tc.want) {
+			t.Errorf("%s: Provisioned message %q, want it to contain %q", tc.a.Name, cond.Message, tc.want)
+		}
+		secret := &corev1.Secret{}
+		if err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: tc.a.Spec.BucketClaims[0].AccessSecretName}, secret); err == nil {
+			t.Errorf("%s: a Secret was written for a refused access", tc.a.Name)
+		}
+	}
+	del(t, ro)
+	del(t, both)
+	waits.Gone(t, ro)
+	waits.Gone(t, both)
+	del(t, one)
+	del(t, two)
+}
+
+// Helpers.
+
+func unique(prefix string) string { return prefix + "-" + strings.ToLower(rand.Text()[:8]) }
+
+func namespace(t *testing.T) string {
+	t.Helper()
+	ns := unique("v1a1")
+	if err := env.Client.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+func create(t *testing.T, objs ...client.Object) {
+	t.Helper()
+	for _, o := range objs {
+		if err := env.Client.Create(t.Context(), o); err != nil {
+			t.Fatalf("creating %s: %v", o.GetName(), err)
+		}
+	}
+}
+
+func del(t *testing.T, o client.Object) {
+	t.Helper()
+	if err := client.IgnoreNotFound(env.Client.Delete(t.Context(), o)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func accessClass() *cosiapi.BucketAccessClass {
+	return objects.BucketAccessClass(unique("access-class"), driverName, func(c *cosiapi.BucketAccessClass) {
+		c.Spec.AuthenticationType = cosiapi.AuthenticationTypeKey
+		c.Spec.MultiBucketAccess = cosiapi.MultiBucketAccessSingleBucket
+	})
+}
+
+func claim(ns, class string) *cosiapi.BucketClaim {
+	return objects.BucketClaim(ns, unique("claim"), class, objects.S3)
+}
+
+func access(ns, class string, modes cosiapi.BucketAccessModes, claims ...*cosiapi.BucketClaim) *cosiapi.BucketAccess {
+	name := unique("access")
+	a := objects.BucketAccess(ns, name, class)
+	for i, c := range claims {
+		objects.Grant(c.Name, fmt.Sprintf("%s-%d", name, i), modes)(a)
+	}
+	return a
+}
+
+func provisioned(t *testing.T, objs ...client.Object) {
+	t.Helper()
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *cosiapi.BucketClaim:
+			testenv.Condition(t, waits, o, func(c *cosiapi.BucketClaim) []metav1.Condition { return c.Status.Conditions },
+				cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned)
+		case *cosiapi.BucketAccess:
+			testenv.Condition(t, waits, o, func(a *cosiapi.BucketAccess) []metav1.Condition { return a.Status.Conditions },
+				cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned)
+		}
+	}
+}
+
+func backendBucket(t *testing.T, c *cosiapi.BucketClaim) string {
+	t.Helper()
+	b := &cosiapi.Bucket{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: c.Status.BoundBucketName}, b); err != nil {
+		t.Fatal(err)
+	}
+	return b.Status.BucketID
+}
+
+func storeHasBucket(ctx context.Context, bucket string) (bool, error) {
+	_, err := admin.HeadBucket(ctx, &awss3.HeadBucketInput{Bucket: aws.String(bucket)})
+	var notFound *types.NotFound
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &notFound):
+		return false, nil
+	}
+	return false, err
+}
+
+func secretClient(t *testing.T, ns, name string) (*awss3.Client, string, *corev1.Secret) {
+	t.Helper()
+	secret := &corev1.Secret{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, secret); err != nil {
+		t.Fatal(err)
+	}
+	c, bucket, err := localenv.S3Client(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, bucket, secret
+}
+
+func put(c *awss3.Client, bucket, key string) error {
+	_, err := c.PutObject(context.Background(), &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader("data of " + key)})
+	return err
+}
+
+func get(c *awss3.Client, bucket, key string) (string, error) {
+	out, err := c.GetObject(context.Background(), &awss3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+	if err != nil {
+		return "", err
+	}
+	defer out.Body.Close()
+	data, err := io.ReadAll(out.Body)
+	return string(data), err
+}
+
+func denied(err error) bool {
+	var respErr interface{ HTTPStatusCode() int }
+	if errors.As(err, &respErr) && respErr.HTTPStatusCode() == 403 {
+		return true
+	}
+	var apiErr smithy.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode() == "AccessDenied" || apiErr.ErrorCode() == "InvalidAccessKeyId")
+}
+
+func expectAllowed(t *testing.T, what string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Errorf("%s: %v, want success", what, err)
+	}
+}
+
+func expectDenied(t *testing.T, what string, err error) {
+	t.Helper()
+	if !denied(err) {
+		t.Errorf("%s: %v, want AccessDenied or InvalidAccessKeyId", what, err)
+	}
+}
