@@ -23,16 +23,29 @@ import (
 
 func main() {
 	var (
-		cfg             s3.Config
-		endpoint        = flag.String("endpoint", os.Getenv(driver.EndpointEnv), "unix:///path/to/driver.sock to serve on (default $COSI_ENDPOINT)")
+		cfg      s3.Config
+		endpoint = flag.String(
+			"endpoint",
+			os.Getenv(driver.EndpointEnv),
+			"unix:///path/to/driver.sock to serve on (default $COSI_ENDPOINT)",
+		)
 		iamEndpoint     = flag.String("iam-endpoint", "", "IAM API endpoint URL (empty: AWS's)")
-		credentialsFile = flag.String("credentials-file", "", "file with the admin credentials as AWS_ACCESS_KEY_ID=... and AWS_SECRET_ACCESS_KEY=... lines (default: the environment)")
-		timeout         = flag.Duration("backend-timeout", 30*time.Second, "timeout of each call to the object store")
-		verbosity       = flag.Int("v", 0, "log verbosity")
+		credentialsFile = flag.String(
+			"credentials-file",
+			"",
+			"file with the admin credentials as AWS_ACCESS_KEY_ID=... and AWS_SECRET_ACCESS_KEY=... lines (default: the environment)",
+		)
+		timeout   = flag.Duration("backend-timeout", 30*time.Second, "timeout of each call to the object store")
+		verbosity = flag.Int("v", 0, "log verbosity")
 	)
 	flag.StringVar(&cfg.Name, "name", "v1alpha1.s3.objectstorage.k8s.io", "driver name")
 	flag.StringVar(&cfg.Endpoint, "s3-endpoint", "", "S3 endpoint URL the driver uses (required)")
-	flag.StringVar(&cfg.PublicEndpoint, "public-s3-endpoint", "", "S3 endpoint URL given to workloads (default --s3-endpoint)")
+	flag.StringVar(
+		&cfg.PublicEndpoint,
+		"public-s3-endpoint",
+		"",
+		"S3 endpoint URL given to workloads (default --s3-endpoint)",
+	)
 	flag.StringVar(&cfg.Region, "region", "us-east-1", "default region of buckets")
 	flag.Parse()
 

@@ -20,9 +20,22 @@ import (
 
 func main() {
 	var opts migrate.Options
-	from := flag.String("from-kubeconfig", "", "kubeconfig of the cluster holding the v1alpha1 objects (default: the usual lookup)")
-	apply := flag.Bool("apply", false, "create the v1alpha2 objects in the cluster (default: print them as YAML, change nothing)")
-	flag.StringVar(&opts.SecretSuffix, "secret-suffix", "", "appended to every access Secret's name, so the new Secret does not collide with the v1alpha1 one")
+	from := flag.String(
+		"from-kubeconfig",
+		"",
+		"kubeconfig of the cluster holding the v1alpha1 objects (default: the usual lookup)",
+	)
+	apply := flag.Bool(
+		"apply",
+		false,
+		"create the v1alpha2 objects in the cluster (default: print them as YAML, change nothing)",
+	)
+	flag.StringVar(
+		&opts.SecretSuffix,
+		"secret-suffix",
+		"",
+		"appended to every access Secret's name, so the new Secret does not collide with the v1alpha1 one",
+	)
 	flag.Parse()
 	if err := run(context.Background(), *from, *apply, opts); err != nil {
 		fmt.Fprintln(os.Stderr, "cosi-migrate:", err)

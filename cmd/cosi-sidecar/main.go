@@ -34,9 +34,11 @@ func main() {
 		`address of /healthz and /readyz ("0" disables)`)
 	flag.StringVar(&opts.DriverProtocol, "driver-protocol", "",
 		`the driver's protocol, "v1alpha2" or "v1alpha1" (default: detected at start-up; docs/v1alpha1-drivers.md)`)
-	flag.Func("v1alpha1-protocols",
+	flag.Func(
+		"v1alpha1-protocols",
 		`object protocols a v1alpha1 driver serves, comma-separated S3, Azure, GCS (default S3): v1alpha1 drivers do not report them`,
-		func(s string) (err error) { opts.V1alpha1Protocols, err = sidecar.ParseProtocols(s); return err })
+		func(s string) (err error) { opts.V1alpha1Protocols, err = sidecar.ParseProtocols(s); return err },
+	)
 	flag.Parse() // also --kubeconfig, registered by controller-runtime
 
 	log := common.Logger()

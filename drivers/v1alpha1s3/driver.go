@@ -49,28 +49,47 @@ func (d *Driver) DriverGetInfo(ctx context.Context, _ *v1.DriverGetInfoRequest) 
 
 // DriverCreateBucket creates the bucket name: OK when it exists with the same parameters,
 // ALREADY_EXISTS when it exists with others (the v1alpha1 contract).
-func (d *Driver) DriverCreateBucket(ctx context.Context, req *v1.DriverCreateBucketRequest) (*v1.DriverCreateBucketResponse, error) {
+func (d *Driver) DriverCreateBucket(
+	ctx context.Context,
+	req *v1.DriverCreateBucketRequest,
+) (*v1.DriverCreateBucketResponse, error) {
 	if req.GetName() == "" {
 		return nil, errInvalid("name is required")
 	}
-	gen, err := d.s3.DriverGenerateBucketId(ctx, &cosiproto.DriverGenerateBucketIdRequest{Name: req.GetName(), Protocols: s3Only, Parameters: req.GetParameters()})
+	gen, err := d.s3.DriverGenerateBucketId(
+		ctx,
+		&cosiproto.DriverGenerateBucketIdRequest{Name: req.GetName(), Protocols: s3Only, Parameters: req.GetParameters()},
+	)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := d.s3.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: gen.GetBucketId(), Protocols: s3Only, Parameters: req.GetParameters()})
+	resp, err := d.s3.DriverCreateBucket(
+		ctx,
+		&cosiproto.DriverCreateBucketRequest{BucketId: gen.GetBucketId(), Protocols: s3Only, Parameters: req.GetParameters()},
+	)
 	if err != nil {
 		return nil, err
 	}
 	return &v1.DriverCreateBucketResponse{
-		BucketId:   gen.GetBucketId(),
-		BucketInfo: &v1.Protocol{Type: &v1.Protocol_S3{S3: &v1.S3{Region: resp.GetProtocols().GetS3().GetRegion(), SignatureVersion: v1.S3SignatureVersion_S3V4}}},
+		BucketId: gen.GetBucketId(),
+		BucketInfo: &v1.Protocol{
+			Type: &v1.Protocol_S3{
+				S3: &v1.S3{Region: resp.GetProtocols().GetS3().GetRegion(), SignatureVersion: v1.S3SignatureVersion_S3V4},
+			},
+		},
 	}, nil
 }
 
 // DriverDeleteBucket deletes the bucket; OK when it is gone. delete_context holds the bucket's
 // parameters (purgeOnDelete).
-func (d *Driver) DriverDeleteBucket(ctx context.Context, req *v1.DriverDeleteBucketRequest) (*v1.DriverDeleteBucketResponse, error) {
-	if _, err := d.s3.DriverDeleteBucket(ctx, &cosiproto.DriverDeleteBucketRequest{BucketId: req.GetBucketId(), Parameters: req.GetDeleteContext()}); err != nil {
+func (d *Driver) DriverDeleteBucket(
+	ctx context.Context,
+	req *v1.DriverDeleteBucketRequest,
+) (*v1.DriverDeleteBucketResponse, error) {
+	if _, err := d.s3.DriverDeleteBucket(
+		ctx,
+		&cosiproto.DriverDeleteBucketRequest{BucketId: req.GetBucketId(), Parameters: req.GetDeleteContext()},
+	); err != nil {
 		return nil, err
 	}
 	return &v1.DriverDeleteBucketResponse{}, nil
@@ -78,7 +97,10 @@ func (d *Driver) DriverDeleteBucket(ctx context.Context, req *v1.DriverDeleteBuc
 
 // DriverGrantBucketAccess creates the identity name with read-write access to the bucket and
 // returns account_id = name and the key in credentials["s3"].secrets.
-func (d *Driver) DriverGrantBucketAccess(ctx context.Context, req *v1.DriverGrantBucketAccessRequest) (*v1.DriverGrantBucketAccessResponse, error) {
+func (d *Driver) DriverGrantBucketAccess(
+	ctx context.Context,
+	req *v1.DriverGrantBucketAccessRequest,
+) (*v1.DriverGrantBucketAccessResponse, error) {
 	if req.GetName() == "" || req.GetBucketId() == "" {
 		return nil, errInvalid("name and bucket_id are required")
 	}
@@ -90,7 +112,9 @@ func (d *Driver) DriverGrantBucketAccess(ctx context.Context, req *v1.DriverGran
 		Buckets: []*cosiproto.AccessedBucket{{BucketId: req.GetBucketId(), AccessModes: &cosiproto.AccessModes{
 			ObjectData: cosiproto.AccessMode_READ_WRITE,
 		}}},
-		Protocol: cosiproto.ObjectProtocol_S3, AuthenticationType: cosiproto.AuthenticationType_KEY, Parameters: req.GetParameters(),
+		Protocol:           cosiproto.ObjectProtocol_S3,
+		AuthenticationType: cosiproto.AuthenticationType_KEY,
+		Parameters:         req.GetParameters(),
 	})
 	if err != nil {
 		return nil, err
@@ -108,10 +132,15 @@ func (d *Driver) DriverGrantBucketAccess(ctx context.Context, req *v1.DriverGran
 }
 
 // DriverRevokeBucketAccess deletes the identity's key, policy and identity; OK when gone.
-func (d *Driver) DriverRevokeBucketAccess(ctx context.Context, req *v1.DriverRevokeBucketAccessRequest) (*v1.DriverRevokeBucketAccessResponse, error) {
+func (d *Driver) DriverRevokeBucketAccess(
+	ctx context.Context,
+	req *v1.DriverRevokeBucketAccessRequest,
+) (*v1.DriverRevokeBucketAccessResponse, error) {
 	_, err := d.s3.DriverRevokeBucketAccess(ctx, &cosiproto.DriverRevokeBucketAccessRequest{
-		AccountId: req.GetAccountId(), Buckets: []*cosiproto.DriverRevokeBucketAccessRequest_Bucket{{BucketId: req.GetBucketId()}},
-		Protocol: cosiproto.ObjectProtocol_S3, AuthenticationType: cosiproto.AuthenticationType_KEY,
+		AccountId:          req.GetAccountId(),
+		Buckets:            []*cosiproto.DriverRevokeBucketAccessRequest_Bucket{{BucketId: req.GetBucketId()}},
+		Protocol:           cosiproto.ObjectProtocol_S3,
+		AuthenticationType: cosiproto.AuthenticationType_KEY,
 	})
 	if err != nil {
 		return nil, err

@@ -29,15 +29,20 @@ func serve(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := versity.Start(t.Context(), versity.Options{Binary: filepath.Join(root, "bin", "versitygw"), Dir: t.TempDir()})
+	store, err := versity.Start(
+		t.Context(),
+		versity.Options{Binary: filepath.Join(root, "bin", "versitygw"), Dir: t.TempDir()},
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Stop() })
 	creds := credentials.NewStaticCredentialsProvider(store.RootAccessKey, store.RootSecretKey, "")
 	httpClient := &http.Client{Timeout: 30 * time.Second}
-	d, err := s3.New(s3.Config{Name: "v1alpha1.s3.example.com", Endpoint: store.S3Endpoint, Region: "us-east-1", Credentials: creds,
-		Accounts: s3.NewIAMAccounts(store.IAMEndpoint, creds, httpClient), HTTPClient: httpClient, Logger: logr.Discard()})
+	d, err := s3.New(
+		s3.Config{Name: "v1alpha1.s3.example.com", Endpoint: store.S3Endpoint, Region: "us-east-1", Credentials: creds,
+			Accounts: s3.NewIAMAccounts(store.IAMEndpoint, creds, httpClient), HTTPClient: httpClient, Logger: logr.Discard()},
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,8 +62,14 @@ func serve(t *testing.T) string {
 // cosi-sanity detects the v1alpha1 driver and runs the v1alpha1 cases, which it passes.
 func TestSanity(t *testing.T) {
 	endpoint := serve(t)
-	results, err := sanity.Run(t.Context(), sanity.Config{Endpoint: endpoint, Timeout: 20 * time.Second,
-		InvalidBucketParameters: map[string]string{s3.ParamVersioning: "sometimes"}, IncompatibleBucketParameters: map[string]string{s3.ParamVersioning: "true"}})
+	results, err := sanity.Run(t.Context(), sanity.Config{
+		Endpoint: endpoint,
+		Timeout:  20 * time.Second,
+		InvalidBucketParameters: map[string]string{
+			s3.ParamVersioning: "sometimes",
+		},
+		IncompatibleBucketParameters: map[string]string{s3.ParamVersioning: "true"},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,19 +100,31 @@ func TestAdapterAgainstDriver(t *testing.T) {
 		t.Fatalf("protocol %q, name %q", c.Protocol(), info.GetName())
 	}
 	s3only := []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3}
-	gen, err := c.DriverGenerateBucketId(ctx, &cosiproto.DriverGenerateBucketIdRequest{Name: "bc-adapter-1", Protocols: s3only})
+	gen, err := c.DriverGenerateBucketId(
+		ctx,
+		&cosiproto.DriverGenerateBucketIdRequest{Name: "bc-adapter-1", Protocols: s3only},
+	)
 	if err != nil || gen.GetBucketId() != "bc-adapter-1" {
 		t.Fatalf("DriverGenerateBucketId: %v, %v", gen, err)
 	}
 	for range 2 {
-		created, err := c.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: gen.GetBucketId(), Protocols: s3only})
-		if err != nil || created.GetProtocols().GetS3().GetBucketName() != "bc-adapter-1" || created.GetProtocols().GetS3().GetRegion() != "us-east-1" {
+		created, err := c.DriverCreateBucket(
+			ctx,
+			&cosiproto.DriverCreateBucketRequest{BucketId: gen.GetBucketId(), Protocols: s3only},
+		)
+		if err != nil || created.GetProtocols().GetS3().GetBucketName() != "bc-adapter-1" ||
+			created.GetProtocols().GetS3().GetRegion() != "us-east-1" {
 			t.Fatalf("DriverCreateBucket: %v, %v", created, err)
 		}
 	}
 	rw := &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}
 	accessed := []*cosiproto.AccessedBucket{{BucketId: gen.GetBucketId(), AccessModes: rw}}
-	grantReq := &cosiproto.DriverGrantBucketAccessRequest{AccountId: "ba-adapter-1", Buckets: accessed, Protocol: cosiproto.ObjectProtocol_S3, AuthenticationType: cosiproto.AuthenticationType_KEY}
+	grantReq := &cosiproto.DriverGrantBucketAccessRequest{
+		AccountId:          "ba-adapter-1",
+		Buckets:            accessed,
+		Protocol:           cosiproto.ObjectProtocol_S3,
+		AuthenticationType: cosiproto.AuthenticationType_KEY,
+	}
 	resp, err := c.DriverGrantBucketAccess(ctx, grantReq)
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +138,11 @@ func TestAdapterAgainstDriver(t *testing.T) {
 		want  codes.Code
 	}{
 		{&cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_ONLY}, false, codes.InvalidArgument},
-		{&cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE, BucketMetadata: cosiproto.AccessMode_READ_WRITE}, false, codes.InvalidArgument},
+		{
+			&cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE, BucketMetadata: cosiproto.AccessMode_READ_WRITE},
+			false,
+			codes.InvalidArgument,
+		},
 		{rw, true, codes.OutOfRange},
 	}
 	for _, r := range refused {
@@ -123,19 +150,36 @@ func TestAdapterAgainstDriver(t *testing.T) {
 		if r.multi {
 			buckets = append(buckets, &cosiproto.AccessedBucket{BucketId: "other", AccessModes: r.modes})
 		}
-		_, err := c.DriverGenerateBucketAccessId(ctx, &cosiproto.DriverGenerateBucketAccessIdRequest{AccountName: "ba-x", Buckets: buckets, Protocol: cosiproto.ObjectProtocol_S3, AuthenticationType: cosiproto.AuthenticationType_KEY})
+		_, err := c.DriverGenerateBucketAccessId(
+			ctx,
+			&cosiproto.DriverGenerateBucketAccessIdRequest{
+				AccountName:        "ba-x",
+				Buckets:            buckets,
+				Protocol:           cosiproto.ObjectProtocol_S3,
+				AuthenticationType: cosiproto.AuthenticationType_KEY,
+			},
+		)
 		if status.Code(err) != r.want {
 			t.Errorf("modes %v multi %v: %v, want %v", r.modes, r.multi, err, r.want)
 		}
 	}
 	for range 2 {
-		if _, err := c.DriverRevokeBucketAccess(ctx, &cosiproto.DriverRevokeBucketAccessRequest{AccountId: "ba-adapter-1",
-			Buckets: []*cosiproto.DriverRevokeBucketAccessRequest_Bucket{{BucketId: gen.GetBucketId()}}, Protocol: cosiproto.ObjectProtocol_S3, AuthenticationType: cosiproto.AuthenticationType_KEY}); err != nil {
+		if _, err := c.DriverRevokeBucketAccess(ctx, &cosiproto.DriverRevokeBucketAccessRequest{
+			AccountId: "ba-adapter-1",
+			Buckets: []*cosiproto.DriverRevokeBucketAccessRequest_Bucket{
+				{BucketId: gen.GetBucketId()},
+			},
+			Protocol:           cosiproto.ObjectProtocol_S3,
+			AuthenticationType: cosiproto.AuthenticationType_KEY,
+		}); err != nil {
 			t.Errorf("revoke: %v", err)
 		}
 	}
 	for range 2 {
-		if _, err := c.DriverDeleteBucket(ctx, &cosiproto.DriverDeleteBucketRequest{BucketId: gen.GetBucketId()}); err != nil {
+		if _, err := c.DriverDeleteBucket(
+			ctx,
+			&cosiproto.DriverDeleteBucketRequest{BucketId: gen.GetBucketId()},
+		); err != nil {
 			t.Errorf("delete: %v", err)
 		}
 	}

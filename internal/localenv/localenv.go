@@ -305,7 +305,15 @@ func (e *Env) driverArgs() ([]string, error) {
 	switch {
 	case e.opts.Driver == DriverMemory:
 	case e.opts.Driver == DriverV1alpha1S3:
-		args = append(args, "--s3-endpoint", e.Store.S3Endpoint, "--iam-endpoint", e.Store.IAMEndpoint, "--credentials-file", e.Store.RootEnvFile())
+		args = append(
+			args,
+			"--s3-endpoint",
+			e.Store.S3Endpoint,
+			"--iam-endpoint",
+			e.Store.IAMEndpoint,
+			"--credentials-file",
+			e.Store.RootEnvFile(),
+		)
 	case e.opts.Store == StoreVersity:
 		args = append(args, "--s3-endpoint", e.Store.S3Endpoint, "--accounts", "iam", "--iam-endpoint", e.Store.IAMEndpoint,
 			"--credentials-file", e.Store.RootEnvFile())

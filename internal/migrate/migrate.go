@@ -59,7 +59,12 @@ func Convert(in map[string][]unstructured.Unstructured, opts Options) *Result {
 	r := &Result{}
 	for _, u := range in["BucketClass"] {
 		r.Objects = append(r.Objects, &cosiapi.BucketClass{ObjectMeta: meta(u), Spec: cosiapi.BucketClassSpec{
-			DriverName: str(u, "driverName"), DeletionPolicy: cosiapi.DeletionPolicy(str(u, "deletionPolicy")), Parameters: strMap(u, "parameters"),
+			DriverName: str(
+				u,
+				"driverName",
+			),
+			DeletionPolicy: cosiapi.DeletionPolicy(str(u, "deletionPolicy")),
+			Parameters:     strMap(u, "parameters"),
 		}})
 	}
 	for _, u := range in["BucketAccessClass"] {
@@ -85,21 +90,32 @@ func Convert(in map[string][]unstructured.Unstructured, opts Options) *Result {
 		id := str(u, "status", "bucketID")
 		claimNS, claimName := str(u, "spec", "bucketClaim", "namespace"), str(u, "spec", "bucketClaim", "name")
 		if id == "" || claimName == "" {
-			r.Skipped = append(r.Skipped, fmt.Sprintf("Bucket %s: no status.bucketID or no claim; nothing to import", u.GetName()))
+			r.Skipped = append(
+				r.Skipped,
+				fmt.Sprintf("Bucket %s: no status.bucketID or no claim; nothing to import", u.GetName()),
+			)
 			continue
 		}
 		bucketOfClaim[claimNS+"/"+claimName] = u.GetName()
 		r.Objects = append(r.Objects, &cosiapi.Bucket{ObjectMeta: meta(u), Spec: cosiapi.BucketSpec{
 			DriverName: str(u, "spec", "driverName"),
 			// Imported buckets are never deleted by COSI: the data outlives the migration.
-			DeletionPolicy: cosiapi.DeletionPolicyRetain, ExistingBucketID: id, Parameters: strMap(u, "spec", "parameters"),
-			Protocols: protocols(strSlice(u, "spec", "protocols")), BucketClaimRef: cosiapi.BucketClaimReference{Namespace: claimNS, Name: claimName},
+			DeletionPolicy:   cosiapi.DeletionPolicyRetain,
+			ExistingBucketID: id,
+			Parameters:       strMap(u, "spec", "parameters"),
+			Protocols: protocols(
+				strSlice(u, "spec", "protocols"),
+			),
+			BucketClaimRef: cosiapi.BucketClaimReference{Namespace: claimNS, Name: claimName},
 		}})
 	}
 	for _, u := range in["BucketClaim"] {
 		bucket := bucketOfClaim[u.GetNamespace()+"/"+u.GetName()]
 		if bucket == "" {
-			r.Skipped = append(r.Skipped, fmt.Sprintf("BucketClaim %s/%s: no provisioned v1alpha1 Bucket", u.GetNamespace(), u.GetName()))
+			r.Skipped = append(
+				r.Skipped,
+				fmt.Sprintf("BucketClaim %s/%s: no provisioned v1alpha1 Bucket", u.GetNamespace(), u.GetName()),
+			)
 			continue
 		}
 		r.Objects = append(r.Objects, &cosiapi.BucketClaim{ObjectMeta: meta(u), Spec: cosiapi.BucketClaimSpec{
@@ -109,7 +125,10 @@ func Convert(in map[string][]unstructured.Unstructured, opts Options) *Result {
 	for _, u := range in["BucketAccess"] {
 		claim := str(u, "spec", "bucketClaimName")
 		if bucketOfClaim[u.GetNamespace()+"/"+claim] == "" {
-			r.Skipped = append(r.Skipped, fmt.Sprintf("BucketAccess %s/%s: its claim %s is not migrated", u.GetNamespace(), u.GetName(), claim))
+			r.Skipped = append(
+				r.Skipped,
+				fmt.Sprintf("BucketAccess %s/%s: its claim %s is not migrated", u.GetNamespace(), u.GetName(), claim),
+			)
 			continue
 		}
 		secret := str(u, "spec", "credentialsSecretName")

@@ -85,7 +85,10 @@ func TestMigrate(t *testing.T) {
 		t.Fatal(err)
 	}
 	removeCRDs(t, c)
-	if _, err := envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{Paths: []string{filepath.Join("testdata", "v1alpha1-crds.yaml")}, MaxTime: time.Minute}); err != nil {
+	if _, err := envtest.InstallCRDs(
+		env.Config,
+		envtest.CRDInstallOptions{Paths: []string{filepath.Join("testdata", "v1alpha1-crds.yaml")}, MaxTime: time.Minute},
+	); err != nil {
 		t.Fatal(err)
 	}
 	ns := &corev1.Namespace{}
@@ -107,7 +110,11 @@ func TestMigrate(t *testing.T) {
 			t.Fatalf("creating v1alpha1 %s: %v", o.GetKind(), err)
 		}
 		if o.GetKind() == "Bucket" {
-			if err := unstructured.SetNestedField(o.Object, map[string]any{"bucketReady": true, "bucketID": "bc-1234"}, "status"); err != nil {
+			if err := unstructured.SetNestedField(
+				o.Object,
+				map[string]any{"bucketReady": true, "bucketID": "bc-1234"},
+				"status",
+			); err != nil {
 				t.Fatal(err)
 			}
 			if err := c.Status().Update(ctx, o); err != nil {
@@ -136,10 +143,12 @@ func TestMigrate(t *testing.T) {
 			accessClass = o
 		}
 	}
-	if bucket.Spec.ExistingBucketID != "bc-1234" || bucket.Spec.DeletionPolicy != cosiapi.DeletionPolicyRetain || bucket.Spec.BucketClaimRef.Name != "data" {
+	if bucket.Spec.ExistingBucketID != "bc-1234" || bucket.Spec.DeletionPolicy != cosiapi.DeletionPolicyRetain ||
+		bucket.Spec.BucketClaimRef.Name != "data" {
 		t.Errorf("Bucket: %+v", bucket.Spec)
 	}
-	if access.Spec.BucketClaims[0].AccessSecretName != "data-creds-v2" || access.Spec.BucketClaims[0].AccessModes.ObjectData != cosiapi.BucketAccessModeReadWrite {
+	if access.Spec.BucketClaims[0].AccessSecretName != "data-creds-v2" ||
+		access.Spec.BucketClaims[0].AccessModes.ObjectData != cosiapi.BucketAccessModeReadWrite {
 		t.Errorf("BucketAccess: %+v", access.Spec)
 	}
 	if accessClass.Spec.Parameters[v1alpha1.ParameterAccessModes] != v1alpha1.DefaultAccessModes {
@@ -149,7 +158,10 @@ func TestMigrate(t *testing.T) {
 	// The v1alpha2 CRDs replace the v1alpha1 ones (the old objects go with them), then the objects
 	// are created: a server-side dry run first, which stores nothing.
 	removeCRDs(t, c)
-	if _, err := envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{Paths: []string{filepath.Join(root, "config", "crd", "bases")}, MaxTime: time.Minute}); err != nil {
+	if _, err := envtest.InstallCRDs(
+		env.Config,
+		envtest.CRDInstallOptions{Paths: []string{filepath.Join(root, "config", "crd", "bases")}, MaxTime: time.Minute},
+	); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, func() error { return migrate.Apply(ctx, c, res.Objects, true) })

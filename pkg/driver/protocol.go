@@ -97,7 +97,9 @@ func reflectedServices(ctx context.Context, conn grpc.ClientConnInterface) ([]st
 // protocolMetric is cosi_sidecar_driver_protocol: 1 for the protocol the driver speaks.
 func newProtocolMetric(reg prometheus.Registerer) (*prometheus.GaugeVec, error) {
 	return register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: "cosi", Subsystem: "sidecar", Name: "driver_protocol",
-		Help: "The COSI driver protocol the sidecar detected (or was told) the driver speaks: 1 for it, by driver and protocol (v1alpha1, v1alpha2).",
+		Namespace: "cosi",
+		Subsystem: "sidecar",
+		Name:      "driver_protocol",
+		Help:      "The COSI driver protocol the sidecar detected (or was told) the driver speaks: 1 for it, by driver and protocol (v1alpha1, v1alpha2).",
 	}, []string{"driver_name", "protocol"}))
 }

@@ -20,10 +20,18 @@ func (v1Identity) DriverGetInfo(context.Context, *v1.DriverGetInfoRequest) (*v1.
 	return &v1.DriverGetInfoResponse{Name: "v1.example.com"}, nil
 }
 
-type v2Identity struct{ cosiproto.UnimplementedIdentityServer }
+type v2Identity struct {
+	cosiproto.UnimplementedIdentityServer
+}
 
-func (v2Identity) DriverGetInfo(context.Context, *cosiproto.DriverGetInfoRequest) (*cosiproto.DriverGetInfoResponse, error) {
-	return &cosiproto.DriverGetInfoResponse{Name: "v2.example.com", SupportedProtocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3}}, nil
+func (v2Identity) DriverGetInfo(
+	context.Context,
+	*cosiproto.DriverGetInfoRequest,
+) (*cosiproto.DriverGetInfoResponse, error) {
+	return &cosiproto.DriverGetInfoResponse{
+		Name:               "v2.example.com",
+		SupportedProtocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3},
+	}, nil
 }
 
 // DetectProtocol tells the protocols apart by reflection where the driver serves it, and by

@@ -50,7 +50,8 @@ func (t *T) v1() v1.ProvisionerClient { return v1.NewProvisionerClient(t.s.conn)
 // v1CreateBucket creates a bucket and deletes it when the case ends.
 func (t *T) v1CreateBucket() (string, *v1.DriverCreateBucketResponse) {
 	name := t.name("b")
-	resp, err := t.v1().DriverCreateBucket(t.ctx, &v1.DriverCreateBucketRequest{Name: name, Parameters: t.s.cfg.BucketParameters})
+	resp, err := t.v1().
+		DriverCreateBucket(t.ctx, &v1.DriverCreateBucketRequest{Name: name, Parameters: t.s.cfg.BucketParameters})
 	t.ok(err, "DriverCreateBucket")
 	t.Cleanup(func() {
 		_, _ = t.v1().DriverDeleteBucket(t.ctx, &v1.DriverDeleteBucketRequest{BucketId: resp.GetBucketId()})
@@ -66,7 +67,8 @@ func (t *T) v1Grant(bucketID string) (string, *v1.DriverGrantBucketAccessRespons
 	})
 	t.ok(err, "DriverGrantBucketAccess")
 	t.Cleanup(func() {
-		_, _ = t.v1().DriverRevokeBucketAccess(t.ctx, &v1.DriverRevokeBucketAccessRequest{BucketId: bucketID, AccountId: resp.GetAccountId()})
+		_, _ = t.v1().
+			DriverRevokeBucketAccess(t.ctx, &v1.DriverRevokeBucketAccessRequest{BucketId: bucketID, AccountId: resp.GetAccountId()})
 	})
 	return name, resp
 }
@@ -81,7 +83,8 @@ var v1alpha1Cases = []Case{
 	}},
 	{Name: "v1alpha1/DriverCreateBucket/idempotent", run: func(t *T) {
 		name, first := t.v1CreateBucket()
-		again, err := t.v1().DriverCreateBucket(t.ctx, &v1.DriverCreateBucketRequest{Name: name, Parameters: t.s.cfg.BucketParameters})
+		again, err := t.v1().
+			DriverCreateBucket(t.ctx, &v1.DriverCreateBucketRequest{Name: name, Parameters: t.s.cfg.BucketParameters})
 		t.ok(err, "DriverCreateBucket again with the same name and parameters (the v1alpha1 spec requires OK)")
 		if again.GetBucketId() != first.GetBucketId() {
 			t.Errorf("bucket_id %q the second time, %q the first", again.GetBucketId(), first.GetBucketId())
@@ -90,7 +93,11 @@ var v1alpha1Cases = []Case{
 	{Name: "v1alpha1/DriverCreateBucket/bucket-id-is-the-name", run: func(t *T) {
 		name, resp := t.v1CreateBucket()
 		if resp.GetBucketId() != name {
-			t.Errorf("bucket_id %q for name %q: the sidecar's v1alpha1 adapter addresses buckets by name and refuses this driver's buckets", resp.GetBucketId(), name)
+			t.Errorf(
+				"bucket_id %q for name %q: the sidecar's v1alpha1 adapter addresses buckets by name and refuses this driver's buckets",
+				resp.GetBucketId(),
+				name,
+			)
 		}
 	}},
 	{Name: "v1alpha1/DriverCreateBucket/incompatible-parameters", run: func(t *T) {
@@ -98,14 +105,16 @@ var v1alpha1Cases = []Case{
 			t.Skipf("no IncompatibleBucketParameters configured")
 		}
 		name, _ := t.v1CreateBucket()
-		_, err := t.v1().DriverCreateBucket(t.ctx, &v1.DriverCreateBucketRequest{Name: name, Parameters: t.s.cfg.IncompatibleBucketParameters})
+		_, err := t.v1().
+			DriverCreateBucket(t.ctx, &v1.DriverCreateBucketRequest{Name: name, Parameters: t.s.cfg.IncompatibleBucketParameters})
 		t.code(err, "DriverCreateBucket with the same name and other parameters", codes.AlreadyExists)
 	}},
 	{Name: "v1alpha1/DriverCreateBucket/invalid-parameters", run: func(t *T) {
 		if t.s.cfg.InvalidBucketParameters == nil {
 			t.Skipf("no InvalidBucketParameters configured")
 		}
-		_, err := t.v1().DriverCreateBucket(t.ctx, &v1.DriverCreateBucketRequest{Name: t.name("b"), Parameters: t.s.cfg.InvalidBucketParameters})
+		_, err := t.v1().
+			DriverCreateBucket(t.ctx, &v1.DriverCreateBucketRequest{Name: t.name("b"), Parameters: t.s.cfg.InvalidBucketParameters})
 		t.code(err, "DriverCreateBucket with invalid parameters", codes.InvalidArgument)
 	}},
 	{Name: "v1alpha1/DriverCreateBucket/missing-name", run: func(t *T) {
@@ -123,7 +132,11 @@ var v1alpha1Cases = []Case{
 		_, bucket := t.v1CreateBucket()
 		name, resp := t.v1Grant(bucket.GetBucketId())
 		if resp.GetAccountId() != name {
-			t.Errorf("account_id %q for name %q: the sidecar's v1alpha1 adapter revokes by name and refuses this driver's accounts", resp.GetAccountId(), name)
+			t.Errorf(
+				"account_id %q for name %q: the sidecar's v1alpha1 adapter revokes by name and refuses this driver's accounts",
+				resp.GetAccountId(),
+				name,
+			)
 		}
 		s3 := resp.GetCredentials()[v1alpha1.CredentialsS3].GetSecrets()
 		az := resp.GetCredentials()[v1alpha1.CredentialsAzure].GetSecrets()
@@ -141,20 +154,32 @@ var v1alpha1Cases = []Case{
 			}
 		case gcs != nil:
 		default:
-			t.Errorf("credentials has none of %q, %q, %q", v1alpha1.CredentialsS3, v1alpha1.CredentialsAzure, v1alpha1.CredentialsGCS)
+			t.Errorf(
+				"credentials has none of %q, %q, %q",
+				v1alpha1.CredentialsS3,
+				v1alpha1.CredentialsAzure,
+				v1alpha1.CredentialsGCS,
+			)
 		}
 	}},
 	{Name: "v1alpha1/DriverRevokeBucketAccess/idempotent", run: func(t *T) {
 		_, bucket := t.v1CreateBucket()
 		_, grant := t.v1Grant(bucket.GetBucketId())
 		for i := range 2 {
-			_, err := t.v1().DriverRevokeBucketAccess(t.ctx, &v1.DriverRevokeBucketAccessRequest{BucketId: bucket.GetBucketId(), AccountId: grant.GetAccountId()})
+			_, err := t.v1().
+				DriverRevokeBucketAccess(t.ctx, &v1.DriverRevokeBucketAccessRequest{BucketId: bucket.GetBucketId(), AccountId: grant.GetAccountId()})
 			t.ok(err, fmt.Sprintf("DriverRevokeBucketAccess, call %d", i+1))
 		}
 	}},
 	{Name: "v1alpha1/DriverRevokeBucketAccess/never-granted", run: func(t *T) {
 		_, bucket := t.v1CreateBucket()
-		_, err := t.v1().DriverRevokeBucketAccess(t.ctx, &v1.DriverRevokeBucketAccessRequest{BucketId: bucket.GetBucketId(), AccountId: t.name("a")})
-		t.code(err, "DriverRevokeBucketAccess for an account never granted (NOT_FOUND is accepted: the adapter treats it as OK)", codes.OK, codes.NotFound)
+		_, err := t.v1().
+			DriverRevokeBucketAccess(t.ctx, &v1.DriverRevokeBucketAccessRequest{BucketId: bucket.GetBucketId(), AccountId: t.name("a")})
+		t.code(
+			err,
+			"DriverRevokeBucketAccess for an account never granted (NOT_FOUND is accepted: the adapter treats it as OK)",
+			codes.OK,
+			codes.NotFound,
+		)
 	}},
 }

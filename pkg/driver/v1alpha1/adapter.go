@@ -91,11 +91,19 @@ func New(conn grpc.ClientConnInterface, opts Options) *Adapter {
 	if len(protocols) == 0 {
 		protocols = []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3}
 	}
-	return &Adapter{identity: v1.NewIdentityClient(conn), provisioner: v1.NewProvisionerClient(conn), protocols: slices.Clone(protocols)}
+	return &Adapter{
+		identity:    v1.NewIdentityClient(conn),
+		provisioner: v1.NewProvisionerClient(conn),
+		protocols:   slices.Clone(protocols),
+	}
 }
 
 // DriverGetInfo returns the driver's v1alpha1 name and the configured protocols.
-func (a *Adapter) DriverGetInfo(ctx context.Context, _ *cosiproto.DriverGetInfoRequest, opts ...grpc.CallOption) (*cosiproto.DriverGetInfoResponse, error) {
+func (a *Adapter) DriverGetInfo(
+	ctx context.Context,
+	_ *cosiproto.DriverGetInfoRequest,
+	opts ...grpc.CallOption,
+) (*cosiproto.DriverGetInfoResponse, error) {
 	resp, err := a.identity.DriverGetInfo(ctx, &v1.DriverGetInfoRequest{}, opts...)
 	if err != nil {
 		return nil, err
@@ -106,7 +114,11 @@ func (a *Adapter) DriverGetInfo(ctx context.Context, _ *cosiproto.DriverGetInfoR
 // DriverGenerateBucketId returns the Bucket's name: the name DriverCreateBucket asks the v1alpha1
 // driver to create. It is deterministic, so a retried provisioning never creates a second bucket
 // (KEP-1979: random names leak buckets), and it touches nothing in the backend.
-func (a *Adapter) DriverGenerateBucketId(_ context.Context, req *cosiproto.DriverGenerateBucketIdRequest, _ ...grpc.CallOption) (*cosiproto.DriverGenerateBucketIdResponse, error) {
+func (a *Adapter) DriverGenerateBucketId(
+	_ context.Context,
+	req *cosiproto.DriverGenerateBucketIdRequest,
+	_ ...grpc.CallOption,
+) (*cosiproto.DriverGenerateBucketIdResponse, error) {
 	if req.GetName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "name is required")
 	}
@@ -123,11 +135,18 @@ func (a *Adapter) DriverGenerateBucketId(_ context.Context, req *cosiproto.Drive
 // immutable; so the bucket can only be the one an earlier call created with the same parameters.
 // The v1alpha1 spec allows drivers to answer a repeated call that way ("Multiple calls to
 // CreateBucket may result in error ALREADY_EXISTS if the call succeeded early").
-func (a *Adapter) DriverCreateBucket(ctx context.Context, req *cosiproto.DriverCreateBucketRequest, opts ...grpc.CallOption) (*cosiproto.DriverCreateBucketResponse, error) {
+func (a *Adapter) DriverCreateBucket(
+	ctx context.Context,
+	req *cosiproto.DriverCreateBucketRequest,
+	opts ...grpc.CallOption,
+) (*cosiproto.DriverCreateBucketResponse, error) {
 	if err := a.checkProtocols(req.GetProtocols()); err != nil {
 		return nil, err
 	}
-	resp, err := a.provisioner.DriverCreateBucket(ctx, &v1.DriverCreateBucketRequest{Name: req.GetBucketId(), Parameters: req.GetParameters()}, opts...)
+	resp, err := a.provisioner.DriverCreateBucket(
+		ctx,
+		&v1.DriverCreateBucketRequest{Name: req.GetBucketId(), Parameters: req.GetParameters()},
+		opts...)
 	if status.Code(err) == codes.AlreadyExists {
 		return &cosiproto.DriverCreateBucketResponse{Protocols: a.bucketInfo(req.GetBucketId(), nil, req.GetProtocols())}, nil
 	}
@@ -138,18 +157,27 @@ func (a *Adapter) DriverCreateBucket(ctx context.Context, req *cosiproto.DriverC
 	// there is no v1alpha2 field to keep another ID in. A driver that names the bucket otherwise
 	// is refused before any access is granted to it.
 	if id := resp.GetBucketId(); id != req.GetBucketId() {
-		return nil, status.Errorf(codes.Unimplemented,
+		return nil, status.Errorf(
+			codes.Unimplemented,
 			"v1alpha1 adapter: the driver created bucket %q with bucket_id %q; the adapter supports only drivers whose bucket_id is the name they are given (docs/v1alpha1-drivers.md)",
-			req.GetBucketId(), id)
+			req.GetBucketId(),
+			id,
+		)
 	}
-	return &cosiproto.DriverCreateBucketResponse{Protocols: a.bucketInfo(req.GetBucketId(), resp.GetBucketInfo(), req.GetProtocols())}, nil
+	return &cosiproto.DriverCreateBucketResponse{
+		Protocols: a.bucketInfo(req.GetBucketId(), resp.GetBucketInfo(), req.GetProtocols()),
+	}, nil
 }
 
 // DriverGetBucket answers for an imported (static) Bucket without asking the driver: v1alpha1 has
 // no RPC to look a bucket up. Nothing is checked in the backend; the first grant is where a
 // missing bucket shows. The bucket info holds the client-facing name (the bucket_id) for each
 // protocol the Bucket names, or the driver's protocols when it names none.
-func (a *Adapter) DriverGetBucket(_ context.Context, req *cosiproto.DriverGetBucketRequest, _ ...grpc.CallOption) (*cosiproto.DriverGetBucketResponse, error) {
+func (a *Adapter) DriverGetBucket(
+	_ context.Context,
+	req *cosiproto.DriverGetBucketRequest,
+	_ ...grpc.CallOption,
+) (*cosiproto.DriverGetBucketResponse, error) {
 	if req.GetBucketId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "bucket_id is required")
 	}
@@ -161,8 +189,15 @@ func (a *Adapter) DriverGetBucket(_ context.Context, req *cosiproto.DriverGetBuc
 
 // DriverDeleteBucket calls v1alpha1 DriverDeleteBucket(bucket_id, delete_context = parameters).
 // NOT_FOUND is success: the bucket is gone, which is what was asked.
-func (a *Adapter) DriverDeleteBucket(ctx context.Context, req *cosiproto.DriverDeleteBucketRequest, opts ...grpc.CallOption) (*cosiproto.DriverDeleteBucketResponse, error) {
-	_, err := a.provisioner.DriverDeleteBucket(ctx, &v1.DriverDeleteBucketRequest{BucketId: req.GetBucketId(), DeleteContext: req.GetParameters()}, opts...)
+func (a *Adapter) DriverDeleteBucket(
+	ctx context.Context,
+	req *cosiproto.DriverDeleteBucketRequest,
+	opts ...grpc.CallOption,
+) (*cosiproto.DriverDeleteBucketResponse, error) {
+	_, err := a.provisioner.DriverDeleteBucket(
+		ctx,
+		&v1.DriverDeleteBucketRequest{BucketId: req.GetBucketId(), DeleteContext: req.GetParameters()},
+		opts...)
 	if err != nil && status.Code(err) != codes.NotFound {
 		return nil, mapError("DriverDeleteBucket", err)
 	}
@@ -171,11 +206,20 @@ func (a *Adapter) DriverDeleteBucket(ctx context.Context, req *cosiproto.DriverD
 
 // DriverGenerateBucketAccessId checks that a v1alpha1 driver can serve the access and returns the
 // account name, which the grant passes as the v1alpha1 name.
-func (a *Adapter) DriverGenerateBucketAccessId(_ context.Context, req *cosiproto.DriverGenerateBucketAccessIdRequest, _ ...grpc.CallOption) (*cosiproto.DriverGenerateBucketAccessIdResponse, error) {
+func (a *Adapter) DriverGenerateBucketAccessId(
+	_ context.Context,
+	req *cosiproto.DriverGenerateBucketAccessIdRequest,
+	_ ...grpc.CallOption,
+) (*cosiproto.DriverGenerateBucketAccessIdResponse, error) {
 	if req.GetAccountName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "account_name is required")
 	}
-	if err := a.checkAccess(req.GetBuckets(), req.GetProtocol(), req.GetAuthenticationType(), req.GetParameters()); err != nil {
+	if err := a.checkAccess(
+		req.GetBuckets(),
+		req.GetProtocol(),
+		req.GetAuthenticationType(),
+		req.GetParameters(),
+	); err != nil {
 		return nil, err
 	}
 	return &cosiproto.DriverGenerateBucketAccessIdResponse{AccountId: req.GetAccountName()}, nil
@@ -188,13 +232,25 @@ func (a *Adapter) DriverGenerateBucketAccessId(_ context.Context, req *cosiproto
 // answer so) and will not return its credentials again; the sidecar asks again only when the
 // credentials were never written or their Secret was lost. The adapter revokes the account and
 // grants it once more, so the new Secret holds a key that works.
-func (a *Adapter) DriverGrantBucketAccess(ctx context.Context, req *cosiproto.DriverGrantBucketAccessRequest, opts ...grpc.CallOption) (*cosiproto.DriverGrantBucketAccessResponse, error) {
-	if err := a.checkAccess(req.GetBuckets(), req.GetProtocol(), req.GetAuthenticationType(), req.GetParameters()); err != nil {
+func (a *Adapter) DriverGrantBucketAccess(
+	ctx context.Context,
+	req *cosiproto.DriverGrantBucketAccessRequest,
+	opts ...grpc.CallOption,
+) (*cosiproto.DriverGrantBucketAccessResponse, error) {
+	if err := a.checkAccess(
+		req.GetBuckets(),
+		req.GetProtocol(),
+		req.GetAuthenticationType(),
+		req.GetParameters(),
+	); err != nil {
 		return nil, err
 	}
 	bucketID := req.GetBuckets()[0].GetBucketId()
 	v1req := &v1.DriverGrantBucketAccessRequest{
-		BucketId: bucketID, Name: req.GetAccountId(), AuthenticationType: v1.AuthenticationType_Key, Parameters: driverParameters(req.GetParameters()),
+		BucketId:           bucketID,
+		Name:               req.GetAccountId(),
+		AuthenticationType: v1.AuthenticationType_Key,
+		Parameters:         driverParameters(req.GetParameters()),
 	}
 	resp, err := a.provisioner.DriverGrantBucketAccess(ctx, v1req, opts...)
 	if status.Code(err) == codes.AlreadyExists {
@@ -213,9 +269,12 @@ func (a *Adapter) DriverGrantBucketAccess(ctx context.Context, req *cosiproto.Dr
 		if _, err := a.revoke(ctx, bucketID, id, v1req.GetParameters(), opts); err != nil {
 			return nil, err
 		}
-		return nil, status.Errorf(codes.Unimplemented,
+		return nil, status.Errorf(
+			codes.Unimplemented,
 			"v1alpha1 adapter: the driver returned account_id %q for account %q (revoked again); the adapter supports only drivers whose account_id is the name they are given (docs/v1alpha1-drivers.md)",
-			id, req.GetAccountId())
+			id,
+			req.GetAccountId(),
+		)
 	}
 	info, creds, err := mapCredentials(req.GetProtocol(), bucketID, resp.GetCredentials())
 	if err != nil {
@@ -229,20 +288,38 @@ func (a *Adapter) DriverGrantBucketAccess(ctx context.Context, req *cosiproto.Dr
 
 // DriverRevokeBucketAccess calls v1alpha1 DriverRevokeBucketAccess(bucket_id, account_id,
 // revoke_access_context = parameters) for each bucket. NOT_FOUND is success.
-func (a *Adapter) DriverRevokeBucketAccess(ctx context.Context, req *cosiproto.DriverRevokeBucketAccessRequest, opts ...grpc.CallOption) (*cosiproto.DriverRevokeBucketAccessResponse, error) {
+func (a *Adapter) DriverRevokeBucketAccess(
+	ctx context.Context,
+	req *cosiproto.DriverRevokeBucketAccessRequest,
+	opts ...grpc.CallOption,
+) (*cosiproto.DriverRevokeBucketAccessResponse, error) {
 	if len(req.GetBuckets()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "buckets: at least one bucket is required")
 	}
 	for _, b := range req.GetBuckets() {
-		if _, err := a.revoke(ctx, b.GetBucketId(), req.GetAccountId(), driverParameters(req.GetParameters()), opts); err != nil {
+		if _, err := a.revoke(
+			ctx,
+			b.GetBucketId(),
+			req.GetAccountId(),
+			driverParameters(req.GetParameters()),
+			opts,
+		); err != nil {
 			return nil, err
 		}
 	}
 	return &cosiproto.DriverRevokeBucketAccessResponse{}, nil
 }
 
-func (a *Adapter) revoke(ctx context.Context, bucketID, accountID string, params map[string]string, opts []grpc.CallOption) (*v1.DriverRevokeBucketAccessResponse, error) {
-	resp, err := a.provisioner.DriverRevokeBucketAccess(ctx, &v1.DriverRevokeBucketAccessRequest{BucketId: bucketID, AccountId: accountID, RevokeAccessContext: params}, opts...)
+func (a *Adapter) revoke(
+	ctx context.Context,
+	bucketID, accountID string,
+	params map[string]string,
+	opts []grpc.CallOption,
+) (*v1.DriverRevokeBucketAccessResponse, error) {
+	resp, err := a.provisioner.DriverRevokeBucketAccess(
+		ctx,
+		&v1.DriverRevokeBucketAccessRequest{BucketId: bucketID, AccountId: accountID, RevokeAccessContext: params},
+		opts...)
 	if err != nil && status.Code(err) != codes.NotFound {
 		return nil, mapError("DriverRevokeBucketAccess", err)
 	}
@@ -253,7 +330,12 @@ func (a *Adapter) revoke(ctx context.Context, bucketID, accountID string, params
 func (a *Adapter) checkProtocols(protocols []cosiproto.ObjectProtocol_Type) error {
 	for _, p := range protocols {
 		if !slices.Contains(a.protocols, p) {
-			return status.Errorf(codes.InvalidArgument, "protocol %v is not one of the v1alpha1 driver's configured protocols %v", p, a.protocols)
+			return status.Errorf(
+				codes.InvalidArgument,
+				"protocol %v is not one of the v1alpha1 driver's configured protocols %v",
+				p,
+				a.protocols,
+			)
 		}
 	}
 	return nil
@@ -262,14 +344,27 @@ func (a *Adapter) checkProtocols(protocols []cosiproto.ObjectProtocol_Type) erro
 // checkAccess refuses what a v1alpha1 grant cannot express: several buckets with one credential
 // (OUT_OF_RANGE, as KEP-1979 asks of drivers that cannot), ServiceAccount authentication (v1alpha1
 // passes no ServiceAccount to the driver), and any access mode outside the class's declared set.
-func (a *Adapter) checkAccess(buckets []*cosiproto.AccessedBucket, protocol cosiproto.ObjectProtocol_Type, auth cosiproto.AuthenticationType_Type, params map[string]string) error {
+func (a *Adapter) checkAccess(
+	buckets []*cosiproto.AccessedBucket,
+	protocol cosiproto.ObjectProtocol_Type,
+	auth cosiproto.AuthenticationType_Type,
+	params map[string]string,
+) error {
 	switch {
 	case len(buckets) == 0:
 		return status.Error(codes.InvalidArgument, "buckets: at least one bucket is required")
 	case len(buckets) > 1:
-		return status.Errorf(codes.OutOfRange, "a v1alpha1 driver grants access to one bucket per account; %d buckets were requested", len(buckets))
+		return status.Errorf(
+			codes.OutOfRange,
+			"a v1alpha1 driver grants access to one bucket per account; %d buckets were requested",
+			len(buckets),
+		)
 	case auth != cosiproto.AuthenticationType_KEY:
-		return status.Errorf(codes.InvalidArgument, "authentication type %v: a v1alpha1 driver is given no ServiceAccount; only KEY is supported", auth)
+		return status.Errorf(
+			codes.InvalidArgument,
+			"authentication type %v: a v1alpha1 driver is given no ServiceAccount; only KEY is supported",
+			auth,
+		)
 	case buckets[0].GetBucketId() == "":
 		return status.Error(codes.InvalidArgument, "buckets[0].bucket_id is required")
 	}
@@ -297,11 +392,15 @@ func CheckAccessModes(declared, requested *cosiproto.AccessModes) error {
 	check("objectMetadata", declared.GetObjectMetadata(), requested.GetObjectMetadata())
 	check("bucketMetadata", declared.GetBucketMetadata(), requested.GetBucketMetadata())
 	if len(wrong) > 0 {
-		return status.Errorf(codes.InvalidArgument,
+		return status.Errorf(
+			codes.InvalidArgument,
 			"access modes not granted by this v1alpha1 driver's class: %s; v1alpha1 drivers take no access mode, the class declares what they grant in parameter %s",
-			strings.Join(wrong, ", "), ParameterAccessModes)
+			strings.Join(wrong, ", "),
+			ParameterAccessModes,
+		)
 	}
-	if requested.GetObjectData() == cosiproto.AccessMode_UNSPECIFIED && requested.GetObjectMetadata() == cosiproto.AccessMode_UNSPECIFIED &&
+	if requested.GetObjectData() == cosiproto.AccessMode_UNSPECIFIED &&
+		requested.GetObjectMetadata() == cosiproto.AccessMode_UNSPECIFIED &&
 		requested.GetBucketMetadata() == cosiproto.AccessMode_UNSPECIFIED {
 		return status.Error(codes.InvalidArgument, "no access mode requested")
 	}
@@ -378,7 +477,11 @@ func driverParameters(params map[string]string) map[string]string {
 // v1alpha2 field (KEP-1979 assumes SigV4) and is dropped; GCS's service_account and
 // private_key_name describe credentials, not the bucket, and are dropped. Without bucket_info,
 // each protocol requested (or, when none is, each configured) is reported with the name alone.
-func (a *Adapter) bucketInfo(bucketID string, p *v1.Protocol, requested []cosiproto.ObjectProtocol_Type) *cosiproto.ProtocolBucketInfo {
+func (a *Adapter) bucketInfo(
+	bucketID string,
+	p *v1.Protocol,
+	requested []cosiproto.ObjectProtocol_Type,
+) *cosiproto.ProtocolBucketInfo {
 	out := &cosiproto.ProtocolBucketInfo{}
 	switch {
 	case p.GetS3() != nil:

@@ -60,13 +60,22 @@ func TestDriverParametersDropTheAdaptersOwn(t *testing.T) {
 
 func TestMapCredentials(t *testing.T) {
 	const secret = "s3cr3t-value"
-	info, creds, err := mapCredentials(cosiproto.ObjectProtocol_S3, "bc-1", map[string]*v1.CredentialDetails{"s3": {Secrets: map[string]string{
-		S3AccessKeyID: "AKID", S3AccessSecretKey: secret, S3Endpoint: "https://s3.example.com", S3Region: "eu-1", "sessionToken": "extra",
-	}}})
+	info, creds, err := mapCredentials(
+		cosiproto.ObjectProtocol_S3,
+		"bc-1",
+		map[string]*v1.CredentialDetails{"s3": {Secrets: map[string]string{
+			S3AccessKeyID:     "AKID",
+			S3AccessSecretKey: secret,
+			S3Endpoint:        "https://s3.example.com",
+			S3Region:          "eu-1",
+			"sessionToken":    "extra",
+		}}},
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := info.GetS3(); s.GetBucketName() != "bc-1" || s.GetEndpoint() != "https://s3.example.com" || s.GetRegion() != "eu-1" {
+	if s := info.GetS3(); s.GetBucketName() != "bc-1" || s.GetEndpoint() != "https://s3.example.com" ||
+		s.GetRegion() != "eu-1" {
 		t.Errorf("S3 info %v", s)
 	}
 	if c := creds.GetS3(); c.GetAccessKeyId() != "AKID" || c.GetAccessSecretKey() != secret {
@@ -76,9 +85,14 @@ func TestMapCredentials(t *testing.T) {
 		t.Errorf("a key outside the mapping was copied")
 	}
 
-	info, creds, err = mapCredentials(cosiproto.ObjectProtocol_AZURE, "c", map[string]*v1.CredentialDetails{"azure": {Secrets: map[string]string{
-		AzureAccessToken: "https://acct1.blob.core.windows.net/c?sv=x&sig=" + secret, AzureExpiry: "2030-01-02 03:04:05 +0000 UTC",
-	}}})
+	info, creds, err = mapCredentials(
+		cosiproto.ObjectProtocol_AZURE,
+		"c",
+		map[string]*v1.CredentialDetails{"azure": {Secrets: map[string]string{
+			AzureAccessToken: "https://acct1.blob.core.windows.net/c?sv=x&sig=" + secret,
+			AzureExpiry:      "2030-01-02 03:04:05 +0000 UTC",
+		}}},
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +100,11 @@ func TestMapCredentials(t *testing.T) {
 		t.Errorf("Azure: %v", info.GetAzure())
 	}
 
-	_, _, err = mapCredentials(cosiproto.ObjectProtocol_S3, "b", map[string]*v1.CredentialDetails{"azure": {Secrets: map[string]string{AzureAccessToken: secret}}})
+	_, _, err = mapCredentials(
+		cosiproto.ObjectProtocol_S3,
+		"b",
+		map[string]*v1.CredentialDetails{"azure": {Secrets: map[string]string{AzureAccessToken: secret}}},
+	)
 	if status.Code(err) != codes.Internal || strings.Contains(err.Error(), secret) {
 		t.Errorf("missing s3 credentials: %v (must name keys, never values)", err)
 	}
@@ -94,7 +112,11 @@ func TestMapCredentials(t *testing.T) {
 
 func TestBucketInfo(t *testing.T) {
 	a := New(nil, Options{})
-	got := a.bucketInfo("bc-1", &v1.Protocol{Type: &v1.Protocol_S3{S3: &v1.S3{Region: "r1", SignatureVersion: v1.S3SignatureVersion_S3V4}}}, nil)
+	got := a.bucketInfo(
+		"bc-1",
+		&v1.Protocol{Type: &v1.Protocol_S3{S3: &v1.S3{Region: "r1", SignatureVersion: v1.S3SignatureVersion_S3V4}}},
+		nil,
+	)
 	if got.GetS3().GetRegion() != "r1" || got.GetS3().GetBucketName() != "bc-1" || got.GetAzure() != nil {
 		t.Errorf("S3 bucket_info: %v", got)
 	}

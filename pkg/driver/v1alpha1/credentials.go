@@ -21,19 +21,32 @@ const azureExpiryFormat = "2006-01-02 15:04:05.999999999 -0700 MST"
 // v1alpha2 bucket info and credentials of the requested protocol, from which the sidecar renders
 // exactly KEP-1979's Secret keys. Only the keys named in this package are read: anything else a
 // driver puts in secrets is dropped, never copied into a Secret. Errors name keys, never values.
-func mapCredentials(protocol cosiproto.ObjectProtocol_Type, bucketID string, creds map[string]*v1.CredentialDetails) (*cosiproto.ProtocolBucketInfo, *cosiproto.CredentialInfo, error) {
+func mapCredentials(
+	protocol cosiproto.ObjectProtocol_Type,
+	bucketID string,
+	creds map[string]*v1.CredentialDetails,
+) (*cosiproto.ProtocolBucketInfo, *cosiproto.CredentialInfo, error) {
 	key := map[cosiproto.ObjectProtocol_Type]string{
 		cosiproto.ObjectProtocol_S3: CredentialsS3, cosiproto.ObjectProtocol_AZURE: CredentialsAzure, cosiproto.ObjectProtocol_GCS: CredentialsGCS,
 	}[protocol]
 	details, ok := creds[key]
 	if !ok {
-		return nil, nil, status.Errorf(codes.Internal, "v1alpha1 DriverGrantBucketAccess returned no %q credentials (it returned %v)", key, sortedKeys(creds))
+		return nil, nil, status.Errorf(
+			codes.Internal,
+			"v1alpha1 DriverGrantBucketAccess returned no %q credentials (it returned %v)",
+			key,
+			sortedKeys(creds),
+		)
 	}
 	s := details.GetSecrets()
 	switch protocol {
 	case cosiproto.ObjectProtocol_S3:
-		return &cosiproto.ProtocolBucketInfo{S3: &cosiproto.S3BucketInfo{BucketName: bucketID, Endpoint: s[S3Endpoint], Region: s[S3Region]}},
-			&cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{AccessKeyId: s[S3AccessKeyID], AccessSecretKey: s[S3AccessSecretKey]}}, nil
+		return &cosiproto.ProtocolBucketInfo{
+				S3: &cosiproto.S3BucketInfo{BucketName: bucketID, Endpoint: s[S3Endpoint], Region: s[S3Region]},
+			},
+			&cosiproto.CredentialInfo{
+				S3: &cosiproto.S3Credentials{AccessKeyId: s[S3AccessKeyID], AccessSecretKey: s[S3AccessSecretKey]},
+			}, nil
 	case cosiproto.ObjectProtocol_AZURE:
 		az := &cosiproto.AzureCredentials{AccessToken: s[AzureAccessToken]}
 		if ts := s[AzureExpiry]; ts != "" {
@@ -45,13 +58,22 @@ func mapCredentials(protocol cosiproto.ObjectProtocol_Type, bucketID string, cre
 			}
 			az.ExpiryTimestamp = timestamppb.New(t)
 		}
-		return &cosiproto.ProtocolBucketInfo{Azure: &cosiproto.AzureBucketInfo{StorageAccount: storageAccount(s[AzureAccessToken])}},
-			&cosiproto.CredentialInfo{Azure: az}, nil
+		return &cosiproto.ProtocolBucketInfo{
+				Azure: &cosiproto.AzureBucketInfo{StorageAccount: storageAccount(s[AzureAccessToken])},
+			},
+			&cosiproto.CredentialInfo{
+				Azure: az,
+			}, nil
 	case cosiproto.ObjectProtocol_GCS:
 		return &cosiproto.ProtocolBucketInfo{Gcs: &cosiproto.GcsBucketInfo{BucketName: bucketID, ProjectId: s[GCSProjectID]}},
 			&cosiproto.CredentialInfo{Gcs: &cosiproto.GcsCredentials{
-				ServiceAccountName: s[GCSServiceAccountName], ClientEmail: s[GCSClientEmail], ClientId: s[GCSClientID],
-				PrivateKeyId: s[GCSPrivateKeyID], PrivateKey: s[GCSPrivateKey], HmacAccessId: s[GCSHMACAccessID], HmacSecret: s[GCSHMACSecret],
+				ServiceAccountName: s[GCSServiceAccountName],
+				ClientEmail:        s[GCSClientEmail],
+				ClientId:           s[GCSClientID],
+				PrivateKeyId:       s[GCSPrivateKeyID],
+				PrivateKey:         s[GCSPrivateKey],
+				HmacAccessId:       s[GCSHMACAccessID],
+				HmacSecret:         s[GCSHMACSecret],
 			}}, nil
 	}
 	return nil, nil, status.Errorf(codes.InvalidArgument, "protocol %v is not S3, AZURE or GCS", protocol)

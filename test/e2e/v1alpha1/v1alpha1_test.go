@@ -44,7 +44,12 @@ func TestMain(m *testing.M) {
 	opts := localenv.Options{Driver: localenv.DriverV1alpha1S3, DriverName: driverName, Verbosity: 2, Metrics: true}
 	testenv.RunSystem(m, opts, func(_ context.Context, e *localenv.Env) error {
 		env, waits = e, &testenv.Env{APIServer: e.APIServer}
-		admin = s3.NewS3Client(env.Store.S3Endpoint, "us-east-1", credentials.NewStaticCredentialsProvider(env.Store.RootAccessKey, env.Store.RootSecretKey, ""), nil)
+		admin = s3.NewS3Client(
+			env.Store.S3Endpoint,
+			"us-east-1",
+			credentials.NewStaticCredentialsProvider(env.Store.RootAccessKey, env.Store.RootSecretKey, ""),
+			nil,
+		)
 		return nil
 	})
 }
@@ -72,14 +77,23 @@ func TestProtocolDetected(t *testing.T) {
 func TestDynamicDelete(t *testing.T) {
 	ctx := t.Context()
 	ns := namespace(t)
-	bc := objects.BucketClass(unique("class"), driverName, cosiapi.DeletionPolicyDelete, objects.ClassParameters(map[string]string{s3.ParamPurgeOnDelete: "true"}))
+	bc := objects.BucketClass(
+		unique("class"),
+		driverName,
+		cosiapi.DeletionPolicyDelete,
+		objects.ClassParameters(map[string]string{s3.ParamPurgeOnDelete: "true"}),
+	)
 	bac := accessClass()
 	c, other := claim(ns, bc.Name), claim(ns, bc.Name)
 	create(t, bc, bac, c, other)
 	provisioned(t, c, other)
 	bucket := backendBucket(t, c)
 	if bucket != c.Status.BoundBucketName {
-		t.Errorf("bucket ID %q, want the Bucket's name %q (the adapter's deterministic name)", bucket, c.Status.BoundBucketName)
+		t.Errorf(
+			"bucket ID %q, want the Bucket's name %q (the adapter's deterministic name)",
+			bucket,
+			c.Status.BoundBucketName,
+		)
 	}
 	if ok, err := storeHasBucket(ctx, bucket); !ok {
 		t.Fatalf("bucket %s is not in the store: %v", bucket, err)
@@ -97,8 +111,14 @@ func TestDynamicDelete(t *testing.T) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	wantKeys := []string{cosiapi.SecretKeyS3AccessKeyID, cosiapi.SecretKeyS3EndpointURL, cosiapi.SecretKeyS3Region, cosiapi.SecretKeyS3SecretAccessKey,
-		cosiapi.SecretKeyS3BucketName, cosiapi.SecretKeyProtocol}
+	wantKeys := []string{
+		cosiapi.SecretKeyS3AccessKeyID,
+		cosiapi.SecretKeyS3EndpointURL,
+		cosiapi.SecretKeyS3Region,
+		cosiapi.SecretKeyS3SecretAccessKey,
+		cosiapi.SecretKeyS3BucketName,
+		cosiapi.SecretKeyProtocol,
+	}
 	slices.Sort(wantKeys)
 	if !slices.Equal(keys, wantKeys) {
 		t.Errorf("Secret keys %v, want exactly %v", keys, wantKeys)
@@ -113,7 +133,7 @@ func TestDynamicDelete(t *testing.T) {
 	waits.Gone(t, a)
 	testenv.Eventually(t, func() error {
 		if err := put(s3c, bucket, "b"); !denied(err) {
-			return fmt.Errorf("put with the revoked key: %v, want denied", err)
+			return fmt.Errorf("put with the revoked key: %w, want denied", err)
 		}
 		return nil
 	})
@@ -122,7 +142,11 @@ func TestDynamicDelete(t *testing.T) {
 	waits.Gone(t, c)
 	testenv.Eventually(t, func() error {
 		if ok, err := storeHasBucket(ctx, bucket); ok || err != nil {
-			return fmt.Errorf("bucket %s still in the store (%v) after its claim was deleted with the Delete policy", bucket, err)
+			return fmt.Errorf(
+				"bucket %s still in the store (%w) after its claim was deleted with the Delete policy",
+				bucket,
+				err,
+			)
 		}
 		return nil
 	})
@@ -141,7 +165,7 @@ func TestDynamicRetain(t *testing.T) {
 	waits.Gone(t, c)
 	testenv.Never(t, 3e9, func() error {
 		if ok, err := storeHasBucket(t.Context(), bucket); !ok {
-			return fmt.Errorf("bucket %s left the store with the Retain policy: %v", bucket, err)
+			return fmt.Errorf("bucket %s left the store with the Retain policy: %w", bucket, err)
 		}
 		return nil
 	})
@@ -160,11 +184,25 @@ func TestStaticBucket(t *testing.T) {
 		t.Fatal(err)
 	}
 	bac := accessClass()
-	c := &cosiapi.BucketClaim{ObjectMeta: metav1.ObjectMeta{Name: unique("legacy"), Namespace: ns},
-		Spec: cosiapi.BucketClaimSpec{ExistingBucketName: unique("static"), Protocols: []cosiapi.Protocol{cosiapi.ProtocolS3}}}
-	b := &cosiapi.Bucket{ObjectMeta: metav1.ObjectMeta{Name: c.Spec.ExistingBucketName},
-		Spec: cosiapi.BucketSpec{DriverName: driverName, DeletionPolicy: cosiapi.DeletionPolicyRetain, ExistingBucketID: existing,
-			Protocols: []cosiapi.Protocol{cosiapi.ProtocolS3}, BucketClaimRef: cosiapi.BucketClaimReference{Name: c.Name, Namespace: ns}}}
+	c := &cosiapi.BucketClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: unique("legacy"), Namespace: ns},
+		Spec: cosiapi.BucketClaimSpec{
+			ExistingBucketName: unique("static"),
+			Protocols:          []cosiapi.Protocol{cosiapi.ProtocolS3},
+		},
+	}
+	b := &cosiapi.Bucket{
+		ObjectMeta: metav1.ObjectMeta{Name: c.Spec.ExistingBucketName},
+		Spec: cosiapi.BucketSpec{
+			DriverName:       driverName,
+			DeletionPolicy:   cosiapi.DeletionPolicyRetain,
+			ExistingBucketID: existing,
+			Protocols: []cosiapi.Protocol{
+				cosiapi.ProtocolS3,
+			},
+			BucketClaimRef: cosiapi.BucketClaimReference{Name: c.Name, Namespace: ns},
+		},
+	}
 	create(t, bac, b, c)
 	provisioned(t, c)
 	cond := testenv.Condition(t, waits, b, func(b *cosiapi.Bucket) []metav1.Condition { return b.Status.Conditions },
@@ -207,13 +245,24 @@ func TestRefusedAccesses(t *testing.T) {
 		a    *cosiapi.BucketAccess
 		want string
 	}{{ro, "objectData ReadOnly (the class grants ReadWrite)"}, {both, "OutOfRange"}} {
-		cond := testenv.Condition(t, waits, tc.a, func(a *cosiapi.BucketAccess) []metav1.Condition { return a.Status.Conditions },
-			cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
+		cond := testenv.Condition(
+			t,
+			waits,
+			tc.a,
+			func(a *cosiapi.BucketAccess) []metav1.Condition { return a.Status.Conditions },
+			cosiapi.ConditionProvisioned,
+			metav1.ConditionFalse,
+			cosiapi.ReasonProvisioningFailed,
+		)
 		if !strings.Contains(cond.Message, tc.want) {
 			t.Errorf("%s: Provisioned message %q, want it to contain %q", tc.a.Name, cond.Message, tc.want)
 		}
 		secret := &corev1.Secret{}
-		if err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: tc.a.Spec.BucketClaims[0].AccessSecretName}, secret); err == nil {
+		if err := env.Client.Get(
+			t.Context(),
+			client.ObjectKey{Namespace: ns, Name: tc.a.Spec.BucketClaims[0].AccessSecretName},
+			secret,
+		); err == nil {
 			t.Errorf("%s: a Secret was written for a refused access", tc.a.Name)
 		}
 	}
@@ -323,7 +372,10 @@ func secretClient(t *testing.T, ns, name string) (*awss3.Client, string, *corev1
 }
 
 func put(c *awss3.Client, bucket, key string) error {
-	_, err := c.PutObject(context.Background(), &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader("data of " + key)})
+	_, err := c.PutObject(
+		context.Background(),
+		&awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader("data of " + key)},
+	)
 	return err
 }
 
