@@ -33,7 +33,8 @@ func main() {
 		credentialsFile = flag.String(
 			"credentials-file",
 			"",
-			"file with the admin credentials as AWS_ACCESS_KEY_ID=... and AWS_SECRET_ACCESS_KEY=... lines (default: the environment)",
+			"file with the admin credentials as AWS_ACCESS_KEY_ID=... and AWS_SECRET_ACCESS_KEY=... lines "+
+				"(default: the environment)",
 		)
 		timeout   = flag.Duration("backend-timeout", 30*time.Second, "timeout of each call to the object store")
 		verbosity = flag.Int("v", 0, "log verbosity")

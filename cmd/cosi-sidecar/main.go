@@ -36,7 +36,8 @@ func main() {
 		`the driver's protocol, "v1alpha2" or "v1alpha1" (default: detected at start-up; docs/v1alpha1-drivers.md)`)
 	flag.Func(
 		"v1alpha1-protocols",
-		`object protocols a v1alpha1 driver serves, comma-separated S3, Azure, GCS (default S3): v1alpha1 drivers do not report them`,
+		`object protocols a v1alpha1 driver serves, comma-separated S3, Azure, GCS (default S3): `+
+			`v1alpha1 drivers do not report them`,
 		func(s string) (err error) { opts.V1alpha1Protocols, err = sidecar.ParseProtocols(s); return err },
 	)
 	flag.Parse() // also --kubeconfig, registered by controller-runtime

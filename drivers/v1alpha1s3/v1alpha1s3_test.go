@@ -55,7 +55,12 @@ func serve(t *testing.T) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- v1alpha1s3.Serve(ctx, endpoint, v1alpha1s3.New(d)) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serving the v1alpha1 driver: %v", err)
+		}
+	})
 	return endpoint
 }
 

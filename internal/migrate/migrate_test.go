@@ -97,14 +97,25 @@ func TestMigrate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, o := range []*unstructured.Unstructured{
-		obj("BucketClass", "", "standard", map[string]any{"driverName": "s3.vendor.example.com", "deletionPolicy": "Delete", "parameters": map[string]any{"tier": "gold"}}),
-		obj("BucketAccessClass", "", "keys", map[string]any{"driverName": "s3.vendor.example.com", "authenticationType": "Key"}),
-		obj("Bucket", "", "bc-1234", map[string]any{"spec": map[string]any{"driverName": "s3.vendor.example.com", "bucketClassName": "standard",
-			"protocols": []any{"s3"}, "deletionPolicy": "Delete", "bucketClaim": map[string]any{"name": "data", "namespace": "app"}}}),
-		obj("BucketClaim", "app", "data", map[string]any{"spec": map[string]any{"bucketClassName": "standard", "protocols": []any{"s3"}}}),
-		obj("BucketClaim", "app", "pending", map[string]any{"spec": map[string]any{"bucketClassName": "standard", "protocols": []any{"s3"}}}),
-		obj("BucketAccess", "app", "writer", map[string]any{"spec": map[string]any{"bucketClaimName": "data", "bucketAccessClassName": "keys",
-			"credentialsSecretName": "data-creds", "protocol": "s3"}}),
+		obj("BucketClass", "", "standard", map[string]any{
+			"driverName": "s3.vendor.example.com", "deletionPolicy": "Delete", "parameters": map[string]any{"tier": "gold"},
+		}),
+		obj("BucketAccessClass", "", "keys", map[string]any{
+			"driverName": "s3.vendor.example.com", "authenticationType": "Key",
+		}),
+		obj("Bucket", "", "bc-1234", map[string]any{"spec": map[string]any{
+			"driverName": "s3.vendor.example.com", "bucketClassName": "standard", "protocols": []any{"s3"},
+			"deletionPolicy": "Delete", "bucketClaim": map[string]any{"name": "data", "namespace": "app"},
+		}}),
+		obj("BucketClaim", "app", "data", map[string]any{"spec": map[string]any{
+			"bucketClassName": "standard", "protocols": []any{"s3"},
+		}}),
+		obj("BucketClaim", "app", "pending", map[string]any{"spec": map[string]any{
+			"bucketClassName": "standard", "protocols": []any{"s3"},
+		}}),
+		obj("BucketAccess", "app", "writer", map[string]any{"spec": map[string]any{
+			"bucketClaimName": "data", "bucketAccessClassName": "keys", "credentialsSecretName": "data-creds", "protocol": "s3",
+		}}),
 	} {
 		if err := c.Create(ctx, o); err != nil {
 			t.Fatalf("creating v1alpha1 %s: %v", o.GetKind(), err)

@@ -28,7 +28,8 @@ func ParseProtocols(s string) ([]cosiproto.ObjectProtocol_Type, error) {
 // the first grant is where a missing bucket will show.
 func importedMessage(drv *driver.Client) string {
 	if drv.Protocol() == driver.ProtocolV1alpha1 {
-		return "imported without a check: the driver speaks COSI v1alpha1, which cannot look a bucket up; the first access grant shows whether it exists"
+		return "imported without a check: the driver speaks COSI v1alpha1, which cannot look a bucket up; " +
+			"the first access grant shows whether it exists"
 	}
 	return "the bucket exists in the backend"
 }

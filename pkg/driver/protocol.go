@@ -100,6 +100,7 @@ func newProtocolMetric(reg prometheus.Registerer) (*prometheus.GaugeVec, error) 
 		Namespace: "cosi",
 		Subsystem: "sidecar",
 		Name:      "driver_protocol",
-		Help:      "The COSI driver protocol the sidecar detected (or was told) the driver speaks: 1 for it, by driver and protocol (v1alpha1, v1alpha2).",
+		Help: "The COSI driver protocol the sidecar detected (or was told) the driver speaks: " +
+			"1 for it, by driver and protocol (v1alpha1, v1alpha2).",
 	}, []string{"driver_name", "protocol"}))
 }

@@ -67,8 +67,10 @@ func (t *T) v1Grant(bucketID string) (string, *v1.DriverGrantBucketAccessRespons
 	})
 	t.ok(err, "DriverGrantBucketAccess")
 	t.Cleanup(func() {
-		_, _ = t.v1().
-			DriverRevokeBucketAccess(t.ctx, &v1.DriverRevokeBucketAccessRequest{BucketId: bucketID, AccountId: resp.GetAccountId()})
+		_, _ = t.v1().DriverRevokeBucketAccess(
+			t.ctx,
+			&v1.DriverRevokeBucketAccessRequest{BucketId: bucketID, AccountId: resp.GetAccountId()},
+		)
 	})
 	return name, resp
 }
@@ -94,7 +96,8 @@ var v1alpha1Cases = []Case{
 		name, resp := t.v1CreateBucket()
 		if resp.GetBucketId() != name {
 			t.Errorf(
-				"bucket_id %q for name %q: the sidecar's v1alpha1 adapter addresses buckets by name and refuses this driver's buckets",
+				"bucket_id %q for name %q: the sidecar's v1alpha1 adapter addresses buckets by name "+
+					"and refuses this driver's buckets",
 				resp.GetBucketId(),
 				name,
 			)
@@ -105,16 +108,20 @@ var v1alpha1Cases = []Case{
 			t.Skipf("no IncompatibleBucketParameters configured")
 		}
 		name, _ := t.v1CreateBucket()
-		_, err := t.v1().
-			DriverCreateBucket(t.ctx, &v1.DriverCreateBucketRequest{Name: name, Parameters: t.s.cfg.IncompatibleBucketParameters})
+		_, err := t.v1().DriverCreateBucket(
+			t.ctx,
+			&v1.DriverCreateBucketRequest{Name: name, Parameters: t.s.cfg.IncompatibleBucketParameters},
+		)
 		t.code(err, "DriverCreateBucket with the same name and other parameters", codes.AlreadyExists)
 	}},
 	{Name: "v1alpha1/DriverCreateBucket/invalid-parameters", run: func(t *T) {
 		if t.s.cfg.InvalidBucketParameters == nil {
 			t.Skipf("no InvalidBucketParameters configured")
 		}
-		_, err := t.v1().
-			DriverCreateBucket(t.ctx, &v1.DriverCreateBucketRequest{Name: t.name("b"), Parameters: t.s.cfg.InvalidBucketParameters})
+		_, err := t.v1().DriverCreateBucket(
+			t.ctx,
+			&v1.DriverCreateBucketRequest{Name: t.name("b"), Parameters: t.s.cfg.InvalidBucketParameters},
+		)
 		t.code(err, "DriverCreateBucket with invalid parameters", codes.InvalidArgument)
 	}},
 	{Name: "v1alpha1/DriverCreateBucket/missing-name", run: func(t *T) {
@@ -143,7 +150,12 @@ var v1alpha1Cases = []Case{
 		gcs := resp.GetCredentials()[v1alpha1.CredentialsGCS].GetSecrets()
 		switch {
 		case s3 != nil:
-			for _, k := range []string{v1alpha1.S3AccessKeyID, v1alpha1.S3AccessSecretKey, v1alpha1.S3Endpoint, v1alpha1.S3Region} {
+			for _, k := range []string{
+				v1alpha1.S3AccessKeyID,
+				v1alpha1.S3AccessSecretKey,
+				v1alpha1.S3Endpoint,
+				v1alpha1.S3Region,
+			} {
 				if s3[k] == "" {
 					t.Errorf("credentials[%q].secrets[%q] is empty: the Secret would lack it", v1alpha1.CredentialsS3, k)
 				}
@@ -166,15 +178,19 @@ var v1alpha1Cases = []Case{
 		_, bucket := t.v1CreateBucket()
 		_, grant := t.v1Grant(bucket.GetBucketId())
 		for i := range 2 {
-			_, err := t.v1().
-				DriverRevokeBucketAccess(t.ctx, &v1.DriverRevokeBucketAccessRequest{BucketId: bucket.GetBucketId(), AccountId: grant.GetAccountId()})
+			_, err := t.v1().DriverRevokeBucketAccess(
+				t.ctx,
+				&v1.DriverRevokeBucketAccessRequest{BucketId: bucket.GetBucketId(), AccountId: grant.GetAccountId()},
+			)
 			t.ok(err, fmt.Sprintf("DriverRevokeBucketAccess, call %d", i+1))
 		}
 	}},
 	{Name: "v1alpha1/DriverRevokeBucketAccess/never-granted", run: func(t *T) {
 		_, bucket := t.v1CreateBucket()
-		_, err := t.v1().
-			DriverRevokeBucketAccess(t.ctx, &v1.DriverRevokeBucketAccessRequest{BucketId: bucket.GetBucketId(), AccountId: t.name("a")})
+		_, err := t.v1().DriverRevokeBucketAccess(
+			t.ctx,
+			&v1.DriverRevokeBucketAccessRequest{BucketId: bucket.GetBucketId(), AccountId: t.name("a")},
+		)
 		t.code(
 			err,
 			"DriverRevokeBucketAccess for an account never granted (NOT_FOUND is accepted: the adapter treats it as OK)",

@@ -159,7 +159,8 @@ func (a *Adapter) DriverCreateBucket(
 	if id := resp.GetBucketId(); id != req.GetBucketId() {
 		return nil, status.Errorf(
 			codes.Unimplemented,
-			"v1alpha1 adapter: the driver created bucket %q with bucket_id %q; the adapter supports only drivers whose bucket_id is the name they are given (docs/v1alpha1-drivers.md)",
+			"v1alpha1 adapter: the driver created bucket %q with bucket_id %q; the adapter supports only "+
+				"drivers whose bucket_id is the name they are given (docs/v1alpha1-drivers.md)",
 			req.GetBucketId(),
 			id,
 		)
@@ -254,7 +255,7 @@ func (a *Adapter) DriverGrantBucketAccess(
 	}
 	resp, err := a.provisioner.DriverGrantBucketAccess(ctx, v1req, opts...)
 	if status.Code(err) == codes.AlreadyExists {
-		if _, err := a.revoke(ctx, bucketID, req.GetAccountId(), v1req.GetParameters(), opts); err != nil {
+		if err := a.revoke(ctx, bucketID, req.GetAccountId(), v1req.GetParameters(), opts); err != nil {
 			return nil, err
 		}
 		resp, err = a.provisioner.DriverGrantBucketAccess(ctx, v1req, opts...)
@@ -266,12 +267,13 @@ func (a *Adapter) DriverGrantBucketAccess(
 	// another ID could never be revoked after a restart. Its account is revoked now, by the ID it
 	// returned, and the access refused: credentials must not outlive their BucketAccess.
 	if id := resp.GetAccountId(); id != req.GetAccountId() {
-		if _, err := a.revoke(ctx, bucketID, id, v1req.GetParameters(), opts); err != nil {
+		if err := a.revoke(ctx, bucketID, id, v1req.GetParameters(), opts); err != nil {
 			return nil, err
 		}
 		return nil, status.Errorf(
 			codes.Unimplemented,
-			"v1alpha1 adapter: the driver returned account_id %q for account %q (revoked again); the adapter supports only drivers whose account_id is the name they are given (docs/v1alpha1-drivers.md)",
+			"v1alpha1 adapter: the driver returned account_id %q for account %q (revoked again); the adapter "+
+				"supports only drivers whose account_id is the name they are given (docs/v1alpha1-drivers.md)",
 			id,
 			req.GetAccountId(),
 		)
@@ -297,7 +299,7 @@ func (a *Adapter) DriverRevokeBucketAccess(
 		return nil, status.Error(codes.InvalidArgument, "buckets: at least one bucket is required")
 	}
 	for _, b := range req.GetBuckets() {
-		if _, err := a.revoke(
+		if err := a.revoke(
 			ctx,
 			b.GetBucketId(),
 			req.GetAccountId(),
@@ -315,15 +317,15 @@ func (a *Adapter) revoke(
 	bucketID, accountID string,
 	params map[string]string,
 	opts []grpc.CallOption,
-) (*v1.DriverRevokeBucketAccessResponse, error) {
-	resp, err := a.provisioner.DriverRevokeBucketAccess(
+) error {
+	_, err := a.provisioner.DriverRevokeBucketAccess(
 		ctx,
 		&v1.DriverRevokeBucketAccessRequest{BucketId: bucketID, AccountId: accountID, RevokeAccessContext: params},
 		opts...)
 	if err != nil && status.Code(err) != codes.NotFound {
-		return nil, mapError("DriverRevokeBucketAccess", err)
+		return mapError("DriverRevokeBucketAccess", err)
 	}
-	return resp, nil
+	return nil
 }
 
 // checkProtocols refuses protocols the adapter was not configured to serve.
@@ -394,7 +396,8 @@ func CheckAccessModes(declared, requested *cosiproto.AccessModes) error {
 	if len(wrong) > 0 {
 		return status.Errorf(
 			codes.InvalidArgument,
-			"access modes not granted by this v1alpha1 driver's class: %s; v1alpha1 drivers take no access mode, the class declares what they grant in parameter %s",
+			"access modes not granted by this v1alpha1 driver's class: %s; v1alpha1 drivers take no access mode, "+
+				"the class declares what they grant in parameter %s",
 			strings.Join(wrong, ", "),
 			ParameterAccessModes,
 		)

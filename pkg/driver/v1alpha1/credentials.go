@@ -27,7 +27,9 @@ func mapCredentials(
 	creds map[string]*v1.CredentialDetails,
 ) (*cosiproto.ProtocolBucketInfo, *cosiproto.CredentialInfo, error) {
 	key := map[cosiproto.ObjectProtocol_Type]string{
-		cosiproto.ObjectProtocol_S3: CredentialsS3, cosiproto.ObjectProtocol_AZURE: CredentialsAzure, cosiproto.ObjectProtocol_GCS: CredentialsGCS,
+		cosiproto.ObjectProtocol_S3:    CredentialsS3,
+		cosiproto.ObjectProtocol_AZURE: CredentialsAzure,
+		cosiproto.ObjectProtocol_GCS:   CredentialsGCS,
 	}[protocol]
 	details, ok := creds[key]
 	if !ok {
