@@ -155,12 +155,22 @@ func (a *Adapter) DriverCreateBucket(
 	}
 	// The adapter addresses the bucket by its name in every later call (grant, revoke, delete):
 	// there is no v1alpha2 field to keep another ID in. A driver that names the bucket otherwise
-	// is refused before any access is granted to it.
+	// is refused before any access is granted to it, and the bucket it made is deleted again by
+	// that ID: nothing else would ever delete it. Until that deletion succeeds the refusal is not
+	// final, so the sidecar calls again and the (idempotent) driver names the bucket again.
 	if id := resp.GetBucketId(); id != req.GetBucketId() {
+		_, err := a.provisioner.DriverDeleteBucket(
+			ctx,
+			&v1.DriverDeleteBucketRequest{BucketId: id, DeleteContext: req.GetParameters()},
+			opts...)
+		if err != nil && status.Code(err) != codes.NotFound {
+			return nil, cleanupFailed(fmt.Sprintf("deleting bucket_id %q, which the driver returned for %q",
+				id, req.GetBucketId()), err)
+		}
 		return nil, status.Errorf(
 			codes.Unimplemented,
-			"v1alpha1 adapter: the driver created bucket %q with bucket_id %q; the adapter supports only "+
-				"drivers whose bucket_id is the name they are given (docs/v1alpha1-drivers.md)",
+			"v1alpha1 adapter: the driver created bucket %q with bucket_id %q (deleted again); the adapter supports "+
+				"only drivers whose bucket_id is the name they are given (docs/v1alpha1-drivers.md)",
 			req.GetBucketId(),
 			id,
 		)
@@ -256,7 +266,7 @@ func (a *Adapter) DriverGrantBucketAccess(
 	resp, err := a.provisioner.DriverGrantBucketAccess(ctx, v1req, opts...)
 	if status.Code(err) == codes.AlreadyExists {
 		if err := a.revoke(ctx, bucketID, req.GetAccountId(), v1req.GetParameters(), opts); err != nil {
-			return nil, err
+			return nil, cleanupFailed(fmt.Sprintf("revoking account %q before granting it again", req.GetAccountId()), err)
 		}
 		resp, err = a.provisioner.DriverGrantBucketAccess(ctx, v1req, opts...)
 	}
@@ -265,10 +275,12 @@ func (a *Adapter) DriverGrantBucketAccess(
 	}
 	// Revocation addresses the account by the v1alpha2 account_id, the name: a driver that returns
 	// another ID could never be revoked after a restart. Its account is revoked now, by the ID it
-	// returned, and the access refused: credentials must not outlive their BucketAccess.
+	// returned, and the access refused: credentials must not outlive their BucketAccess. Until the
+	// revocation succeeds the refusal is not final, so the sidecar calls again.
 	if id := resp.GetAccountId(); id != req.GetAccountId() {
 		if err := a.revoke(ctx, bucketID, id, v1req.GetParameters(), opts); err != nil {
-			return nil, err
+			return nil, cleanupFailed(fmt.Sprintf("revoking account_id %q, which the driver returned for %q",
+				id, req.GetAccountId()), err)
 		}
 		return nil, status.Errorf(
 			codes.Unimplemented,
@@ -509,6 +521,14 @@ func (a *Adapter) bucketInfo(
 		}
 	}
 	return out
+}
+
+// cleanupFailed is the error of a call whose clean-up (a revocation or deletion the adapter makes
+// itself) failed. Its code is ABORTED whatever the driver's: the sidecar retries the call, which
+// cleans up again, instead of taking a code such as INVALID_ARGUMENT as final and leaving the
+// account or bucket behind (a failed revocation or deletion is never final).
+func cleanupFailed(what string, err error) error {
+	return status.Errorf(codes.Aborted, "v1alpha1 adapter: %s failed, retried: %s", what, status.Convert(err).Message())
 }
 
 // mapError keeps the driver's code, which the sidecar classifies (docs/v1alpha1-drivers.md), and
