@@ -200,17 +200,32 @@ func (b *syncBuffer) String() string {
 // the client's log, written at every verbosity the client has.
 func serveFake(t *testing.T, f *fakeV1) (*driver.Client, *syncBuffer) {
 	t.Helper()
+	sock := filepath.Join(t.TempDir(), "fake.sock")
 	srv := grpc.NewServer()
 	v1.RegisterIdentityServer(srv, f)
 	v1.RegisterProvisionerServer(srv, f)
-	sock := filepath.Join(t.TempDir(), "fake.sock")
+	serve(t, srv, sock)
+	c, logs := probe(t, sock)
+	if c.Protocol() != driver.ProtocolV1alpha1 {
+		t.Fatalf("Probe settled on %q, want %q", c.Protocol(), driver.ProtocolV1alpha1)
+	}
+	return c, logs
+}
+
+// serve serves srv on the Unix socket sock until the test ends.
+func serve(t *testing.T, srv *grpc.Server, sock string) {
+	t.Helper()
 	lis, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
+}
 
+// probe returns the sidecar's production client for the driver on sock, probed, and its log.
+func probe(t *testing.T, sock string) (*driver.Client, *syncBuffer) {
+	t.Helper()
 	logs := &syncBuffer{}
 	log := funcr.New(logs.line, funcr.Options{Verbosity: 10})
 	c, err := driver.NewClient("unix://"+sock, driver.ClientOptions{Logger: log, CallTimeout: 5 * time.Second})
@@ -222,9 +237,6 @@ func serveFake(t *testing.T, f *fakeV1) (*driver.Client, *syncBuffer) {
 	defer cancel()
 	if _, err := c.Probe(ctx); err != nil {
 		t.Fatal(err)
-	}
-	if c.Protocol() != driver.ProtocolV1alpha1 {
-		t.Fatalf("Probe settled on %q, want %q", c.Protocol(), driver.ProtocolV1alpha1)
 	}
 	return c, logs
 }
