@@ -290,8 +290,13 @@ func (a *Adapter) DriverGrantBucketAccess(
 			req.GetAccountId(),
 		)
 	}
+	// An answer without the requested protocol's credentials is refused; the account it made is
+	// revoked at once, since its credentials are thrown away and nobody will hold them.
 	info, creds, err := mapCredentials(req.GetProtocol(), bucketID, resp.GetCredentials())
 	if err != nil {
+		if err := a.revoke(ctx, bucketID, req.GetAccountId(), v1req.GetParameters(), opts); err != nil {
+			return nil, cleanupFailed(fmt.Sprintf("revoking account %q, whose answer was refused", req.GetAccountId()), err)
+		}
 		return nil, err
 	}
 	return &cosiproto.DriverGrantBucketAccessResponse{

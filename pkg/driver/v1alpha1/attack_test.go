@@ -124,6 +124,33 @@ func TestExtraCredentialKeysAreDropped(t *testing.T) {
 	}
 }
 
+// A driver that answers an S3 grant with another protocol's credentials is refused, the refusal
+// names keys and never values, and the account it made is revoked at once: its credentials were
+// thrown away, nobody holds them.
+func TestCredentialsOfAnotherProtocolAreRefusedAndRevoked(t *testing.T) {
+	f := newFake()
+	f.grant = func(n int, req *v1.DriverGrantBucketAccessRequest) (*v1.DriverGrantBucketAccessResponse, error) {
+		f.accounts[req.GetName()] = true
+		return &v1.DriverGrantBucketAccessResponse{AccountId: req.GetName(), Credentials: map[string]*v1.CredentialDetails{
+			v1alpha1.CredentialsAzure: {Secrets: map[string]string{v1alpha1.AzureAccessToken: fakeSecret}},
+		}}, nil
+	}
+	c, logs := serveFake(t, f)
+	resp, err := c.DriverGrantBucketAccess(t.Context(), grantRequest("ba-1", "bc-1", readWrite))
+	if err == nil || resp != nil {
+		t.Fatalf("DriverGrantBucketAccess answered with Azure credentials for S3: %v, %v; want a refusal", resp, err)
+	}
+	if strings.Contains(err.Error(), fakeSecret) || !strings.Contains(err.Error(), v1alpha1.CredentialsAzure) {
+		t.Errorf("refusal %q: want the keys named, never the values", err)
+	}
+	if _, accounts, _ := f.state(); len(accounts) != 0 {
+		t.Errorf("accounts %v left after the refusal", accounts)
+	}
+	if strings.Contains(logs.String(), fakeSecret) {
+		t.Errorf("the client's log holds the secret")
+	}
+}
+
 // At the highest verbosity the client logs every request and answer: no secret value appears, in
 // a plain grant, a grant through ALREADY_EXISTS, and a refused one.
 func TestNoSecretInTheLog(t *testing.T) {
