@@ -48,7 +48,7 @@ func TestAccessModesOutsideTheClassAreRefused(t *testing.T) {
 	c, _ := serveFake(t, f)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			req := grantRequest("ba-1", "bc-1", tc.modes)
+			req := grantRequest("ba-1", tc.modes)
 			if tc.declared != "" {
 				req.Parameters[v1alpha1.ParameterAccessModes] = tc.declared
 			}
@@ -74,7 +74,7 @@ func TestAccessModesOutsideTheClassAreRefused(t *testing.T) {
 func TestAccessModesParameterNeverReachesTheDriver(t *testing.T) {
 	f := newFake()
 	c, _ := serveFake(t, f)
-	req := grantRequest("ba-1", "bc-1", readWrite)
+	req := grantRequest("ba-1", readWrite)
 	req.Parameters[v1alpha1.ParameterAccessModes] = "objectData=ReadWrite"
 	if _, err := c.DriverGrantBucketAccess(t.Context(), req); err != nil {
 		t.Fatal(err)
@@ -100,7 +100,7 @@ func TestAccessModesParameterNeverReachesTheDriver(t *testing.T) {
 func TestExtraCredentialKeysAreDropped(t *testing.T) {
 	const extra = "extra-value-5e6f"
 	f := newFake()
-	f.grant = func(n int, req *v1.DriverGrantBucketAccessRequest) (*v1.DriverGrantBucketAccessResponse, error) {
+	f.grant = func(_ int, req *v1.DriverGrantBucketAccessRequest) (*v1.DriverGrantBucketAccessResponse, error) {
 		f.accounts[req.GetName()] = true
 		creds := s3Credentials()
 		creds[v1alpha1.CredentialsS3].Secrets["sessionToken"] = extra
@@ -112,7 +112,7 @@ func TestExtraCredentialKeysAreDropped(t *testing.T) {
 		return &v1.DriverGrantBucketAccessResponse{AccountId: req.GetName(), Credentials: creds}, nil
 	}
 	c, _ := serveFake(t, f)
-	resp, err := c.DriverGrantBucketAccess(t.Context(), grantRequest("ba-1", "bc-1", readWrite))
+	resp, err := c.DriverGrantBucketAccess(t.Context(), grantRequest("ba-1", readWrite))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,14 +129,14 @@ func TestExtraCredentialKeysAreDropped(t *testing.T) {
 // thrown away, nobody holds them.
 func TestCredentialsOfAnotherProtocolAreRefusedAndRevoked(t *testing.T) {
 	f := newFake()
-	f.grant = func(n int, req *v1.DriverGrantBucketAccessRequest) (*v1.DriverGrantBucketAccessResponse, error) {
+	f.grant = func(_ int, req *v1.DriverGrantBucketAccessRequest) (*v1.DriverGrantBucketAccessResponse, error) {
 		f.accounts[req.GetName()] = true
 		return &v1.DriverGrantBucketAccessResponse{AccountId: req.GetName(), Credentials: map[string]*v1.CredentialDetails{
 			v1alpha1.CredentialsAzure: {Secrets: map[string]string{v1alpha1.AzureAccessToken: fakeSecret}},
 		}}, nil
 	}
 	c, logs := serveFake(t, f)
-	resp, err := c.DriverGrantBucketAccess(t.Context(), grantRequest("ba-1", "bc-1", readWrite))
+	resp, err := c.DriverGrantBucketAccess(t.Context(), grantRequest("ba-1", readWrite))
 	if err == nil || resp != nil {
 		t.Fatalf("DriverGrantBucketAccess answered with Azure credentials for S3: %v, %v; want a refusal", resp, err)
 	}
@@ -169,7 +169,7 @@ func TestNoSecretInTheLog(t *testing.T) {
 	}
 	c, logs := serveFake(t, f)
 	for _, account := range []string{"ba-plain", "ba-exists", "ba-other"} {
-		_, _ = c.DriverGrantBucketAccess(t.Context(), grantRequest(account, "bc-1", readWrite))
+		_, _ = c.DriverGrantBucketAccess(t.Context(), grantRequest(account, readWrite))
 	}
 	log := logs.String()
 	if !strings.Contains(log, `"response"`) || !strings.Contains(log, "ba-plain") {
@@ -194,7 +194,7 @@ func TestProbeWaitsForAV1alpha1DriverStartingUp(t *testing.T) {
 	if _, _, calls := f.state(); calls["DriverGetInfo"] < 4 {
 		t.Errorf("DriverGetInfo called %d times, want Probe to retry until it answers", calls["DriverGetInfo"])
 	}
-	if _, err := c.DriverCreateBucket(t.Context(), createRequest("bc-1")); err != nil {
+	if _, err := c.DriverCreateBucket(t.Context(), createRequest()); err != nil {
 		t.Errorf("DriverCreateBucket after the start: %v", err)
 	}
 }
@@ -239,7 +239,7 @@ func TestDriverRestartedAsAnotherProtocol(t *testing.T) {
 	if status.Code(getInfo) != codes.Unimplemented {
 		t.Errorf("DriverGetInfo (the readiness check) after the restart: %v, want UNIMPLEMENTED", getInfo)
 	}
-	if _, err := c.DriverCreateBucket(ctx, createRequest("bc-1")); !finalForGrant(err) {
+	if _, err := c.DriverCreateBucket(ctx, createRequest()); !finalForGrant(err) {
 		t.Errorf("DriverCreateBucket after the restart: %v, want a final error", err)
 	}
 	if _, err := c.DriverDeleteBucket(ctx, &cosiproto.DriverDeleteBucketRequest{BucketId: "bc-0"}); err == nil {

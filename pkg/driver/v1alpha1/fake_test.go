@@ -251,18 +251,20 @@ func finalForGrant(err error) bool {
 	return false
 }
 
-func createRequest(bucketID string) *cosiproto.DriverCreateBucketRequest {
+// createRequest asks for bucket bc-1.
+func createRequest() *cosiproto.DriverCreateBucketRequest {
 	return &cosiproto.DriverCreateBucketRequest{
-		BucketId:   bucketID,
+		BucketId:   "bc-1",
 		Protocols:  []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3},
 		Parameters: map[string]string{"tier": "gold"},
 	}
 }
 
-func grantRequest(accountID, bucketID string, modes *cosiproto.AccessModes) *cosiproto.DriverGrantBucketAccessRequest {
+// grantRequest asks for an account on bucket bc-1.
+func grantRequest(accountID string, modes *cosiproto.AccessModes) *cosiproto.DriverGrantBucketAccessRequest {
 	return &cosiproto.DriverGrantBucketAccessRequest{
 		AccountId:          accountID,
-		Buckets:            []*cosiproto.AccessedBucket{{BucketId: bucketID, AccessModes: modes}},
+		Buckets:            []*cosiproto.AccessedBucket{{BucketId: "bc-1", AccessModes: modes}},
 		Protocol:           cosiproto.ObjectProtocol_S3,
 		AuthenticationType: cosiproto.AuthenticationType_KEY,
 		Parameters:         map[string]string{"policy": "rw"},

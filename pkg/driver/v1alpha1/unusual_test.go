@@ -17,12 +17,12 @@ import (
 // as the bucket's name.
 func TestCreateBucketAlreadyExistsIsSuccess(t *testing.T) {
 	f := newFake()
-	f.create = func(n int, req *v1.DriverCreateBucketRequest) (*v1.DriverCreateBucketResponse, error) {
+	f.create = func(_ int, req *v1.DriverCreateBucketRequest) (*v1.DriverCreateBucketResponse, error) {
 		f.buckets[req.GetName()] = true
 		return nil, status.Error(codes.AlreadyExists, "bucket exists")
 	}
 	c, _ := serveFake(t, f)
-	resp, err := c.DriverCreateBucket(t.Context(), createRequest("bc-1"))
+	resp, err := c.DriverCreateBucket(t.Context(), createRequest())
 	if err != nil {
 		t.Fatalf("DriverCreateBucket answered ALREADY_EXISTS by the driver: %v, want success", err)
 	}
@@ -36,14 +36,14 @@ func TestCreateBucketAlreadyExistsIsSuccess(t *testing.T) {
 func TestGrantAlreadyExistsRevokesAndGrantsAgain(t *testing.T) {
 	f := newFake()
 	f.accounts["ba-1"] = true // granted before; its key was lost
-	f.grant = func(n int, req *v1.DriverGrantBucketAccessRequest) (*v1.DriverGrantBucketAccessResponse, error) {
+	f.grant = func(_ int, req *v1.DriverGrantBucketAccessRequest) (*v1.DriverGrantBucketAccessResponse, error) {
 		if f.accounts[req.GetName()] {
 			return nil, status.Error(codes.AlreadyExists, "account exists")
 		}
 		return nil, nil
 	}
 	c, _ := serveFake(t, f)
-	resp, err := c.DriverGrantBucketAccess(t.Context(), grantRequest("ba-1", "bc-1", readWrite))
+	resp, err := c.DriverGrantBucketAccess(t.Context(), grantRequest("ba-1", readWrite))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,14 +64,14 @@ func TestGrantAlreadyExistsRevokesAndGrantsAgain(t *testing.T) {
 func TestGrantAlreadyExistsRegrantFails(t *testing.T) {
 	f := newFake()
 	f.accounts["ba-1"] = true
-	f.grant = func(n int, req *v1.DriverGrantBucketAccessRequest) (*v1.DriverGrantBucketAccessResponse, error) {
+	f.grant = func(n int, _ *v1.DriverGrantBucketAccessRequest) (*v1.DriverGrantBucketAccessResponse, error) {
 		if n == 1 {
 			return nil, status.Error(codes.AlreadyExists, "account exists")
 		}
 		return nil, status.Error(codes.Unavailable, "backend busy")
 	}
 	c, _ := serveFake(t, f)
-	resp, err := c.DriverGrantBucketAccess(t.Context(), grantRequest("ba-1", "bc-1", readWrite))
+	resp, err := c.DriverGrantBucketAccess(t.Context(), grantRequest("ba-1", readWrite))
 	if status.Code(err) != codes.Unavailable || resp != nil {
 		t.Fatalf("DriverGrantBucketAccess: %v, %v; want the regrant's UNAVAILABLE and no answer", resp, err)
 	}
@@ -86,7 +86,7 @@ func TestGrantAlreadyExistsRegrantFails(t *testing.T) {
 func TestGrantAlreadyExistsRevokeFails(t *testing.T) {
 	f := newFake()
 	f.accounts["ba-1"] = true
-	f.grant = func(n int, req *v1.DriverGrantBucketAccessRequest) (*v1.DriverGrantBucketAccessResponse, error) {
+	f.grant = func(_ int, req *v1.DriverGrantBucketAccessRequest) (*v1.DriverGrantBucketAccessResponse, error) {
 		if f.accounts[req.GetName()] {
 			return nil, status.Error(codes.AlreadyExists, "account exists")
 		}
@@ -99,12 +99,12 @@ func TestGrantAlreadyExistsRevokeFails(t *testing.T) {
 		return nil
 	}
 	c, _ := serveFake(t, f)
-	_, err := c.DriverGrantBucketAccess(t.Context(), grantRequest("ba-1", "bc-1", readWrite))
+	_, err := c.DriverGrantBucketAccess(t.Context(), grantRequest("ba-1", readWrite))
 	if err == nil || finalForGrant(err) {
 		t.Fatalf("DriverGrantBucketAccess with a failed revocation: %v, want an error the sidecar retries", err)
 	}
 	// The sidecar's retry.
-	resp, err := c.DriverGrantBucketAccess(t.Context(), grantRequest("ba-1", "bc-1", readWrite))
+	resp, err := c.DriverGrantBucketAccess(t.Context(), grantRequest("ba-1", readWrite))
 	if err != nil || resp.GetCredentials().GetS3().GetAccessSecretKey() != fakeSecret {
 		t.Fatalf("retried grant: %v", err)
 	}
@@ -114,12 +114,12 @@ func TestGrantAlreadyExistsRevokeFails(t *testing.T) {
 // again, since nothing would ever address it by that ID: no Bucket, no grant, no deletion.
 func TestCreateBucketOtherIDIsRefusedAndDeleted(t *testing.T) {
 	f := newFake()
-	f.create = func(n int, req *v1.DriverCreateBucketRequest) (*v1.DriverCreateBucketResponse, error) {
+	f.create = func(_ int, req *v1.DriverCreateBucketRequest) (*v1.DriverCreateBucketResponse, error) {
 		f.buckets["vendor-"+req.GetName()] = true
 		return &v1.DriverCreateBucketResponse{BucketId: "vendor-" + req.GetName()}, nil
 	}
 	c, _ := serveFake(t, f)
-	_, err := c.DriverCreateBucket(t.Context(), createRequest("bc-1"))
+	_, err := c.DriverCreateBucket(t.Context(), createRequest())
 	if status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "vendor-bc-1") {
 		t.Fatalf("DriverCreateBucket returning another bucket_id: %v, want UNIMPLEMENTED naming it", err)
 	}
@@ -136,7 +136,7 @@ func TestCreateBucketOtherIDIsRefusedAndDeleted(t *testing.T) {
 // the (idempotent) driver answers with the same ID, and the adapter deletes it again.
 func TestCreateBucketOtherIDDeleteFails(t *testing.T) {
 	f := newFake()
-	f.create = func(n int, req *v1.DriverCreateBucketRequest) (*v1.DriverCreateBucketResponse, error) {
+	f.create = func(_ int, req *v1.DriverCreateBucketRequest) (*v1.DriverCreateBucketResponse, error) {
 		f.buckets["vendor-"+req.GetName()] = true
 		return &v1.DriverCreateBucketResponse{BucketId: "vendor-" + req.GetName()}, nil
 	}
@@ -147,11 +147,11 @@ func TestCreateBucketOtherIDDeleteFails(t *testing.T) {
 		return nil
 	}
 	c, _ := serveFake(t, f)
-	_, err := c.DriverCreateBucket(t.Context(), createRequest("bc-1"))
+	_, err := c.DriverCreateBucket(t.Context(), createRequest())
 	if err == nil || finalForGrant(err) {
 		t.Fatalf("DriverCreateBucket with a failed clean-up: %v, want an error the sidecar retries", err)
 	}
-	_, err = c.DriverCreateBucket(t.Context(), createRequest("bc-1"))
+	_, err = c.DriverCreateBucket(t.Context(), createRequest())
 	if status.Code(err) != codes.Unimplemented {
 		t.Fatalf("retried DriverCreateBucket: %v, want UNIMPLEMENTED once the bucket is deleted", err)
 	}
@@ -164,12 +164,12 @@ func TestCreateBucketOtherIDDeleteFails(t *testing.T) {
 // without its key.
 func TestGrantOtherAccountIDIsRevoked(t *testing.T) {
 	f := newFake()
-	f.grant = func(n int, req *v1.DriverGrantBucketAccessRequest) (*v1.DriverGrantBucketAccessResponse, error) {
+	f.grant = func(_ int, _ *v1.DriverGrantBucketAccessRequest) (*v1.DriverGrantBucketAccessResponse, error) {
 		f.accounts["key-42"] = true
 		return &v1.DriverGrantBucketAccessResponse{AccountId: "key-42", Credentials: s3Credentials()}, nil
 	}
 	c, _ := serveFake(t, f)
-	resp, err := c.DriverGrantBucketAccess(t.Context(), grantRequest("ba-1", "bc-1", readWrite))
+	resp, err := c.DriverGrantBucketAccess(t.Context(), grantRequest("ba-1", readWrite))
 	if status.Code(err) != codes.Unimplemented || resp != nil {
 		t.Fatalf("DriverGrantBucketAccess returning another account_id: %v, %v; want UNIMPLEMENTED", resp, err)
 	}
@@ -185,7 +185,7 @@ func TestGrantOtherAccountIDIsRevoked(t *testing.T) {
 // retried rather than the account leaked: the next attempt revokes it.
 func TestGrantOtherAccountIDRevokeFails(t *testing.T) {
 	f := newFake()
-	f.grant = func(n int, req *v1.DriverGrantBucketAccessRequest) (*v1.DriverGrantBucketAccessResponse, error) {
+	f.grant = func(_ int, _ *v1.DriverGrantBucketAccessRequest) (*v1.DriverGrantBucketAccessResponse, error) {
 		f.accounts["key-42"] = true
 		return &v1.DriverGrantBucketAccessResponse{AccountId: "key-42", Credentials: s3Credentials()}, nil
 	}
@@ -196,14 +196,14 @@ func TestGrantOtherAccountIDRevokeFails(t *testing.T) {
 		return nil
 	}
 	c, _ := serveFake(t, f)
-	_, err := c.DriverGrantBucketAccess(t.Context(), grantRequest("ba-1", "bc-1", readWrite))
+	_, err := c.DriverGrantBucketAccess(t.Context(), grantRequest("ba-1", readWrite))
 	if err == nil || finalForGrant(err) {
 		t.Fatalf("DriverGrantBucketAccess with a failed revocation: %v, want an error the sidecar retries", err)
 	}
 	if _, accounts, _ := f.state(); !slices.Equal(accounts, []string{"key-42"}) {
 		t.Fatalf("accounts %v, want key-42 still there (the revocation failed)", accounts)
 	}
-	_, err = c.DriverGrantBucketAccess(t.Context(), grantRequest("ba-1", "bc-1", readWrite))
+	_, err = c.DriverGrantBucketAccess(t.Context(), grantRequest("ba-1", readWrite))
 	if status.Code(err) != codes.Unimplemented {
 		t.Fatalf("retried grant: %v, want UNIMPLEMENTED once revoked", err)
 	}
