@@ -172,3 +172,66 @@ func TestClientLogsWithTheCallersLogger(t *testing.T) {
 		}
 	}
 }
+
+// TestContextLoggerNeverSeesSecrets checks that a driver call logged with the caller's logger (a
+// reconcile's, at the verbosity that logs bodies) strips the credentials of a grant's answer, as
+// the client's own logger does.
+func TestContextLoggerNeverSeesSecrets(t *testing.T) {
+	var mu sync.Mutex
+	var lines []string
+	log := funcr.New(func(_, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, args)
+	}, funcr.Options{Verbosity: driver.LogLevelBodies})
+	ts := startServer(t, newMemory(t, memory.Config{}))
+	c := connect(t, ts.endpoint, driver.ClientOptions{})
+	if _, err := c.Probe(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ctx := logr.NewContext(t.Context(), log)
+	s3 := []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3}
+	bucket, err := c.DriverGenerateBucketId(ctx, &cosiproto.DriverGenerateBucketIdRequest{Name: "b-1", Protocols: s3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{
+		BucketId: bucket.GetBucketId(), Protocols: s3,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	buckets := []*cosiproto.AccessedBucket{{
+		BucketId:    bucket.GetBucketId(),
+		AccessModes: &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE},
+	}}
+	account, err := c.DriverGenerateBucketAccessId(ctx, &cosiproto.DriverGenerateBucketAccessIdRequest{
+		AccountName: "a-1", Buckets: buckets, Protocol: cosiproto.ObjectProtocol_S3,
+		AuthenticationType: cosiproto.AuthenticationType_KEY,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grant, err := c.DriverGrantBucketAccess(ctx, &cosiproto.DriverGrantBucketAccessRequest{
+		AccountId: account.GetAccountId(), Buckets: buckets, Protocol: cosiproto.ObjectProtocol_S3,
+		AuthenticationType: cosiproto.AuthenticationType_KEY,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := grant.GetCredentials().GetS3().GetAccessSecretKey()
+	if secret == "" {
+		t.Fatal("the memory driver granted no secret key; the test would prove nothing")
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	all := strings.Join(lines, "\n")
+	keyID := grant.GetCredentials().GetS3().GetAccessKeyId()
+	if !strings.Contains(all, "DriverGrantBucketAccess") || !strings.Contains(all, keyID) {
+		t.Fatalf("the caller's logger did not get the grant's answer at LogLevelBodies; "+
+			"the test would prove nothing:\n%s", all)
+	}
+	if strings.Contains(all, secret) {
+		t.Errorf("the caller's logger got the secret key of a grant's answer:\n%s", all)
+	}
+}
