@@ -7,8 +7,6 @@ package v1alpha1
 
 import (
 	"context"
-	"crypto/rand"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,10 +15,7 @@ import (
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/aws-sdk-go-v2/service/s3/types"
-	"github.com/aws/smithy-go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,11 +25,13 @@ import (
 	"github.com/kube-cosi/cosi/internal/localenv"
 	"github.com/kube-cosi/cosi/internal/objects"
 	"github.com/kube-cosi/cosi/internal/testenv"
+	"github.com/kube-cosi/cosi/test/e2e/framework"
 )
 
 const driverName = "v1alpha1.s3.objectstorage.k8s.io"
 
 var (
+	fw    *framework.Framework
 	env   *localenv.Env
 	waits *testenv.Env
 	admin *awss3.Client
@@ -43,13 +40,8 @@ var (
 func TestMain(m *testing.M) {
 	opts := localenv.Options{Driver: localenv.DriverV1alpha1S3, DriverName: driverName, Verbosity: 2, Metrics: true}
 	testenv.RunSystem(m, opts, func(_ context.Context, e *localenv.Env) error {
-		env, waits = e, &testenv.Env{APIServer: e.APIServer}
-		admin = s3.NewS3Client(
-			env.Store.S3Endpoint,
-			"us-east-1",
-			credentials.NewStaticCredentialsProvider(env.Store.RootAccessKey, env.Store.RootSecretKey, ""),
-			nil,
-		)
+		fw = framework.New(e, driverName, "v1a1")
+		env, waits, admin = fw.Env, fw.Waits, fw.Admin
 		return nil
 	})
 }
@@ -274,140 +266,31 @@ func TestRefusedAccesses(t *testing.T) {
 	del(t, two)
 }
 
-// Helpers.
+// The suite's names for the framework (test/e2e/framework), shared with test/e2e.
 
-func unique(prefix string) string { return prefix + "-" + strings.ToLower(rand.Text()[:8]) }
+var (
+	unique        = framework.Unique
+	claim         = framework.Claim
+	access        = framework.Access
+	put, get      = framework.Put, framework.Get
+	denied        = framework.Denied
+	expectAllowed = framework.ExpectAllowed
+	expectDenied  = framework.ExpectDenied
+)
 
-func namespace(t *testing.T) string {
-	t.Helper()
-	ns := unique("v1a1")
-	if err := env.Client.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
-	return ns
-}
+func namespace(t *testing.T) string                   { return fw.Namespace(t) }
+func create(t *testing.T, objs ...client.Object)      { t.Helper(); fw.Create(t, objs...) }
+func del(t *testing.T, o client.Object)               { t.Helper(); fw.Delete(t, o) }
+func provisioned(t *testing.T, objs ...client.Object) { t.Helper(); fw.Provisioned(t, objs...) }
+func accessClass() *cosiapi.BucketAccessClass         { return fw.AccessClass(false) }
 
-func create(t *testing.T, objs ...client.Object) {
-	t.Helper()
-	for _, o := range objs {
-		if err := env.Client.Create(t.Context(), o); err != nil {
-			t.Fatalf("creating %s: %v", o.GetName(), err)
-		}
-	}
-}
-
-func del(t *testing.T, o client.Object) {
-	t.Helper()
-	if err := client.IgnoreNotFound(env.Client.Delete(t.Context(), o)); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func accessClass() *cosiapi.BucketAccessClass {
-	return objects.BucketAccessClass(unique("access-class"), driverName, func(c *cosiapi.BucketAccessClass) {
-		c.Spec.AuthenticationType = cosiapi.AuthenticationTypeKey
-		c.Spec.MultiBucketAccess = cosiapi.MultiBucketAccessSingleBucket
-	})
-}
-
-func claim(ns, class string) *cosiapi.BucketClaim {
-	return objects.BucketClaim(ns, unique("claim"), class, objects.S3)
-}
-
-func access(ns, class string, modes cosiapi.BucketAccessModes, claims ...*cosiapi.BucketClaim) *cosiapi.BucketAccess {
-	name := unique("access")
-	a := objects.BucketAccess(ns, name, class)
-	for i, c := range claims {
-		objects.Grant(c.Name, fmt.Sprintf("%s-%d", name, i), modes)(a)
-	}
-	return a
-}
-
-func provisioned(t *testing.T, objs ...client.Object) {
-	t.Helper()
-	for _, o := range objs {
-		switch o := o.(type) {
-		case *cosiapi.BucketClaim:
-			testenv.Condition(t, waits, o, func(c *cosiapi.BucketClaim) []metav1.Condition { return c.Status.Conditions },
-				cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned)
-		case *cosiapi.BucketAccess:
-			testenv.Condition(t, waits, o, func(a *cosiapi.BucketAccess) []metav1.Condition { return a.Status.Conditions },
-				cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned)
-		}
-	}
-}
-
-func backendBucket(t *testing.T, c *cosiapi.BucketClaim) string {
-	t.Helper()
-	b := &cosiapi.Bucket{}
-	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: c.Status.BoundBucketName}, b); err != nil {
-		t.Fatal(err)
-	}
-	return b.Status.BucketID
-}
+func backendBucket(t *testing.T, c *cosiapi.BucketClaim) string { return fw.BackendBucket(t, c) }
 
 func storeHasBucket(ctx context.Context, bucket string) (bool, error) {
-	_, err := admin.HeadBucket(ctx, &awss3.HeadBucketInput{Bucket: aws.String(bucket)})
-	var notFound *types.NotFound
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.As(err, &notFound):
-		return false, nil
-	}
-	return false, err
+	return fw.StoreHasBucket(ctx, bucket)
 }
 
 func secretClient(t *testing.T, ns, name string) (*awss3.Client, string, *corev1.Secret) {
 	t.Helper()
-	secret := &corev1.Secret{}
-	if err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, secret); err != nil {
-		t.Fatal(err)
-	}
-	c, bucket, err := localenv.S3Client(secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, bucket, secret
-}
-
-func put(c *awss3.Client, bucket, key string) error {
-	_, err := c.PutObject(
-		context.Background(),
-		&awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader("data of " + key)},
-	)
-	return err
-}
-
-func get(c *awss3.Client, bucket, key string) (string, error) {
-	out, err := c.GetObject(context.Background(), &awss3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
-	if err != nil {
-		return "", err
-	}
-	defer out.Body.Close()
-	data, err := io.ReadAll(out.Body)
-	return string(data), err
-}
-
-func denied(err error) bool {
-	var respErr interface{ HTTPStatusCode() int }
-	if errors.As(err, &respErr) && respErr.HTTPStatusCode() == 403 {
-		return true
-	}
-	var apiErr smithy.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode() == "AccessDenied" || apiErr.ErrorCode() == "InvalidAccessKeyId")
-}
-
-func expectAllowed(t *testing.T, what string, err error) {
-	t.Helper()
-	if err != nil {
-		t.Errorf("%s: %v, want success", what, err)
-	}
-}
-
-func expectDenied(t *testing.T, what string, err error) {
-	t.Helper()
-	if !denied(err) {
-		t.Errorf("%s: %v, want AccessDenied or InvalidAccessKeyId", what, err)
-	}
+	return fw.SecretClient(t, ns, name)
 }
