@@ -14,7 +14,7 @@ CONTROLLER_GEN := $(BIN)/controller-gen
 PROTOC_GEN_GO := $(BIN)/protoc-gen-go
 PROTOC_GEN_GO_GRPC := $(BIN)/protoc-gen-go-grpc
 CODEGEN_TOOLS := $(CONTROLLER_GEN) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC)
-KUBE_BINARIES := $(BIN)/kube-apiserver $(BIN)/etcd $(BIN)/kubectl
+KUBE_BINARIES := $(BIN)/kube-apiserver $(BIN)/etcd $(BIN)/kubectl $(BIN)/kube-controller-manager
 VERSITYGW := $(BIN)/versitygw
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -95,11 +95,11 @@ $(CODEGEN_TOOLS) &: hack/tools/go.mod hack/tools/go.sum
 	cd hack/tools && go build -o $(BIN)/ sigs.k8s.io/controller-tools/cmd/controller-gen google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc
 
 .PHONY: kube-binaries
-kube-binaries: $(KUBE_BINARIES) ## Build kube-apiserver, etcd and kubectl into bin/.
+kube-binaries: $(KUBE_BINARIES) ## Build kube-apiserver, etcd, kubectl and kube-controller-manager into bin/.
 
 $(KUBE_BINARIES) &: hack/kube/go.mod hack/kube/go.sum hack/kube/etcd/main.go
-	@echo "building kube-apiserver, etcd and kubectl from the Go module proxy (about 6 minutes on 2 cores the first time)"
-	cd hack/kube && go build -o $(BIN)/ k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl ./etcd
+	@echo "building kube-apiserver, etcd, kubectl and kube-controller-manager from the Go module proxy (about 8 minutes on 2 cores the first time)"
+	cd hack/kube && go build -o $(BIN)/ k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kube-controller-manager ./etcd
 
 .PHONY: versitygw
 versitygw: $(VERSITYGW) ## Build the Versity S3 gateway (object store for tests and the local environment) into bin/.
@@ -123,3 +123,48 @@ protoc: ## Install protoc and the protobuf well-known types from Debian packages
 .PHONY: clean
 clean: ## Remove built binaries.
 	rm -rf $(BIN)
+
+##@ Images and the test node (hack/image, hack/cluster, docs/cluster.md)
+
+# The images' tag and the version their commands print with --version: the release tag, else
+# v0.0.0-<commit>[-dirty].
+VERSION ?= $(shell git describe --tags --match 'v*' --dirty 2>/dev/null || echo "v0.0.0-$$(git describe --always --dirty 2>/dev/null || echo unknown)")
+REGISTRY ?= ghcr.io/kube-cosi
+PLATFORMS ?= linux/amd64,linux/arm64
+IMAGE_TOOL := $(BIN)/image
+NODE_BINARIES := $(BIN)/kube-scheduler $(BIN)/kubelet
+# Debian packages of the node's container runtime and network, and what their tests check.
+NODE_PACKAGES := containerd runc containernetworking-plugins iptables
+
+.PHONY: images
+images: $(IMAGE_TOOL) ## Build every image (OCI layout in bin/images/oci, bin/images/<name>.tar for ctr import). VERSION=, REGISTRY=, PLATFORMS=.
+	@echo "building the images for $(PLATFORMS) (the first build compiles every command per platform: several minutes on 2 cores)"
+	$(IMAGE_TOOL) build --repo $(ROOT) --out $(BIN)/images --registry $(REGISTRY) --version $(VERSION) --platforms $(PLATFORMS)
+
+.PHONY: push
+push: images ## Push the images to REGISTRY=... (credentials from ~/.docker/config.json).
+	$(IMAGE_TOOL) push --out $(BIN)/images --registry $(REGISTRY)
+
+$(IMAGE_TOOL): hack/image/go.mod hack/image/go.sum $(wildcard hack/image/*.go)
+	cd hack/image && go build -o $(IMAGE_TOOL) .
+
+.PHONY: node-binaries
+node-binaries: $(NODE_BINARIES) ## Build kube-scheduler and kubelet into bin/.
+
+$(NODE_BINARIES) &: hack/kube/go.mod hack/kube/go.sum
+	@echo "building kube-scheduler and kubelet from the Go module proxy (about 5 minutes on 2 cores the first time)"
+	cd hack/kube && go build -o $(BIN)/ k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet
+
+.PHONY: node-runtime
+node-runtime: ## Install containerd, runc and the CNI plugins from Debian packages if missing (the test node's runtime).
+	@if ! command -v containerd >/dev/null || ! command -v runc >/dev/null || [ ! -x /usr/lib/cni/bridge ] || ! command -v iptables >/dev/null; then \
+		echo "installing the node's runtime from Debian packages ($(NODE_PACKAGES))"; \
+		$(SUDO) apt-get install -y --no-install-recommends $(NODE_PACKAGES) >/dev/null \
+		|| { $(SUDO) apt-get update >/dev/null && $(SUDO) apt-get install -y --no-install-recommends $(NODE_PACKAGES) >/dev/null; } \
+		|| echo "WARNING: the node's runtime could not be installed: the cluster tier (test/cluster) will be skipped" >&2; \
+	fi
+
+.PHONY: cluster
+cluster: build images $(KUBE_BINARIES) $(NODE_BINARIES) node-runtime ## Run a single-node Kubernetes (etcd, API server, controller-manager, scheduler, kubelet, containerd) with the images imported; Ctrl-C stops it and restores the host. Data: .cluster/
+	go build -o $(BIN)/cosi-cluster ./hack/cluster
+	$(SUDO) $(BIN)/cosi-cluster --dir $(ROOT)/.cluster --bin $(BIN) --images $(BIN)/images $(CLUSTER_FLAGS)

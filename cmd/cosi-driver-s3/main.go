@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kube-cosi/cosi/drivers/s3"
+	"github.com/kube-cosi/cosi/internal/version"
 	"github.com/kube-cosi/cosi/pkg/driver"
 )
 
@@ -35,6 +36,7 @@ func main() {
 	flag.StringVar(&cfg.Region, "region", "us-east-1", "default region of buckets")
 	flag.BoolVar(&cfg.VirtualHostedStyle, "virtual-hosted-style", false, "tell workloads to use virtual-hosted-style addressing (default path style)")
 	flag.StringVar(&cfg.BucketNamePrefix, "bucket-name-prefix", "", "prefix of every generated bucket name, e.g. a cluster name")
+	version.AddFlag(flag.CommandLine)
 	flag.Parse()
 
 	log := logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.Level(-*verbosity)}))

@@ -15,10 +15,11 @@ import (
 	"syscall"
 
 	"github.com/kube-cosi/cosi/internal/localenv"
+	"github.com/kube-cosi/cosi/internal/version"
 )
 
 func main() {
-	opts := localenv.RunOptions{Options: localenv.Options{Verbosity: 2}}
+	opts := localenv.RunOptions{Options: localenv.Options{Verbosity: 2, ControllerManager: true}}
 	flag.StringVar(&opts.Dir, "dir", ".local", "directory for all data and logs (kept across runs)")
 	flag.StringVar(&opts.RepoRoot, "repo", ".", "the repository (CRDs, RBAC, examples)")
 	flag.StringVar(&opts.BinDir, "bin", "bin", "directory of the binaries (make build)")
@@ -28,8 +29,10 @@ func main() {
 		opts.Store = localenv.Store(v)
 		return nil
 	})
+	flag.BoolVar(&opts.ControllerManager, "controller-manager", true, "run kube-controller-manager: owner references cascade and deleted namespaces finish deleting")
 	flag.BoolVar(&opts.Demo, "demo", true, "apply the demo from examples/ and use its credentials")
 	flag.BoolVar(&opts.ExitAfterDemo, "exit-after-demo", false, "stop after the demo instead of waiting for Ctrl-C")
+	version.AddFlag(flag.CommandLine)
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

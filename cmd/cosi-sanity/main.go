@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kube-cosi/cosi/internal/version"
 	"github.com/kube-cosi/cosi/pkg/sanity"
 )
 
@@ -54,6 +55,7 @@ func main() {
 	flag.Var(&incompatibleBucket, "incompatible-bucket-parameters", "valid bucket parameters different from --bucket-parameters")
 	flag.Var(&access, "access-parameters", "valid access parameters, k=v,k=v")
 	flag.Var(&invalidAccess, "invalid-access-parameters", "access parameters the driver must refuse with InvalidArgument")
+	version.AddFlag(flag.CommandLine)
 	flag.Parse()
 
 	if *list {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kube-cosi/cosi/internal/cmdutil"
 	"github.com/kube-cosi/cosi/internal/sidecar"
+	"github.com/kube-cosi/cosi/internal/version"
 	"github.com/kube-cosi/cosi/pkg/driver"
 )
 
@@ -27,6 +28,7 @@ func main() {
 	flag.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's namespace)")
 	flag.StringVar(&opts.MetricsAddress, "metrics-bind-address", ":8080", `address of /metrics ("0" disables)`)
 	flag.StringVar(&opts.HealthAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz ("0" disables)`)
+	version.AddFlag(flag.CommandLine)
 	flag.Parse() // also --kubeconfig, registered by controller-runtime
 
 	log := common.Logger()
