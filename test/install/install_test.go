@@ -91,16 +91,15 @@ func TestAppliedToAPIServer(t *testing.T) {
 func apply(t *testing.T, what string, rendering []byte, args ...string) {
 	t.Helper()
 	args = append([]string{"--kubeconfig", kubeconfig, "apply", "--server-side", "--force-conflicts", "--field-manager", "cosi-install-test", "-f", "-"}, args...)
-	var stdout, stderr bytes.Buffer
+	var stderr bytes.Buffer
 	cmd := exec.Command(filepath.Join(env.BinDir, "kubectl"), args...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(rendering), &stdout, &stderr
+	cmd.Stdin, cmd.Stderr = bytes.NewReader(rendering), &stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("applying %s: %v\n%s", what, err, stderr.String())
 	}
 	if strings.Contains(stderr.String(), "Warning") {
 		t.Errorf("applying %s: the API server warns:\n%s", what, stderr.String())
 	}
-	t.Logf("applied %s:\n%s", what, stdout.String())
 }
 
 func ofKind(t *testing.T, rendering []byte, kind string) []*unstructured.Unstructured {

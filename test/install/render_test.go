@@ -157,12 +157,31 @@ func kustomize(t *testing.T, dir string) []byte {
 // helmTemplate renders a chart with the helm of bin/ (make helm) into namespace.
 func helmTemplate(t *testing.T, chart, release string, args ...string) []byte {
 	t.Helper()
-	helm := filepath.Join(env.RepoRoot, "bin", "helm")
-	if _, err := os.Stat(helm); err != nil {
-		t.Fatalf("%s: run `make helm` (make test does) to build it: %v", helm, err)
+	return helmTemplateIn(t, namespace, chart, release, args...)
+}
+
+func helmTemplateIn(t *testing.T, ns, chart, release string, args ...string) []byte {
+	t.Helper()
+	out, err := helm(append([]string{"template", release, filepath.Join(env.RepoRoot, chart), "--namespace", ns}, args...)...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	args = append([]string{"template", release, filepath.Join(env.RepoRoot, chart), "--namespace", namespace}, args...)
-	return run(t, helm, args...)
+	return out
+}
+
+// helm runs the helm of bin/ (make helm).
+func helm(args ...string) ([]byte, error) {
+	bin := filepath.Join(env.RepoRoot, "bin", "helm")
+	if _, err := os.Stat(bin); err != nil {
+		return nil, fmt.Errorf("%s: run `make helm` (make test does) to build it: %w", bin, err)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.Bytes(), nil
 }
 
 func run(t *testing.T, name string, args ...string) []byte {
@@ -257,8 +276,8 @@ func diff(t *testing.T, a, b any) string {
 	return lineDiff(strings.Split(string(ya), "\n"), strings.Split(string(yb), "\n"))
 }
 
-// lineDiff is a longest-common-subsequence diff: lines only in a ("-"), only in b ("+"), and two
-// lines of context around each change.
+// lineDiff is a longest-common-subsequence diff: lines only in a ("-"), only in b ("+"), and
+// three lines of context around each change.
 func lineDiff(a, b []string) string {
 	lcs := make([][]int, len(a)+1)
 	for i := range lcs {
@@ -284,18 +303,18 @@ func lineDiff(a, b []string) string {
 		case i < len(a) && j < len(b) && a[i] == b[j]:
 			lines = append(lines, line{' ', a[i]})
 			i, j = i+1, j+1
-		case j < len(b) && (i == len(a) || lcs[i][j+1] >= lcs[i+1][j]):
-			lines = append(lines, line{'+', b[j]})
-			j++
-		default:
+		case i < len(a) && (j == len(b) || lcs[i+1][j] >= lcs[i][j+1]):
 			lines = append(lines, line{'-', a[i]})
 			i++
+		default:
+			lines = append(lines, line{'+', b[j]})
+			j++
 		}
 	}
 	var out strings.Builder
 	for k, l := range lines {
 		near := false
-		for d := max(0, k-2); d <= min(len(lines)-1, k+2); d++ {
+		for d := max(0, k-3); d <= min(len(lines)-1, k+3); d++ {
 			near = near || lines[d].op != ' '
 		}
 		if near {
