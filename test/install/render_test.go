@@ -31,7 +31,7 @@ const namespace = "cosi-system"
 type pair struct {
 	name string
 	// kustomization is a directory relative to the repository root, or an absolute one.
-	kustomization string
+	kustomization  string
 	chart, release string
 	helmArgs       []string
 	// kustomizeOnly are the objects ("Kind/name") only the kustomization has, and why.
