@@ -2,6 +2,7 @@ package install
 
 import (
 	"context"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -111,7 +112,7 @@ func TestChartSchemas(t *testing.T) {
 		{"charts/cosi-driver", "driver.credentialsSecret.nmae=x", "nmae"},
 		{"charts/cosi-driver", "sidecar.ports.health=70000", "health"},
 	} {
-		_, err := helm("template", "x", env.RepoRoot+"/"+c.chart, "--set", c.set)
+		_, err := helm("template", "x", filepath.Join(env.RepoRoot, c.chart), "--set", c.set)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s --set %s: got %v, want a schema error naming %s", c.chart, c.set, err, c.want)
 		}
