@@ -168,3 +168,26 @@ node-runtime: ## Install containerd, runc and the CNI plugins from Debian packag
 cluster: build images $(KUBE_BINARIES) $(NODE_BINARIES) node-runtime ## Run a single-node Kubernetes (etcd, API server, controller-manager, scheduler, kubelet, containerd) with the images imported; Ctrl-C stops it and restores the host. Data: .cluster/
 	go build -o $(BIN)/cosi-cluster ./hack/cluster
 	$(SUDO) $(BIN)/cosi-cluster --dir $(ROOT)/.cluster --bin $(BIN) --images $(BIN)/images $(CLUSTER_FLAGS)
+
+##@ Manifests and charts (config/default, config/driver, charts/; docs/install.md)
+
+HELM := $(BIN)/helm
+
+.PHONY: helm
+helm: $(HELM) ## Build helm (pinned in hack/helm) into bin/.
+
+$(HELM): hack/helm/go.mod hack/helm/go.sum
+	@echo "building helm from the Go module proxy (a few minutes on 2 cores the first time)"
+	cd hack/helm && go build -o $(BIN)/helm helm.sh/helm/v4/cmd/helm
+
+.PHONY: lint-charts
+lint-charts: $(HELM) ## Lint the Helm charts (templates, values.schema.json) with helm lint --strict.
+	$(HELM) lint --strict charts/cosi charts/cosi-driver
+
+.PHONY: verify-mod-helm
+verify-mod-helm: ## Fail if hack/helm's go.mod or go.sum is not tidy.
+	@cd hack/helm && go mod tidy -diff || { echo "go.mod of hack/helm is not tidy (run go mod tidy there)" >&2; exit 1; }
+
+# test/install renders the charts with bin/helm and compares them with the kustomizations.
+verify: lint-charts verify-mod-helm
+test: $(HELM)
