@@ -15,6 +15,11 @@ PROTOC_GEN_GO := $(BIN)/protoc-gen-go
 PROTOC_GEN_GO_GRPC := $(BIN)/protoc-gen-go-grpc
 CODEGEN_TOOLS := $(CONTROLLER_GEN) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC)
 KUBE_BINARIES := $(BIN)/kube-apiserver $(BIN)/etcd $(BIN)/kubectl $(BIN)/kube-controller-manager
+# The Kubernetes release of hack/kube, stamped into the binaries as release builds are: Helm charts'
+# kubeVersion and version-skew checks read it (unstamped, they report v0.0.0-master).
+KUBE_VERSION := $(shell sed -n 's/^require k8s.io\/kubernetes \(v[0-9.]*\)$$/\1/p' hack/kube/go.mod)
+KUBE_VERSION_PARTS := $(subst ., ,$(KUBE_VERSION:v%=%))
+KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) -X k8s.io/component-base/version.gitMajor=$(word 1,$(KUBE_VERSION_PARTS)) -X k8s.io/component-base/version.gitMinor=$(word 2,$(KUBE_VERSION_PARTS)) -X k8s.io/component-base/version.gitTreeState=clean
 VERSITYGW := $(BIN)/versitygw
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -99,7 +104,7 @@ kube-binaries: $(KUBE_BINARIES) ## Build kube-apiserver, etcd, kubectl and kube-
 
 $(KUBE_BINARIES) &: hack/kube/go.mod hack/kube/go.sum hack/kube/etcd/main.go
 	@echo "building kube-apiserver, etcd, kubectl and kube-controller-manager from the Go module proxy (about 8 minutes on 2 cores the first time)"
-	cd hack/kube && go build -o $(BIN)/ k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kube-controller-manager ./etcd
+	cd hack/kube && go build -ldflags "$(KUBE_LDFLAGS)" -o $(BIN)/ k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kube-controller-manager ./etcd
 
 .PHONY: versitygw
 versitygw: $(VERSITYGW) ## Build the Versity S3 gateway (object store for tests and the local environment) into bin/.
@@ -148,12 +153,20 @@ push: images ## Push the images to REGISTRY=... (credentials from ~/.docker/conf
 $(IMAGE_TOOL): hack/image/go.mod hack/image/go.sum $(wildcard hack/image/*.go)
 	cd hack/image && go build -o $(IMAGE_TOOL) .
 
+.PHONY: test-images
+test-images: $(IMAGE_TOOL) ## Build the cluster tier's workload image (cosi-test-app) for this machine's platform into bin/test-images.
+	$(IMAGE_TOOL) build --repo $(ROOT) --out $(BIN)/test-images --registry $(REGISTRY) --version $(VERSION) --platforms linux/$$(go env GOARCH) --images cosi-test-app
+
+# The cluster tier (test/cluster) runs the images on a node; it skips, saying why, where the node
+# cannot start (not root, no containerd).
+test: images test-images $(NODE_BINARIES) node-runtime
+
 .PHONY: node-binaries
 node-binaries: $(NODE_BINARIES) ## Build kube-scheduler and kubelet into bin/.
 
 $(NODE_BINARIES) &: hack/kube/go.mod hack/kube/go.sum
 	@echo "building kube-scheduler and kubelet from the Go module proxy (about 5 minutes on 2 cores the first time)"
-	cd hack/kube && go build -o $(BIN)/ k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet
+	cd hack/kube && go build -ldflags "$(KUBE_LDFLAGS)" -o $(BIN)/ k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet
 
 .PHONY: node-runtime
 node-runtime: ## Install containerd, runc and the CNI plugins from Debian packages if missing (the test node's runtime).

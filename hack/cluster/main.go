@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/kube-cosi/cosi/internal/cluster"
@@ -17,9 +18,10 @@ func main() {
 	var o cluster.Options
 	flag.StringVar(&o.Dir, "dir", ".cluster", "the node's state: etcd, containerd, kubelet, certificates, logs (log/)")
 	flag.StringVar(&o.BinDir, "bin", "bin", "directory of etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubelet")
-	flag.StringVar(&o.ImagesDir, "images", "bin/images", "directory of the images to import (make images)")
+	images := flag.String("images", "bin/images", "directories of the images to import (make images), comma-separated")
 	flag.BoolVar(&o.KeepDir, "keep", false, "keep --dir after stopping (logs)")
 	flag.Parse()
+	o.ImagesDirs = strings.Split(*images, ",")
 	o.Progress = os.Stdout
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

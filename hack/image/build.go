@@ -45,6 +45,8 @@ type Image struct {
 	Stamp bool
 	// Args are the arguments after the entrypoint by default (the image's Cmd).
 	Args []string
+	// Test images are built only when named (--images): the cluster tier's workload.
+	Test bool
 }
 
 // Images are the images make images builds.
@@ -58,6 +60,8 @@ var Images = []Image{
 	{Name: "pause", Module: "hack/image", Package: "./pause"},
 	// The S3 store the cluster tests run in the cluster; built from hack/versitygw's pin.
 	{Name: "versitygw", Module: "hack/versitygw", Package: "github.com/versity/versitygw/cmd/versitygw"},
+	// The cluster tier's application: puts and gets an object with a COSI Secret's keys.
+	{Name: "cosi-test-app", Module: ".", Package: "./test/cluster/app", Test: true},
 }
 
 // BuildOptions configure Build.
@@ -174,10 +178,15 @@ func Build(ctx context.Context, o BuildOptions) ([]Result, error) {
 }
 
 func selectImages(names []string) ([]Image, error) {
-	if len(names) == 0 {
-		return Images, nil
-	}
 	var out []Image
+	if len(names) == 0 {
+		for _, im := range Images {
+			if !im.Test {
+				out = append(out, im)
+			}
+		}
+		return out, nil
+	}
 	for _, n := range names {
 		found := false
 		for _, im := range Images {

@@ -311,3 +311,38 @@ func removeCgroups() error {
 	}
 	return errors.Join(errs...)
 }
+
+// HostFingerprint describes the host state the node changes (the sysctls, iptables rules, the
+// paths outside the node's directory, network links, the kubelet's cgroups), one item a line:
+// equal before Start and after Stop when the node left the machine as it found it.
+func HostFingerprint() string {
+	h, err := recordHost()
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	var lines []string
+	for s, v := range h.sysctls {
+		lines = append(lines, "sysctl "+s+"="+v)
+	}
+	for k, rules := range h.iptables {
+		for _, r := range rules {
+			lines = append(lines, k+" "+r)
+		}
+	}
+	for p := range h.existed {
+		lines = append(lines, "path "+p)
+	}
+	for p := range h.netns {
+		lines = append(lines, "netns "+p)
+	}
+	for l := range h.links {
+		lines = append(lines, "link "+l)
+	}
+	for _, c := range kubeletCgroups {
+		if m, _ := filepath.Glob("/sys/fs/cgroup/*/" + c); len(m) > 0 {
+			lines = append(lines, "cgroup "+c)
+		}
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}

@@ -60,9 +60,9 @@ type Options struct {
 	KeepDir bool
 	// BinDir holds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubelet.
 	BinDir string
-	// ImagesDir holds the docker archives that make images writes (<name>.tar); every one is
+	// ImagesDirs hold the docker archives that make images writes (<name>.tar); every one is
 	// imported, and pause.tar is the Pod sandbox image.
-	ImagesDir string
+	ImagesDirs []string
 	// Progress receives one line per step; nil discards them.
 	Progress io.Writer
 }
@@ -106,8 +106,10 @@ func (n *Node) APIServerEnv() []corev1.EnvVar {
 	}
 }
 
-// Preflight returns an error wrapping ErrUnavailable when the node cannot run here.
-func Preflight(o Options) error {
+// Preflight returns an error wrapping ErrUnavailable when this machine cannot run the node (not
+// root, no container runtime or CNI plugins, no cgroups). Missing builds (the Kubernetes binaries,
+// the images) are not that: Start fails on them, so a broken build cannot pass as a skip.
+func Preflight() error {
 	var missing []string
 	if os.Geteuid() != 0 {
 		missing = append(missing, "not root (the kubelet and containerd need root)")
@@ -122,14 +124,6 @@ func Preflight(o Options) error {
 			missing = append(missing, "CNI plugin "+p+" not in "+cniBinDir+" (make node-runtime)")
 		}
 	}
-	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet"} {
-		if _, err := os.Stat(filepath.Join(o.BinDir, b)); err != nil {
-			missing = append(missing, b+" not in "+o.BinDir+" (make kube-binaries node-binaries)")
-		}
-	}
-	if _, err := os.Stat(filepath.Join(o.ImagesDir, "pause.tar")); err != nil {
-		missing = append(missing, "no pause image in "+o.ImagesDir+" (make images)")
-	}
 	if _, err := os.Stat("/sys/fs/cgroup"); err != nil {
 		missing = append(missing, "no /sys/fs/cgroup")
 	}
@@ -139,10 +133,29 @@ func Preflight(o Options) error {
 	return nil
 }
 
+func checkBuilds(o Options) error {
+	var missing []string
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet"} {
+		if _, err := os.Stat(filepath.Join(o.BinDir, b)); err != nil {
+			missing = append(missing, b+" not in "+o.BinDir+" (make kube-binaries node-binaries)")
+		}
+	}
+	if refs, err := imageRefs(o.ImagesDirs); err != nil || refs["pause"] == "" {
+		missing = append(missing, fmt.Sprintf("no pause image in %v (make images)", o.ImagesDirs))
+	}
+	if len(missing) > 0 {
+		return errors.New(strings.Join(missing, "; "))
+	}
+	return nil
+}
+
 // Start brings the node up and waits until it is Ready with its default ServiceAccount made. On
 // error, what started is stopped and the host restored.
 func Start(ctx context.Context, o Options) (n *Node, err error) {
-	if err := Preflight(o); err != nil {
+	if err := Preflight(); err != nil {
+		return nil, err
+	}
+	if err := checkBuilds(o); err != nil {
 		return nil, err
 	}
 	if o.Progress == nil {
@@ -173,7 +186,7 @@ func Start(ctx context.Context, o Options) (n *Node, err error) {
 	if n.IP, err = nodeIP(); err != nil {
 		return nil, err
 	}
-	if n.Images, err = imageRefs(o.ImagesDir); err != nil {
+	if n.Images, err = imageRefs(o.ImagesDirs); err != nil {
 		return nil, err
 	}
 	steps := []struct {
@@ -352,8 +365,7 @@ func (n *Node) ctr(ctx context.Context, args ...string) ([]byte, error) {
 }
 
 func (n *Node) importImages(ctx context.Context) error {
-	tars, _ := filepath.Glob(filepath.Join(n.opts.ImagesDir, "*.tar"))
-	for _, t := range tars {
+	for _, t := range archives(n.opts.ImagesDirs) {
 		if _, err := n.ctr(ctx, "images", "import", "--no-unpack", t); err != nil {
 			return err
 		}
@@ -522,14 +534,19 @@ func nodeIP() (string, error) {
 	return "", fmt.Errorf("%w: no non-loopback IPv4 address for the node", ErrUnavailable)
 }
 
-// imageRefs reads the tag of every docker archive in dir (manifest.json's RepoTags).
-func imageRefs(dir string) (map[string]string, error) {
-	tars, err := filepath.Glob(filepath.Join(dir, "*.tar"))
-	if err != nil {
-		return nil, err
+func archives(dirs []string) []string {
+	var tars []string
+	for _, d := range dirs {
+		t, _ := filepath.Glob(filepath.Join(d, "*.tar"))
+		tars = append(tars, t...)
 	}
+	return tars
+}
+
+// imageRefs reads the tag of every docker archive in dirs (manifest.json's RepoTags).
+func imageRefs(dirs []string) (map[string]string, error) {
 	refs := map[string]string{}
-	for _, t := range tars {
+	for _, t := range archives(dirs) {
 		tag, err := archiveTag(t)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", t, err)
@@ -563,4 +580,11 @@ func archiveTag(path string) (string, error) {
 		}
 		return m[0].RepoTags[0], nil
 	}
+}
+
+// TagImage gives the imported image src another reference, as a registry would hold a new
+// release (helm upgrade to another tag without pulling).
+func (n *Node) TagImage(ctx context.Context, src, dst string) error {
+	_, err := n.ctr(ctx, "images", "tag", "--force", src, dst)
+	return err
 }
