@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -81,7 +82,12 @@ func run(m *testing.M) int {
 	}
 	fmt.Printf("test/cluster: node Ready %.1fs after start\n", node.Started.Seconds())
 	code := func() int {
-		if c, err = client.New(node.Config, client.Options{Scheme: apiutil.Scheme()}); err != nil {
+		scheme := apiutil.Scheme()
+		if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if c, err = client.New(node.Config, client.Options{Scheme: scheme}); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
