@@ -98,17 +98,16 @@ func imageTag() string {
 func TestHelm(t *testing.T) {
 	needNode(t)
 	ctx := context.Background()
-	s := startStore(t)
+	s := theStore(t)
 	restrictedNamespace(t, cosiNamespace)
-	creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: cosiNamespace, Name: "cosi-driver-s3-credentials"},
-		StringData: map[string]string{"credentials": "AWS_ACCESS_KEY_ID=" + s.RootKey + "\nAWS_SECRET_ACCESS_KEY=" + s.RootSecret + "\n"}}
-	if err := c.Create(ctx, creds); err != nil {
-		t.Fatal(err)
-	}
+	driverCredentials(t, s)
 	tag := imageTag()
 	cosiValues, s3Values := helmValues(t, tag, nil), driverValues(t, s, tag)
 	const tenant = "photos"
 	restrictedNamespace(t, tenant)
+	// The next story installs with kustomize: remove the tenant's objects while COSI runs, then
+	// the releases (the CRDs stay).
+	t.Cleanup(func() { uninstallHelm(t, tenant) })
 
 	step(t, "install", func(t *testing.T) {
 		start := time.Now()
@@ -280,5 +279,33 @@ func assertKept(t *testing.T, namespace string, before map[string]string) {
 	}
 	if got := app(t, namespace, "uploads-creds", "get", "hello"); got != "got hello=world" {
 		t.Errorf("the application reads %q, want %q", got, "got hello=world")
+	}
+}
+
+func uninstallHelm(t *testing.T, tenant string) {
+	ctx := context.Background()
+	for _, o := range []client.Object{&cosiapi.BucketAccess{}, &cosiapi.BucketClaim{}} {
+		if err := c.DeleteAllOf(ctx, o, client.InNamespace(tenant)); err != nil {
+			t.Error(err)
+		}
+	}
+	eventually(t, 2*time.Minute, "the tenant's claims and accesses are gone", func(ctx context.Context) error {
+		var claims cosiapi.BucketClaimList
+		var accesses cosiapi.BucketAccessList
+		if err := c.List(ctx, &claims, client.InNamespace(tenant)); err != nil {
+			return err
+		}
+		if err := c.List(ctx, &accesses, client.InNamespace(tenant)); err != nil {
+			return err
+		}
+		if n := len(claims.Items) + len(accesses.Items); n > 0 {
+			return fmt.Errorf("%d left", n)
+		}
+		return nil
+	})
+	for _, release := range []string{"s3", "cosi"} {
+		if _, err := tryCommand(nil, "helm", "uninstall", release, "-n", cosiNamespace, "--wait"); err != nil && !strings.Contains(err.Error(), "not found") {
+			t.Error(err)
+		}
 	}
 }

@@ -111,6 +111,19 @@ type store struct {
 	RootKey, RootSecret     string
 }
 
+var theStoreOnce *store
+
+// theStore starts the store on first use; the stories share it.
+func theStore(t *testing.T) *store {
+	t.Helper()
+	if theStoreOnce == nil {
+		theStoreOnce = startStore(t)
+	}
+	return theStoreOnce
+}
+
+func clientKey(name string) client.ObjectKey { return client.ObjectKey{Name: name} }
+
 func startStore(t *testing.T) *store {
 	t.Helper()
 	ctx := context.Background()
