@@ -74,7 +74,7 @@ verify-fmt: ## Fail if a Go file is not gofmt-ed.
 
 .PHONY: verify-mod
 verify-mod: ## Fail if a go.mod or go.sum is not tidy.
-	@for m in $(MODULES) hack/tools hack/kube hack/versitygw; do (cd $$m && go mod tidy -diff) || { echo "go.mod of $$m is not tidy (run go mod tidy there)" >&2; exit 1; }; done
+	@for m in $(MODULES) hack/tools hack/kube hack/versitygw hack/image; do (cd $$m && go mod tidy -diff) || { echo "go.mod of $$m is not tidy (run go mod tidy there)" >&2; exit 1; }; done
 
 .PHONY: vet
 vet: ## go vet every module.
@@ -158,8 +158,12 @@ test-images: $(IMAGE_TOOL) ## Build the cluster tier's workload image (cosi-test
 	$(IMAGE_TOOL) build --repo $(ROOT) --out $(BIN)/test-images --registry $(REGISTRY) --version $(VERSION) --platforms linux/$$(go env GOARCH) --images cosi-test-app
 
 # The cluster tier (test/cluster) runs the images on a node; it skips, saying why, where the node
-# cannot start (not root, no containerd).
-test: images test-images $(NODE_BINARIES) node-runtime
+# cannot start (not root, no containerd). test-image-tool checks the images themselves.
+test: images test-images $(NODE_BINARIES) node-runtime test-image-tool
+
+.PHONY: test-image-tool
+test-image-tool: ## Test hack/image: reproducible digests, the images' contents and --version, make push to a registry.
+	cd hack/image && go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: node-binaries
 node-binaries: $(NODE_BINARIES) ## Build kube-scheduler and kubelet into bin/.

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log"
 	"net/http/httptest"
 	"net/url"
 	"os"
@@ -123,7 +124,7 @@ func TestImageContents(t *testing.T) {
 func TestPush(t *testing.T) {
 	out := t.TempDir()
 	res := build(t, out, "pause")
-	srv := httptest.NewServer(registry.New(registry.Logger(nil)))
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	defer srv.Close()
 	u, _ := url.Parse(srv.URL)
 	pushed, err := Push(context.Background(), out, u.Host+"/cosi")
