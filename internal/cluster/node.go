@@ -114,15 +114,20 @@ func Preflight() error {
 	if os.Geteuid() != 0 {
 		missing = append(missing, "not root (the kubelet and containerd need root)")
 	}
+	var absent []string
 	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "ip"} {
 		if _, err := exec.LookPath(b); err != nil {
-			missing = append(missing, b+" not installed (make node-runtime installs Debian's containerd, runc, containernetworking-plugins, iptables)")
+			absent = append(absent, b)
 		}
 	}
 	for _, p := range []string{"bridge", "host-local", "loopback"} {
 		if _, err := os.Stat(filepath.Join(cniBinDir, p)); err != nil {
-			missing = append(missing, "CNI plugin "+p+" not in "+cniBinDir+" (make node-runtime)")
+			absent = append(absent, filepath.Join(cniBinDir, p))
 		}
+	}
+	if len(absent) > 0 {
+		missing = append(missing, "not installed: "+strings.Join(absent, ", ")+
+			" (make node-runtime installs Debian's containerd, runc, containernetworking-plugins and iptables)")
 	}
 	if _, err := os.Stat("/sys/fs/cgroup"); err != nil {
 		missing = append(missing, "no /sys/fs/cgroup")
