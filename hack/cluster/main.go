@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"sort"
 	"strings"
 	"syscall"
 
@@ -32,8 +33,13 @@ func main() {
 	}
 	fmt.Printf("node %s Ready after %.1fs\n\n  export KUBECONFIG=%s\n\nPods reach the API server at %s:%d (no kube-proxy: set KUBERNETES_SERVICE_HOST/PORT, see docs/cluster.md). Images:\n",
 		cluster.NodeName, n.Started.Seconds(), n.Kubeconfig, n.IP, n.APIServerPort)
-	for name, ref := range n.Images {
-		fmt.Printf("  %-20s %s\n", name, ref)
+	names := make([]string, 0, len(n.Images))
+	for name := range n.Images {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		fmt.Printf("  %-20s %s\n", name, n.Images[name])
 	}
 	fmt.Println("\nCtrl-C stops the node and restores the host.")
 	<-ctx.Done()
