@@ -1,4 +1,4 @@
-// Command cosi-local runs COSI on this machine (make run): etcd and kube-apiserver, the CRDs and
+// Command cosi-local runs COSI on this machine (make run): etcd, kube-apiserver and kube-controller-manager, the CRDs and
 // RBAC, the Versity S3 gateway as the object store, and cosi-controller, cosi-sidecar and
 // cosi-driver-s3 as processes. It then applies the demo from examples/ (classes, a BucketClaim,
 // a BucketAccess), shows the Secret COSI wrote, uses its credentials to put and read back an
