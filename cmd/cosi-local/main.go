@@ -1,9 +1,9 @@
-// Command cosi-local runs COSI on this machine (make run): etcd, kube-apiserver and kube-controller-manager, the CRDs and
-// RBAC, the Versity S3 gateway as the object store, and cosi-controller, cosi-sidecar and
-// cosi-driver-s3 as processes. It then applies the demo from examples/ (classes, a BucketClaim,
-// a BucketAccess), shows the Secret COSI wrote, uses its credentials to put and read back an
-// object, and stays up until Ctrl-C. Everything lives under --dir; a second start reuses it.
-// The logic is internal/localenv's Run.
+// Command cosi-local runs COSI on this machine (make run): etcd, kube-apiserver and
+// kube-controller-manager, the CRDs and RBAC, the Versity S3 gateway as the object store, and
+// cosi-controller, cosi-sidecar and cosi-driver-s3 as processes. It then applies the demo from
+// examples/ (classes, a BucketClaim, a BucketAccess), shows the Secret COSI wrote, uses its
+// credentials to put and read back an object, and stays up until Ctrl-C. Everything lives under
+// --dir; a second start reuses it. The logic is internal/localenv's Run.
 package main
 
 import (
