@@ -162,7 +162,7 @@ test-images: $(IMAGE_TOOL) ## Build the cluster tier's workload image (cosi-test
 test: test-image-tool test-cluster
 
 .PHONY: test-cluster
-test-cluster: build images test-images $(KUBE_BINARIES) $(NODE_BINARIES) $(HELM) node-runtime ## Run the cluster tier (test/cluster): COSI installed with Helm and kustomize on a real node; skipped, saying why, where the node cannot run.
+test-cluster: build images test-images $(KUBE_BINARIES) $(NODE_BINARIES) $(BIN)/helm node-runtime ## Run the cluster tier (test/cluster): COSI installed with Helm and kustomize on a real node; skipped, saying why, where the node cannot run.
 	COSI_CLUSTER_TIER=1 go test -v -count=1 -timeout 30m ./test/cluster/ 2>&1 | grep -v 'found symbolic link in path'
 
 .PHONY: test-image-tool
