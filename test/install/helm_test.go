@@ -22,7 +22,8 @@ import (
 // TestHelmLifecycle installs, uninstalls, installs again and upgrades the cosi chart with helm,
 // in an API server of its own (TestAppliedToAPIServer installs the same objects without Helm):
 // the CRDs and the COSI objects survive `helm uninstall`, a new install adopts the CRDs, and an
-// upgrade changes the image and keeps the objects.
+// upgrade changes the image and keeps the objects. A cosi-driver release installs and uninstalls
+// next to it.
 func TestHelmLifecycle(t *testing.T) {
 	ctx := context.Background()
 	e, err := testenv.Start()
@@ -98,6 +99,13 @@ func TestHelmLifecycle(t *testing.T) {
 	if err := e.Client.Get(ctx, client.ObjectKeyFromObject(class), &cosiapi.BucketClass{}); err != nil {
 		t.Errorf("the BucketClass after install and upgrade: %v", err)
 	}
+
+	// A driver release next to it, and gone again.
+	helmDo("install", "s3", filepath.Join(env.RepoRoot, "charts", "cosi-driver"))
+	if err := e.Client.Get(ctx, client.ObjectKey{Name: "s3-cosi-sidecar"}, &rbacv1.ClusterRole{}); err != nil {
+		t.Errorf("the driver's ClusterRole after helm install: %v", err)
+	}
+	helmDo("uninstall", "s3")
 }
 
 var crdGVK = schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"}
