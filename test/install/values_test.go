@@ -67,8 +67,12 @@ func TestChartValues(t *testing.T) {
 			if !slices.Equal(drv.Args, []string{"--verbose"}) {
 				t.Errorf("driver args %v, want [--verbose] (no --credentials-file without a Secret)", drv.Args)
 			}
-			if len(spec.Volumes) != 1 || spec.Volumes[0].EmptyDir == nil {
-				t.Errorf("volumes %v, want the socket's emptyDir only", spec.Volumes)
+			var volumes []string
+			for _, v := range spec.Volumes {
+				volumes = append(volumes, v.Name)
+			}
+			if want := []string{"socket", "kube-api-access"}; !slices.Equal(volumes, want) {
+				t.Errorf("volumes %v, want %v (no credentials without a Secret)", volumes, want)
 			}
 			for _, c := range spec.Containers {
 				if !slices.Contains(c.Env, hostEnv) || c.Env[0].Name != "COSI_ENDPOINT" {
@@ -115,6 +119,35 @@ func TestChartSchemas(t *testing.T) {
 		_, err := helm("template", "x", filepath.Join(env.RepoRoot, c.chart), "--set", c.set)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s --set %s: got %v, want a schema error naming %s", c.chart, c.set, err, c.want)
+		}
+	}
+}
+
+// TestOnlyTheSidecarHasTheToken checks both renderings of the driver: the Pod's ServiceAccount
+// token is mounted into the sidecar only, so that a driver never holds the sidecar's rights.
+func TestOnlyTheSidecarHasTheToken(t *testing.T) {
+	const tokenDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+	for what, rendering := range map[string][]byte{
+		"config/driver/s3":   kustomize(t, "config/driver/s3"),
+		"charts/cosi-driver": helmTemplate(t, "charts/cosi-driver", "s3"),
+	} {
+		ds := ofKind(t, rendering, "Deployment")
+		if len(ds) != 1 {
+			t.Fatalf("%s: %d Deployments", what, len(ds))
+		}
+		d := &appsv1.Deployment{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(ds[0].Object, d); err != nil {
+			t.Fatal(err)
+		}
+		spec := d.Spec.Template.Spec
+		if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+			t.Errorf("%s: automountServiceAccountToken is not false", what)
+		}
+		for _, c := range spec.Containers {
+			mounted := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == tokenDir })
+			if mounted != (c.Name == "sidecar") {
+				t.Errorf("%s: container %s has the token: %v", what, c.Name, mounted)
+			}
 		}
 	}
 }
