@@ -138,7 +138,7 @@ REGISTRY ?= ghcr.io/kube-cosi
 PLATFORMS ?= linux/amd64,linux/arm64
 IMAGE_TOOL := $(BIN)/image
 NODE_BINARIES := $(BIN)/kube-scheduler $(BIN)/kubelet
-# Debian packages of the node's container runtime and network, and what their tests check.
+# Debian packages of the node's container runtime (containerd, runc) and network (CNI plugins, iptables).
 NODE_PACKAGES := containerd runc containernetworking-plugins iptables
 
 .PHONY: images
