@@ -17,7 +17,12 @@ PROTOC_GEN_GO_GRPC := $(BIN)/protoc-gen-go-grpc
 CODEGEN_TOOLS := $(CONTROLLER_GEN) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC)
 # golangci-lint with kube-api-linter compiled in (hack/lint/go.mod pins both).
 GOLANGCI_LINT := $(BIN)/golangci-lint
-KUBE_BINARIES := $(BIN)/kube-apiserver $(BIN)/etcd $(BIN)/kubectl
+KUBE_BINARIES := $(BIN)/kube-apiserver $(BIN)/etcd $(BIN)/kubectl $(BIN)/kube-controller-manager
+# The Kubernetes release of hack/kube, stamped into the binaries as release builds are: Helm charts'
+# kubeVersion and version-skew checks read it (unstamped, they report v0.0.0-master).
+KUBE_VERSION := $(shell sed -n 's/^require k8s.io\/kubernetes \(v[0-9.]*\)$$/\1/p' hack/kube/go.mod)
+KUBE_VERSION_PARTS := $(subst ., ,$(KUBE_VERSION:v%=%))
+KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) -X k8s.io/component-base/version.gitMajor=$(word 1,$(KUBE_VERSION_PARTS)) -X k8s.io/component-base/version.gitMinor=$(word 2,$(KUBE_VERSION_PARTS)) -X k8s.io/component-base/version.gitTreeState=clean
 VERSITYGW := $(BIN)/versitygw
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -72,7 +77,7 @@ verify-fmt: ## Fail if a Go file is not gofmt-ed.
 
 .PHONY: verify-mod
 verify-mod: ## Fail if a go.mod or go.sum is not tidy.
-	@for m in $(MODULES) hack/tools hack/lint hack/kube hack/versitygw; do (cd $$m && go mod tidy -diff) || { echo "go.mod of $$m is not tidy (run go mod tidy there)" >&2; exit 1; }; done
+	@for m in $(MODULES) hack/tools hack/lint hack/kube hack/versitygw hack/image; do (cd $$m && go mod tidy -diff) || { echo "go.mod of $$m is not tidy (run go mod tidy there)" >&2; exit 1; }; done
 
 .PHONY: vet
 vet: ## go vet every module.
@@ -89,7 +94,7 @@ lint: lint-go lint-shell ## Run the linters: golangci-lint (with kube-api-linter
 # hack/lint too, for its rename-import-alias tool.
 .PHONY: lint-go
 lint-go: $(GOLANGCI_LINT) ## golangci-lint every module (.golangci.yml; kube-api-linter on api/).
-	@status=0; for m in $(MODULES) hack/lint; do \
+	@status=0; for m in $(MODULES) hack/lint hack/image; do \
 		echo "golangci-lint: module $$m"; \
 		(cd $$m && $(GOLANGCI_LINT) run --config $(ROOT)/.golangci.yml $(LINT_FLAGS) ./...) || status=1; \
 	done; exit $$status
@@ -130,11 +135,11 @@ $(GOLANGCI_LINT): hack/lint/go.mod hack/lint/go.sum
 	cd hack/lint && go build -o $(GOLANGCI_LINT) sigs.k8s.io/kube-api-linter/cmd/golangci-lint-kube-api-linter
 
 .PHONY: kube-binaries
-kube-binaries: $(KUBE_BINARIES) ## Build kube-apiserver, etcd and kubectl into bin/.
+kube-binaries: $(KUBE_BINARIES) ## Build kube-apiserver, etcd, kubectl and kube-controller-manager into bin/.
 
 $(KUBE_BINARIES) &: hack/kube/go.mod hack/kube/go.sum hack/kube/etcd/main.go
-	@echo "building kube-apiserver, etcd and kubectl from the Go module proxy (about 6 minutes on 2 cores the first time)"
-	cd hack/kube && go build -o $(BIN)/ k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl ./etcd
+	@echo "building kube-apiserver, etcd, kubectl and kube-controller-manager from the Go module proxy (about 8 minutes on 2 cores the first time)"
+	cd hack/kube && go build -ldflags "$(KUBE_LDFLAGS)" -o $(BIN)/ k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kube-controller-manager ./etcd
 
 .PHONY: versitygw
 versitygw: $(VERSITYGW) ## Build the Versity S3 gateway (object store for tests and the local environment) into bin/.
@@ -166,3 +171,87 @@ shellcheck: ## Install shellcheck from Debian packages if missing (it is written
 .PHONY: clean
 clean: ## Remove built binaries.
 	rm -rf $(BIN)
+
+##@ Images and the test node (hack/image, hack/cluster, docs/cluster.md)
+
+# The images' tag and the version their commands print with --version: the release tag, else
+# v0.0.0-<commit>[-dirty].
+VERSION ?= $(shell git describe --tags --match 'v*' --dirty 2>/dev/null || echo "v0.0.0-$$(git describe --always --dirty 2>/dev/null || echo unknown)")
+REGISTRY ?= ghcr.io/kube-cosi
+PLATFORMS ?= linux/amd64,linux/arm64
+IMAGE_TOOL := $(BIN)/image
+NODE_BINARIES := $(BIN)/kube-scheduler $(BIN)/kubelet
+# Debian packages of the node's container runtime (containerd, runc) and network (CNI plugins, iptables).
+NODE_PACKAGES := containerd runc containernetworking-plugins iptables
+
+.PHONY: images
+images: $(IMAGE_TOOL) ## Build every image (OCI layout in bin/images/oci, bin/images/<name>.tar for ctr import). VERSION=, REGISTRY=, PLATFORMS=.
+	@echo "building the images for $(PLATFORMS) (the first build compiles every command per platform: several minutes on 2 cores)"
+	$(IMAGE_TOOL) build --repo $(ROOT) --out $(BIN)/images --registry $(REGISTRY) --version $(VERSION) --platforms $(PLATFORMS)
+
+.PHONY: push
+push: images ## Push the images to REGISTRY=... (credentials from ~/.docker/config.json).
+	$(IMAGE_TOOL) push --out $(BIN)/images --registry $(REGISTRY)
+
+$(IMAGE_TOOL): hack/image/go.mod hack/image/go.sum $(wildcard hack/image/*.go)
+	cd hack/image && go build -o $(IMAGE_TOOL) .
+
+.PHONY: test-images
+test-images: $(IMAGE_TOOL) ## Build the cluster tier's workload image (cosi-test-app) for this machine's platform into bin/test-images.
+	$(IMAGE_TOOL) build --repo $(ROOT) --out $(BIN)/test-images --registry $(REGISTRY) --version $(VERSION) --platforms linux/$$(go env GOARCH) --images cosi-test-app
+
+# The cluster tier (test/cluster) runs the images on a node; it skips, saying why, where the node
+# cannot start (not root, no containerd). test-image-tool checks the images themselves.
+test: test-image-tool test-cluster
+
+.PHONY: test-cluster
+test-cluster: build images test-images $(KUBE_BINARIES) $(NODE_BINARIES) $(BIN)/helm node-runtime ## Run the cluster tier (test/cluster): COSI installed with Helm and kustomize on a real node; skipped, saying why, where the node cannot run.
+	COSI_CLUSTER_TIER=1 go test -v -count=1 -timeout 30m ./test/cluster/ 2>&1 | grep -v 'found symbolic link in path'
+
+.PHONY: test-image-tool
+test-image-tool: ## Test hack/image: reproducible digests, the images' contents and --version, make push to a registry.
+	cd hack/image && go test $(GO_TEST_FLAGS) ./...
+
+.PHONY: node-binaries
+node-binaries: $(NODE_BINARIES) ## Build kube-scheduler and kubelet into bin/.
+
+$(NODE_BINARIES) &: hack/kube/go.mod hack/kube/go.sum
+	@echo "building kube-scheduler and kubelet from the Go module proxy (about 5 minutes on 2 cores the first time)"
+	cd hack/kube && go build -ldflags "$(KUBE_LDFLAGS)" -o $(BIN)/ k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet
+
+.PHONY: node-runtime
+node-runtime: ## Install containerd, runc and the CNI plugins from Debian packages if missing (the test node's runtime).
+	@if ! command -v containerd >/dev/null || ! command -v runc >/dev/null || [ ! -x /usr/lib/cni/bridge ] || ! command -v iptables >/dev/null; then \
+		echo "installing the node's runtime from Debian packages ($(NODE_PACKAGES))"; \
+		$(SUDO) apt-get install -y --no-install-recommends $(NODE_PACKAGES) >/dev/null \
+		|| { $(SUDO) apt-get update >/dev/null && $(SUDO) apt-get install -y --no-install-recommends $(NODE_PACKAGES) >/dev/null; } \
+		|| echo "WARNING: the node's runtime could not be installed: the cluster tier (test/cluster) will be skipped" >&2; \
+	fi
+
+.PHONY: cluster
+cluster: build images $(KUBE_BINARIES) $(NODE_BINARIES) node-runtime ## Run a single-node Kubernetes (etcd, API server, controller-manager, scheduler, kubelet, containerd) with the images imported; Ctrl-C stops it and restores the host. Data: .cluster/
+	go build -o $(BIN)/cosi-cluster ./hack/cluster
+	$(SUDO) $(BIN)/cosi-cluster --dir $(ROOT)/.cluster --bin $(BIN) --images $(BIN)/images $(CLUSTER_FLAGS)
+
+##@ Manifests and charts (config/default, config/driver, charts/; docs/install.md)
+
+HELM := $(BIN)/helm
+
+.PHONY: helm
+helm: $(HELM) ## Build helm (pinned in hack/helm) into bin/.
+
+$(HELM): hack/helm/go.mod hack/helm/go.sum
+	@echo "building helm from the Go module proxy (a few minutes on 2 cores the first time)"
+	cd hack/helm && go build -o $(BIN)/helm helm.sh/helm/v4/cmd/helm
+
+.PHONY: lint-charts
+lint-charts: $(HELM) ## Lint the Helm charts (templates, values.schema.json) with helm lint --strict.
+	$(HELM) lint --strict charts/cosi charts/cosi-driver
+
+.PHONY: verify-mod-helm
+verify-mod-helm: ## Fail if hack/helm's go.mod or go.sum is not tidy.
+	@cd hack/helm && go mod tidy -diff || { echo "go.mod of hack/helm is not tidy (run go mod tidy there)" >&2; exit 1; }
+
+# test/install renders the charts with bin/helm and compares them with the kustomizations.
+verify: lint-charts verify-mod-helm
+test: $(HELM)

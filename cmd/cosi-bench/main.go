@@ -18,6 +18,7 @@ import (
 
 	"github.com/kube-cosi/cosi/internal/bench"
 	"github.com/kube-cosi/cosi/internal/localenv"
+	"github.com/kube-cosi/cosi/internal/version"
 )
 
 func main() {
@@ -47,6 +48,7 @@ func main() {
 	)
 	flag.IntVar(&cfg.RSSClaims, "rss", 10000, "claims (Buckets) provisioned before measuring memory (0 skips)")
 	flag.StringVar(&cfg.JSON, "json", "", "write the results as JSON to this file")
+	version.AddFlag(flag.CommandLine)
 	flag.Parse()
 	for _, s := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))

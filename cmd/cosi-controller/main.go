@@ -10,6 +10,7 @@ import (
 
 	"github.com/kube-cosi/cosi/internal/cmdutil"
 	"github.com/kube-cosi/cosi/internal/controller"
+	"github.com/kube-cosi/cosi/internal/version"
 )
 
 func main() {
@@ -22,6 +23,7 @@ func main() {
 	flag.StringVar(&opts.MetricsAddress, "metrics-bind-address", ":8080", `address of /metrics ("0" disables)`)
 	flag.StringVar(&opts.HealthAddress, "health-probe-bind-address", ":8081",
 		`address of /healthz and /readyz ("0" disables)`)
+	version.AddFlag(flag.CommandLine)
 	flag.Parse() // also --kubeconfig, registered by controller-runtime
 
 	log := common.Logger()

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 
+	"github.com/kube-cosi/cosi/internal/version"
 	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
 	cosiproto "github.com/kube-cosi/cosi/proto"
@@ -51,6 +52,7 @@ func main() {
 		"ID of a bucket that exists from the start, for static provisioning (repeatable)")
 	flag.Var(&faults, "fault",
 		"inject failures: METHOD=CODE[:RATE|:xCOUNT], e.g. DriverCreateBucket=Unavailable:0.5 (repeatable)")
+	version.AddFlag(flag.CommandLine)
 	flag.Parse()
 
 	log := logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.Level(-*verbosity)}))

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kube-cosi/cosi/drivers/s3"
+	"github.com/kube-cosi/cosi/internal/version"
 	"github.com/kube-cosi/cosi/pkg/driver"
 )
 
@@ -50,6 +51,7 @@ func main() {
 		"tell workloads to use virtual-hosted-style addressing (default path style)")
 	flag.StringVar(&cfg.BucketNamePrefix, "bucket-name-prefix", "",
 		"prefix of every generated bucket name, e.g. a cluster name")
+	version.AddFlag(flag.CommandLine)
 	flag.Parse()
 
 	log := logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.Level(-*verbosity)}))

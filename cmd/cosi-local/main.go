@@ -1,9 +1,9 @@
-// Command cosi-local runs COSI on this machine (make run): etcd and kube-apiserver, the CRDs and
-// RBAC, the Versity S3 gateway as the object store, and cosi-controller, cosi-sidecar and
-// cosi-driver-s3 as processes. It then applies the demo from examples/ (classes, a BucketClaim,
-// a BucketAccess), shows the Secret COSI wrote, uses its credentials to put and read back an
-// object, and stays up until Ctrl-C. Everything lives under --dir; a second start reuses it.
-// The logic is internal/localenv's Run.
+// Command cosi-local runs COSI on this machine (make run): etcd, kube-apiserver and
+// kube-controller-manager, the CRDs and RBAC, the Versity S3 gateway as the object store, and
+// cosi-controller, cosi-sidecar and cosi-driver-s3 as processes. It then applies the demo from
+// examples/ (classes, a BucketClaim, a BucketAccess), shows the Secret COSI wrote, uses its
+// credentials to put and read back an object, and stays up until Ctrl-C. Everything lives under
+// --dir; a second start reuses it. The logic is internal/localenv's Run.
 package main
 
 import (
@@ -15,10 +15,11 @@ import (
 	"syscall"
 
 	"github.com/kube-cosi/cosi/internal/localenv"
+	"github.com/kube-cosi/cosi/internal/version"
 )
 
 func main() {
-	opts := localenv.RunOptions{Options: localenv.Options{Verbosity: 2}}
+	opts := localenv.RunOptions{Options: localenv.Options{Verbosity: 2, ControllerManager: true}}
 	flag.StringVar(&opts.Dir, "dir", ".local", "directory for all data and logs (kept across runs)")
 	flag.StringVar(&opts.RepoRoot, "repo", ".", "the repository (CRDs, RBAC, examples)")
 	flag.StringVar(&opts.BinDir, "bin", "bin", "directory of the binaries (make build)")
@@ -33,8 +34,11 @@ func main() {
 			return nil
 		},
 	)
+	flag.BoolVar(&opts.ControllerManager, "controller-manager", true,
+		"run kube-controller-manager: owner references cascade and deleted namespaces finish deleting")
 	flag.BoolVar(&opts.Demo, "demo", true, "apply the demo from examples/ and use its credentials")
 	flag.BoolVar(&opts.ExitAfterDemo, "exit-after-demo", false, "stop after the demo instead of waiting for Ctrl-C")
+	version.AddFlag(flag.CommandLine)
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kube-cosi/cosi/internal/version"
 	"github.com/kube-cosi/cosi/pkg/sanity"
 )
 
@@ -59,6 +60,7 @@ func main() {
 		"valid bucket parameters different from --bucket-parameters")
 	flag.Var(&access, "access-parameters", "valid access parameters, k=v,k=v")
 	flag.Var(&invalidAccess, "invalid-access-parameters", "access parameters the driver must refuse with InvalidArgument")
+	version.AddFlag(flag.CommandLine)
 	flag.Parse()
 
 	if *list {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kube-cosi/cosi/internal/cmdutil"
 	"github.com/kube-cosi/cosi/internal/sidecar"
+	"github.com/kube-cosi/cosi/internal/version"
 	"github.com/kube-cosi/cosi/pkg/driver"
 )
 
@@ -40,6 +41,7 @@ func main() {
 			`v1alpha1 drivers do not report them`,
 		func(s string) (err error) { opts.V1alpha1Protocols, err = sidecar.ParseProtocols(s); return err },
 	)
+	version.AddFlag(flag.CommandLine)
 	flag.Parse() // also --kubeconfig, registered by controller-runtime
 
 	log := common.Logger()

@@ -15,6 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/kube-cosi/cosi/internal/cluster"
+	"github.com/kube-cosi/cosi/internal/process"
 	"github.com/kube-cosi/cosi/internal/scheme"
 )
 
@@ -30,6 +32,9 @@ type APIServerOptions struct {
 	EtcdDir string
 	// AdmissionPlugins are enabled in addition to the API server's defaults.
 	AdmissionPlugins []string
+	// ControllerManagerLog, when set, runs kube-controller-manager from BinDir too, logging to
+	// this file: owner references cascade and deleted namespaces finish deleting, as in a cluster.
+	ControllerManagerLog string
 }
 
 // APIServer is a running etcd and kube-apiserver with the COSI CRDs installed.
@@ -48,6 +53,7 @@ type APIServer struct {
 	AdmissionPlugins []string
 
 	env *envtest.Environment
+	kcm *process.Process
 }
 
 // StartAPIServer starts etcd and kube-apiserver from BinDir and installs the CRDs from
@@ -99,8 +105,33 @@ func StartAPIServer(opts APIServerOptions) (*APIServer, error) {
 	if err != nil {
 		return nil, errors.Join(err, env.Stop())
 	}
-	return &APIServer{Config: cfg, Client: c, Scheme: scheme, BinDir: binDir, RepoRoot: root,
-		AdmissionPlugins: opts.AdmissionPlugins, env: env}, nil
+	a := &APIServer{Config: cfg, Client: c, Scheme: scheme, BinDir: binDir, RepoRoot: root,
+		AdmissionPlugins: opts.AdmissionPlugins, env: env}
+	if opts.ControllerManagerLog != "" {
+		if err := a.startControllerManager(opts.ControllerManagerLog); err != nil {
+			return nil, errors.Join(err, a.Stop())
+		}
+	}
+	return a, nil
+}
+
+// startControllerManager runs kube-controller-manager with the flags of the test node
+// (internal/cluster) and the service account key envtest made for the API server.
+func (a *APIServer) startControllerManager(log string) error {
+	bin := filepath.Join(a.BinDir, "kube-controller-manager")
+	if _, err := os.Stat(bin); err != nil {
+		return fmt.Errorf("kube-controller-manager not found in %s: run `make kube-binaries` to build it: %w", a.BinDir, err)
+	}
+	certDir := a.env.ControlPlane.APIServer.CertDir
+	kubeconfig := filepath.Join(certDir, "kube-controller-manager.kubeconfig")
+	if err := a.WriteKubeconfig(kubeconfig, "system:kube-controller-manager"); err != nil {
+		return err
+	}
+	a.kcm = &process.Process{
+		Name: "kube-controller-manager", Binary: bin, Log: log, OwnGroup: true,
+		Args: cluster.ControllerManagerArgs(kubeconfig, filepath.Join(certDir, "sa-signer.key"), filepath.Join(certDir, "apiserver.crt")),
+	}
+	return a.kcm.Start(context.Background())
 }
 
 // Stop stops the API server and etcd, and removes etcd's data unless it is in EtcdDir.
@@ -108,7 +139,11 @@ func (a *APIServer) Stop() error {
 	if a == nil {
 		return nil
 	}
-	return a.env.Stop()
+	var kcmErr error
+	if a.kcm != nil {
+		kcmErr = a.kcm.Stop()
+	}
+	return errors.Join(kcmErr, a.env.Stop())
 }
 
 // Kubeconfig returns a kubeconfig for a user authenticated by a client certificate.

@@ -92,6 +92,9 @@ type Options struct {
 	Verbosity int
 	// Progress, when set, receives one line per finished step.
 	Progress func(step string, took time.Duration)
+	// ControllerManager runs kube-controller-manager next to the API server (make run does), so
+	// that garbage collection and namespace deletion work as in a cluster.
+	ControllerManager bool
 }
 
 // Env is a running environment.
@@ -143,7 +146,11 @@ func New(ctx context.Context, opts Options) (env *Env, err error) {
 			return nil, err
 		}
 	}
-	if err := e.step("etcd and kube-apiserver, CRDs installed", e.startAPIServer); err != nil {
+	name := "etcd and kube-apiserver, CRDs installed"
+	if opts.ControllerManager {
+		name = "etcd, kube-apiserver and kube-controller-manager, CRDs installed"
+	}
+	if err := e.step(name, e.startAPIServer); err != nil {
 		return nil, err
 	}
 	if opts.Identities == GeneratedRoles {
@@ -195,9 +202,11 @@ func (e *Env) step(name string, f func() error) error {
 func (e *Env) startAPIServer() error {
 	var err error
 	// A fixed data directory keeps the objects across restarts.
-	e.APIServer, err = StartAPIServer(
-		APIServerOptions{RepoRoot: e.opts.RepoRoot, BinDir: e.opts.BinDir, EtcdDir: filepath.Join(e.opts.Dir, "etcd")},
-	)
+	o := APIServerOptions{RepoRoot: e.opts.RepoRoot, BinDir: e.opts.BinDir, EtcdDir: filepath.Join(e.opts.Dir, "etcd")}
+	if e.opts.ControllerManager {
+		o.ControllerManagerLog = filepath.Join(e.opts.Dir, "log", "kube-controller-manager.log")
+	}
+	e.APIServer, err = StartAPIServer(o)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,111 @@
+package cluster
+
+import (
+	"fmt"
+	"path/filepath"
+)
+
+// cniBinDir is where Debian's containernetworking-plugins installs the plugins.
+const cniBinDir = "/usr/lib/cni"
+
+// containerdConfig keeps containerd's state in the node's directory. restrict_oom_score_adj: the
+// kubelet asks for negative oom_score_adj values, which root without CAP_SYS_RESOURCE (in a VM or
+// container sandbox like this one) may not set, and runc then fails every sandbox with "can't get
+// final child's PID from pipe: EOF".
+func containerdConfig(dir, pauseImage string) string {
+	c := filepath.Join(dir, "containerd")
+	return fmt.Sprintf(`version = 2
+root = %[1]q
+state = %[2]q
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
+
+[grpc]
+  address = %[3]q
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = %[4]q
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %[5]q
+  restrict_oom_score_adj = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = %[6]q
+    conf_dir = %[7]q
+`, filepath.Join(c, "root"), filepath.Join(c, "state"), filepath.Join(c, "containerd.sock"),
+		filepath.Join(c, "opt"), pauseImage, cniBinDir, filepath.Join(dir, "cni", "net.d"))
+}
+
+// cniConfig is a bridge with host-local addresses kept in the node's directory. No ipMasq: Pods
+// reach the node (the API server, hostNetwork Pods) and each other, and nothing else; that adds
+// no iptables rules.
+func cniConfig(dir string) string {
+	return fmt.Sprintf(`{
+  "cniVersion": "1.0.0",
+  "name": "cosi",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": %q,
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "dataDir": %q,
+        "ranges": [[{"subnet": %q}]],
+        "routes": [{"dst": "0.0.0.0/0"}]
+      }
+    }
+  ]
+}
+`, bridgeName, filepath.Join(dir, "cni", "ipam"), PodSubnet)
+}
+
+// kubeletConfig: cgroup v1 and the cgroupfs driver (no systemd here), x509 clients only (the API
+// server), and thresholds low enough that a busy build disk does not evict the tests' Pods or
+// garbage-collect the imported images, which cannot be pulled again.
+func kubeletConfig(dir, sock, clientCA, ip, port, healthPort string) string {
+	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix://%[1]s
+address: %[2]s
+port: %[3]s
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: %[4]s
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: false
+  x509:
+    clientCAFile: %[5]s
+authorization:
+  mode: AlwaysAllow
+failSwapOn: false
+podLogsDir: %[6]s
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: 1%%
+  nodefs.inodesFree: 1%%
+  imagefs.available: 1%%
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+clusterDomain: cluster.local
+serializeImagePulls: false
+fileCheckFrequency: 5s
+nodeStatusUpdateFrequency: 2s
+syncFrequency: 10s
+`, sock, ip, port, healthPort, clientCA, filepath.Join(dir, "pods"))
+}

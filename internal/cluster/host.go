@@ -1,0 +1,348 @@
+package cluster
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// What the kubelet, containerd and the CNI plugins change on the host beyond the node's directory,
+// found by running them here. hostState records it before the node starts and puts it back after.
+var (
+	// sysctls the kubelet sets at start (pkg/kubelet/cm's setupKernelTunables, the container
+	// manager's defaults).
+	kubeletSysctls = []string{
+		"vm.overcommit_memory", "vm.panic_on_oom", "kernel.panic", "kernel.panic_on_oops",
+		"kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes",
+	}
+	// paths written whatever the node's configuration says: the kubelet's device-plugin and pod
+	// resources sockets and container log links, containerd's shim sockets, the CRI's network
+	// namespaces, libcni's cache.
+	hostPaths = []string{
+		"/var/lib/kubelet", "/var/log/containers", "/var/log/pods", "/run/containerd",
+		"/var/lib/cni", "/run/netns", "/var/run/netns", "/etc/cni/net.d", "/var/lib/containerd",
+		"/opt/cni",
+	}
+	// the cgroup the kubelet makes (cgroupfs driver) in every controller's hierarchy.
+	kubeletCgroups = []string{"kubepods", "kubepods.slice"}
+	iptablesTables = []string{"filter", "nat", "mangle"}
+)
+
+type hostState struct {
+	sysctls  map[string]string
+	existed  map[string]bool
+	netns    map[string]bool
+	iptables map[string][]string // "<binary> <table>" -> iptables -S lines
+	links    map[string]bool
+}
+
+func recordHost() (*hostState, error) {
+	h := &hostState{sysctls: map[string]string{}, existed: map[string]bool{}, netns: map[string]bool{},
+		iptables: map[string][]string{}, links: map[string]bool{}}
+	for _, s := range kubeletSysctls {
+		b, err := os.ReadFile(sysctlPath(s))
+		if err != nil {
+			continue // not on this kernel: the kubelet skips it too
+		}
+		h.sysctls[s] = strings.TrimSpace(string(b))
+	}
+	for _, p := range hostPaths {
+		if _, err := os.Lstat(p); err == nil {
+			h.existed[p] = true
+		}
+	}
+	for _, p := range netnsFiles() {
+		h.netns[p] = true
+	}
+	for _, bin := range []string{"iptables", "ip6tables"} {
+		for _, t := range iptablesTables {
+			lines, err := iptablesRules(bin, t)
+			if err != nil {
+				continue // no such table or binary: nothing to restore
+			}
+			h.iptables[bin+" "+t] = lines
+		}
+	}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, err
+	}
+	for _, i := range ifs {
+		h.links[i.Name] = true
+	}
+	return h, nil
+}
+
+// restore undoes what the node changed: mounts, network namespaces, links, iptables rules and
+// chains, sysctls, cgroups and the paths that did not exist before. It goes on after an error
+// and returns them all.
+func (h *hostState) restore(nodeDir string) error {
+	var errs []error
+	// Mounts first: nothing below them can be removed while they are there.
+	roots := []string{nodeDir}
+	for _, p := range hostPaths {
+		roots = append(roots, p)
+	}
+	errs = append(errs, unmountUnder(roots, h.netns))
+	for _, p := range netnsFiles() {
+		if !h.netns[p] {
+			_ = syscall.Unmount(p, syscall.MNT_DETACH)
+			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	ifs, _ := net.Interfaces()
+	for _, i := range ifs {
+		if !h.links[i.Name] && (i.Name == bridgeName || strings.HasPrefix(i.Name, "veth")) {
+			if out, err := exec.Command("ip", "link", "delete", i.Name).CombinedOutput(); err != nil && !strings.Contains(string(out), "Cannot find") {
+				errs = append(errs, fmt.Errorf("ip link delete %s: %w: %s", i.Name, err, out))
+			}
+		}
+	}
+	for key, before := range h.iptables {
+		bin, table, _ := strings.Cut(key, " ")
+		errs = append(errs, restoreIPTables(bin, table, before))
+	}
+	for s, v := range h.sysctls {
+		b, err := os.ReadFile(sysctlPath(s))
+		if err == nil && strings.TrimSpace(string(b)) == v {
+			continue
+		}
+		if err := os.WriteFile(sysctlPath(s), []byte(v), 0o644); err != nil {
+			errs = append(errs, fmt.Errorf("restoring %s=%s: %w", s, v, err))
+		}
+	}
+	errs = append(errs, removeCgroups())
+	for _, p := range hostPaths {
+		if !h.existed[p] {
+			errs = append(errs, removeAll(p))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeAll removes dir unless something is still mounted below it: removing through a bind mount
+// left by a hostPath volume would delete the host's files.
+func removeAll(dir string) error {
+	if mps := mountsUnder([]string{dir}, nil); len(mps) > 0 {
+		return fmt.Errorf("not removing %s: still mounted there: %v", dir, mps)
+	}
+	return os.RemoveAll(dir)
+}
+
+func sysctlPath(name string) string {
+	return filepath.Join("/proc/sys", strings.ReplaceAll(name, ".", "/"))
+}
+
+func netnsFiles() []string {
+	var out []string
+	for _, d := range []string{"/run/netns"} {
+		entries, _ := os.ReadDir(d)
+		for _, e := range entries {
+			out = append(out, filepath.Join(d, e.Name()))
+		}
+	}
+	return out
+}
+
+// unmountUnder detaches every mount point below roots (deepest first), except the network
+// namespaces that were there before.
+func unmountUnder(roots []string, keep map[string]bool) error {
+	var errs []error
+	for _, p := range mountsUnder(roots, keep) {
+		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmounting %s: %w", p, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// mountsUnder lists the mount points at or below roots, deepest first.
+func mountsUnder(roots []string, keep map[string]bool) []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var points []string
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Fields(s.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMount(fields[4])
+		if keep[mp] {
+			continue
+		}
+		for _, r := range roots {
+			if r != "" && (mp == r || strings.HasPrefix(mp, strings.TrimSuffix(r, "/")+"/")) {
+				points = append(points, mp)
+				break
+			}
+		}
+	}
+	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
+	return points
+}
+
+func unescapeMount(s string) string {
+	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
+}
+
+func iptablesRules(bin, table string) ([]string, error) {
+	out, err := exec.Command(bin, "-w", "-t", table, "-S").Output()
+	if err != nil {
+		return nil, err
+	}
+	return strings.Split(strings.TrimSpace(string(out)), "\n"), nil
+}
+
+// restoreIPTables deletes the rules and chains of table that are not in before (the kubelet's
+// KUBE-* chains and their jumps), leaving everything else, including rules others added since, as
+// it is.
+func restoreIPTables(bin, table string, before []string) error {
+	now, err := iptablesRules(bin, table)
+	if err != nil {
+		return nil
+	}
+	had := map[string]bool{}
+	for _, l := range before {
+		had[l] = true
+	}
+	var errs []error
+	var newChains []string
+	for _, l := range now {
+		if had[l] {
+			continue
+		}
+		args, err := splitRule(l)
+		if err != nil || len(args) < 2 {
+			continue
+		}
+		switch args[0] {
+		case "-A":
+			args[0] = "-D"
+			if out, err := exec.Command(bin, append([]string{"-w", "-t", table}, args...)...).CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("%s -t %s %s: %w: %s", bin, table, strings.Join(args, " "), err, out))
+			}
+		case "-N":
+			newChains = append(newChains, args[1])
+		}
+	}
+	for _, c := range newChains {
+		_ = exec.Command(bin, "-w", "-t", table, "-F", c).Run()
+	}
+	for _, c := range newChains {
+		if out, err := exec.Command(bin, "-w", "-t", table, "-X", c).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("%s -t %s -X %s: %w: %s", bin, table, c, err, out))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// splitRule splits a line of iptables -S into arguments: words, and double-quoted strings with
+// backslash escapes (comments).
+func splitRule(line string) ([]string, error) {
+	var args []string
+	var cur strings.Builder
+	inQuote, have := false, false
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case c == '\\' && inQuote && i+1 < len(line):
+			i++
+			cur.WriteByte(line[i])
+		case c == '"':
+			inQuote, have = !inQuote, true
+		case c == ' ' && !inQuote:
+			if have {
+				args = append(args, cur.String())
+				cur.Reset()
+				have = false
+			}
+		default:
+			cur.WriteByte(c)
+			have = true
+		}
+	}
+	if inQuote {
+		return nil, fmt.Errorf("unterminated quote in %q", line)
+	}
+	if have {
+		args = append(args, cur.String())
+	}
+	return args, nil
+}
+
+// removeCgroups removes the kubelet's cgroups (bottom up; they are empty once every container is
+// gone) from every hierarchy.
+func removeCgroups() error {
+	var errs []error
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
+	roots = append(roots, "/sys/fs/cgroup")
+	for _, r := range roots {
+		for _, c := range kubeletCgroups {
+			dir := filepath.Join(r, c)
+			if _, err := os.Stat(dir); err != nil {
+				continue
+			}
+			var dirs []string
+			_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+				if err == nil && d.IsDir() {
+					dirs = append(dirs, p)
+				}
+				return nil
+			})
+			for i := len(dirs) - 1; i >= 0; i-- {
+				if err := syscall.Rmdir(dirs[i]); err != nil && !errors.Is(err, syscall.ENOENT) {
+					errs = append(errs, fmt.Errorf("removing cgroup %s: %w", dirs[i], err))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// HostFingerprint describes the host state the node changes (the sysctls, iptables rules, the
+// paths outside the node's directory, network links, the kubelet's cgroups), one item a line:
+// equal before Start and after Stop when the node left the machine as it found it.
+func HostFingerprint() string {
+	h, err := recordHost()
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	var lines []string
+	for s, v := range h.sysctls {
+		lines = append(lines, "sysctl "+s+"="+v)
+	}
+	for k, rules := range h.iptables {
+		for _, r := range rules {
+			lines = append(lines, k+" "+r)
+		}
+	}
+	for p := range h.existed {
+		lines = append(lines, "path "+p)
+	}
+	for p := range h.netns {
+		lines = append(lines, "netns "+p)
+	}
+	for l := range h.links {
+		lines = append(lines, "link "+l)
+	}
+	for _, c := range kubeletCgroups {
+		if m, _ := filepath.Glob("/sys/fs/cgroup/*/" + c); len(m) > 0 {
+			lines = append(lines, "cgroup "+c)
+		}
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}

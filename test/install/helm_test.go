@@ -1,0 +1,111 @@
+package install
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/objects"
+	"github.com/kube-cosi/cosi/internal/testenv"
+)
+
+// TestHelmLifecycle installs, uninstalls, installs again and upgrades the cosi chart with helm,
+// in an API server of its own (TestAppliedToAPIServer installs the same objects without Helm):
+// the CRDs and the COSI objects survive `helm uninstall`, a new install adopts the CRDs, and an
+// upgrade changes the image and keeps the objects. A cosi-driver release installs and uninstalls
+// next to it.
+func TestHelmLifecycle(t *testing.T) {
+	ctx := context.Background()
+	e, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := e.WriteAdminKubeconfig(kc); err != nil {
+		t.Fatal(err)
+	}
+	// The API server's harness installed the CRDs, as a cluster where they predate Helm: remove
+	// them so that the chart installs its own.
+	crds := &unstructured.UnstructuredList{}
+	crds.SetGroupVersionKind(crdGVK.GroupVersion().WithKind("CustomResourceDefinitionList"))
+	if err := e.Client.List(ctx, crds); err != nil {
+		t.Fatal(err)
+	}
+	for i := range crds.Items {
+		if err := e.Client.Delete(ctx, &crds.Items[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := e.Client.List(ctx, crds)
+		return err == nil && len(crds.Items) == 0, err
+	}); err != nil {
+		t.Fatalf("CRDs not deleted: %v", err)
+	}
+
+	helmDo := func(args ...string) {
+		t.Helper()
+		if _, err := helm(append(args, "--kubeconfig", kc, "--namespace", namespace)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	chart := filepath.Join(env.RepoRoot, "charts", "cosi")
+	helmDo("install", "cosi", chart, "--create-namespace")
+
+	class := objects.BucketClass("standard", "s3.cosi.kube-cosi.io", cosiapi.DeletionPolicyRetain)
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return e.Client.Create(ctx, class) == nil, nil // until the CRD is established
+	}); err != nil {
+		t.Fatalf("creating a BucketClass after helm install: %v", err)
+	}
+
+	helmDo("uninstall", "cosi")
+	crd := &unstructured.Unstructured{}
+	crd.SetGroupVersionKind(crdGVK)
+	if err := e.Client.Get(ctx, client.ObjectKey{Name: "buckets.objectstorage.k8s.io"}, crd); err != nil {
+		t.Errorf("the Bucket CRD after helm uninstall: %v", err)
+	}
+	if err := e.Client.Get(ctx, client.ObjectKeyFromObject(class), &cosiapi.BucketClass{}); err != nil {
+		t.Errorf("the BucketClass after helm uninstall: %v", err)
+	}
+	if err := e.Client.Get(ctx, client.ObjectKey{Name: "cosi-controller"}, &rbacv1.ClusterRole{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the ClusterRole after helm uninstall: got %v, want it deleted", err)
+	}
+
+	helmDo("install", "cosi", chart)
+	helmDo("upgrade", "cosi", chart, "--reuse-values", "--set", "image.tag=v0.2.0")
+	var d appsv1.Deployment
+	if err := e.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "cosi-controller"}, &d); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Spec.Template.Spec.Containers[0].Image; got != "ghcr.io/kube-cosi/cosi-controller:v0.2.0" {
+		t.Errorf("image after helm upgrade: %s", got)
+	}
+	if err := e.Client.Get(ctx, client.ObjectKeyFromObject(class), &cosiapi.BucketClass{}); err != nil {
+		t.Errorf("the BucketClass after install and upgrade: %v", err)
+	}
+
+	// A driver release next to it, and gone again.
+	helmDo("install", "s3", filepath.Join(env.RepoRoot, "charts", "cosi-driver"))
+	if err := e.Client.Get(ctx, client.ObjectKey{Name: "s3-cosi-sidecar"}, &rbacv1.ClusterRole{}); err != nil {
+		t.Errorf("the driver's ClusterRole after helm install: %v", err)
+	}
+	helmDo("uninstall", "s3")
+}
+
+var crdGVK = schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"}

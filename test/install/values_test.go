@@ -1,0 +1,153 @@
+package install
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// TestChartValues renders the charts with the values that change their shape (what the cluster
+// tests and clusters without kube-proxy set) and sends them to the API server with a dry run.
+func TestChartValues(t *testing.T) {
+	const ns = "cosi-values"
+	if err := env.CreateNamespace(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	hostEnv := corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: "10.0.0.1"}
+	for _, c := range []struct {
+		name, chart string
+		set         []string
+		kinds       []string // every kind rendered, sorted
+		check       func(t *testing.T, d *appsv1.Deployment)
+	}{{
+		name: "cosi with host network, no endpoints, no CRDs, no policies", chart: "charts/cosi",
+		set: []string{"hostNetwork=true", "ports.metrics=0", "ports.health=0", "crds.install=false",
+			"admissionPolicies.enabled=false", "replicas=1", "leaderElection.enabled=false", "image.tag=v9.9.9",
+			"extraEnv[0].name=" + hostEnv.Name, "extraEnv[0].value=" + hostEnv.Value, "extraArgs={--v=2}"},
+		kinds: []string{"ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "ServiceAccount"},
+		check: func(t *testing.T, d *appsv1.Deployment) {
+			spec := d.Spec.Template.Spec
+			c := spec.Containers[0]
+			if !spec.HostNetwork || spec.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
+				t.Errorf("hostNetwork %v, dnsPolicy %q", spec.HostNetwork, spec.DNSPolicy)
+			}
+			if c.Image != "ghcr.io/kube-cosi/cosi-controller:v9.9.9" {
+				t.Errorf("image %s", c.Image)
+			}
+			wantArgs := []string{"--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0", "--v=2"}
+			if !slices.Equal(c.Args, wantArgs) {
+				t.Errorf("args %v, want %v", c.Args, wantArgs)
+			}
+			if c.LivenessProbe != nil || c.ReadinessProbe != nil || len(c.Ports) > 0 {
+				t.Errorf("probes or ports without endpoints: %v %v %v", c.LivenessProbe, c.ReadinessProbe, c.Ports)
+			}
+			if !slices.Contains(c.Env, hostEnv) {
+				t.Errorf("env %v lacks %v", c.Env, hostEnv)
+			}
+		},
+	}, {
+		name: "another driver, no Secret, host network, no endpoints", chart: "charts/cosi-driver",
+		set: []string{"driver.image=registry.example.com/vendor/driver:1.0", "driver.args={--verbose}",
+			"driver.credentialsSecret.name=", "driver.metricsPort=0", "sidecar.image=registry.example.com/cosi-sidecar:2.0",
+			"sidecar.ports.metrics=0", "sidecar.ports.health=0", "hostNetwork=true",
+			"extraEnv[0].name=" + hostEnv.Name, "extraEnv[0].value=" + hostEnv.Value},
+		kinds: []string{"ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "ServiceAccount"},
+		check: func(t *testing.T, d *appsv1.Deployment) {
+			spec := d.Spec.Template.Spec
+			drv, sidecar := spec.Containers[0], spec.Containers[1]
+			if drv.Image != "registry.example.com/vendor/driver:1.0" || sidecar.Image != "registry.example.com/cosi-sidecar:2.0" {
+				t.Errorf("images %s, %s", drv.Image, sidecar.Image)
+			}
+			if !slices.Equal(drv.Args, []string{"--verbose"}) {
+				t.Errorf("driver args %v, want [--verbose] (no --credentials-file without a Secret)", drv.Args)
+			}
+			var volumes []string
+			for _, v := range spec.Volumes {
+				volumes = append(volumes, v.Name)
+			}
+			if want := []string{"socket", "kube-api-access"}; !slices.Equal(volumes, want) {
+				t.Errorf("volumes %v, want %v (no credentials without a Secret)", volumes, want)
+			}
+			for _, c := range spec.Containers {
+				if !slices.Contains(c.Env, hostEnv) || c.Env[0].Name != "COSI_ENDPOINT" {
+					t.Errorf("%s: env %v, want COSI_ENDPOINT and %v", c.Name, c.Env, hostEnv)
+				}
+				if c.LivenessProbe != nil || len(c.Ports) > 0 {
+					t.Errorf("%s: probes or ports without endpoints", c.Name)
+				}
+			}
+		},
+	}} {
+		t.Run(c.name, func(t *testing.T) {
+			rendering := helmTemplateIn(t, ns, c.chart, "v", "--set", strings.Join(c.set, ","))
+			var kinds []string
+			var d *appsv1.Deployment
+			for _, o := range decode(t, rendering) {
+				kinds = append(kinds, o.GetKind())
+				if o.GetKind() == "Deployment" {
+					d = &appsv1.Deployment{}
+					if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, d); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			slices.Sort(kinds)
+			if !slices.Equal(kinds, c.kinds) {
+				t.Fatalf("rendered %v, want %v", kinds, c.kinds)
+			}
+			c.check(t, d)
+			apply(t, c.chart, rendering, "--dry-run=server")
+		})
+	}
+}
+
+// TestChartSchemas checks that values.schema.json refuses what it should: a misspelt value and
+// a value of the wrong type fail `helm template` instead of being ignored.
+func TestChartSchemas(t *testing.T) {
+	for _, c := range []struct{ chart, set, want string }{
+		{"charts/cosi", "replica=3", "replica"},
+		{"charts/cosi", "ports.metrics=eighty", "ports"},
+		{"charts/cosi-driver", "driver.credentialsSecret.nmae=x", "nmae"},
+		{"charts/cosi-driver", "sidecar.ports.health=70000", "health"},
+	} {
+		_, err := helm("template", "x", filepath.Join(env.RepoRoot, c.chart), "--set", c.set)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s --set %s: got %v, want a schema error naming %s", c.chart, c.set, err, c.want)
+		}
+	}
+}
+
+// TestOnlyTheSidecarHasTheToken checks both renderings of the driver: the Pod's ServiceAccount
+// token is mounted into the sidecar only, so that a driver never holds the sidecar's rights.
+func TestOnlyTheSidecarHasTheToken(t *testing.T) {
+	const tokenDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+	for what, rendering := range map[string][]byte{
+		"config/driver/s3":   kustomize(t, "config/driver/s3"),
+		"charts/cosi-driver": helmTemplate(t, "charts/cosi-driver", "s3"),
+	} {
+		ds := ofKind(t, rendering, "Deployment")
+		if len(ds) != 1 {
+			t.Fatalf("%s: %d Deployments", what, len(ds))
+		}
+		d := &appsv1.Deployment{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(ds[0].Object, d); err != nil {
+			t.Fatal(err)
+		}
+		spec := d.Spec.Template.Spec
+		if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+			t.Errorf("%s: automountServiceAccountToken is not false", what)
+		}
+		for _, c := range spec.Containers {
+			mounted := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == tokenDir })
+			if mounted != (c.Name == "sidecar") {
+				t.Errorf("%s: container %s has the token: %v", what, c.Name, mounted)
+			}
+		}
+	}
+}
