@@ -18,7 +18,12 @@ import (
 func main() {
 	var o cluster.Options
 	flag.StringVar(&o.Dir, "dir", ".cluster", "the node's state: etcd, containerd, kubelet, certificates, logs (log/)")
-	flag.StringVar(&o.BinDir, "bin", "bin", "directory of etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubelet")
+	flag.StringVar(
+		&o.BinDir,
+		"bin",
+		"bin",
+		"directory of etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubelet",
+	)
 	images := flag.String("images", "bin/images", "directories of the images to import (make images), comma-separated")
 	flag.BoolVar(&o.KeepDir, "keep", false, "keep --dir after stopping (logs)")
 	flag.Parse()
@@ -31,8 +36,14 @@ func main() {
 		fmt.Fprintln(os.Stderr, "cosi-cluster:", err)
 		os.Exit(1)
 	}
-	fmt.Printf("node %s Ready after %.1fs\n\n  export KUBECONFIG=%s\n\nPods reach the API server at %s:%d (no kube-proxy: set KUBERNETES_SERVICE_HOST/PORT, see docs/cluster.md). Images:\n",
-		cluster.NodeName, n.Started.Seconds(), n.Kubeconfig, n.IP, n.APIServerPort)
+	fmt.Printf(
+		"node %s Ready after %.1fs\n\n  export KUBECONFIG=%s\n\nPods reach the API server at %s:%d (no kube-proxy: set KUBERNETES_SERVICE_HOST/PORT, see docs/cluster.md). Images:\n",
+		cluster.NodeName,
+		n.Started.Seconds(),
+		n.Kubeconfig,
+		n.IP,
+		n.APIServerPort,
+	)
 	names := make([]string, 0, len(n.Images))
 	for name := range n.Images {
 		names = append(names, name)

@@ -241,7 +241,17 @@ func compile(ctx context.Context, o BuildOptions, images []Image, platform, dir 
 				ldflags = fmt.Sprintf("%s -X %s=%s", ldflags, versionVar, o.Version)
 			}
 		}
-		args := append([]string{"build", "-trimpath", "-buildvcs=false", "-ldflags", strings.Join(dedupe(strings.Fields(ldflags)), " "), "-o", absDir + "/"}, pkgs...)
+		args := append(
+			[]string{
+				"build",
+				"-trimpath",
+				"-buildvcs=false",
+				"-ldflags",
+				strings.Join(dedupe(strings.Fields(ldflags)), " "),
+				"-o",
+				absDir + "/",
+			},
+			pkgs...)
 		cmd := exec.CommandContext(ctx, "go", args...)
 		cmd.Dir = filepath.Join(o.Repo, m)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+goos, "GOARCH="+goarch, "GOFLAGS=-mod=readonly")
@@ -273,7 +283,13 @@ func dedupe(fields []string) []string {
 }
 
 // image puts one binary as /<name> on the base layer.
-func image(im Image, platform, bin string, base v1.Layer, labels map[string]string, created time.Time) (v1.Image, error) {
+func image(
+	im Image,
+	platform, bin string,
+	base v1.Layer,
+	labels map[string]string,
+	created time.Time,
+) (v1.Image, error) {
 	data, err := os.ReadFile(bin)
 	if err != nil {
 		return nil, err
@@ -289,8 +305,13 @@ func image(im Image, platform, bin string, base v1.Layer, labels map[string]stri
 	}
 	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
 	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	img, err = mutate.Append(img,
-		mutate.Addendum{Layer: base, MediaType: types.OCILayer, History: v1.History{CreatedBy: "hack/image: CA certificates, /etc/passwd (nonroot 65532)"}},
+	img, err = mutate.Append(
+		img,
+		mutate.Addendum{
+			Layer:     base,
+			MediaType: types.OCILayer,
+			History:   v1.History{CreatedBy: "hack/image: CA certificates, /etc/passwd (nonroot 65532)"},
+		},
 		mutate.Addendum{Layer: binLayer, MediaType: types.OCILayer, History: v1.History{CreatedBy: "hack/image: " + entry}},
 	)
 	if err != nil {
@@ -327,7 +348,11 @@ type file struct {
 // baseLayer is what the static binaries need from an operating system: the CA bundle for TLS, a
 // passwd and group naming the non-root user (some libraries look the user up), a /tmp and a home.
 func baseLayer(certs []byte, created time.Time) (v1.Layer, error) {
-	passwd := fmt.Sprintf("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:%d:%d:nonroot:/home/nonroot:/sbin/nologin\n", NonRootUID, NonRootUID)
+	passwd := fmt.Sprintf(
+		"root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:%d:%d:nonroot:/home/nonroot:/sbin/nologin\n",
+		NonRootUID,
+		NonRootUID,
+	)
 	group := fmt.Sprintf("root:x:0:\nnonroot:x:%d:\n", NonRootUID)
 	return layer(created, []file{
 		{name: "etc/", dir: true, mode: 0o755},

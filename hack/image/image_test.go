@@ -71,7 +71,8 @@ func TestImageContents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Config.User != "65532:65532" || strings.Join(cfg.Config.Entrypoint, " ") != "/cosi-sanity" || cfg.Architecture != runtime.GOARCH {
+	if cfg.Config.User != "65532:65532" || strings.Join(cfg.Config.Entrypoint, " ") != "/cosi-sanity" ||
+		cfg.Architecture != runtime.GOARCH {
 		t.Errorf("user %q, entrypoint %q, architecture %q", cfg.Config.User, cfg.Config.Entrypoint, cfg.Architecture)
 	}
 	for k, want := range map[string]string{

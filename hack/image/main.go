@@ -60,7 +60,12 @@ func runBuild(ctx context.Context, args []string) error {
 	fs.StringVar(&o.Version, "version", "", "version: the images' tag, stamped into --version (required)")
 	fs.StringVar(&o.Revision, "revision", "", "git commit of the sources (default: git rev-parse HEAD)")
 	fs.StringVar(&o.Source, "source", DefaultSource, "org.opencontainers.image.source label")
-	fs.StringVar(&o.CACertificates, "ca-certificates", "/etc/ssl/certs/ca-certificates.crt", "CA bundle put into the images (Debian's ca-certificates)")
+	fs.StringVar(
+		&o.CACertificates,
+		"ca-certificates",
+		"/etc/ssl/certs/ca-certificates.crt",
+		"CA bundle put into the images (Debian's ca-certificates)",
+	)
 	platforms := fs.String("platforms", "linux/amd64,linux/arm64", "platforms of the images, comma-separated")
 	only := fs.String("images", "", "build only these images, comma-separated (default: all)")
 	_ = fs.Parse(args)

@@ -87,9 +87,7 @@ func (h *hostState) restore(nodeDir string) error {
 	var errs []error
 	// Mounts first: nothing below them can be removed while they are there.
 	roots := []string{nodeDir}
-	for _, p := range hostPaths {
-		roots = append(roots, p)
-	}
+	roots = append(roots, hostPaths...)
 	errs = append(errs, unmountUnder(roots, h.netns))
 	for _, p := range netnsFiles() {
 		if !h.netns[p] {
@@ -102,7 +100,9 @@ func (h *hostState) restore(nodeDir string) error {
 	ifs, _ := net.Interfaces()
 	for _, i := range ifs {
 		if !h.links[i.Name] && (i.Name == bridgeName || strings.HasPrefix(i.Name, "veth")) {
-			if out, err := exec.Command("ip", "link", "delete", i.Name).CombinedOutput(); err != nil && !strings.Contains(string(out), "Cannot find") {
+			if out, err := exec.Command("ip", "link", "delete", i.Name).
+				CombinedOutput(); err != nil &&
+				!strings.Contains(string(out), "Cannot find") {
 				errs = append(errs, fmt.Errorf("ip link delete %s: %w: %s", i.Name, err, out))
 			}
 		}
@@ -158,7 +158,11 @@ func netnsFiles() []string {
 func unmountUnder(roots []string, keep map[string]bool) error {
 	var errs []error
 	for _, p := range mountsUnder(roots, keep) {
-		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+		if err := syscall.Unmount(
+			p,
+			syscall.MNT_DETACH,
+		); err != nil && !errors.Is(err, syscall.EINVAL) &&
+			!errors.Is(err, syscall.ENOENT) {
 			errs = append(errs, fmt.Errorf("unmounting %s: %w", p, err))
 		}
 	}

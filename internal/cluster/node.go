@@ -250,11 +250,28 @@ func (n *Node) startControlPlane(ctx context.Context) error {
 	}
 	n.pki = pki
 	hostname, _ := os.Hostname()
-	if err := pki.issue("apiserver", "kube-apiserver", nil, n.IP, "127.0.0.1", "localhost", hostname, NodeName,
-		"10.218.0.1", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"); err != nil {
+	if err := pki.issue(
+		"apiserver",
+		"kube-apiserver",
+		nil,
+		n.IP,
+		"127.0.0.1",
+		"localhost",
+		hostname,
+		NodeName,
+		"10.218.0.1",
+		"kubernetes",
+		"kubernetes.default",
+		"kubernetes.default.svc",
+		"kubernetes.default.svc.cluster.local",
+	); err != nil {
 		return err
 	}
-	if err := pki.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client", []string{"system:masters"}); err != nil {
+	if err := pki.issue(
+		"apiserver-kubelet-client",
+		"kube-apiserver-kubelet-client",
+		[]string{"system:masters"},
+	); err != nil {
 		return err
 	}
 	server := "https://" + net.JoinHostPort(n.IP, port)
@@ -319,10 +336,12 @@ func (n *Node) startControllers(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := n.proc("kube-controller-manager", ControllerManagerArgs(kcm, pki.path("sa.key"), pki.path("ca.crt")), nil).Start(ctx); err != nil {
+	if err := n.proc("kube-controller-manager", ControllerManagerArgs(kcm, pki.path("sa.key"), pki.path("ca.crt")), nil).
+		Start(ctx); err != nil {
 		return err
 	}
-	return n.proc("kube-scheduler", []string{"--kubeconfig", sched, "--leader-elect=false", "--secure-port=0"}, nil).Start(ctx)
+	return n.proc("kube-scheduler", []string{"--kubeconfig", sched, "--leader-elect=false", "--secure-port=0"}, nil).
+		Start(ctx)
 }
 
 // ControllerManagerArgs are kube-controller-manager's flags for one API server: every default
@@ -341,7 +360,11 @@ func ControllerManagerArgs(kubeconfig, serviceAccountKey, rootCA string) []strin
 
 func (n *Node) startContainerd(ctx context.Context) error {
 	n.sock = n.path("containerd", "containerd.sock")
-	if err := os.WriteFile(n.path("containerd", "config.toml"), []byte(containerdConfig(n.opts.Dir, n.Images["pause"])), 0o600); err != nil {
+	if err := os.WriteFile(
+		n.path("containerd", "config.toml"),
+		[]byte(containerdConfig(n.opts.Dir, n.Images["pause"])),
+		0o600,
+	); err != nil {
 		return err
 	}
 	if err := os.WriteFile(n.path("cni", "net.d", "10-cosi.conflist"), []byte(cniConfig(n.opts.Dir)), 0o600); err != nil {
@@ -390,7 +413,11 @@ func (n *Node) startKubelet(ctx context.Context) error {
 	}
 	_, port, _ := net.SplitHostPort(kubeletAddr)
 	_, healthPort, _ := net.SplitHostPort(healthAddr)
-	if err := os.WriteFile(n.path("kubelet", "config.yaml"), []byte(kubeletConfig(n.opts.Dir, n.sock, pki.path("ca.crt"), n.IP, port, healthPort)), 0o600); err != nil {
+	if err := os.WriteFile(
+		n.path("kubelet", "config.yaml"),
+		[]byte(kubeletConfig(n.opts.Dir, n.sock, pki.path("ca.crt"), n.IP, port, healthPort)),
+		0o600,
+	); err != nil {
 		return err
 	}
 	if err := n.proc("kubelet", []string{
@@ -532,7 +559,8 @@ func nodeIP() (string, error) {
 		return "", err
 	}
 	for _, a := range addrs {
-		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLoopback() && !strings.HasPrefix(ipn.IP.String(), "10.217.") {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLoopback() &&
+			!strings.HasPrefix(ipn.IP.String(), "10.217.") {
 			return ipn.IP.String(), nil
 		}
 	}

@@ -122,7 +122,10 @@ func (p *pki) kubeconfig(name, server, user string, groups ...string) (string, e
 	}
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["node"] = &clientcmdapi.Cluster{Server: server, CertificateAuthority: p.path("ca.crt")}
-	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificate: p.path(name + ".crt"), ClientKey: p.path(name + ".key")}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{
+		ClientCertificate: p.path(name + ".crt"),
+		ClientKey:         p.path(name + ".key"),
+	}
 	cfg.Contexts["node"] = &clientcmdapi.Context{Cluster: "node", AuthInfo: user}
 	cfg.CurrentContext = "node"
 	path := p.path(name + ".kubeconfig")

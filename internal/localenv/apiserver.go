@@ -128,8 +128,15 @@ func (a *APIServer) startControllerManager(log string) error {
 		return err
 	}
 	a.kcm = &process.Process{
-		Name: "kube-controller-manager", Binary: bin, Log: log, OwnGroup: true,
-		Args: cluster.ControllerManagerArgs(kubeconfig, filepath.Join(certDir, "sa-signer.key"), filepath.Join(certDir, "apiserver.crt")),
+		Name:     "kube-controller-manager",
+		Binary:   bin,
+		Log:      log,
+		OwnGroup: true,
+		Args: cluster.ControllerManagerArgs(
+			kubeconfig,
+			filepath.Join(certDir, "sa-signer.key"),
+			filepath.Join(certDir, "apiserver.crt"),
+		),
 	}
 	return a.kcm.Start(context.Background())
 }

@@ -46,7 +46,10 @@ func TestControllerManagerDeletesNamespacesAndDependents(t *testing.T) {
 	}
 	waitGone(ctx, t, c, dependent, "the dependent of a deleted owner")
 
-	if err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "content"}}); err != nil {
+	if err := c.Create(
+		ctx,
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "content"}},
+	); err != nil {
 		t.Fatal(err)
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}}

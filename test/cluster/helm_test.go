@@ -49,7 +49,9 @@ func TestProjectImageRuns(t *testing.T) {
 		return nil
 	})
 	tag := ref[strings.LastIndex(ref, ":")+1:]
-	if got := strings.TrimSpace(string(command(t, nil, "kubectl", "-n", "smoke", "logs", "version"))); got != "cosi-sanity "+tag {
+	if got := strings.TrimSpace(
+		string(command(t, nil, "kubectl", "-n", "smoke", "logs", "version")),
+	); got != "cosi-sanity "+tag {
 		t.Errorf("kubectl logs: %q, want %q", got, "cosi-sanity "+tag)
 	}
 }
@@ -112,7 +114,18 @@ func TestHelm(t *testing.T) {
 	step(t, "install", func(t *testing.T) {
 		start := time.Now()
 		command(t, nil, "helm", "install", "cosi", filepath.Join(repo, "charts/cosi"), "-n", cosiNamespace, "-f", cosiValues)
-		command(t, nil, "helm", "install", "s3", filepath.Join(repo, "charts/cosi-driver"), "-n", cosiNamespace, "-f", s3Values)
+		command(
+			t,
+			nil,
+			"helm",
+			"install",
+			"s3",
+			filepath.Join(repo, "charts/cosi-driver"),
+			"-n",
+			cosiNamespace,
+			"-f",
+			s3Values,
+		)
 		classes(t)
 		provision(t, tenant, "uploads")
 		t.Logf("helm install to a Provisioned BucketClaim and BucketAccess: %.1fs", time.Since(start).Seconds())
@@ -134,7 +147,13 @@ func TestHelm(t *testing.T) {
 			}
 			for _, p := range pods {
 				if p.Spec.ServiceAccountName != sa || p.Spec.HostNetwork {
-					t.Errorf("Pod %s runs as ServiceAccount %q (hostNetwork %v), want %q in the Pod network", p.Name, p.Spec.ServiceAccountName, p.Spec.HostNetwork, sa)
+					t.Errorf(
+						"Pod %s runs as ServiceAccount %q (hostNetwork %v), want %q in the Pod network",
+						p.Name,
+						p.Spec.ServiceAccountName,
+						p.Spec.HostNetwork,
+						sa,
+					)
 				}
 			}
 		}
@@ -182,8 +201,30 @@ func TestHelm(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		command(t, nil, "helm", "upgrade", "cosi", filepath.Join(repo, "charts/cosi"), "-n", cosiNamespace, "-f", helmValues(t, newTag, nil))
-		command(t, nil, "helm", "upgrade", "s3", filepath.Join(repo, "charts/cosi-driver"), "-n", cosiNamespace, "-f", driverValues(t, s, newTag))
+		command(
+			t,
+			nil,
+			"helm",
+			"upgrade",
+			"cosi",
+			filepath.Join(repo, "charts/cosi"),
+			"-n",
+			cosiNamespace,
+			"-f",
+			helmValues(t, newTag, nil),
+		)
+		command(
+			t,
+			nil,
+			"helm",
+			"upgrade",
+			"s3",
+			filepath.Join(repo, "charts/cosi-driver"),
+			"-n",
+			cosiNamespace,
+			"-f",
+			driverValues(t, s, newTag),
+		)
 		waitDeployment(t, cosiNamespace, "cosi-controller")
 		waitDeployment(t, cosiNamespace, "s3-cosi-driver")
 		for _, selector := range []string{"app.kubernetes.io/name=cosi-controller", "app.kubernetes.io/instance=s3"} {
@@ -216,7 +257,18 @@ func TestHelm(t *testing.T) {
 			t.Fatalf("after helm uninstall: %d claims (%v), want %d", len(claims.Items), err, len(before))
 		}
 		command(t, nil, "helm", "install", "cosi", filepath.Join(repo, "charts/cosi"), "-n", cosiNamespace, "-f", cosiValues)
-		command(t, nil, "helm", "install", "s3", filepath.Join(repo, "charts/cosi-driver"), "-n", cosiNamespace, "-f", s3Values)
+		command(
+			t,
+			nil,
+			"helm",
+			"install",
+			"s3",
+			filepath.Join(repo, "charts/cosi-driver"),
+			"-n",
+			cosiNamespace,
+			"-f",
+			s3Values,
+		)
 		waitDeployment(t, cosiNamespace, "cosi-controller")
 		waitDeployment(t, cosiNamespace, "s3-cosi-driver")
 		provision(t, tenant, "after-reinstall")
@@ -226,7 +278,12 @@ func TestHelm(t *testing.T) {
 
 func holder(ctx context.Context, lease string) string {
 	var l coordinationv1.Lease
-	if err := c.Get(ctx, client.ObjectKey{Namespace: cosiNamespace, Name: lease}, &l); err != nil || l.Spec.HolderIdentity == nil {
+	if err := c.Get(
+		ctx,
+		client.ObjectKey{Namespace: cosiNamespace, Name: lease},
+		&l,
+	); err != nil ||
+		l.Spec.HolderIdentity == nil {
 		return ""
 	}
 	// controller-runtime's identity is <hostname>_<uuid>; the hostname is the Pod's name.
@@ -261,7 +318,11 @@ func accessState(t *testing.T, namespace string) map[string]string {
 		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: bc.Name + "-creds"}, &s); err != nil {
 			t.Fatal(err)
 		}
-		state[bc.Name] = bc.Status.BoundBucketName + " " + string(s.Data["BUCKET_NAME"]) + " " + string(s.Data["AWS_ACCESS_KEY_ID"])
+		state[bc.Name] = bc.Status.BoundBucketName + " " + string(
+			s.Data["BUCKET_NAME"],
+		) + " " + string(
+			s.Data["AWS_ACCESS_KEY_ID"],
+		)
 	}
 	return state
 }
@@ -304,7 +365,16 @@ func uninstallHelm(t *testing.T, tenant string) {
 		return nil
 	})
 	for _, release := range []string{"s3", "cosi"} {
-		if _, err := tryCommand(nil, "helm", "uninstall", release, "-n", cosiNamespace, "--wait"); err != nil && !strings.Contains(err.Error(), "not found") {
+		if _, err := tryCommand(
+			nil,
+			"helm",
+			"uninstall",
+			release,
+			"-n",
+			cosiNamespace,
+			"--wait",
+		); err != nil &&
+			!strings.Contains(err.Error(), "not found") {
 			t.Error(err)
 		}
 	}

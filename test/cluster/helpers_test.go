@@ -51,7 +51,14 @@ func tryCommand(stdin []byte, name string, args ...string) ([]byte, error) {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}
 	if err := cmd.Run(); err != nil {
-		return stdout.Bytes(), fmt.Errorf("%s %s: %w\n%s%s", name, strings.Join(args, " "), err, stdout.String(), stderr.String())
+		return stdout.Bytes(), fmt.Errorf(
+			"%s %s: %w\n%s%s",
+			name,
+			strings.Join(args, " "),
+			err,
+			stdout.String(),
+			stderr.String(),
+		)
 	}
 	return stdout.Bytes(), nil
 }
@@ -129,8 +136,14 @@ func startStore(t *testing.T) *store {
 	ctx := context.Background()
 	restrictedNamespace(t, storeNamespace)
 	s := &store{RootKey: "root" + randomKey()[:8], RootSecret: randomKey()}
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: storeNamespace, Name: "versitygw-root"},
-		StringData: map[string]string{"ROOT_ACCESS_KEY_ID": s.RootKey, "ROOT_SECRET_ACCESS_KEY": s.RootSecret, "VGW_QUIET": "true"}}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: storeNamespace, Name: "versitygw-root"},
+		StringData: map[string]string{
+			"ROOT_ACCESS_KEY_ID":     s.RootKey,
+			"ROOT_SECRET_ACCESS_KEY": s.RootSecret,
+			"VGW_QUIET":              "true",
+		},
+	}
 	if err := c.Create(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
@@ -143,21 +156,40 @@ func startStore(t *testing.T) *store {
 	}
 	container := func(name string, port int32, args ...string) corev1.Container {
 		return corev1.Container{
-			Name: name, Image: node.Images["versitygw"], ImagePullPolicy: corev1.PullIfNotPresent,
+			Name:            name,
+			Image:           node.Images["versitygw"],
+			ImagePullPolicy: corev1.PullIfNotPresent,
 			Args:            append([]string{"-p", fmt.Sprintf(":%d", port), "--health", "/healthz"}, args...),
-			EnvFrom:         []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: secret.Name}}}},
-			Ports:           []corev1.ContainerPort{{Name: name, ContainerPort: port}},
-			ReadinessProbe:  &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(port)}}, PeriodSeconds: 1},
+			EnvFrom: []corev1.EnvFromSource{
+				{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: secret.Name}}},
+			},
+			Ports: []corev1.ContainerPort{{Name: name, ContainerPort: port}},
+			ReadinessProbe: &corev1.Probe{
+				ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(port)}},
+				PeriodSeconds: 1,
+			},
 			SecurityContext: restricted(),
 		}
 	}
 	iam := container("iam", 7071, "iam", "--dir", "/iam", "--private-ports", "/socket/iam.sock")
 	iam.VolumeMounts = mount("iam", "socket")
-	s3 := container("s3", 7070, "--iam-standalone-endpoint", "/socket/iam.sock", "posix", "--versioning-dir", "/versions", "/data")
+	s3 := container(
+		"s3",
+		7070,
+		"--iam-standalone-endpoint",
+		"/socket/iam.sock",
+		"posix",
+		"--versioning-dir",
+		"/versions",
+		"/data",
+	)
 	s3.VolumeMounts = mount("data", "versions", "socket")
 	var volumes []corev1.Volume
 	for _, v := range []string{"iam", "socket", "data", "versions"} {
-		volumes = append(volumes, corev1.Volume{Name: v, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		volumes = append(
+			volumes,
+			corev1.Volume{Name: v, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		)
 	}
 	labels := map[string]string{"app": "versitygw"}
 	d := &appsv1.Deployment{
@@ -241,24 +273,29 @@ func provision(t *testing.T, namespace, claim string) {
 
 func waitProvisioned(t *testing.T, namespace, claim string) {
 	t.Helper()
-	eventually(t, 3*time.Minute, "BucketClaim and BucketAccess "+namespace+"/"+claim+" provisioned", func(ctx context.Context) error {
-		var bc cosiapi.BucketClaim
-		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: claim}, &bc); err != nil {
-			return err
-		}
-		if !meta.IsStatusConditionTrue(bc.Status.Conditions, cosiapi.ConditionProvisioned) {
-			return fmt.Errorf("claim: %v", bc.Status.Conditions)
-		}
-		var ba cosiapi.BucketAccess
-		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: claim}, &ba); err != nil {
-			return err
-		}
-		if !meta.IsStatusConditionTrue(ba.Status.Conditions, cosiapi.ConditionProvisioned) {
-			return fmt.Errorf("access: %v", ba.Status.Conditions)
-		}
-		var s corev1.Secret
-		return c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: claim + "-creds"}, &s)
-	})
+	eventually(
+		t,
+		3*time.Minute,
+		"BucketClaim and BucketAccess "+namespace+"/"+claim+" provisioned",
+		func(ctx context.Context) error {
+			var bc cosiapi.BucketClaim
+			if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: claim}, &bc); err != nil {
+				return err
+			}
+			if !meta.IsStatusConditionTrue(bc.Status.Conditions, cosiapi.ConditionProvisioned) {
+				return fmt.Errorf("claim: %v", bc.Status.Conditions)
+			}
+			var ba cosiapi.BucketAccess
+			if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: claim}, &ba); err != nil {
+				return err
+			}
+			if !meta.IsStatusConditionTrue(ba.Status.Conditions, cosiapi.ConditionProvisioned) {
+				return fmt.Errorf("access: %v", ba.Status.Conditions)
+			}
+			var s corev1.Secret
+			return c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: claim + "-creds"}, &s)
+		},
+	)
 }
 
 // app runs the application image in namespace with envFrom on the Secret, to completion, and
@@ -271,11 +308,18 @@ func app(t *testing.T, namespace, secret string, args ...string) string {
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
 		Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyNever,
-			Containers: []corev1.Container{{
-				Name: "app", Image: node.Images["cosi-test-app"], ImagePullPolicy: corev1.PullIfNotPresent, Args: args,
-				EnvFrom:         []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: secret}}}},
-				SecurityContext: restricted(),
-			}},
+			Containers: []corev1.Container{
+				{
+					Name:            "app",
+					Image:           node.Images["cosi-test-app"],
+					ImagePullPolicy: corev1.PullIfNotPresent,
+					Args:            args,
+					EnvFrom: []corev1.EnvFromSource{
+						{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: secret}}},
+					},
+					SecurityContext: restricted(),
+				},
+			},
 		},
 	}
 	if err := c.Create(ctx, pod); err != nil {

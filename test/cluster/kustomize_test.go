@@ -29,7 +29,13 @@ func overlay(t *testing.T, base string, images []string, envContainers map[strin
 	fmt.Fprintf(&b, "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- %s\nimages:\n", rel)
 	for _, name := range images {
 		ref := node.Images[name]
-		fmt.Fprintf(&b, "- name: ghcr.io/kube-cosi/%s\n  newName: %s\n  newTag: %s\n", name, ref[:strings.LastIndex(ref, ":")], imageTag())
+		fmt.Fprintf(
+			&b,
+			"- name: ghcr.io/kube-cosi/%s\n  newName: %s\n  newTag: %s\n",
+			name,
+			ref[:strings.LastIndex(ref, ":")],
+			imageTag(),
+		)
 	}
 	b.WriteString("patches:\n")
 	var env strings.Builder
@@ -37,7 +43,12 @@ func overlay(t *testing.T, base string, images []string, envContainers map[strin
 		fmt.Fprintf(&env, "            - {name: %s, value: %q}\n", e.Name, e.Value)
 	}
 	for deployment, containers := range envContainers {
-		fmt.Fprintf(&b, "- patch: |-\n    apiVersion: apps/v1\n    kind: Deployment\n    metadata: {name: %s, namespace: %s}\n    spec:\n      template:\n        spec:\n          containers:\n", deployment, cosiNamespace)
+		fmt.Fprintf(
+			&b,
+			"- patch: |-\n    apiVersion: apps/v1\n    kind: Deployment\n    metadata: {name: %s, namespace: %s}\n    spec:\n      template:\n        spec:\n          containers:\n",
+			deployment,
+			cosiNamespace,
+		)
 		for _, c := range containers {
 			fmt.Fprintf(&b, "          - name: %s\n            env:\n%s", c, env.String())
 		}
@@ -57,14 +68,25 @@ func TestKustomize(t *testing.T) {
 	s := theStore(t)
 	restrictedNamespace(t, cosiNamespace)
 	driverCredentials(t, s)
-	cosi := overlay(t, "config/default", []string{"cosi-controller"}, map[string][]string{"cosi-controller": {"controller"}}, "")
-	driver := overlay(t, "config/driver/s3", []string{"cosi-driver-s3", "cosi-sidecar"}, map[string][]string{"s3-cosi-driver": {"driver", "sidecar"}},
+	cosi := overlay(
+		t,
+		"config/default",
+		[]string{"cosi-controller"},
+		map[string][]string{"cosi-controller": {"controller"}},
+		"",
+	)
+	driver := overlay(
+		t,
+		"config/driver/s3",
+		[]string{"cosi-driver-s3", "cosi-sidecar"},
+		map[string][]string{"s3-cosi-driver": {"driver", "sidecar"}},
 		fmt.Sprintf(`- target: {kind: Deployment, name: s3-cosi-driver}
   patch: |-
     - op: replace
       path: /spec/template/spec/containers/0/args
       value: [--s3-endpoint=%s, --accounts=iam, --iam-endpoint=%s, --metrics-address=:8082, --credentials-file=/etc/cosi/credentials/credentials]
-`, s.S3Endpoint, s.IAMEndpoint))
+`, s.S3Endpoint, s.IAMEndpoint),
+	)
 	const tenant = "kustomize-tenant"
 	restrictedNamespace(t, tenant)
 
@@ -74,7 +96,14 @@ func TestKustomize(t *testing.T) {
 		// Helm to kustomize would.
 		command(t, nil, "kubectl", "apply", "--server-side", "--force-conflicts", "-k", cosi)
 		eventually(t, time.Minute, "the CRDs are established", func(ctx context.Context) error {
-			_, err := tryCommand(nil, "kubectl", "wait", "--for=condition=Established", "crd/bucketclaims.objectstorage.k8s.io", "--timeout=5s")
+			_, err := tryCommand(
+				nil,
+				"kubectl",
+				"wait",
+				"--for=condition=Established",
+				"crd/bucketclaims.objectstorage.k8s.io",
+				"--timeout=5s",
+			)
 			return err
 		})
 		command(t, nil, "kubectl", "apply", "--server-side", "--force-conflicts", "-k", driver)
@@ -113,7 +142,14 @@ func TestKustomize(t *testing.T) {
 	})
 
 	step(t, "an application puts and gets an object with the COSI Secret", func(t *testing.T) {
-		if got := app(t, tenant, "uploads-creds", "put", "greeting", "hello from kustomize"); got != "put greeting=hello from kustomize" {
+		if got := app(
+			t,
+			tenant,
+			"uploads-creds",
+			"put",
+			"greeting",
+			"hello from kustomize",
+		); got != "put greeting=hello from kustomize" {
 			t.Fatalf("app: %q", got)
 		}
 		if got := app(t, tenant, "uploads-creds", "get", "greeting"); got != "got greeting=hello from kustomize" {
@@ -126,8 +162,12 @@ func TestKustomize(t *testing.T) {
 // docs/install.md says.
 func driverCredentials(t *testing.T, s *store) {
 	t.Helper()
-	creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: cosiNamespace, Name: "cosi-driver-s3-credentials"},
-		StringData: map[string]string{"credentials": "AWS_ACCESS_KEY_ID=" + s.RootKey + "\nAWS_SECRET_ACCESS_KEY=" + s.RootSecret + "\n"}}
+	creds := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: cosiNamespace, Name: "cosi-driver-s3-credentials"},
+		StringData: map[string]string{
+			"credentials": "AWS_ACCESS_KEY_ID=" + s.RootKey + "\nAWS_SECRET_ACCESS_KEY=" + s.RootSecret + "\n",
+		},
+	}
 	if err := c.Create(context.Background(), creds); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}

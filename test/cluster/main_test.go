@@ -26,9 +26,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kube-cosi/cosi/internal/scheme"
 	"github.com/kube-cosi/cosi/internal/cluster"
 	"github.com/kube-cosi/cosi/internal/localenv"
+	"github.com/kube-cosi/cosi/internal/scheme"
 )
 
 var (

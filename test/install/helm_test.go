@@ -51,10 +51,16 @@ func TestHelmLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		err := e.Client.List(ctx, crds)
-		return err == nil && len(crds.Items) == 0, err
-	}); err != nil {
+	if err := wait.PollUntilContextTimeout(
+		ctx,
+		100*time.Millisecond,
+		time.Minute,
+		true,
+		func(ctx context.Context) (bool, error) {
+			err := e.Client.List(ctx, crds)
+			return err == nil && len(crds.Items) == 0, err
+		},
+	); err != nil {
 		t.Fatalf("CRDs not deleted: %v", err)
 	}
 
@@ -68,9 +74,15 @@ func TestHelmLifecycle(t *testing.T) {
 	helmDo("install", "cosi", chart, "--create-namespace")
 
 	class := objects.BucketClass("standard", "s3.cosi.kube-cosi.io", cosiapi.DeletionPolicyRetain)
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		return e.Client.Create(ctx, class) == nil, nil // until the CRD is established
-	}); err != nil {
+	if err := wait.PollUntilContextTimeout(
+		ctx,
+		100*time.Millisecond,
+		time.Minute,
+		true,
+		func(ctx context.Context) (bool, error) {
+			return e.Client.Create(ctx, class) == nil, nil // until the CRD is established
+		},
+	); err != nil {
 		t.Fatalf("creating a BucketClass after helm install: %v", err)
 	}
 
@@ -83,7 +95,13 @@ func TestHelmLifecycle(t *testing.T) {
 	if err := e.Client.Get(ctx, client.ObjectKeyFromObject(class), &cosiapi.BucketClass{}); err != nil {
 		t.Errorf("the BucketClass after helm uninstall: %v", err)
 	}
-	if err := e.Client.Get(ctx, client.ObjectKey{Name: "cosi-controller"}, &rbacv1.ClusterRole{}); !apierrors.IsNotFound(err) {
+	if err := e.Client.Get(
+		ctx,
+		client.ObjectKey{Name: "cosi-controller"},
+		&rbacv1.ClusterRole{},
+	); !apierrors.IsNotFound(
+		err,
+	) {
 		t.Errorf("the ClusterRole after helm uninstall: got %v, want it deleted", err)
 	}
 

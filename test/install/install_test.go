@@ -81,7 +81,11 @@ func TestAppliedToAPIServer(t *testing.T) {
 		}
 		err := env.Client.Create(ctx, pod, client.DryRunAll)
 		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "restricted") {
-			t.Errorf("a Pod of Deployment %s without securityContext: got %v, want Pod Security restricted to forbid it", d.GetName(), err)
+			t.Errorf(
+				"a Pod of Deployment %s without securityContext: got %v, want Pod Security restricted to forbid it",
+				d.GetName(),
+				err,
+			)
 		}
 	}
 }
@@ -90,7 +94,19 @@ func TestAppliedToAPIServer(t *testing.T) {
 // `kubectl apply --server-side`, and fails on any error or warning.
 func apply(t *testing.T, what string, rendering []byte, args ...string) {
 	t.Helper()
-	args = append([]string{"--kubeconfig", kubeconfig, "apply", "--server-side", "--force-conflicts", "--field-manager", "cosi-install-test", "-f", "-"}, args...)
+	args = append(
+		[]string{
+			"--kubeconfig",
+			kubeconfig,
+			"apply",
+			"--server-side",
+			"--force-conflicts",
+			"--field-manager",
+			"cosi-install-test",
+			"-f",
+			"-",
+		},
+		args...)
 	var stderr bytes.Buffer
 	cmd := exec.Command(filepath.Join(env.BinDir, "kubectl"), args...)
 	cmd.Stdin, cmd.Stderr = bytes.NewReader(rendering), &stderr

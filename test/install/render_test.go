@@ -75,8 +75,11 @@ func serviceMonitorOverlay(t *testing.T) string {
 		}
 		return r
 	}
-	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- %s\ncomponents:\n- %s\n",
-		rel("config/default"), rel("config/components/servicemonitor"))
+	k := fmt.Sprintf(
+		"apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- %s\ncomponents:\n- %s\n",
+		rel("config/default"),
+		rel("config/components/servicemonitor"),
+	)
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +165,8 @@ func helmTemplate(t *testing.T, chart, release string, args ...string) []byte {
 
 func helmTemplateIn(t *testing.T, ns, chart, release string, args ...string) []byte {
 	t.Helper()
-	out, err := helm(append([]string{"template", release, filepath.Join(env.RepoRoot, chart), "--namespace", ns}, args...)...)
+	out, err := helm(
+		append([]string{"template", release, filepath.Join(env.RepoRoot, chart), "--namespace", ns}, args...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,11 @@ func run(ctx context.Context, op string, args []string) error {
 	c := s3.New(s3.Options{
 		BaseEndpoint: aws.String(os.Getenv("AWS_ENDPOINT_URL")),
 		Region:       os.Getenv("AWS_DEFAULT_REGION"),
-		Credentials:  credentials.NewStaticCredentialsProvider(os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY"), ""),
+		Credentials: credentials.NewStaticCredentialsProvider(
+			os.Getenv("AWS_ACCESS_KEY_ID"),
+			os.Getenv("AWS_SECRET_ACCESS_KEY"),
+			"",
+		),
 		UsePathStyle: os.Getenv("AWS_S3_ADDRESSING_STYLE") != "virtual",
 	})
 	bucket, key := os.Getenv("BUCKET_NAME"), args[0]
@@ -48,7 +52,10 @@ func run(ctx context.Context, op string, args []string) error {
 		return fmt.Errorf("BUCKET_NAME is not set: is the COSI Secret in envFrom?")
 	}
 	if op == "put" {
-		if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: &bucket, Key: &key, Body: strings.NewReader(args[1])}); err != nil {
+		if _, err := c.PutObject(
+			ctx,
+			&s3.PutObjectInput{Bucket: &bucket, Key: &key, Body: strings.NewReader(args[1])},
+		); err != nil {
 			return fmt.Errorf("put %s/%s: %w", bucket, key, err)
 		}
 	}
