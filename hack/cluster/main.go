@@ -37,7 +37,8 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf(
-		"node %s Ready after %.1fs\n\n  export KUBECONFIG=%s\n\nPods reach the API server at %s:%d (no kube-proxy: set KUBERNETES_SERVICE_HOST/PORT, see docs/cluster.md). Images:\n",
+		"node %s Ready after %.1fs\n\n  export KUBECONFIG=%s\n\nPods reach the API server at %s:%d "+
+			"(no kube-proxy: set KUBERNETES_SERVICE_HOST/PORT, see docs/cluster.md). Images:\n",
 		cluster.NodeName,
 		n.Started.Seconds(),
 		n.Kubeconfig,

@@ -1,6 +1,7 @@
 // Command image builds the project's container images without a Docker engine and pushes them.
 //
-//	image build --repo . --out bin/images --version v0.1.0 [--registry ghcr.io/kube-cosi] [--platforms linux/amd64,linux/arm64]
+//	image build --repo . --out bin/images --version v0.1.0 \
+//		[--registry ghcr.io/kube-cosi] [--platforms linux/amd64,linux/arm64]
 //	image push --out bin/images --registry registry.example.com/cosi
 //
 // build compiles each command statically for every platform (CGO_ENABLED=0, -trimpath, the version

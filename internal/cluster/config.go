@@ -17,7 +17,12 @@ func containerdConfig(dir, pauseImage string) string {
 	return fmt.Sprintf(`version = 2
 root = %[1]q
 state = %[2]q
-disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
+disabled_plugins = [
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.aufs",
+]
 
 [grpc]
   address = %[3]q

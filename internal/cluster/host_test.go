@@ -14,9 +14,18 @@ func TestSplitRule(t *testing.T) {
 	}{
 		{"-N KUBE-FIREWALL", []string{"-N", "KUBE-FIREWALL"}},
 		{"-A INPUT -j KUBE-FIREWALL", []string{"-A", "INPUT", "-j", "KUBE-FIREWALL"}},
-		{`-A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment "block incoming localnet connections" -j DROP`,
-			[]string{"-A", "KUBE-FIREWALL", "!", "-s", "127.0.0.0/8", "-d", "127.0.0.0/8", "-m", "comment", "--comment", "block incoming localnet connections", "-j", "DROP"}},
-		{`-A X -m comment --comment "say \"hi\"" -j ACCEPT`, []string{"-A", "X", "-m", "comment", "--comment", `say "hi"`, "-j", "ACCEPT"}},
+		{
+			`-A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment ` +
+				`--comment "block incoming localnet connections" -j DROP`,
+			[]string{
+				"-A", "KUBE-FIREWALL", "!", "-s", "127.0.0.0/8", "-d", "127.0.0.0/8",
+				"-m", "comment", "--comment", "block incoming localnet connections", "-j", "DROP",
+			},
+		},
+		{
+			`-A X -m comment --comment "say \"hi\"" -j ACCEPT`,
+			[]string{"-A", "X", "-m", "comment", "--comment", `say "hi"`, "-j", "ACCEPT"},
+		},
 		{`-A X -m comment --comment "" -j ACCEPT`, []string{"-A", "X", "-m", "comment", "--comment", "", "-j", "ACCEPT"}},
 	} {
 		got, err := splitRule(tc.line)

@@ -50,7 +50,7 @@ func TestProjectImageRuns(t *testing.T) {
 	})
 	tag := ref[strings.LastIndex(ref, ":")+1:]
 	if got := strings.TrimSpace(
-		string(command(t, nil, "kubectl", "-n", "smoke", "logs", "version")),
+		string(command(t, "kubectl", "-n", "smoke", "logs", "version")),
 	); got != "cosi-sanity "+tag {
 		t.Errorf("kubectl logs: %q, want %q", got, "cosi-sanity "+tag)
 	}
@@ -113,10 +113,9 @@ func TestHelm(t *testing.T) {
 
 	step(t, "install", func(t *testing.T) {
 		start := time.Now()
-		command(t, nil, "helm", "install", "cosi", filepath.Join(repo, "charts/cosi"), "-n", cosiNamespace, "-f", cosiValues)
+		command(t, "helm", "install", "cosi", filepath.Join(repo, "charts/cosi"), "-n", cosiNamespace, "-f", cosiValues)
 		command(
 			t,
-			nil,
 			"helm",
 			"install",
 			"s3",
@@ -127,10 +126,10 @@ func TestHelm(t *testing.T) {
 			s3Values,
 		)
 		classes(t)
-		provision(t, tenant, "uploads")
+		provision(t, tenant, appClaim)
 		t.Logf("helm install to a Provisioned BucketClaim and BucketAccess: %.1fs", time.Since(start).Seconds())
-		waitDeployment(t, cosiNamespace, "cosi-controller")
-		waitDeployment(t, cosiNamespace, "s3-cosi-driver")
+		waitDeployment(t, "cosi-controller")
+		waitDeployment(t, "s3-cosi-driver")
 	})
 
 	step(t, "components run under their own ServiceAccounts", func(t *testing.T) {
@@ -160,7 +159,7 @@ func TestHelm(t *testing.T) {
 	})
 
 	step(t, "an application puts and gets an object with the COSI Secret", func(t *testing.T) {
-		if got := app(t, tenant, "uploads-creds", "put", "hello", "world"); got != "put hello=world" {
+		if got := app(t, tenant, "put", "hello", "world"); got != "put hello=world" {
 			t.Fatalf("app: %q", got)
 		}
 	})
@@ -203,7 +202,6 @@ func TestHelm(t *testing.T) {
 		}
 		command(
 			t,
-			nil,
 			"helm",
 			"upgrade",
 			"cosi",
@@ -215,7 +213,6 @@ func TestHelm(t *testing.T) {
 		)
 		command(
 			t,
-			nil,
 			"helm",
 			"upgrade",
 			"s3",
@@ -225,8 +222,8 @@ func TestHelm(t *testing.T) {
 			"-f",
 			driverValues(t, s, newTag),
 		)
-		waitDeployment(t, cosiNamespace, "cosi-controller")
-		waitDeployment(t, cosiNamespace, "s3-cosi-driver")
+		waitDeployment(t, "cosi-controller")
+		waitDeployment(t, "s3-cosi-driver")
 		for _, selector := range []string{"app.kubernetes.io/name=cosi-controller", "app.kubernetes.io/instance=s3"} {
 			pods, err := podsOf(ctx, cosiNamespace, selector)
 			if err != nil {
@@ -246,8 +243,8 @@ func TestHelm(t *testing.T) {
 
 	step(t, "helm uninstall then install keeps the CRDs, buckets and data", func(t *testing.T) {
 		before := accessState(t, tenant)
-		command(t, nil, "helm", "uninstall", "s3", "-n", cosiNamespace, "--wait")
-		command(t, nil, "helm", "uninstall", "cosi", "-n", cosiNamespace, "--wait")
+		command(t, "helm", "uninstall", "s3", "-n", cosiNamespace, "--wait")
+		command(t, "helm", "uninstall", "cosi", "-n", cosiNamespace, "--wait")
 		var crd apiextensionsv1.CustomResourceDefinition
 		if err := c.Get(ctx, client.ObjectKey{Name: "bucketclaims.objectstorage.k8s.io"}, &crd); err != nil {
 			t.Fatalf("the BucketClaim CRD after helm uninstall: %v", err)
@@ -256,10 +253,9 @@ func TestHelm(t *testing.T) {
 		if err := c.List(ctx, &claims, client.InNamespace(tenant)); err != nil || len(claims.Items) != len(before) {
 			t.Fatalf("after helm uninstall: %d claims (%v), want %d", len(claims.Items), err, len(before))
 		}
-		command(t, nil, "helm", "install", "cosi", filepath.Join(repo, "charts/cosi"), "-n", cosiNamespace, "-f", cosiValues)
+		command(t, "helm", "install", "cosi", filepath.Join(repo, "charts/cosi"), "-n", cosiNamespace, "-f", cosiValues)
 		command(
 			t,
-			nil,
 			"helm",
 			"install",
 			"s3",
@@ -269,8 +265,8 @@ func TestHelm(t *testing.T) {
 			"-f",
 			s3Values,
 		)
-		waitDeployment(t, cosiNamespace, "cosi-controller")
-		waitDeployment(t, cosiNamespace, "s3-cosi-driver")
+		waitDeployment(t, "cosi-controller")
+		waitDeployment(t, "s3-cosi-driver")
 		provision(t, tenant, "after-reinstall")
 		assertKept(t, tenant, before)
 	})
@@ -338,7 +334,7 @@ func assertKept(t *testing.T, namespace string, before map[string]string) {
 			t.Errorf("claim %s: bucket, bucket name and key were %q, now %q", claim, was, after[claim])
 		}
 	}
-	if got := app(t, namespace, "uploads-creds", "get", "hello"); got != "got hello=world" {
+	if got := app(t, namespace, "get", "hello"); got != "got hello=world" {
 		t.Errorf("the application reads %q, want %q", got, "got hello=world")
 	}
 }

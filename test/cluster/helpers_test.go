@@ -33,9 +33,9 @@ const (
 )
 
 // command runs bin/<name> (kubectl, helm) as the cluster admin and returns its standard output.
-func command(t *testing.T, stdin []byte, name string, args ...string) []byte {
+func command(t *testing.T, name string, args ...string) []byte {
 	t.Helper()
-	out, err := tryCommand(stdin, name, args...)
+	out, err := tryCommand(nil, name, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,10 +235,10 @@ func startStore(t *testing.T) *store {
 	return s
 }
 
-// waitDeployment waits until every replica of the Deployment runs its current template.
-func waitDeployment(t *testing.T, namespace, name string) {
+// waitDeployment waits until every replica of the COSI Deployment runs its current template.
+func waitDeployment(t *testing.T, name string) {
 	t.Helper()
-	command(t, nil, "kubectl", "-n", namespace, "rollout", "status", "deployment/"+name, "--timeout=3m")
+	command(t, "kubectl", "-n", cosiNamespace, "rollout", "status", "deployment/"+name, "--timeout=3m")
 }
 
 // classes creates the BucketClass and BucketAccessClass of the S3 driver.
@@ -298,9 +298,13 @@ func waitProvisioned(t *testing.T, namespace, claim string) {
 	)
 }
 
-// app runs the application image in namespace with envFrom on the Secret, to completion, and
-// returns its output: what a workload of the bucket sees.
-func app(t *testing.T, namespace, secret string, args ...string) string {
+// appClaim is the claim the application's bucket comes from; its Secret is appClaim-creds.
+const appClaim = "uploads"
+
+// app runs the application image in namespace with envFrom on appClaim's Secret, to completion,
+// and returns its output: what a workload of the bucket sees.
+func app(t *testing.T, namespace string, args ...string) string {
+	secret := appClaim + "-creds"
 	t.Helper()
 	ctx := context.Background()
 	name := "app-" + randomKey()[:6]
@@ -336,7 +340,7 @@ func app(t *testing.T, namespace, secret string, args ...string) string {
 		}
 		return nil
 	})
-	logs := string(command(t, nil, "kubectl", "-n", namespace, "logs", name))
+	logs := string(command(t, "kubectl", "-n", namespace, "logs", name))
 	if phase != corev1.PodSucceeded {
 		t.Fatalf("app %v failed: %s", args, logs)
 	}

@@ -45,7 +45,8 @@ func overlay(t *testing.T, base string, images []string, envContainers map[strin
 	for deployment, containers := range envContainers {
 		fmt.Fprintf(
 			&b,
-			"- patch: |-\n    apiVersion: apps/v1\n    kind: Deployment\n    metadata: {name: %s, namespace: %s}\n    spec:\n      template:\n        spec:\n          containers:\n",
+			"- patch: |-\n    apiVersion: apps/v1\n    kind: Deployment\n    metadata: {name: %s, namespace: %s}\n"+
+				"    spec:\n      template:\n        spec:\n          containers:\n",
 			deployment,
 			cosiNamespace,
 		)
@@ -84,7 +85,12 @@ func TestKustomize(t *testing.T) {
   patch: |-
     - op: replace
       path: /spec/template/spec/containers/0/args
-      value: [--s3-endpoint=%s, --accounts=iam, --iam-endpoint=%s, --metrics-address=:8082, --credentials-file=/etc/cosi/credentials/credentials]
+      value:
+      - --s3-endpoint=%s
+      - --accounts=iam
+      - --iam-endpoint=%s
+      - --metrics-address=:8082
+      - --credentials-file=/etc/cosi/credentials/credentials
 `, s.S3Endpoint, s.IAMEndpoint),
 	)
 	const tenant = "kustomize-tenant"
@@ -94,8 +100,8 @@ func TestKustomize(t *testing.T) {
 		start := time.Now()
 		// --force-conflicts: the CRDs the Helm story kept are taken over, as an admin moving from
 		// Helm to kustomize would.
-		command(t, nil, "kubectl", "apply", "--server-side", "--force-conflicts", "-k", cosi)
-		eventually(t, time.Minute, "the CRDs are established", func(ctx context.Context) error {
+		command(t, "kubectl", "apply", "--server-side", "--force-conflicts", "-k", cosi)
+		eventually(t, time.Minute, "the CRDs are established", func(context.Context) error {
 			_, err := tryCommand(
 				nil,
 				"kubectl",
@@ -106,12 +112,12 @@ func TestKustomize(t *testing.T) {
 			)
 			return err
 		})
-		command(t, nil, "kubectl", "apply", "--server-side", "--force-conflicts", "-k", driver)
+		command(t, "kubectl", "apply", "--server-side", "--force-conflicts", "-k", driver)
 		classes(t)
-		provision(t, tenant, "uploads")
+		provision(t, tenant, appClaim)
 		t.Logf("kubectl apply -k to a Provisioned BucketClaim and BucketAccess: %.1fs", time.Since(start).Seconds())
-		waitDeployment(t, cosiNamespace, "cosi-controller")
-		waitDeployment(t, cosiNamespace, "s3-cosi-driver")
+		waitDeployment(t, "cosi-controller")
+		waitDeployment(t, "s3-cosi-driver")
 	})
 
 	step(t, "components run under their own ServiceAccounts in a restricted namespace", func(t *testing.T) {
@@ -142,17 +148,14 @@ func TestKustomize(t *testing.T) {
 	})
 
 	step(t, "an application puts and gets an object with the COSI Secret", func(t *testing.T) {
-		if got := app(
-			t,
-			tenant,
-			"uploads-creds",
+		if got := app(t, tenant,
 			"put",
 			"greeting",
 			"hello from kustomize",
 		); got != "put greeting=hello from kustomize" {
 			t.Fatalf("app: %q", got)
 		}
-		if got := app(t, tenant, "uploads-creds", "get", "greeting"); got != "got greeting=hello from kustomize" {
+		if got := app(t, tenant, "get", "greeting"); got != "got greeting=hello from kustomize" {
 			t.Fatalf("app: %q", got)
 		}
 	})

@@ -56,7 +56,8 @@ func run(m *testing.M) int {
 	// The node changes the host while it runs (sysctls, iptables, a bridge; all restored after):
 	// only on purpose, never from a bare go test ./...
 	if os.Getenv("COSI_CLUSTER_TIER") == "" {
-		skipReason = "the cluster tier starts a Kubernetes node on this machine: run it with make test-cluster (make test does), or COSI_CLUSTER_TIER=1 go test ./test/cluster as root"
+		skipReason = "the cluster tier starts a Kubernetes node on this machine: run it with make test-cluster " +
+			"(make test does), or COSI_CLUSTER_TIER=1 go test ./test/cluster as root"
 		return m.Run()
 	}
 	if err := cluster.Preflight(); err != nil {

@@ -25,7 +25,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	testenv.Run(m, func(ctx context.Context, e *testenv.Env) error {
+	testenv.Run(m, func(_ context.Context, e *testenv.Env) error {
 		env = e
 		dir, err := os.MkdirTemp("", "cosi-install")
 		if err != nil {

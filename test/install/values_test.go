@@ -30,7 +30,9 @@ func TestChartValues(t *testing.T) {
 		set: []string{"hostNetwork=true", "ports.metrics=0", "ports.health=0", "crds.install=false",
 			"admissionPolicies.enabled=false", "replicas=1", "leaderElection.enabled=false", "image.tag=v9.9.9",
 			"extraEnv[0].name=" + hostEnv.Name, "extraEnv[0].value=" + hostEnv.Value, "extraArgs={--v=2}"},
-		kinds: []string{"ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "ServiceAccount"},
+		kinds: []string{
+			"ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "ServiceAccount",
+		},
 		check: func(t *testing.T, d *appsv1.Deployment) {
 			spec := d.Spec.Template.Spec
 			c := spec.Containers[0]
@@ -57,11 +59,14 @@ func TestChartValues(t *testing.T) {
 			"driver.credentialsSecret.name=", "driver.metricsPort=0", "sidecar.image=registry.example.com/cosi-sidecar:2.0",
 			"sidecar.ports.metrics=0", "sidecar.ports.health=0", "hostNetwork=true",
 			"extraEnv[0].name=" + hostEnv.Name, "extraEnv[0].value=" + hostEnv.Value},
-		kinds: []string{"ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "ServiceAccount"},
+		kinds: []string{
+			"ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "ServiceAccount",
+		},
 		check: func(t *testing.T, d *appsv1.Deployment) {
 			spec := d.Spec.Template.Spec
 			drv, sidecar := spec.Containers[0], spec.Containers[1]
-			if drv.Image != "registry.example.com/vendor/driver:1.0" || sidecar.Image != "registry.example.com/cosi-sidecar:2.0" {
+			if drv.Image != "registry.example.com/vendor/driver:1.0" ||
+				sidecar.Image != "registry.example.com/cosi-sidecar:2.0" {
 				t.Errorf("images %s, %s", drv.Image, sidecar.Image)
 			}
 			if !slices.Equal(drv.Args, []string{"--verbose"}) {
