@@ -17,10 +17,12 @@ import (
 // found by running them here. hostState records it before the node starts and puts it back after.
 var (
 	// sysctls the kubelet sets at start (pkg/kubelet/cm's setupKernelTunables, the container
-	// manager's defaults).
-	kubeletSysctls = []string{
+	// manager's defaults), and the forwarding the CNI bridge plugin turns on for a gateway bridge
+	// ("isGateway": true in cniConfig).
+	hostSysctls = []string{
 		"vm.overcommit_memory", "vm.panic_on_oom", "kernel.panic", "kernel.panic_on_oops",
 		"kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes",
+		"net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding",
 	}
 	// paths written whatever the node's configuration says: the kubelet's device-plugin and pod
 	// resources sockets and container log links, containerd's shim sockets, the CRI's network
@@ -46,7 +48,7 @@ type hostState struct {
 func recordHost() (*hostState, error) {
 	h := &hostState{sysctls: map[string]string{}, existed: map[string]bool{}, netns: map[string]bool{},
 		iptables: map[string][]string{}, links: map[string]bool{}}
-	for _, s := range kubeletSysctls {
+	for _, s := range hostSysctls {
 		b, err := os.ReadFile(sysctlPath(s))
 		if err != nil {
 			continue // not on this kernel: the kubelet skips it too

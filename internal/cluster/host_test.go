@@ -1,7 +1,10 @@
 package cluster
 
 import (
+	"os"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -41,5 +44,19 @@ func TestSplitRule(t *testing.T) {
 func TestUnescapeMount(t *testing.T) {
 	if got := unescapeMount(`/var/lib/kubelet/pods/a\040b`); got != "/var/lib/kubelet/pods/a b" {
 		t.Errorf("got %q", got)
+	}
+}
+
+// The bridge plugin turns forwarding on for a gateway bridge: Stop must put it back, and the
+// fingerprint the tier compares must show it.
+func TestForwardingRecorded(t *testing.T) {
+	for _, s := range []string{"net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding"} {
+		if !slices.Contains(hostSysctls, s) {
+			t.Errorf("%s is not recorded and restored", s)
+		}
+	}
+	if _, err := os.Stat(sysctlPath("net.ipv4.ip_forward")); err == nil &&
+		!strings.Contains(HostFingerprint(), "sysctl net.ipv4.ip_forward=") {
+		t.Error("the fingerprint leaves out net.ipv4.ip_forward")
 	}
 }
