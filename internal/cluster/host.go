@@ -204,55 +204,97 @@ func unescapeMount(s string) string {
 	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
 }
 
+// runIPTables runs an iptables binary; the tests replace it.
+var runIPTables = func(bin string, args ...string) ([]byte, error) {
+	return exec.Command(bin, args...).CombinedOutput()
+}
+
 func iptablesRules(bin, table string) ([]string, error) {
-	out, err := exec.Command(bin, "-w", "-t", table, "-S").Output()
+	out, err := runIPTables(bin, "-w", "-t", table, "-S")
 	if err != nil {
 		return nil, err
 	}
 	return strings.Split(strings.TrimSpace(string(out)), "\n"), nil
 }
 
-// restoreIPTables deletes the rules and chains of table that are not in before (the kubelet's
-// KUBE-* chains and their jumps), leaving everything else, including rules others added since, as
-// it is.
+// restoreIPTables deletes the rules and chains of table that the node added since before, and
+// nothing else: a rule Docker, ufw or an admin added meanwhile stays (nodeRule).
 func restoreIPTables(bin, table string, before []string) error {
 	now, err := iptablesRules(bin, table)
 	if err != nil {
 		return nil
 	}
+	rules, chains := iptablesUndo(before, now)
+	var errs []error
+	for _, r := range rules {
+		if out, err := runIPTables(bin, append([]string{"-w", "-t", table}, r...)...); err != nil {
+			errs = append(errs, fmt.Errorf("%s -t %s %s: %w: %s", bin, table, strings.Join(r, " "), err, out))
+		}
+	}
+	for _, c := range chains {
+		_, _ = runIPTables(bin, "-w", "-t", table, "-F", c)
+	}
+	for _, c := range chains {
+		if out, err := runIPTables(bin, "-w", "-t", table, "-X", c); err != nil {
+			errs = append(errs, fmt.Errorf("%s -t %s -X %s: %w: %s", bin, table, c, err, out))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// iptablesUndo compares two listings of iptables -S and returns the -D commands of the node's
+// rules that were not in before, and the node's chains that were not, to flush and remove.
+func iptablesUndo(before, now []string) (rules [][]string, chains []string) {
 	had := map[string]bool{}
 	for _, l := range before {
 		had[l] = true
 	}
-	var errs []error
-	var newChains []string
 	for _, l := range now {
 		if had[l] {
 			continue
 		}
 		args, err := splitRule(l)
-		if err != nil || len(args) < 2 {
+		if err != nil || len(args) < 2 || !nodeRule(args) {
 			continue
 		}
 		switch args[0] {
 		case "-A":
 			args[0] = "-D"
-			if out, err := exec.Command(bin, append([]string{"-w", "-t", table}, args...)...).CombinedOutput(); err != nil {
-				errs = append(errs, fmt.Errorf("%s -t %s %s: %w: %s", bin, table, strings.Join(args, " "), err, out))
-			}
+			rules = append(rules, args)
 		case "-N":
-			newChains = append(newChains, args[1])
+			chains = append(chains, args[1])
 		}
 	}
-	for _, c := range newChains {
-		_ = exec.Command(bin, "-w", "-t", table, "-F", c).Run()
+	return rules, chains
+}
+
+// nodeRule tells whether a split line of iptables -S is the node's: a chain of the kubelet
+// (KUBE-FIREWALL, KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT) or of the CNI plugins (the bridge's
+// masquerading CNI-<hash>, portmap's CNI-HOSTPORT-*, CNI-DN-*), a rule in one, a jump to one, or a
+// rule carrying their comments (the kubelet's "kubernetes ...", portmap's "CNI portfwd ...", the
+// bridge's and portmap's `name: "cosi" id: "<container>"`).
+func nodeRule(args []string) bool {
+	own := func(chain string) bool {
+		return strings.HasPrefix(chain, "KUBE-") || strings.HasPrefix(chain, "CNI-")
 	}
-	for _, c := range newChains {
-		if out, err := exec.Command(bin, "-w", "-t", table, "-X", c).CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Errorf("%s -t %s -X %s: %w: %s", bin, table, c, err, out))
+	if own(args[1]) {
+		return true
+	}
+	for i := 2; i+1 < len(args); i++ {
+		switch args[i] {
+		case "-j", "-g", "--jump", "--goto":
+			if own(args[i+1]) {
+				return true
+			}
+		case "--comment":
+			c := args[i+1]
+			if strings.HasPrefix(c, "kubernetes ") || strings.HasPrefix(c, "CNI ") ||
+				strings.Contains(c, `name: "`+cniNetwork+`"`) {
+				return true
+			}
 		}
 	}
-	return errors.Join(errs...)
+	return false
 }
 
 // splitRule splits a line of iptables -S into arguments: words, and double-quoted strings with
