@@ -26,7 +26,16 @@ func main() {
 	)
 	images := flag.String("images", "bin/images", "directories of the images to import (make images), comma-separated")
 	flag.BoolVar(&o.KeepDir, "keep", false, "keep --dir after stopping (logs)")
+	cleanup := flag.Bool("cleanup", false, "only restore the host after a node that was killed before it stopped")
 	flag.Parse()
+	if *cleanup {
+		if err := cluster.Cleanup(); err != nil {
+			fmt.Fprintln(os.Stderr, "cosi-cluster: cleanup:", err)
+			os.Exit(1)
+		}
+		fmt.Println("cosi-cluster: the host is restored (or no node was left)")
+		return
+	}
 	o.ImagesDirs = strings.Split(*images, ",")
 	o.Progress = os.Stdout
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -8,6 +8,9 @@ import (
 // cniBinDir is where Debian's containernetworking-plugins installs the plugins.
 const cniBinDir = "/usr/lib/cni"
 
+// cniNetwork is the CNI network's name; the plugins put it in their iptables comments.
+const cniNetwork = "cosi"
+
 // containerdConfig keeps containerd's state in the node's directory. restrict_oom_score_adj: the
 // kubelet asks for negative oom_score_adj values, which root without CAP_SYS_RESOURCE (in a VM or
 // container sandbox like this one) may not set, and runc then fails every sandbox with "can't get
@@ -55,7 +58,7 @@ disabled_plugins = [
 func cniConfig(dir string) string {
 	return fmt.Sprintf(`{
   "cniVersion": "1.0.0",
-  "name": "cosi",
+  "name": %q,
   "plugins": [
     {
       "type": "bridge",
@@ -72,7 +75,7 @@ func cniConfig(dir string) string {
     }
   ]
 }
-`, bridgeName, filepath.Join(dir, "cni", "ipam"), PodSubnet)
+`, cniNetwork, bridgeName, filepath.Join(dir, "cni", "ipam"), PodSubnet)
 }
 
 // kubeletConfig: cgroup v1 and the cgroupfs driver (no systemd here), x509 clients only (the API

@@ -170,9 +170,22 @@ func Start(ctx context.Context, o Options) (n *Node, err error) {
 		return nil, err
 	}
 	begin := time.Now()
+	// A node whose process was killed left its processes and host changes: undo them first, or
+	// they would be recorded as the host's own.
+	if err := Cleanup(); err != nil {
+		return nil, fmt.Errorf("restoring the host after an earlier node that was not stopped: %w "+
+			"(state in %s; %s retries)", err, stateFile, CleanupCommand)
+	}
+	if err := checkNoRuntime(); err != nil {
+		return nil, err
+	}
 	n = &Node{opts: o}
 	if n.host, err = recordHost(); err != nil {
 		return nil, err
+	}
+	n.host.Dir, n.host.PID, n.host.Keep = o.Dir, os.Getpid(), o.KeepDir
+	if err := saveState(stateFile, n.host); err != nil {
+		return nil, fmt.Errorf("recording the host: %w", err)
 	}
 	defer func() {
 		if err != nil {
@@ -488,7 +501,14 @@ func (n *Node) Stop() error {
 	if !n.opts.KeepDir && n.opts.Dir != "" {
 		errs = append(errs, removeAll(n.opts.Dir))
 	}
-	return errors.Join(errs...)
+	// Kept when the host is not restored: the next Start (or cosi-cluster --cleanup) retries.
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w (%s retries)", err, CleanupCommand)
+	}
+	if n.host != nil {
+		return removeState(stateFile)
+	}
+	return nil
 }
 
 func (n *Node) running(name string) bool {
