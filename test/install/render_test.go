@@ -239,6 +239,9 @@ func index(t *testing.T, data []byte) map[string]*unstructured.Unstructured {
 		o.SetLabels(labels)
 		annotations := o.GetAnnotations()
 		delete(annotations, "helm.sh/resource-policy")
+		if len(annotations) == 0 {
+			annotations = nil // removes the field
+		}
 		o.SetAnnotations(annotations)
 		m[key] = o
 	}
