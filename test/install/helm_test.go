@@ -9,8 +9,10 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -73,7 +75,15 @@ func TestHelmLifecycle(t *testing.T) {
 		}
 	}
 	chart := filepath.Join(env.RepoRoot, "charts", "cosi")
-	helmDo("install", "cosi", chart, "--create-namespace")
+	// As docs/install.md does: the namespace enforces Pod Security before the first Pod.
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name:   namespace,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"},
+	}}
+	if err := e.Client.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	helmDo("install", "cosi", chart)
 
 	class := objects.BucketClass("standard", "s3.cosi.kube-cosi.io", cosiapi.DeletionPolicyRetain)
 	if err := wait.PollUntilContextTimeout(
