@@ -115,8 +115,9 @@ func TestChartValues(t *testing.T) {
 	}
 }
 
-// TestChartSchemas checks that values.schema.json refuses what it should: a misspelt value and
-// a value of the wrong type fail `helm template` instead of being ignored.
+// TestChartSchemas checks that values.schema.json refuses what it should: a misspelt value, a
+// value of the wrong type and more than one replica without leader election fail `helm template`
+// instead of being ignored.
 func TestChartSchemas(t *testing.T) {
 	for _, c := range []struct{ chart, set, want string }{
 		{"charts/cosi", "replica=3", "replica"},
@@ -124,6 +125,9 @@ func TestChartSchemas(t *testing.T) {
 		{"charts/cosi-driver", "driver.credentialsSecret.nmae=x", "nmae"},
 		{"charts/cosi-driver", "sidecar.ports.health=70000", "health"},
 		{"charts/cosi-driver", "driver.name=-not.a.name", "/driver/name"},
+		// Without leader election every replica is active: two controllers, two sidecars.
+		{"charts/cosi", "leaderElection.enabled=false", "/replicas"},
+		{"charts/cosi-driver", "leaderElection.enabled=false,replicas=3", "/replicas"},
 	} {
 		_, err := helm("template", "x", filepath.Join(env.RepoRoot, c.chart), "--set", c.set)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
