@@ -131,7 +131,7 @@ func TestHelmLifecycle(t *testing.T) {
 	if got := admissionObjects(ctx, t, e.Client); !slices.Equal(got, policies) {
 		t.Errorf("admission policies and bindings after the second helm install: %v, want %v", got, policies)
 	}
-	helmDo("upgrade", "cosi", chart, "--reuse-values", "--set", "image.tag=v0.2.0")
+	helmDo("upgrade", "cosi", chart, "--reset-then-reuse-values", "--set", "image.tag=v0.2.0")
 	var d appsv1.Deployment
 	if err := e.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "cosi-controller"}, &d); err != nil {
 		t.Fatal(err)
