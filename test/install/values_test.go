@@ -57,10 +57,12 @@ func TestChartValues(t *testing.T) {
 			}
 		},
 	}, {
-		name: "another driver, no Secret, host network, no endpoints", chart: "charts/cosi-driver",
+		name:  "another driver, no Secret, host network, no endpoints, a writable root for the driver",
+		chart: "charts/cosi-driver",
 		set: []string{"driver.image=registry.example.com/vendor/driver:1.0", "driver.args={--verbose}", "driver.nameFlag=",
 			"driver.credentialsSecret.name=", "driver.metricsPort=0", "sidecar.image=registry.example.com/cosi-sidecar:2.0",
 			"sidecar.ports.metrics=0", "sidecar.ports.health=0", "hostNetwork=true",
+			"driver.securityContext.readOnlyRootFilesystem=false",
 			"extraEnv[0].name=" + hostEnv.Name, "extraEnv[0].value=" + hostEnv.Value},
 		kinds: []string{
 			"ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "ServiceAccount",
@@ -71,6 +73,11 @@ func TestChartValues(t *testing.T) {
 			if drv.Image != "registry.example.com/vendor/driver:1.0" ||
 				sidecar.Image != "registry.example.com/cosi-sidecar:2.0" {
 				t.Errorf("images %s, %s", drv.Image, sidecar.Image)
+			}
+			if drv.SecurityContext == nil || *drv.SecurityContext.ReadOnlyRootFilesystem ||
+				sidecar.SecurityContext == nil || !*sidecar.SecurityContext.ReadOnlyRootFilesystem {
+				t.Errorf("driver.securityContext changed more or less than the driver's: driver %v, sidecar %v",
+					drv.SecurityContext, sidecar.SecurityContext)
 			}
 			if !slices.Equal(drv.Args, []string{"--verbose"}) {
 				t.Errorf("driver args %v, want [--verbose] (no --credentials-file without a Secret)", drv.Args)
@@ -144,7 +151,7 @@ func TestOnlyTheSidecarHasTheToken(t *testing.T) {
 		"config/driver/s3":   kustomize(t, "config/driver/s3"),
 		"charts/cosi-driver": helmTemplate(t, "charts/cosi-driver", "s3"),
 	} {
-		ds := ofKind(t, rendering, "Deployment")
+		ds := deploymentsOf(t, rendering)
 		if len(ds) != 1 {
 			t.Fatalf("%s: %d Deployments", what, len(ds))
 		}
@@ -172,7 +179,7 @@ func TestOnlyTheSidecarHasTheToken(t *testing.T) {
 func TestDriverNamePerRelease(t *testing.T) {
 	nameOf := func(rendering []byte) string {
 		t.Helper()
-		ds := ofKind(t, rendering, "Deployment")
+		ds := deploymentsOf(t, rendering)
 		if len(ds) != 1 {
 			t.Fatalf("%d Deployments", len(ds))
 		}
