@@ -30,7 +30,7 @@ func TestVersionsAgree(t *testing.T) {
 		versions[chart+" appVersion"] = c.AppVersion
 	}
 	for _, k := range []string{"config/default", "config/driver/s3"} {
-		for _, d := range ofKind(t, kustomize(t, k), "Deployment") {
+		for _, d := range deploymentsOf(t, kustomize(t, k)) {
 			for _, c := range podOf(t, d).Spec.Containers {
 				_, tag, ok := strings.Cut(strings.TrimPrefix(c.Image, "ghcr.io/kube-cosi/"), ":")
 				if !ok {
