@@ -174,15 +174,21 @@ clean: ## Remove built binaries.
 
 ##@ Images and the test node (hack/image, hack/cluster, docs/cluster.md)
 
-# The images' tag and the version their commands print with --version: the release tag, else
-# v0.0.0-<commit>[-dirty].
-VERSION ?= $(shell git describe --tags --match 'v*' --dirty 2>/dev/null || echo "v0.0.0-$$(git describe --always --dirty 2>/dev/null || echo unknown)")
+# The images' tag and the version their commands print with --version: the release tag on HEAD,
+# else the charts' appVersion, which the charts and config/ pull (test/install checks that the three
+# agree). A per-commit tag: make images VERSION=$$(git describe --tags --always --dirty).
+APP_VERSION := $(shell sed -n 's/^appVersion: *//p' $(ROOT)/charts/cosi/Chart.yaml)
+VERSION ?= $(shell git describe --tags --exact-match --match 'v*' 2>/dev/null || echo $(APP_VERSION))
 REGISTRY ?= ghcr.io/kube-cosi
 PLATFORMS ?= linux/amd64,linux/arm64
 IMAGE_TOOL := $(BIN)/image
 NODE_BINARIES := $(BIN)/kube-scheduler $(BIN)/kubelet
 # Debian packages of the node's container runtime (containerd, runc) and network (CNI plugins, iptables).
 NODE_PACKAGES := containerd runc containernetworking-plugins iptables
+
+.PHONY: print-version
+print-version: ## Print the images' default tag (VERSION).
+	@echo $(VERSION)
 
 .PHONY: images
 images: $(IMAGE_TOOL) ## Build every image (OCI layout in bin/images/oci, bin/images/<name>.tar for ctr import). VERSION=, REGISTRY=, PLATFORMS=.

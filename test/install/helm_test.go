@@ -3,12 +3,16 @@ package install
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -21,9 +25,9 @@ import (
 
 // TestHelmLifecycle installs, uninstalls, installs again and upgrades the cosi chart with helm,
 // in an API server of its own (TestAppliedToAPIServer installs the same objects without Helm):
-// the CRDs and the COSI objects survive `helm uninstall`, a new install adopts the CRDs, and an
-// upgrade changes the image and keeps the objects. A cosi-driver release installs and uninstalls
-// next to it.
+// the CRDs, the admission policies and the COSI objects survive `helm uninstall`, a new install
+// adopts them, and an upgrade changes the image and keeps the objects. A cosi-driver release
+// installs and uninstalls next to it.
 func TestHelmLifecycle(t *testing.T) {
 	ctx := context.Background()
 	e, err := testenv.Start()
@@ -71,7 +75,15 @@ func TestHelmLifecycle(t *testing.T) {
 		}
 	}
 	chart := filepath.Join(env.RepoRoot, "charts", "cosi")
-	helmDo("install", "cosi", chart, "--create-namespace")
+	// As docs/install.md does: the namespace enforces Pod Security before the first Pod.
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name:   namespace,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"},
+	}}
+	if err := e.Client.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	helmDo("install", "cosi", chart)
 
 	class := objects.BucketClass("standard", "s3.cosi.kube-cosi.io", cosiapi.DeletionPolicyRetain)
 	if err := wait.PollUntilContextTimeout(
@@ -86,7 +98,17 @@ func TestHelmLifecycle(t *testing.T) {
 		t.Fatalf("creating a BucketClass after helm install: %v", err)
 	}
 
+	policies := admissionObjects(ctx, t, e.Client)
+	if len(policies) == 0 {
+		t.Fatal("helm install made no ValidatingAdmissionPolicy or binding")
+	}
+
 	helmDo("uninstall", "cosi")
+	// The admission policies stay with the objects they protect: without them, tenants could name
+	// forbidden classes and edit COSI's reserved metadata until COSI is installed again.
+	if got := admissionObjects(ctx, t, e.Client); !slices.Equal(got, policies) {
+		t.Errorf("admission policies and bindings after helm uninstall: %v, want %v", got, policies)
+	}
 	crd := &unstructured.Unstructured{}
 	crd.SetGroupVersionKind(crdGVK)
 	if err := e.Client.Get(ctx, client.ObjectKey{Name: "buckets.objectstorage.k8s.io"}, crd); err != nil {
@@ -105,8 +127,11 @@ func TestHelmLifecycle(t *testing.T) {
 		t.Errorf("the ClusterRole after helm uninstall: got %v, want it deleted", err)
 	}
 
-	helmDo("install", "cosi", chart)
-	helmDo("upgrade", "cosi", chart, "--reuse-values", "--set", "image.tag=v0.2.0")
+	helmDo("install", "cosi", chart) // adopts the CRDs and the admission policies
+	if got := admissionObjects(ctx, t, e.Client); !slices.Equal(got, policies) {
+		t.Errorf("admission policies and bindings after the second helm install: %v, want %v", got, policies)
+	}
+	helmDo("upgrade", "cosi", chart, "--reset-then-reuse-values", "--set", "image.tag=v0.2.0")
 	var d appsv1.Deployment
 	if err := e.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "cosi-controller"}, &d); err != nil {
 		t.Fatal(err)
@@ -124,6 +149,28 @@ func TestHelmLifecycle(t *testing.T) {
 		t.Errorf("the driver's ClusterRole after helm install: %v", err)
 	}
 	helmDo("uninstall", "s3")
+}
+
+// admissionObjects returns "Kind/name" of every ValidatingAdmissionPolicy and binding, sorted.
+func admissionObjects(ctx context.Context, t *testing.T, c client.Client) []string {
+	t.Helper()
+	var names []string
+	var ps admissionregistrationv1.ValidatingAdmissionPolicyList
+	if err := c.List(ctx, &ps); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps.Items {
+		names = append(names, "ValidatingAdmissionPolicy/"+p.Name)
+	}
+	var bs admissionregistrationv1.ValidatingAdmissionPolicyBindingList
+	if err := c.List(ctx, &bs); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bs.Items {
+		names = append(names, "ValidatingAdmissionPolicyBinding/"+b.Name)
+	}
+	slices.Sort(names)
+	return names
 }
 
 var crdGVK = schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"}

@@ -49,7 +49,7 @@ func TestAppliedToAPIServer(t *testing.T) {
 	for _, k := range []string{"config/default", "config/driver/s3"} {
 		rendering := kustomize(t, k)
 		apply(t, k, rendering)
-		deployments = append(deployments, ofKind(t, rendering, "Deployment")...)
+		deployments = append(deployments, deploymentsOf(t, rendering)...)
 	}
 	var ns corev1.Namespace
 	if err := env.Client.Get(ctx, client.ObjectKey{Name: namespace}, &ns); err != nil {
@@ -61,7 +61,7 @@ func TestAppliedToAPIServer(t *testing.T) {
 	for _, c := range []struct{ chart, release string }{{"charts/cosi", "cosi"}, {"charts/cosi-driver", "s3"}} {
 		rendering := helmTemplate(t, c.chart, c.release)
 		apply(t, c.chart, rendering, "--dry-run=server")
-		deployments = append(deployments, ofKind(t, rendering, "Deployment")...)
+		deployments = append(deployments, deploymentsOf(t, rendering)...)
 	}
 	if len(deployments) != 4 {
 		t.Fatalf("%d Deployments rendered, want 4 (the controller and the S3 driver, each both ways)", len(deployments))
@@ -118,10 +118,11 @@ func apply(t *testing.T, what string, rendering []byte, args ...string) {
 	}
 }
 
-func ofKind(t *testing.T, rendering []byte, kind string) []*unstructured.Unstructured {
+// deploymentsOf returns the Deployments of a rendering.
+func deploymentsOf(t *testing.T, rendering []byte) []*unstructured.Unstructured {
 	var objs []*unstructured.Unstructured
 	for _, o := range decode(t, rendering) {
-		if o.GetKind() == kind {
+		if o.GetKind() == "Deployment" {
 			objs = append(objs, o)
 		}
 	}

@@ -44,7 +44,7 @@ func pairs(t *testing.T) []pair {
 		kustomization: "config/default",
 		chart:         "charts/cosi", release: "cosi",
 		kustomizeOnly: map[string]string{
-			"Namespace/" + namespace: "Helm installs into --namespace, which --create-namespace or the admin creates",
+			"Namespace/" + namespace: "Helm installs into --namespace, which the admin creates and labels first",
 		},
 	}, {
 		name:          "controller with a ServiceMonitor",
@@ -52,7 +52,7 @@ func pairs(t *testing.T) []pair {
 		chart:         "charts/cosi", release: "cosi",
 		helmArgs: []string{"--set", "metrics.serviceMonitor.enabled=true"},
 		kustomizeOnly: map[string]string{
-			"Namespace/" + namespace: "Helm installs into --namespace, which --create-namespace or the admin creates",
+			"Namespace/" + namespace: "Helm installs into --namespace, which the admin creates and labels first",
 		},
 	}, {
 		name:          "S3 driver",
@@ -239,6 +239,9 @@ func index(t *testing.T, data []byte) map[string]*unstructured.Unstructured {
 		o.SetLabels(labels)
 		annotations := o.GetAnnotations()
 		delete(annotations, "helm.sh/resource-policy")
+		if len(annotations) == 0 {
+			annotations = nil // removes the field
+		}
 		o.SetAnnotations(annotations)
 		m[key] = o
 	}

@@ -10,6 +10,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	s3 "github.com/kube-cosi/cosi/drivers/s3"
+	"github.com/kube-cosi/cosi/internal/sidecar"
 )
 
 // TestChartValues renders the charts with the values that change their shape (what the cluster
@@ -54,10 +57,12 @@ func TestChartValues(t *testing.T) {
 			}
 		},
 	}, {
-		name: "another driver, no Secret, host network, no endpoints", chart: "charts/cosi-driver",
-		set: []string{"driver.image=registry.example.com/vendor/driver:1.0", "driver.args={--verbose}",
+		name:  "another driver, no Secret, host network, no endpoints, a writable root for the driver",
+		chart: "charts/cosi-driver",
+		set: []string{"driver.image=registry.example.com/vendor/driver:1.0", "driver.args={--verbose}", "driver.nameFlag=",
 			"driver.credentialsSecret.name=", "driver.metricsPort=0", "sidecar.image=registry.example.com/cosi-sidecar:2.0",
 			"sidecar.ports.metrics=0", "sidecar.ports.health=0", "hostNetwork=true",
+			"driver.securityContext.readOnlyRootFilesystem=false",
 			"extraEnv[0].name=" + hostEnv.Name, "extraEnv[0].value=" + hostEnv.Value},
 		kinds: []string{
 			"ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "ServiceAccount",
@@ -68,6 +73,11 @@ func TestChartValues(t *testing.T) {
 			if drv.Image != "registry.example.com/vendor/driver:1.0" ||
 				sidecar.Image != "registry.example.com/cosi-sidecar:2.0" {
 				t.Errorf("images %s, %s", drv.Image, sidecar.Image)
+			}
+			if drv.SecurityContext == nil || *drv.SecurityContext.ReadOnlyRootFilesystem ||
+				sidecar.SecurityContext == nil || !*sidecar.SecurityContext.ReadOnlyRootFilesystem {
+				t.Errorf("driver.securityContext changed more or less than the driver's: driver %v, sidecar %v",
+					drv.SecurityContext, sidecar.SecurityContext)
 			}
 			if !slices.Equal(drv.Args, []string{"--verbose"}) {
 				t.Errorf("driver args %v, want [--verbose] (no --credentials-file without a Secret)", drv.Args)
@@ -112,14 +122,19 @@ func TestChartValues(t *testing.T) {
 	}
 }
 
-// TestChartSchemas checks that values.schema.json refuses what it should: a misspelt value and
-// a value of the wrong type fail `helm template` instead of being ignored.
+// TestChartSchemas checks that values.schema.json refuses what it should: a misspelt value, a
+// value of the wrong type and more than one replica without leader election fail `helm template`
+// instead of being ignored.
 func TestChartSchemas(t *testing.T) {
 	for _, c := range []struct{ chart, set, want string }{
 		{"charts/cosi", "replica=3", "replica"},
 		{"charts/cosi", "ports.metrics=eighty", "ports"},
 		{"charts/cosi-driver", "driver.credentialsSecret.nmae=x", "nmae"},
 		{"charts/cosi-driver", "sidecar.ports.health=70000", "health"},
+		{"charts/cosi-driver", "driver.name=-not.a.name", "/driver/name"},
+		// Without leader election every replica is active: two controllers, two sidecars.
+		{"charts/cosi", "leaderElection.enabled=false", "/replicas"},
+		{"charts/cosi-driver", "leaderElection.enabled=false,replicas=3", "/replicas"},
 	} {
 		_, err := helm("template", "x", filepath.Join(env.RepoRoot, c.chart), "--set", c.set)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -136,7 +151,7 @@ func TestOnlyTheSidecarHasTheToken(t *testing.T) {
 		"config/driver/s3":   kustomize(t, "config/driver/s3"),
 		"charts/cosi-driver": helmTemplate(t, "charts/cosi-driver", "s3"),
 	} {
-		ds := ofKind(t, rendering, "Deployment")
+		ds := deploymentsOf(t, rendering)
 		if len(ds) != 1 {
 			t.Fatalf("%s: %d Deployments", what, len(ds))
 		}
@@ -154,5 +169,43 @@ func TestOnlyTheSidecarHasTheToken(t *testing.T) {
 				t.Errorf("%s: container %s has the token: %v", what, c.Name, mounted)
 			}
 		}
+	}
+}
+
+// TestDriverNamePerRelease renders two releases of cosi-driver, one store each: their drivers get
+// different names, and so their sidecars different Leases (sidecar.LeaseName) and different
+// classes. A release other than the documented "s3" without driver.name is refused: it would
+// share the S3 driver's default name, Lease and buckets with release s3.
+func TestDriverNamePerRelease(t *testing.T) {
+	nameOf := func(rendering []byte) string {
+		t.Helper()
+		ds := deploymentsOf(t, rendering)
+		if len(ds) != 1 {
+			t.Fatalf("%d Deployments", len(ds))
+		}
+		d := &appsv1.Deployment{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(ds[0].Object, d); err != nil {
+			t.Fatal(err)
+		}
+		name := s3.DefaultName // the driver's default, without --name
+		for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+			if v, ok := strings.CutPrefix(a, "--name="); ok {
+				name = v
+			}
+		}
+		return name
+	}
+	first := nameOf(helmTemplate(t, "charts/cosi-driver", "s3"))
+	second := nameOf(helmTemplate(t, "charts/cosi-driver", "archive", "--set", "driver.name=archive.s3.example.com"))
+	if first != s3.DefaultName || second != "archive.s3.example.com" {
+		t.Errorf("driver names %q and %q, want %q and archive.s3.example.com", first, second, s3.DefaultName)
+	}
+	if sidecar.LeaseName(first) == sidecar.LeaseName(second) {
+		t.Errorf("both releases elect their leader with Lease %s", sidecar.LeaseName(first))
+	}
+
+	_, err := helm("template", "archive", filepath.Join(env.RepoRoot, "charts", "cosi-driver"))
+	if err == nil || !strings.Contains(err.Error(), "driver.name is required") {
+		t.Errorf("a second release without driver.name: got %v, want it refused", err)
 	}
 }

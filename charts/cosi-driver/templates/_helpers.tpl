@@ -39,3 +39,18 @@ app.kubernetes.io/component: driver
 {{- define "cosi-driver.endpoint" -}}
 unix://{{ .Values.socketDir }}/driver.sock
 {{- end }}
+
+{{/*
+The driver name to pass with driver.nameFlag, or "" for none. Each release needs its own (the
+sidecars' Lease is named after it): driver.name is required unless the release is "s3", the one
+docs/install.md and config/driver/s3 install, which keeps the driver's default name.
+*/}}
+{{- define "cosi-driver.driverName" -}}
+{{- if .Values.driver.nameFlag -}}
+{{- if .Values.driver.name -}}
+{{- .Values.driver.name -}}
+{{- else if ne .Release.Name "s3" -}}
+{{- fail (printf "driver.name is required for release %q: each driver release needs its own driver name (its sidecars' Lease is named after it), e.g. --set driver.name=%s.s3.example.com; classes name it as their driverName" .Release.Name .Release.Name) -}}
+{{- end -}}
+{{- end -}}
+{{- end }}

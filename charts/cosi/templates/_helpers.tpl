@@ -22,15 +22,21 @@ app.kubernetes.io/component: controller
 {{/*
 The objects of a file of config/ (files/ links there), one YAML document each, with the chart's
 labels added; an object that names a namespace (the generated Roles name cosi-system) is put into
-the release's namespace instead. Argument: list of the root context and the file's path.
+the release's namespace instead. Argument: list of the root context, the file's path and,
+optionally, annotations to add.
 */}}
 {{- define "cosi.objectsFromFile" -}}
 {{- $root := index . 0 -}}
+{{- $annotations := dict -}}
+{{- if gt (len .) 2 }}{{ $annotations = index . 2 }}{{ end -}}
 {{- range $doc := regexSplit "(?m)^---[ \t]*$" ($root.Files.Get (index . 1)) -1 }}
 {{- $obj := fromYaml $doc }}
 {{- if $obj.kind }}
 {{- $labels := merge (include "cosi.labels" $root | fromYaml) ($obj.metadata.labels | default dict) }}
 {{- $_ := set $obj.metadata "labels" $labels }}
+{{- if $annotations }}
+{{- $_ := set $obj.metadata "annotations" (merge (deepCopy $annotations) ($obj.metadata.annotations | default dict)) }}
+{{- end }}
 {{- if $obj.metadata.namespace }}
 {{- $_ := set $obj.metadata "namespace" $root.Release.Namespace }}
 {{- end }}
