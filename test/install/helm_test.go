@@ -2,6 +2,7 @@ package install
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -58,14 +59,18 @@ func TestHelmLifecycle(t *testing.T) {
 	if err := wait.PollUntilContextTimeout(
 		ctx,
 		100*time.Millisecond,
-		time.Minute,
+		3*time.Minute, // a generous wait for a loaded machine; it measures nothing
 		true,
 		func(ctx context.Context) (bool, error) {
 			err := e.Client.List(ctx, crds)
 			return err == nil && len(crds.Items) == 0, err
 		},
 	); err != nil {
-		t.Fatalf("CRDs not deleted: %v", err)
+		var left []string
+		for _, c := range crds.Items {
+			left = append(left, fmt.Sprintf("%s (finalizers %v, status %v)", c.GetName(), c.GetFinalizers(), c.Object["status"]))
+		}
+		t.Fatalf("CRDs not deleted: %v; left: %v", err, left)
 	}
 
 	helmDo := func(args ...string) {
