@@ -83,12 +83,12 @@ func StartAPIServer(opts APIServerOptions) (*APIServer, error) {
 			)
 		}
 	}
-	scheme := scheme.New()
+	s := scheme.New()
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: binDir,
-		Scheme:                scheme,
+		Scheme:                s,
 	}
 	if opts.EtcdDir != "" {
 		// envtest removes only the temporary directories it makes itself.
@@ -101,11 +101,11 @@ func StartAPIServer(opts APIServerOptions) (*APIServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", binDir, err)
 	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	c, err := client.New(cfg, client.Options{Scheme: s})
 	if err != nil {
 		return nil, errors.Join(err, env.Stop())
 	}
-	a := &APIServer{Config: cfg, Client: c, Scheme: scheme, BinDir: binDir, RepoRoot: root,
+	a := &APIServer{Config: cfg, Client: c, Scheme: s, BinDir: binDir, RepoRoot: root,
 		AdmissionPlugins: opts.AdmissionPlugins, env: env}
 	if opts.ControllerManagerLog != "" {
 		if err := a.startControllerManager(opts.ControllerManagerLog); err != nil {
