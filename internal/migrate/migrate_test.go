@@ -2,7 +2,6 @@ package migrate_test
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -25,38 +24,6 @@ var env *testenv.Env
 
 func TestMain(m *testing.M) {
 	testenv.Run(m, func(_ context.Context, e *testenv.Env) error { env = e; return nil })
-}
-
-func crdNames() []string {
-	var out []string
-	for _, p := range []string{"bucketclasses", "bucketaccessclasses", "buckets", "bucketclaims", "bucketaccesses"} {
-		out = append(out, p+"."+cosiapi.GroupName)
-	}
-	return out
-}
-
-// removeCRDs deletes the COSI CRDs (whichever version they serve) and waits until they are gone.
-func removeCRDs(t *testing.T, c client.Client) {
-	t.Helper()
-	for _, n := range crdNames() {
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		crd.Name = n
-		if err := client.IgnoreNotFound(c.Delete(t.Context(), crd)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	testenv.Eventually(t, func() error {
-		for _, n := range crdNames() {
-			err := c.Get(t.Context(), client.ObjectKey{Name: n}, &apiextensionsv1.CustomResourceDefinition{})
-			switch {
-			case err == nil:
-				return fmt.Errorf("CRD %s is still there", n)
-			case !apierrors.IsNotFound(err):
-				return err
-			}
-		}
-		return nil
-	})
 }
 
 func obj(kind, ns, name string, fields map[string]any) *unstructured.Unstructured {
@@ -84,7 +51,7 @@ func TestMigrate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	removeCRDs(t, c)
+	env.RemoveCRDs(t, cosiapi.GroupName)
 	if _, err := envtest.InstallCRDs(
 		env.Config,
 		envtest.CRDInstallOptions{Paths: []string{filepath.Join("testdata", "v1alpha1-crds.yaml")}, MaxTime: time.Minute},
@@ -168,7 +135,7 @@ func TestMigrate(t *testing.T) {
 
 	// The v1alpha2 CRDs replace the v1alpha1 ones (the old objects go with them), then the objects
 	// are created: a server-side dry run first, which stores nothing.
-	removeCRDs(t, c)
+	env.RemoveCRDs(t, cosiapi.GroupName)
 	if _, err := envtest.InstallCRDs(
 		env.Config,
 		envtest.CRDInstallOptions{Paths: []string{filepath.Join(root, "config", "crd", "bases")}, MaxTime: time.Minute},

@@ -2,7 +2,6 @@ package install
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -46,32 +45,7 @@ func TestHelmLifecycle(t *testing.T) {
 	}
 	// The API server's harness installed the CRDs, as a cluster where they predate Helm: remove
 	// them so that the chart installs its own.
-	crds := &unstructured.UnstructuredList{}
-	crds.SetGroupVersionKind(crdGVK.GroupVersion().WithKind("CustomResourceDefinitionList"))
-	if err := e.Client.List(ctx, crds); err != nil {
-		t.Fatal(err)
-	}
-	for i := range crds.Items {
-		if err := e.Client.Delete(ctx, &crds.Items[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := wait.PollUntilContextTimeout(
-		ctx,
-		100*time.Millisecond,
-		3*time.Minute, // a generous wait for a loaded machine; it measures nothing
-		true,
-		func(ctx context.Context) (bool, error) {
-			err := e.Client.List(ctx, crds)
-			return err == nil && len(crds.Items) == 0, err
-		},
-	); err != nil {
-		var left []string
-		for _, c := range crds.Items {
-			left = append(left, fmt.Sprintf("%s (finalizers %v, status %v)", c.GetName(), c.GetFinalizers(), c.Object["status"]))
-		}
-		t.Fatalf("CRDs not deleted: %v; left: %v", err, left)
-	}
+	e.RemoveCRDs(t, cosiapi.GroupName)
 
 	helmDo := func(args ...string) {
 		t.Helper()
