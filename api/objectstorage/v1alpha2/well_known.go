@@ -146,6 +146,12 @@ const (
 	EventFailedGrantAccess = "FailedGrantAccess"
 	// EventFailedRevokeAccess: the driver failed to revoke access.
 	EventFailedRevokeAccess = "FailedRevokeAccess"
+	// EventUpdateConflict (Normal): a write of the Controller or the Sidecar was refused because
+	// another writer changed the object since it was read (HTTP 409), so the object's work is
+	// retried (KEP-1979 "Conditions": update conflicts are Kubernetes API issues reported as
+	// Events). Recorded on that object at most once a minute, with the number of conflicts since
+	// the previous report.
+	EventUpdateConflict = "UpdateConflict"
 )
 
 // Keys of the data in a BucketAccess Secret (KEP-1979 "BucketAccess Secret data"). Bucket info keys
