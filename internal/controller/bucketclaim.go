@@ -278,9 +278,12 @@ func (r *BucketClaimReconciler) createBucket(
 	ctx context.Context, claim *cosiapi.BucketClaim, class *cosiapi.BucketClass, name string,
 ) (*cosiapi.Bucket, error) {
 	bucket := &cosiapi.Bucket{
-		// Created with the protection finalizer the sidecar would add: one write less per claim,
-		// and no moment at which the Bucket exists unprotected.
-		ObjectMeta: metav1.ObjectMeta{Name: name, Finalizers: []string{cosiapi.FinalizerProtection}},
+		// Without the sidecar's protection finalizer: the sidecar adds it (KEP-1979 "Creating a
+		// Bucket" step 3.2) before it first calls the driver, and the API server adds no
+		// finalizer to an object being deleted, so a Bucket is protected from the moment anything
+		// may exist in the backend. A Bucket that no sidecar serves has nothing to protect, and
+		// goes when it is deleted.
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: cosiapi.BucketSpec{
 			DriverName:     class.Spec.DriverName,
 			DeletionPolicy: class.Spec.DeletionPolicy,

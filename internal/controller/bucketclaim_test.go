@@ -33,8 +33,8 @@ func TestDynamicClaim(t *testing.T) {
 	if !controllerutil.ContainsFinalizer(c, cosiapi.FinalizerProtection) {
 		t.Error("the claim has no protection finalizer")
 	}
-	if !controllerutil.ContainsFinalizer(b, cosiapi.FinalizerProtection) {
-		t.Error("the Bucket was not created with its protection finalizer")
+	if controllerutil.ContainsFinalizer(b, cosiapi.FinalizerProtection) {
+		t.Error("the Bucket was created with the sidecar's protection finalizer: without a sidecar it could not go")
 	}
 	want := cosiapi.BucketSpec{
 		DriverName:     driverName,
