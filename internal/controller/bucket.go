@@ -33,8 +33,9 @@ import (
 // transitions for the operation metrics.
 type BucketReconciler struct {
 	Client client.Client
-	// APIReader confirms, uncached, that a claim is gone and that no access holds the Bucket
-	// before the Bucket is released: the cache may lag behind objects created a moment ago.
+	// APIReader confirms, uncached, that a claim is gone before its Bucket is released (the
+	// cache may lag behind a claim created a moment ago), and reads live the accesses of that
+	// claim that the cache shows not handed off (holders).
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	Metrics   *metrics
@@ -108,10 +109,8 @@ func (r *BucketReconciler) release(ctx context.Context, bucket *cosiapi.Bucket) 
 		// A claim that exists, deleting or not, releases its Bucket itself when it goes.
 		return err
 	}
-	users, err := accessesOfBucket(ctx, r.Client, bucket.Name, false)
-	if err == nil && len(users) == 0 {
-		users, err = accessesOfBucket(ctx, r.APIReader, bucket.Name, true)
-	}
+	ref := bucket.Spec.BucketClaimRef
+	users, err := holders(ctx, r.Client, r.APIReader, r.Recorder, ref.Namespace, ref.Name, bucket.Name, nil)
 	if err != nil || len(users) > 0 {
 		return err // the access watch wakes this when they go
 	}

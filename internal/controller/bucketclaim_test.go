@@ -405,14 +405,23 @@ func TestClaimDeletion(t *testing.T) {
 			if err := env.Client.Delete(t.Context(), c); err != nil {
 				t.Fatal(err)
 			}
+			testenv.Eventually(t, func() error {
+				get(t, b)
+				if b.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] == "" {
+					return fmt.Errorf("the Bucket lacks the %s annotation", cosiapi.AnnotationBucketClaimBeingDeleted)
+				}
+				if deleting := b.DeletionTimestamp != nil; deleting != (policy == cosiapi.DeletionPolicyDelete) {
+					return fmt.Errorf("%s policy: Bucket deleting=%v", policy, deleting)
+				}
+				return nil
+			})
+			if policy == cosiapi.DeletionPolicyDelete {
+				// The claim waits until the sidecar has deleted the bucket.
+				testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue,
+					cosiapi.ReasonDeleting)
+				finishAsSidecar(t, b)
+			}
 			env.Gone(t, c)
-			get(t, b)
-			if b.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] == "" {
-				t.Errorf("the Bucket lacks the %s annotation", cosiapi.AnnotationBucketClaimBeingDeleted)
-			}
-			if deleting := b.DeletionTimestamp != nil; deleting != (policy == cosiapi.DeletionPolicyDelete) {
-				t.Errorf("%s policy: Bucket deleting=%v", policy, deleting)
-			}
 		})
 	}
 }
