@@ -443,3 +443,64 @@ func TestEverythingDeletedAtOnce(t *testing.T) {
 		t.Errorf("buckets left in the backend: %v", left)
 	}
 }
+
+// Issue 25, item 7: Buckets are created without the sidecar's finalizer, which the sidecar adds
+// before its first driver call. Claims deleted at each step of their Bucket's creation (before
+// the Bucket exists, once it exists, once its bucket ID is recorded, once provisioned) leave no
+// bucket behind.
+func TestClaimDeletedWhileItsBucketIsCreated(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	class := s.bucketClass(cosiapi.DeletionPolicyDelete)
+	steps := []func(*cosiapi.Bucket) bool{
+		nil,
+		func(*cosiapi.Bucket) bool { return true },
+		func(b *cosiapi.Bucket) bool { return b.Status.BucketID != "" },
+		func(b *cosiapi.Bucket) bool {
+			return meta.IsStatusConditionTrue(b.Status.Conditions, cosiapi.ConditionProvisioned)
+		},
+	}
+	claims := make([]*cosiapi.BucketClaim, 3*len(steps))
+	var wg sync.WaitGroup
+	for i := range claims {
+		c := newClaim(class.Name)
+		claims[i] = c
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := tenant.Create(t.Context(), c); err != nil {
+				t.Errorf("creating %s: %v", c.Name, err)
+				return
+			}
+			if reached := steps[i%len(steps)]; reached != nil {
+				b := &cosiapi.Bucket{}
+				b.Name = cosiapi.BucketNamePrefix + string(c.UID)
+				for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+					if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), b); err == nil && reached(b) {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Errorf("Bucket %s did not reach step %d", b.Name, i%len(steps))
+						return
+					}
+				}
+			}
+			if err := tenant.Delete(t.Context(), c); err != nil {
+				t.Errorf("deleting %s: %v", c.Name, err)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, c := range claims {
+		env.Gone(t, c)
+		b := &cosiapi.Bucket{}
+		b.Name = cosiapi.BucketNamePrefix + string(c.UID)
+		env.Gone(t, b)
+	}
+	testenv.Eventually(t, func() error {
+		if left := s.driver.Backend().Buckets(); len(left) > 0 {
+			return fmt.Errorf("buckets left in the backend: %v", left)
+		}
+		return nil
+	})
+}
