@@ -596,6 +596,7 @@ func (r *BucketAccessReconciler) unrecordedGrant(ctx context.Context, ba *cosiap
 		if err := r.Client.Get(ctx, types.NamespacedName{Name: ab.BucketName}, b); err == nil &&
 			b.Status.BucketID != "" && !slices.Contains(g.BucketIDs, b.Status.BucketID) {
 			g.BucketIDs = append(g.BucketIDs, b.Status.BucketID)
+			g.Modes = append(g.Modes, claimModes(ba, ab.BucketClaimName))
 		}
 	}
 	if len(g.BucketIDs) == 0 {
@@ -603,7 +604,10 @@ func (r *BucketAccessReconciler) unrecordedGrant(ctx context.Context, ba *cosiap
 	}
 	resp, err := r.Driver.DriverGenerateBucketAccessId(ctx, g.generateRequest())
 	if err != nil {
-		return nil, r.record.failed(ctx, ba, rpcError{"DriverGenerateBucketAccessId", err}, cosiapi.EventFailedRevokeAccess)
+		// Retried whatever the code, as the revocation it serves: recorded, then returned as an
+		// error that is not final.
+		failed := r.record.failed(ctx, ba, rpcError{"DriverGenerateBucketAccessId", err}, cosiapi.EventFailedRevokeAccess)
+		return nil, errors.New(failed.Error())
 	}
 	if resp.GetAccountId() == "" {
 		return nil, errRequeue("DriverGenerateBucketAccessId returned an empty account_id; the access cannot be revoked")

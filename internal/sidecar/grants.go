@@ -61,6 +61,9 @@ type grantRecord struct {
 	ServiceAccountName string            `json:"serviceAccountName,omitempty"`
 	Parameters         map[string]string `json:"parameters,omitempty"`
 	BucketIDs          []string          `json:"bucketIDs"`
+	// Modes are the access modes granted on each of BucketIDs, in the same order: the phase 1
+	// request that verifies the account carries them.
+	Modes []cosiapi.BucketAccessModes `json:"modes,omitempty"`
 	// BucketNames are the Bucket objects of the grant: a Bucket waits for the grants recorded
 	// for it before it is deleted, and revoke failures are reported on it.
 	BucketNames []string `json:"bucketNames,omitempty"`
@@ -81,10 +84,21 @@ func newGrantRecord(ba *cosiapi.BucketAccess) grantRecord {
 	for _, b := range ba.Status.AccessedBuckets {
 		if b.BucketID != "" {
 			rec.BucketIDs = append(rec.BucketIDs, b.BucketID)
+			rec.Modes = append(rec.Modes, claimModes(ba, b.BucketClaimName))
 		}
 		rec.BucketNames = append(rec.BucketNames, b.BucketName)
 	}
 	return rec
+}
+
+// claimModes are the access modes the access asks for on a claim.
+func claimModes(ba *cosiapi.BucketAccess, claim string) cosiapi.BucketAccessModes {
+	for _, c := range ba.Spec.BucketClaims {
+		if c.BucketClaimName == claim {
+			return c.AccessModes
+		}
+	}
+	return cosiapi.BucketAccessModes{}
 }
 
 // revokeRequest is the driver request that revokes the recorded grant.
@@ -114,8 +128,14 @@ func (g grantRecord) generateRequest() *cosiproto.DriverGenerateBucketAccessIdRe
 	if req.AuthenticationType == cosiproto.AuthenticationType_SERVICE_ACCOUNT {
 		req.ServiceAccount = &cosiproto.ServiceAccount{Namespace: g.Namespace, Name: g.ServiceAccountName}
 	}
-	for _, id := range g.BucketIDs {
-		req.Buckets = append(req.Buckets, &cosiproto.AccessedBucket{BucketId: id})
+	for i, id := range g.BucketIDs {
+		// Records of earlier versions have no modes: read-only object data, the least a driver
+		// accepts, names the same account.
+		modes := cosiapi.BucketAccessModes{ObjectData: cosiapi.BucketAccessModeReadOnly}
+		if i < len(g.Modes) {
+			modes = g.Modes[i]
+		}
+		req.Buckets = append(req.Buckets, &cosiproto.AccessedBucket{BucketId: id, AccessModes: rpcAccessModes(modes)})
 	}
 	return req
 }

@@ -151,7 +151,7 @@ func (r *BucketAccessReconciler) secretsIntact(ctx context.Context, ba *cosiapi.
 		if err != nil {
 			return false, err
 		}
-		if state != slotOurs || !dataComplete(s) {
+		if state != slotOurs || !dataComplete(s, ba.Status.AuthenticationType) {
 			return false, nil
 		}
 	}
@@ -161,10 +161,20 @@ func (r *BucketAccessReconciler) secretsIntact(ctx context.Context, ba *cosiapi.
 // dataComplete reports whether the Secret holds every data key COSI wrote into it
 // (AnnotationSecretDataKeys; COSI_PROTOCOL alone for a Secret written before that annotation): a
 // Secret that lost a key is written again.
-func dataComplete(s *corev1.Secret) bool {
+func dataComplete(s *corev1.Secret, auth cosiapi.AuthenticationType) bool {
 	keys := []string{cosiapi.SecretKeyProtocol}
 	if v := s.Annotations[cosiapi.AnnotationSecretDataKeys]; v != "" {
 		keys = append(keys, strings.Split(v, ",")...)
+	}
+	// The keys of the protocol's key credentials, whatever the annotation says (someone may have
+	// removed it).
+	if auth == cosiapi.AuthenticationTypeKey {
+		switch cosiapi.Protocol(s.Data[cosiapi.SecretKeyProtocol]) {
+		case cosiapi.ProtocolS3:
+			keys = append(keys, cosiapi.SecretKeyS3AccessKeyID, cosiapi.SecretKeyS3SecretAccessKey)
+		case cosiapi.ProtocolAzure:
+			keys = append(keys, cosiapi.SecretKeyAzureSASToken)
+		}
 	}
 	for _, k := range keys {
 		if _, ok := s.Data[k]; !ok {

@@ -79,7 +79,7 @@ func TestRevokedWithoutGrantRecord(t *testing.T) {
 	bucketID := boundBucket(t, c).Status.BucketID
 	forgetGrantRecords(t, ba)
 
-	s.faults.Set(0, memory.Fault{Method: "DriverRevokeBucketAccess", Code: codes.Unavailable})
+	s.faults.Set(0, memory.Fault{Method: "DriverRevokeBucketAccess", Code: codes.Unavailable, Rate: 1})
 	mustDelete(t, tenant, ba)
 	waitEvent(t, ba, cosiapi.EventFailedRevokeAccess)
 	holds(t, func() error {
@@ -368,9 +368,22 @@ func TestOrphanRevokeFailureIsReportedOnTheBucket(t *testing.T) {
 	ba := s.provisionedAccess(s.accessClass().Name, c)
 	b := boundBucket(t, c)
 
-	s.faults.Set(0, memory.Fault{Method: "DriverRevokeBucketAccess", Code: codes.Unavailable})
+	s.faults.Set(0, memory.Fault{Method: "DriverRevokeBucketAccess", Code: codes.Unavailable, Rate: 1})
 	edit(t, tenant, ba, func(o *cosiapi.BucketAccess) { controllerutil.RemoveFinalizer(o, cosiapi.FinalizerProtection) })
 	mustDelete(t, tenant, ba)
+	// The controller may have put the finalizer back first: then it is removed again, which a
+	// deleting object does not get back.
+	testenv.Eventually(t, func() error {
+		live := &cosiapi.BucketAccess{}
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(ba), live); apierrors.IsNotFound(err) {
+			return nil
+		}
+		controllerutil.RemoveFinalizer(live, cosiapi.FinalizerProtection)
+		if err := tenant.Update(t.Context(), live); err != nil {
+			return err
+		}
+		return fmt.Errorf("the access was still there")
+	})
 	waitEvent(t, b, cosiapi.EventFailedRevokeAccess)
 	holds(t, func() error {
 		for _, o := range []client.Object{b, c} {
