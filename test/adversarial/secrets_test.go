@@ -2,8 +2,8 @@ package adversarial
 
 import (
 	"fmt"
-	"os"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
