@@ -208,7 +208,9 @@ func quotaNamespace(t *testing.T) (namespace string, tenant client.Client, refus
 		quota.Spec.Hard = corev1.ResourceList{secrets: resource.MustParse("0")}
 		mustCreate(t, env.Client, quota)
 		// What the quota controller would report: the quota admission plugin checks it.
-		quota.Status = corev1.ResourceQuotaStatus{Hard: quota.Spec.Hard, Used: corev1.ResourceList{secrets: resource.MustParse("0")}}
+		quota.Status = corev1.ResourceQuotaStatus{
+			Hard: quota.Spec.Hard, Used: corev1.ResourceList{secrets: resource.MustParse("0")},
+		}
 		if err := env.Client.Status().Update(t.Context(), quota); err != nil {
 			t.Fatal(err)
 		}
@@ -271,7 +273,8 @@ func TestRefusedSecretWriteDoesNotGrantAgain(t *testing.T) {
 	if n := s.grants(ba.Status.AccountID); n != 1 {
 		t.Errorf("%d grants; want 1", n)
 	}
-	if !s.driver.Backend().Allowed(credentials(secret(t, ba)), boundBucket(t, c).Status.BucketID, memory.ObjectData, true) {
+	bucketID := boundBucket(t, c).Status.BucketID
+	if !s.driver.Backend().Allowed(credentials(secret(t, ba)), bucketID, memory.ObjectData, true) {
 		t.Error("the Secret's key does not open the bucket")
 	}
 }
