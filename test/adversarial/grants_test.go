@@ -40,8 +40,9 @@ func TestRevokedAfterAdminDeletesBucket(t *testing.T) {
 	b := boundBucket(t, c)
 	creds := credentials(secret(t, ba))
 
-	edit(t, env.Client, b, func(o *cosiapi.Bucket) { controllerutil.RemoveFinalizer(o, cosiapi.FinalizerProtection) })
+	// Deleted first, then its finalizer removed: a deleting object does not get it back.
 	mustDelete(t, env.Client, b)
+	edit(t, env.Client, b, func(o *cosiapi.Bucket) { controllerutil.RemoveFinalizer(o, cosiapi.FinalizerProtection) })
 	env.Gone(t, b)
 	mustDelete(t, tenant, ba)
 	s.waitRevoked(ba.Status.AccountID)
