@@ -135,8 +135,9 @@ func (a *Adapter) DriverGenerateBucketId(
 // DriverCreateBucket), and the v1alpha1 Provisioner contract asks OK of a bucket that exists with
 // the same name and parameters. The v1alpha1 "Concurrency" note that a call which "succeeded
 // early" may answer ALREADY_EXISTS concerns calls in flight together, which the driver client
-// never makes (one call in flight per bucket, pkg/driver); handing out an incompatible bucket as
-// this Bucket's would be worse than a claim that waits for its user.
+// does not make (one call in flight per bucket, pkg/driver; a driver still at work on a call whose
+// deadline passed is asked by the same spec to answer ABORTED, which is retried); handing out an
+// incompatible bucket as this Bucket's would be worse than a claim that waits for its user.
 func (a *Adapter) DriverCreateBucket(
 	ctx context.Context,
 	req *cosiproto.DriverCreateBucketRequest,
