@@ -200,11 +200,11 @@ func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket
 		bucket.Status.Protocols = append(bucket.Status.Protocols, apiProtocol(p))
 	}
 	bucket.Status.BucketInfo = bucketStatusInfo(info)
-	msg := "the bucket exists in the backend"
+	reason, msg := cosiapi.ReasonProvisioned, "the bucket exists in the backend"
 	if bucket.Spec.ExistingBucketID != "" {
-		msg = importedMessage(r.Driver)
+		reason, msg = imported(r.Driver)
 	}
-	conditions.MarkTrue(bucket, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioned, msg)
+	conditions.MarkTrue(bucket, cosiapi.ConditionProvisioned, reason, msg)
 	conditions.MarkFalse(bucket, cosiapi.ConditionProvisionFailed, cosiapi.ReasonDriverSucceeded, "")
 	conditions.MarkTrue(bucket, cosiapi.ConditionResourcesValidated, cosiapi.ReasonValid, "")
 	return status.Patch(ctx, patch.NoLock)

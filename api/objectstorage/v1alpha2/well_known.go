@@ -99,6 +99,12 @@ const (
 	ReasonPending = "Pending"
 	// ReasonProvisioned (Provisioned=True): the driver provisioned the resource.
 	ReasonProvisioned = "Provisioned"
+	// ReasonImportedUnverified (Provisioned=True, on a static Bucket and, mirrored by the Controller,
+	// its BucketClaim): the Sidecar imported Bucket.spec.existingBucketID without the backend being
+	// asked whether that bucket exists, because the driver speaks COSI v1alpha1, which has no call
+	// to look a bucket up (docs/v1alpha1-drivers.md). A wrong ID shows at the first grant, as the
+	// driver's error on the BucketAccess. Set by the Sidecar when it imports the Bucket.
+	ReasonImportedUnverified = "ImportedUnverified"
 	// ReasonProvisioning (Provisioned=Unknown): provisioning is in progress or being retried.
 	ReasonProvisioning = "Provisioning"
 	// ReasonProvisioningFailed (Provisioned=False): provisioning failed with a final error.
