@@ -220,6 +220,11 @@ func (s grantStore) put(ctx context.Context, g grantRecord) error {
 	if existing.Data[grantDataKey] == string(value) && existing.Labels[cosiapi.LabelGrantDriver] == s.driver {
 		return nil
 	}
+	// Another driver's record of the same access is that driver's to revoke with: never
+	// overwritten (sidecars of several drivers may share a namespace).
+	if owner := existing.Labels[cosiapi.LabelGrantDriver]; owner != "" && owner != s.driver {
+		return fmt.Errorf("grant record %s/%s belongs to driver %q, not %q", s.namespace, cm.Name, owner, s.driver)
+	}
 	existing.Labels = cm.Labels
 	existing.Data = cm.Data
 	return s.client.Update(ctx, existing) // locked to the version read

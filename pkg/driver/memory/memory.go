@@ -414,7 +414,6 @@ func (d *Driver) bucketInfo(id string, b *bucket) *cosiproto.ProtocolBucketInfo 
 	return info
 }
 
-// credentials derives the account's key for its protocol from its secret.
 // withSecret is a copy of the account with another key.
 func (a *account) withSecret(secret string) *account {
 	c := *a
@@ -422,6 +421,7 @@ func (a *account) withSecret(secret string) *account {
 	return &c
 }
 
+// credentials derives the account's key for its protocol from its secret.
 func (a *account) credentials(id string) *cosiproto.CredentialInfo {
 	sum := sha256.Sum256([]byte(id))
 	keyID := "MEM" + strings.ToUpper(hex.EncodeToString(sum[:8]))
