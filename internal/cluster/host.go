@@ -513,6 +513,8 @@ func cgroupHierarchies(root string) []string {
 // makeCgroup makes the node's cgroup, named by its tag, in every hierarchy; the kubelet's
 // cgroupRoot, so that every Pod's cgroup (<tag>/kubepods/...) is below it. A cgroup v1 cpuset
 // starts empty, so it gets its parent's CPUs and memory nodes, as kind does for its kubelet's.
+// With cgroup v2 it gets the controllers the root enables for its children (systemd enables
+// them all); the root's are not changed.
 func makeCgroup(root, tag string) error {
 	for _, h := range cgroupHierarchies(root) {
 		dir := filepath.Join(h, tag)
