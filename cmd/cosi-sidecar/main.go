@@ -20,7 +20,8 @@ func main() {
 	common := cmdutil.Register("log verbosity: 2 logs every driver call, 5 also requests and responses (secrets stripped)")
 	flag.StringVar(&opts.DriverEndpoint, "driver-endpoint", os.Getenv(driver.EndpointEnv),
 		"the driver's socket, unix:///path/to/driver.sock (default $COSI_ENDPOINT)")
-	flag.DurationVar(&opts.DriverTimeout, "driver-timeout", time.Minute, "timeout of each driver call")
+	flag.DurationVar(&opts.DriverTimeout, "driver-timeout", time.Minute,
+		"timeout of each driver call; at most "+sidecar.MaxDriverTimeout.String()+", the deadline of a reconcile")
 	flag.DurationVar(&opts.DriverStartTimeout, "driver-start-timeout", 2*time.Minute,
 		"how long to wait for the driver to answer at start-up")
 	flag.IntVar(&opts.Workers, "workers", 16, "objects of each kind reconciled at once")

@@ -35,8 +35,8 @@ import (
 type Options struct {
 	// DriverEndpoint is the driver's socket, unix:///path/to/driver.sock.
 	DriverEndpoint string
-	// DriverTimeout bounds each driver call; DriverStartTimeout bounds the wait for the driver
-	// to answer at start-up.
+	// DriverTimeout bounds each driver call (0: one minute; at most MaxDriverTimeout, or Run
+	// refuses it); DriverStartTimeout bounds the wait for the driver to answer at start-up.
 	DriverTimeout, DriverStartTimeout time.Duration
 	// Workers is the number of objects of each kind reconciled at once.
 	Workers int
@@ -59,6 +59,9 @@ type Options struct {
 
 // Run connects to the driver, waits until it answers, and reconciles until ctx is done.
 func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) error {
+	if err := opts.validate(); err != nil {
+		return err
+	}
 	drv, err := driver.NewClient(opts.DriverEndpoint, driver.ClientOptions{
 		Logger: log.WithName("driver"), Registerer: metrics.Registry, CallTimeout: opts.DriverTimeout,
 		Protocol: opts.DriverProtocol, V1alpha1: v1alpha1.Options{Protocols: opts.V1alpha1Protocols},
@@ -162,8 +165,28 @@ func setup(
 
 // shutdownTimeout is how long the manager waits, on SIGTERM, for reconciles in flight: they may
 // run for operationTimeout after the shutdown began (finishOnShutdown), so that what a driver did
-// is recorded. A Pod's terminationGracePeriodSeconds must be longer.
+// is recorded. A Pod's terminationGracePeriodSeconds must be longer (the charts and config/ give
+// 150 seconds; test/install checks it against ShutdownTimeout).
 const shutdownTimeout = operationTimeout + 10*time.Second
+
+// ShutdownTimeout is shutdownTimeout, for the checks of the Deployments' grace periods.
+const ShutdownTimeout = shutdownTimeout
+
+// MaxDriverTimeout is the longest DriverTimeout (--driver-timeout): every driver call runs inside
+// a reconcile, whose deadline is operationTimeout, and a longer call would be cut there. The
+// deadline is not derived from the flag, because the shutdown waits for it and a Pod's
+// terminationGracePeriodSeconds, fixed in the Deployment, must cover that wait.
+const MaxDriverTimeout = operationTimeout
+
+// validate refuses options that would not be honoured.
+func (o Options) validate() error {
+	if o.DriverTimeout < 0 || o.DriverTimeout > MaxDriverTimeout {
+		return fmt.Errorf("--driver-timeout %v: must be at most %v (0 means one minute): every driver call runs "+
+			"inside a reconcile, whose deadline is %v, and would be cut there", o.DriverTimeout, MaxDriverTimeout,
+			operationTimeout)
+	}
+	return nil
+}
 
 // DefaultSecretCheckInterval is how often the Secrets of each provisioned access are checked
 // unless configured otherwise: one no-op patch per Secret per interval.
