@@ -18,11 +18,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kube-cosi/cosi/internal/index"
 	"github.com/kube-cosi/cosi/internal/requeue"
 	"github.com/kube-cosi/cosi/internal/scheme"
+	"github.com/kube-cosi/cosi/internal/serving"
 	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/driver/v1alpha1"
 	cosiproto "github.com/kube-cosi/cosi/proto"
@@ -47,8 +47,11 @@ type Options struct {
 	// driver, in LeaderElectionNamespace).
 	LeaderElection          bool
 	LeaderElectionNamespace string
-	// MetricsAddress and HealthAddress serve /metrics and /healthz, /readyz ("0" disables).
+	// MetricsAddress and HealthAddress serve /metrics and /healthz, /readyz ("0" disables, ""
+	// is loopback: serving.DefaultMetricsAddress, DefaultHealthAddress); MetricsSecure serves
+	// /metrics over HTTPS to authorized clients only (serving.Metrics).
 	MetricsAddress, HealthAddress string
+	MetricsSecure                 bool
 	// SkipNameValidation allows several sidecars in one process (tests).
 	SkipNameValidation bool
 	// DriverProtocol forces the driver protocol (driver.ProtocolV1alpha2 or ProtocolV1alpha1);
@@ -114,8 +117,8 @@ func newManager(
 		// of its memory. No Secret is cached either: the sidecar may not read Secrets.
 		Cache:                         cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
 		GracefulShutdownTimeout:       ptr.To(shutdownTimeout),
-		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddress},
-		HealthProbeBindAddress:        opts.HealthAddress,
+		Metrics:                       serving.Metrics(opts.MetricsAddress, opts.MetricsSecure),
+		HealthProbeBindAddress:        serving.Health(opts.HealthAddress),
 		LeaderElection:                opts.LeaderElection,
 		LeaderElectionID:              LeaseName(info.GetName()),
 		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
