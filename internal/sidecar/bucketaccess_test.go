@@ -415,10 +415,7 @@ func TestLostSecretIsWrittenAgain(t *testing.T) {
 	)
 	s := secret(t, ba, 0)
 	before := s.Data["AWS_SECRET_ACCESS_KEY"]
-	controllerutil.RemoveFinalizer(s, cosiapi.FinalizerProtection)
-	if err := env.Client.Update(t.Context(), s); err != nil {
-		t.Fatal(err)
-	}
+	// Deleted as a user would: the Secret keeps COSI's finalizer until the sidecar lets it go.
 	if err := env.Client.Delete(t.Context(), s); err != nil {
 		t.Fatal(err)
 	}
