@@ -22,12 +22,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/index"
 	"github.com/kube-cosi/cosi/internal/requeue"
 	"github.com/kube-cosi/cosi/internal/scheme"
+	"github.com/kube-cosi/cosi/internal/serving"
 	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/driver/v1alpha1"
 	cosiproto "github.com/kube-cosi/cosi/proto"
@@ -56,8 +56,11 @@ type Options struct {
 	// tenants cannot write. Empty: LeaderElectionNamespace, else the Pod's namespace, else
 	// DefaultGrantNamespace.
 	GrantNamespace string
-	// MetricsAddress and HealthAddress serve /metrics and /healthz, /readyz ("0" disables).
+	// MetricsAddress and HealthAddress serve /metrics and /healthz, /readyz ("0" disables, ""
+	// is loopback: serving.DefaultMetricsAddress, DefaultHealthAddress); MetricsSecure serves
+	// /metrics over HTTPS to authorized clients only (serving.Metrics).
 	MetricsAddress, HealthAddress string
+	MetricsSecure                 bool
 	// SkipNameValidation allows several sidecars in one process (tests).
 	SkipNameValidation bool
 	// DriverProtocol forces the driver protocol (driver.ProtocolV1alpha2 or ProtocolV1alpha1);
@@ -132,8 +135,8 @@ func newManager(
 			}},
 		},
 		GracefulShutdownTimeout:       ptr.To(shutdownTimeout),
-		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddress},
-		HealthProbeBindAddress:        opts.HealthAddress,
+		Metrics:                       serving.Metrics(opts.MetricsAddress, opts.MetricsSecure),
+		HealthProbeBindAddress:        serving.Health(opts.HealthAddress),
 		LeaderElection:                opts.LeaderElection,
 		LeaderElectionID:              LeaseName(info.GetName()),
 		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
@@ -191,8 +194,11 @@ func setup(
 // shutdownTimeout is how long the manager waits, on SIGTERM, for reconciles in flight: they may
 // run for operationTimeout after the shutdown began (finishOnShutdown), so that what a driver did
 // is recorded. A Pod's terminationGracePeriodSeconds must be longer (the charts and config/ give
-// 150 seconds).
+// 150 seconds; test/install checks it against ShutdownTimeout).
 const shutdownTimeout = operationTimeout + 10*time.Second
+
+// ShutdownTimeout is shutdownTimeout, for the checks of the Deployments' grace periods.
+const ShutdownTimeout = shutdownTimeout
 
 // DefaultGrantNamespace holds the grant records when neither the options nor the Pod name a
 // namespace: the namespace of the generated Role (config/rbac/sidecar).
