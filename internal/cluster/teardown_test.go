@@ -66,11 +66,11 @@ func randomHex(t *testing.T, n int) string {
 	return hex.EncodeToString(b)
 }
 
-// run runs a command that must succeed.
-func run(t *testing.T, name string, args ...string) {
+// ip runs an ip(8) command that must succeed.
+func ip(t *testing.T, args ...string) {
 	t.Helper()
-	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
 	}
 }
 
@@ -224,10 +224,10 @@ func TestCleanupTouchesOnlyWhatTheNodeMade(t *testing.T) {
 		_ = exec.Command("ip", "link", "delete", podVeth).Run()
 		_ = exec.Command("ip", "link", "delete", bridge).Run()
 	})
-	run(t, "ip", "link", "add", "name", bridge, "type", "bridge")
-	run(t, "ip", "link", "set", "dev", bridge, "alias", tag)
-	run(t, "ip", "link", "add", podVeth, "type", "veth", "peer", "name", podPeer)
-	run(t, "ip", "link", "set", "dev", podVeth, "master", bridge)
+	ip(t, "link", "add", "name", bridge, "type", "bridge")
+	ip(t, "link", "set", "dev", bridge, "alias", tag)
+	ip(t, "link", "add", podVeth, "type", "veth", "peer", "name", podPeer)
+	ip(t, "link", "set", "dev", podVeth, "master", bridge)
 	h := cgroupHierarchy(t)
 	container := sleeper(t, "", "/")
 	makeCgroupWith(t, filepath.Join(h, tag, "kubepods", "besteffort", "pod-1"), container)
@@ -254,8 +254,8 @@ func TestCleanupTouchesOnlyWhatTheNodeMade(t *testing.T) {
 		_ = exec.Command("ip", "link", "delete", veth).Run()
 		_ = exec.Command("ip", "netns", "delete", netns).Run()
 	})
-	run(t, "ip", "link", "add", veth, "type", "veth", "peer", "name", peer)
-	run(t, "ip", "netns", "add", netns)
+	ip(t, "link", "add", veth, "type", "veth", "peer", "name", peer)
+	ip(t, "netns", "add", netns)
 	docker := sleeper(t, "", "/")
 	foreign := filepath.Join(h, "kubepods", "cosi-decoy-"+id)
 	makeCgroupWith(t, foreign, docker)

@@ -28,7 +28,8 @@ const (
 	// A Deployment whose probes the kubelet sends to the Pod's address, or whose metrics
 	// Prometheus scrapes, sets its addresses explicitly (the charts and config/ do).
 	DefaultMetricsAddress = "127.0.0.1:8080"
-	DefaultHealthAddress  = "127.0.0.1:8081"
+	// DefaultHealthAddress is where the probes are served by default (see DefaultMetricsAddress).
+	DefaultHealthAddress = "127.0.0.1:8081"
 )
 
 // Metrics are the options of the metrics server at addr ("" is DefaultMetricsAddress, "0"
