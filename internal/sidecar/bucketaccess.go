@@ -142,7 +142,7 @@ func (r *BucketAccessReconciler) Reconcile(ctx context.Context, req reconcile.Re
 	if conditions.IsTrue(ba, cosiapi.ConditionProvisioned) {
 		return r.check(ctx, ba)
 	}
-	if err := r.grant(ctx, ba); err != nil {
+	if err := r.grant(ctx, ba, false); err != nil {
 		return r.result(ba, cosiapi.EventFailedGrantAccess, err)
 	}
 	// Granted, or waiting for a watched object: the Secrets' checks start from here.
@@ -173,7 +173,7 @@ func (r *BucketAccessReconciler) check(ctx context.Context, ba *cosiapi.BucketAc
 		return r.result(ba, cosiapi.EventFailedGrantAccess, err)
 	}
 	if !intact {
-		if err := r.grant(ctx, ba); err != nil {
+		if err := r.grant(ctx, ba, true); err != nil {
 			return r.result(ba, cosiapi.EventFailedGrantAccess, err)
 		}
 	}
@@ -182,14 +182,15 @@ func (r *BucketAccessReconciler) check(ctx context.Context, ba *cosiapi.BucketAc
 }
 
 // grant provisions the access in two phases and writes its Secrets (KEP-1979 "Generating Bucket
-// Access Credentials", sidecar steps).
-func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAccess) error {
+// Access Credentials", sidecar steps). again is set when the Secrets of a provisioned access are
+// written anew (check); otherwise the access is granted only if it is not provisioned yet.
+func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAccess, again bool) error {
 	// Counted in flight first, then the access confirmed uncached: a Bucket's reconcile revokes a
 	// recorded grant only when the access is gone (uncached) and no grant for it is in flight, so
 	// either it sees this grant, or this grant sees the access gone.
 	done := r.Grants.inFlight.start(ba.UID)
 	defer done()
-	buckets, ready, err := r.prepareGrant(ctx, ba)
+	buckets, ready, err := r.prepareGrant(ctx, ba, again)
 	if err != nil || !ready {
 		return err
 	}
@@ -249,7 +250,7 @@ func (r *BucketAccessReconciler) grantRecorded(ctx context.Context, ba *cosiapi.
 // Buckets are provisioned, it has its finalizer, and its Secrets can be written. ready is false,
 // with the conditions saying why, while something is missing.
 func (r *BucketAccessReconciler) prepareGrant(
-	ctx context.Context, ba *cosiapi.BucketAccess,
+	ctx context.Context, ba *cosiapi.BucketAccess, again bool,
 ) (buckets map[string]*cosiapi.Bucket, ready bool, err error) {
 	live := &cosiapi.BucketAccess{}
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ba), live); err != nil {
@@ -257,6 +258,12 @@ func (r *BucketAccessReconciler) prepareGrant(
 	}
 	if live.UID != ba.UID || live.DeletionTimestamp != nil {
 		return nil, false, nil // gone or going: the deletion path takes over
+	}
+	if !again && conditions.IsTrue(live, cosiapi.ConditionProvisioned) {
+		// Granted already: the cache is behind the status this sidecar wrote (a reconcile
+		// queued during the grant runs before the informer delivers it). Granting on the stale
+		// copy would call the driver once more; the update wakes the Secret checks instead.
+		return nil, false, nil
 	}
 	buckets, ready, err = r.buckets(ctx, ba)
 	if err != nil || !ready {
