@@ -7,10 +7,14 @@
 package adversarial
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -73,6 +77,7 @@ func TestMain(m *testing.M) {
 		if err != nil {
 			return err
 		}
+		controllerCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return slowHandOffs{rt} })
 		env.Go(ctx, "controller", func(ctx context.Context) error {
 			return controller.Run(
 				ctx,
@@ -116,6 +121,32 @@ func tenantClient(ctx context.Context, namespace, name string, writesStatus bool
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: name}
 	return client.New(cfg, client.Options{Scheme: env.Scheme})
+}
+
+// slowHandOffPrefix names the accesses whose hand-off reaches the API server late: the
+// controller's status write that hands them off to the sidecar waits slowHandOff first, as on a
+// slow network, so that tests can make other writes land between its decision and its write.
+const (
+	slowHandOffPrefix = "slow-handoff-"
+	slowHandOff       = 300 * time.Millisecond
+)
+
+// slowHandOffs delays the controller's hand-off writes of the accesses named slowHandOffPrefix*.
+type slowHandOffs struct{ next http.RoundTripper }
+
+func (s slowHandOffs) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodPatch && strings.Contains(req.URL.Path, "/bucketaccesses/"+slowHandOffPrefix) &&
+		strings.HasSuffix(req.URL.Path, "/status") && req.Body != nil {
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			return nil, err
+		}
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		if bytes.Contains(body, []byte(`"driverName"`)) {
+			time.Sleep(slowHandOff)
+		}
+	}
+	return s.next.RoundTrip(req)
 }
 
 var driverCounter atomic.Int64
