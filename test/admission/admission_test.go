@@ -1,7 +1,8 @@
 // Package admission tests the ValidatingAdmissionPolicies of config/admission, installed from
 // those files into a real kube-apiserver: what they refuse to a tenant who holds only a namespace
-// Role, with messages naming the field; what they still allow tenants; and that COSI's components,
-// on their generated roles, are never refused.
+// Role, with messages naming the field; what they still allow tenants; that COSI's components, on
+// their generated roles, are never refused what they do; and what the sidecar's own token may not
+// do with Secrets (cosi-sidecar-secrets).
 package admission
 
 import (
@@ -221,9 +222,9 @@ func impersonate(user string) (actor, error) {
 }
 
 // component returns a client for the ServiceAccount of controller or sidecar, bound to the roles
-// generated into config/rbac.
+// generated into config/rbac, authenticated with the ServiceAccount's own token.
 func component(ctx context.Context, name string) (actor, error) {
-	cfg, err := env.ServiceAccountConfig(ctx, "config/rbac/"+name+"/role.yaml", "cosi-system", "cosi-"+name)
+	cfg, err := env.ServiceAccountTokenConfig(ctx, "config/rbac/"+name+"/role.yaml", "cosi-system", "cosi-"+name)
 	if err != nil {
 		return actor{}, err
 	}
@@ -270,7 +271,7 @@ func newSecret() *corev1.Secret {
 }
 
 func cosiSecret(s *corev1.Secret) {
-	metav1.SetMetaDataLabel(&s.ObjectMeta, cosiapi.LabelBucketAccessUID, "3f2b9c1e-0000-4000-8000-000000000001")
+	metav1.SetMetaDataLabel(&s.ObjectMeta, cosiapi.LabelBucketAccessUID, testUID)
 	s.Finalizers = append(s.Finalizers, cosiapi.FinalizerProtection)
 }
 
@@ -411,6 +412,9 @@ func waitForPolicies(t *testing.T) {
 			ba := statusProbe(t)
 			return broadTenant.Status().Update(t.Context(), ba, client.DryRunAll)
 		}, "status: the status of bucketaccesses is reserved to COSI"},
+		{"cosi-sidecar-secrets", func() error {
+			return sidecar.Create(t.Context(), newSecret(), dryRun)
+		}, sidecarLabel},
 		{"cosi-allowed-classes", func() error {
 			return tenant.Create(t.Context(), newClaim(restrictedNamespace, "premium"), dryRun)
 		}, "spec.bucketClassName: premium is not allowed"},
