@@ -54,8 +54,14 @@ var (
 	// controller and sidecar are ServiceAccounts bound to the generated roles of config/rbac, as
 	// COSI runs.
 	controller, sidecar actor
-	// admin is the test's cluster admin.
+	// admin is the test's cluster admin (system:masters, which no authorizer is asked about).
 	admin actor
+	// clusterAdmin is bound to the cluster-admin ClusterRole ("*" on everything), as admins usually
+	// are: RBAC answers for it.
+	clusterAdmin actor
+	// namespacedSidecar holds the sidecar's ClusterRole through a RoleBinding in tenantNamespace
+	// only: a sidecar confined to a namespace.
+	namespacedSidecar actor
 )
 
 func TestMain(m *testing.M) {
@@ -104,7 +110,37 @@ func setup(ctx context.Context) error {
 	if controller, err = component(ctx, "controller"); err != nil {
 		return err
 	}
-	sidecar, err = component(ctx, "sidecar")
+	if sidecar, err = component(ctx, "sidecar"); err != nil {
+		return err
+	}
+	return bindAdminAndNamespacedSidecar(ctx)
+}
+
+// bindAdminAndNamespacedSidecar binds clusterAdmin and namespacedSidecar (after the sidecar's
+// generated ClusterRole is installed).
+func bindAdminAndNamespacedSidecar(ctx context.Context) error {
+	user := func(name string) []rbacv1.Subject {
+		return []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: name}}
+	}
+	if err := create(ctx,
+		&rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "cluster-admin-user"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+			Subjects:   user("cluster-admin-user"),
+		},
+		&rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "namespaced-sidecar", Namespace: tenantNamespace},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cosi-sidecar"},
+			Subjects:   user("namespaced-sidecar"),
+		},
+	); err != nil {
+		return err
+	}
+	var err error
+	if clusterAdmin, err = impersonate("cluster-admin-user"); err != nil {
+		return err
+	}
+	namespacedSidecar, err = impersonate("namespaced-sidecar")
 	return err
 }
 
@@ -428,7 +464,7 @@ func waitForPolicies(t *testing.T) {
 			return fmt.Errorf("%s is not in force yet: %w", p.name, err)
 		})
 	}
-	for _, c := range []actor{controller, sidecar} {
+	for _, c := range []actor{controller, sidecar, clusterAdmin, namespacedSidecar} {
 		testenv.Eventually(t, func() error {
 			err := c.Get(t.Context(), client.ObjectKey{Namespace: tenantNamespace, Name: "none"}, &cosiapi.BucketAccess{})
 			if apierrors.IsNotFound(err) {

@@ -108,8 +108,14 @@ func TestSidecarCreatesSecrets(t *testing.T) {
 			},
 			refused: sidecarMetadata,
 		},
+		{
+			name:    "sidecar bound in the namespace only creates an Opaque Secret of its own",
+			as:      namespacedSidecar,
+			refused: sidecarLabel,
+		},
 		{name: "tenant creates an Opaque Secret", as: tenant},
 		{name: "admin creates a ServiceAccount token in kube-system", as: admin, mutate: serviceAccountToken},
+		{name: "cluster-admin creates a ServiceAccount token in kube-system", as: clusterAdmin, mutate: serviceAccountToken},
 	})
 }
 
@@ -235,6 +241,11 @@ func TestSidecarChangesSecrets(t *testing.T) {
 		secretRequest{name: "tenant reads its Secret with an empty merge patch", as: tenant, request: emptyMergePatch},
 		secretRequest{name: "tenant patches its Secret's data", as: tenant, request: writeData},
 		secretRequest{name: "admin deletes a tenant's Secret", as: admin, request: deleteIt},
+		secretRequest{name: "cluster-admin patches a tenant Secret's data", as: clusterAdmin, request: writeData},
+		secretRequest{
+			name: "sidecar bound in the namespace only reads a tenant's Secret with an empty merge patch",
+			as:   namespacedSidecar, request: emptyMergePatch, refused: sidecarNotCOSIs,
+		},
 	)
 	runSecretRequests(t, cases)
 }

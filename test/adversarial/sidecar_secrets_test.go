@@ -242,8 +242,9 @@ func installSidecarPolicy(t *testing.T, sidecar client.Client) {
 		mustCreate(t, env.Client, obj)
 		objs = append(objs, obj)
 	}
+	// t.Context() is done when cleanups run.
 	probe := func() error {
-		return sidecar.Create(t.Context(), &corev1.Secret{
+		return sidecar.Create(context.Background(), &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: uniqueName("probe"), Namespace: tenantNamespace},
 		}, client.DryRunAll)
 	}
