@@ -173,7 +173,10 @@ func TestObjectLockNeedsOptIn(t *testing.T) {
 		})
 
 		t.Run("with allowObjectLock", func(t *testing.T) {
-			a, err := grantWith(ctx, p, map[string]string{allowObjectLock: "true"}, rw, bucket)
+			// objectMetadata ReadOnly to read the retention back.
+			modes := &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE,
+				ObjectMetadata: cosiproto.AccessMode_READ_ONLY}
+			a, err := grantWith(ctx, p, map[string]string{allowObjectLock: "true"}, modes, bucket)
 			if err != nil {
 				t.Fatal(err)
 			}
