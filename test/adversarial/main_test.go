@@ -50,10 +50,10 @@ func TestMain(m *testing.M) {
 			return err
 		}
 		var err error
-		if tenant, err = tenantClient(ctx, "tenant", false); err != nil {
+		if tenant, err = tenantClient(ctx, tenantNamespace, "tenant", false); err != nil {
 			return err
 		}
-		if statusWriter, err = tenantClient(ctx, "status-writer", true); err != nil {
+		if statusWriter, err = tenantClient(ctx, tenantNamespace, "status-writer", true); err != nil {
 			return err
 		}
 		if sidecarConfig, err = env.ServiceAccountConfig(
@@ -85,8 +85,8 @@ func TestMain(m *testing.M) {
 	})
 }
 
-// tenantClient creates a user bound to a Role in tenantNamespace only, and a client acting as it.
-func tenantClient(ctx context.Context, name string, writesStatus bool) (client.Client, error) {
+// tenantClient creates a user bound to a Role in namespace only, and a client acting as it.
+func tenantClient(ctx context.Context, namespace, name string, writesStatus bool) (client.Client, error) {
 	rules := []rbacv1.PolicyRule{
 		{APIGroups: []string{cosiapi.GroupName}, Resources: []string{"bucketclaims", "bucketaccesses"}, Verbs: []string{"*"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"*"}},
@@ -102,9 +102,9 @@ func tenantClient(ctx context.Context, name string, writesStatus bool) (client.C
 		)
 	}
 	for _, o := range []client.Object{
-		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tenantNamespace}, Rules: rules},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}, Rules: rules},
 		&rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tenantNamespace},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: name}},
 		},
@@ -135,13 +135,16 @@ type system struct {
 	stopSidecar func()
 }
 
-func newSystem(t *testing.T) *system {
+func newSystem(t *testing.T, opts ...func(*memory.Config)) *system {
 	t.Helper()
 	s := &system{t: t, faults: &memory.Faults{}, calls: &memory.Calls{}}
 	s.name = fmt.Sprintf("memory-%d.adversarial.cosi.io", driverCounter.Add(1))
 	cfg := memory.Config{
 		Name:      s.name,
 		Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3, cosiproto.ObjectProtocol_AZURE},
+	}
+	for _, o := range opts {
+		o(&cfg)
 	}
 	var err error
 	if s.driver, err = memory.New(cfg); err != nil {

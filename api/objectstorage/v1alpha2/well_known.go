@@ -43,6 +43,12 @@ const (
 	// value "<namespace>/<name>" of the BucketClaim the Secret gives access to. Informational only.
 	AnnotationBucketClaimReference = "objectstorage.k8s.io/bucketclaim-reference"
 
+	// AnnotationSecretDataKeys is set by the Sidecar on each BucketAccess Secret: the
+	// comma-separated data keys it wrote (names only, never values). At each Secret check, a Secret
+	// that lacks one of them is written again, with one more grant. A tenant who edits it only
+	// changes what the check looks for.
+	AnnotationSecretDataKeys = "objectstorage.k8s.io/secret-data-keys"
+
 	// AnnotationAllowedBucketClasses is set on a Namespace by an admin: the comma-separated names
 	// of the BucketClasses that BucketClaims of the namespace may use. Enforced when a claim is
 	// created, by the cosi-allowed-classes ValidatingAdmissionPolicy (config/admission); no
@@ -93,6 +99,12 @@ const (
 	ReasonPending = "Pending"
 	// ReasonProvisioned (Provisioned=True): the driver provisioned the resource.
 	ReasonProvisioned = "Provisioned"
+	// ReasonImportedUnverified (Provisioned=True, on a static Bucket and, mirrored by the Controller,
+	// its BucketClaim): the Sidecar imported Bucket.spec.existingBucketID without the backend being
+	// asked whether that bucket exists, because the driver speaks COSI v1alpha1, which has no call
+	// to look a bucket up (docs/v1alpha1-drivers.md). A wrong ID shows at the first grant, as the
+	// driver's error on the BucketAccess. Set by the Sidecar when it imports the Bucket.
+	ReasonImportedUnverified = "ImportedUnverified"
 	// ReasonProvisioning (Provisioned=Unknown): provisioning is in progress or being retried.
 	ReasonProvisioning = "Provisioning"
 	// ReasonProvisioningFailed (Provisioned=False): provisioning failed with a final error.
@@ -125,6 +137,12 @@ const (
 	// ReasonSecretConflict (ResourcesValidated=False): an access Secret exists and is not owned by
 	// the BucketAccess, so COSI will not overwrite it.
 	ReasonSecretConflict = "SecretConflict"
+	// ReasonSecretWriteFailed (ResourcesValidated=False, on a BucketAccess): the Sidecar has the
+	// driver's answer but cannot write an access Secret (a ResourceQuota, a policy, a server
+	// error, a Secret someone made unwritable); the message names the Secret and the API server's
+	// error. The Sidecar retries the write with the answer it has, never with a new grant, and sets
+	// ResourcesValidated True once the Secrets are written.
+	ReasonSecretWriteFailed = "SecretWriteFailed"
 
 	// ReasonDriverSucceeded (ProvisionFailed=False): the latest provisioning RPC returned OK.
 	ReasonDriverSucceeded = "DriverSucceeded"
@@ -220,4 +238,11 @@ const (
 	// BucketAccess that owns it. The Sidecar watches only Secrets with this label, so it does not
 	// cache every Secret of the cluster.
 	LabelBucketAccessUID = "objectstorage.k8s.io/bucketaccess-uid"
+
+	// LabelGrantDriver is set by the Sidecar on the grant records it keeps (ConfigMaps named
+	// cosi-grant-<BucketAccess UID> in the Sidecar's namespace), with its driver's name (a hash of
+	// it when the name is not a valid label value). A record is written before an access is
+	// granted and deleted once the grant is revoked; the Sidecar caches only its driver's records.
+	// Only COSI and the admins of its namespace can write them (docs/security.md).
+	LabelGrantDriver = "objectstorage.k8s.io/grant-driver"
 )
