@@ -49,6 +49,25 @@ func (e *backendError) Error() string              { return e.st.Message() }
 func (e *backendError) GRPCStatus() *status.Status { return e.st }
 func (e *backendError) Unwrap() error              { return e.cause }
 
+// policyLimitCodes are the store's answers to a policy write that is over one of its limits (the
+// document's size, the number of statements or policies): IAM's LimitExceeded, S3's
+// PolicyTooLarge and EntityTooLarge. Elsewhere LimitExceeded is a quota that an admin may raise
+// (ResourceExhausted, retried); on a policy write it is the request that is too big, and the same
+// request can never pass: final.
+var policyLimitCodes = map[string]bool{"LimitExceeded": true, "PolicyTooLarge": true, "EntityTooLarge": true}
+
+// policyWriteStatus is toStatus for a failed policy write: a limit of the store is OutOfRange,
+// final, saying what exceeds it and what to do (hint).
+func policyWriteStatus(err error, what, hint string) error {
+	if err == nil {
+		return nil
+	}
+	if policyLimitCodes[apiCode(err)] || httpStatus(err) == 413 {
+		return newBackendError(codes.OutOfRange, err, what+": the policy exceeds the store's policy limits; "+hint)
+	}
+	return toStatus(err, "%s", what)
+}
+
 // adminAuthCodes are the store's answers that mean the driver's own identity was refused: its
 // key was rotated or deleted, its token expired, or its permissions were changed. An admin fixes
 // these (a new credentials file is picked up while the driver runs), so they are Unavailable,
