@@ -108,7 +108,9 @@ func (a *APIServer) ServiceAccountConfig(ctx context.Context, rolePath, namespac
 // instead of impersonation: a token from the TokenRequest API, as the kubelet mounts into a Pod,
 // valid for a day. What the API server and the admission policies see is what they see of a
 // component deployed with that ServiceAccount.
-func (a *APIServer) ServiceAccountTokenConfig(ctx context.Context, rolePath, namespace, name string) (*rest.Config, error) {
+func (a *APIServer) ServiceAccountTokenConfig(
+	ctx context.Context, rolePath, namespace, name string,
+) (*rest.Config, error) {
 	if _, err := a.ServiceAccountConfig(ctx, rolePath, namespace, name); err != nil {
 		return nil, err
 	}

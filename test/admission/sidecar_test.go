@@ -18,13 +18,15 @@ import (
 
 // Refusal messages of cosi-sidecar-secrets.
 const (
-	sidecarType      = "type: the COSI sidecar creates only Opaque Secrets"
-	sidecarLabel     = "metadata.labels[" + cosiapi.LabelBucketAccessUID + "]: the COSI sidecar creates only Secrets with it"
+	sidecarType  = "type: the COSI sidecar creates only Opaque Secrets"
+	sidecarLabel = "metadata.labels[" + cosiapi.LabelBucketAccessUID +
+		"]: the COSI sidecar creates only Secrets with it"
 	sidecarOwner     = "metadata.ownerReferences: the COSI sidecar creates only Secrets controlled by the BucketAccess"
 	sidecarFinalizer = "metadata.finalizers: the COSI sidecar creates only Secrets with " + cosiapi.FinalizerProtection
 	sidecarMetadata  = "metadata: the COSI sidecar sets only objectstorage.k8s.io/ labels, annotations and finalizers"
 	sidecarNotCOSIs  = "the COSI sidecar may change or delete only a Secret that COSI wrote for a BucketAccess"
-	sidecarLabelKept = "metadata.labels[" + cosiapi.LabelBucketAccessUID + "]: the COSI sidecar never changes or removes it"
+	sidecarLabelKept = "metadata.labels[" + cosiapi.LabelBucketAccessUID +
+		"]: the COSI sidecar never changes or removes it"
 )
 
 // TestSidecarCreatesSecrets: cosi-sidecar-secrets on create (issue 25, item 20). The sidecar, with
@@ -143,11 +145,11 @@ var (
 	emptyMergePatch = rawPatch(types.MergePatchType, "{}")
 	emptyJSONPatch  = rawPatch(types.JSONPatchType, "[]")
 	// probe is the sidecar's probeSecret: a JSON patch whose only operation tests the label.
-	probe = func(ctx context.Context, c client.Client, s, target *corev1.Secret) error {
+	probe = func(ctx context.Context, c client.Client, _, target *corev1.Secret) error {
 		return testPatch(ctx, c, target, "/metadata/labels/objectstorage.k8s.io~1bucketaccess-uid", testUID)
 	}
 	// probeOwner is probeSecret when deleting: the test of the first owner's UID.
-	probeOwner = func(ctx context.Context, c client.Client, s, target *corev1.Secret) error {
+	probeOwner = func(ctx context.Context, c client.Client, _, target *corev1.Secret) error {
 		return testPatch(ctx, c, target, "/metadata/ownerReferences/0/uid", testUID)
 	}
 	writeData = rawPatch(types.MergePatchType, `{"data":{"BUCKET_NAME":"ZXZpbA=="}}`)
@@ -160,17 +162,17 @@ var (
 		controllerutil.AddFinalizer(s, cosiapi.FinalizerProtection)
 	})
 	// release is releaseSecret and the first step of deleteAccessSecrets.
-	release = func(ctx context.Context, c client.Client, s, target *corev1.Secret) error {
+	release = func(ctx context.Context, c client.Client, s, _ *corev1.Secret) error {
 		return patch.RemoveFinalizer(ctx, c, s)
 	}
-	deleteIt = func(ctx context.Context, c client.Client, s, target *corev1.Secret) error {
+	deleteIt = func(ctx context.Context, c client.Client, s, _ *corev1.Secret) error {
 		return c.Delete(ctx, s, client.Preconditions{UID: &s.UID})
 	}
 	// dryRunDelete deletes nothing and, on a Secret with a finalizer, returns it.
-	dryRunDelete = func(ctx context.Context, c client.Client, s, target *corev1.Secret) error {
+	dryRunDelete = func(ctx context.Context, c client.Client, s, _ *corev1.Secret) error {
 		return c.Delete(ctx, s, client.DryRunAll)
 	}
-	replace = func(ctx context.Context, c client.Client, s, target *corev1.Secret) error {
+	replace = func(ctx context.Context, c client.Client, s, _ *corev1.Secret) error {
 		s.Data = map[string][]byte{"password": []byte("the sidecar's")}
 		return c.Update(ctx, s)
 	}
@@ -288,8 +290,11 @@ func runSecretRequests(t *testing.T, cases []secretRequest) {
 	}
 }
 
-func rawPatch(pt types.PatchType, body string) func(context.Context, client.Client, *corev1.Secret, *corev1.Secret) error {
-	return func(ctx context.Context, c client.Client, s, target *corev1.Secret) error {
+// secretOp is a request on a Secret: s is the Secret as read, target the object to send.
+type secretOp = func(ctx context.Context, c client.Client, s, target *corev1.Secret) error
+
+func rawPatch(pt types.PatchType, body string) secretOp {
+	return func(ctx context.Context, c client.Client, _, target *corev1.Secret) error {
 		return c.Patch(ctx, target, client.RawPatch(pt, []byte(body)))
 	}
 }
@@ -304,8 +309,8 @@ func testPatch(ctx context.Context, c client.Client, target *corev1.Secret, path
 }
 
 // locked changes the Secret with a merge patch locked to its version, as the sidecar writes.
-func locked(mutate func(*corev1.Secret)) func(context.Context, client.Client, *corev1.Secret, *corev1.Secret) error {
-	return func(ctx context.Context, c client.Client, s, target *corev1.Secret) error {
+func locked(mutate func(*corev1.Secret)) secretOp {
+	return func(ctx context.Context, c client.Client, s, _ *corev1.Secret) error {
 		orig := s.DeepCopy()
 		mutate(s)
 		return c.Patch(ctx, s, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))

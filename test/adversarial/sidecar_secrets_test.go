@@ -200,7 +200,10 @@ func sidecarRequests(c client.Client, victim *corev1.Secret, dryRun bool) []side
 		})},
 		{name: "read the tenant's Secret with an empty merge patch", reads: true, send: patch(types.MergePatchType, "{}")},
 		{name: "read the tenant's Secret with an empty JSON patch", reads: true, send: patch(types.JSONPatchType, "[]")},
-		{name: "patch the tenant Secret's data", send: patch(types.MergePatchType, `{"stringData":{"password":"the sidecar's"}}`)},
+		{
+			name: "patch the tenant Secret's data",
+			send: patch(types.MergePatchType, `{"stringData":{"password":"the sidecar's"}}`),
+		},
 		{name: "delete the tenant's Secret", send: func(ctx context.Context) (*corev1.Secret, error) {
 			return nil, c.Delete(ctx, target(), &client.DeleteOptions{DryRun: opt})
 		}},
@@ -263,7 +266,7 @@ func installSidecarPolicy(t *testing.T, sidecar client.Client) {
 	})
 	testenv.Eventually(t, func() error {
 		if err := probe(); !refusedByPolicy(err) {
-			return fmt.Errorf("%s is not in force yet: %v", sidecarPolicy, err)
+			return fmt.Errorf("%s is not in force yet: %w", sidecarPolicy, err)
 		}
 		return nil
 	})
