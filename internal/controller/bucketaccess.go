@@ -409,9 +409,14 @@ func (r *BucketAccessReconciler) delete(ctx context.Context, ba *cosiapi.BucketA
 	if !controllerutil.ContainsFinalizer(ba, cosiapi.FinalizerProtection) {
 		return nil
 	}
-	if ba.Status.DriverName != "" && !sidecarFinished(ba) {
+	if ba.Status.DriverName != "" && !sidecarFinished(ba) && ba.Status.AccountID != "" {
 		return nil // the sidecar revokes first; its status and annotation wake this reconciler
 	}
+	// Handed off, but phase 1 never recorded an account: nothing was granted (the account ID is
+	// persisted before the grant), no Secret was written, and the sidecar has nothing to clean
+	// up, or there is no sidecar for the driver at all. The finalizer goes without waiting for
+	// it, locked to the version read: a phase 1 recorded since then makes the removal conflict,
+	// and the next pass waits for the sidecar.
 	// Provisioned is False (Revoked) by now: whether the grant ever succeeded shows in
 	// ProvisionFailed, set False by the sidecar's successful grant.
 	granted := conditions.Has(ba, cosiapi.ConditionProvisionFailed, metav1.ConditionFalse, cosiapi.ReasonDriverSucceeded)

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,6 +34,23 @@ func holdsReference(ba *cosiapi.BucketAccess) bool {
 // handedOff reports whether the controller handed the access to its driver's sidecar: only then
 // can it have credentials.
 func handedOff(ba *cosiapi.BucketAccess) bool { return ba.Status.DriverName != "" }
+
+// refusedForGood reports whether the sidecar refused a handed-off access before phase 1, with a
+// final refusal (ResourcesValidated False: its Buckets lack its protocol, or a Bucket is gone,
+// not bound to it, or being released). It has no credentials (the account ID is persisted before
+// anything is granted), and the sidecar grants it nothing before the access changes; should it
+// then grant (a refusal that no longer holds), the grant is recorded first, and the sidecar
+// deletes no bucket while a recorded grant's access exists. So it does not hold its claim or
+// Bucket. A refusal written later replaces an earlier one (the sidecar refuses again, for the
+// release, once the claim is deleting): any of these reasons counts.
+func refusedForGood(ba *cosiapi.BucketAccess) bool {
+	if ba.Status.AccountID != "" {
+		return false
+	}
+	c := conditions.Get(ba, cosiapi.ConditionResourcesValidated)
+	return c != nil && c.Status == metav1.ConditionFalse &&
+		(c.Reason == cosiapi.ReasonUnsupportedProtocol || c.Reason == cosiapi.ReasonInvalidReference)
+}
 
 func namesClaim(ba *cosiapi.BucketAccess, claim string) bool {
 	return slices.ContainsFunc(ba.Spec.BucketClaims,
@@ -115,9 +133,10 @@ func holders(
 	}
 	holds := func(ba *cosiapi.BucketAccess) bool {
 		if bucket != "" {
-			return namesBucket(ba, bucket) && holdsReference(ba)
+			return namesBucket(ba, bucket) && holdsReference(ba) && !refusedForGood(ba)
 		}
-		return handedOff(ba) && ba.Namespace == namespace && namesClaim(ba, claim) && holdsReference(ba)
+		return handedOff(ba) && ba.Namespace == namespace && namesClaim(ba, claim) && holdsReference(ba) &&
+			!refusedForGood(ba)
 	}
 	var names []string
 	seen := map[types.UID]bool{}

@@ -27,6 +27,7 @@ import (
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/conditions"
 	"github.com/kube-cosi/cosi/internal/index"
+	"github.com/kube-cosi/cosi/internal/lookup"
 	"github.com/kube-cosi/cosi/internal/patch"
 	"github.com/kube-cosi/cosi/internal/predicates"
 	"github.com/kube-cosi/cosi/internal/requeue"
@@ -279,12 +280,15 @@ func (r *BucketAccessReconciler) prepareGrant(
 	}
 	// Before anything is granted, the Secrets must be writable: credentials that cannot be
 	// written would only be minted for nothing.
-	ready, conflict, err := r.secretsReady(ctx, ba)
+	ready, conflict, held, err := r.secretsReady(ctx, ba)
 	if err != nil {
 		return nil, false, err
 	}
 	if conflict != "" {
 		return nil, false, r.secretConflict(ctx, ba, errSecretConflict{conflict})
+	}
+	if held != "" {
+		return nil, false, r.secretUnwritable(ctx, ba, held, errRequeue(held))
 	}
 	if !ready {
 		return nil, false, errRequeue("a Secret of the access is being deleted; writing it again when it is gone")
@@ -414,9 +418,18 @@ func (r *BucketAccessReconciler) writeSecrets(
 func (r *BucketAccessReconciler) secretWriteFailed(
 	ctx context.Context, ba *cosiapi.BucketAccess, name string, err error,
 ) error {
+	msg := fmt.Sprintf("access granted, but Secret %s cannot be written; retrying the write: %v", name, err)
+	return r.secretUnwritable(ctx, ba, msg, fmt.Errorf("writing Secret %s: %w", name, err))
+}
+
+// secretUnwritable records that a Secret of the access cannot be written (ResourcesValidated
+// False, SecretWriteFailed; Provisioned not True unless it was) with msg, and returns err: the
+// write is retried with backoff.
+func (r *BucketAccessReconciler) secretUnwritable(
+	ctx context.Context, ba *cosiapi.BucketAccess, msg string, err error,
+) error {
 	status := r.record.status(ba)
-	msg := conditions.Truncate(fmt.Sprintf("access granted, but Secret %s cannot be written; retrying the write: %v",
-		name, err))
+	msg = conditions.Truncate(msg)
 	conditions.MarkFalse(ba, cosiapi.ConditionResourcesValidated, cosiapi.ReasonSecretWriteFailed, msg)
 	if !conditions.IsTrue(ba, cosiapi.ConditionProvisioned) {
 		conditions.MarkUnknown(ba, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioning, msg)
@@ -424,10 +437,10 @@ func (r *BucketAccessReconciler) secretWriteFailed(
 	if status.ConditionsChanged() {
 		r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, cosiapi.EventFailedGrantAccess, "WriteSecret", "%s", msg)
 		if perr := status.Patch(ctx, patch.OptimisticLock); perr != nil {
-			return fmt.Errorf("writing Secret %s: %w (and recording it: %w)", name, err, perr)
+			return fmt.Errorf("%w (and recording it: %w)", err, perr)
 		}
 	}
-	return fmt.Errorf("writing Secret %s: %w", name, err)
+	return err
 }
 
 // recordGranted records the grant in status. Once the driver has answered, the result is written
@@ -464,12 +477,16 @@ func (r *BucketAccessReconciler) buckets(
 	var waiting []string
 	for _, ab := range ba.Status.AccessedBuckets {
 		b := &cosiapi.Bucket{}
-		if err := r.Client.Get(ctx, types.NamespacedName{Name: ab.BucketName}, b); err != nil {
-			if apierrors.IsNotFound(err) {
-				return nil, false, r.record.invalid(ctx, ba, cosiapi.ReasonInvalidReference,
-					fmt.Sprintf("Bucket %s of BucketClaim %s does not exist", ab.BucketName, ab.BucketClaimName))
-			}
+		// A final refusal only for a Bucket confirmed gone uncached: the cache may not have a
+		// Bucket created a moment before the hand-off.
+		gone, err := lookup.ConfirmGone(ctx, r.Client, r.APIReader, types.NamespacedName{Name: ab.BucketName}, b,
+			func() bool { return true })
+		if err != nil {
 			return nil, false, err
+		}
+		if gone {
+			return nil, false, r.record.invalid(ctx, ba, cosiapi.ReasonInvalidReference,
+				fmt.Sprintf("Bucket %s of BucketClaim %s does not exist", ab.BucketName, ab.BucketClaimName))
 		}
 		ref := b.Spec.BucketClaimRef
 		switch {
