@@ -285,7 +285,10 @@ func installSidecarPolicy(t *testing.T, sidecar client.Client) {
 		})
 	})
 	testenv.Eventually(t, func() error {
-		if err := probe(); !refusedByPolicy(err) {
+		switch err := probe(); {
+		case err == nil:
+			return fmt.Errorf("%s is not in force yet: its probe was allowed", sidecarPolicy)
+		case !refusedByPolicy(err):
 			return fmt.Errorf("%s is not in force yet: %w", sidecarPolicy, err)
 		}
 		return nil
