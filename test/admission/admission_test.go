@@ -461,6 +461,9 @@ func waitForPolicies(t *testing.T) {
 			if err != nil && strings.Contains(err.Error(), p.refused) {
 				return nil
 			}
+			if err == nil {
+				return fmt.Errorf("%s is not in force yet: its probe was allowed", p.name)
+			}
 			return fmt.Errorf("%s is not in force yet: %w", p.name, err)
 		})
 	}

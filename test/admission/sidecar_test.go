@@ -54,6 +54,15 @@ func TestSidecarCreatesSecrets(t *testing.T) {
 			mutate:  func(s *corev1.Secret) { accessSecret(s); serviceAccountToken(s) },
 			refused: sidecarType,
 		},
+		{
+			name: "sidecar creates an access Secret that names a ServiceAccount",
+			as:   sidecar,
+			mutate: func(s *corev1.Secret) {
+				accessSecret(s)
+				metav1.SetMetaDataAnnotation(&s.ObjectMeta, corev1.ServiceAccountNameKey, "namespace-controller")
+			},
+			refused: sidecarMetadata,
+		},
 		{name: "sidecar creates an Opaque Secret of its own", as: sidecar, refused: sidecarLabel},
 		{name: "sidecar creates an access Secret without an owner", as: sidecar, mutate: withoutOwner, refused: sidecarOwner},
 		{

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -30,7 +31,8 @@ const sidecarPolicy = "cosi-sidecar-secrets"
 // changes and deletes any Secret, and creates any Secret in any namespace, a ServiceAccount token in
 // kube-system included (that ServiceAccount's rights, once the token controller fills it in). With
 // cosi-sidecar-secrets (config/admission) installed, all of that is refused, and the real sidecar,
-// on the same token, still creates, probes, rewrites, releases and deletes its own Secrets.
+// on the same token, still creates, probes, rewrites, releases, replaces and deletes its own
+// Secrets.
 //
 // Not parallel: the policy applies to the whole API server, and this tier's other tests run without
 // the policies (they show what holds without them); it is removed before they start. The test also
@@ -103,7 +105,8 @@ func TestSidecarSecretRights(t *testing.T) {
 		class := s.accessClass().Name
 
 		// Created (after a probe of the free name), then rewritten in place when a tenant breaks
-		// it, then released and written again when a tenant deletes it, then deleted with the access.
+		// it, released and written again when a tenant deletes it, replaced when a tenant makes it
+		// immutable, and deleted with the access.
 		ba := s.provisionedAccess(class, c)
 		first := secret(t, ba)
 		edit(t, tenant, first, func(s *corev1.Secret) { delete(s.Data, cosiapi.SecretKeyProtocol) })
@@ -122,6 +125,23 @@ func TestSidecarSecretRights(t *testing.T) {
 			}
 			if now.UID == first.UID || now.DeletionTimestamp != nil {
 				return fmt.Errorf("the deleted Secret was not written again")
+			}
+			return nil
+		})
+		// Made immutable with a key removed, it can never be patched: the sidecar removes its
+		// finalizer, deletes it and creates it anew (secretsReady).
+		second := secret(t, ba)
+		edit(t, tenant, second, func(s *corev1.Secret) {
+			delete(s.Data, cosiapi.SecretKeyProtocol)
+			s.Immutable = ptr.To(true)
+		})
+		testenv.Eventually(t, func() error {
+			now := &corev1.Secret{}
+			if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(second), now); err != nil {
+				return err
+			}
+			if now.UID == second.UID || ptr.Deref(now.Immutable, false) || len(now.Data[cosiapi.SecretKeyProtocol]) == 0 {
+				return fmt.Errorf("the immutable Secret was not replaced")
 			}
 			return nil
 		})
@@ -265,7 +285,10 @@ func installSidecarPolicy(t *testing.T, sidecar client.Client) {
 		})
 	})
 	testenv.Eventually(t, func() error {
-		if err := probe(); !refusedByPolicy(err) {
+		switch err := probe(); {
+		case err == nil:
+			return fmt.Errorf("%s is not in force yet: its probe was allowed", sidecarPolicy)
+		case !refusedByPolicy(err):
 			return fmt.Errorf("%s is not in force yet: %w", sidecarPolicy, err)
 		}
 		return nil
