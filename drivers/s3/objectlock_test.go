@@ -89,7 +89,9 @@ func lockOps(mode types.ObjectLockRetentionMode) []forbiddenOp {
 			return put(ctx, c, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key + "-retained"),
 				ObjectLockMode: types.ObjectLockMode(mode), ObjectLockRetainUntilDate: until()})
 		}},
-		{"PutObject with x-amz-object-lock-legal-hold ON", func(ctx context.Context, c *awss3.Client, bucket, key string) error {
+		{"PutObject with x-amz-object-lock-legal-hold ON", func(
+			ctx context.Context, c *awss3.Client, bucket, key string,
+		) error {
 			return put(ctx, c, &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key + "-held"),
 				ObjectLockLegalHoldStatus: types.ObjectLockLegalHoldStatusOn})
 		}},
@@ -99,7 +101,9 @@ func lockOps(mode types.ObjectLockRetentionMode) []forbiddenOp {
 				ObjectLockRetainUntilDate: until(), ObjectLockLegalHoldStatus: types.ObjectLockLegalHoldStatusOn})
 			return err
 		}},
-		{"CreateMultipartUpload with object lock headers", func(ctx context.Context, c *awss3.Client, bucket, key string) error {
+		{"CreateMultipartUpload with object lock headers", func(
+			ctx context.Context, c *awss3.Client, bucket, key string,
+		) error {
 			out, err := c.CreateMultipartUpload(ctx, &awss3.CreateMultipartUploadInput{Bucket: aws.String(bucket),
 				Key: aws.String(key + "-multipart"), ObjectLockMode: types.ObjectLockMode(mode), ObjectLockRetainUntilDate: until(),
 				ObjectLockLegalHoldStatus: types.ObjectLockLegalHoldStatusOn})
@@ -173,7 +177,10 @@ func TestObjectLockNeedsOptIn(t *testing.T) {
 		})
 
 		t.Run("with allowObjectLock", func(t *testing.T) {
-			a, err := grantWith(ctx, p, map[string]string{allowObjectLock: "true"}, rw, bucket)
+			// objectMetadata ReadOnly to read the retention back.
+			modes := &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE,
+				ObjectMetadata: cosiproto.AccessMode_READ_ONLY}
+			a, err := grantWith(ctx, p, map[string]string{allowObjectLock: "true"}, modes, bucket)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -238,7 +245,8 @@ func TestObjectLockRightsOfEarlierGrants(t *testing.T) {
 	root := iam.New(
 		iam.Options{Region: "us-east-1", Credentials: b.creds, BaseEndpoint: aws.String(versityStore.IAMEndpoint)},
 	)
-	if _, err := root.CreateUser(ctx, &iam.CreateUserInput{UserName: aws.String(id), Path: aws.String(s3.IAMPath)}); err != nil {
+	_, err := root.CreateUser(ctx, &iam.CreateUserInput{UserName: aws.String(id), Path: aws.String(s3.IAMPath)})
+	if err != nil {
 		t.Fatal(err)
 	}
 	// The policy the driver wrote for objectData ReadWrite before issue 25.
