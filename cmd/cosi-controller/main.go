@@ -10,6 +10,7 @@ import (
 
 	"github.com/kube-cosi/cosi/internal/cmdutil"
 	"github.com/kube-cosi/cosi/internal/controller"
+	"github.com/kube-cosi/cosi/internal/serving"
 	"github.com/kube-cosi/cosi/internal/version"
 )
 
@@ -20,9 +21,13 @@ func main() {
 	flag.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one leader among the controller replicas")
 	flag.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "",
 		"namespace of the leader election Lease (default: the pod's namespace)")
-	flag.StringVar(&opts.MetricsAddress, "metrics-bind-address", ":8080", `address of /metrics ("0" disables)`)
-	flag.StringVar(&opts.HealthAddress, "health-probe-bind-address", ":8081",
-		`address of /healthz and /readyz ("0" disables)`)
+	flag.StringVar(&opts.MetricsAddress, "metrics-bind-address", serving.DefaultMetricsAddress,
+		`address of /metrics ("0" disables); loopback unless set, e.g. :8443 for Prometheus`)
+	flag.BoolVar(&opts.MetricsSecure, "metrics-secure", false, "serve /metrics over HTTPS, only to bearer tokens "+
+		"allowed to get the non-resource URL /metrics (TokenReview, SubjectAccessReview: bind the ServiceAccount "+
+		"to system:auth-delegator)")
+	flag.StringVar(&opts.HealthAddress, "health-probe-bind-address", serving.DefaultHealthAddress,
+		`address of /healthz and /readyz ("0" disables); loopback unless set, e.g. :8081 for the kubelet's probes`)
 	version.AddFlag(flag.CommandLine)
 	flag.Parse() // also --kubeconfig, registered by controller-runtime
 

@@ -44,6 +44,8 @@ func main() {
 	flag.StringVar(&cfg.S3Endpoint, "s3-endpoint", "", "S3 endpoint URL reported in bucket info")
 	flag.StringVar(&cfg.Region, "region", "", "region reported in bucket info")
 	flag.BoolVar(&cfg.SingleBucketAccess, "single-bucket-access", false, "refuse multi-bucket access with OutOfRange")
+	flag.BoolVar(&cfg.NewKeyPerGrant, "new-key-per-grant", false,
+		"issue a new key on every grant of an existing account, keeping only the newest previous one valid")
 	flag.BoolVar(&cfg.NoServiceAccountAuth, "no-service-account-auth", false,
 		"refuse ServiceAccount authentication with InvalidArgument")
 	flag.StringVar(&cfg.StateFile, "state-file", "",

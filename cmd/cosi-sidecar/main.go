@@ -10,6 +10,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/kube-cosi/cosi/internal/cmdutil"
+	"github.com/kube-cosi/cosi/internal/serving"
 	"github.com/kube-cosi/cosi/internal/sidecar"
 	"github.com/kube-cosi/cosi/internal/version"
 	"github.com/kube-cosi/cosi/pkg/driver"
@@ -20,7 +21,8 @@ func main() {
 	common := cmdutil.Register("log verbosity: 2 logs every driver call, 5 also requests and responses (secrets stripped)")
 	flag.StringVar(&opts.DriverEndpoint, "driver-endpoint", os.Getenv(driver.EndpointEnv),
 		"the driver's socket, unix:///path/to/driver.sock (default $COSI_ENDPOINT)")
-	flag.DurationVar(&opts.DriverTimeout, "driver-timeout", time.Minute, "timeout of each driver call")
+	flag.DurationVar(&opts.DriverTimeout, "driver-timeout", time.Minute,
+		"timeout of each driver call; at most "+sidecar.MaxDriverTimeout.String()+", the deadline of a reconcile")
 	flag.DurationVar(&opts.DriverStartTimeout, "driver-start-timeout", 2*time.Minute,
 		"how long to wait for the driver to answer at start-up")
 	flag.IntVar(&opts.Workers, "workers", 16, "objects of each kind reconciled at once")
@@ -30,9 +32,13 @@ func main() {
 	flag.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one leader among the sidecars of this driver")
 	flag.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "",
 		"namespace of the leader election Lease (default: the pod's namespace)")
-	flag.StringVar(&opts.MetricsAddress, "metrics-bind-address", ":8080", `address of /metrics ("0" disables)`)
-	flag.StringVar(&opts.HealthAddress, "health-probe-bind-address", ":8081",
-		`address of /healthz and /readyz ("0" disables)`)
+	flag.StringVar(&opts.MetricsAddress, "metrics-bind-address", serving.DefaultMetricsAddress,
+		`address of /metrics ("0" disables); loopback unless set, e.g. :8443 for Prometheus`)
+	flag.BoolVar(&opts.MetricsSecure, "metrics-secure", false, "serve /metrics over HTTPS, only to bearer tokens "+
+		"allowed to get the non-resource URL /metrics (TokenReview, SubjectAccessReview: bind the ServiceAccount "+
+		"to system:auth-delegator)")
+	flag.StringVar(&opts.HealthAddress, "health-probe-bind-address", serving.DefaultHealthAddress,
+		`address of /healthz and /readyz ("0" disables); loopback unless set, e.g. :8081 for the kubelet's probes`)
 	flag.StringVar(&opts.DriverProtocol, "driver-protocol", "",
 		`the driver's protocol, "v1alpha2" or "v1alpha1" (default: detected at start-up; docs/v1alpha1-drivers.md)`)
 	flag.Func(

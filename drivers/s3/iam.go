@@ -80,16 +80,10 @@ func (a *IAMAccounts) Grant(ctx context.Context, id string, grants []bucketGrant
 		&iam.PutUserPolicyInput{UserName: aws.String(id), PolicyName: aws.String(iamPolicyName),
 			PolicyDocument: aws.String(string(doc))},
 	); err != nil {
-		if apiCode(err) == "LimitExceeded" {
-			// The store's limit is lower than MaxPolicySize: as final as our own check.
-			return Key{}, newBackendError(codes.OutOfRange, err, fmt.Sprintf(
-				"the IAM policy for access to %d buckets (%d characters) exceeds the store's policy size limit; "+
-					"grant fewer buckets per BucketAccess",
-				len(grants),
-				policySize(doc),
-			))
-		}
-		return Key{}, toStatus(err, "setting the policy of IAM user %q", id)
+		// The store's limit may be lower than MaxPolicySize: as final as the driver's own check.
+		return Key{}, policyWriteStatus(err, codes.OutOfRange, fmt.Sprintf("setting the policy of IAM user %q", id),
+			fmt.Sprintf("it grants access to %d buckets (%d characters): grant fewer buckets per BucketAccess",
+				len(grants), policySize(doc)))
 	}
 
 	keys, err := a.keys(ctx, id)

@@ -46,7 +46,7 @@ func TestPolicyOverStoreLimitIsFinal(t *testing.T) {
 		_, p := serve(t, d, logr.Discard())
 		buckets := longBuckets(t, b, 12)
 		a, err := grantWith(t.Context(), p, nil, rw, buckets...)
-		if !finalGrantCodes[status.Code(err)] || !strings.Contains(status.Convert(err).Message(), "policy size limit") {
+		if !finalGrantCodes[status.Code(err)] || !strings.Contains(status.Convert(err).Message(), "policy limits") {
 			t.Errorf("a grant whose IAM policy is over the store's limit: %v, want a final code naming the limit", err)
 		}
 		revokeAll(t, p, a, buckets...)
@@ -78,8 +78,8 @@ func TestPolicyOverStoreLimitIsFinal(t *testing.T) {
 			t.Fatalf("the admin's policy of %d bytes: %v", len(doc), err)
 		}
 		a, err := grantWith(ctx, p, nil, rw, bucket)
-		if !finalGrantCodes[status.Code(err)] || !strings.Contains(status.Convert(err).Message(), "too large") {
-			t.Errorf("a grant that takes the bucket policy over RGW's limit: %v, want a final code saying it is too large", err)
+		if !finalGrantCodes[status.Code(err)] || !strings.Contains(status.Convert(err).Message(), "policy limits") {
+			t.Errorf("a grant that takes the bucket policy over RGW's limit: %v, want a final code naming the limit", err)
 		}
 		revokeAll(t, p, a, bucket)
 		after := bucketPolicy(t, b, bucket)

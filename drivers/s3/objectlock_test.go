@@ -245,8 +245,8 @@ func TestObjectLockRightsOfEarlierGrants(t *testing.T) {
 	root := iam.New(
 		iam.Options{Region: "us-east-1", Credentials: b.creds, BaseEndpoint: aws.String(versityStore.IAMEndpoint)},
 	)
-	_, err := root.CreateUser(ctx, &iam.CreateUserInput{UserName: aws.String(id), Path: aws.String(s3.IAMPath)})
-	if err != nil {
+	user := &iam.CreateUserInput{UserName: aws.String(id), Path: aws.String(s3.IAMPath)}
+	if _, err := root.CreateUser(ctx, user); err != nil {
 		t.Fatal(err)
 	}
 	// The policy the driver wrote for objectData ReadWrite before issue 25.

@@ -459,30 +459,15 @@ func (a *RGWAccounts) setStatements(ctx context.Context, bucket, id string, stmt
 		ctx,
 		&s3.PutBucketPolicyInput{Bucket: aws.String(bucket), Policy: aws.String(string(doc))},
 	)
-	switch {
-	case err == nil, apiCode(err) == "NoSuchBucket" && len(stmts) == 0:
-		return nil
-	case policyTooLarge(err):
-		// Final: repeating the grant makes the same policy. The policy grows with every access
-		// to the bucket, so fewer accesses (or a larger limit) make it fit.
-		return newBackendError(codes.InvalidArgument, err, fmt.Sprintf(
-			"the policy of bucket %q would be too large with this access's statements (%d bytes): %s; "+
-				"RGW takes at most rgw_max_put_param_size (1 MiB by default), and the policy holds the "+
-				"statements of every access to the bucket and the admin's: grant fewer accesses to this bucket",
-			bucket, len(doc), describe(err)))
+	if err != nil && (apiCode(err) != "NoSuchBucket" || len(stmts) != 0) {
+		// InvalidArgument, not OutOfRange: KEP-1979 keeps OutOfRange for a driver that cannot share
+		// one credential across buckets, and here the bucket's policy is full of other accesses.
+		return policyWriteStatus(err, codes.InvalidArgument, fmt.Sprintf("setting the policy of bucket %q", bucket),
+			fmt.Sprintf("it would hold %d statements in %d bytes, those of every BucketAccess to the bucket and "+
+				"the admin's (RGW takes at most rgw_max_put_param_size, 1 MiB by default): fewer accesses to it would fit",
+				len(policy.statements), len(doc)))
 	}
-	return toStatus(err, "setting the policy of bucket %q", bucket)
-}
-
-// policyTooLarge reports whether the store refused a bucket policy for its size: RGW answers a
-// request body over rgw_max_put_param_size with InvalidRange (HTTP 416); S3 stores answer
-// EntityTooLarge (HTTP 413) or LimitExceeded.
-func policyTooLarge(err error) bool {
-	switch apiCode(err) {
-	case "InvalidRange", "EntityTooLarge", "LimitExceeded":
-		return true
-	}
-	return httpStatus(err) == http.StatusRequestEntityTooLarge
+	return nil
 }
 
 // Revoke implements Accounts: the user with its keys, then its statements in each bucket's

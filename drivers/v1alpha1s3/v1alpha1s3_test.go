@@ -2,6 +2,7 @@ package v1alpha1s3_test
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -10,8 +11,10 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	v1 "sigs.k8s.io/container-object-storage-interface/proto"
 
 	"github.com/kube-cosi/cosi/drivers/s3"
 	"github.com/kube-cosi/cosi/drivers/v1alpha1s3"
@@ -24,6 +27,20 @@ import (
 
 // serve starts Versity and the reference v1alpha1 driver on a socket, and returns its endpoint.
 func serve(t *testing.T) string {
+	t.Helper()
+	return serveWrapped(t, nil)
+}
+
+// v1Server is what a v1alpha1 driver serves.
+type v1Server interface {
+	v1.IdentityServer
+	v1.ProvisionerServer
+}
+
+// serveWrapped is serve with the driver wrapped by wrap (nil: served as it is, by
+// v1alpha1s3.Serve), to give answers the reference driver never gives but other v1alpha1 drivers
+// do, over the real store.
+func serveWrapped(t *testing.T, wrap func(*v1alpha1s3.Driver) v1Server) string {
 	t.Helper()
 	root, err := localenv.RepoRoot()
 	if err != nil {
@@ -54,7 +71,23 @@ func serve(t *testing.T) string {
 	endpoint := "unix://" + filepath.Join(dir, "driver.sock")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- v1alpha1s3.Serve(ctx, endpoint, v1alpha1s3.New(d)) }()
+	if wrap == nil {
+		go func() { done <- v1alpha1s3.Serve(ctx, endpoint, v1alpha1s3.New(d)) }()
+	} else {
+		lis, err := net.Listen("unix", filepath.Join(dir, "driver.sock"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := grpc.NewServer()
+		w := wrap(v1alpha1s3.New(d))
+		v1.RegisterIdentityServer(srv, w)
+		v1.RegisterProvisionerServer(srv, w)
+		go func() {
+			<-ctx.Done()
+			srv.GracefulStop()
+		}()
+		go func() { done <- srv.Serve(lis) }()
+	}
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

@@ -17,7 +17,8 @@ import (
 
 func main() {
 	var o cluster.Options
-	flag.StringVar(&o.Dir, "dir", ".cluster", "the node's state: etcd, containerd, kubelet, certificates, logs (log/)")
+	flag.StringVar(&o.Dir, "dir", ".cluster",
+		"the node's state: etcd, containerd, kubelet, certificates, logs (log/); new, empty, or one a node left")
 	flag.StringVar(
 		&o.BinDir,
 		"bin",

@@ -11,7 +11,9 @@ const cniBinDir = "/usr/lib/cni"
 // cniNetwork is the CNI network's name; the plugins put it in their iptables comments.
 const cniNetwork = "cosi"
 
-// containerdConfig keeps containerd's state in the node's directory. restrict_oom_score_adj: the
+// containerdConfig keeps containerd's state in the node's directory, the Pods' network namespaces
+// included (netns_mounts_under_state_dir: not in /run/netns, where anyone's are, so the tear-down
+// finds the node's below its directory). restrict_oom_score_adj: the
 // kubelet asks for negative oom_score_adj values, which root without CAP_SYS_RESOURCE (in a VM or
 // container sandbox like this one) may not set, and runc then fails every sandbox with "can't get
 // final child's PID from pipe: EOF".
@@ -36,6 +38,7 @@ disabled_plugins = [
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = %[5]q
   restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   [plugins."io.containerd.grpc.v1.cri".containerd]
@@ -78,14 +81,16 @@ func cniConfig(dir string) string {
 `, cniNetwork, bridgeName, filepath.Join(dir, "cni", "ipam"), PodSubnet)
 }
 
-// kubeletConfig: cgroup v1 and the cgroupfs driver (no systemd here), x509 clients only (the API
-// server), and thresholds low enough that a busy build disk does not evict the tests' Pods or
+// kubeletConfig: cgroup v1 and the cgroupfs driver (no systemd here), the Pods' cgroups below the
+// node's own (cgroupRoot, which makeCgroup made, as kind runs its kubelets), x509 clients only (the
+// API server), and thresholds low enough that a busy build disk does not evict the tests' Pods or
 // garbage-collect the imported images, which cannot be pulled again.
-func kubeletConfig(dir, sock, clientCA, ip, port, healthPort string) string {
+func kubeletConfig(dir, sock, clientCA, ip, port, healthPort, cgroupRoot string) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
 cgroupDriver: cgroupfs
+cgroupRoot: %[7]s
 containerRuntimeEndpoint: unix://%[1]s
 address: %[2]s
 port: %[3]s
@@ -115,5 +120,5 @@ serializeImagePulls: false
 fileCheckFrequency: 5s
 nodeStatusUpdateFrequency: 2s
 syncFrequency: 10s
-`, sock, ip, port, healthPort, clientCA, filepath.Join(dir, "pods"))
+`, sock, ip, port, healthPort, clientCA, filepath.Join(dir, "pods"), cgroupRoot)
 }

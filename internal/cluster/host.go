@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"bufio"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -28,40 +30,79 @@ var (
 		"net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding",
 	}
 	// paths written whatever the node's configuration says: the kubelet's device-plugin and pod
-	// resources sockets and container log links, containerd's shim sockets, the CRI's network
-	// namespaces, libcni's cache.
+	// resources sockets and container log links, containerd's shim sockets and runc's state,
+	// libcni's cache. (The CRI's network namespaces are in the node's directory:
+	// netns_mounts_under_state_dir in containerdConfig.)
 	hostPaths = []string{
 		"/var/lib/kubelet", "/var/log/containers", "/var/log/pods", "/run/containerd",
-		"/var/lib/cni", "/run/netns", "/var/run/netns", "/etc/cni/net.d", "/var/lib/containerd",
-		"/opt/cni",
+		"/var/lib/cni", "/etc/cni/net.d", "/var/lib/containerd", "/opt/cni",
 	}
-	// the cgroup the kubelet makes (cgroupfs driver) in every controller's hierarchy.
-	kubeletCgroups = []string{"kubepods", "kubepods.slice"}
 	iptablesTables = []string{"filter", "nat", "mangle"}
+	// kubeletChains are the chains the kubelet makes (pkg/kubelet/kubelet_network_linux.go:
+	// the hint for iptables-legacy or -nft, the martian-packet firewall, the canary it watches
+	// to notice a flush), whatever its configuration.
+	kubeletChains = map[string]bool{"KUBE-IPTABLES-HINT": true, "KUBE-FIREWALL": true, "KUBE-KUBELET-CANARY": true}
 )
 
-// hostState is the host as it was before the node started. Start writes it to stateFile and Stop
-// removes that, so that the next Start finds it after a run that was killed and restores the
-// host from it first (recoverLeftovers).
+// A node's tag (cosi-node-<12 hex digits>, random per Start) names what it makes outside its
+// directory so that its tear-down can tell it from anyone else's: the alias of its Pod bridge,
+// the cgroup below which the kubelet puts every Pod, and the marker in its directory.
+const tagPrefix = "cosi-node-"
+
+// newTag returns a fresh tag.
+func newTag() (string, error) {
+	b := make([]byte, 6)
+	if _, err := io.ReadFull(rand.Reader, b); err != nil {
+		return "", err
+	}
+	return tagPrefix + hex.EncodeToString(b), nil
+}
+
+// validTag tells whether tag is one newTag makes: an empty or odd one (a state file from an
+// older version, or edited by hand) must not select a cgroup hierarchy's root or every link
+// without an alias.
+func validTag(tag string) bool {
+	hexPart, ok := strings.CutPrefix(tag, tagPrefix)
+	if !ok || len(hexPart) != 12 {
+		return false
+	}
+	_, err := hex.DecodeString(hexPart)
+	return err == nil
+}
+
+// hostState is the host as it was before the node started, and what the node made. Start writes
+// it to stateFile (again whenever it starts a process) and Stop removes that, so that the next
+// Start finds it after a run that was killed and restores the host from it first (Cleanup).
 type hostState struct {
-	// Dir is the node's directory, PID the process that started it, Keep its Options.KeepDir.
-	Dir  string `json:"dir"`
-	PID  int    `json:"pid"`
-	Keep bool   `json:"keep,omitempty"`
+	// Dir is the node's directory, PID (started at PIDStart) the process that started it, Keep
+	// its Options.KeepDir, Tag the node's tag (newTag).
+	Dir      string `json:"dir"`
+	PID      int    `json:"pid"`
+	PIDStart uint64 `json:"pidStart,omitempty"`
+	Keep     bool   `json:"keep,omitempty"`
+	Tag      string `json:"tag,omitempty"`
+	// Procs are the components the node started, as they were started.
+	Procs []procRecord `json:"procs,omitempty"`
 
 	Sysctls  map[string]string   `json:"sysctls"`
 	Existed  map[string]bool     `json:"existed"`  // hostPaths that existed
-	Netns    map[string]bool     `json:"netns"`    // files in /run/netns
+	Netns    map[string]bool     `json:"netns"`    // files in /run/netns (for HostFingerprint)
 	IPTables map[string][]string `json:"iptables"` // "<binary> <table>" -> iptables -S lines
-	Links    map[string]bool     `json:"links"`
-	Mounts   map[string]bool     `json:"mounts"`  // every mount point of /proc/self/mountinfo
-	Cgroups  map[string]bool     `json:"cgroups"` // the kubelet's cgroups that existed (cgroupDirs)
+	Links    map[string]bool     `json:"links"`    // (for HostFingerprint)
+	Mounts   map[string]bool     `json:"mounts"`   // every mount point of /proc/self/mountinfo
+}
+
+// procRecord identifies a process the node started: its PID and its start time (field 22 of
+// /proc/<pid>/stat), which a process that reuses the PID later does not share.
+type procRecord struct {
+	Name  string `json:"name"`
+	PID   int    `json:"pid"`
+	Start uint64 `json:"start"`
 }
 
 func recordHost() (*hostState, error) {
 	h := &hostState{Sysctls: map[string]string{}, Existed: map[string]bool{}, Netns: map[string]bool{},
-		IPTables: map[string][]string{}, Links: map[string]bool{}, Mounts: map[string]bool{},
-		Cgroups: map[string]bool{}}
+		IPTables: map[string][]string{}, Links: map[string]bool{}, Mounts: map[string]bool{}}
 	for _, s := range hostSysctls {
 		b, err := os.ReadFile(sysctlPath(s))
 		if err != nil {
@@ -96,39 +137,22 @@ func recordHost() (*hostState, error) {
 	for _, mp := range mountPoints() {
 		h.Mounts[mp] = true
 	}
-	for _, d := range cgroupDirs(cgroupRoot) {
-		h.Cgroups[d] = true
-	}
 	return h, nil
 }
 
-// restore undoes what the node changed: mounts, network namespaces, links, iptables rules and
-// chains, sysctls, cgroups and the paths that did not exist before. It goes on after an error
-// and returns them all.
+// restore undoes what the node changed: mounts (below its directory and hostPaths), its tagged
+// links, its iptables rules and chains, sysctls, its tagged cgroups and the hostPaths that did
+// not exist before. It goes on after an error and returns them all. What it did not make (a
+// link, network namespace, chain or cgroup of Docker or an admin, made while the node ran) it
+// leaves.
 func (h *hostState) restore(nodeDir string) error {
 	var errs []error
-	// Mounts first: nothing below them can be removed while they are there.
+	// Mounts first: nothing below them can be removed while they are there. The network
+	// namespaces of the Pods are mounts below nodeDir.
 	roots := []string{nodeDir}
 	roots = append(roots, hostPaths...)
 	errs = append(errs, unmountUnder(roots, h.Mounts))
-	for _, p := range netnsFiles() {
-		if !h.Netns[p] {
-			_ = syscall.Unmount(p, syscall.MNT_DETACH)
-			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-				errs = append(errs, err)
-			}
-		}
-	}
-	ifs, _ := net.Interfaces()
-	for _, i := range ifs {
-		if !h.Links[i.Name] && (i.Name == bridgeName || strings.HasPrefix(i.Name, "veth")) {
-			if out, err := exec.Command("ip", "link", "delete", i.Name).
-				CombinedOutput(); err != nil &&
-				!strings.Contains(string(out), "Cannot find") {
-				errs = append(errs, fmt.Errorf("ip link delete %s: %w: %s", i.Name, err, out))
-			}
-		}
-	}
+	errs = append(errs, removeLinks(sysClassNet, h.Tag))
 	for key, before := range h.IPTables {
 		bin, table, _ := strings.Cut(key, " ")
 		errs = append(errs, restoreIPTables(bin, table, before))
@@ -142,7 +166,7 @@ func (h *hostState) restore(nodeDir string) error {
 			errs = append(errs, fmt.Errorf("restoring %s=%s: %w", s, v, err))
 		}
 	}
-	errs = append(errs, removeCgroups(cgroupRoot, h.Cgroups))
+	errs = append(errs, removeCgroup(cgroupRoot, h.Tag))
 	for _, p := range hostPaths {
 		if !h.Existed[p] {
 			errs = append(errs, removeAll(p))
@@ -173,6 +197,85 @@ func netnsFiles() []string {
 		}
 	}
 	return out
+}
+
+// sysClassNet lists the network links; the tests use a directory of their own.
+var sysClassNet = "/sys/class/net"
+
+// link is a network link as sysfs shows it.
+type link struct {
+	name, alias, master string
+}
+
+func readLinks(dir string) []link {
+	entries, _ := os.ReadDir(dir)
+	var links []link
+	for _, e := range entries {
+		l := link{name: e.Name()}
+		if b, err := os.ReadFile(filepath.Join(dir, e.Name(), "ifalias")); err == nil {
+			l.alias = strings.TrimSpace(string(b))
+		}
+		if m, err := os.Readlink(filepath.Join(dir, e.Name(), "master")); err == nil {
+			l.master = filepath.Base(m)
+		}
+		links = append(links, l)
+	}
+	return links
+}
+
+// nodeLinks picks the node's links: the bridges whose alias is its tag (makeBridge), and the
+// links attached to one (the host ends of the Pods' veth pairs, which the CNI plugin attaches),
+// those first. A veth of Docker or of another bridge is not the node's, whatever its name.
+func nodeLinks(links []link, tag string) []string {
+	if !validTag(tag) {
+		return nil
+	}
+	bridges := map[string]bool{}
+	for _, l := range links {
+		if l.alias == tag {
+			bridges[l.name] = true
+		}
+	}
+	var attached, own []string
+	for _, l := range links {
+		switch {
+		case bridges[l.name]:
+			own = append(own, l.name)
+		case bridges[l.master]:
+			attached = append(attached, l.name)
+		}
+	}
+	return append(attached, own...)
+}
+
+// makeBridge makes the Pod bridge, which the CNI bridge plugin then uses as it finds it, with the
+// node's tag as its alias, so that the tear-down knows it (nodeLinks). A link of that name that
+// is already there is someone else's: the node does not start.
+func makeBridge(tag string) error {
+	if _, err := os.Lstat(filepath.Join(sysClassNet, bridgeName)); err == nil {
+		return fmt.Errorf("a network link %s exists that this node did not make: the Pods' bridge "+
+			"must be the node's own (remove it with ip link delete %s if it is a leftover)", bridgeName, bridgeName)
+	}
+	if out, err := exec.Command("ip", "link", "add", "name", bridgeName, "type", "bridge").CombinedOutput(); err != nil {
+		return fmt.Errorf("ip link add %s: %w: %s", bridgeName, err, out)
+	}
+	if out, err := exec.Command("ip", "link", "set", "dev", bridgeName, "alias", tag).CombinedOutput(); err != nil {
+		_ = exec.Command("ip", "link", "delete", bridgeName).Run()
+		return fmt.Errorf("ip link set %s alias: %w: %s", bridgeName, err, out)
+	}
+	return nil
+}
+
+// removeLinks deletes the node's links (nodeLinks).
+func removeLinks(dir, tag string) error {
+	var errs []error
+	for _, name := range nodeLinks(readLinks(dir), tag) {
+		if out, err := exec.Command("ip", "link", "delete", name).CombinedOutput(); err != nil &&
+			!strings.Contains(string(out), "Cannot find") {
+			errs = append(errs, fmt.Errorf("ip link delete %s: %w: %s", name, err, out))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // unmountUnder detaches the mount points below roots (deepest first) that were not in keep: a
@@ -287,12 +390,28 @@ func iptablesUndo(before, now []string) (rules [][]string, chains []string) {
 	for _, l := range before {
 		had[l] = true
 	}
+	var added [][]string
 	for _, l := range now {
 		if had[l] {
 			continue
 		}
-		args, err := splitRule(l)
-		if err != nil || len(args) < 2 || !nodeRule(args) {
+		if args, err := splitRule(l); err == nil && len(args) >= 2 {
+			added = append(added, args)
+		}
+	}
+	// The chains of the CNI plugins (the bridge's masquerading CNI-<hash>) are named by a hash:
+	// they are the node's when a rule of its network jumps to them.
+	own := map[string]bool{}
+	for c := range kubeletChains {
+		own[c] = true
+	}
+	for _, args := range added {
+		if t := ruleTarget(args); strings.HasPrefix(t, "CNI-") && cniRule(args) {
+			own[t] = true
+		}
+	}
+	for _, args := range added {
+		if !nodeRule(args, own) {
 			continue
 		}
 		switch args[0] {
@@ -306,30 +425,31 @@ func iptablesUndo(before, now []string) (rules [][]string, chains []string) {
 	return rules, chains
 }
 
-// nodeRule tells whether a split line of iptables -S is the node's: a chain of the kubelet
-// (KUBE-FIREWALL, KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT) or of the CNI plugins (the bridge's
-// masquerading CNI-<hash>, portmap's CNI-HOSTPORT-*, CNI-DN-*), a rule in one, a jump to one, or a
-// rule carrying their comments (the kubelet's "kubernetes ...", portmap's "CNI portfwd ...", the
-// bridge's and portmap's `name: "cosi" id: "<container>"`).
-func nodeRule(args []string) bool {
-	own := func(chain string) bool {
-		return strings.HasPrefix(chain, "KUBE-") || strings.HasPrefix(chain, "CNI-")
-	}
-	if own(args[1]) {
-		return true
-	}
+// nodeRule tells whether a split line of iptables -S is the node's: one of the chains own (the
+// kubelet's, kubeletChains, and those of its CNI network), a rule in one or jumping to one, or a
+// rule of its CNI network (cniRule). Other KUBE-* and CNI-* chains (a kube-proxy's, another CNI
+// network's) are not, nor are the rules of a kubelet's older versions ("kubernetes ..." comments).
+func nodeRule(args []string, own map[string]bool) bool {
+	return own[args[1]] || own[ruleTarget(args)] || cniRule(args)
+}
+
+// ruleTarget is the chain a rule jumps or goes to ("" when none).
+func ruleTarget(args []string) string {
 	for i := 2; i+1 < len(args); i++ {
 		switch args[i] {
 		case "-j", "-g", "--jump", "--goto":
-			if own(args[i+1]) {
-				return true
-			}
-		case "--comment":
-			c := args[i+1]
-			if strings.HasPrefix(c, "kubernetes ") || strings.HasPrefix(c, "CNI ") ||
-				strings.Contains(c, `name: "`+cniNetwork+`"`) {
-				return true
-			}
+			return args[i+1]
+		}
+	}
+	return ""
+}
+
+// cniRule tells whether a rule carries the comment the CNI plugins give the rules of the node's
+// network: `name: "cosi" id: "<container>"`.
+func cniRule(args []string) bool {
+	for i := 2; i+1 < len(args); i++ {
+		if args[i] == "--comment" && strings.HasPrefix(args[i+1], `name: "`+cniNetwork+`" id: "`) {
+			return true
 		}
 	}
 	return false
@@ -372,48 +492,87 @@ func splitRule(line string) ([]string, error) {
 // cgroupRoot is where the cgroup hierarchies are mounted; the tests use a directory of their own.
 var cgroupRoot = "/sys/fs/cgroup"
 
-// cgroupDirs lists the kubelet's cgroups (kubeletCgroups and everything below them) in every
-// hierarchy under root (cgroup v1: root/<controller>; v2: root itself), parents first.
-func cgroupDirs(root string) []string {
-	hierarchies, _ := filepath.Glob(filepath.Join(root, "*"))
-	hierarchies = append(hierarchies, root)
-	var dirs []string
-	for _, r := range hierarchies {
-		for _, c := range kubeletCgroups {
-			dir := filepath.Join(r, c)
-			if _, err := os.Stat(dir); err != nil {
-				continue
-			}
-			_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-				if err == nil && d.IsDir() {
-					dirs = append(dirs, p)
-				}
-				return nil
-			})
+// cgroupHierarchies lists the cgroup hierarchies under root: root itself with cgroup v2 (unified),
+// else every directory below it that is the root of one (cgroup.procs at its top: cpu, memory,
+// name=systemd, ...).
+func cgroupHierarchies(root string) []string {
+	if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err == nil {
+		return []string{root}
+	}
+	entries, _ := os.ReadDir(root)
+	var out []string
+	for _, e := range entries {
+		h := filepath.Join(root, e.Name())
+		if _, err := os.Stat(filepath.Join(h, "cgroup.procs")); err == nil {
+			out = append(out, h)
 		}
+	}
+	return out
+}
+
+// makeCgroup makes the node's cgroup, named by its tag, in every hierarchy; the kubelet's
+// cgroupRoot, so that every Pod's cgroup (<tag>/kubepods/...) is below it. A cgroup v1 cpuset
+// starts empty, so it gets its parent's CPUs and memory nodes, as kind does for its kubelet's.
+// With cgroup v2 it gets the controllers the root enables for its children (systemd enables
+// them all); the root's are not changed.
+func makeCgroup(root, tag string) error {
+	for _, h := range cgroupHierarchies(root) {
+		dir := filepath.Join(h, tag)
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("making cgroup %s: %w", dir, err)
+		}
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			b, err := os.ReadFile(filepath.Join(h, f))
+			if err != nil {
+				continue // not the cpuset hierarchy
+			}
+			if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+				return fmt.Errorf("setting %s of cgroup %s: %w", f, dir, err)
+			}
+		}
+	}
+	return nil
+}
+
+// nodeCgroups lists the node's cgroups: its tag's, and everything below them, in every hierarchy
+// under root, parents first. Nothing when the tag is not valid: it must never name a hierarchy's
+// root.
+func nodeCgroups(root, tag string) []string {
+	if !validTag(tag) {
+		return nil
+	}
+	var dirs []string
+	for _, h := range cgroupHierarchies(root) {
+		dir := filepath.Join(h, tag)
+		if _, err := os.Stat(dir); err != nil {
+			continue
+		}
+		_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
 	}
 	return dirs
 }
 
-// removeCgroups removes the kubelet's cgroups under root that are not in existed, bottom up. A
-// process still in one (a container left by a killed run) is killed first: the cgroup is the
-// node's, so is what runs in it.
-func removeCgroups(root string, existed map[string]bool) error {
+// removeCgroup removes the node's cgroups (nodeCgroups), bottom up. A process still in one (a
+// container left by a killed run) is killed first: the cgroup is the node's, so is what runs in
+// it. A kubepods cgroup elsewhere (a real kubelet's, another node's) is not the node's.
+func removeCgroup(root, tag string) error {
 	var errs []error
-	dirs := cgroupDirs(root)
+	dirs := nodeCgroups(root, tag)
 	for i := len(dirs) - 1; i >= 0; i-- {
 		d := dirs[i]
-		if existed[d] {
-			continue
-		}
 		var err error
-		for try := 0; try < 20; try++ {
+		for try := 0; try < 50; try++ {
 			killCgroup(d)
 			if err = syscall.Rmdir(d); err == nil || errors.Is(err, syscall.ENOENT) ||
 				!errors.Is(err, syscall.EBUSY) {
 				break
 			}
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // the killed processes leave the cgroup
 		}
 		if err != nil && !errors.Is(err, syscall.ENOENT) {
 			errs = append(errs, fmt.Errorf("removing cgroup %s: %w", d, err))
@@ -436,7 +595,8 @@ func killCgroup(dir string) {
 }
 
 // HostFingerprint describes the host state the node changes (the sysctls, iptables rules, the
-// paths outside the node's directory, network links, the kubelet's cgroups), one item a line:
+// paths outside the node's directory, network links, the node's and any kubelet's cgroups), one
+// item a line:
 // equal before Start and after Stop when the node left the machine as it found it.
 func HostFingerprint() string {
 	h, err := recordHost()
@@ -461,9 +621,12 @@ func HostFingerprint() string {
 	for l := range h.Links {
 		lines = append(lines, "link "+l)
 	}
-	for _, c := range kubeletCgroups {
-		if m, _ := filepath.Glob("/sys/fs/cgroup/*/" + c); len(m) > 0 {
-			lines = append(lines, "cgroup "+c)
+	for _, h := range cgroupHierarchies(cgroupRoot) {
+		for _, pattern := range []string{tagPrefix + "*", "kubepods", "kubepods.slice"} {
+			m, _ := filepath.Glob(filepath.Join(h, pattern))
+			for _, c := range m {
+				lines = append(lines, "cgroup "+c)
+			}
 		}
 	}
 	for _, mp := range selectMounts(mountPoints(), append([]string{"/run/netns"}, hostPaths...), nil) {

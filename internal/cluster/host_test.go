@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -75,21 +76,32 @@ func (f *fakeIPTables) run(_ string, args ...string) ([]byte, error) {
 	return nil, nil
 }
 
-// Only what the kubelet and the CNI plugins add is undone: a rule someone else (Docker, ufw,
-// fail2ban, an admin) adds while the node runs stays.
+// Only what the node's kubelet and CNI network add is undone: a rule or chain someone else
+// (Docker, ufw, fail2ban, an admin, a kube-proxy, another CNI network) adds while the node runs
+// stays, even when its name starts with KUBE- or CNI-.
 func TestRestoreIPTablesKeepsOthersRules(t *testing.T) {
 	before := []string{"-P INPUT ACCEPT", "-P FORWARD ACCEPT", "-A INPUT -s 10.0.0.1/32 -j ACCEPT"}
+	cosi := `-m comment --comment "name: \"cosi\" id: \"abc\""`
+	podman := `-m comment --comment "name: \"podman\" id: \"x\""`
 	f := &fakeIPTables{rules: append(slices.Clone(before),
 		"-N KUBE-FIREWALL",
 		"-N KUBE-KUBELET-CANARY",
+		"-N KUBE-SERVICES",
 		"-N CNI-HOSTPORT-DNAT",
+		"-N CNI-abc123",
+		"-N CNI-def456",
 		"-N DOCKER-USER",
 		"-A INPUT -s 1.2.3.4/32 -j DROP",
 		"-A INPUT -j KUBE-FIREWALL",
 		"-A OUTPUT -m comment --comment \"kubernetes firewall for dropping marked packets\" -j DROP",
+		"-A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES",
 		"-A POSTROUTING -m comment --comment \"CNI portfwd requiring masquerade\" -j MASQUERADE",
-		"-A POSTROUTING -s 10.217.0.5/32 -m comment --comment \"name: \\\"cosi\\\" id: \\\"abc\\\"\" -j ACCEPT",
+		"-A POSTROUTING -s 10.217.0.5/32 "+cosi+" -j CNI-abc123",
+		"-A POSTROUTING -s 10.88.0.5/32 "+podman+" -j CNI-def456",
+		"-A CNI-abc123 -d 10.217.0.0/24 "+cosi+" -j ACCEPT",
+		"-A CNI-def456 -j MASQUERADE",
 		"-A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -j DROP",
+		"-A KUBE-SERVICES -j RETURN",
 		"-A FORWARD -j DOCKER-USER",
 		"-A DOCKER-USER -j RETURN",
 	)}
@@ -98,16 +110,84 @@ func TestRestoreIPTablesKeepsOthersRules(t *testing.T) {
 	if err := restoreIPTables("iptables", "filter", before); err != nil {
 		t.Fatal(err)
 	}
+	cosiArgs := `-m comment --comment name: "cosi" id: "abc"`
 	want := []string{
 		"-D INPUT -j KUBE-FIREWALL",
-		"-D OUTPUT -m comment --comment kubernetes firewall for dropping marked packets -j DROP",
-		"-D POSTROUTING -m comment --comment CNI portfwd requiring masquerade -j MASQUERADE",
-		`-D POSTROUTING -s 10.217.0.5/32 -m comment --comment name: "cosi" id: "abc" -j ACCEPT`,
+		"-D POSTROUTING -s 10.217.0.5/32 " + cosiArgs + " -j CNI-abc123",
+		"-D CNI-abc123 -d 10.217.0.0/24 " + cosiArgs + " -j ACCEPT",
 		"-D KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -j DROP",
-		"-F KUBE-FIREWALL", "-F KUBE-KUBELET-CANARY", "-F CNI-HOSTPORT-DNAT",
-		"-X KUBE-FIREWALL", "-X KUBE-KUBELET-CANARY", "-X CNI-HOSTPORT-DNAT",
+		"-F KUBE-FIREWALL", "-F KUBE-KUBELET-CANARY", "-F CNI-abc123",
+		"-X KUBE-FIREWALL", "-X KUBE-KUBELET-CANARY", "-X CNI-abc123",
 	}
 	if !reflect.DeepEqual(f.calls, want) {
 		t.Errorf("iptables calls:\n%s\nwant:\n%s", strings.Join(f.calls, "\n"), strings.Join(want, "\n"))
+	}
+	// A chain of the kubelet that was there before the node (kube-proxy makes the same
+	// KUBE-FIREWALL) is not removed.
+	f = &fakeIPTables{rules: []string{"-N KUBE-FIREWALL", "-A INPUT -j KUBE-FIREWALL"}}
+	runIPTables = f.run
+	if err := restoreIPTables("iptables", "filter", slices.Clone(f.rules)); err != nil || len(f.calls) != 0 {
+		t.Errorf("rules that were there: calls %q, %v", f.calls, err)
+	}
+}
+
+// The node's links are the bridges with its tag as their alias and what is attached to them: a
+// veth of another bridge, a link named like the node's bridge but without its alias, or any
+// link when the tag is empty, is not.
+func TestNodeLinks(t *testing.T) {
+	const tag = "cosi-node-0123456789ab"
+	links := []link{
+		{name: "lo"}, {name: "eth0"},
+		{name: "cosi0", alias: tag},
+		{name: "veth1234", master: "cosi0"},
+		{name: "veth5678", master: "docker0"},
+		{name: "docker0"},
+		{name: "vethabcd"},
+		{name: "cosi1", alias: "cosi-node-ba9876543210"},
+		{name: "veth9999", master: "cosi1"},
+	}
+	if got, want := nodeLinks(links, tag), []string{"veth1234", "cosi0"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("nodeLinks = %q, want %q", got, want)
+	}
+	links = append(links, link{name: "cosi0x"}, link{name: "vethx", master: "cosi0x"})
+	for _, bad := range []string{"", "cosi-node-"} {
+		if got := nodeLinks(links, bad); got != nil {
+			t.Errorf("nodeLinks(%q) = %q", bad, got)
+		}
+	}
+	// sysfs as the kernel shows it.
+	dir := t.TempDir()
+	sysfs := []struct{ name, alias, master string }{{"cosi0", tag, ""}, {"veth1", "", "cosi0"}, {"eth0", "", ""}}
+	for _, l := range sysfs {
+		if err := os.MkdirAll(filepath.Join(dir, l.name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, l.name, "ifalias"), []byte(l.alias+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if l.master != "" {
+			if err := os.Symlink("../"+l.master, filepath.Join(dir, l.name, "master")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got, want := nodeLinks(readLinks(dir), tag), []string{"veth1", "cosi0"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("nodeLinks(readLinks) = %q, want %q", got, want)
+	}
+}
+
+// The node's configuration puts what it makes where the tear-down knows it as the node's: the
+// Pods' cgroups below the node's tagged cgroup, their network namespaces below its directory.
+func TestConfigKeepsTheNodesThingsTagged(t *testing.T) {
+	const tag = "cosi-node-0123456789ab"
+	if c := kubeletConfig("/d", "/d/s", "/d/ca", "10.0.0.1", "1", "2", "/"+tag); !strings.Contains(c,
+		"\ncgroupRoot: /"+tag+"\n") {
+		t.Errorf("the kubelet's Pods are not below the node's cgroup:\n%s", c)
+	}
+	if c := containerdConfig("/d", "pause"); !strings.Contains(c, "netns_mounts_under_state_dir = true") {
+		t.Errorf("containerd puts network namespaces in /run/netns:\n%s", c)
+	}
+	if slices.Contains(hostPaths, "/run/netns") {
+		t.Error("/run/netns, where anyone's network namespaces are, is removed as the node's")
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -60,25 +62,73 @@ func removeState(path string) error {
 }
 
 // Cleanup restores the host after a node whose process was killed before Stop (the state Start
-// wrote is still there): it kills the node's processes, including containerd's shims and the
-// containers, and undoes what the node changed, as Stop does. Without such a state it does
-// nothing. Start does the same first; cosi-cluster --cleanup runs it alone.
+// wrote is still there): it kills the node's processes (nodeProcesses: the components it
+// recorded, containerd's shims, the containers in its cgroup) and undoes what the node changed,
+// as Stop does. Without such a state it does nothing. Start does the same first; cosi-cluster
+// --cleanup runs it alone.
 func Cleanup() error {
 	h, err := loadState(stateFile)
 	if err != nil || h == nil {
 		return err
 	}
-	if h.PID != os.Getpid() && processAlive(h.PID) {
+	if h.PID != os.Getpid() && sameProcess(h.PID, h.PIDStart) {
 		return fmt.Errorf("the node in %s is still run by process %d: stop that first", h.Dir, h.PID)
 	}
-	errs := []error{killNodeProcesses(h.Dir), h.restore(h.Dir)}
-	if !h.Keep && len(h.Dir) > 1 {
+	errs := []error{killNodeProcesses(h), h.restore(h.Dir)}
+	if !h.Keep && ownsDir(h.Dir, h.Tag) {
 		errs = append(errs, removeAll(h.Dir))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
 	return removeState(stateFile)
+}
+
+// dirMarker is the file that makes a directory the node's: claimDir writes the node's tag in it
+// when it takes the directory, and only a directory with the tag of the node being torn down is
+// removed (ownsDir).
+const dirMarker = ".cosi-node"
+
+// claimDir makes dir the node's directory, tagged tag: a new or empty directory, or one an
+// earlier node left (--keep), whose content is removed. Any other non-empty directory is
+// refused: Stop removes the node's directory, and a --dir mistyped as a home or a source tree
+// must not go with it.
+func claimDir(dir, tag string) error {
+	if len(dir) <= 1 {
+		return fmt.Errorf("%q cannot be the node's directory", dir)
+	}
+	fi, err := os.Lstat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return err
+	case !fi.IsDir():
+		return fmt.Errorf("the node's directory %s is not a directory (a symbolic link is not taken)", dir)
+	default:
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return err
+		}
+		if len(entries) > 0 {
+			if _, err := os.Stat(filepath.Join(dir, dirMarker)); err != nil {
+				return fmt.Errorf("%s is not empty and no node made it (it has no %s): the node removes its "+
+					"directory when it stops, so it takes only a new or empty one, or one a node left", dir, dirMarker)
+			}
+			if err := removeAll(dir); err != nil {
+				return err
+			}
+		}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, dirMarker), []byte(tag+"\n"), 0o600)
+}
+
+// ownsDir tells whether dir is the directory of the node tagged tag (claimDir's marker).
+func ownsDir(dir, tag string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, dirMarker))
+	return err == nil && len(dir) > 1 && validTag(tag) && strings.TrimSpace(string(b)) == tag
 }
 
 // processAlive tells whether pid runs (a zombie does not count).
@@ -90,6 +140,15 @@ func processAlive(pid int) bool {
 	return err == nil && procState(string(b)) != "Z"
 }
 
+// sameProcess tells whether pid runs and is the process that started at start (any process
+// with that PID when start is 0: a state file of an older version).
+func sameProcess(pid int, start uint64) bool {
+	if !processAlive(pid) {
+		return false
+	}
+	return start == 0 || procStart(pid) == start
+}
+
 // procState is the state field of /proc/<pid>/stat, after the command in parentheses.
 func procState(stat string) string {
 	i := strings.LastIndexByte(stat, ')')
@@ -99,8 +158,32 @@ func procState(stat string) string {
 	return stat[i+2 : i+3]
 }
 
+// procStart is the start time of pid (field 22 of /proc/<pid>/stat, in clock ticks since boot);
+// 0 when it does not run.
+func procStart(pid int) uint64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	return parseStart(string(b))
+}
+
+func parseStart(stat string) uint64 {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0
+	}
+	fields := strings.Fields(stat[i+1:]) // fields[0] is field 3, the state
+	if len(fields) < 20 {
+		return 0
+	}
+	v, _ := strconv.ParseUint(fields[19], 10, 64)
+	return v
+}
+
 type procInfo struct {
 	pid     int
+	start   uint64 // procStart
 	comm    string // /proc/<pid>/comm
 	cmdline string // arguments joined by spaces
 	cwd     string // a shim's working directory is its bundle
@@ -119,36 +202,68 @@ func processes() []procInfo {
 		cmdline, _ := os.ReadFile(filepath.Join(dir, "cmdline"))
 		cwd, _ := os.Readlink(filepath.Join(dir, "cwd"))
 		out = append(out, procInfo{
-			pid: pid, comm: strings.TrimSpace(string(comm)),
+			pid: pid, start: procStart(pid), comm: strings.TrimSpace(string(comm)),
 			cmdline: strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " "), cwd: cwd,
 		})
 	}
 	return out
 }
 
-// nodeProcesses picks the processes of the node in dir: every component names a path in dir in
-// its arguments (etcd's data, the certificates, containerd's and the kubelet's configuration, a
-// shim's -address), and a containerd-shim-runc-v2 works in its bundle under dir.
-func nodeProcesses(procs []procInfo, dir string, self int) []int {
-	if len(dir) <= 1 {
-		return nil
-	}
-	prefix := strings.TrimSuffix(dir, "/") + "/"
-	var pids []int
+// nodeProcesses picks the node's processes among procs: the components it recorded (h.Procs),
+// each still the same process (same start time: a PID reused since is someone else's), and the
+// containerd shims whose pid files (shims: PID -> bundle) the node's containerd wrote in the
+// bundles below its directory, each a containerd-shim working in that bundle. Nothing else: a
+// process that merely names the node's directory (a tail -f of its logs, an editor, a shell in
+// it) is not the node's. The containers are in the node's cgroup: removeCgroup kills them.
+func nodeProcesses(h *hostState, procs []procInfo, shims map[int]string, self int) []int {
+	byPID := map[int]procInfo{}
 	for _, p := range procs {
-		if p.pid == self || p.pid <= 1 {
-			continue
-		}
-		if strings.Contains(p.cmdline, prefix) || strings.HasPrefix(p.cwd+"/", prefix) {
-			pids = append(pids, p.pid)
+		if p.pid > 1 && p.pid != self {
+			byPID[p.pid] = p
 		}
 	}
+	var pids []int
+	for _, r := range h.Procs {
+		if p, ok := byPID[r.PID]; ok && r.Start != 0 && p.start == r.Start {
+			pids = append(pids, r.PID)
+		}
+	}
+	for pid, bundle := range shims {
+		p, ok := byPID[pid]
+		if ok && strings.HasPrefix(p.comm, "containerd-shim") &&
+			strings.TrimSuffix(p.cwd, " (deleted)") == bundle && !slices.Contains(pids, pid) {
+			pids = append(pids, pid)
+		}
+	}
+	sort.Ints(pids)
 	return pids
 }
 
-// killNodeProcesses kills the processes of the node in dir and waits until they are gone.
-func killNodeProcesses(dir string) error {
-	pids := nodeProcesses(processes(), dir, os.Getpid())
+// shimPIDs reads the pid files that containerd's shims write in their bundles (shim.pid) below
+// the node's directory: PID -> bundle.
+func shimPIDs(dir string) map[int]string {
+	if len(dir) <= 1 {
+		return nil
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "containerd", "state", "io.containerd.runtime.v2.task", "*", "*",
+		"shim.pid"))
+	out := map[int]string{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
+			out[pid] = filepath.Dir(f)
+		}
+	}
+	return out
+}
+
+// killNodeProcesses kills the node's processes (nodeProcesses) and waits until they are gone.
+func killNodeProcesses(h *hostState) error {
+	dir := h.Dir
+	pids := nodeProcesses(h, processes(), shimPIDs(dir), os.Getpid())
 	for _, pid := range pids {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}

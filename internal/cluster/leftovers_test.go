@@ -15,10 +15,12 @@ const mountinfo = `22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw
 41 22 0:28 / /run/netns/cni-1234 rw - nsfs nsfs rw
 42 22 0:29 / /tmp/cosi-node1/kubelet/pods/p2/volumes/a\040b rw - tmpfs tmpfs rw
 43 22 0:30 / /var/lib/kubeletx rw - tmpfs tmpfs rw
+44 22 0:31 / /tmp/cosi-node1/containerd/state/io.containerd.grpc.v1.cri/netns/cni-5678 rw - nsfs nsfs rw
 `
 
 // Tear-down unmounts only what was mounted while the node ran: a Docker container's rootfs under
-// /run/containerd or a real kubelet's Pod volume that was there before stays.
+// /run/containerd or a real kubelet's Pod volume that was there before stays, and so does a
+// network namespace in /run/netns (the node's are below its directory).
 func TestSelectMountsKeepsThoseThatWereThere(t *testing.T) {
 	points := parseMountInfo(strings.NewReader(mountinfo))
 	keep := map[string]bool{}
@@ -28,42 +30,76 @@ func TestSelectMountsKeepsThoseThatWereThere(t *testing.T) {
 	roots := append([]string{"/tmp/cosi-node1"}, hostPaths...)
 	got := selectMounts(points, roots, keep)
 	want := []string{
+		"/tmp/cosi-node1/containerd/state/io.containerd.grpc.v1.cri/netns/cni-5678",
 		"/run/containerd/io.containerd.runtime.v2.task/k8s.io/def/rootfs",
 		"/tmp/cosi-node1/kubelet/pods/p2/volumes/a b",
-		"/run/netns/cni-1234",
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("selectMounts = %q, want %q", got, want)
 	}
 }
 
-// Only the cgroups the node made are removed; a kubepods cgroup of a real kubelet stays.
-func TestRemoveCgroupsKeepsThoseThatWereThere(t *testing.T) {
+// Only the node's cgroup (its tag's, in every hierarchy) and what is below it are removed: a
+// kubepods cgroup of a real kubelet, made before or while the node ran, another node's tagged
+// cgroup, and a hierarchy's root (an empty or odd tag in a state file) stay.
+func TestRemoveCgroupTakesOnlyTheNodesTag(t *testing.T) {
 	root := t.TempDir()
-	old := []string{"cpu/kubepods/burstable/pod-old", "memory/kubepods"}
-	for _, d := range old {
+	const tag, other = "cosi-node-0123456789ab", "cosi-node-ba9876543210"
+	for _, h := range []string{"cpu", "memory", "cpuset"} {
+		if err := os.MkdirAll(filepath.Join(root, h), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, h, "cgroup.procs"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "cpuset", "cpuset.cpus"), []byte("0-1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "cpuset", "cpuset.mems"), []byte("0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := makeCgroup(root, tag); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "cpuset", tag, "cpuset.cpus")); err != nil || string(b) != "0-1\n" {
+		t.Errorf("the node's cpuset has cpus %q (%v), want its parent's", b, err)
+	}
+	// A fake cgroupfs cannot remove the files a real one shows in every cgroup.
+	for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+		_ = os.Remove(filepath.Join(root, "cpuset", tag, f))
+	}
+	for _, d := range []string{
+		"cpu/" + tag + "/kubepods/besteffort/pod-1", "memory/" + tag + "/kubepods/pod-2",
+		"cpu/kubepods/burstable/pod-real", "memory/kubepods", "cpu/" + other + "/kubepods",
+	} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	existed := map[string]bool{}
-	for _, d := range cgroupDirs(root) {
-		existed[d] = true
-	}
-	for _, d := range []string{"cpu/kubepods/besteffort/pod-new", "memory/kubepods/pod-new", "kubepods/pod-v2"} {
-		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+	for _, bad := range []string{"", "cosi-node-", "cosi-node-../../x", "kubepods"} {
+		if got := nodeCgroups(root, bad); got != nil {
+			t.Errorf("nodeCgroups(%q) = %q", bad, got)
+		}
+		if err := removeCgroup(root, bad); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := removeCgroups(root, existed); err != nil {
+	if err := removeCgroup(root, tag); err != nil {
 		t.Fatal(err)
 	}
 	var left []string
-	for _, d := range cgroupDirs(root) {
-		rel, _ := filepath.Rel(root, d)
-		left = append(left, rel)
+	_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() && p != root {
+			rel, _ := filepath.Rel(root, p)
+			left = append(left, rel)
+		}
+		return nil
+	})
+	want := []string{
+		"cpu", "cpu/" + other, "cpu/" + other + "/kubepods", "cpu/kubepods", "cpu/kubepods/burstable",
+		"cpu/kubepods/burstable/pod-real", "cpuset", "memory", "memory/kubepods",
 	}
-	want := []string{"cpu/kubepods", "cpu/kubepods/burstable", "cpu/kubepods/burstable/pod-old", "memory/kubepods"}
 	if !reflect.DeepEqual(left, want) {
 		t.Errorf("left %q, want %q", left, want)
 	}
@@ -76,11 +112,12 @@ func TestStateFile(t *testing.T) {
 		t.Fatalf("no state file: %v, %v", h, err)
 	}
 	h := &hostState{
-		Dir: "/tmp/cosi-node1", PID: 42, Sysctls: map[string]string{"net.ipv4.ip_forward": "0"},
+		Dir: "/tmp/cosi-node1", PID: 42, PIDStart: 7, Tag: "cosi-node-0123456789ab",
+		Procs:   []procRecord{{Name: "etcd", PID: 43, Start: 8}},
+		Sysctls: map[string]string{"net.ipv4.ip_forward": "0"},
 		Existed: map[string]bool{"/opt/cni": true}, Netns: map[string]bool{},
 		IPTables: map[string][]string{"iptables filter": {"-P INPUT ACCEPT", `-A X --comment "a b" -j Y`}},
 		Links:    map[string]bool{"lo": true}, Mounts: map[string]bool{"/": true},
-		Cgroups: map[string]bool{"/sys/fs/cgroup/cpu/kubepods": true},
 	}
 	if err := saveState(path, h); err != nil {
 		t.Fatal(err)
@@ -97,26 +134,131 @@ func TestStateFile(t *testing.T) {
 	}
 }
 
-// After a killed run, the node's processes are found by the directory in their arguments, and
-// the shims by their bundle; nothing else is.
+// After a killed run, the node's processes are the components it recorded, if they are still
+// the same processes, and the shims whose pid files its containerd wrote, if they are shims in
+// that bundle; a process that names the node's directory or works in it is not one of them.
 func TestNodeProcesses(t *testing.T) {
+	const dir = "/tmp/cosi-node1"
+	bundle := dir + "/containerd/state/io.containerd.runtime.v2.task/k8s.io/abc"
 	procs := []procInfo{
-		{pid: 1, comm: "init", cmdline: "/sbin/init"},
-		{pid: 10, comm: "etcd", cmdline: "bin/etcd --data-dir /tmp/cosi-node1/etcd"},
-		{pid: 11, comm: "containerd", cmdline: "containerd --config /tmp/cosi-node1/containerd/config.toml"},
-		{
-			pid: 12, comm: "containerd-shim", cmdline: "containerd-shim-runc-v2 -namespace k8s.io -id abc",
-			cwd: "/tmp/cosi-node1/containerd/state/io.containerd.runtime.v2.task/k8s.io/abc",
-		},
-		{pid: 13, comm: "containerd-shim", cmdline: "containerd-shim-runc-v2 -id x", cwd: "/run/containerd/x"},
-		{pid: 14, comm: "etcd", cmdline: "etcd --data-dir /tmp/cosi-node10/etcd"},
-		{pid: 15, comm: "go", cmdline: "go test"},
+		{pid: 1, start: 1, comm: "init", cmdline: "/sbin/init"},
+		{pid: 10, start: 500, comm: "etcd", cmdline: "bin/etcd --data-dir /tmp/cosi-node1/etcd"},
+		{pid: 11, start: 900, comm: "containerd", cmdline: "containerd --config /tmp/cosi-node1/containerd/config.toml"},
+		{pid: 12, start: 950, comm: "containerd-shim", cmdline: "containerd-shim-runc-v2 -id abc", cwd: bundle},
+		{pid: 13, start: 960, comm: "containerd-shim", cmdline: "containerd-shim-runc-v2 -id x", cwd: "/run/containerd/x"},
+		{pid: 14, start: 970, comm: "tail", cmdline: "tail -f /tmp/cosi-node1/log/kubelet.log", cwd: dir},
+		{pid: 15, start: 980, comm: "go", cmdline: "go test"},
+		{pid: 16, start: 990, comm: "bash", cwd: bundle},
+		{pid: 17, start: 999, comm: "containerd-shim", cwd: bundle + " (deleted)"},
 	}
-	if got := nodeProcesses(procs, "/tmp/cosi-node1", 15); !reflect.DeepEqual(got, []int{10, 11, 12}) {
-		t.Errorf("nodeProcesses = %v", got)
+	h := &hostState{Dir: dir, Procs: []procRecord{
+		{Name: "etcd", PID: 10, Start: 500},       // still running
+		{Name: "containerd", PID: 11, Start: 400}, // exited; PID 11 is another process now
+		{Name: "kubelet", PID: 18, Start: 600},    // exited
+		{Name: "old", PID: 15},                    // no start time: never taken
+	}}
+	shims := map[int]string{12: bundle, 13: bundle, 16: bundle, 17: bundle, 1: bundle}
+	if got := nodeProcesses(h, procs, shims, 15); !reflect.DeepEqual(got, []int{10, 12, 17}) {
+		t.Errorf("nodeProcesses = %v, want [10 12 17]", got)
 	}
-	if got := nodeProcesses(procs, "/", 15); got != nil {
-		t.Errorf("nodeProcesses(/) = %v", got)
+	if got := nodeProcesses(&hostState{Dir: dir}, procs, nil, 15); got != nil {
+		t.Errorf("nodeProcesses with nothing recorded = %v", got)
+	}
+}
+
+// The shims' pid files are read from the bundles below the node's directory only.
+func TestShimPIDs(t *testing.T) {
+	dir := t.TempDir()
+	tasks := filepath.Join(dir, "containerd", "state", "io.containerd.runtime.v2.task")
+	for id, content := range map[string]string{"k8s.io/abc": "123\n", "k8s.io/def": "garbage", "moby/x": "1"} {
+		if err := os.MkdirAll(filepath.Join(tasks, id), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(tasks, id, "shim.pid"), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[int]string{123: filepath.Join(tasks, "k8s.io", "abc")}
+	if got := shimPIDs(dir); !reflect.DeepEqual(got, want) {
+		t.Errorf("shimPIDs = %v, want %v", got, want)
+	}
+	if got := shimPIDs("/"); got != nil {
+		t.Errorf("shimPIDs(/) = %v", got)
+	}
+}
+
+// The node takes a new or empty directory, or one an earlier node left, and refuses any other
+// non-empty one; it removes only a directory that holds its own tag.
+func TestClaimDir(t *testing.T) {
+	const tag, other = "cosi-node-0123456789ab", "cosi-node-ba9876543210"
+	base := t.TempDir()
+	fresh := filepath.Join(base, "new", "node")
+	if err := claimDir(fresh, tag); err != nil {
+		t.Fatalf("a new directory: %v", err)
+	}
+	if !ownsDir(fresh, tag) || ownsDir(fresh, other) || ownsDir(fresh, "") {
+		t.Error("ownsDir does not match the marker's tag")
+	}
+
+	empty := filepath.Join(base, "empty")
+	if err := os.Mkdir(empty, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := claimDir(empty, tag); err != nil {
+		t.Fatalf("an empty directory: %v", err)
+	}
+
+	// Left by an earlier node (--keep): taken, its content replaced.
+	if err := os.WriteFile(filepath.Join(fresh, "etcd.log"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := claimDir(fresh, other); err != nil {
+		t.Fatalf("a directory a node left: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(fresh, "etcd.log")); err == nil || !ownsDir(fresh, other) {
+		t.Error("the earlier node's directory was not replaced")
+	}
+
+	home := filepath.Join(base, "home")
+	if err := os.Mkdir(home, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "thesis.tex"), []byte("years of work"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := claimDir(home, tag); err == nil || !strings.Contains(err.Error(), "not empty") {
+		t.Errorf("a non-empty directory without the marker: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(home, "thesis.tex")); err != nil {
+		t.Errorf("the refused directory lost its content: %v", err)
+	}
+	if ownsDir(home, tag) {
+		t.Error("a refused directory is owned")
+	}
+
+	link := filepath.Join(base, "link")
+	if err := os.Symlink(empty, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := claimDir(link, tag); err == nil {
+		t.Error("a symbolic link was taken")
+	}
+	for _, d := range []string{"", "/"} {
+		if err := claimDir(d, tag); err == nil {
+			t.Errorf("claimDir(%q) was accepted", d)
+		}
+	}
+}
+
+func TestTags(t *testing.T) {
+	tag, err := newTag()
+	if err != nil || !validTag(tag) {
+		t.Fatalf("newTag = %q, %v", tag, err)
+	}
+	for _, bad := range []string{"", tagPrefix, tagPrefix + "0123456789aZ", tagPrefix + "0123456789ab0", "x" + tag[1:]} {
+		if validTag(bad) {
+			t.Errorf("validTag(%q)", bad)
+		}
 	}
 }
 
@@ -138,5 +280,12 @@ func TestForeignRuntime(t *testing.T) {
 func TestProcState(t *testing.T) {
 	if got := procState("12 (a) b) Z 1 2"); got != "Z" {
 		t.Errorf("got %q", got)
+	}
+	stat := "12 (a) b) S 1 12 12 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 4242 1000 100"
+	if got := parseStart(stat); got != 4242 {
+		t.Errorf("parseStart = %d, want 4242", got)
+	}
+	if got := procStart(os.Getpid()); got == 0 {
+		t.Error("procStart of this process is 0")
 	}
 }

@@ -9,8 +9,9 @@
 // which keeps them in the Pod network, so Pod Security "restricted" can hold.
 //
 // Stop restores the host: the sysctls the kubelet changed, the iptables rules and chains it added,
-// mounts, network namespaces, the Pod bridge, cgroups, and the directories it wrote outside the
-// node's own.
+// mounts, the Pod bridge and its veths, the node's cgroup, and the directories it wrote outside
+// the node's own. It touches only what the node made: the processes it recorded, the links and
+// cgroup tagged with its tag, the directory with its marker (see hostState, claimDir).
 package cluster
 
 import (
@@ -25,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -55,7 +57,8 @@ var ErrUnavailable = errors.New("the node cannot run on this machine")
 // Options configure Start.
 type Options struct {
 	// Dir holds the node's state (etcd, containerd, kubelet, certificates, logs in Dir/log); Stop
-	// removes it unless KeepDir.
+	// removes it unless KeepDir. It must be new, empty, or one a node left: Start refuses any
+	// other (claimDir).
 	Dir     string
 	KeepDir bool
 	// BinDir holds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubelet.
@@ -179,11 +182,19 @@ func Start(ctx context.Context, o Options) (n *Node, err error) {
 	if err := checkNoRuntime(); err != nil {
 		return nil, err
 	}
+	tag, err := newTag()
+	if err != nil {
+		return nil, err
+	}
+	if err := claimDir(o.Dir, tag); err != nil {
+		return nil, err
+	}
 	n = &Node{opts: o}
 	if n.host, err = recordHost(); err != nil {
 		return nil, err
 	}
-	n.host.Dir, n.host.PID, n.host.Keep = o.Dir, os.Getpid(), o.KeepDir
+	n.host.Dir, n.host.PID, n.host.PIDStart, n.host.Keep, n.host.Tag = o.Dir, os.Getpid(), procStart(os.Getpid()),
+		o.KeepDir, tag
 	if err := saveState(stateFile, n.host); err != nil {
 		return nil, fmt.Errorf("recording the host: %w", err)
 	}
@@ -193,7 +204,10 @@ func Start(ctx context.Context, o Options) (n *Node, err error) {
 			n = nil
 		}
 	}()
-	if err := os.RemoveAll(o.Dir); err != nil {
+	if err := makeCgroup(cgroupRoot, tag); err != nil {
+		return nil, err
+	}
+	if err := makeBridge(tag); err != nil {
 		return nil, err
 	}
 	for _, d := range []string{"log", "etcd", "containerd", "cni/net.d", "cni/ipam", "kubelet"} {
@@ -219,7 +233,11 @@ func Start(ctx context.Context, o Options) (n *Node, err error) {
 	}
 	for _, s := range steps {
 		t := time.Now()
-		if err := s.run(ctx); err != nil {
+		err := s.run(ctx)
+		if rerr := n.recordProcs(); rerr != nil {
+			return nil, fmt.Errorf("recording the node's processes: %w", rerr)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("%s: %w (logs in %s)", s.name, err, filepath.Join(o.Dir, "log"))
 		}
 		n.Steps = append(n.Steps, Step{s.name, time.Since(t)})
@@ -230,6 +248,27 @@ func Start(ctx context.Context, o Options) (n *Node, err error) {
 }
 
 func (n *Node) path(p ...string) string { return filepath.Join(append([]string{n.opts.Dir}, p...)...) }
+
+// recordProcs adds the processes started since the last call to the state file, so that the
+// clean-up after a killed run kills them and nothing else (nodeProcesses). Each also dies with
+// this process (Pdeathsig) in between.
+func (n *Node) recordProcs() error {
+	added := false
+	for _, p := range n.procs {
+		pid := p.Pid()
+		if pid == 0 || slices.ContainsFunc(n.host.Procs, func(r procRecord) bool { return r.PID == pid }) {
+			continue
+		}
+		if start := procStart(pid); start != 0 {
+			n.host.Procs = append(n.host.Procs, procRecord{Name: p.Name, PID: pid, Start: start})
+			added = true
+		}
+	}
+	if !added {
+		return nil
+	}
+	return saveState(stateFile, n.host)
+}
 
 func (n *Node) proc(name string, args []string, ready func(context.Context) bool) *process.Process {
 	p := &process.Process{
@@ -428,7 +467,7 @@ func (n *Node) startKubelet(ctx context.Context) error {
 	_, healthPort, _ := net.SplitHostPort(healthAddr)
 	if err := os.WriteFile(
 		n.path("kubelet", "config.yaml"),
-		[]byte(kubeletConfig(n.opts.Dir, n.sock, pki.path("ca.crt"), n.IP, port, healthPort)),
+		[]byte(kubeletConfig(n.opts.Dir, n.sock, pki.path("ca.crt"), n.IP, port, healthPort, "/"+n.host.Tag)),
 		0o600,
 	); err != nil {
 		return err
@@ -497,9 +536,9 @@ func (n *Node) Stop() error {
 	}
 	if n.host != nil {
 		errs = append(errs, n.host.restore(n.opts.Dir))
-	}
-	if !n.opts.KeepDir && n.opts.Dir != "" {
-		errs = append(errs, removeAll(n.opts.Dir))
+		if !n.opts.KeepDir && ownsDir(n.opts.Dir, n.host.Tag) {
+			errs = append(errs, removeAll(n.opts.Dir))
+		}
 	}
 	// Kept when the host is not restored: the next Start (or cosi-cluster --cleanup) retries.
 	if err := errors.Join(errs...); err != nil {

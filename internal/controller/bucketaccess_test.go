@@ -130,12 +130,15 @@ func TestAccessHandOff(t *testing.T) {
 	})
 	revokeAsSidecar(t, ba)
 	env.Gone(t, ba)
-	env.Gone(t, c)
-	get(t, b)
-	if b.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] == "" || b.DeletionTimestamp == nil {
-		t.Errorf("the Bucket was not released and deleted after the claim: %v", b.Annotations)
-	}
+	testenv.Eventually(t, func() error {
+		get(t, b)
+		if b.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] == "" || b.DeletionTimestamp == nil {
+			return fmt.Errorf("the Bucket was not released and deleted after the access: %v", b.Annotations)
+		}
+		return nil
+	})
 	finishAsSidecar(t, b)
+	env.Gone(t, c)
 }
 
 // TestClaimStaysReferencedWhileAnotherAccessExists: the reference annotation goes only with the

@@ -14,11 +14,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kube-cosi/cosi/internal/index"
 	"github.com/kube-cosi/cosi/internal/requeue"
 	"github.com/kube-cosi/cosi/internal/scheme"
+	"github.com/kube-cosi/cosi/internal/serving"
 )
 
 // Leader election Leases live in the component's own namespace: a Role there, not a ClusterRole.
@@ -32,8 +32,11 @@ type Options struct {
 	// LeaderElection makes the controller replicas elect one leader (Lease "cosi-controller").
 	LeaderElection          bool
 	LeaderElectionNamespace string
-	// MetricsAddress and HealthAddress serve /metrics and /healthz, /readyz ("0" disables).
+	// MetricsAddress and HealthAddress serve /metrics and /healthz, /readyz ("0" disables, ""
+	// is loopback: serving.DefaultMetricsAddress, DefaultHealthAddress); MetricsSecure serves
+	// /metrics over HTTPS to authorized clients only (serving.Metrics).
 	MetricsAddress, HealthAddress string
+	MetricsSecure                 bool
 	// SkipNameValidation allows several controllers in one process (tests).
 	SkipNameValidation bool
 }
@@ -49,8 +52,8 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 		// No object's managedFields in the cache: COSI never reads them, and they would take much
 		// of its memory.
 		Cache:                         cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
-		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddress},
-		HealthProbeBindAddress:        opts.HealthAddress,
+		Metrics:                       serving.Metrics(opts.MetricsAddress, opts.MetricsSecure),
+		HealthProbeBindAddress:        serving.Health(opts.HealthAddress),
 		LeaderElection:                opts.LeaderElection,
 		LeaderElectionID:              LeaseName,
 		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
@@ -92,7 +95,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	if err := claims.SetupWithManager(mgr, copts); err != nil {
 		return err
 	}
-	accesses := &BucketAccessReconciler{Client: c, Recorder: recorder, Metrics: metrics}
+	accesses := &BucketAccessReconciler{Client: c, APIReader: reader, Recorder: recorder, Metrics: metrics}
 	if err := accesses.SetupWithManager(mgr, copts); err != nil {
 		return err
 	}

@@ -3,6 +3,8 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -33,6 +35,7 @@ func TestMain(m *testing.M) {
 		if err != nil {
 			return err
 		}
+		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countLists{rt} })
 		if err := env.CreateNamespace(ctx, testNamespace); err != nil {
 			return err
 		}
@@ -46,6 +49,21 @@ func TestMain(m *testing.M) {
 		})
 		return nil
 	})
+}
+
+// uncachedAccessLists counts the controller's LISTs of BucketAccesses that the API server answers
+// from etcd: neither a watch nor an informer's list (which carries a resourceVersion).
+var uncachedAccessLists atomic.Int64
+
+type countLists struct{ next http.RoundTripper }
+
+func (c countLists) RoundTrip(req *http.Request) (*http.Response, error) {
+	q := req.URL.Query()
+	if req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/bucketaccesses") && !q.Has("watch") &&
+		q.Get("resourceVersion") == "" {
+		uncachedAccessLists.Add(1)
+	}
+	return c.next.RoundTrip(req)
 }
 
 var counter atomic.Int64

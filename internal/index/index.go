@@ -5,7 +5,6 @@ package index
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -75,16 +74,8 @@ var AccessesByBucket = Field{
 	},
 }
 
-// BucketsByGrant indexes Buckets by the UIDs of the accesses whose grants they record: the
-// suffixes of their annotations that start with prefix.
-func BucketsByGrant(prefix string) Field {
-	return Field{&cosiapi.Bucket{}, "metadata.annotations.grants", func(o client.Object) []string {
-		var uids []string
-		for k := range o.GetAnnotations() {
-			if uid, ok := strings.CutPrefix(k, prefix); ok {
-				uids = append(uids, uid)
-			}
-		}
-		return uids
-	}}
-}
+// AccessesByUID indexes BucketAccesses by their UID: a grant recorded by an earlier version names
+// its access by UID, and the name it also names may have been written by someone else.
+var AccessesByUID = Field{&cosiapi.BucketAccess{}, "metadata.uid", func(o client.Object) []string {
+	return []string{string(o.GetUID())}
+}}

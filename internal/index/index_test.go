@@ -21,9 +21,6 @@ func TestExtract(t *testing.T) {
 		Status: cosiapi.BucketAccessStatus{AccessedBuckets: []cosiapi.AccessedBucket{{BucketName: "b1"}, {BucketName: "b2"}}},
 	}
 	claim := &cosiapi.BucketClaim{Spec: cosiapi.BucketClaimSpec{BucketClassName: "bc", ExistingBucketName: "b"}}
-	bucket := &cosiapi.Bucket{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
-		"objectstorage.k8s.io/grant-u1": "{}", "objectstorage.k8s.io/grant-u2": "{}", "objectstorage.k8s.io/other": "x",
-	}}}
 	for _, tc := range []struct {
 		field index.Field
 		obj   client.Object
@@ -35,7 +32,7 @@ func TestExtract(t *testing.T) {
 		{index.AccessesByClass, access, []string{"ac"}},
 		{index.AccessesByBucket, access, []string{"b1", "b2"}},
 		{index.AccessesByBucket, &cosiapi.BucketAccess{}, nil},
-		{index.BucketsByGrant("objectstorage.k8s.io/grant-"), bucket, []string{"u1", "u2"}},
+		{index.AccessesByUID, &cosiapi.BucketAccess{ObjectMeta: metav1.ObjectMeta{UID: "u1"}}, []string{"u1"}},
 	} {
 		got := tc.field.Extract(tc.obj)
 		slices.Sort(got)
@@ -53,7 +50,7 @@ func TestNamesAreUnique(t *testing.T) {
 	seen := map[string]bool{}
 	for _, f := range []index.Field{
 		index.ClaimsByClass, index.ClaimsByExistingBucket, index.AccessesByClaim, index.AccessesByClass,
-		index.AccessesByBucket, index.BucketsByGrant("p"),
+		index.AccessesByBucket, index.AccessesByUID,
 	} {
 		key := fmt.Sprintf("%T/%s", f.Object, f.Name)
 		if seen[key] {

@@ -3,6 +3,7 @@ package sidecar
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/go-logr/logr"
@@ -39,22 +40,18 @@ import (
 // the sidecar steps). It never deletes a Bucket object: the sidecar has no permission to.
 type BucketReconciler struct {
 	Client client.Client
-	// APIReader confirms, uncached, that a BucketAccess whose grant is recorded on a Bucket is
-	// gone before the grant is revoked from the record.
+	// APIReader confirms, uncached, that a BucketAccess whose grant is recorded for a Bucket is
+	// gone before the grant is revoked.
 	APIReader client.Reader
 	Driver    *driver.Client
 	Info      *cosiproto.DriverGetInfoResponse
 	Recorder  events.EventRecorder
-	// Grants counts the grants in flight, shared with the BucketAccessReconciler.
-	Grants *inFlight
+	// Grants are the grant records and the grants in flight, shared with the other reconcilers.
+	Grants *grantBook
 
 	log    logr.Logger
 	record statusRecorder[*cosiapi.Bucket]
 }
-
-// bucketsByGrant indexes Buckets by the UIDs of the accesses whose grants they record, so that an
-// access that goes wakes the Buckets holding its grants, whatever its status says.
-var bucketsByGrant = index.BucketsByGrant(grantAnnotationPrefix)
 
 // SetupWithManager registers the reconciler for this driver's Buckets.
 func (r *BucketReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
@@ -72,35 +69,48 @@ func (r *BucketReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Op
 		Named("sidecar-bucket").
 		For(&cosiapi.Bucket{}, builder.WithPredicates(ours, wake)).
 
-		// An access that goes may leave a grant to revoke from the Buckets' records.
+		// An access that goes may release a deleting Bucket that waits for its grant.
 		Watches(&cosiapi.BucketAccess{}, handler.EnqueueRequestsFromMapFunc(r.bucketsOfAccess),
 			builder.WithPredicates(accessGoing)).
+		// So may the removal of a grant record.
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(bucketsOfRecord),
+			builder.WithPredicates(predicate.Funcs{
+				CreateFunc: func(event.CreateEvent) bool { return false },
+				UpdateFunc: func(event.UpdateEvent) bool { return false },
+			})).
 		WithOptions(opts).
 		Complete(r)
 }
 
-// accessGoing passes the access changes that may leave a grant to revoke: its finalizers.
-var accessGoing = predicate.Funcs{
-	CreateFunc: func(event.CreateEvent) bool { return false },
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		return !slices.Equal(e.ObjectOld.GetFinalizers(), e.ObjectNew.GetFinalizers())
-	},
-}
-
-// bucketsOfAccess maps an access to the Buckets it names in status and to those that record a
-// grant of it: the records are the sidecar's own, and whoever can write the access's status
-// cannot hide them.
+// bucketsOfAccess maps an access to the Buckets it names in status and to those of its grant
+// record: the record is the sidecar's own, and whoever can write the access's status cannot hide
+// it.
 func (r *BucketReconciler) bucketsOfAccess(ctx context.Context, o client.Object) []reconcile.Request {
 	var reqs []reconcile.Request
 	for _, b := range o.(*cosiapi.BucketAccess).Status.AccessedBuckets {
 		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: b.BucketName}})
 	}
-	var list cosiapi.BucketList
-	if err := r.Client.List(ctx, &list, client.MatchingFields{bucketsByGrant.Name: string(o.GetUID())}); err != nil {
-		r.log.Error(err, "listing the Buckets that record a grant", "bucketAccess", client.ObjectKeyFromObject(o))
+	if g := r.Grants.store.cached(ctx, o.GetUID()); g != nil {
+		for _, name := range g.BucketNames {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
+		}
 	}
-	for _, b := range list.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: b.Name}})
+	return reqs
+}
+
+// bucketsOfRecord maps a grant record to its Buckets.
+func bucketsOfRecord(_ context.Context, o client.Object) []reconcile.Request {
+	cm, ok := o.(*corev1.ConfigMap)
+	if !ok {
+		return nil
+	}
+	g, err := parseGrantRecord(cm)
+	if err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(g.BucketNames))
+	for _, name := range g.BucketNames {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
 	}
 	return reqs
 }
@@ -116,9 +126,8 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if bucket.Spec.DriverName != r.Info.GetName() {
 		return reconcile.Result{}, nil
 	}
-	// Grants of accesses that are gone are revoked whatever the Bucket's state: a released
-	// Retain Bucket keeps its data, never a key to it.
-	if _, err := r.revokeOrphanedGrants(ctx, bucket); err != nil {
+	// Grants recorded on the Bucket by an earlier version move to the grant records.
+	if err := r.migrateLegacyGrants(ctx, bucket); err != nil {
 		return r.result(bucket, cosiapi.EventFailedRevokeAccess, err)
 	}
 	if bucket.DeletionTimestamp != nil || bucket.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] != "" {
@@ -191,11 +200,11 @@ func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket
 		bucket.Status.Protocols = append(bucket.Status.Protocols, apiProtocol(p))
 	}
 	bucket.Status.BucketInfo = bucketStatusInfo(info)
-	msg := "the bucket exists in the backend"
+	reason, msg := cosiapi.ReasonProvisioned, "the bucket exists in the backend"
 	if bucket.Spec.ExistingBucketID != "" {
-		msg = importedMessage(r.Driver)
+		reason, msg = imported(r.Driver)
 	}
-	conditions.MarkTrue(bucket, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioned, msg)
+	conditions.MarkTrue(bucket, cosiapi.ConditionProvisioned, reason, msg)
 	conditions.MarkFalse(bucket, cosiapi.ConditionProvisionFailed, cosiapi.ReasonDriverSucceeded, "")
 	conditions.MarkTrue(bucket, cosiapi.ConditionResourcesValidated, cosiapi.ReasonValid, "")
 	return status.Patch(ctx, patch.NoLock)
@@ -240,7 +249,7 @@ func (r *BucketReconciler) delete(ctx context.Context, bucket *cosiapi.Bucket) e
 	}
 	// No grant outlives its Bucket object: those of accesses that are gone are revoked now, and
 	// the controller released the Bucket only once no access held it.
-	live, err := r.revokeOrphanedGrants(ctx, bucket)
+	live, err := r.liveGrants(ctx, bucket)
 	if err != nil {
 		return err
 	}
@@ -274,17 +283,80 @@ func (r *BucketReconciler) waiting(ctx context.Context, bucket *cosiapi.Bucket, 
 	return err
 }
 
-// failedRevoke records a failed revocation of a recorded grant on the Bucket, whose access is
-// gone: a condition and a Warning event on the Bucket. It is retried.
-func (r *BucketReconciler) failedRevoke(ctx context.Context, bucket *cosiapi.Bucket, g grantRecord, err error) error {
-	rpc := rpcError{"DriverRevokeBucketAccess", err}
-	msg := fmt.Sprintf("revoking the access of deleted BucketAccess %s/%s: %s", g.Namespace, g.Name, rpc.Error())
-	status := r.record.status(bucket)
-	conditions.MarkTrue(bucket, cosiapi.ConditionProvisionFailed, cosiapi.ReasonDriverError, msg)
-	r.Recorder.Eventf(bucket, nil, corev1.EventTypeWarning, cosiapi.EventFailedRevokeAccess, rpc.method, "%s",
-		conditions.Truncate(msg))
-	if err := status.Patch(ctx, patch.NoLock); err != nil {
-		return fmt.Errorf("%w (and recording it: %w)", rpc, err)
+// liveGrants revokes the grants recorded for the Bucket whose access is gone, and returns the
+// accesses that still hold one.
+func (r *BucketReconciler) liveGrants(ctx context.Context, bucket *cosiapi.Bucket) ([]string, error) {
+	records, err := r.Grants.store.forBucket(ctx, bucket.Name)
+	if err != nil {
+		return nil, err
 	}
-	return rpc
+	var live []string
+	for _, uid := range slices.Sorted(maps.Keys(records)) {
+		revoked, err := r.Grants.revokeOrphan(ctx, uid)
+		if err != nil {
+			return nil, err
+		}
+		if !revoked {
+			live = append(live, records[uid].Namespace+"/"+records[uid].Name)
+		}
+	}
+	return live, nil
+}
+
+// migrateLegacyGrants moves the grants that an earlier version recorded in the Bucket's
+// annotations to grant records, and removes the annotations. Whoever may write Buckets could have
+// written them, so each is verified first: the driver must generate the recorded account ID for
+// the recorded access (KEP-1979: the same ID for the same account name), else the record names an
+// account that is not the access's, and is dropped with a Warning event. A verified record whose
+// access is gone is then revoked like any other (GrantReconciler), which deletes only Secrets that
+// carry the access's UID.
+func (r *BucketReconciler) migrateLegacyGrants(ctx context.Context, bucket *cosiapi.Bucket) error {
+	for key, g := range legacyGrantRecords(bucket) {
+		if err := r.migrateLegacyGrant(ctx, bucket, g); err != nil {
+			return err
+		}
+		if err := patch.Annotation(ctx, r.Client, bucket, key, ""); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *BucketReconciler) migrateLegacyGrant(ctx context.Context, bucket *cosiapi.Bucket, g grantRecord) error {
+	if g.UID == "" || g.AccountID == "" || len(g.BucketIDs) == 0 {
+		return nil // unreadable, or nothing granted
+	}
+	existing, _, err := r.Grants.store.get(ctx, g.UID)
+	if err != nil {
+		return err
+	}
+	if existing != nil && existing.AccountID == g.AccountID {
+		if slices.Contains(existing.BucketNames, bucket.Name) {
+			return nil
+		}
+		existing.BucketNames = append(existing.BucketNames, bucket.Name)
+		return r.Grants.store.put(ctx, *existing)
+	}
+	resp, err := r.Driver.DriverGenerateBucketAccessId(ctx, g.generateRequest())
+	if err != nil {
+		return rpcError{"DriverGenerateBucketAccessId", err}
+	}
+	if resp.GetAccountId() != g.AccountID {
+		r.Recorder.Eventf(bucket, nil, corev1.EventTypeWarning, cosiapi.EventFailedRevokeAccess, "MigrateGrant",
+			"ignored a grant recorded in the annotations of this Bucket for BucketAccess %s/%s (UID %s): "+
+				"the driver does not generate its account ID for that access", g.Namespace, g.Name, g.UID)
+		return nil
+	}
+	// The account is the access's; the name and Secrets of the access are taken from the live
+	// access with the UID, if there is one, not from the annotation.
+	var list cosiapi.BucketAccessList
+	if err := r.Client.List(ctx, &list, client.MatchingFields{index.AccessesByUID.Name: string(g.UID)}); err != nil {
+		return err
+	}
+	if len(list.Items) == 1 {
+		live := &list.Items[0]
+		g.Namespace, g.Name, g.SecretNames = live.Namespace, live.Name, secretNames(live)
+	}
+	g.BucketNames = []string{bucket.Name}
+	return r.Grants.store.put(ctx, g)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,8 +36,13 @@ import (
 
 // +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketaccesses,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketaccesses/status,verbs=get;update;patch
-// The sidecar cannot read Secrets (see secrets.go): KEP-1979's minimum.
+// Secrets: KEP-1979's minimum, no get, list or watch (see secrets.go). A patch returns the object,
+// so these verbs alone would still read any Secret by name and create any Secret anywhere; the
+// cosi-sidecar-secrets admission policy (config/admission) confines them to COSI's Secrets.
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=create;update;patch;delete
+// Not a permission (nothing serves bucketaccesssecrets): it marks the holder as the sidecar for
+// cosi-sidecar-secrets.
+// +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketaccesssecrets,verbs=write-only
 // Owner references with blockOwnerDeletion on the Secrets need the right to update the owner's
 // finalizers (the OwnerReferencesPermissionEnforcement admission plugin checks it).
 // +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketaccesses/finalizers,verbs=update
@@ -54,8 +60,9 @@ type BucketAccessReconciler struct {
 	Recorder  events.EventRecorder
 	// SecretCheckInterval is how often the Secrets of a provisioned access are checked.
 	SecretCheckInterval time.Duration
-	// Grants counts the grants in flight, shared with the BucketReconciler.
-	Grants *inFlight
+	// Grants are the grant records, the grants in flight and the answers not yet written,
+	// shared with the other reconcilers.
+	Grants *grantBook
 
 	checks secretChecks
 	log    logr.Logger
@@ -140,7 +147,7 @@ func (r *BucketAccessReconciler) Reconcile(ctx context.Context, req reconcile.Re
 	if conditions.IsTrue(ba, cosiapi.ConditionProvisioned) {
 		return r.check(ctx, ba)
 	}
-	if err := r.grant(ctx, ba); err != nil {
+	if err := r.grant(ctx, ba, false); err != nil {
 		return r.result(ba, cosiapi.EventFailedGrantAccess, err)
 	}
 	// Granted, or waiting for a watched object: the Secrets' checks start from here.
@@ -171,7 +178,7 @@ func (r *BucketAccessReconciler) check(ctx context.Context, ba *cosiapi.BucketAc
 		return r.result(ba, cosiapi.EventFailedGrantAccess, err)
 	}
 	if !intact {
-		if err := r.grant(ctx, ba); err != nil {
+		if err := r.grant(ctx, ba, true); err != nil {
 			return r.result(ba, cosiapi.EventFailedGrantAccess, err)
 		}
 	}
@@ -180,14 +187,15 @@ func (r *BucketAccessReconciler) check(ctx context.Context, ba *cosiapi.BucketAc
 }
 
 // grant provisions the access in two phases and writes its Secrets (KEP-1979 "Generating Bucket
-// Access Credentials", sidecar steps).
-func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAccess) error {
+// Access Credentials", sidecar steps). again is set when the Secrets of a provisioned access are
+// written anew (check); otherwise the access is granted only if it is not provisioned yet.
+func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAccess, again bool) error {
 	// Counted in flight first, then the access confirmed uncached: a Bucket's reconcile revokes a
 	// recorded grant only when the access is gone (uncached) and no grant for it is in flight, so
 	// either it sees this grant, or this grant sees the access gone.
-	done := r.Grants.start(ba.UID)
+	done := r.Grants.inFlight.start(ba.UID)
 	defer done()
-	buckets, ready, err := r.prepareGrant(ctx, ba)
+	buckets, ready, err := r.prepareGrant(ctx, ba, again)
 	if err != nil || !ready {
 		return err
 	}
@@ -199,38 +207,55 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 		if err := r.generateAccountID(ctx, ba, buckets, req); err != nil {
 			return err
 		}
-	case !grantRecorded(ba, buckets):
+	case !r.grantRecorded(ctx, ba):
 		if err := r.checkAccountID(ctx, ba, req); err != nil {
 			return err
 		}
 	}
-	// Recorded on the Buckets before the driver is asked: whatever happens to the BucketAccess
+	// Recorded before the driver is asked: whatever happens to the BucketAccess or its Buckets
 	// from now on, the grant can be revoked.
-	if err := r.recordGrant(ctx, ba, buckets); err != nil {
+	if err := r.Grants.store.put(ctx, newGrantRecord(ba)); err != nil {
 		return err
 	}
 
-	// Phase 2.
+	// Phase 2, unless the driver already answered this request and only the Secrets are missing.
 	grantReq := req.grant(ba.Status.AccountID)
-	resp, err := r.Driver.DriverGrantBucketAccess(ctx, grantReq)
+	key, err := proto.MarshalOptions{Deterministic: true}.Marshal(grantReq)
 	if err != nil {
-		return r.record.failed(ctx, ba, rpcError{"DriverGrantBucketAccess", err}, cosiapi.EventFailedGrantAccess)
+		return err
 	}
-	if err := driver.ValidateGrantResponse(grantReq, resp); err != nil {
-		return r.record.invalidAnswer(ctx, ba, cosiapi.ReasonProvisioningFailed,
-			"DriverGrantBucketAccess returned an incomplete answer: "+err.Error())
+	resp := r.Grants.answers.get(ba.UID, string(key))
+	if resp == nil {
+		if resp, err = r.Driver.DriverGrantBucketAccess(ctx, grantReq); err != nil {
+			return r.record.failed(ctx, ba, rpcError{"DriverGrantBucketAccess", err}, cosiapi.EventFailedGrantAccess)
+		}
+		if err := driver.ValidateGrantResponse(grantReq, resp); err != nil {
+			return r.record.invalidAnswer(ctx, ba, cosiapi.ReasonProvisioningFailed,
+				"DriverGrantBucketAccess returned an incomplete answer: "+err.Error())
+		}
+		r.Grants.answers.put(ba.UID, string(key), resp)
 	}
 	if err := r.writeSecrets(ctx, ba, buckets, req.protocol, resp); err != nil {
 		return err
 	}
-	return r.recordGranted(ctx, ba)
+	if err := r.recordGranted(ctx, ba); err != nil {
+		return err
+	}
+	r.Grants.answers.forget(ba.UID)
+	return nil
+}
+
+// grantRecorded reports whether the cache holds the access's grant record with its account ID.
+func (r *BucketAccessReconciler) grantRecorded(ctx context.Context, ba *cosiapi.BucketAccess) bool {
+	g := r.Grants.store.cached(ctx, ba.UID)
+	return g != nil && g.AccountID == ba.Status.AccountID
 }
 
 // prepareGrant returns the access's Buckets once the access may be granted: it still exists, its
 // Buckets are provisioned, it has its finalizer, and its Secrets can be written. ready is false,
 // with the conditions saying why, while something is missing.
 func (r *BucketAccessReconciler) prepareGrant(
-	ctx context.Context, ba *cosiapi.BucketAccess,
+	ctx context.Context, ba *cosiapi.BucketAccess, again bool,
 ) (buckets map[string]*cosiapi.Bucket, ready bool, err error) {
 	live := &cosiapi.BucketAccess{}
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ba), live); err != nil {
@@ -238,6 +263,12 @@ func (r *BucketAccessReconciler) prepareGrant(
 	}
 	if live.UID != ba.UID || live.DeletionTimestamp != nil {
 		return nil, false, nil // gone or going: the deletion path takes over
+	}
+	if !again && conditions.IsTrue(live, cosiapi.ConditionProvisioned) {
+		// Granted already: the cache is behind the status this sidecar wrote (a reconcile
+		// queued during the grant runs before the informer delivers it). Granting on the stale
+		// copy would call the driver once more; the update wakes the Secret checks instead.
+		return nil, false, nil
 	}
 	buckets, ready, err = r.buckets(ctx, ba)
 	if err != nil || !ready {
@@ -370,10 +401,33 @@ func (r *BucketAccessReconciler) writeSecrets(
 			if errors.As(err, &conflict) {
 				return r.secretConflict(ctx, ba, conflict)
 			}
-			return err
+			return r.secretWriteFailed(ctx, ba, claim.AccessSecretName, err)
 		}
 	}
 	return nil
+}
+
+// secretWriteFailed records that a Secret could not be written after the grant
+// (ResourcesValidated False, as KEP-1979 says of Secrets that cannot be written): a ResourceQuota,
+// a policy, a server error, or a Secret that someone made unwritable. The write is retried with
+// backoff, with the driver's answer kept in memory (answers): never with a new grant.
+func (r *BucketAccessReconciler) secretWriteFailed(
+	ctx context.Context, ba *cosiapi.BucketAccess, name string, err error,
+) error {
+	status := r.record.status(ba)
+	msg := conditions.Truncate(fmt.Sprintf("access granted, but Secret %s cannot be written; retrying the write: %v",
+		name, err))
+	conditions.MarkFalse(ba, cosiapi.ConditionResourcesValidated, cosiapi.ReasonSecretWriteFailed, msg)
+	if !conditions.IsTrue(ba, cosiapi.ConditionProvisioned) {
+		conditions.MarkUnknown(ba, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioning, msg)
+	}
+	if status.ConditionsChanged() {
+		r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, cosiapi.EventFailedGrantAccess, "WriteSecret", "%s", msg)
+		if perr := status.Patch(ctx, patch.OptimisticLock); perr != nil {
+			return fmt.Errorf("writing Secret %s: %w (and recording it: %w)", name, err, perr)
+		}
+	}
+	return fmt.Errorf("writing Secret %s: %w", name, err)
 }
 
 // recordGranted records the grant in status. Once the driver has answered, the result is written
@@ -498,24 +552,30 @@ func (r *BucketAccessReconciler) delete(ctx context.Context, ba *cosiapi.BucketA
 	if err := r.deleteSecrets(ctx, ba); err != nil {
 		return err
 	}
+	r.Grants.answers.forget(ba.UID)
 	// Revoked from the sidecar's own record of the grant, not from status, which someone who can
-	// write it could point at another access's account. No record: nothing was granted (the record
-	// is written before the grant); grants recorded on Buckets that status does not name are
-	// revoked by those Buckets' reconciles once the access is gone.
-	rec, err := r.recordedGrant(ctx, ba)
+	// write it could point at another access's account, nor from the Buckets, which an admin can
+	// delete or replace. The record is written before the grant.
+	rec, cm, err := r.Grants.store.get(ctx, ba.UID)
 	if err != nil {
 		return err
 	}
-	if rec != nil && len(rec.BucketIDs) > 0 {
+	if rec == nil {
+		if rec, err = r.unrecordedGrant(ctx, ba); err != nil {
+			return err
+		}
+	}
+	if rec != nil && rec.AccountID != "" && len(rec.BucketIDs) > 0 {
 		if _, err := r.Driver.DriverRevokeBucketAccess(ctx, rec.revokeRequest()); err != nil {
 			return r.record.failed(ctx, ba, rpcError{"DriverRevokeBucketAccess", err}, cosiapi.EventFailedRevokeAccess)
 		}
 	}
-	var names []string
-	for _, ab := range ba.Status.AccessedBuckets {
-		names = append(names, ab.BucketName)
+	if cm != nil {
+		if err := r.Grants.store.remove(ctx, cm); err != nil {
+			return err
+		}
 	}
-	if err := forgetGrant(ctx, r.Client, ba.UID, names); err != nil {
+	if err := r.forgetLegacyGrant(ctx, ba); err != nil {
 		return err
 	}
 	status := r.record.status(ba)
@@ -529,4 +589,63 @@ func (r *BucketAccessReconciler) delete(ctx context.Context, ba *cosiapi.BucketA
 // revoked reports whether the sidecar recorded the access's revocation in status.
 func revoked(ba *cosiapi.BucketAccess) bool {
 	return conditions.Has(ba, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonRevoked)
+}
+
+// unrecordedGrant returns what revokes an access that has no grant record: it was granted by a
+// version that recorded grants in Bucket annotations, or stopped between phase 1 and the record.
+// Without an account ID in status (phase 1 persists it before anything is recorded or granted)
+// nothing was granted. Otherwise the account revoked is the one the driver generates for this
+// access (KEP-1979: the same ID for the same account name), never one that status names: whoever
+// can write status could point it at another access's account. The buckets are those of status
+// and of the Buckets it names.
+func (r *BucketAccessReconciler) unrecordedGrant(ctx context.Context, ba *cosiapi.BucketAccess) (*grantRecord, error) {
+	if ba.Status.AccountID == "" {
+		return nil, nil
+	}
+	g := newGrantRecord(ba)
+	for _, ab := range ba.Status.AccessedBuckets {
+		b := &cosiapi.Bucket{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: ab.BucketName}, b); err == nil &&
+			b.Status.BucketID != "" && !slices.Contains(g.BucketIDs, b.Status.BucketID) {
+			g.BucketIDs = append(g.BucketIDs, b.Status.BucketID)
+			g.Modes = append(g.Modes, claimModes(ba, ab.BucketClaimName))
+		}
+	}
+	if len(g.BucketIDs) == 0 {
+		return nil, nil
+	}
+	resp, err := r.Driver.DriverGenerateBucketAccessId(ctx, g.generateRequest())
+	if err != nil {
+		// Retried whatever the code, as the revocation it serves: recorded, then returned as an
+		// error that is not final.
+		failed := r.record.failed(ctx, ba, rpcError{"DriverGenerateBucketAccessId", err}, cosiapi.EventFailedRevokeAccess)
+		return nil, errors.New(failed.Error())
+	}
+	if resp.GetAccountId() == "" {
+		return nil, errRequeue("DriverGenerateBucketAccessId returned an empty account_id; the access cannot be revoked")
+	}
+	g.AccountID = resp.GetAccountId()
+	return &g, nil
+}
+
+// forgetLegacyGrant removes the grant of the access that an earlier version recorded in its
+// Buckets' annotations, once the access is revoked.
+func (r *BucketAccessReconciler) forgetLegacyGrant(ctx context.Context, ba *cosiapi.BucketAccess) error {
+	key := legacyGrantAnnotationPrefix + string(ba.UID)
+	for _, ab := range ba.Status.AccessedBuckets {
+		b := &cosiapi.Bucket{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: ab.BucketName}, b); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return err
+		}
+		if _, ok := b.Annotations[key]; !ok {
+			continue
+		}
+		if err := patch.Annotation(ctx, r.Client, b, key, ""); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -415,10 +415,7 @@ func TestLostSecretIsWrittenAgain(t *testing.T) {
 	)
 	s := secret(t, ba, 0)
 	before := s.Data["AWS_SECRET_ACCESS_KEY"]
-	controllerutil.RemoveFinalizer(s, cosiapi.FinalizerProtection)
-	if err := env.Client.Update(t.Context(), s); err != nil {
-		t.Fatal(err)
-	}
+	// Deleted as a user would: the Secret keeps COSI's finalizer until the sidecar lets it go.
 	if err := env.Client.Delete(t.Context(), s); err != nil {
 		t.Fatal(err)
 	}
@@ -459,4 +456,46 @@ func TestAccessRestartBetweenPhases(t *testing.T) {
 	if got := h.driver.Backend().Accounts(); !slices.Equal(got, []string{ba.Status.AccountID}) {
 		t.Errorf("backend accounts %v, want exactly [%s]", got, ba.Status.AccountID)
 	}
+}
+
+// A grant record in the shared namespace that another driver's sidecar wrote for the same access
+// is that sidecar's way to revoke what it granted: this sidecar never overwrites it, and grants
+// nothing while it is there.
+func TestAnotherDriversGrantRecordIsNotOverwritten(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, memory.Config{})
+	b := h.provisionedBucket(cosiapi.ProtocolS3)
+	h.faults.Set(0, memory.Fault{Method: "DriverGenerateBucketAccessId", Code: 14 /* Unavailable */, Rate: 1})
+	ba := h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b)
+	testenv.Eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(ba), ba); err != nil {
+			return err
+		}
+		if ba.UID == "" || h.calls.Count("DriverGenerateBucketAccessId") == 0 {
+			return fmt.Errorf("phase 1 not tried yet")
+		}
+		return nil
+	})
+	theirs := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "cosi-grant-" + string(ba.UID), Namespace: sidecarNamespace,
+			Labels: map[string]string{cosiapi.LabelGrantDriver: "other.driver.example.com"},
+		},
+		Data: map[string]string{"grant.json": `{"accountID":"theirs"}`},
+	}
+	h.create(theirs)
+	h.faults.Set(0)
+	testenv.Never(t, 3*time.Second, func() error {
+		cm := &corev1.ConfigMap{}
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(theirs), cm); err != nil {
+			return err
+		}
+		if !maps.Equal(cm.Data, theirs.Data) || !maps.Equal(cm.Labels, theirs.Labels) {
+			return fmt.Errorf("the other driver's grant record was overwritten: labels %v, data %v", cm.Labels, cm.Data)
+		}
+		if n := h.calls.Count("DriverGrantBucketAccess"); n != 0 {
+			return fmt.Errorf("DriverGrantBucketAccess called %d times without a record of its own", n)
+		}
+		return nil
+	})
 }

@@ -2,6 +2,8 @@ package sidecar
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -9,27 +11,44 @@ import (
 	"strings"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/lookup"
-	"github.com/kube-cosi/cosi/internal/patch"
+	"github.com/kube-cosi/cosi/internal/index"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
-// Grant records make revocation independent of what a tenant can do to their BucketAccess. A
-// tenant can remove the access's finalizer and delete it in the same instant: the object, and with
-// it the account ID the revocation needs, is gone before any controller can put the finalizer
-// back. So before asking the driver for credentials, the sidecar records the grant on each Bucket
-// it is for, in an annotation (Buckets are cluster-scoped: tenants cannot write them). A grant
-// whose BucketAccess is gone is revoked from the record, and the record removed, when the Bucket is
-// reconciled: at start-up, when an access goes, and before a Bucket is deleted.
+// Grant records make revocation independent of what anyone can do to a BucketAccess or its
+// Buckets. A tenant can remove the access's finalizer and delete it in the same instant: the
+// object, and with it the account ID the revocation needs, is gone before any controller can put
+// the finalizer back; an admin can delete a Bucket with its finalizer, or replace it. So before
+// asking the driver for credentials, the sidecar records the grant in a ConfigMap of its own
+// namespace (the grant namespace), one per access, named after the access's UID. Tenants cannot
+// write there, nor can Bucket admins: only COSI and the admins of COSI's namespace, who can read
+// the sidecar's token anyway. One ConfigMap per access has no limit on the accesses of a Bucket
+// (an annotation on the Bucket had: 256 KiB for all of them).
+//
+// A record is removed once its grant is revoked: by the access's own deletion, or, when the access
+// vanished without it, by the GrantReconciler (grantreconciler.go), at start-up and whenever an
+// access goes.
 
-// grantAnnotationPrefix prefixes the annotation that records one access's grant on a Bucket; the
-// access's UID follows.
-const grantAnnotationPrefix = cosiapi.GroupName + "/grant-"
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch;delete,namespace=cosi-system
+
+// grantRecordPrefix prefixes the name of a grant record; the access's UID follows.
+const grantRecordPrefix = "cosi-grant-"
+
+// grantDataKey is the ConfigMap key that holds the record.
+const grantDataKey = "grant.json"
+
+// legacyGrantAnnotationPrefix prefixed the annotations that recorded grants on Buckets before
+// grant records moved to ConfigMaps. The sidecar migrates them (migrateLegacyGrants), verifying
+// each with the driver: whoever may write Buckets could have written them.
+const legacyGrantAnnotationPrefix = cosiapi.GroupName + "/grant-"
 
 // grantRecord is what revoking an access needs once the BucketAccess is gone.
 type grantRecord struct {
@@ -42,6 +61,12 @@ type grantRecord struct {
 	ServiceAccountName string            `json:"serviceAccountName,omitempty"`
 	Parameters         map[string]string `json:"parameters,omitempty"`
 	BucketIDs          []string          `json:"bucketIDs"`
+	// Modes are the access modes granted on each of BucketIDs, in the same order: the phase 1
+	// request that verifies the account carries them.
+	Modes []cosiapi.BucketAccessModes `json:"modes,omitempty"`
+	// BucketNames are the Bucket objects of the grant: a Bucket waits for the grants recorded
+	// for it before it is deleted, and revoke failures are reported on it.
+	BucketNames []string `json:"bucketNames,omitempty"`
 	// SecretNames are the access's Secrets, in Namespace: deleted with the grant when the access
 	// vanished without its cleanup.
 	SecretNames []string `json:"secretNames,omitempty"`
@@ -49,10 +74,9 @@ type grantRecord struct {
 
 func newGrantRecord(ba *cosiapi.BucketAccess) grantRecord {
 	rec := grantRecord{
-		Namespace: ba.Namespace, Name: ba.Name, UID: ba.UID, AccountID: ba.Status.AccountID, Protocol: ba.Spec.Protocol,
-		AuthenticationType: string(
-			ba.Status.AuthenticationType,
-		), Parameters: ba.Status.Parameters, SecretNames: secretNames(ba),
+		Namespace: ba.Namespace, Name: ba.Name, UID: ba.UID, AccountID: ba.Status.AccountID,
+		Protocol: ba.Spec.Protocol, AuthenticationType: string(ba.Status.AuthenticationType),
+		Parameters: ba.Status.Parameters, SecretNames: secretNames(ba),
 	}
 	if ba.Status.AuthenticationType == cosiapi.AuthenticationTypeServiceAccount {
 		rec.ServiceAccountName = ba.Spec.ServiceAccountName
@@ -60,12 +84,22 @@ func newGrantRecord(ba *cosiapi.BucketAccess) grantRecord {
 	for _, b := range ba.Status.AccessedBuckets {
 		if b.BucketID != "" {
 			rec.BucketIDs = append(rec.BucketIDs, b.BucketID)
+			rec.Modes = append(rec.Modes, claimModes(ba, b.BucketClaimName))
 		}
+		rec.BucketNames = append(rec.BucketNames, b.BucketName)
 	}
 	return rec
 }
 
-func grantKey(uid types.UID) string { return grantAnnotationPrefix + string(uid) }
+// claimModes are the access modes the access asks for on a claim.
+func claimModes(ba *cosiapi.BucketAccess, claim string) cosiapi.BucketAccessModes {
+	for _, c := range ba.Spec.BucketClaims {
+		if c.BucketClaimName == claim {
+			return c.AccessModes
+		}
+	}
+	return cosiapi.BucketAccessModes{}
+}
 
 // revokeRequest is the driver request that revokes the recorded grant.
 func (g grantRecord) revokeRequest() *cosiproto.DriverRevokeBucketAccessRequest {
@@ -82,94 +116,193 @@ func (g grantRecord) revokeRequest() *cosiproto.DriverRevokeBucketAccessRequest 
 	return req
 }
 
-// grantRecords returns the grants recorded on a Bucket, by access UID.
-func grantRecords(b *cosiapi.Bucket) (map[types.UID]grantRecord, error) {
+// generateRequest is the phase 1 request of the recorded grant's account: the driver answers it
+// with the account ID it generates for the access (KEP-1979: the same ID for the same name), which
+// is how a record that COSI did not write itself is verified.
+func (g grantRecord) generateRequest() *cosiproto.DriverGenerateBucketAccessIdRequest {
+	req := &cosiproto.DriverGenerateBucketAccessIdRequest{
+		AccountName: cosiapi.AccountNamePrefix + string(g.UID), Protocol: rpcProtocol(g.Protocol),
+		AuthenticationType: rpcAuthenticationType(cosiapi.AuthenticationType(g.AuthenticationType)),
+		Parameters:         g.Parameters,
+	}
+	if req.AuthenticationType == cosiproto.AuthenticationType_SERVICE_ACCOUNT {
+		req.ServiceAccount = &cosiproto.ServiceAccount{Namespace: g.Namespace, Name: g.ServiceAccountName}
+	}
+	for i, id := range g.BucketIDs {
+		// Records of earlier versions have no modes: read-only object data, the least a driver
+		// accepts, names the same account.
+		modes := cosiapi.BucketAccessModes{ObjectData: cosiapi.BucketAccessModeReadOnly}
+		if i < len(g.Modes) {
+			modes = g.Modes[i]
+		}
+		req.Buckets = append(req.Buckets, &cosiproto.AccessedBucket{BucketId: id, AccessModes: rpcAccessModes(modes)})
+	}
+	return req
+}
+
+// grantStore keeps the grant records of one driver: ConfigMaps in the grant namespace, labeled
+// with the driver. Reads that decide a revocation are uncached (reader); the cache (client) serves
+// the index of records by Bucket.
+type grantStore struct {
+	client    client.Client
+	reader    client.Reader
+	namespace string
+	// driver is the value of LabelGrantDriver for this driver's records.
+	driver string
+}
+
+// grantDriverLabel is the LabelGrantDriver value of a driver: its name when that is a valid label
+// value (driver names are domain names of 63 characters or less), else a hash of it.
+func grantDriverLabel(driverName string) string {
+	if len(validation.IsValidLabelValue(driverName)) == 0 {
+		return driverName
+	}
+	sum := sha256.Sum256([]byte(driverName))
+	return "sha256-" + hex.EncodeToString(sum[:16])
+}
+
+func grantRecordName(uid types.UID) string { return grantRecordPrefix + string(uid) }
+
+// grantRecordUID is the access UID of a record's ConfigMap name, or "".
+func grantRecordUID(name string) types.UID {
+	uid, _ := strings.CutPrefix(name, grantRecordPrefix)
+	if uid == name {
+		return ""
+	}
+	return types.UID(uid)
+}
+
+// parseGrantRecord reads the record of a ConfigMap of the store.
+func parseGrantRecord(cm *corev1.ConfigMap) (grantRecord, error) {
+	var g grantRecord
+	if err := json.Unmarshal([]byte(cm.Data[grantDataKey]), &g); err != nil {
+		return g, fmt.Errorf("grant record %s/%s: %w", cm.Namespace, cm.Name, err)
+	}
+	if g.UID != grantRecordUID(cm.Name) {
+		return g, fmt.Errorf("grant record %s/%s names access UID %s", cm.Namespace, cm.Name, g.UID)
+	}
+	return g, nil
+}
+
+// GrantsByBucket indexes the grant records by the names of their Buckets.
+var GrantsByBucket = index.Field{Object: &corev1.ConfigMap{}, Name: "grant.bucketNames",
+	Extract: func(o client.Object) []string {
+		g, err := parseGrantRecord(o.(*corev1.ConfigMap))
+		if err != nil {
+			return nil
+		}
+		return g.BucketNames
+	}}
+
+// put writes the record, before the driver is asked. It is written on every grant, never skipped
+// because a cached copy shows it: the copy may predate a revocation that removed it. The create
+// answers, uncached, whether the record exists; an existing one is updated only if it differs.
+func (s grantStore) put(ctx context.Context, g grantRecord) error {
+	value, err := json.Marshal(g)
+	if err != nil {
+		return err
+	}
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: grantRecordName(g.UID), Namespace: s.namespace,
+			Labels: map[string]string{cosiapi.LabelGrantDriver: s.driver},
+		},
+		Data: map[string]string{grantDataKey: string(value)},
+	}
+	err = s.client.Create(ctx, cm)
+	if !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	existing := &corev1.ConfigMap{}
+	if err := s.reader.Get(ctx, client.ObjectKeyFromObject(cm), existing); err != nil {
+		return err
+	}
+	if existing.Data[grantDataKey] == string(value) && existing.Labels[cosiapi.LabelGrantDriver] == s.driver {
+		return nil
+	}
+	// Another driver's record of the same access is that driver's to revoke with: never
+	// overwritten (sidecars of several drivers may share a namespace).
+	if owner := existing.Labels[cosiapi.LabelGrantDriver]; owner != "" && owner != s.driver {
+		return fmt.Errorf("grant record %s/%s belongs to driver %q, not %q", s.namespace, cm.Name, owner, s.driver)
+	}
+	existing.Labels = cm.Labels
+	existing.Data = cm.Data
+	return s.client.Update(ctx, existing) // locked to the version read
+}
+
+// get returns the record of the access, read uncached, or nil.
+func (s grantStore) get(ctx context.Context, uid types.UID) (*grantRecord, *corev1.ConfigMap, error) {
+	cm := &corev1.ConfigMap{}
+	err := s.reader.Get(ctx, types.NamespacedName{Namespace: s.namespace, Name: grantRecordName(uid)}, cm)
+	if apierrors.IsNotFound(err) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if cm.Labels[cosiapi.LabelGrantDriver] != s.driver {
+		return nil, nil, nil // another driver's: not this sidecar's to revoke
+	}
+	g, err := parseGrantRecord(cm)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &g, cm, nil
+}
+
+// cached returns the record of the access from the cache, or nil.
+func (s grantStore) cached(ctx context.Context, uid types.UID) *grantRecord {
+	cm := &corev1.ConfigMap{}
+	if err := s.client.Get(ctx, types.NamespacedName{Namespace: s.namespace, Name: grantRecordName(uid)}, cm); err != nil {
+		return nil
+	}
+	g, err := parseGrantRecord(cm)
+	if err != nil {
+		return nil
+	}
+	return &g
+}
+
+// remove deletes a record once its grant is revoked, locked to the version that was read, so that
+// a record rewritten meanwhile (a new grant) survives.
+func (s grantStore) remove(ctx context.Context, cm *corev1.ConfigMap) error {
+	err := s.client.Delete(ctx, cm, client.Preconditions{UID: &cm.UID, ResourceVersion: &cm.ResourceVersion})
+	return client.IgnoreNotFound(err)
+}
+
+// forBucket returns the records of the grants on a Bucket, from the cache, by access UID.
+func (s grantStore) forBucket(ctx context.Context, bucketName string) (map[types.UID]grantRecord, error) {
+	var list corev1.ConfigMapList
+	if err := s.client.List(ctx, &list, client.InNamespace(s.namespace),
+		client.MatchingLabels{cosiapi.LabelGrantDriver: s.driver},
+		client.MatchingFields{GrantsByBucket.Name: bucketName}); err != nil {
+		return nil, err
+	}
 	out := map[types.UID]grantRecord{}
-	for k, v := range b.Annotations {
-		if !strings.HasPrefix(k, grantAnnotationPrefix) {
-			continue
+	for i := range list.Items {
+		if g, err := parseGrantRecord(&list.Items[i]); err == nil {
+			out[g.UID] = g
 		}
-		var g grantRecord
-		if err := json.Unmarshal([]byte(v), &g); err != nil {
-			return nil, fmt.Errorf("annotation %s of Bucket %s: %w", k, b.Name, err)
-		}
-		out[types.UID(strings.TrimPrefix(k, grantAnnotationPrefix))] = g
 	}
 	return out, nil
 }
 
-// recordGrant records the access's grant on each of its Buckets, before the driver is asked.
-func (r *BucketAccessReconciler) recordGrant(
-	ctx context.Context, ba *cosiapi.BucketAccess, buckets map[string]*cosiapi.Bucket,
-) error {
-	value, err := json.Marshal(newGrantRecord(ba))
-	if err != nil {
-		return err
-	}
-	// Written on every grant, not skipped when a cached copy shows it: the copy may predate a
-	// revocation that removed it.
-	for _, name := range slices.Sorted(maps.Keys(buckets)) {
-		b := buckets[name]
-		if err := patch.Annotation(ctx, r.Client, b, grantKey(ba.UID), string(value)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// grantRecorded reports whether every Bucket records a grant of the access with its account ID.
-func grantRecorded(ba *cosiapi.BucketAccess, buckets map[string]*cosiapi.Bucket) bool {
-	for _, b := range buckets {
-		var g grantRecord
-		v, ok := b.Annotations[grantKey(ba.UID)]
-		if !ok || json.Unmarshal([]byte(v), &g) != nil || g.AccountID != ba.Status.AccountID {
-			return false
-		}
-	}
-	return true
-}
-
-// recordedGrant returns the grant of the access recorded on the Buckets its status names, or nil.
-func (r *BucketAccessReconciler) recordedGrant(ctx context.Context, ba *cosiapi.BucketAccess) (*grantRecord, error) {
-	for _, ab := range ba.Status.AccessedBuckets {
-		// Uncached: a record written a moment ago may not be in the cache yet, and deciding
-		// from the cache could skip the revocation.
-		b := &cosiapi.Bucket{}
-		if err := r.APIReader.Get(ctx, types.NamespacedName{Name: ab.BucketName}, b); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			return nil, err
-		}
-		records, err := grantRecords(b)
-		if err != nil {
-			return nil, err
-		}
-		if g, ok := records[ba.UID]; ok && g.AccountID != "" {
-			return &g, nil
-		}
-	}
-	return nil, nil
-}
-
-// forgetGrant removes the access's grant record from the Buckets, once it is revoked.
-func forgetGrant(ctx context.Context, c client.Client, uid types.UID, bucketNames []string) error {
-	for _, name := range bucketNames {
-		b := &cosiapi.Bucket{}
-		if err := c.Get(ctx, types.NamespacedName{Name: name}, b); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			return err
-		}
-		if _, ok := b.Annotations[grantKey(uid)]; !ok {
+// legacyGrantRecords returns the grants recorded on a Bucket in annotations, by annotation key.
+// Unreadable ones are returned as zero records, to be dropped.
+func legacyGrantRecords(b *cosiapi.Bucket) map[string]grantRecord {
+	out := map[string]grantRecord{}
+	for _, k := range slices.Sorted(maps.Keys(b.Annotations)) {
+		if !strings.HasPrefix(k, legacyGrantAnnotationPrefix) {
 			continue
 		}
-		if err := patch.Annotation(ctx, c, b, grantKey(uid), ""); client.IgnoreNotFound(err) != nil {
-			return err
+		var g grantRecord
+		if json.Unmarshal([]byte(b.Annotations[k]), &g) != nil ||
+			string(g.UID) != strings.TrimPrefix(k, legacyGrantAnnotationPrefix) {
+			g = grantRecord{}
 		}
+		out[k] = g
 	}
-	return nil
+	return out
 }
 
 // inFlight counts the grants this sidecar is making, by access UID. A grant record whose access is
@@ -204,55 +337,44 @@ func (f *inFlight) has(uid types.UID) bool {
 	return f.count[uid] > 0
 }
 
-// revokeOrphanedGrants revokes the grants recorded on a Bucket whose BucketAccess is gone, and
-// removes their records. It returns the accesses that still hold a grant.
-func (r *BucketReconciler) revokeOrphanedGrants(ctx context.Context, b *cosiapi.Bucket) ([]string, error) {
-	records, err := grantRecords(b)
-	if err != nil {
-		return nil, err
-	}
-	var live []string
-	inFlight := false
-	for _, uid := range slices.Sorted(maps.Keys(records)) {
-		g := records[uid]
-		gone, err := r.accessGone(ctx, g)
-		if err != nil {
-			return nil, err
-		}
-		if !gone {
-			live = append(live, g.Namespace+"/"+g.Name)
-			continue
-		}
-		if r.Grants.has(uid) {
-			// Revoked once the grant in flight has finished, by this Bucket's next reconcile.
-			inFlight = true
-			live = append(live, g.Namespace+"/"+g.Name)
-			continue
-		}
-		// As the access's own deletion would (KEP "Deleting a BucketAccess" step 3): Secrets
-		// first, then the revocation.
-		if err := deleteAccessSecrets(ctx, r.Client, g.Namespace, g.UID, g.SecretNames); err != nil {
-			return nil, err
-		}
-		if g.AccountID != "" && len(g.BucketIDs) > 0 {
-			if _, err := r.Driver.DriverRevokeBucketAccess(ctx, g.revokeRequest()); err != nil {
-				return nil, r.failedRevoke(ctx, b, g, err)
-			}
-		}
-		if err := patch.Annotation(ctx, r.Client, b, grantKey(uid), ""); err != nil {
-			return nil, err
-		}
-	}
-	if inFlight {
-		return nil, errRequeue("a grant recorded on the Bucket for a deleted BucketAccess is in flight")
-	}
-	return live, nil
+// answers keeps the driver's answer to a grant until the access's Secrets are written with it. A
+// Secret write that fails after the grant (a ResourceQuota on Secrets, a policy webhook, a server
+// error, a tenant who made the Secret unwritable) is retried with the answer already obtained,
+// never with a new grant: a driver that issues a new key on every grant would otherwise mint keys
+// at the rate of the retries. The answer is dropped once the Secrets are written, or the access
+// is deleted; a sidecar that restarts meanwhile grants once more.
+type answers struct {
+	mu sync.Mutex
+	m  map[types.UID]answer
 }
 
-// accessGone reports whether the recorded access no longer exists. The cache answers "it exists";
-// "gone" is confirmed with the API server.
-func (r *BucketReconciler) accessGone(ctx context.Context, g grantRecord) (bool, error) {
-	ba := &cosiapi.BucketAccess{}
-	return lookup.ConfirmGone(ctx, r.Client, r.APIReader, types.NamespacedName{Namespace: g.Namespace, Name: g.Name}, ba,
-		func() bool { return ba.UID == g.UID })
+type answer struct {
+	// request is the grant request the answer is for, as bytes: a changed request (another
+	// account, other buckets or parameters) is granted again.
+	request string
+	resp    *cosiproto.DriverGrantBucketAccessResponse
+}
+
+func (a *answers) get(uid types.UID, request string) *cosiproto.DriverGrantBucketAccessResponse {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if got, ok := a.m[uid]; ok && got.request == request {
+		return got.resp
+	}
+	return nil
+}
+
+func (a *answers) put(uid types.UID, request string, resp *cosiproto.DriverGrantBucketAccessResponse) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.m == nil {
+		a.m = map[types.UID]answer{}
+	}
+	a.m[uid] = answer{request: request, resp: resp}
+}
+
+func (a *answers) forget(uid types.UID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.m, uid)
 }

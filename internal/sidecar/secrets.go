@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -128,9 +130,10 @@ func (r *BucketAccessReconciler) secretsReady(
 				return false, "", err
 			}
 			ready = false
-		case state == slotOurs && s.Immutable != nil && *s.Immutable:
-			// Made immutable by someone: it could never be written again. Replaced, before
-			// anything is granted, so that a grant is never repeated for a write that must fail.
+		case state == slotOurs && (s.Immutable != nil && *s.Immutable || s.Type != corev1.SecretTypeOpaque):
+			// Made immutable, or of another type, by someone: it could never be written again.
+			// Replaced, before anything is granted, so that a grant is never made for a write that
+			// must fail.
 			if err := deleteAccessSecrets(ctx, r.Client, ba.Namespace, ba.UID, []string{s.Name}); err != nil {
 				return false, "", err
 			}
@@ -148,11 +151,37 @@ func (r *BucketAccessReconciler) secretsIntact(ctx context.Context, ba *cosiapi.
 		if err != nil {
 			return false, err
 		}
-		if state != slotOurs || len(s.Data[cosiapi.SecretKeyProtocol]) == 0 {
+		if state != slotOurs || !dataComplete(s, ba.Status.AuthenticationType) {
 			return false, nil
 		}
 	}
 	return true, nil
+}
+
+// dataComplete reports whether the Secret holds every data key COSI wrote into it
+// (AnnotationSecretDataKeys; COSI_PROTOCOL alone for a Secret written before that annotation): a
+// Secret that lost a key is written again.
+func dataComplete(s *corev1.Secret, auth cosiapi.AuthenticationType) bool {
+	keys := []string{cosiapi.SecretKeyProtocol}
+	if v := s.Annotations[cosiapi.AnnotationSecretDataKeys]; v != "" {
+		keys = append(keys, strings.Split(v, ",")...)
+	}
+	// The keys of the protocol's key credentials, whatever the annotation says (someone may have
+	// removed it).
+	if auth == cosiapi.AuthenticationTypeKey {
+		switch cosiapi.Protocol(s.Data[cosiapi.SecretKeyProtocol]) {
+		case cosiapi.ProtocolS3:
+			keys = append(keys, cosiapi.SecretKeyS3AccessKeyID, cosiapi.SecretKeyS3SecretAccessKey)
+		case cosiapi.ProtocolAzure:
+			keys = append(keys, cosiapi.SecretKeyAzureSASToken)
+		}
+	}
+	for _, k := range keys {
+		if _, ok := s.Data[k]; !ok {
+			return false
+		}
+	}
+	return len(s.Data[cosiapi.SecretKeyProtocol]) > 0
 }
 
 // releaseSecret removes COSI's finalizer from a Secret of the access, so that a deletion goes
@@ -189,6 +218,7 @@ func (r *BucketAccessReconciler) writeSecret(
 			Annotations: map[string]string{
 				cosiapi.AnnotationBucketAccessReference: ba.Namespace + "/" + ba.Name,
 				cosiapi.AnnotationBucketClaimReference:  ba.Namespace + "/" + claim.BucketClaimName,
+				cosiapi.AnnotationSecretDataKeys:        strings.Join(slices.Sorted(maps.Keys(data)), ","),
 			},
 			Finalizers: []string{cosiapi.FinalizerProtection},
 		},

@@ -6,23 +6,28 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/index"
 	"github.com/kube-cosi/cosi/internal/requeue"
 	"github.com/kube-cosi/cosi/internal/scheme"
+	"github.com/kube-cosi/cosi/internal/serving"
 	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/driver/v1alpha1"
 	cosiproto "github.com/kube-cosi/cosi/proto"
@@ -35,8 +40,8 @@ import (
 type Options struct {
 	// DriverEndpoint is the driver's socket, unix:///path/to/driver.sock.
 	DriverEndpoint string
-	// DriverTimeout bounds each driver call; DriverStartTimeout bounds the wait for the driver
-	// to answer at start-up.
+	// DriverTimeout bounds each driver call (0: one minute; at most MaxDriverTimeout, or Run
+	// refuses it); DriverStartTimeout bounds the wait for the driver to answer at start-up.
 	DriverTimeout, DriverStartTimeout time.Duration
 	// Workers is the number of objects of each kind reconciled at once.
 	Workers int
@@ -47,8 +52,15 @@ type Options struct {
 	// driver, in LeaderElectionNamespace).
 	LeaderElection          bool
 	LeaderElectionNamespace string
-	// MetricsAddress and HealthAddress serve /metrics and /healthz, /readyz ("0" disables).
+	// GrantNamespace holds the grant records (grants.go): the sidecar's own namespace, where
+	// tenants cannot write. Empty: LeaderElectionNamespace, else the Pod's namespace, else
+	// DefaultGrantNamespace.
+	GrantNamespace string
+	// MetricsAddress and HealthAddress serve /metrics and /healthz, /readyz ("0" disables, ""
+	// is loopback: serving.DefaultMetricsAddress, DefaultHealthAddress); MetricsSecure serves
+	// /metrics over HTTPS to authorized clients only (serving.Metrics).
 	MetricsAddress, HealthAddress string
+	MetricsSecure                 bool
 	// SkipNameValidation allows several sidecars in one process (tests).
 	SkipNameValidation bool
 	// DriverProtocol forces the driver protocol (driver.ProtocolV1alpha2 or ProtocolV1alpha1);
@@ -59,6 +71,9 @@ type Options struct {
 
 // Run connects to the driver, waits until it answers, and reconciles until ctx is done.
 func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) error {
+	if err := opts.validate(); err != nil {
+		return err
+	}
 	drv, err := driver.NewClient(opts.DriverEndpoint, driver.ClientOptions{
 		Logger: log.WithName("driver"), Registerer: metrics.Registry, CallTimeout: opts.DriverTimeout,
 		Protocol: opts.DriverProtocol, V1alpha1: v1alpha1.Options{Protocols: opts.V1alpha1Protocols},
@@ -82,11 +97,13 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 	log = log.WithValues("driverName", info.GetName())
 	log.Info("driver ready", "protocols", info.GetSupportedProtocols(), "driverProtocol", drv.Protocol())
 
-	mgr, err := newManager(cfg, opts, info, log)
+	store := grantStore{namespace: grantNamespace(opts), driver: grantDriverLabel(info.GetName())}
+	log.Info("grant records", "namespace", store.namespace, "label", cosiapi.LabelGrantDriver+"="+store.driver)
+	mgr, err := newManager(cfg, opts, info, store, log)
 	if err != nil {
 		return err
 	}
-	if err := setup(ctx, mgr, drv, info, opts); err != nil {
+	if err := setup(ctx, mgr, drv, info, store, opts); err != nil {
 		return err
 	}
 	// Readiness follows the driver: a sidecar whose driver stops answering is not ready.
@@ -102,17 +119,24 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 }
 
 func newManager(
-	cfg *rest.Config, opts Options, info *cosiproto.DriverGetInfoResponse, log logr.Logger,
+	cfg *rest.Config, opts Options, info *cosiproto.DriverGetInfoResponse, store grantStore, log logr.Logger,
 ) (ctrl.Manager, error) {
 	return ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme.New(),
 		Logger: log,
 		// No object's managedFields in the cache: COSI never reads them, and they would take much
-		// of its memory. No Secret is cached either: the sidecar may not read Secrets.
-		Cache:                         cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		// of its memory. No Secret is cached either: the sidecar may not read Secrets. Of
+		// ConfigMaps, only the driver's grant records.
+		Cache: cache.Options{
+			DefaultTransform: cache.TransformStripManagedFields(),
+			ByObject: map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {
+				Namespaces: map[string]cache.Config{store.namespace: {}},
+				Label:      labels.SelectorFromSet(labels.Set{cosiapi.LabelGrantDriver: store.driver}),
+			}},
+		},
 		GracefulShutdownTimeout:       ptr.To(shutdownTimeout),
-		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddress},
-		HealthProbeBindAddress:        opts.HealthAddress,
+		Metrics:                       serving.Metrics(opts.MetricsAddress, opts.MetricsSecure),
+		HealthProbeBindAddress:        serving.Health(opts.HealthAddress),
 		LeaderElection:                opts.LeaderElection,
 		LeaderElectionID:              LeaseName(info.GetName()),
 		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
@@ -132,16 +156,23 @@ func ctrlConfig(opts Options) config.Controller {
 }
 
 func setup(
-	ctx context.Context, mgr ctrl.Manager, drv *driver.Client, info *cosiproto.DriverGetInfoResponse, opts Options,
+	ctx context.Context, mgr ctrl.Manager, drv *driver.Client, info *cosiproto.DriverGetInfoResponse,
+	store grantStore, opts Options,
 ) error {
-	if err := index.Register(ctx, mgr.GetFieldIndexer(), bucketsByGrant, index.AccessesByBucket); err != nil {
+	if err := index.Register(
+		ctx, mgr.GetFieldIndexer(), GrantsByBucket, index.AccessesByBucket, index.AccessesByUID,
+	); err != nil {
 		return err
 	}
 	workers := max(opts.Workers, 1)
 	copts := controller.Options{MaxConcurrentReconciles: workers, RateLimiter: requeue.RateLimiter()}
 	recorder := mgr.GetEventRecorder("cosi-sidecar")
-	grants := &inFlight{}
 	c, reader := mgr.GetClient(), mgr.GetAPIReader()
+	store.client, store.reader = c, reader
+	grants := &grantBook{store: store, driver: drv, client: c, reader: reader, events: recorder}
+	if err := (&GrantReconciler{Grants: grants}).SetupWithManager(mgr, copts); err != nil {
+		return err
+	}
 	buckets := &BucketReconciler{Client: c, APIReader: reader, Driver: drv, Info: info, Recorder: recorder, Grants: grants}
 	if err := buckets.SetupWithManager(mgr, copts); err != nil {
 		return err
@@ -162,8 +193,51 @@ func setup(
 
 // shutdownTimeout is how long the manager waits, on SIGTERM, for reconciles in flight: they may
 // run for operationTimeout after the shutdown began (finishOnShutdown), so that what a driver did
-// is recorded. A Pod's terminationGracePeriodSeconds must be longer.
+// is recorded. A Pod's terminationGracePeriodSeconds must be longer (the charts and config/ give
+// 150 seconds; test/install checks it against ShutdownTimeout).
 const shutdownTimeout = operationTimeout + 10*time.Second
+
+// ShutdownTimeout is shutdownTimeout, for the checks of the Deployments' grace periods.
+const ShutdownTimeout = shutdownTimeout
+
+// DefaultGrantNamespace holds the grant records when neither the options nor the Pod name a
+// namespace: the namespace of the generated Role (config/rbac/sidecar).
+const DefaultGrantNamespace = "cosi-system"
+
+// grantNamespace is where the grant records are: Options.GrantNamespace, else the leader election
+// namespace, else the Pod's namespace (as controller-runtime finds it for leader election), else
+// DefaultGrantNamespace.
+func grantNamespace(opts Options) string {
+	switch {
+	case opts.GrantNamespace != "":
+		return opts.GrantNamespace
+	case opts.LeaderElectionNamespace != "":
+		return opts.LeaderElectionNamespace
+	}
+	if ns, err := os.ReadFile(inClusterNamespaceFile); err == nil && strings.TrimSpace(string(ns)) != "" {
+		return strings.TrimSpace(string(ns))
+	}
+	return DefaultGrantNamespace
+}
+
+// inClusterNamespaceFile names the Pod's namespace (the ServiceAccount token volume).
+const inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// MaxDriverTimeout is the longest DriverTimeout (--driver-timeout): every driver call runs inside
+// a reconcile, whose deadline is operationTimeout, and a longer call would be cut there. The
+// deadline is not derived from the flag, because the shutdown waits for it and a Pod's
+// terminationGracePeriodSeconds, fixed in the Deployment, must cover that wait.
+const MaxDriverTimeout = operationTimeout
+
+// validate refuses options that would not be honoured.
+func (o Options) validate() error {
+	if o.DriverTimeout < 0 || o.DriverTimeout > MaxDriverTimeout {
+		return fmt.Errorf("--driver-timeout %v: must be at most %v (0 means one minute): every driver call runs "+
+			"inside a reconcile, whose deadline is %v, and would be cut there", o.DriverTimeout, MaxDriverTimeout,
+			operationTimeout)
+	}
+	return nil
+}
 
 // DefaultSecretCheckInterval is how often the Secrets of each provisioned access are checked
 // unless configured otherwise: one no-op patch per Secret per interval.

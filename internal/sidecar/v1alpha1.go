@@ -23,13 +23,15 @@ func ParseProtocols(s string) ([]cosiproto.ObjectProtocol_Type, error) {
 	return out, nil
 }
 
-// importedMessage is the Provisioned condition's message for an imported (static) Bucket. A
-// v1alpha1 driver cannot look a bucket up, so nothing was checked: the message says so, and that
-// the first grant is where a missing bucket will show.
-func importedMessage(drv *driver.Client) string {
+// imported is the Provisioned condition's reason and message for an imported (static) Bucket. A
+// v1alpha1 driver cannot look a bucket up, so nothing was checked: the reason
+// (ReasonImportedUnverified) and the message say so, and that the first grant is where a missing
+// bucket will show.
+func imported(drv *driver.Client) (reason, msg string) {
 	if drv.Protocol() == driver.ProtocolV1alpha1 {
-		return "imported without a check: the driver speaks COSI v1alpha1, which cannot look a bucket up; " +
-			"the first access grant shows whether it exists"
+		return cosiapi.ReasonImportedUnverified,
+			"imported without a check: the driver speaks COSI v1alpha1, which cannot look a bucket up; " +
+				"the first access grant shows whether it exists"
 	}
-	return "the bucket exists in the backend"
+	return cosiapi.ReasonProvisioned, "the bucket exists in the backend"
 }

@@ -14,6 +14,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/kube-cosi/cosi/internal/localenv"
 )
 
@@ -41,6 +44,10 @@ type background struct {
 // are taken from $KUBEBUILDER_ASSETS when set, else from the repository's bin/. It fails, rather
 // than skipping, when they are missing.
 func Start() (*Env, error) {
+	// The components under test log to the logger they are given; controller-runtime's global
+	// one, which a few of its paths use, would otherwise print a stack trace saying it was never
+	// set, in the middle of the tests' output.
+	ctrllog.SetLogger(logr.Discard())
 	a, err := localenv.StartAPIServer(localenv.APIServerOptions{AdmissionPlugins: AdmissionPlugins})
 	if err != nil {
 		return nil, err

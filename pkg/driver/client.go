@@ -26,9 +26,11 @@ type ClientOptions struct {
 	// the object the call was made for.
 	Logger logr.Logger
 	// Registerer receives KEP-1979's sidecar metrics, cosi_sidecar_operation_duration_seconds and
-	// cosi_sidecar_operation_errors_total. Nil means no metrics.
+	// cosi_sidecar_operation_errors_total: one observation per v1alpha2 operation, named as
+	// v1alpha2 names it, whatever protocol the driver speaks. Nil means no metrics.
 	Registerer prometheus.Registerer
-	// CallTimeout is the deadline of each call whose context has none; zero means one minute.
+	// CallTimeout bounds each operation once no other call holds it back (see Client), also
+	// inside a context with a later deadline; zero means one minute.
 	CallTimeout time.Duration
 	// Protocol forces the driver protocol, ProtocolV1alpha2 or ProtocolV1alpha1; empty means
 	// Probe detects it (DetectProtocol).
@@ -37,12 +39,22 @@ type ClientOptions struct {
 	V1alpha1 v1alpha1.Options
 }
 
-// Client is a connection to a driver, as the sidecar uses it.
+// Client is a connection to a driver, as the sidecar uses it. Its Identity and Provisioner are
+// the v1alpha2 services, for a v1alpha1 driver through pkg/driver/v1alpha1's adapter.
+//
+// Calls on one bucket do not overlap where the driver's protocol asks so: the v1alpha1 spec makes
+// its callers ensure "no more than one call in-flight per Bucket", so for a v1alpha1 driver every
+// operation waits until none is in flight on its buckets. KEP-1979 says nothing; for a v1alpha2
+// driver an operation on a bucket itself (generate ID, create, get, delete) waits for every call
+// on that bucket, and grants and revocations wait for those and for calls of the same account, but
+// not for each other. The wait ends with the context (DEADLINE_EXCEEDED or CANCELLED, without a
+// driver call); the call timeout starts once it is over.
 type Client struct {
 	cosiproto.IdentityClient
 	cosiproto.ProvisionerClient
 
 	conn       *grpc.ClientConn
+	ops        *operations
 	driverName atomic.Pointer[string]
 	opts       ClientOptions
 	protocol   string
@@ -79,13 +91,20 @@ func NewClient(endpoint string, opts ClientOptions) (*Client, error) {
 	}
 	conn, err := grpc.NewClient(endpoint,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUnaryInterceptor(clientInterceptor(opts.Logger, metrics, c.DriverName, opts.CallTimeout)))
+		grpc.WithUnaryInterceptor(clientInterceptor(opts.Logger)))
 	if err != nil {
 		return nil, err
 	}
 	c.conn = conn
-	c.IdentityClient = cosiproto.NewIdentityClient(conn)
-	c.ProvisionerClient = cosiproto.NewProvisionerClient(conn)
+	c.ops = &operations{
+		identity:    cosiproto.NewIdentityClient(conn),
+		provisioner: cosiproto.NewProvisionerClient(conn),
+		metrics:     metrics,
+		driverName:  c.DriverName,
+		timeout:     opts.CallTimeout,
+		inFlight:    &inFlight{},
+	}
+	c.IdentityClient, c.ProvisionerClient = c.ops, c.ops
 	return c, nil
 }
 
@@ -157,7 +176,7 @@ func (c *Client) settleProtocol(ctx context.Context) error {
 	}
 	if protocol == ProtocolV1alpha1 {
 		adapter := v1alpha1.New(c.conn, c.opts.V1alpha1)
-		c.IdentityClient, c.ProvisionerClient = adapter, adapter
+		c.ops.identity, c.ops.provisioner, c.ops.perBucket = adapter, adapter, true
 	}
 	c.protocol = protocol
 	return nil

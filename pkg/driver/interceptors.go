@@ -37,23 +37,13 @@ func serverInterceptor(log logr.Logger, metrics *operationMetrics, driverName st
 	}
 }
 
-// clientInterceptor logs and measures every call the sidecar makes, and bounds each call by the
-// call timeout: the earlier of the context's deadline and the timeout wins. A call is logged with
-// the logger of its context when it carries one (see callLogger), else with fallback.
-func clientInterceptor(
-	fallback logr.Logger,
-	metrics *operationMetrics,
-	driverName func() string,
-	timeout time.Duration,
-) grpc.UnaryClientInterceptor {
+// clientInterceptor logs every call the sidecar makes on the wire (for a v1alpha1 driver, the
+// adapter's v1alpha1 calls), with the logger of its context when it carries one (see callLogger),
+// else with fallback. Metrics and the call timeout are per v1alpha2 operation (operations).
+func clientInterceptor(fallback logr.Logger) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, fullMethod string, req, reply any, cc *grpc.ClientConn,
 		invoker grpc.UnaryInvoker, opts ...grpc.CallOption,
 	) error {
-		if timeout > 0 {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, timeout)
-			defer cancel()
-		}
 		log := callLogger(ctx, fallback)
 		method := methodName(fullMethod)
 		start := time.Now()
@@ -63,7 +53,7 @@ func clientInterceptor(
 		if err == nil {
 			resp = reply
 		}
-		observe(log, metrics, driverName(), method, start, resp, err)
+		observe(log, nil, "", method, start, resp, err)
 		return err
 	}
 }

@@ -7,10 +7,14 @@
 package adversarial
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -50,10 +54,10 @@ func TestMain(m *testing.M) {
 			return err
 		}
 		var err error
-		if tenant, err = tenantClient(ctx, "tenant", false); err != nil {
+		if tenant, err = tenantClient(ctx, tenantNamespace, "tenant", false); err != nil {
 			return err
 		}
-		if statusWriter, err = tenantClient(ctx, "status-writer", true); err != nil {
+		if statusWriter, err = tenantClient(ctx, tenantNamespace, "status-writer", true); err != nil {
 			return err
 		}
 		if sidecarConfig, err = env.ServiceAccountConfig(
@@ -73,6 +77,7 @@ func TestMain(m *testing.M) {
 		if err != nil {
 			return err
 		}
+		controllerCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return slowHandOffs{rt} })
 		env.Go(ctx, "controller", func(ctx context.Context) error {
 			return controller.Run(
 				ctx,
@@ -85,8 +90,8 @@ func TestMain(m *testing.M) {
 	})
 }
 
-// tenantClient creates a user bound to a Role in tenantNamespace only, and a client acting as it.
-func tenantClient(ctx context.Context, name string, writesStatus bool) (client.Client, error) {
+// tenantClient creates a user bound to a Role in namespace only, and a client acting as it.
+func tenantClient(ctx context.Context, namespace, name string, writesStatus bool) (client.Client, error) {
 	rules := []rbacv1.PolicyRule{
 		{APIGroups: []string{cosiapi.GroupName}, Resources: []string{"bucketclaims", "bucketaccesses"}, Verbs: []string{"*"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"*"}},
@@ -102,9 +107,9 @@ func tenantClient(ctx context.Context, name string, writesStatus bool) (client.C
 		)
 	}
 	for _, o := range []client.Object{
-		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tenantNamespace}, Rules: rules},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}, Rules: rules},
 		&rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tenantNamespace},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: name}},
 		},
@@ -116,6 +121,32 @@ func tenantClient(ctx context.Context, name string, writesStatus bool) (client.C
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: name}
 	return client.New(cfg, client.Options{Scheme: env.Scheme})
+}
+
+// slowHandOffPrefix names the accesses whose hand-off reaches the API server late: the
+// controller's status write that hands them off to the sidecar waits slowHandOff first, as on a
+// slow network, so that tests can make other writes land between its decision and its write.
+const (
+	slowHandOffPrefix = "slow-handoff-"
+	slowHandOff       = 300 * time.Millisecond
+)
+
+// slowHandOffs delays the controller's hand-off writes of the accesses named slowHandOffPrefix*.
+type slowHandOffs struct{ next http.RoundTripper }
+
+func (s slowHandOffs) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodPatch && strings.Contains(req.URL.Path, "/bucketaccesses/"+slowHandOffPrefix) &&
+		strings.HasSuffix(req.URL.Path, "/status") && req.Body != nil {
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			return nil, err
+		}
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		if bytes.Contains(body, []byte(`"driverName"`)) {
+			time.Sleep(slowHandOff)
+		}
+	}
+	return s.next.RoundTrip(req)
 }
 
 var driverCounter atomic.Int64
@@ -135,13 +166,16 @@ type system struct {
 	stopSidecar func()
 }
 
-func newSystem(t *testing.T) *system {
+func newSystem(t *testing.T, opts ...func(*memory.Config)) *system {
 	t.Helper()
 	s := &system{t: t, faults: &memory.Faults{}, calls: &memory.Calls{}}
 	s.name = fmt.Sprintf("memory-%d.adversarial.cosi.io", driverCounter.Add(1))
 	cfg := memory.Config{
 		Name:      s.name,
 		Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3, cosiproto.ObjectProtocol_AZURE},
+	}
+	for _, o := range opts {
+		o(&cfg)
 	}
 	var err error
 	if s.driver, err = memory.New(cfg); err != nil {

@@ -6,9 +6,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	s3 "github.com/kube-cosi/cosi/drivers/s3"
@@ -207,5 +209,88 @@ func TestDriverNamePerRelease(t *testing.T) {
 	_, err := helm("template", "archive", filepath.Join(env.RepoRoot, "charts", "cosi-driver"))
 	if err == nil || !strings.Contains(err.Error(), "driver.name is required") {
 		t.Errorf("a second release without driver.name: got %v, want it refused", err)
+	}
+}
+
+// TestGracePeriodsCoverTheShutdown checks both renderings of the driver: on SIGTERM the sidecar
+// waits up to sidecar.ShutdownTimeout for reconciles in flight (each bounded by the reconcile
+// deadline that also bounds --driver-timeout), so the Pod's terminationGracePeriodSeconds must be
+// longer, or the kubelet kills the sidecar while it records what a driver did.
+func TestGracePeriodsCoverTheShutdown(t *testing.T) {
+	for what, rendering := range map[string][]byte{
+		"config/driver/s3":   kustomize(t, "config/driver/s3"),
+		"charts/cosi-driver": helmTemplate(t, "charts/cosi-driver", "s3"),
+	} {
+		ds := deploymentsOf(t, rendering)
+		if len(ds) != 1 {
+			t.Fatalf("%s: %d Deployments", what, len(ds))
+		}
+		d := &appsv1.Deployment{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(ds[0].Object, d); err != nil {
+			t.Fatal(err)
+		}
+		grace := d.Spec.Template.Spec.TerminationGracePeriodSeconds
+		if grace == nil || time.Duration(*grace)*time.Second <= sidecar.ShutdownTimeout {
+			t.Errorf("%s: terminationGracePeriodSeconds %v, want more than the sidecar's shutdown timeout %v",
+				what, grace, sidecar.ShutdownTimeout)
+		}
+	}
+}
+
+// TestMetricsAreAuthenticated checks every rendering: the Deployments serve /metrics with
+// --metrics-secure on the port the Service names, and bind the component's ServiceAccount to
+// system:auth-delegator to check tokens (internal/serving); with metrics.secure=false the charts do
+// neither. The binaries' own defaults are loopback (cmd/*'s tests).
+func TestMetricsAreAuthenticated(t *testing.T) {
+	for _, c := range []struct {
+		what, container, sa, binding string
+		rendering                    []byte
+		secure                       bool
+	}{
+		{"config/default", "controller", "cosi-controller", "cosi-controller-auth-delegator",
+			kustomize(t, "config/default"), true},
+		{"charts/cosi", "controller", "cosi-controller", "cosi-controller-auth-delegator",
+			helmTemplate(t, "charts/cosi", "cosi"), true},
+		{"config/driver/s3", "sidecar", "s3-cosi-driver", "s3-cosi-sidecar-auth-delegator",
+			kustomize(t, "config/driver/s3"), true},
+		{"charts/cosi-driver", "sidecar", "s3-cosi-driver", "s3-cosi-sidecar-auth-delegator",
+			helmTemplate(t, "charts/cosi-driver", "s3"), true},
+		{"charts/cosi metrics.secure=false", "controller", "cosi-controller", "cosi-controller-auth-delegator",
+			helmTemplate(t, "charts/cosi", "cosi", "--set", "metrics.secure=false"), false},
+		{"charts/cosi-driver metrics.secure=false", "sidecar", "s3-cosi-driver", "s3-cosi-sidecar-auth-delegator",
+			helmTemplate(t, "charts/cosi-driver", "s3", "--set", "metrics.secure=false"), false},
+	} {
+		objects := index(t, c.rendering)
+		var args []string
+		for _, d := range deploymentsOf(t, c.rendering) {
+			dep := &appsv1.Deployment{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(d.Object, dep); err != nil {
+				t.Fatal(err)
+			}
+			for _, ct := range dep.Spec.Template.Spec.Containers {
+				if ct.Name == c.container {
+					args = ct.Args
+				}
+			}
+		}
+		if got := slices.Contains(args, "--metrics-secure=true"); got != c.secure {
+			t.Errorf("%s: %s args %v: --metrics-secure=true %v, want %v", c.what, c.container, args, got, c.secure)
+		}
+		b, ok := objects["ClusterRoleBinding/"+c.binding]
+		if ok != c.secure {
+			t.Errorf("%s: ClusterRoleBinding %s rendered %v, want %v", c.what, c.binding, ok, c.secure)
+		}
+		if !ok {
+			continue
+		}
+		binding := &rbacv1.ClusterRoleBinding{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(b.Object, binding); err != nil {
+			t.Fatal(err)
+		}
+		if binding.RoleRef.Name != "system:auth-delegator" || len(binding.Subjects) != 1 ||
+			binding.Subjects[0].Name != c.sa || binding.Subjects[0].Namespace != namespace {
+			t.Errorf("%s: %s binds %v to %s, want ServiceAccount %s/%s to system:auth-delegator", c.what, c.binding,
+				binding.Subjects, binding.RoleRef.Name, namespace, c.sa)
+		}
 	}
 }

@@ -57,7 +57,8 @@ func (b Backend) Allowed(creds *cosiproto.CredentialInfo, bucketID string, categ
 	b.d.mu.Lock()
 	defer b.d.mu.Unlock()
 	for id, acct := range b.d.state.Accounts {
-		if !sameCredentials(acct.credentials(id), creds) {
+		if !sameCredentials(acct.credentials(id), creds) &&
+			(acct.Previous == "" || !sameCredentials(acct.withSecret(acct.Previous).credentials(id), creds)) {
 			continue
 		}
 		m, ok := acct.Buckets[bucketID]

@@ -46,6 +46,10 @@ type Config struct {
 	ExistingBuckets []string
 	// StateFile, when set, persists buckets and accounts so a restarted driver remembers them.
 	StateFile string
+	// NewKeyPerGrant makes every DriverGrantBucketAccess of an existing account issue a new key
+	// and keep only the newest previous one valid, as the S3 driver does on IAM: a caller that
+	// grants again needlessly mints keys, and a key two grants old stops working.
+	NewKeyPerGrant bool
 }
 
 // Driver is the memory driver. It implements cosiproto.IdentityServer and cosiproto.ProvisionerServer.
@@ -70,6 +74,9 @@ const (
 	ParamRegion = "region"
 	// ParamSASExpiry (a Go duration, e.g. "24h") is an access parameter: Azure tokens expire then.
 	ParamSASExpiry = "sasExpiry"
+	// ParamDescription (free text) is an access parameter the driver keeps with the account, as
+	// backends keep a description with a user: it is what a class with large parameters sends.
+	ParamDescription = "description"
 )
 
 // New returns a driver, loading its state file if configured.
@@ -260,6 +267,13 @@ func (d *Driver) DriverGrantBucketAccess(
 			delete(d.state.Accounts, id)
 			return nil, err
 		}
+	case d.cfg.NewKeyPerGrant:
+		old := *acct
+		acct.Previous, acct.Secret = acct.Secret, rand.Text()
+		if err := d.save(); err != nil {
+			*acct = old
+			return nil, err
+		}
 	}
 
 	resp := &cosiproto.DriverGrantBucketAccessResponse{}
@@ -352,6 +366,7 @@ func (d *Driver) newAccount(
 			if _, err := time.ParseDuration(v); err != nil {
 				return nil, status.Errorf(codes.InvalidArgument, "parameter %s: %v", ParamSASExpiry, err)
 			}
+		case ParamDescription:
 		default:
 			return nil, status.Errorf(codes.InvalidArgument, "unknown access parameter %q", k)
 		}
@@ -397,6 +412,13 @@ func (d *Driver) bucketInfo(id string, b *bucket) *cosiproto.ProtocolBucketInfo 
 		}
 	}
 	return info
+}
+
+// withSecret is a copy of the account with another key.
+func (a *account) withSecret(secret string) *account {
+	c := *a
+	c.Secret = secret
+	return &c
 }
 
 // credentials derives the account's key for its protocol from its secret.

@@ -50,8 +50,10 @@ type account struct {
 	Parameters         map[string]string                 `json:"parameters,omitempty"`
 	// Secret is the account's key material. The state file holds it, like a backend's user
 	// database would: protect the file accordingly (it is written with mode 0600).
-	Secret  string    `json:"secret"`
-	Created time.Time `json:"created"`
+	Secret string `json:"secret"`
+	// Previous is the key before the newest, still valid (Config.NewKeyPerGrant).
+	Previous string    `json:"previous,omitempty"`
+	Created  time.Time `json:"created"`
 }
 
 // sameGrant reports whether two accounts grant the same access (ignoring the key).

@@ -130,11 +130,14 @@ func (a *Adapter) DriverGenerateBucketId(
 
 // DriverCreateBucket calls v1alpha1 DriverCreateBucket(name = bucket_id, parameters).
 //
-// ALREADY_EXISTS is success: COSI calls it only with the bucket_id of phase 1, a Bucket name
-// ("bc-<BucketClaim UID>") no other Bucket has, and with that Bucket's parameters, which are
-// immutable; so the bucket can only be the one an earlier call created with the same parameters.
-// The v1alpha1 spec allows drivers to answer a repeated call that way ("Multiple calls to
-// CreateBucket may result in error ALREADY_EXISTS if the call succeeded early").
+// ALREADY_EXISTS is returned as it is, final: both specs define it as "a bucket by that name
+// exists but is incompatible with the request" (v1alpha1 "CreateBucket Errors", and KEP-1979's
+// DriverCreateBucket), and the v1alpha1 Provisioner contract asks OK of a bucket that exists with
+// the same name and parameters. The v1alpha1 "Concurrency" note that a call which "succeeded
+// early" may answer ALREADY_EXISTS concerns calls in flight together, which the driver client
+// does not make (one call in flight per bucket, pkg/driver; a driver still at work on a call whose
+// deadline passed is asked by the same spec to answer ABORTED, which is retried); handing out an
+// incompatible bucket as this Bucket's would be worse than a claim that waits for its user.
 func (a *Adapter) DriverCreateBucket(
 	ctx context.Context,
 	req *cosiproto.DriverCreateBucketRequest,
@@ -148,7 +151,9 @@ func (a *Adapter) DriverCreateBucket(
 		&v1.DriverCreateBucketRequest{Name: req.GetBucketId(), Parameters: req.GetParameters()},
 		opts...)
 	if status.Code(err) == codes.AlreadyExists {
-		return &cosiproto.DriverCreateBucketResponse{Protocols: a.bucketInfo(req.GetBucketId(), nil, req.GetProtocols())}, nil
+		return nil, status.Errorf(codes.AlreadyExists,
+			"v1alpha1 DriverCreateBucket: a bucket named %q exists but is incompatible with this Bucket's parameters: %s",
+			req.GetBucketId(), status.Convert(err).Message())
 	}
 	if err != nil {
 		return nil, mapError("DriverCreateBucket", err)
@@ -239,10 +244,13 @@ func (a *Adapter) DriverGenerateBucketAccessId(
 // DriverGrantBucketAccess calls v1alpha1 DriverGrantBucketAccess(bucket_id, name = account_id,
 // Key, parameters without ParameterAccessModes) and maps its credentials.
 //
+// The sidecar grants an account again when its Secret was lost: workloads may still hold the key
+// of the first grant. So the adapter never revokes the requested account inside a grant unless
+// the caller said that no credentials of it were handed out (WithNoCredentialsHeld).
 // ALREADY_EXISTS means the driver made this account before (the v1alpha1 spec lets a repeated call
-// answer so) and will not return its credentials again; the sidecar asks again only when the
-// credentials were never written or their Secret was lost. The adapter revokes the account and
-// grants it once more, so the new Secret holds a key that works.
+// answer so) and will not return its credentials again: without that word, it is returned, final,
+// and the account is left as it is; with it, the account is revoked and granted once more, so the
+// Secret gets a key that works.
 func (a *Adapter) DriverGrantBucketAccess(
 	ctx context.Context,
 	req *cosiproto.DriverGrantBucketAccessRequest,
@@ -263,8 +271,15 @@ func (a *Adapter) DriverGrantBucketAccess(
 		AuthenticationType: v1.AuthenticationType_Key,
 		Parameters:         driverParameters(req.GetParameters()),
 	}
+	unheld := noCredentialsHeld(ctx)
 	resp, err := a.provisioner.DriverGrantBucketAccess(ctx, v1req, opts...)
 	if status.Code(err) == codes.AlreadyExists {
+		if !unheld {
+			return nil, status.Errorf(codes.AlreadyExists,
+				"v1alpha1 DriverGrantBucketAccess: the driver granted account %q before and does not return its "+
+					"credentials again (%s); the account is not revoked, since workloads may hold its key: delete and "+
+					"re-create the BucketAccess for new credentials", req.GetAccountId(), status.Convert(err).Message())
+		}
 		if err := a.revoke(ctx, bucketID, req.GetAccountId(), v1req.GetParameters(), opts); err != nil {
 			return nil, cleanupFailed(fmt.Sprintf("revoking account %q before granting it again", req.GetAccountId()), err)
 		}
@@ -290,10 +305,15 @@ func (a *Adapter) DriverGrantBucketAccess(
 			req.GetAccountId(),
 		)
 	}
-	// An answer without the requested protocol's credentials is refused; the account it made is
-	// revoked at once, since its credentials are thrown away and nobody will hold them.
+	// An answer without the requested protocol's credentials is refused (and retried). When nobody
+	// holds credentials of the account, it is revoked at once, since these are thrown away;
+	// otherwise it is the account whose key workloads hold, and it stays (the sidecar revokes it
+	// when the access goes).
 	info, creds, err := mapCredentials(req.GetProtocol(), bucketID, resp.GetCredentials())
 	if err != nil {
+		if !unheld {
+			return nil, err
+		}
 		if err := a.revoke(ctx, bucketID, req.GetAccountId(), v1req.GetParameters(), opts); err != nil {
 			return nil, cleanupFailed(fmt.Sprintf("revoking account %q, whose answer was refused", req.GetAccountId()), err)
 		}
@@ -303,6 +323,25 @@ func (a *Adapter) DriverGrantBucketAccess(
 		Buckets:     []*cosiproto.DriverGrantBucketAccessResponse_BucketInfo{{BucketId: bucketID, BucketInfo: info}},
 		Credentials: creds,
 	}, nil
+}
+
+// noCredentialsHeldKey marks a context made by WithNoCredentialsHeld.
+type noCredentialsHeldKey struct{}
+
+// WithNoCredentialsHeld returns a context for a DriverGrantBucketAccess that says no credentials
+// of its account were ever handed out (no Secret was written with them, so no workload can hold
+// them). Only then may the adapter revoke the requested account inside the grant: when the driver
+// answers ALREADY_EXISTS (it made the account in a call whose answer was lost, and will not return
+// the key again), it revokes the account and grants it again; and when it refuses the driver's
+// answer, it revokes the account at once. Without it, a grant never revokes the account it asks
+// for, so that granting again for a lost Secret leaves the key that workloads hold working.
+func WithNoCredentialsHeld(ctx context.Context) context.Context {
+	return context.WithValue(ctx, noCredentialsHeldKey{}, true)
+}
+
+func noCredentialsHeld(ctx context.Context) bool {
+	unheld, _ := ctx.Value(noCredentialsHeldKey{}).(bool)
+	return unheld
 }
 
 // DriverRevokeBucketAccess calls v1alpha1 DriverRevokeBucketAccess(bucket_id, account_id,

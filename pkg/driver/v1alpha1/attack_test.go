@@ -125,8 +125,8 @@ func TestExtraCredentialKeysAreDropped(t *testing.T) {
 }
 
 // A driver that answers an S3 grant with another protocol's credentials is refused, the refusal
-// names keys and never values, and the account it made is revoked at once: its credentials were
-// thrown away, nobody holds them.
+// names keys and never values, and, when the caller says nobody holds credentials of the account
+// (a first grant), the account it made is revoked at once: its credentials were thrown away.
 func TestCredentialsOfAnotherProtocolAreRefusedAndRevoked(t *testing.T) {
 	f := newFake()
 	f.grant = func(_ int, req *v1.DriverGrantBucketAccessRequest) (*v1.DriverGrantBucketAccessResponse, error) {
@@ -136,7 +136,7 @@ func TestCredentialsOfAnotherProtocolAreRefusedAndRevoked(t *testing.T) {
 		}}, nil
 	}
 	c, logs := serveFake(t, f)
-	resp, err := c.DriverGrantBucketAccess(t.Context(), grantRequest("ba-1", readWrite))
+	resp, err := c.DriverGrantBucketAccess(unheld(t), grantRequest("ba-1", readWrite))
 	if err == nil || resp != nil {
 		t.Fatalf("DriverGrantBucketAccess answered with Azure credentials for S3: %v, %v; want a refusal", resp, err)
 	}
@@ -169,7 +169,7 @@ func TestNoSecretInTheLog(t *testing.T) {
 	}
 	c, logs := serveFake(t, f)
 	for _, account := range []string{"ba-plain", "ba-exists", "ba-other"} {
-		_, _ = c.DriverGrantBucketAccess(t.Context(), grantRequest(account, readWrite))
+		_, _ = c.DriverGrantBucketAccess(unheld(t), grantRequest(account, readWrite))
 	}
 	log := logs.String()
 	if !strings.Contains(log, `"response"`) || !strings.Contains(log, "ba-plain") {

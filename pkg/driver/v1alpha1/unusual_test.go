@@ -1,6 +1,7 @@
 package v1alpha1_test
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -8,32 +9,21 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	v1 "sigs.k8s.io/container-object-storage-interface/proto"
+
+	"github.com/kube-cosi/cosi/pkg/driver/v1alpha1"
 )
+
+// unheld is the test's context, saying that no credentials of the granted account were handed out.
+func unheld(t *testing.T) context.Context { return v1alpha1.WithNoCredentialsHeld(t.Context()) }
 
 // The answers the reference v1alpha1 driver never gives, driven through the sidecar's production
 // client against the fake driver (fake_test.go) on a real Unix socket.
 
-// ALREADY_EXISTS on DriverCreateBucket is the bucket an earlier call made: success, with the name
-// as the bucket's name.
-func TestCreateBucketAlreadyExistsIsSuccess(t *testing.T) {
-	f := newFake()
-	f.create = func(_ int, req *v1.DriverCreateBucketRequest) (*v1.DriverCreateBucketResponse, error) {
-		f.buckets[req.GetName()] = true
-		return nil, status.Error(codes.AlreadyExists, "bucket exists")
-	}
-	c, _ := serveFake(t, f)
-	resp, err := c.DriverCreateBucket(t.Context(), createRequest())
-	if err != nil {
-		t.Fatalf("DriverCreateBucket answered ALREADY_EXISTS by the driver: %v, want success", err)
-	}
-	if got := resp.GetProtocols().GetS3().GetBucketName(); got != "bc-1" {
-		t.Errorf("bucket name %q, want bc-1", got)
-	}
-}
-
-// ALREADY_EXISTS on DriverGrantBucketAccess: the driver will not return the key again, so the
-// adapter revokes the account and grants it once more, and the answer holds the new key.
-func TestGrantAlreadyExistsRevokesAndGrantsAgain(t *testing.T) {
+// ALREADY_EXISTS on DriverGrantBucketAccess when the caller says no credentials of the account
+// were handed out (an earlier answer was lost): the driver will not return the key again, so the
+// adapter revokes the account and grants it once more, and the answer holds the new key. (Without
+// that word, nothing is revoked: regrant_test.go.)
+func TestUnheldGrantAlreadyExistsRevokesAndGrantsAgain(t *testing.T) {
 	f := newFake()
 	f.accounts["ba-1"] = true // granted before; its key was lost
 	f.grant = func(_ int, req *v1.DriverGrantBucketAccessRequest) (*v1.DriverGrantBucketAccessResponse, error) {
@@ -43,7 +33,7 @@ func TestGrantAlreadyExistsRevokesAndGrantsAgain(t *testing.T) {
 		return nil, nil
 	}
 	c, _ := serveFake(t, f)
-	resp, err := c.DriverGrantBucketAccess(t.Context(), grantRequest("ba-1", readWrite))
+	resp, err := c.DriverGrantBucketAccess(unheld(t), grantRequest("ba-1", readWrite))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +51,7 @@ func TestGrantAlreadyExistsRevokesAndGrantsAgain(t *testing.T) {
 
 // When the grant after the revocation fails, nothing is left: the old account is revoked, no new
 // one exists, no key is returned, and the failure is the driver's (here retried by the sidecar).
-func TestGrantAlreadyExistsRegrantFails(t *testing.T) {
+func TestUnheldGrantAlreadyExistsRegrantFails(t *testing.T) {
 	f := newFake()
 	f.accounts["ba-1"] = true
 	f.grant = func(n int, _ *v1.DriverGrantBucketAccessRequest) (*v1.DriverGrantBucketAccessResponse, error) {
@@ -71,7 +61,7 @@ func TestGrantAlreadyExistsRegrantFails(t *testing.T) {
 		return nil, status.Error(codes.Unavailable, "backend busy")
 	}
 	c, _ := serveFake(t, f)
-	resp, err := c.DriverGrantBucketAccess(t.Context(), grantRequest("ba-1", readWrite))
+	resp, err := c.DriverGrantBucketAccess(unheld(t), grantRequest("ba-1", readWrite))
 	if status.Code(err) != codes.Unavailable || resp != nil {
 		t.Fatalf("DriverGrantBucketAccess: %v, %v; want the regrant's UNAVAILABLE and no answer", resp, err)
 	}
@@ -83,7 +73,7 @@ func TestGrantAlreadyExistsRegrantFails(t *testing.T) {
 // When the revocation before the regrant fails, the grant fails with a code the sidecar retries,
 // whatever the driver's code: a failed revocation is never final, and the old account stays
 // recorded for the sidecar's revocation (by name) at deletion.
-func TestGrantAlreadyExistsRevokeFails(t *testing.T) {
+func TestUnheldGrantAlreadyExistsRevokeFails(t *testing.T) {
 	f := newFake()
 	f.accounts["ba-1"] = true
 	f.grant = func(_ int, req *v1.DriverGrantBucketAccessRequest) (*v1.DriverGrantBucketAccessResponse, error) {
@@ -99,12 +89,12 @@ func TestGrantAlreadyExistsRevokeFails(t *testing.T) {
 		return nil
 	}
 	c, _ := serveFake(t, f)
-	_, err := c.DriverGrantBucketAccess(t.Context(), grantRequest("ba-1", readWrite))
+	_, err := c.DriverGrantBucketAccess(unheld(t), grantRequest("ba-1", readWrite))
 	if err == nil || finalForGrant(err) {
 		t.Fatalf("DriverGrantBucketAccess with a failed revocation: %v, want an error the sidecar retries", err)
 	}
 	// The sidecar's retry.
-	resp, err := c.DriverGrantBucketAccess(t.Context(), grantRequest("ba-1", readWrite))
+	resp, err := c.DriverGrantBucketAccess(unheld(t), grantRequest("ba-1", readWrite))
 	if err != nil || resp.GetCredentials().GetS3().GetAccessSecretKey() != fakeSecret {
 		t.Fatalf("retried grant: %v", err)
 	}

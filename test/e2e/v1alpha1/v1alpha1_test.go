@@ -163,8 +163,8 @@ func TestDynamicRetain(t *testing.T) {
 	})
 }
 
-// A static claim: v1alpha1 cannot look the bucket up, and the condition says so; a read-write
-// key works on the existing data; Retain keeps the bucket.
+// A static claim: v1alpha1 cannot look the bucket up, and the condition says so, on the Bucket and
+// its claim; a read-write key works on the existing data; Retain keeps the bucket.
 func TestStaticBucket(t *testing.T) {
 	ctx := t.Context()
 	ns := namespace(t)
@@ -196,12 +196,7 @@ func TestStaticBucket(t *testing.T) {
 		},
 	}
 	create(t, bac, b, c)
-	provisioned(t, c)
-	cond := testenv.Condition(t, waits, b, func(b *cosiapi.Bucket) []metav1.Condition { return b.Status.Conditions },
-		cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonProvisioned)
-	if !strings.Contains(cond.Message, "v1alpha1") || !strings.Contains(cond.Message, "without a check") {
-		t.Errorf("static Bucket's Provisioned message %q does not say that nothing was checked", cond.Message)
-	}
+	unverified(t, b, c)
 	a := access(ns, bac.Name, objects.ReadWrite, c)
 	create(t, a)
 	provisioned(t, a)
@@ -217,6 +212,61 @@ func TestStaticBucket(t *testing.T) {
 	if ok, err := storeHasBucket(ctx, existing); !ok {
 		t.Errorf("the imported bucket left the store (Retain): %v", err)
 	}
+}
+
+// unverified waits until the static Bucket b and its claim c are Provisioned with the reason that
+// says nothing was verified, and checks that the message says why.
+func unverified(t *testing.T, b *cosiapi.Bucket, c *cosiapi.BucketClaim) {
+	t.Helper()
+	cond := testenv.Condition(t, waits, b, func(b *cosiapi.Bucket) []metav1.Condition { return b.Status.Conditions },
+		cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonImportedUnverified)
+	if !strings.Contains(cond.Message, "v1alpha1") || !strings.Contains(cond.Message, "without a check") {
+		t.Errorf("static Bucket's Provisioned message %q does not say that nothing was checked", cond.Message)
+	}
+	testenv.Condition(t, waits, c, framework.ClaimConditions,
+		cosiapi.ConditionProvisioned, metav1.ConditionTrue, cosiapi.ReasonImportedUnverified)
+}
+
+// A static Bucket whose existingBucketID names no bucket: v1alpha1 cannot look it up, so the Bucket
+// and its claim do not say Provisioned as a checked bucket does (ReasonProvisioned) but that
+// nothing was verified; the first grant asks the backend, and the access says the bucket is not
+// there, with no Secret.
+func TestStaticBucketWithAWrongID(t *testing.T) {
+	ns := namespace(t)
+	missing := unique("missing")
+	bac := accessClass()
+	c := &cosiapi.BucketClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: unique("typo"), Namespace: ns},
+		Spec: cosiapi.BucketClaimSpec{
+			ExistingBucketName: unique("static"), Protocols: []cosiapi.Protocol{cosiapi.ProtocolS3},
+		},
+	}
+	b := &cosiapi.Bucket{
+		ObjectMeta: metav1.ObjectMeta{Name: c.Spec.ExistingBucketName},
+		Spec: cosiapi.BucketSpec{
+			DriverName: driverName, DeletionPolicy: cosiapi.DeletionPolicyRetain, ExistingBucketID: missing,
+			Protocols:      []cosiapi.Protocol{cosiapi.ProtocolS3},
+			BucketClaimRef: cosiapi.BucketClaimReference{Name: c.Name, Namespace: ns},
+		},
+	}
+	create(t, bac, b, c)
+	unverified(t, b, c)
+	a := access(ns, bac.Name, objects.ReadWrite, c)
+	create(t, a)
+	cond := testenv.Condition(t, waits, a, framework.AccessConditions,
+		cosiapi.ConditionProvisionFailed, metav1.ConditionTrue, cosiapi.ReasonDriverError)
+	if !strings.Contains(cond.Message, missing) || !strings.Contains(cond.Message, "NotFound") {
+		t.Errorf("the access's ProvisionFailed message %q does not say that bucket %s is not there", cond.Message, missing)
+	}
+	secret := &corev1.Secret{}
+	if err := env.Client.Get(t.Context(),
+		client.ObjectKey{Namespace: ns, Name: a.Spec.BucketClaims[0].AccessSecretName}, secret); err == nil {
+		t.Errorf("a Secret was written for an access to a bucket that does not exist")
+	}
+	del(t, a)
+	waits.Gone(t, a)
+	del(t, c)
+	waits.Gone(t, c)
 }
 
 // What a v1alpha1 grant cannot express is refused with a final condition, never widened: a
