@@ -13,8 +13,9 @@ import (
 
 // Issue 25, item 23: a store's limit on a policy write is final (the same request can never
 // pass), while the same code elsewhere is a quota an admin may raise, and throttling is retried.
-// The answers are the stores' error codes as the AWS SDK decodes them: no store here can be made
-// to answer them (the driver's own size check comes first), so they are built, not served.
+// The answers are the stores' error codes as the AWS SDK decodes them, built here for the codes no
+// store of the tests answers (PolicyTooLarge); TestPolicyOverStoreLimitIsFinal has Versity answer
+// LimitExceeded and Ceph RGW InvalidRange.
 func TestPolicyWriteLimitsAreFinal(t *testing.T) {
 	apiErr := func(code string) error {
 		return &smithy.GenericAPIError{Code: code, Message: "the store's message"}
@@ -25,14 +26,17 @@ func TestPolicyWriteLimitsAreFinal(t *testing.T) {
 		want      codes.Code
 		retryable bool
 	}{
-		{"policy write, IAM LimitExceeded", policyWriteStatus(apiErr("LimitExceeded"), "setting", "hint"),
+		{"policy write, IAM LimitExceeded", policyWriteStatus(apiErr("LimitExceeded"), codes.OutOfRange, "setting", "hint"),
 			codes.OutOfRange, false},
-		{"policy write, S3 PolicyTooLarge", policyWriteStatus(apiErr("PolicyTooLarge"), "setting", "hint"),
+		{"policy write, S3 PolicyTooLarge", policyWriteStatus(apiErr("PolicyTooLarge"), codes.OutOfRange, "setting", "hint"),
 			codes.OutOfRange, false},
-		{"policy write, throttled", policyWriteStatus(apiErr("Throttling"), "setting", "hint"),
+		{"policy write, throttled", policyWriteStatus(apiErr("Throttling"), codes.OutOfRange, "setting", "hint"),
 			codes.Unavailable, true},
-		{"policy write, malformed", policyWriteStatus(apiErr("MalformedPolicyDocument"), "setting", "hint"),
+		{"policy write, malformed", policyWriteStatus(apiErr("MalformedPolicyDocument"), codes.OutOfRange, "setting",
+			"hint"),
 			codes.InvalidArgument, false},
+		{"policy write, RGW InvalidRange", policyWriteStatus(apiErr("InvalidRange"), codes.InvalidArgument, "setting",
+			"hint"), codes.InvalidArgument, false},
 		{"other call, LimitExceeded (a quota)", toStatus(apiErr("LimitExceeded"), "creating a user"),
 			codes.ResourceExhausted, true},
 	}
@@ -42,8 +46,9 @@ func TestPolicyWriteLimitsAreFinal(t *testing.T) {
 				c.retryable)
 		}
 	}
-	err := policyWriteStatus(apiErr("LimitExceeded"), "setting", "hint")
-	if msg := status.Convert(err).Message(); msg != "setting: the policy exceeds the store's policy limits; hint" {
+	err := policyWriteStatus(apiErr("LimitExceeded"), codes.OutOfRange, "setting", "hint")
+	if msg := status.Convert(err).Message(); msg != "setting: the policy exceeds the store's policy limits "+
+		"(the object store answered LimitExceeded); hint" {
 		t.Errorf("message %q does not say what to do", msg)
 	}
 	var apiErrOut smithy.APIError

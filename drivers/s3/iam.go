@@ -81,7 +81,7 @@ func (a *IAMAccounts) Grant(ctx context.Context, id string, grants []bucketGrant
 			PolicyDocument: aws.String(string(doc))},
 	); err != nil {
 		// The store's limit may be lower than MaxPolicySize: as final as the driver's own check.
-		return Key{}, policyWriteStatus(err, fmt.Sprintf("setting the policy of IAM user %q", id),
+		return Key{}, policyWriteStatus(err, codes.OutOfRange, fmt.Sprintf("setting the policy of IAM user %q", id),
 			fmt.Sprintf("it grants access to %d buckets (%d characters): grant fewer buckets per BucketAccess",
 				len(grants), policySize(doc)))
 	}

@@ -228,6 +228,12 @@ func TestObjectLockNeedsOptIn(t *testing.T) {
 					t.Errorf("%s=%q: %v, want InvalidArgument", allowObjectLock, v, err)
 				}
 			}
+			// A misspelt key is refused, not ignored (which would grant without the admin's intent
+			// being read).
+			_, err := grantWith(ctx, p, map[string]string{"allowObjectlock": "true"}, rw, bucket)
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "allowObjectlock") {
+				t.Errorf("unknown access parameter allowObjectlock: %v, want InvalidArgument naming it", err)
+			}
 		})
 	})
 }

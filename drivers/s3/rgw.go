@@ -460,9 +460,12 @@ func (a *RGWAccounts) setStatements(ctx context.Context, bucket, id string, stmt
 		&s3.PutBucketPolicyInput{Bucket: aws.String(bucket), Policy: aws.String(string(doc))},
 	)
 	if err != nil && (apiCode(err) != "NoSuchBucket" || len(stmts) != 0) {
-		return policyWriteStatus(err, fmt.Sprintf("setting the policy of bucket %q", bucket), fmt.Sprintf(
-			"it holds %d statements (those of every BucketAccess to the bucket): fewer accesses to it would fit",
-			len(policy.statements)))
+		// InvalidArgument, not OutOfRange: KEP-1979 keeps OutOfRange for a driver that cannot share
+		// one credential across buckets, and here the bucket's policy is full of other accesses.
+		return policyWriteStatus(err, codes.InvalidArgument, fmt.Sprintf("setting the policy of bucket %q", bucket),
+			fmt.Sprintf("it would hold %d statements in %d bytes, those of every BucketAccess to the bucket and "+
+				"the admin's (RGW takes at most rgw_max_put_param_size, 1 MiB by default): fewer accesses to it would fit",
+				len(policy.statements), len(doc)))
 	}
 	return nil
 }
