@@ -31,6 +31,7 @@ import (
 	"github.com/kube-cosi/cosi/internal/predicates"
 	"github.com/kube-cosi/cosi/internal/requeue"
 	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/v1alpha1"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
@@ -189,7 +190,7 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 	// either it sees this grant, or this grant sees the access gone.
 	done := r.Grants.inFlight.start(ba.UID)
 	defer done()
-	buckets, ready, err := r.prepareGrant(ctx, ba)
+	buckets, held, ready, err := r.prepareGrant(ctx, ba)
 	if err != nil || !ready {
 		return err
 	}
@@ -220,7 +221,11 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 	}
 	resp := r.Grants.answers.get(ba.UID, string(key))
 	if resp == nil {
-		if resp, err = r.Driver.DriverGrantBucketAccess(ctx, grantReq); err != nil {
+		callCtx := ctx
+		if !held {
+			callCtx = v1alpha1.WithNoCredentialsHeld(ctx)
+		}
+		if resp, err = r.Driver.DriverGrantBucketAccess(callCtx, grantReq); err != nil {
 			return r.record.failed(ctx, ba, rpcError{"DriverGrantBucketAccess", err}, cosiapi.EventFailedGrantAccess)
 		}
 		if err := driver.ValidateGrantResponse(grantReq, resp); err != nil {
@@ -247,37 +252,64 @@ func (r *BucketAccessReconciler) grantRecorded(ctx context.Context, ba *cosiapi.
 
 // prepareGrant returns the access's Buckets once the access may be granted: it still exists, its
 // Buckets are provisioned, it has its finalizer, and its Secrets can be written. ready is false,
-// with the conditions saying why, while something is missing.
+// with the conditions saying why, while something is missing. held is false only when no
+// credentials of the access's account can have been handed out (see granted).
 func (r *BucketAccessReconciler) prepareGrant(
 	ctx context.Context, ba *cosiapi.BucketAccess,
-) (buckets map[string]*cosiapi.Bucket, ready bool, err error) {
+) (buckets map[string]*cosiapi.Bucket, held, ready bool, err error) {
 	live := &cosiapi.BucketAccess{}
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ba), live); err != nil {
-		return nil, false, client.IgnoreNotFound(err)
+		return nil, false, false, client.IgnoreNotFound(err)
 	}
 	if live.UID != ba.UID || live.DeletionTimestamp != nil {
-		return nil, false, nil // gone or going: the deletion path takes over
+		return nil, false, false, nil // gone or going: the deletion path takes over
 	}
 	buckets, ready, err = r.buckets(ctx, ba)
 	if err != nil || !ready {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	if err := patch.AddFinalizer(ctx, r.Client, ba); err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	// Before anything is granted, the Secrets must be writable: credentials that cannot be
 	// written would only be minted for nothing.
-	ready, conflict, err := r.secretsReady(ctx, ba)
+	ready, present, conflict, err := r.secretsReady(ctx, ba)
 	if err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	if conflict != "" {
-		return nil, false, r.secretConflict(ctx, ba, errSecretConflict{conflict})
+		return nil, false, false, r.secretConflict(ctx, ba, errSecretConflict{conflict})
 	}
 	if !ready {
-		return nil, false, errRequeue("a Secret of the access is being deleted; writing it again when it is gone")
+		return nil, false, false, errRequeue("a Secret of the access is being deleted; writing it again when it is gone")
 	}
-	return buckets, true, nil
+	return buckets, granted(live) || present, true, nil
+}
+
+// granted reports whether the access's Secrets were ever written: the grant succeeded and
+// recordGranted set Provisioned True and ProvisionFailed False (DriverSucceeded). Provisioned
+// stays True until the access is revoked (a failed call, a lost Secret or a Bucket that is no
+// longer provisioned leaves it), ProvisionFailed until a call fails.
+//
+// With no Secret of the access present either (prepareGrant), no credentials of its account can
+// have been handed out: workloads get them only from those Secrets. Only then does the grant say
+// so to a v1alpha1 driver's adapter (v1alpha1.WithNoCredentialsHeld), which may then revoke the
+// account and grant it again when the driver answers ALREADY_EXISTS: the driver made the account
+// in a call whose answer was lost (the sidecar stopped, or its answers were lost in a restart,
+// before a Secret was written) and will not return its key again. Otherwise ALREADY_EXISTS is
+// final, and the key that workloads hold keeps working (the Secret was lost, not the key).
+//
+// Both facts are needed: the Secrets alone are the tenant's to delete, and the conditions alone
+// miss a Secret written by a sidecar that stopped before recordGranted. The conditions are read
+// uncached (the cache may not show this sidecar's own recordGranted yet), and only who can write
+// bucketaccesses/status can remove them: tenants with the standard Role cannot; a tenant allowed
+// to (loose RBAC) affects only their own access, whose account is pinned to the one the driver
+// generates for its UID (the grant record, checkAccountID), and gets no more than a new key for
+// it, as re-creating the access would give. A Secret with the access's label is the tenant's to
+// forge as well, which only makes the grant keep the account.
+func granted(ba *cosiapi.BucketAccess) bool {
+	return conditions.IsTrue(ba, cosiapi.ConditionProvisioned) ||
+		conditions.Has(ba, cosiapi.ConditionProvisionFailed, metav1.ConditionFalse, cosiapi.ReasonDriverSucceeded)
 }
 
 // grantRequest is what both phases of a grant send to the driver.
@@ -495,7 +527,13 @@ func (r *BucketAccessReconciler) buckets(
 	}
 	status := r.record.status(ba)
 	msg := fmt.Sprintf("waiting for Buckets %v to be provisioned", waiting)
-	conditions.MarkUnknown(ba, cosiapi.ConditionProvisioned, cosiapi.ReasonWaitingForResources, msg)
+	if conditions.IsTrue(ba, cosiapi.ConditionProvisioned) {
+		// A granted access whose lost Secret waits for its Bucket stays provisioned: its key
+		// works, and Provisioned True is what keeps its next grant from revoking it (granted).
+		conditions.MarkUnknown(ba, cosiapi.ConditionResourcesValidated, cosiapi.ReasonWaitingForResources, msg)
+	} else {
+		conditions.MarkUnknown(ba, cosiapi.ConditionProvisioned, cosiapi.ReasonWaitingForResources, msg)
+	}
 	if !status.ConditionsChanged() {
 		return nil, false, nil
 	}
