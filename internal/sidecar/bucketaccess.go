@@ -32,18 +32,14 @@ import (
 	"github.com/kube-cosi/cosi/internal/predicates"
 	"github.com/kube-cosi/cosi/internal/requeue"
 	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/v1alpha1"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketaccesses,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketaccesses/status,verbs=get;update;patch
-// Secrets: KEP-1979's minimum, no get, list or watch (see secrets.go). A patch returns the object,
-// so these verbs alone would still read any Secret by name and create any Secret anywhere; the
-// cosi-sidecar-secrets admission policy (config/admission) confines them to COSI's Secrets.
+// The sidecar cannot read Secrets (see secrets.go): KEP-1979's minimum.
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=create;update;patch;delete
-// Not a permission (nothing serves bucketaccesssecrets): it marks the holder as the sidecar for
-// cosi-sidecar-secrets.
-// +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketaccesssecrets,verbs=write-only
 // Owner references with blockOwnerDeletion on the Secrets need the right to update the owner's
 // finalizers (the OwnerReferencesPermissionEnforcement admission plugin checks it).
 // +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketaccesses/finalizers,verbs=update
@@ -196,7 +192,7 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 	// either it sees this grant, or this grant sees the access gone.
 	done := r.Grants.inFlight.start(ba.UID)
 	defer done()
-	buckets, ready, err := r.prepareGrant(ctx, ba, again)
+	buckets, held, ready, err := r.prepareGrant(ctx, ba, again)
 	if err != nil || !ready {
 		return err
 	}
@@ -227,7 +223,11 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 	}
 	resp := r.Grants.answers.get(ba.UID, string(key))
 	if resp == nil {
-		if resp, err = r.Driver.DriverGrantBucketAccess(ctx, grantReq); err != nil {
+		callCtx := ctx
+		if !held {
+			callCtx = v1alpha1.WithNoCredentialsHeld(ctx)
+		}
+		if resp, err = r.Driver.DriverGrantBucketAccess(callCtx, grantReq); err != nil {
 			return r.record.failed(ctx, ba, rpcError{"DriverGrantBucketAccess", err}, cosiapi.EventFailedGrantAccess)
 		}
 		if err := driver.ValidateGrantResponse(grantReq, resp); err != nil {
@@ -254,46 +254,73 @@ func (r *BucketAccessReconciler) grantRecorded(ctx context.Context, ba *cosiapi.
 
 // prepareGrant returns the access's Buckets once the access may be granted: it still exists, its
 // Buckets are provisioned, it has its finalizer, and its Secrets can be written. ready is false,
-// with the conditions saying why, while something is missing.
+// with the conditions saying why, while something is missing. held is false only when no
+// credentials of the access's account can have been handed out (see granted).
 func (r *BucketAccessReconciler) prepareGrant(
 	ctx context.Context, ba *cosiapi.BucketAccess, again bool,
-) (buckets map[string]*cosiapi.Bucket, ready bool, err error) {
+) (buckets map[string]*cosiapi.Bucket, held, ready bool, err error) {
 	live := &cosiapi.BucketAccess{}
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ba), live); err != nil {
-		return nil, false, client.IgnoreNotFound(err)
+		return nil, false, false, client.IgnoreNotFound(err)
 	}
 	if live.UID != ba.UID || live.DeletionTimestamp != nil {
-		return nil, false, nil // gone or going: the deletion path takes over
+		return nil, false, false, nil // gone or going: the deletion path takes over
 	}
 	if !again && conditions.IsTrue(live, cosiapi.ConditionProvisioned) {
 		// Granted already: the cache is behind the status this sidecar wrote (a reconcile
 		// queued during the grant runs before the informer delivers it). Granting on the stale
 		// copy would call the driver once more; the update wakes the Secret checks instead.
-		return nil, false, nil
+		return nil, false, false, nil
 	}
 	buckets, ready, err = r.buckets(ctx, ba)
 	if err != nil || !ready {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	if err := patch.AddFinalizer(ctx, r.Client, ba); err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	// Before anything is granted, the Secrets must be writable: credentials that cannot be
 	// written would only be minted for nothing.
-	ready, conflict, held, err := r.secretsReady(ctx, ba)
+	ready, present, conflict, stuck, err := r.secretsReady(ctx, ba)
 	if err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	if conflict != "" {
-		return nil, false, r.secretConflict(ctx, ba, errSecretConflict{conflict})
+		return nil, false, false, r.secretConflict(ctx, ba, errSecretConflict{conflict})
 	}
-	if held != "" {
-		return nil, false, r.secretUnwritable(ctx, ba, held, errRequeue(held))
+	if stuck != "" {
+		return nil, false, false, r.secretUnwritable(ctx, ba, stuck, errRequeue(stuck))
 	}
 	if !ready {
-		return nil, false, errRequeue("a Secret of the access is being deleted; writing it again when it is gone")
+		return nil, false, false, errRequeue("a Secret of the access is being deleted; writing it again when it is gone")
 	}
-	return buckets, true, nil
+	return buckets, granted(live) || present, true, nil
+}
+
+// granted reports whether the access's Secrets were ever written: the grant succeeded and
+// recordGranted set Provisioned True and ProvisionFailed False (DriverSucceeded). Provisioned
+// stays True until the access is revoked (a failed call, a lost Secret or a Bucket that is no
+// longer provisioned leaves it), ProvisionFailed until a call fails.
+//
+// With no Secret of the access present either (prepareGrant), no credentials of its account can
+// have been handed out: workloads get them only from those Secrets. Only then does the grant say
+// so to a v1alpha1 driver's adapter (v1alpha1.WithNoCredentialsHeld), which may then revoke the
+// account and grant it again when the driver answers ALREADY_EXISTS: the driver made the account
+// in a call whose answer was lost (the sidecar stopped, or its answers were lost in a restart,
+// before a Secret was written) and will not return its key again. Otherwise ALREADY_EXISTS is
+// final, and the key that workloads hold keeps working (the Secret was lost, not the key).
+//
+// Both facts are needed: the Secrets alone are the tenant's to delete, and the conditions alone
+// miss a Secret written by a sidecar that stopped before recordGranted. The conditions are read
+// uncached (the cache may not show this sidecar's own recordGranted yet), and only who can write
+// bucketaccesses/status can remove them: tenants with the standard Role cannot; a tenant allowed
+// to (loose RBAC) affects only their own access, whose account is pinned to the one the driver
+// generates for its UID (the grant record, checkAccountID), and gets no more than a new key for
+// it, as re-creating the access would give. A Secret with the access's label is the tenant's to
+// forge as well, which only makes the grant keep the account.
+func granted(ba *cosiapi.BucketAccess) bool {
+	return conditions.IsTrue(ba, cosiapi.ConditionProvisioned) ||
+		conditions.Has(ba, cosiapi.ConditionProvisionFailed, metav1.ConditionFalse, cosiapi.ReasonDriverSucceeded)
 }
 
 // grantRequest is what both phases of a grant send to the driver.
@@ -524,7 +551,13 @@ func (r *BucketAccessReconciler) buckets(
 	}
 	status := r.record.status(ba)
 	msg := fmt.Sprintf("waiting for Buckets %v to be provisioned", waiting)
-	conditions.MarkUnknown(ba, cosiapi.ConditionProvisioned, cosiapi.ReasonWaitingForResources, msg)
+	if conditions.IsTrue(ba, cosiapi.ConditionProvisioned) {
+		// A granted access whose lost Secret waits for its Bucket stays provisioned: its key
+		// works, and Provisioned True is what keeps its next grant from revoking it (granted).
+		conditions.MarkUnknown(ba, cosiapi.ConditionResourcesValidated, cosiapi.ReasonWaitingForResources, msg)
+	} else {
+		conditions.MarkUnknown(ba, cosiapi.ConditionProvisioned, cosiapi.ReasonWaitingForResources, msg)
+	}
 	if !status.ConditionsChanged() {
 		return nil, false, nil
 	}
