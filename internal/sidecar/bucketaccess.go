@@ -38,8 +38,13 @@ import (
 
 // +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketaccesses,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketaccesses/status,verbs=get;update;patch
-// The sidecar cannot read Secrets (see secrets.go): KEP-1979's minimum.
+// Secrets: KEP-1979's minimum, no get, list or watch (see secrets.go). A patch returns the object,
+// so these verbs alone would still read any Secret by name and create any Secret anywhere; the
+// cosi-sidecar-secrets admission policy (config/admission) confines them to COSI's Secrets.
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=create;update;patch;delete
+// Not a permission (nothing serves bucketaccesssecrets): it marks the holder as the sidecar for
+// cosi-sidecar-secrets.
+// +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketaccesssecrets,verbs=write-only
 // Owner references with blockOwnerDeletion on the Secrets need the right to update the owner's
 // finalizers (the OwnerReferencesPermissionEnforcement admission plugin checks it).
 // +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketaccesses/finalizers,verbs=update
