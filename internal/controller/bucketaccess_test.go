@@ -104,6 +104,13 @@ func TestAccessHandOff(t *testing.T) {
 		return nil
 	})
 
+	// The sidecar's phase 1: an account ID in status (an access without one has nothing to clean
+	// up, and goes without waiting for the sidecar: TestAccessOfAnUnservedDriverCanBeDeleted).
+	testenv.Eventually(t, func() error {
+		get(t, ba)
+		ba.Status.AccountID = "ba-" + string(ba.UID)
+		return env.Client.Status().Update(t.Context(), ba)
+	})
 	// Deleting the access waits for the sidecar's cleanup, then releases the claim.
 	if err := env.Client.Delete(t.Context(), ba); err != nil {
 		t.Fatal(err)
