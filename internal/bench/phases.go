@@ -124,7 +124,7 @@ func (s *system) namespaceDeletion(ctx context.Context, r *RunResult) error {
 	start := time.Now()
 	errs := make(chan error, 2)
 	for _, obj := range []client.Object{&cosiapi.BucketAccess{}, &cosiapi.BucketClaim{}} {
-		go func() { errs <- s.client.DeleteAllOf(ctx, obj, client.InNamespace(ns)) }()
+		go func() { errs <- s.deleteCollection(ctx, obj, ns) }()
 	}
 	for range 2 {
 		if err := <-errs; err != nil {
@@ -146,4 +146,18 @@ func (s *system) namespaceDeletion(ctx context.Context, r *RunResult) error {
 	r.NamespaceDeletionAccessLists = reads("LIST")
 	r.NamespaceDeletionAccessGets = reads("GET")
 	return nil
+}
+
+// deleteCollection deletes every object of obj's kind in namespace, and again after an error, as
+// the namespace controller does: the API server deletes a collection one object at a time, and a
+// large one can outlast its request timeout (a minute) on a busy machine.
+func (s *system) deleteCollection(ctx context.Context, obj client.Object, namespace string) error {
+	var err error
+	for range 10 {
+		if err = s.client.DeleteAllOf(ctx, obj, client.InNamespace(namespace)); err == nil || ctx.Err() != nil {
+			return err
+		}
+		s.cfg.logf("deleting the %T of %s again: %v", obj, namespace, err)
+	}
+	return err
 }

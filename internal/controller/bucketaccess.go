@@ -421,8 +421,8 @@ func (r *BucketAccessReconciler) delete(ctx context.Context, ba *cosiapi.BucketA
 	// ProvisionFailed, set False by the sidecar's successful grant.
 	granted := conditions.Has(ba, cosiapi.ConditionProvisionFailed, metav1.ConditionFalse, cosiapi.ReasonDriverSucceeded)
 	outcome := createOutcome(granted, ba.Status.AccountID != "" || driverCalled(ba))
-	if err := patch.RemoveFinalizer(ctx, r.Client, ba); err != nil {
-		return err
+	if removed, err := patch.FinalizerRemoved(ctx, r.Client, ba); err != nil || !removed {
+		return err // not removed: a stale copy of an access that is gone, counted already
 	}
 	r.Metrics.deleted(ba.Status.DriverName, "BucketAccess", ba.DeletionTimestamp.Time, outcome)
 	return nil

@@ -449,8 +449,8 @@ func (r *BucketClaimReconciler) delete(ctx context.Context, claim *cosiapi.Bucke
 		return r.waitForBucket(ctx, claim, bucket) // its deletion wakes the claim
 	}
 	provisioned := conditions.IsTrue(claim, cosiapi.ConditionProvisioned)
-	if err := patch.RemoveFinalizer(ctx, r.Client, claim); err != nil {
-		return err
+	if removed, err := patch.FinalizerRemoved(ctx, r.Client, claim); err != nil || !removed {
+		return err // not removed: a stale copy of a claim that is gone, counted already
 	}
 	r.Metrics.deleted(driverName, "BucketClaim", claim.DeletionTimestamp.Time,
 		createOutcome(provisioned, driverCalled(claim)))

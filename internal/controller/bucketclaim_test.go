@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/objects"
 	"github.com/kube-cosi/cosi/internal/testenv"
 )
 
@@ -724,4 +725,48 @@ func TestDeletionListsNoAccessesUncached(t *testing.T) {
 	if n := uncachedAccessLists.Load() - before; n > 0 {
 		t.Errorf("the controller listed BucketAccesses uncached %d times", n)
 	}
+}
+
+// Issue 25, item 12: a claim's deletion is counted once, by the reconcile that removed its
+// finalizer, not again by a reconcile that ran on a stale copy of the claim (a cache that has
+// not seen it go yet, held here): the finalizer's removal finds the claim gone, which is not a
+// removal.
+func TestClaimDeletionIsCountedOnce(t *testing.T) {
+	t.Parallel()
+	driver := uniqueName("count") + ".controller-test.cosi.io"
+	class := objects.BucketClass(uniqueName("class"), driver, cosiapi.DeletionPolicyRetain)
+	create(t, class)
+	c := claim(class.Name, cosiapi.ProtocolS3)
+	create(t, c)
+	provisionAsSidecar(t, boundBucket(t, c), metav1.ConditionTrue, cosiapi.ProtocolS3)
+	heldDeletions.hold(t, c.Name)
+	if err := env.Client.Delete(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+	env.Gone(t, c)
+	testenv.Eventually(t, func() error {
+		if n := operationCount(t, driver, "BucketClaim", "Delete"); n != 1 {
+			return fmt.Errorf("BucketClaim Delete counted %v times", n)
+		}
+		return nil
+	})
+	// An access that names the claim wakes the claim's reconcile, on the copy the cache still
+	// has: deleting, with its finalizer. It fences the access (an event shows that it ran), then
+	// removes the finalizer again.
+	ac := accessClass()
+	create(t, ac)
+	ba := access(ac.Name, c.Name)
+	create(t, ba)
+	testenv.Eventually(t, func() error {
+		if occurrences(t, ba, cosiapi.EventFailedGrantAccess, "BucketClaim "+c.Name+" (uid") == 0 {
+			return fmt.Errorf("the claim's stale reconcile did not run yet")
+		}
+		return nil
+	})
+	testenv.Never(t, time.Second, func() error {
+		if n := operationCount(t, driver, "BucketClaim", "Delete"); n != 1 {
+			return fmt.Errorf("BucketClaim Delete counted %v times, want once", n)
+		}
+		return nil
+	})
 }

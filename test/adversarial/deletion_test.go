@@ -504,3 +504,48 @@ func TestClaimDeletedWhileItsBucketIsCreated(t *testing.T) {
 		return nil
 	})
 }
+
+// Issue 25, items 6 and 19: a hand-off the controller decided while the claim was alive, and
+// whose write reaches the API server only after the claim's deletion went ahead, is not applied:
+// the deletion fences the access it finds not handed off, the late write conflicts, and the
+// access is refused. The deterministic case of TestClaimDeletionRacesNewAccesses: the hand-off
+// write is held until the claim's Bucket is being deleted.
+func TestHandOffLandingAfterTheClaimsDeletion(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
+	b := boundBucket(t, c)
+	ba := newAccess(s.accessClass().Name, c)
+	held := holdHandOff(t, ba.Name)
+	mustCreate(t, tenant, ba)
+	select {
+	case <-held.arrived:
+	case <-time.After(time.Minute):
+		t.Fatal("the controller did not try to hand the access off")
+	}
+	mustDelete(t, tenant, c)
+	testenv.Eventually(t, func() error {
+		err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), b)
+		if err == nil && b.DeletionTimestamp == nil {
+			return fmt.Errorf("the claim's deletion did not delete its Bucket %s yet", b.Name)
+		}
+		return client.IgnoreNotFound(err)
+	})
+	held.Release()
+	testenv.Condition(t, env, client.Object(ba), conditions, cosiapi.ConditionResourcesValidated,
+		metav1.ConditionFalse, cosiapi.ReasonInvalidReference)
+	env.Gone(t, c)
+	s.waitBucketDeleted(b.Status.BucketID)
+	holds(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(ba), ba); err != nil {
+			return err
+		}
+		if ba.Status.DriverName != "" {
+			return fmt.Errorf("%s was handed off to %s after its claim's deletion", ba.Name, ba.Status.DriverName)
+		}
+		return nil
+	})
+	if n := s.calls.Count("DriverGrantBucketAccess"); n != 0 {
+		t.Errorf("%d grants to the access of a deleted claim, want 0", n)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -146,7 +147,60 @@ func (s slowHandOffs) RoundTrip(req *http.Request) (*http.Response, error) {
 			time.Sleep(slowHandOff)
 		}
 	}
+	rest, status := strings.CutSuffix(req.URL.Path, "/status")
+	if req.Method == http.MethodPatch && status && strings.Contains(rest, "/bucketaccesses/") && req.Body != nil {
+		if h, ok := heldHandOffs.Load(rest[strings.LastIndex(rest, "/")+1:]); ok {
+			body, err := io.ReadAll(req.Body)
+			if err != nil {
+				return nil, err
+			}
+			req.Body = io.NopCloser(bytes.NewReader(body))
+			if bytes.Contains(body, []byte(`"driverName"`)) {
+				if err := h.(*heldHandOff).wait(req.Context()); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
 	return s.next.RoundTrip(req)
+}
+
+// heldHandOffs holds the controller's first hand-off write of an access (by name) until the test
+// releases it: the controller has decided from a claim it read alive, and its write is on the way
+// while the test does something else.
+var heldHandOffs sync.Map
+
+type heldHandOff struct {
+	first, releaseOnce sync.Once
+	arrived, released  chan struct{}
+}
+
+// holdHandOff holds the first hand-off write of the access name: arrived is closed when it waits,
+// and it goes on Release (at the end of t at the latest). Later writes are not held.
+func holdHandOff(t *testing.T, name string) *heldHandOff {
+	h := &heldHandOff{arrived: make(chan struct{}), released: make(chan struct{})}
+	heldHandOffs.Store(name, h)
+	t.Cleanup(func() {
+		heldHandOffs.Delete(name)
+		h.Release()
+	})
+	return h
+}
+
+func (h *heldHandOff) Release() { h.releaseOnce.Do(func() { close(h.released) }) }
+
+func (h *heldHandOff) wait(ctx context.Context) error {
+	first := false
+	h.first.Do(func() { first = true; close(h.arrived) })
+	if !first {
+		return nil
+	}
+	select {
+	case <-h.released:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 var driverCounter atomic.Int64
