@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -157,4 +158,48 @@ func TestOnlyTheLeaderCountsMetrics(t *testing.T) {
 	})
 	counted("Bucket", "Delete")
 	counted("BucketClaim", "Delete")
+}
+
+// The Lease's events: client-go's leader election records "became leader" as a core/v1 Event in
+// the Lease's namespace. With only the generated roles, the controller must be allowed to write
+// it, or every election logs a refused request (and admins lose the event).
+func TestLeaderElectionEventsAreAllowed(t *testing.T) {
+	t.Parallel()
+	api, err := testenv.Start() // an API server of its own: one controller elects a leader there
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = api.Stop() })
+	ctx := t.Context()
+	cfg, err := api.ServiceAccountConfig(ctx, "config/rbac/controller/role.yaml", "cosi-system", "cosi-controller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- controller.Run(runCtx, cfg, controller.Options{
+			Workers: 1, LeaderElection: true, LeaderElectionNamespace: "cosi-system",
+			MetricsAddress: "0", HealthAddress: "0", SkipNameValidation: true,
+		}, logr.Discard())
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("controller: %v", err)
+		}
+	})
+	testenv.Eventually(t, func() error {
+		events := &corev1.EventList{}
+		if err := api.Client.List(ctx, events, client.InNamespace("cosi-system")); err != nil {
+			return err
+		}
+		for _, e := range events.Items {
+			if e.InvolvedObject.Kind == "Lease" && e.InvolvedObject.Name == controller.LeaseName &&
+				e.Reason == "LeaderElection" {
+				return nil
+			}
+		}
+		return fmt.Errorf("no LeaderElection event for Lease %s among %d events", controller.LeaseName, len(events.Items))
+	})
 }
