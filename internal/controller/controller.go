@@ -21,8 +21,10 @@ import (
 	"github.com/kube-cosi/cosi/internal/serving"
 )
 
-// Leader election Leases live in the component's own namespace: a Role there, not a ClusterRole.
+// Leader election Leases live in the component's own namespace: a Role there, not a ClusterRole. The
+// election records "became leader" and "stopped leading" as core/v1 Events of the Lease there.
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch,namespace=cosi-system
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch,namespace=cosi-system
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Options configure the controller.

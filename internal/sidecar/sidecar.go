@@ -33,8 +33,10 @@ import (
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
-// Leader election Leases live in the component's own namespace: a Role there, not a ClusterRole.
+// Leader election Leases live in the component's own namespace: a Role there, not a ClusterRole. The
+// election records "became leader" and "stopped leading" as core/v1 Events of the Lease there.
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch,namespace=cosi-system
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch,namespace=cosi-system
 
 // Options configure the sidecar.
 type Options struct {
