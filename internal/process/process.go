@@ -140,6 +140,19 @@ func (p *Process) Kill() {
 	<-p.done
 }
 
+// Exited reports whether p started and has exited since (killed, or on its own).
+func (p *Process) Exited() bool {
+	if p == nil || p.done == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // Restart stops p and starts it again with the same flags.
 func (p *Process) Restart(ctx context.Context) error {
 	if err := p.Stop(); err != nil {

@@ -1,0 +1,264 @@
+// Package chaos is cosi-chaos: a seeded workload of BucketClaims and BucketAccesses created, used
+// and deleted concurrently against the real cosi-controller, cosi-sidecar and cosi-driver-memory
+// processes, a kube-apiserver and an etcd (internal/localenv), while processes are killed with
+// SIGKILL at random moments and inside driver calls, etcd and the API server crash, and the driver
+// fails and stalls. At the end it waits for the system to converge and audits it from the
+// backend's side and the API's: what leaked, what was lost, what is stuck. docs/reliability.md
+// describes the checks and the figures of its runs.
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/localenv"
+	"github.com/kube-cosi/cosi/internal/objects"
+	"github.com/kube-cosi/cosi/internal/process"
+	"github.com/kube-cosi/cosi/pkg/driver/memory"
+)
+
+// DriverName is the memory driver's name in a chaos run.
+const DriverName = "chaos.memory.cosi.io"
+
+// Config says what to run.
+type Config struct {
+	// RepoRoot is the repository (CRDs, RBAC); BinDir holds the COSI binaries, kube-apiserver,
+	// etcd and kube-controller-manager.
+	RepoRoot, BinDir string
+	// Dir holds the run's data and logs; empty means a temporary directory, removed after a run
+	// without violations.
+	Dir string
+	// Seed chooses the workload and the faults; the same seed replays the same plan.
+	Seed int64
+	// Claims is the number of BucketClaims (each with its life: created, accessed, deleted or
+	// kept); about as many BucketAccesses come with them.
+	Claims int
+	// PerNamespace is the number of claims in one namespace; Writers the namespaces worked on at
+	// once.
+	PerNamespace, Writers int
+	// Faults are what is injected.
+	Faults Faults
+	// DriverTimeout is the sidecar's --driver-timeout; slow calls take longer.
+	DriverTimeout time.Duration
+	// NewKeyPerGrant makes the driver issue a new key on every grant of an existing account,
+	// keeping only the previous one valid, as the S3 driver does on IAM: a Secret left with a
+	// key two grants old shows as a lost key.
+	NewKeyPerGrant bool
+	// ConvergeTimeout bounds the wait for convergence once the workload and the faults ended.
+	ConvergeTimeout time.Duration
+	// Log receives progress lines; nil discards them.
+	Log io.Writer
+}
+
+// Faults are the faults of a run; the zero value injects none.
+type Faults struct {
+	// Kills kills cosi-controller, cosi-sidecar and the driver with SIGKILL at random moments and
+	// starts them again.
+	Kills bool
+	// Pauses holds a driver call inside the driver, before or after it acts, and kills the driver
+	// or the sidecar while it is held.
+	Pauses bool
+	// ControlPlane crashes etcd and kube-apiserver (SIGKILL) and starts them again.
+	ControlPlane bool
+	// ErrorRate is the share of driver calls that fail with a retryable code (Unavailable,
+	// DeadlineExceeded, Aborted, ResourceExhausted, Canceled), half of them after the driver acted.
+	ErrorRate float64
+	// SlowRate is the share of driver calls held beyond DriverTimeout before the driver acts.
+	SlowRate float64
+	// Interval is the mean time between two process faults (kills, pauses, crashes).
+	Interval time.Duration
+}
+
+// DefaultConfig is a run of n claims with every fault.
+func DefaultConfig(n int) Config {
+	return Config{
+		Seed: 1, Claims: n, PerNamespace: 4, Writers: 8,
+		Faults: Faults{Kills: true, Pauses: true, ControlPlane: true, ErrorRate: 0.3, SlowRate: 0.03,
+			Interval: 2 * time.Second},
+		DriverTimeout: 2 * time.Second, NewKeyPerGrant: true, ConvergeTimeout: 5 * time.Minute,
+	}
+}
+
+// Result is what a run found.
+type Result struct {
+	Seed              int64
+	Claims, Accesses  int
+	Namespaces        int
+	// Faults counts the faults injected, by kind.
+	Faults map[string]int
+	// Workload is how long the workload ran (with the faults); Converge how long the system then
+	// took to pass the audit (or ConvergeTimeout when it never did).
+	Workload, Converge time.Duration
+	Converged          bool
+	// Violations are the audit's findings after convergence (or at the timeout).
+	Violations []Violation
+	// Dir holds the logs when they were kept.
+	Dir string
+}
+
+// Run starts the system, runs the workload with the faults, waits for convergence, audits, and
+// returns what it found. An error means the run itself failed (the system did not start, the
+// harness lost a process), not that the audit found violations.
+func Run(ctx context.Context, cfg Config) (res *Result, err error) {
+	cfg.defaults()
+	keep := cfg.Dir != ""
+	if cfg.Dir == "" {
+		if cfg.Dir, err = os.MkdirTemp("", "cosi-chaos"); err != nil {
+			return nil, err
+		}
+	}
+	r := &run{cfg: cfg, start: time.Now(), res: &Result{Seed: cfg.Seed, Faults: map[string]int{}, Dir: cfg.Dir}}
+	defer func() {
+		if stopErr := r.stop(); stopErr != nil {
+			err = errors.Join(err, stopErr)
+		}
+		if err == nil && len(r.res.Violations) == 0 && !keep {
+			_ = os.RemoveAll(cfg.Dir)
+			r.res.Dir = ""
+		}
+	}()
+	if err := r.setup(ctx); err != nil {
+		return r.res, err
+	}
+	plan := newPlan(cfg)
+	r.res.Namespaces, r.res.Claims, r.res.Accesses = len(plan.namespaces), plan.claims(), plan.accesses()
+	r.logf("seed %d: %d claims and %d accesses in %d namespaces", cfg.Seed, r.res.Claims, r.res.Accesses,
+		r.res.Namespaces)
+	if err := r.createStatic(ctx, plan); err != nil {
+		return r.res, err
+	}
+	if err := r.setFaults(ctx, true); err != nil {
+		return r.res, err
+	}
+	monkeyCtx, stopMonkey := context.WithCancel(ctx)
+	monkeyDone := make(chan error, 1)
+	go func() { monkeyDone <- r.monkey(monkeyCtx) }()
+	workStart := time.Now()
+	workErr := r.work(ctx, plan)
+	stopMonkey()
+	monkeyErr := <-monkeyDone
+	r.res.Workload = time.Since(workStart)
+	if err := errors.Join(workErr, monkeyErr); err != nil {
+		return r.res, err
+	}
+	r.logf("workload done in %s; faults stopped: %v", r.res.Workload.Round(time.Second), r.res.Faults)
+	if err := r.calm(ctx); err != nil {
+		return r.res, err
+	}
+	convergeStart := time.Now()
+	violations, err := r.converge(ctx, plan)
+	r.res.Converge = time.Since(convergeStart)
+	if err != nil {
+		return r.res, err
+	}
+	r.res.Converged = len(violations) == 0
+	r.countDriverFaults()
+	r.res.Violations = r.histories(ctx, violations)
+	return r.res, nil
+}
+
+func (c *Config) defaults() {
+	d := DefaultConfig(c.Claims)
+	if c.PerNamespace <= 0 {
+		c.PerNamespace = d.PerNamespace
+	}
+	if c.Writers <= 0 {
+		c.Writers = d.Writers
+	}
+	if c.DriverTimeout <= 0 {
+		c.DriverTimeout = d.DriverTimeout
+	}
+	if c.ConvergeTimeout <= 0 {
+		c.ConvergeTimeout = d.ConvergeTimeout
+	}
+	if c.Faults.Interval <= 0 {
+		c.Faults.Interval = d.Faults.Interval
+	}
+}
+
+// run is one chaos run.
+type run struct {
+	cfg     Config
+	start   time.Time
+	res     *Result
+	env     *localenv.Env
+	client  client.Client
+	control memory.Control
+	// stateFile is the driver's state: the backend the audit reads; journal its calls.
+	stateFile, journal string
+	ledger             ledger
+	timeline           timeline
+}
+
+func (r *run) logf(format string, args ...any) {
+	if r.cfg.Log != nil {
+		fmt.Fprintf(r.cfg.Log, "%7.1fs "+format+"\n", append([]any{time.Since(r.start).Seconds()}, args...)...)
+	}
+}
+
+// setup starts the API server (with kube-controller-manager, so that namespaces finish deleting),
+// the classes and COSI with the memory driver.
+func (r *run) setup(ctx context.Context) error {
+	control, err := process.FreeAddress()
+	if err != nil {
+		return err
+	}
+	r.control = memory.Control{Address: control}
+	r.stateFile = filepath.Join(r.cfg.Dir, "run", "memory-state.json")
+	r.journal = filepath.Join(r.cfg.Dir, "log", "driver-calls.jsonl")
+	driverArgs := []string{"--state-file", r.stateFile, "--control-address", control, "--journal", r.journal,
+		"--fault-seed", strconv.FormatUint(uint64(r.cfg.Seed)+1, 10), "-v", "2"}
+	if r.cfg.NewKeyPerGrant {
+		driverArgs = append(driverArgs, "--new-key-per-grant")
+	}
+	r.logf("starting etcd, kube-apiserver, kube-controller-manager and COSI in %s", r.cfg.Dir)
+	r.env, err = localenv.New(ctx, localenv.Options{
+		Dir: r.cfg.Dir, RepoRoot: r.cfg.RepoRoot, BinDir: r.cfg.BinDir,
+		Driver: localenv.DriverMemory, DriverName: DriverName, ControllerManager: true,
+		DriverArgs:  driverArgs,
+		SidecarArgs: []string{"--driver-timeout", r.cfg.DriverTimeout.String()},
+		Verbosity:   2,
+	})
+	if err != nil {
+		return err
+	}
+	if _, r.client, err = r.env.AdminClient(200); err != nil {
+		return err
+	}
+	for _, o := range []client.Object{
+		objects.BucketClass("chaos-delete", DriverName, cosiapi.DeletionPolicyDelete),
+		objects.BucketClass("chaos-retain", DriverName, cosiapi.DeletionPolicyRetain),
+		objects.BucketAccessClass("chaos", DriverName, objects.MultiBucket),
+	} {
+		if err := r.client.Create(ctx, o); err != nil {
+			return err
+		}
+	}
+	return r.env.StartCOSI(ctx)
+}
+
+// stop stops everything.
+func (r *run) stop() error {
+	if r.env == nil {
+		return nil
+	}
+	return r.env.Stop()
+}
+
+// rng returns a random source for one stream of choices of the run (the plan of one namespace,
+// the faults), so that each stream depends on the seed only, not on the order things ran in.
+func (r *run) rng(stream uint64) *rand.Rand { return seeded(r.cfg.Seed, stream) }
+
+func seeded(seed int64, stream uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(uint64(seed), stream))
+}
