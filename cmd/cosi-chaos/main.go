@@ -45,6 +45,8 @@ func main() {
 		"share of driver calls failing with a retryable code, half of them after the driver acted")
 	flag.Float64Var(&cfg.Faults.SlowRate, "slow-rate", cfg.Faults.SlowRate,
 		"share of driver calls held beyond --driver-timeout before the driver acts")
+	flag.Float64Var(&cfg.Faults.LateRate, "late-rate", cfg.Faults.LateRate,
+		"share of driver calls held beyond --driver-timeout that the driver carries out after the sidecar gave up")
 	flag.DurationVar(&cfg.Faults.Interval, "interval", cfg.Faults.Interval, "mean time between process faults")
 	flag.DurationVar(&cfg.DriverTimeout, "driver-timeout", cfg.DriverTimeout, "the sidecar's --driver-timeout")
 	flag.BoolVar(&cfg.NewKeyPerGrant, "new-key-per-grant", cfg.NewKeyPerGrant,

@@ -58,6 +58,9 @@ type world struct {
 	spaces    []corev1.Namespace
 	backend   memory.Backend
 	bucketIDs map[string]bool // backend buckets
+	// created are the buckets the driver created (it answered a DriverCreateBucket, or acted
+	// before an injected failure), deleted those it was asked to delete and did.
+	created, deleted map[string]bool
 }
 
 func (r *run) look(ctx context.Context) (*world, error) {
@@ -102,6 +105,16 @@ func (r *run) look(ctx context.Context) (*world, error) {
 	w.bucketIDs = map[string]bool{}
 	for _, id := range w.backend.Buckets() {
 		w.bucketIDs[id] = true
+	}
+	w.created, w.deleted = map[string]bool{}, map[string]bool{}
+	for _, e := range r.readJournal() {
+		acted := e.Code == "OK" || e.Acted
+		switch {
+		case e.Method == "DriverCreateBucket" && acted:
+			w.created[e.Subject] = true
+		case e.Method == "DriverDeleteBucket" && acted:
+			w.deleted[e.Subject] = true
+		}
 	}
 	return w, nil
 }
@@ -185,11 +198,13 @@ func (r *run) audit(ctx context.Context) ([]Violation, error) {
 		if claimLive {
 			bucketsOf[b.Spec.BucketClaimRef.UID] = append(bucketsOf[b.Spec.BucketClaimRef.UID], b.Name)
 		}
-		if b.Status.BucketID != "" && !w.bucketIDs[b.Status.BucketID] &&
-			(b.Spec.DeletionPolicy == cosiapi.DeletionPolicyRetain || claimLive) {
-			add(CheckLostBucket, "backend bucket "+b.Status.BucketID,
-				fmt.Sprintf("Bucket %s (%s, claim %s) has it, the backend does not", b.Name, b.Spec.DeletionPolicy,
-					claimState(claimLive)), b.Name, b.Status.BucketID, string(b.Spec.BucketClaimRef.UID))
+		// A Bucket whose claim went before its backend bucket was created has an ID and no bucket:
+		// nothing was lost.
+		if id := b.Status.BucketID; id != "" && (b.Spec.DeletionPolicy == cosiapi.DeletionPolicyRetain || claimLive) &&
+			(w.deleted[id] || (w.created[id] && !w.bucketIDs[id])) {
+			add(CheckLostBucket, "backend bucket "+id,
+				fmt.Sprintf("Bucket %s (%s, claim %s) has it; the driver deleted it", b.Name, b.Spec.DeletionPolicy,
+					claimState(claimLive)), b.Name, id, string(b.Spec.BucketClaimRef.UID))
 		}
 		if b.Spec.DeletionPolicy == cosiapi.DeletionPolicyDelete && !claimLive && b.DeletionTimestamp == nil {
 			add(CheckLeftBucket, "Bucket "+b.Name, "Delete policy, its claim "+b.Spec.BucketClaimRef.Namespace+"/"+
@@ -202,13 +217,13 @@ func (r *run) audit(ctx context.Context) ([]Violation, error) {
 		}
 	}
 	for id, name := range r.ledger.released {
-		if !w.bucketIDs[id] {
+		if w.deleted[id] || (w.created[id] && !w.bucketIDs[id]) {
 			add(CheckLostBucket, "backend bucket "+id, "Retain: its Bucket "+name+" was deleted, the bucket must stay",
 				id, name)
 		}
 	}
 	for id := range r.ledger.imported {
-		if !w.bucketIDs[id] {
+		if w.deleted[id] || !w.bucketIDs[id] {
 			add(CheckLostBucket, "backend bucket "+id, "imported by a static claim: never deleted by COSI", id)
 		}
 	}
@@ -304,6 +319,9 @@ func (r *run) converge(ctx context.Context, _ plan) ([]Violation, error) {
 	deadline := time.Now().Add(r.cfg.ConvergeTimeout)
 	last := -1
 	for {
+		if err := r.restartExited(ctx, false); err != nil {
+			return nil, err
+		}
 		v, err := r.audit(ctx)
 		if err != nil {
 			return nil, err

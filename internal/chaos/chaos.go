@@ -73,8 +73,12 @@ type Faults struct {
 	// ErrorRate is the share of driver calls that fail with a retryable code (Unavailable,
 	// DeadlineExceeded, Aborted, ResourceExhausted, Canceled), half of them after the driver acted.
 	ErrorRate float64
-	// SlowRate is the share of driver calls held beyond DriverTimeout before the driver acts.
+	// SlowRate is the share of driver calls held beyond DriverTimeout before the driver acts; the
+	// driver gives up with its caller, as one that passes its context on to its backend does.
 	SlowRate float64
+	// LateRate is the share of driver calls held beyond DriverTimeout that the driver carries out
+	// all the same, after the sidecar gave up: a backend that had the request already.
+	LateRate float64
 	// Interval is the mean time between two process faults (kills, pauses, crashes).
 	Interval time.Duration
 }

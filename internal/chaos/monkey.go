@@ -24,14 +24,17 @@ var retryableCodes = []string{"Unavailable", "DeadlineExceeded", "Aborted", "Res
 
 // faultSpecs are the driver's faults: every provisioner call fails with ErrorRate, spread over the
 // retryable codes, half before and half after the driver acted; SlowRate of them are held beyond
-// the sidecar's timeout.
+// the sidecar's timeout, LateRate also, and then carried out.
 func (r *run) faultSpecs() []string {
 	var specs []string
 	f := r.cfg.Faults
-	if f.SlowRate > 0 {
-		delay := r.cfg.DriverTimeout + time.Second
-		for _, m := range provisionerMethods {
+	delay := r.cfg.DriverTimeout + time.Second
+	for _, m := range provisionerMethods {
+		if f.SlowRate > 0 {
 			specs = append(specs, fmt.Sprintf("%s=OK:%g+delay=%s", m, f.SlowRate, delay))
+		}
+		if f.LateRate > 0 {
+			specs = append(specs, fmt.Sprintf("%s=OK:%g+delay=%s+late", m, f.LateRate, delay))
 		}
 	}
 	if f.ErrorRate > 0 {
@@ -102,7 +105,7 @@ func (r *run) monkey(ctx context.Context) error {
 			return nil
 		case <-time.After(wait):
 		}
-		if err := r.restartExited(ctx); err != nil {
+		if err := r.restartExited(ctx, true); err != nil {
 			return err
 		}
 		pick := rng.IntN(total)
@@ -195,8 +198,15 @@ func (r *run) count(what string) {
 }
 
 // restartExited starts again a COSI process that exited by itself (not killed by the monkey,
-// which starts what it kills): a finding the report shows, not a reason to stop the run.
-func (r *run) restartExited(ctx context.Context) error {
+// which starts what it kills): a finding the report shows, not a reason to stop the run. It also
+// restarts kube-controller-manager, which exits when the API server goes away while it starts.
+func (r *run) restartExited(ctx context.Context, faults bool) error {
+	if restarted, err := r.env.RestartControllerManager(ctx); err != nil {
+		return err
+	} else if restarted {
+		r.count("kube-controller-manager restarted (exited after an API server crash)")
+		r.timeline.add("kube-controller-manager had exited; starting it")
+	}
 	for _, c := range []*localenv.Component{r.env.Driver, r.env.Sidecar, r.env.Controller} {
 		if c.Exited() {
 			r.count("exited by itself: " + c.Name)
@@ -206,7 +216,7 @@ func (r *run) restartExited(ctx context.Context) error {
 				return fmt.Errorf("restarting %s: %w", c.Name, err)
 			}
 			if c == r.env.Driver {
-				if err := r.setFaults(ctx, true); err != nil {
+				if err := r.setFaults(ctx, faults); err != nil {
 					return err
 				}
 			}
@@ -217,7 +227,7 @@ func (r *run) restartExited(ctx context.Context) error {
 
 // calm ends the faults: no driver faults, nothing held, every process up.
 func (r *run) calm(ctx context.Context) error {
-	if err := r.restartExited(ctx); err != nil {
+	if err := r.restartExited(ctx, false); err != nil {
 		return err
 	}
 	if err := r.control.Release(ctx); err != nil {

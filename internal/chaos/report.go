@@ -12,6 +12,7 @@ import (
 	"time"
 
 	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
 )
@@ -38,7 +39,7 @@ func (r *run) countDriverFaults() {
 		if e.Injected {
 			r.res.Faults["driver error "+e.Code+" (injected)"]++
 		}
-		if e.Took >= r.cfg.DriverTimeout {
+		if e.Took >= r.cfg.DriverTimeout*9/10 { // the ones the sidecar gave up on end at its deadline
 			r.res.Faults["driver call slower than --driver-timeout"]++
 		}
 	}
@@ -54,6 +55,10 @@ func (r *run) histories(ctx context.Context, vs []Violation) []Violation {
 	var events eventsv1.EventList
 	if err := r.list(ctx, &events); err != nil {
 		events.Items = nil
+	}
+	w, err := r.look(ctx)
+	if err != nil {
+		w = nil
 	}
 	for i := range vs {
 		v := &vs[i]
@@ -73,11 +78,16 @@ func (r *run) histories(ctx context.Context, vs []Violation) []Violation {
 		}
 		for _, e := range journal {
 			if slices.Contains(subjects, e.Subject) {
-				text := fmt.Sprintf("driver: %s %s → %s in %s", e.Method, e.Subject, e.Code, e.Took.Round(time.Millisecond))
-				if e.Injected {
+				// At its end: when the driver acted (or not) and answered.
+				text := fmt.Sprintf("driver: %s %s → %s, after %s", e.Method, e.Subject, e.Code,
+					e.Took.Round(time.Millisecond))
+				switch {
+				case e.Acted:
+					text += " (injected, after the driver acted)"
+				case e.Injected:
 					text += " (injected)"
 				}
-				lines = append(lines, line{e.Time, text})
+				lines = append(lines, line{e.Time.Add(e.Took), text})
 			}
 		}
 		for _, e := range events.Items {
@@ -116,8 +126,46 @@ func (r *run) histories(ctx context.Context, vs []Violation) []Violation {
 			}
 			v.History = append(v.History, fmt.Sprintf("%+8.1fs %s", l.at.Sub(r.start).Seconds(), l.text))
 		}
+		if w != nil {
+			v.History = append(v.History, w.now(subjects)...)
+		}
 	}
 	return vs
+}
+
+// now describes the live objects among subjects: conditions, finalizers, deletion.
+func (w *world) now(subjects []string) []string {
+	var out []string
+	describe := func(kind, name string, m metav1.ObjectMeta, conditions []metav1.Condition, extra string) {
+		s := fmt.Sprintf("now: %s %s%s: %s", kind, name, extra, conditionText(conditions))
+		if m.DeletionTimestamp != nil {
+			s += "; " + since(m.DeletionTimestamp.Time)
+		}
+		if len(m.Finalizers) > 0 {
+			s += "; finalizers " + strings.Join(m.Finalizers, ",")
+		}
+		out = append(out, s)
+	}
+	for _, c := range w.claims {
+		if slices.Contains(subjects, string(c.UID)) {
+			describe("BucketClaim", c.Namespace+"/"+c.Name, c.ObjectMeta, c.Status.Conditions,
+				" (bound to "+c.Status.BoundBucketName+")")
+		}
+	}
+	for _, a := range w.accesses {
+		if slices.Contains(subjects, string(a.UID)) {
+			describe("BucketAccess", a.Namespace+"/"+a.Name, a.ObjectMeta, a.Status.Conditions,
+				" (account "+a.Status.AccountID+")")
+		}
+	}
+	for _, b := range w.buckets {
+		if slices.Contains(subjects, b.Name) || slices.Contains(subjects, string(b.UID)) {
+			describe("Bucket", b.Name, b.ObjectMeta, b.Status.Conditions,
+				fmt.Sprintf(" (%s, bucketID %q, claim %s/%s)", b.Spec.DeletionPolicy, b.Status.BucketID,
+					b.Spec.BucketClaimRef.Namespace, b.Spec.BucketClaimRef.Name))
+		}
+	}
+	return out
 }
 
 // Print writes the result for people: the figures, the faults by kind, and each violation with

@@ -52,6 +52,16 @@ func (a *APIServer) Crash(ctx context.Context, name string, down time.Duration) 
 	return a.waitAnswers(ctx)
 }
 
+// RestartControllerManager starts kube-controller-manager again when it exited, as a node's
+// kubelet would (it exits when the API server goes away while it starts), and reports whether it
+// did.
+func (a *APIServer) RestartControllerManager(ctx context.Context) (bool, error) {
+	if a.kcm == nil || !a.kcm.Exited() {
+		return false, nil
+	}
+	return true, a.kcm.Start(ctx)
+}
+
 // takeOver kills the envtest child called name and returns a process with its command line.
 func (a *APIServer) takeOver(name string) (*process.Process, error) {
 	pid, args, err := childCommand(name)

@@ -25,20 +25,23 @@ type Fault struct {
 	// is lost, as when a connection drops after the backend answered. The retryable codes mean
 	// exactly that the operation may have happened.
 	After bool
-	// Delay holds the call this long before the driver acts, whatever the caller's deadline: a
-	// backend that finishes an operation after its caller gave up. With Code OK the call then
-	// succeeds (a slow call); otherwise it fails with Code.
+	// Delay holds the call this long before the driver acts. A caller that gives up meanwhile
+	// ends the call, and the driver does not act, as a driver that passes its context on to its
+	// backend; with Late the driver acts all the same, after its caller gave up, as a backend
+	// that had the request already. With Code OK the call then succeeds (a slow call); otherwise
+	// it fails with Code.
 	Delay time.Duration
+	Late  bool
 }
 
-// ParseFault reads a fault written METHOD=CODE[:RATE|:xCOUNT][+after][+delay=DURATION], for
-// example "DriverCreateBucket=Unavailable:0.5", "DriverGrantBucketAccess=Internal:x3",
-// "*=Aborted:0.1+after" or "*=OK:0.05+delay=3s". Without rate or count every matching call
-// fails. Code OK is allowed with a delay only.
+// ParseFault reads a fault written METHOD=CODE[:RATE|:xCOUNT][+after][+delay=DURATION][+late],
+// for example "DriverCreateBucket=Unavailable:0.5", "DriverGrantBucketAccess=Internal:x3",
+// "*=Aborted:0.1+after" or "*=OK:0.05+delay=3s+late". Without rate or count every matching call
+// fails. Code OK is allowed with a delay only, late with a delay only.
 func ParseFault(s string) (Fault, error) {
 	method, rest, ok := strings.Cut(s, "=")
 	if !ok || method == "" {
-		return Fault{}, fmt.Errorf("fault %q: want METHOD=CODE[:RATE|:xCOUNT][+after][+delay=DURATION]", s)
+		return Fault{}, fmt.Errorf("fault %q: want METHOD=CODE[:RATE|:xCOUNT][+after][+delay=DURATION][+late]", s)
 	}
 	rest, options, _ := strings.Cut(rest, "+")
 	codeName, arg, _ := strings.Cut(rest, ":")
@@ -67,6 +70,8 @@ func ParseFault(s string) (Fault, error) {
 		case "":
 		case "after":
 			f.After = true
+		case "late":
+			f.Late = true
 		case "delay":
 			d, err := time.ParseDuration(value)
 			if err != nil || d <= 0 {
@@ -74,11 +79,11 @@ func ParseFault(s string) (Fault, error) {
 			}
 			f.Delay = d
 		default:
-			return Fault{}, fmt.Errorf("fault %q: unknown option %q (after, delay=DURATION)", s, o)
+			return Fault{}, fmt.Errorf("fault %q: unknown option %q (after, delay=DURATION, late)", s, o)
 		}
 	}
-	if f.Code == codes.OK && f.Delay == 0 {
-		return Fault{}, fmt.Errorf("fault %q: code OK needs a delay", s)
+	if (f.Code == codes.OK || f.Late) && f.Delay == 0 {
+		return Fault{}, fmt.Errorf("fault %q: code OK and late need a delay", s)
 	}
 	return f, nil
 }
@@ -97,6 +102,9 @@ func (f Fault) String() string {
 	}
 	if f.Delay > 0 {
 		s += "+delay=" + f.Delay.String()
+	}
+	if f.Late {
+		s += "+late"
 	}
 	return s
 }
@@ -143,12 +151,19 @@ func (f *Faults) Interceptor() grpc.UnaryServerInterceptor {
 			}
 		}
 		if fault != nil && fault.Delay > 0 {
-			// Not cut short by the caller's deadline: the point is a backend that acts late.
-			time.Sleep(fault.Delay)
+			if fault.Late {
+				time.Sleep(fault.Delay) // the point: a backend that acts after its caller gave up
+			} else {
+				select {
+				case <-time.After(fault.Delay):
+				case <-ctx.Done():
+					return nil, status.FromContextError(ctx.Err()).Err()
+				}
+			}
 		}
 		failing := fault != nil && fault.Code != codes.OK
 		if failing && !fault.After {
-			return nil, status.Errorf(fault.Code, "injected fault: %s fails with %v", method, fault.Code)
+			return nil, status.Errorf(fault.Code, injectedPrefix+"%s fails with %v", method, fault.Code)
 		}
 		if err := f.hold(ctx, method, false, req); err != nil {
 			return nil, err
@@ -158,11 +173,18 @@ func (f *Faults) Interceptor() grpc.UnaryServerInterceptor {
 			return nil, herr
 		}
 		if failing && err == nil {
-			return nil, status.Errorf(fault.Code, "injected fault: %s fails with %v after the driver acted", method, fault.Code)
+			return nil, status.Errorf(fault.Code, injectedPrefix+"%s fails with %v"+injectedAfterSuffix, method, fault.Code)
 		}
 		return resp, err
 	}
 }
+
+// The messages of injected failures start with injectedPrefix; those after the driver acted end
+// with injectedAfterSuffix (the journal tells them apart by these).
+const (
+	injectedPrefix      = "injected fault: "
+	injectedAfterSuffix = " after the driver acted"
+)
 
 // next returns the latency of a call of method and the fault it meets, if any.
 func (f *Faults) next(method string) (time.Duration, *Fault) {

@@ -26,7 +26,12 @@ func TestParseFaultOptions(t *testing.T) {
 			spec: "DriverCreateBucket=Unavailable:x2+after+delay=1s",
 			want: Fault{Method: "DriverCreateBucket", Code: codes.Unavailable, Rate: 1, Count: 2, After: true, Delay: time.Second},
 		},
+		{
+			spec: "*=OK:0.05+delay=3s+late",
+			want: Fault{Method: "*", Code: codes.OK, Rate: 0.05, Delay: 3 * time.Second, Late: true},
+		},
 		{spec: "*=OK:0.5", wantErr: true},
+		{spec: "*=Unavailable+late", wantErr: true},
 		{spec: "*=Unavailable+later", wantErr: true},
 		{spec: "*=Unavailable+delay=soon", wantErr: true},
 	} {
@@ -75,31 +80,42 @@ func TestFaultAfter(t *testing.T) {
 		t.Fatal(err)
 	}
 	var f Faults
+	var journal strings.Builder
+	j := &Journal{W: &journal}
 	f.Set(0, Fault{Method: "DriverCreateBucket", Code: codes.Unavailable, Count: 1, After: true})
-	_, err = serve(t.Context(), d, &cosiproto.DriverCreateBucketRequest{BucketId: "b1"}, f.Interceptor())
+	_, err = serve(t.Context(), d, &cosiproto.DriverCreateBucketRequest{BucketId: "b1"}, j.Interceptor(), f.Interceptor())
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("got %v, want the injected Unavailable", err)
 	}
 	if !d.Backend().BucketExists("b1") {
 		t.Error("an after fault kept the driver from acting")
 	}
+	entries, err := ReadJournal(strings.NewReader(journal.String()))
+	if err != nil || len(entries) != 1 || !entries[0].Injected || !entries[0].Acted {
+		t.Errorf("journal %+v, %v; want one injected failure after the driver acted", entries, err)
+	}
 }
 
-// A delayed call acts after its caller gave up.
+// A delayed call whose caller gives up ends without acting; a late one acts all the same.
 func TestFaultDelay(t *testing.T) {
 	d, err := New(Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var f Faults
-	f.Set(0, Fault{Method: "*", Code: codes.OK, Rate: 1, Delay: 50 * time.Millisecond})
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
+	f.Set(0, Fault{Method: "*", Code: codes.OK, Rate: 1, Delay: time.Minute})
+	_, err = serve(ctx, d, &cosiproto.DriverCreateBucketRequest{BucketId: "slow"}, f.Interceptor())
+	if status.Code(err) != codes.Canceled || d.Backend().BucketExists("slow") {
+		t.Errorf("a slow call whose caller gave up: %v, bucket created %v", err, d.Backend().BucketExists("slow"))
+	}
+	f.Set(0, Fault{Method: "*", Code: codes.OK, Rate: 1, Delay: 50 * time.Millisecond, Late: true})
 	if _, err := serve(ctx, d, &cosiproto.DriverCreateBucketRequest{BucketId: "late"}, f.Interceptor()); err != nil {
 		t.Fatal(err)
 	}
 	if !d.Backend().BucketExists("late") {
-		t.Error("the slow call did not act")
+		t.Error("the late call did not act")
 	}
 }
 
@@ -169,7 +185,7 @@ func TestPauseThroughControl(t *testing.T) {
 			t.Fatal(err)
 		}
 		if len(entries) != 2 || entries[0].Subject != "b" || entries[0].Code != "OK" ||
-			entries[1].Subject != "a" || entries[1].Code != "Internal" || !entries[1].Injected {
+			entries[1].Subject != "a" || entries[1].Code != "Internal" || !entries[1].Injected || entries[1].Acted {
 			t.Errorf("journal %+v", entries)
 		}
 	}

@@ -20,9 +20,11 @@ type JournalEntry struct {
 	// Method is the RPC, Subject the bucket or account it was about (see Subject).
 	Method  string `json:"method"`
 	Subject string `json:"subject,omitempty"`
-	// Code is the gRPC code of the answer; Injected says Faults made it fail.
+	// Code is the gRPC code of the answer; Injected says Faults made it fail, Acted that the
+	// driver acted all the same (a fault after the action).
 	Code     string `json:"code"`
 	Injected bool   `json:"injected,omitempty"`
+	Acted    bool   `json:"acted,omitempty"`
 	// Took is how long the call took.
 	Took time.Duration `json:"took"`
 }
@@ -46,8 +48,10 @@ func (j *Journal) Interceptor() grpc.UnaryServerInterceptor {
 			Method:   info.FullMethod[strings.LastIndex(info.FullMethod, "/")+1:],
 			Subject:  Subject(req),
 			Code:     status.Code(err).String(),
-			Injected: err != nil && strings.HasPrefix(status.Convert(err).Message(), "injected fault"),
 			Took:     time.Since(start),
+		}
+		if msg := status.Convert(err).Message(); err != nil && strings.HasPrefix(msg, injectedPrefix) {
+			e.Injected, e.Acted = true, strings.HasSuffix(msg, injectedAfterSuffix)
 		}
 		line, jerr := json.Marshal(e)
 		if jerr == nil {
