@@ -95,9 +95,9 @@ func DefaultConfig(n int) Config {
 
 // Result is what a run found.
 type Result struct {
-	Seed              int64
-	Claims, Accesses  int
-	Namespaces        int
+	Seed             int64
+	Claims, Accesses int
+	Namespaces       int
 	// Faults counts the faults injected, by kind.
 	Faults map[string]int
 	// Workload is how long the workload ran (with the faults); Converge how long the system then

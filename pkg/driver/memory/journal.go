@@ -44,11 +44,11 @@ func (j *Journal) Interceptor() grpc.UnaryServerInterceptor {
 		start := time.Now()
 		resp, err := handler(ctx, req)
 		e := JournalEntry{
-			Time:     start,
-			Method:   info.FullMethod[strings.LastIndex(info.FullMethod, "/")+1:],
-			Subject:  Subject(req),
-			Code:     status.Code(err).String(),
-			Took:     time.Since(start),
+			Time:    start,
+			Method:  info.FullMethod[strings.LastIndex(info.FullMethod, "/")+1:],
+			Subject: Subject(req),
+			Code:    status.Code(err).String(),
+			Took:    time.Since(start),
 		}
 		if msg := status.Convert(err).Message(); err != nil && strings.HasPrefix(msg, injectedPrefix) {
 			e.Injected, e.Acted = true, strings.HasSuffix(msg, injectedAfterSuffix)
