@@ -53,6 +53,8 @@ func main() {
 		"the driver issues a new key on every grant, keeping the previous one valid (as IAM back-ends)")
 	flag.DurationVar(&cfg.ConvergeTimeout, "converge-timeout", cfg.ConvergeTimeout,
 		"how long to wait for convergence once the faults stopped")
+	flag.BoolVar(&cfg.SelfCheck, "self-check", false,
+		"after a run without violations, plant one of each kind and check that the audit finds each")
 	version.AddFlag(flag.CommandLine)
 	flag.Parse()
 

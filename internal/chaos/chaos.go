@@ -56,6 +56,9 @@ type Config struct {
 	NewKeyPerGrant bool
 	// ConvergeTimeout bounds the wait for convergence once the workload and the faults ended.
 	ConvergeTimeout time.Duration
+	// SelfCheck, after a run without violations, plants one violation of each kind behind COSI's
+	// back and checks that the audit finds each (Result.SelfCheck).
+	SelfCheck bool
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
 }
@@ -106,6 +109,8 @@ type Result struct {
 	Converged          bool
 	// Violations are the audit's findings after convergence (or at the timeout).
 	Violations []Violation
+	// SelfCheck are the checks that found their planted violation (Config.SelfCheck).
+	SelfCheck map[string]bool
 	// Dir holds the logs when they were kept.
 	Dir string
 }
@@ -168,6 +173,11 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	r.res.Converged = len(violations) == 0
 	r.countDriverFaults()
 	r.res.Violations = r.histories(ctx, violations)
+	if cfg.SelfCheck && len(violations) == 0 {
+		if r.res.SelfCheck, err = r.selfCheck(ctx); err != nil {
+			return r.res, err
+		}
+	}
 	return r.res, nil
 }
 

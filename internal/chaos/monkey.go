@@ -98,6 +98,13 @@ func (r *run) monkey(ctx context.Context) error {
 		total += a.weight
 	}
 	rng := r.rng(1)
+	// Every kind once first, in a random order, so that even a short run injects each; then at
+	// random by weight.
+	var first []int
+	for i := range actions {
+		first = append(first, i)
+	}
+	rng.Shuffle(len(first), func(i, j int) { first[i], first[j] = first[j], first[i] })
 	for {
 		wait := time.Duration((0.5 + rng.Float64()) * float64(f.Interval))
 		select {
@@ -108,16 +115,20 @@ func (r *run) monkey(ctx context.Context) error {
 		if err := r.restartExited(ctx, true); err != nil {
 			return err
 		}
-		pick := rng.IntN(total)
-		for _, a := range actions {
-			if pick -= a.weight; pick < 0 {
-				// An action in progress finishes when the workload ends: it brings back what it
-				// killed.
-				if err := a.do(context.WithoutCancel(ctx), rng); err != nil {
-					return err
+		next := 0
+		if len(first) > 0 {
+			next, first = first[0], first[1:]
+		} else {
+			pick := rng.IntN(total)
+			for next = range actions {
+				if pick -= actions[next].weight; pick < 0 {
+					break
 				}
-				break
 			}
+		}
+		// An action in progress finishes when the workload ends: it brings back what it killed.
+		if err := actions[next].do(context.WithoutCancel(ctx), rng); err != nil {
+			return err
 		}
 	}
 }

@@ -191,6 +191,10 @@ func (res *Result) Print(w io.Writer) {
 			fmt.Fprintf(w, "    %s\n", h)
 		}
 	}
+	if res.SelfCheck != nil {
+		fmt.Fprintf(w, "self-check: the audit found the planted %s\n",
+			strings.Join(slices.Sorted(maps.Keys(res.SelfCheck)), ", "))
+	}
 	if res.Dir != "" {
 		fmt.Fprintf(w, "logs: %s\n", res.Dir+"/log")
 	}

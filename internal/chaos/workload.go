@@ -42,17 +42,11 @@ func (r *run) createStatic(ctx context.Context, p plan) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	d, err := driver.NewClient("unix://"+filepath.Join(r.cfg.Dir, "run", "driver.sock"),
-		driver.ClientOptions{Logger: logr.Discard()})
+	d, err := r.driverClient(ctx)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	probeCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if _, err := d.Probe(probeCtx); err != nil {
-		return err
-	}
 	for _, id := range ids {
 		if _, err := d.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{
 			BucketId: id, Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3},
@@ -62,6 +56,21 @@ func (r *run) createStatic(ctx context.Context, p plan) error {
 	}
 	r.ledger.imports(ids...)
 	return nil
+}
+
+// driverClient connects to the driver as an admin with access to the backend would.
+func (r *run) driverClient(ctx context.Context) (*driver.Client, error) {
+	d, err := driver.NewClient("unix://"+filepath.Join(r.cfg.Dir, "run", "driver.sock"),
+		driver.ClientOptions{Logger: logr.Discard()})
+	if err != nil {
+		return nil, err
+	}
+	probeCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := d.Probe(probeCtx); err != nil {
+		return nil, errors.Join(err, d.Close())
+	}
+	return d, nil
 }
 
 // work runs the namespaces' scripts, cfg.Writers at once.
