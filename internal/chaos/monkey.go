@@ -175,7 +175,7 @@ func (r *run) killInsideCall(ctx context.Context, rng *rand.Rand) error {
 	held, ok, err := r.control.WaitPaused(ctx, 5*time.Second)
 	if err != nil || !ok {
 		_ = r.control.Release(ctx)
-		r.count("pause in " + method + " caught no call")
+		r.timeline.addf(nil, "holding %s: no call came within 5 s", method)
 		return nil //nolint:nilerr // nothing was held: no fault injected
 	}
 	when := "before"

@@ -211,7 +211,8 @@ func (res *Result) Summary() string {
 		kinds++
 		total += n
 	}
-	return fmt.Sprintf("seed %d, %d claims, %d accesses, %d faults of %d kinds, workload %s, converged %v in %s, %d violations",
+	return fmt.Sprintf(
+		"seed %d, %d claims, %d accesses, %d faults of %d kinds, workload %s, converged %v in %s, %d violations",
 		res.Seed, res.Claims, res.Accesses, total, kinds, res.Workload.Round(time.Second), res.Converged,
 		res.Converge.Round(100*time.Millisecond), len(res.Violations))
 }

@@ -268,7 +268,12 @@ func (r *run) waitProvisioned(
 }
 
 // provisioned reports whether every claim and access of the namespace is provisioned.
-func (r *run) provisioned(ctx context.Context, ns string, claims []*claimRecord, accesses []*accessRecord) (bool, error) {
+func (r *run) provisioned(
+	ctx context.Context,
+	ns string,
+	claims []*claimRecord,
+	accesses []*accessRecord,
+) (bool, error) {
 	var cl cosiapi.BucketClaimList
 	var al cosiapi.BucketAccessList
 	if err := r.list(ctx, &cl, client.InNamespace(ns)); err != nil {

@@ -24,7 +24,10 @@ func TestParseFaultOptions(t *testing.T) {
 		{spec: "*=OK:0.05+delay=3s", want: Fault{Method: "*", Code: codes.OK, Rate: 0.05, Delay: 3 * time.Second}},
 		{
 			spec: "DriverCreateBucket=Unavailable:x2+after+delay=1s",
-			want: Fault{Method: "DriverCreateBucket", Code: codes.Unavailable, Rate: 1, Count: 2, After: true, Delay: time.Second},
+			want: Fault{
+				Method: "DriverCreateBucket", Code: codes.Unavailable, Rate: 1, Count: 2, After: true,
+				Delay: time.Second,
+			},
 		},
 		{
 			spec: "*=OK:0.05+delay=3s+late",
