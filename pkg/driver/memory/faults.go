@@ -153,6 +153,8 @@ func (f *Faults) Interceptor() grpc.UnaryServerInterceptor {
 		if fault != nil && fault.Delay > 0 {
 			if fault.Late {
 				time.Sleep(fault.Delay) // the point: a backend that acts after its caller gave up
+				// and a handler that passes its context on (a proxy in front of a driver) acts too.
+				ctx = context.WithoutCancel(ctx)
 			} else {
 				select {
 				case <-time.After(fault.Delay):

@@ -216,3 +216,43 @@ func TestPauseCallerGone(t *testing.T) {
 		t.Error("a call held before the driver acted acted after its caller gave up")
 	}
 }
+
+// Abort ends a held call as a dying driver would: the action (with after) done, the answer lost.
+func TestPauseAbort(t *testing.T) {
+	d, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f Faults
+	f.Pause("DriverCreateBucket", true)
+	done := make(chan error, 1)
+	go func() {
+		_, err := serve(t.Context(), d, &cosiproto.DriverCreateBucketRequest{BucketId: "b"}, f.Interceptor())
+		done <- err
+	}()
+	if _, ok := f.WaitPaused(t.Context()); !ok {
+		t.Fatal("no call held")
+	}
+	f.Abort()
+	if err := <-done; status.Code(err) != codes.Unavailable {
+		t.Errorf("an aborted call: %v, want Unavailable", err)
+	}
+	if !d.Backend().BucketExists("b") {
+		t.Error("the driver did not act before the call was held")
+	}
+}
+
+// A late call's handler gets a context its caller's end does not cancel: a handler that passes it
+// on acts too.
+func TestFaultLateDetachesTheContext(t *testing.T) {
+	var f Faults
+	f.Set(0, Fault{Method: "*", Code: codes.OK, Rate: 1, Delay: time.Millisecond, Late: true})
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	var handlerErr error
+	_, err := f.Interceptor()(ctx, nil, &grpc.UnaryServerInfo{FullMethod: "/p/DriverCreateBucket"},
+		func(ctx context.Context, _ any) (any, error) { handlerErr = ctx.Err(); return "ok", nil })
+	if err != nil || handlerErr != nil {
+		t.Errorf("late call: %v; the handler's context: %v", err, handlerErr)
+	}
+}

@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	cosiproto "github.com/kube-cosi/cosi/proto"
@@ -24,8 +25,10 @@ type pause struct {
 	method  string
 	after   bool
 	caught  chan PausedCall // receives the caught call, once
-	release chan struct{}   // closed by Release
+	release chan struct{}   // closed by Release or Abort
 	taken   bool
+	// aborted makes the held call fail as if the driver had died holding it (Abort).
+	aborted bool
 }
 
 // Pause holds the next call of method ("*" for any) inside the driver, before the driver acts or,
@@ -70,6 +73,19 @@ func (f *Faults) Release() {
 	}
 }
 
+// Abort ends the held call, if any, with Unavailable, as if the driver had died while it was held
+// (its action, with after, done; its answer lost), and disarms the Pause. A fault suite that
+// holds calls in a proxy in front of a driver calls it when it kills the driver.
+func (f *Faults) Abort() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.pause != nil {
+		f.pause.aborted = true
+		close(f.pause.release)
+		f.pause = nil
+	}
+}
+
 // hold holds the call if the armed Pause matches it at this point (after the driver acted or
 // before), until Release or until the caller gives up.
 func (f *Faults) hold(ctx context.Context, method string, after bool, req any) error {
@@ -84,6 +100,11 @@ func (f *Faults) hold(ctx context.Context, method string, after bool, req any) e
 	p.caught <- PausedCall{Method: method, After: after, Subject: Subject(req)}
 	select {
 	case <-p.release:
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if p.aborted {
+			return status.Error(codes.Unavailable, "the driver died while the call was held")
+		}
 		return nil
 	case <-ctx.Done():
 		return status.FromContextError(ctx.Err()).Err()
