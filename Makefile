@@ -126,7 +126,7 @@ bench: build $(KUBE_BINARIES) ## Measure throughput, latency, writes and memory 
 
 ##@ Fault suite
 
-CHAOS_FLAGS ?= -n 1000
+CHAOS_FLAGS ?= -n 1100 -self-check
 .PHONY: chaos
 chaos: build $(KUBE_BINARIES) ## Run the fault suite at local size (cosi-chaos, docs/reliability.md; about 15 minutes). CHAOS_FLAGS=-h lists options.
 	$(BIN)/cosi-chaos $(CHAOS_FLAGS)

@@ -29,6 +29,8 @@ func main() {
 	}
 	cfg := chaos.DefaultConfig(200)
 	cfg.RepoRoot, cfg.Log = root, os.Stderr
+	flag.StringVar(&cfg.Driver, "driver", chaos.DriverMemory, "the driver: memory (its state file is the backend) "+
+		"or s3 (against Versity's S3 gateway and IAM service, behind a fault proxy)")
 	flag.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the workload and the faults; the same seed replays the same plan")
 	flag.IntVar(&cfg.Claims, "n", cfg.Claims, "BucketClaims (about as many BucketAccesses come with them)")
 	flag.IntVar(&cfg.PerNamespace, "per-namespace", cfg.PerNamespace, "claims per namespace")

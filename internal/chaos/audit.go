@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/pkg/driver/memory"
 )
 
 // The checks of the audit, as the report names them.
@@ -58,7 +57,7 @@ type world struct {
 	secrets   []corev1.Secret
 	grants    []corev1.ConfigMap
 	spaces    []corev1.Namespace
-	backend   memory.Backend
+	store     *backendState
 	bucketIDs map[string]bool // backend buckets
 	// created are the buckets the driver created (it answered a DriverCreateBucket, or acted
 	// before an injected failure), deleted those it was asked to delete and did.
@@ -98,16 +97,11 @@ func (r *run) look(ctx context.Context) (*world, error) {
 			w.spaces = append(w.spaces, ns)
 		}
 	}
-	// The backend is the driver's state file, read as the driver would read it after a restart.
-	d, err := memory.New(memory.Config{StateFile: r.stateFile})
+	st, err := r.backend.snapshot(ctx)
 	if err != nil {
 		return nil, err
 	}
-	w.backend = d.Backend()
-	w.bucketIDs = map[string]bool{}
-	for _, id := range w.backend.Buckets() {
-		w.bucketIDs[id] = true
-	}
+	w.store, w.bucketIDs = st, st.buckets
 	w.created, w.deleted = map[string]bool{}, map[string]bool{}
 	for _, e := range r.readJournal() {
 		acted := e.Code == "OK" || e.Acted
@@ -213,7 +207,7 @@ func (r *run) audit(ctx context.Context) ([]Violation, error) {
 				string(b.Spec.BucketClaimRef.Name)+" is gone", b.Name, b.Status.BucketID, string(b.Spec.BucketClaimRef.UID))
 		}
 	}
-	for _, id := range w.backend.Buckets() {
+	for _, id := range slices.Sorted(maps.Keys(w.bucketIDs)) {
 		if !accounted[id] {
 			add(CheckOrphanBucket, "backend bucket "+id, "no Bucket has it as its status.bucketID", id)
 		}
@@ -248,24 +242,37 @@ func (r *run) audit(ctx context.Context) ([]Violation, error) {
 			accounts[a.Status.AccountID] = true
 		}
 	}
-	for _, id := range w.backend.Accounts() {
+	for _, id := range w.store.accounts {
 		if !accounts[id] {
-			add(CheckOrphanAccount, "backend account "+id,
-				fmt.Sprintf("no BucketAccess has it; it was granted %v", w.backend.AccountBuckets(id)), id)
+			detail := "no BucketAccess has it"
+			if w.store.grants != nil {
+				detail += fmt.Sprintf("; it was granted %v", w.store.grants(id))
+			}
+			add(CheckOrphanAccount, "backend account "+id, detail, id)
 		}
 	}
 	for _, a := range r.ledger.accesses {
 		name := "BucketAccess " + a.namespace + "/" + a.plan.name
 		live := w.accesses[a.uid]
 		for _, k := range a.keys {
-			allowed := w.backend.Allowed(k.creds, k.bucketID, memory.ObjectData, false)
-			if live == nil && allowed {
+			if live != nil {
+				continue
+			}
+			allowed, err := w.store.allowed(ctx, k.creds, k.bucketID, false)
+			if err != nil {
+				return nil, err
+			}
+			if allowed {
 				add(CheckLiveKey, name, fmt.Sprintf("the key %s of Secret %s still reads bucket %s",
 					k.creds.GetS3().GetAccessKeyId(), k.secret, k.bucketID), a.subjects()...)
 			}
 		}
 		if a.plan.keep && live != nil {
-			out = append(out, r.checkKeptSecrets(w, a, live)...)
+			v, err := checkKeptSecrets(ctx, w, a, live)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, v...)
 		}
 	}
 
@@ -289,7 +296,7 @@ func (r *run) audit(ctx context.Context) ([]Violation, error) {
 }
 
 // checkKeptSecrets checks that each Secret of a kept access holds a key that opens its bucket.
-func (r *run) checkKeptSecrets(w *world, a *accessRecord, live *cosiapi.BucketAccess) []Violation {
+func checkKeptSecrets(ctx context.Context, w *world, a *accessRecord, live *cosiapi.BucketAccess) ([]Violation, error) {
 	var out []Violation
 	name := "BucketAccess " + a.namespace + "/" + a.plan.name
 	for _, ref := range live.Spec.BucketClaims {
@@ -300,19 +307,22 @@ func (r *run) checkKeptSecrets(w *world, a *accessRecord, live *cosiapi.BucketAc
 			}
 		}
 		detail := ""
-		switch {
-		case secret == nil:
+		if secret == nil {
 			detail = "its Secret " + string(ref.AccessSecretName) + " is missing"
-		case !w.backend.Allowed(credentials(secret), string(secret.Data[cosiapi.SecretKeyS3BucketName]),
-			memory.ObjectData, true):
+		} else {
+			allowed, err := w.store.allowed(ctx, secretCredentials(secret), string(secret.Data[cosiapi.SecretKeyS3BucketName]), true)
+			if err != nil {
+				return nil, err
+			}
+			if allowed {
+				continue
+			}
 			detail = fmt.Sprintf("the key %s in Secret %s does not write bucket %s",
 				secret.Data[cosiapi.SecretKeyS3AccessKeyID], secret.Name, secret.Data[cosiapi.SecretKeyS3BucketName])
-		default:
-			continue
 		}
 		out = append(out, Violation{Check: CheckLostKey, Object: name, Detail: detail, subjects: a.subjects()})
 	}
-	return out
+	return out, nil
 }
 
 // converge audits until the audit passes or ConvergeTimeout passes; it returns the last audit's

@@ -27,8 +27,18 @@ import (
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
 )
 
-// DriverName is the memory driver's name in a chaos run.
-const DriverName = "chaos.memory.cosi.io"
+// The drivers a run can use, and their names in it.
+const (
+	// DriverMemory is cosi-driver-memory with its own faults, control endpoint and journal; its
+	// state file is the backend the audit reads.
+	DriverMemory = "memory"
+	// DriverS3 is cosi-driver-s3 against Versity's S3 gateway and IAM service, behind a fault
+	// proxy (proxy.go); the audit asks the store and tries keys with S3 requests.
+	DriverS3 = "s3"
+
+	memoryDriverName = "chaos.memory.cosi.io"
+	s3DriverName     = "chaos.s3.cosi.io"
+)
 
 // Config says what to run.
 type Config struct {
@@ -38,6 +48,8 @@ type Config struct {
 	// Dir holds the run's data and logs; empty means a temporary directory, removed after a run
 	// without violations.
 	Dir string
+	// Driver is DriverMemory (the default) or DriverS3.
+	Driver string
 	// Seed chooses the workload and the faults; the same seed replays the same plan.
 	Seed int64
 	// Claims is the number of BucketClaims (each with its life: created, accessed, deleted or
@@ -198,6 +210,9 @@ func (c *Config) defaults() {
 	if c.Faults.Interval <= 0 {
 		c.Faults.Interval = d.Faults.Interval
 	}
+	if c.Driver == "" {
+		c.Driver = DriverMemory
+	}
 }
 
 // run is one chaos run.
@@ -207,8 +222,13 @@ type run struct {
 	res     *Result
 	env     *localenv.Env
 	client  client.Client
-	control memory.Control
-	// stateFile is the driver's state: the backend the audit reads; journal its calls.
+	control faultControl
+	backend backend
+	// proxy holds the S3 driver's faults.
+	proxy *proxy
+	// driverName is the driver's name in the classes; endpoint is where the sidecar calls it.
+	driverName, endpoint string
+	// stateFile is the memory driver's state; journal the driver's calls.
 	stateFile, journal string
 	ledger             ledger
 	timeline           timeline
@@ -221,38 +241,68 @@ func (r *run) logf(format string, args ...any) {
 }
 
 // setup starts the API server (with kube-controller-manager, so that namespaces finish deleting),
-// the classes and COSI with the memory driver.
+// the object store for the S3 driver, the classes, and COSI.
 func (r *run) setup(ctx context.Context) error {
-	control, err := process.FreeAddress()
-	if err != nil {
-		return err
-	}
-	r.control = memory.Control{Address: control}
-	r.stateFile = filepath.Join(r.cfg.Dir, "run", "memory-state.json")
 	r.journal = filepath.Join(r.cfg.Dir, "log", "driver-calls.jsonl")
-	driverArgs := []string{"--state-file", r.stateFile, "--control-address", control, "--journal", r.journal,
-		"--fault-seed", strconv.FormatUint(uint64(r.cfg.Seed)+1, 10), "-v", "2"}
-	if r.cfg.NewKeyPerGrant {
-		driverArgs = append(driverArgs, "--new-key-per-grant")
-	}
-	r.logf("starting etcd, kube-apiserver, kube-controller-manager and COSI in %s", r.cfg.Dir)
-	r.env, err = localenv.New(ctx, localenv.Options{
-		Dir: r.cfg.Dir, RepoRoot: r.cfg.RepoRoot, BinDir: r.cfg.BinDir,
-		Driver: localenv.DriverMemory, DriverName: DriverName, ControllerManager: true,
-		DriverArgs:  driverArgs,
+	driverSocket := filepath.Join(r.cfg.Dir, "run", "driver.sock")
+	r.endpoint = "unix://" + driverSocket
+	opts := localenv.Options{
+		Dir: r.cfg.Dir, RepoRoot: r.cfg.RepoRoot, BinDir: r.cfg.BinDir, ControllerManager: true,
 		SidecarArgs: []string{"--driver-timeout", r.cfg.DriverTimeout.String()},
 		Verbosity:   2,
-	})
-	if err != nil {
+	}
+	switch r.cfg.Driver {
+	case DriverMemory:
+		control, err := process.FreeAddress()
+		if err != nil {
+			return err
+		}
+		r.control = remoteFaults{memory.Control{Address: control}}
+		r.backend = memoryBackend{r}
+		r.driverName = memoryDriverName
+		r.stateFile = filepath.Join(r.cfg.Dir, "run", "memory-state.json")
+		opts.Driver, opts.DriverName = localenv.DriverMemory, r.driverName
+		opts.DriverArgs = []string{"--state-file", r.stateFile, "--control-address", control, "--journal", r.journal,
+			"--fault-seed", strconv.FormatUint(uint64(r.cfg.Seed)+1, 10), "-v", "2"}
+		if r.cfg.NewKeyPerGrant {
+			opts.DriverArgs = append(opts.DriverArgs, "--new-key-per-grant")
+		}
+	case DriverS3:
+		r.driverName = s3DriverName
+		opts.Driver, opts.Store, opts.DriverName = localenv.DriverS3, localenv.StoreVersity, r.driverName
+		proxySocket := filepath.Join(r.cfg.Dir, "run", "proxy.sock")
+		opts.SidecarDriverEndpoint = "unix://" + proxySocket
+		for _, d := range []string{filepath.Dir(r.journal), filepath.Dir(proxySocket)} {
+			if err := os.MkdirAll(d, 0o700); err != nil {
+				return err
+			}
+		}
+		var err error
+		if r.proxy, err = startProxy(proxySocket, r.endpoint, r.journal); err != nil {
+			return err
+		}
+		r.proxy.faults.Seed(uint64(r.cfg.Seed) + 1)
+		r.control = localFaults{r.proxy.faults}
+		r.endpoint = opts.SidecarDriverEndpoint
+	default:
+		return fmt.Errorf("unknown driver %q (%s or %s)", r.cfg.Driver, DriverMemory, DriverS3)
+	}
+	r.logf("starting etcd, kube-apiserver, kube-controller-manager and COSI (%s driver) in %s", r.cfg.Driver,
+		r.cfg.Dir)
+	var err error
+	if r.env, err = localenv.New(ctx, opts); err != nil {
 		return err
+	}
+	if r.cfg.Driver == DriverS3 {
+		r.backend = newS3Backend(r.env.Store)
 	}
 	if _, r.client, err = r.env.AdminClient(200); err != nil {
 		return err
 	}
 	for _, o := range []client.Object{
-		objects.BucketClass("chaos-delete", DriverName, cosiapi.DeletionPolicyDelete),
-		objects.BucketClass("chaos-retain", DriverName, cosiapi.DeletionPolicyRetain),
-		objects.BucketAccessClass("chaos", DriverName, objects.MultiBucket),
+		objects.BucketClass("chaos-delete", r.driverName, cosiapi.DeletionPolicyDelete),
+		objects.BucketClass("chaos-retain", r.driverName, cosiapi.DeletionPolicyRetain),
+		objects.BucketAccessClass("chaos", r.driverName, objects.MultiBucket),
 	} {
 		if err := r.client.Create(ctx, o); err != nil {
 			return err
@@ -263,10 +313,11 @@ func (r *run) setup(ctx context.Context) error {
 
 // stop stops everything.
 func (r *run) stop() error {
-	if r.env == nil {
-		return nil
+	var err error
+	if r.env != nil {
+		err = r.env.Stop()
 	}
-	return r.env.Stop()
+	return errors.Join(err, r.proxy.stop())
 }
 
 // rng returns a random source for one stream of choices of the run (the plan of one namespace,

@@ -199,7 +199,19 @@ func (r *run) killInsideCall(ctx context.Context, rng *rand.Rand) error {
 		}
 		return nil
 	}
-	return r.kill(ctx, victim, where, down)
+	what := "kill -9 " + victim.Name + where
+	r.count(what)
+	r.timeline.add(what)
+	victim.Kill()
+	// Held outside the driver (the proxy), the call must die with it.
+	if err := r.control.Abort(ctx); err != nil {
+		return err
+	}
+	sleep(ctx, down)
+	if err := victim.Start(ctx); err != nil {
+		return fmt.Errorf("restarting %s: %w", victim.Name, err)
+	}
+	return r.setFaults(ctx, true)
 }
 
 func (r *run) count(what string) {

@@ -74,7 +74,7 @@ func (r *run) selfCheck(ctx context.Context) (map[string]bool, error) {
 		}
 	}
 	if err := r.create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cosi-grant-" + string(ghost),
-		Namespace: "cosi-system", Labels: map[string]string{cosiapi.LabelGrantDriver: DriverName}}}); err != nil {
+		Namespace: "cosi-system", Labels: map[string]string{cosiapi.LabelGrantDriver: r.driverName}}}); err != nil {
 		return nil, err
 	}
 	stuck := objects.BucketClaim(plantedNamespace, "planted-stuck", "chaos-delete", objects.S3)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,7 +28,7 @@ import (
 const provisionPatience = 90 * time.Second
 
 // createStatic creates, in the backend, the buckets the static claims import, as an admin would
-// before importing them: through the driver, before any fault.
+// before importing them, before any fault.
 func (r *run) createStatic(ctx context.Context, p plan) error {
 	var ids []string
 	for _, ns := range p.namespaces {
@@ -42,25 +41,17 @@ func (r *run) createStatic(ctx context.Context, p plan) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	d, err := r.driverClient(ctx)
-	if err != nil {
+	if err := r.backend.importBuckets(ctx, ids); err != nil {
 		return err
-	}
-	defer d.Close()
-	for _, id := range ids {
-		if _, err := d.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{
-			BucketId: id, Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3},
-		}); err != nil {
-			return fmt.Errorf("creating the imported bucket %s: %w", id, err)
-		}
 	}
 	r.ledger.imports(ids...)
 	return nil
 }
 
-// driverClient connects to the driver as an admin with access to the backend would.
+// driverClient connects to the driver where the sidecar does, as an admin with access to it
+// would.
 func (r *run) driverClient(ctx context.Context) (*driver.Client, error) {
-	d, err := driver.NewClient("unix://"+filepath.Join(r.cfg.Dir, "run", "driver.sock"),
+	d, err := driver.NewClient(r.endpoint,
 		driver.ClientOptions{Logger: logr.Discard()})
 	if err != nil {
 		return nil, err
@@ -117,7 +108,7 @@ func (r *run) namespace(ctx context.Context, p namespacePlan) error {
 		if cp.static {
 			c.Spec.BucketClassName = ""
 			c.Spec.ExistingBucketName = cosiapi.ObjectName(cp.bucketName)
-			b := objects.Bucket(cp.bucketName, DriverName, cosiapi.DeletionPolicyRetain,
+			b := objects.Bucket(cp.bucketName, r.driverName, cosiapi.DeletionPolicyRetain,
 				objects.ClaimedBy(p.name, cp.name, ""), objects.BucketProtocols(cosiapi.ProtocolS3))
 			b.Spec.ExistingBucketID = cp.staticID
 			if err := r.create(ctx, b); err != nil {
@@ -354,12 +345,12 @@ func (r *run) observe(ctx context.Context, ns string, claims []*claimRecord, acc
 			continue
 		}
 		r.ledger.sawKey(a, seenKey{secret: s.Name, bucketID: string(s.Data[cosiapi.SecretKeyS3BucketName]),
-			creds: credentials(&s)})
+			creds: secretCredentials(&s)})
 	}
 	return nil
 }
 
-func credentials(s *corev1.Secret) *cosiproto.CredentialInfo {
+func secretCredentials(s *corev1.Secret) *cosiproto.CredentialInfo {
 	return &cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{
 		AccessKeyId:     string(s.Data[cosiapi.SecretKeyS3AccessKeyID]),
 		AccessSecretKey: string(s.Data[cosiapi.SecretKeyS3SecretAccessKey]),

@@ -96,6 +96,9 @@ type Options struct {
 	// and the controller (cosi-chaos gives the memory driver a state file and its control
 	// endpoint, and the sidecar a short --driver-timeout).
 	DriverArgs, SidecarArgs, ControllerArgs []string
+	// SidecarDriverEndpoint is where the sidecar calls the driver; empty means the driver's
+	// socket (cosi-chaos puts a fault proxy in between).
+	SidecarDriverEndpoint string
 	// ControllerManager runs kube-controller-manager next to the API server (make run does), so
 	// that garbage collection and namespace deletion work as in a cluster.
 	ControllerManager bool
@@ -296,9 +299,13 @@ func (e *Env) StartCOSI(ctx context.Context) error {
 	// Not ready until the new process listens.
 	e.Driver.BeforeStart = func() error { return removeIfExists(socket) }
 	e.Driver.Ready = process.FileExists(socket)
+	sidecarEndpoint := endpoint
+	if e.opts.SidecarDriverEndpoint != "" {
+		sidecarEndpoint = e.opts.SidecarDriverEndpoint
+	}
 	if e.Sidecar, err = e.manager(
 		"cosi-sidecar",
-		append([]string{"--driver-endpoint", endpoint}, e.opts.SidecarArgs...)...); err != nil {
+		append([]string{"--driver-endpoint", sidecarEndpoint}, e.opts.SidecarArgs...)...); err != nil {
 		return err
 	}
 	if e.Controller, err = e.manager("cosi-controller", e.opts.ControllerArgs...); err != nil {
