@@ -232,6 +232,8 @@ type run struct {
 	stateFile, journal string
 	ledger             ledger
 	timeline           timeline
+	// pauseKills counts the kills inside a call, to take the driver and the sidecar in turn.
+	pauseKills int
 }
 
 func (r *run) logf(format string, args ...any) {

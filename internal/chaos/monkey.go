@@ -77,7 +77,7 @@ func (r *run) monkey(ctx context.Context) error {
 		}
 	}
 	if f.Pauses {
-		actions = append(actions, action{5, r.killInsideCall})
+		actions = append(actions, action{pauseWeight, r.killInsideCall})
 	}
 	if f.ControlPlane {
 		for _, name := range []string{localenv.Etcd, localenv.KubeAPIServer} {
@@ -98,11 +98,14 @@ func (r *run) monkey(ctx context.Context) error {
 		total += a.weight
 	}
 	rng := r.rng(1)
-	// Every kind once first, in a random order, so that even a short run injects each; then at
-	// random by weight.
+	// Every kind once first (kills inside a call twice: the driver, then the sidecar), in a
+	// random order, so that even a short run injects each; then at random by weight.
 	var first []int
-	for i := range actions {
+	for i, a := range actions {
 		first = append(first, i)
+		if a.weight == pauseWeight {
+			first = append(first, i)
+		}
 	}
 	rng.Shuffle(len(first), func(i, j int) { first[i], first[j] = first[j], first[i] })
 	for {
@@ -132,6 +135,10 @@ func (r *run) monkey(ctx context.Context) error {
 		}
 	}
 }
+
+// pauseWeight is the weight of kills inside a call among the process faults (a kill of one
+// process weighs 2, a crash of etcd or the API server 1).
+const pauseWeight = 5
 
 // downtime is how long a killed process stays down.
 func downtime(rng *rand.Rand) time.Duration {
@@ -164,8 +171,9 @@ func (r *run) killInsideCall(ctx context.Context, rng *rand.Rand) error {
 		method = "DriverCreateBucket" // rare (static claims only): the kill would seldom land
 	}
 	afterAct := rng.IntN(2) == 0
+	// The driver and the sidecar in turn, so that a short run kills each inside a call.
 	victim := r.env.Driver
-	if rng.IntN(2) == 0 {
+	if r.pauseKills%2 == 1 {
 		victim = r.env.Sidecar
 	}
 	down := downtime(rng)
@@ -178,6 +186,7 @@ func (r *run) killInsideCall(ctx context.Context, rng *rand.Rand) error {
 		r.timeline.addf(nil, "holding %s: no call came within 5 s", method)
 		return nil //nolint:nilerr // nothing was held: no fault injected
 	}
+	r.pauseKills++
 	when := "before"
 	if afterAct {
 		when = "after"

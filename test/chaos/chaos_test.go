@@ -1,11 +1,12 @@
 // Package chaos is the fault suite's tier: cosi-chaos (internal/chaos) at CI size. The real
-// cosi-controller, cosi-sidecar and cosi-driver-memory run as processes (from bin/: make build)
-// against kube-apiserver, etcd and kube-controller-manager, while the suite kills them with
-// SIGKILL, also inside driver calls, crashes etcd and the API server, and makes the driver fail
-// and stall; then it waits for convergence and audits the backend and the API. The test passes
-// with every fault kind injected, the system converged and no violation; then it plants one
-// violation of each kind and checks that the audit finds each. docs/reliability.md has the
-// figures, and the larger runs.
+// cosi-controller, cosi-sidecar and a driver run as processes (from bin/: make build) against
+// kube-apiserver, etcd and kube-controller-manager, while the suite kills them with SIGKILL, also
+// inside driver calls, crashes etcd and the API server, and makes the driver fail and stall; then
+// it waits for convergence and audits the backend and the API. A run passes with every fault kind
+// injected, the system converged and no violation; then it plants one violation of each kind and
+// checks that the audit finds each. The memory driver runs at the size that proves most; the S3
+// driver against Versity's IAM (keys tried with real S3 requests) smaller, for time.
+// docs/reliability.md has the figures, and the larger runs.
 package chaos
 
 import (
@@ -24,24 +25,37 @@ import (
 	"github.com/kube-cosi/cosi/internal/localenv"
 )
 
-// claims is the CI size: about as many accesses come with them. COSI_CHAOS_CLAIMS and
+// The CI sizes, in claims: about as many accesses come with them. COSI_CHAOS_CLAIMS and
 // COSI_CHAOS_SEED change size and seed (a failure prints its seed).
-const claims = 200
+const (
+	memoryClaims = 200
+	s3Claims     = 60
+)
 
-func TestChaos(t *testing.T) {
+func TestChaosMemory(t *testing.T) {
+	runChaos(t, chaos.DriverMemory, memoryClaims, 2*time.Second, "cosi-driver-memory")
+}
+
+// The S3 run is shorter: its faults come faster, so that every kind fires.
+func TestChaosS3(t *testing.T) {
+	runChaos(t, chaos.DriverS3, s3Claims, time.Second, "cosi-driver-s3", "versitygw")
+}
+
+func runChaos(t *testing.T, driver string, claims int, interval time.Duration, binaries ...string) {
 	ctrl.SetLogger(logr.Discard())
 	root, err := localenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := chaos.DefaultConfig(envInt(t, "COSI_CHAOS_CLAIMS", claims))
+	cfg.Driver, cfg.Faults.Interval = driver, interval
 	cfg.Seed = int64(envInt(t, "COSI_CHAOS_SEED", int(cfg.Seed)))
 	cfg.RepoRoot, cfg.BinDir = root, filepath.Join(root, "bin")
 	cfg.SelfCheck = true
 	cfg.Log = logWriter{t}
-	for _, b := range []string{"cosi-controller", "cosi-sidecar", "cosi-driver-memory", "kube-controller-manager"} {
+	for _, b := range append([]string{"cosi-controller", "cosi-sidecar", "kube-controller-manager"}, binaries...) {
 		if _, err := os.Stat(filepath.Join(cfg.BinDir, b)); err != nil {
-			t.Fatalf("%s is missing from bin/: run make build (and make kube-binaries): %v", b, err)
+			t.Fatalf("%s is missing from bin/: run make build (and make kube-binaries versitygw): %v", b, err)
 		}
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
@@ -57,13 +71,13 @@ func TestChaos(t *testing.T) {
 		t.Fatalf("the run failed (seed %d): %v", cfg.Seed, err)
 	}
 	if !res.Converged || len(res.Violations) > 0 {
-		t.Fatalf("seed %d: %d violations; replay with COSI_CHAOS_SEED=%d or bin/cosi-chaos --seed %d -n %d",
-			cfg.Seed, len(res.Violations), cfg.Seed, cfg.Seed, cfg.Claims)
+		t.Fatalf("seed %d: %d violations; replay with COSI_CHAOS_SEED=%d or bin/cosi-chaos --driver %s --seed %d -n %d",
+			cfg.Seed, len(res.Violations), cfg.Seed, driver, cfg.Seed, cfg.Claims)
 	}
 	// A suite whose faults did not fire cannot fail.
 	for _, kind := range []string{
-		"kill -9 cosi-controller", "kill -9 cosi-sidecar", "kill -9 cosi-driver-memory", "crash etcd",
-		"crash kube-apiserver", "kill -9 cosi-sidecar inside", "kill -9 cosi-driver-memory inside",
+		"kill -9 cosi-controller", "kill -9 cosi-sidecar", "kill -9 cosi-driver-", "crash etcd",
+		"crash kube-apiserver", "kill -9 cosi-sidecar inside", "kill -9 " + binaries[0] + " inside",
 		"driver error Unavailable", "driver error DeadlineExceeded", "driver error Aborted",
 		"driver error ResourceExhausted", "driver error Canceled", "driver call slower than",
 	} {
