@@ -310,7 +310,8 @@ func checkKeptSecrets(ctx context.Context, w *world, a *accessRecord, live *cosi
 		if secret == nil {
 			detail = "its Secret " + string(ref.AccessSecretName) + " is missing"
 		} else {
-			allowed, err := w.store.allowed(ctx, secretCredentials(secret), string(secret.Data[cosiapi.SecretKeyS3BucketName]), true)
+			bucket := string(secret.Data[cosiapi.SecretKeyS3BucketName])
+			allowed, err := w.store.allowed(ctx, secretCredentials(secret), bucket, true)
 			if err != nil {
 				return nil, err
 			}
