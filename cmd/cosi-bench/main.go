@@ -46,6 +46,12 @@ func main() {
 		500,
 		"claims and accesses provisioned across restarts of controller and sidecar (0 skips)",
 	)
+	flag.IntVar(
+		&cfg.NamespaceDeletionSize,
+		"nsdelete",
+		500,
+		"claims, with one access each, deleted all at once as a namespace's deletion does (0 skips)",
+	)
 	flag.IntVar(&cfg.RSSClaims, "rss", 10000, "claims (Buckets) provisioned before measuring memory (0 skips)")
 	flag.StringVar(&cfg.JSON, "json", "", "write the results as JSON to this file")
 	version.AddFlag(flag.CommandLine)

@@ -173,15 +173,9 @@ func (d *Driver) checkCompatible(ctx context.Context, id string, p bucketParams,
 		}
 	}
 	if defaults || p.objectLockSet {
-		locked := false
-		out, err := d.s3.GetObjectLockConfiguration(ctx, &s3.GetObjectLockConfigurationInput{Bucket: aws.String(id)})
-		switch {
-		case err == nil:
-			locked = out.ObjectLockConfiguration != nil &&
-				out.ObjectLockConfiguration.ObjectLockEnabled == types.ObjectLockEnabledEnabled
-		case apiCode(err) == "ObjectLockConfigurationNotFoundError", httpStatus(err) == http.StatusNotFound:
-		default:
-			return toStatus(err, "reading the object lock configuration of bucket %q", id)
+		locked, err := d.objectLockEnabled(ctx, id)
+		if err != nil {
+			return err
 		}
 		if locked != p.objectLock {
 			return status.Errorf(
@@ -195,6 +189,19 @@ func (d *Driver) checkCompatible(ctx context.Context, id string, p bucketParams,
 		}
 	}
 	return nil
+}
+
+// objectLockEnabled reports whether bucket id has Object Lock enabled.
+func (d *Driver) objectLockEnabled(ctx context.Context, id string) (bool, error) {
+	out, err := d.s3.GetObjectLockConfiguration(ctx, &s3.GetObjectLockConfigurationInput{Bucket: aws.String(id)})
+	switch {
+	case err == nil:
+		return out.ObjectLockConfiguration != nil &&
+			out.ObjectLockConfiguration.ObjectLockEnabled == types.ObjectLockEnabledEnabled, nil
+	case apiCode(err) == "ObjectLockConfigurationNotFoundError", httpStatus(err) == http.StatusNotFound:
+		return false, nil
+	}
+	return false, toStatus(err, "reading the object lock configuration of bucket %q", id)
 }
 
 // ensureIgnorePublicACLs sets IgnorePublicAcls in the public access block of bucket id, which the

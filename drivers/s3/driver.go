@@ -44,6 +44,19 @@ const (
 	ParamPurgeOnDelete = "purgeOnDelete"
 )
 
+// Access parameters (BucketAccessClass.spec.parameters). Unknown keys are refused with
+// InvalidArgument, so that a typo is an error.
+const (
+	// ParamAllowObjectLock ("true" or "false", default "false") lets accesses with objectData
+	// write also set object retention and legal holds (objectLockActions, and the
+	// x-amz-object-lock-* headers of uploads) in buckets with Object Lock. Without it they are
+	// refused; on stores that cannot refuse the headers (lockHeadersUnchecked: Ceph RGW),
+	// objectData write to a bucket with Object Lock is refused instead. A COMPLIANCE retention
+	// keeps the objects, and so the bucket, from being deleted until its date: an admin opts in
+	// per class. s3:BypassGovernanceRetention is never granted, with or without it.
+	ParamAllowObjectLock = "allowObjectLock"
+)
+
 // OwnerTag is the bucket tag that marks buckets this driver created; its value is the driver
 // name. A bucket with the generated name but without the tag is not the driver's and is never
 // adopted, unless it is owned by the driver's admin identity, untagged and empty (a creation
@@ -106,6 +119,8 @@ type Driver struct {
 	// ignorePublicACLs: the buckets the driver creates get IgnorePublicAcls (see
 	// publicACLIgnorer).
 	ignorePublicACLs bool
+	// lockHeadersUnchecked: see the interface of that name.
+	lockHeadersUnchecked bool
 
 	locks keyedMutex
 }
@@ -116,6 +131,15 @@ type Driver struct {
 // driver creates for them have IgnorePublicAcls set in their public access block.
 type publicACLIgnorer interface {
 	ignorePublicACLsOnNewBuckets() bool
+}
+
+// lockHeadersUnchecked is implemented by account back-ends whose store lets a key with
+// s3:PutObject lock what it uploads, with the x-amz-object-lock-* headers, whatever the policy
+// says: Ceph RGW 16 checks such an upload against s3:PutObject alone and puts no object-lock
+// condition key into the policy's context. On them, objectData write to a bucket with Object
+// Lock is granted only with ParamAllowObjectLock.
+type lockHeadersUnchecked interface {
+	objectLockHeadersUnchecked() bool
 }
 
 // New returns a driver.
@@ -141,6 +165,9 @@ func New(cfg Config) (*Driver, error) {
 	d := &Driver{cfg: cfg, s3: NewS3Client(cfg.Endpoint, cfg.Region, cfg.Credentials, cfg.HTTPClient)}
 	if i, ok := cfg.Accounts.(publicACLIgnorer); ok {
 		d.ignorePublicACLs = i.ignorePublicACLsOnNewBuckets()
+	}
+	if u, ok := cfg.Accounts.(lockHeadersUnchecked); ok {
+		d.lockHeadersUnchecked = u.objectLockHeadersUnchecked()
 	}
 	return d, nil
 }
@@ -471,7 +498,7 @@ func (d *Driver) DriverGenerateBucketAccessId(
 	_ context.Context,
 	req *cosiproto.DriverGenerateBucketAccessIdRequest,
 ) (*cosiproto.DriverGenerateBucketAccessIdResponse, error) {
-	if err := checkAccess(req.GetProtocol(), req.GetAuthenticationType(), req.GetParameters()); err != nil {
+	if _, err := checkAccess(req.GetProtocol(), req.GetAuthenticationType(), req.GetParameters()); err != nil {
 		return nil, err
 	}
 	if !validAccountName(req.GetAccountName()) {
@@ -484,25 +511,36 @@ func (d *Driver) DriverGenerateBucketAccessId(
 	return &cosiproto.DriverGenerateBucketAccessIdResponse{AccountId: req.GetAccountName()}, nil
 }
 
+// accessParams are parsed access parameters.
+type accessParams struct {
+	allowObjectLock bool
+}
+
+// checkAccess checks what an access asks for and parses its parameters.
 func checkAccess(
 	protocol cosiproto.ObjectProtocol_Type,
 	auth cosiproto.AuthenticationType_Type,
 	params map[string]string,
-) error {
+) (accessParams, error) {
+	var p accessParams
 	if protocol != cosiproto.ObjectProtocol_S3 {
-		return status.Errorf(codes.InvalidArgument, "protocol %v is not supported by this driver (S3 only)", protocol)
+		return p, status.Errorf(codes.InvalidArgument, "protocol %v is not supported by this driver (S3 only)", protocol)
 	}
 	if auth == cosiproto.AuthenticationType_SERVICE_ACCOUNT {
-		return status.Error(
+		return p, status.Error(
 			codes.InvalidArgument,
 			"ServiceAccount authentication is not supported by this driver: "+
 				"no supported backend maps Kubernetes ServiceAccounts to S3 identities; use authenticationType Key",
 		)
 	}
 	for k := range params {
-		return status.Errorf(codes.InvalidArgument, "unknown access parameter %q: this driver takes no access parameters", k)
+		if k != ParamAllowObjectLock {
+			return p, status.Errorf(codes.InvalidArgument, "unknown access parameter %q (known: %s)", k, ParamAllowObjectLock)
+		}
 	}
-	return nil
+	var err error
+	p.allowObjectLock, _, err = parseBool(params, ParamAllowObjectLock)
+	return p, err
 }
 
 // DriverGrantBucketAccess creates the access's identity, key and policy for all its buckets.
@@ -512,7 +550,8 @@ func (d *Driver) DriverGrantBucketAccess(
 	req *cosiproto.DriverGrantBucketAccessRequest,
 ) (_ *cosiproto.DriverGrantBucketAccessResponse, err error) {
 	defer d.logFailure("DriverGrantBucketAccess", &err)
-	if err := checkAccess(req.GetProtocol(), req.GetAuthenticationType(), req.GetParameters()); err != nil {
+	params, err := checkAccess(req.GetProtocol(), req.GetAuthenticationType(), req.GetParameters())
+	if err != nil {
 		return nil, err
 	}
 	id := req.GetAccountId()
@@ -531,11 +570,15 @@ func (d *Driver) DriverGrantBucketAccess(
 		if err := d.existingBucket(ctx, b.GetBucketId()); err != nil {
 			return nil, err
 		}
+		g := grantFor(b, params)
+		if err := d.checkLockHeaders(ctx, g); err != nil {
+			return nil, err
+		}
 		region, err := d.bucketRegion(ctx, b.GetBucketId())
 		if err != nil || region == "" {
 			region = d.cfg.Region
 		}
-		grants = append(grants, grantFor(b))
+		grants = append(grants, g)
 		resp.Buckets = append(
 			resp.Buckets,
 			&cosiproto.DriverGrantBucketAccessResponse_BucketInfo{
@@ -555,6 +598,32 @@ func (d *Driver) DriverGrantBucketAccess(
 		S3: &cosiproto.S3Credentials{AccessKeyId: key.AccessKeyID, AccessSecretKey: key.SecretAccessKey},
 	}
 	return resp, nil
+}
+
+// checkLockHeaders refuses with InvalidArgument a grant of objectData write without
+// ParamAllowObjectLock to a bucket with Object Lock, on a store where the key could lock objects
+// anyway (lockHeadersUnchecked). Object Lock is enabled only when a bucket is created (RGW
+// refuses it later with InvalidBucketState), so the answer stays true for the bucket.
+func (d *Driver) checkLockHeaders(ctx context.Context, g bucketGrant) error {
+	if !d.lockHeadersUnchecked || !g.writesObjects() || g.LockObjects {
+		return nil
+	}
+	locked, err := d.objectLockEnabled(ctx, g.Bucket)
+	if err != nil {
+		return err
+	}
+	if locked {
+		return status.Errorf(
+			codes.InvalidArgument,
+			"bucket %q has Object Lock enabled, and this object store cannot refuse the object lock headers "+
+				"of uploads: a key that may write objects there could lock them (a COMPLIANCE retention keeps them "+
+				"and the bucket from being deleted until its date). Object data write access to it is granted only "+
+				"by a BucketAccessClass with the parameter %s: \"true\"",
+			g.Bucket,
+			ParamAllowObjectLock,
+		)
+	}
+	return nil
 }
 
 // DriverRevokeBucketAccess deletes the access's key, policy and identity.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
@@ -48,6 +49,29 @@ func newBackendError(code codes.Code, cause error, msg string) *backendError {
 func (e *backendError) Error() string              { return e.st.Message() }
 func (e *backendError) GRPCStatus() *status.Status { return e.st }
 func (e *backendError) Unwrap() error              { return e.cause }
+
+// policyLimitCodes are the store's answers to a policy write that is over one of its limits (the
+// document's size, the number of statements or policies): IAM's LimitExceeded, S3's
+// PolicyTooLarge and EntityTooLarge, and Ceph RGW's InvalidRange (HTTP 416), its answer to a
+// request body over rgw_max_put_param_size (1 MiB by default). Elsewhere LimitExceeded is a quota
+// that an admin may raise (ResourceExhausted, retried); on a policy write it is the request that
+// is too big, and the same request can never pass: final.
+var policyLimitCodes = map[string]bool{
+	"LimitExceeded": true, "PolicyTooLarge": true, "EntityTooLarge": true, "InvalidRange": true,
+}
+
+// policyWriteStatus is toStatus for a failed policy write: a limit of the store is code, which
+// must be final (OutOfRange or InvalidArgument), saying what exceeds it and what to do (hint).
+func policyWriteStatus(err error, code codes.Code, what, hint string) error {
+	if err == nil {
+		return nil
+	}
+	if policyLimitCodes[apiCode(err)] || httpStatus(err) == http.StatusRequestEntityTooLarge ||
+		httpStatus(err) == http.StatusRequestedRangeNotSatisfiable {
+		return newBackendError(code, err, what+": the policy exceeds the store's policy limits ("+describe(err)+"); "+hint)
+	}
+	return toStatus(err, "%s", what)
+}
 
 // adminAuthCodes are the store's answers that mean the driver's own identity was refused: its
 // key was rotated or deleted, its token expired, or its permissions were changed. An admin fixes

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -79,16 +80,10 @@ func (a *IAMAccounts) Grant(ctx context.Context, id string, grants []bucketGrant
 		&iam.PutUserPolicyInput{UserName: aws.String(id), PolicyName: aws.String(iamPolicyName),
 			PolicyDocument: aws.String(string(doc))},
 	); err != nil {
-		if apiCode(err) == "LimitExceeded" {
-			// The store's limit is lower than MaxPolicySize: as final as our own check.
-			return Key{}, newBackendError(codes.OutOfRange, err, fmt.Sprintf(
-				"the IAM policy for access to %d buckets (%d characters) exceeds the store's policy size limit; "+
-					"grant fewer buckets per BucketAccess",
-				len(grants),
-				policySize(doc),
-			))
-		}
-		return Key{}, toStatus(err, "setting the policy of IAM user %q", id)
+		// The store's limit may be lower than MaxPolicySize: as final as the driver's own check.
+		return Key{}, policyWriteStatus(err, codes.OutOfRange, fmt.Sprintf("setting the policy of IAM user %q", id),
+			fmt.Sprintf("it grants access to %d buckets (%d characters): grant fewer buckets per BucketAccess",
+				len(grants), policySize(doc)))
 	}
 
 	keys, err := a.keys(ctx, id)
@@ -187,14 +182,38 @@ func (a *IAMAccounts) checkPolicy(ctx context.Context, id string, doc []byte) er
 	return nil
 }
 
+// samePolicy reports whether two identity policies grant the same actions on the same
+// resources, however their statements group them, not counting objectLockActions: they were in
+// every objectData write grant before ParamAllowObjectLock, and a repeated grant of such an
+// access is the same grant, which PutUserPolicy then narrows.
 func samePolicy(a, b []byte) bool {
-	var pa, pb Policy
-	if json.Unmarshal(a, &pa) != nil || json.Unmarshal(b, &pb) != nil {
-		return false
+	pa, okA := policyTuples(a)
+	pb, okB := policyTuples(b)
+	return okA && okB && maps.Equal(pa, pb)
+}
+
+// policyTuples is the set of (effect, action, resource, condition) that doc states.
+func policyTuples(doc []byte) (map[string]bool, bool) {
+	var p Policy
+	if json.Unmarshal(doc, &p) != nil {
+		return nil, false
 	}
-	ja, _ := json.Marshal(pa)
-	jb, _ := json.Marshal(pb)
-	return string(ja) == string(jb)
+	out := map[string]bool{}
+	for _, st := range p.Statement {
+		cond, err := json.Marshal(st.Condition)
+		if err != nil {
+			return nil, false
+		}
+		for _, act := range st.Action {
+			if slices.Contains(objectLockActions, act) {
+				continue
+			}
+			for _, r := range st.Resource {
+				out[strings.Join([]string{st.Effect, act, r, string(cond)}, "\x00")] = true
+			}
+		}
+	}
+	return out, true
 }
 
 // keys returns the access key IDs of user id, oldest first.

@@ -31,9 +31,12 @@ type actionSet struct {
 // The metadata categories never reach object data: nothing in them reads it (GetObject,
 // HeadObject, listing), exposes it (object and bucket ACLs, bucket policies), destroys it
 // (lifecycle rules, default encryption with a key the owner may not hold) or locks it (Object
-// Lock configuration, retention, legal holds). Locking an object decides whether its data can
-// be deleted, so retention and legal holds belong to objectData write, whose holder can delete
-// the data anyway, and work only in buckets created with objectLock.
+// Lock configuration, retention, legal holds).
+//
+// Not in objectData write either: object retention and legal holds (objectLockActions). A
+// COMPLIANCE retention keeps an object, and with it the bucket, from being deleted by anyone
+// until its date, years ahead if the writer likes: more than deleting what one may write. They
+// are granted only to accesses whose BucketAccessClass opts in (ParamAllowObjectLock).
 //
 // Never granted, whatever the mode: actions that change or reveal who may access the bucket
 // (bucket policy, bucket and object ACLs, public access block, ownership controls), that delete
@@ -56,8 +59,6 @@ var actions = map[category]actionSet{
 			"s3:DeleteObjectVersion",
 			"s3:AbortMultipartUpload",
 			"s3:RestoreObject",
-			"s3:PutObjectRetention",
-			"s3:PutObjectLegalHold",
 		},
 	},
 	objectMetadata: {
@@ -81,19 +82,30 @@ var actions = map[category]actionSet{
 	},
 }
 
+// objectLockActions set object retention and legal holds, on objects. They are granted with
+// objectData write only to accesses that opt in (ParamAllowObjectLock); they work only in buckets
+// with Object Lock (bucket parameter objectLock). s3:BypassGovernanceRetention is never granted.
+var objectLockActions = []string{"s3:PutObjectLegalHold", "s3:PutObjectRetention"}
+
 // bucketGrant is what one access may do in one bucket.
 type bucketGrant struct {
 	Bucket string
 	Modes  [3]cosiproto.AccessMode_Mode // indexed by category
+	// LockObjects adds objectLockActions to objectData write (ParamAllowObjectLock).
+	LockObjects bool
 }
 
-func grantFor(b *cosiproto.AccessedBucket) bucketGrant {
+func grantFor(b *cosiproto.AccessedBucket, p accessParams) bucketGrant {
 	m := b.GetAccessModes()
 	return bucketGrant{
-		Bucket: b.GetBucketId(),
-		Modes:  [3]cosiproto.AccessMode_Mode{m.GetObjectData(), m.GetObjectMetadata(), m.GetBucketMetadata()},
+		Bucket:      b.GetBucketId(),
+		Modes:       [3]cosiproto.AccessMode_Mode{m.GetObjectData(), m.GetObjectMetadata(), m.GetBucketMetadata()},
+		LockObjects: p.allowObjectLock,
 	}
 }
+
+// writesObjects reports whether g may write object data (s3:PutObject).
+func (g bucketGrant) writesObjects() bool { return writes(g.Modes[objectData]) }
 
 func reads(m cosiproto.AccessMode_Mode) bool {
 	return m == cosiproto.AccessMode_READ_ONLY || m == cosiproto.AccessMode_READ_WRITE
@@ -114,6 +126,9 @@ func (g bucketGrant) bucketActions() (bucket, object []string) {
 			bucket = append(bucket, set.writeBucket...)
 			object = append(object, set.writeObject...)
 		}
+	}
+	if g.LockObjects && g.writesObjects() {
+		object = append(object, objectLockActions...)
 	}
 	slices.Sort(bucket)
 	slices.Sort(object)

@@ -74,6 +74,12 @@ func NewRGWAccounts(
 // could still publish objects that way; IgnorePublicAcls makes such ACLs ineffective.
 func (*RGWAccounts) ignorePublicACLsOnNewBuckets() bool { return true }
 
+// objectLockHeadersUnchecked implements lockHeadersUnchecked: RGW 16 authorizes an upload with
+// x-amz-object-lock-mode, -retain-until-date or -legal-hold as s3:PutObject alone, and no policy
+// refuses the headers (neither a Deny of s3:PutObjectRetention nor a condition on
+// s3:object-lock-mode or s3:x-amz-object-lock-mode, whose keys RGW does not set).
+func (*RGWAccounts) objectLockHeadersUnchecked() bool { return true }
+
 // rgwUser is the part of the Admin Ops user info the driver uses.
 type rgwUser struct {
 	UserID      string `json:"user_id"`
@@ -235,6 +241,7 @@ func (a *RGWAccounts) Grant(ctx context.Context, id string, grants []bucketGrant
 		stmts := g.statements(rgwSid(id), principal, rgwUnknownActions)
 		if _, objectActs := g.bucketActions(); slices.Contains(objectActs, "s3:PutObject") {
 			stmts = append(stmts, rgwACLDenials(rgwSid(id), principal, g.Bucket)...)
+			stmts = append(stmts, rgwLockDenial(rgwSid(id), principal, g))
 		}
 		if err := a.setStatements(ctx, g.Bucket, id, stmts); err != nil {
 			return Key{}, err
@@ -288,6 +295,26 @@ func rgwACLDenials(prefix string, principal *Principal, bucket string) []Stateme
 	return out
 }
 
+// sidDenyObjectLock is the Sid suffix of the statement of rgwLockDenial.
+const sidDenyObjectLock = "DenyObjectLock"
+
+// rgwLockDenial is the statement that keeps an access that writes objects from changing their
+// locks beyond what it was granted. RGW 16 authorizes PutObjectRetention, PutObjectLegalHold and
+// the bypass of a GOVERNANCE retention (s3:BypassGovernanceRetention, for DeleteObject and
+// PutObjectRetention) by the object's ACL when no statement allows or denies them, and an
+// object's ACL gives its uploader full control: without an explicit Deny, a key that uploaded
+// an object could lock it, and delete it through a GOVERNANCE retention, with no Allow for
+// either. So s3:BypassGovernanceRetention is always denied, and s3:PutObjectRetention and
+// s3:PutObjectLegalHold too unless the access opts in (ParamAllowObjectLock).
+func rgwLockDenial(prefix string, principal *Principal, g bucketGrant) Statement {
+	acts := []string{"s3:BypassGovernanceRetention"}
+	if !g.LockObjects {
+		acts = append(acts, objectLockActions...)
+	}
+	return Statement{Sid: prefix + sidDenyObjectLock, Effect: "Deny", Principal: principal, Action: acts,
+		Resource: []string{"arn:aws:s3:::" + g.Bucket + "/*"}}
+}
+
 // rgwSid is the statement ID prefix of account id's statements in a bucket policy.
 func rgwSid(id string) string {
 	var b strings.Builder
@@ -331,7 +358,7 @@ func parseRawPolicy(doc string) (rawPolicy, error) {
 
 // owned reports whether statement s is one of the driver's for the Sid prefix: its Sid is
 // exactly one the driver writes with that prefix (the Bucket and Objects grants, and the
-// denials of rgwACLDenials). Only exactly: a prefix match would also take
+// denials of rgwACLDenials and rgwLockDenial). Only exactly: a prefix match would also take
 // the statements of an account whose ID continues where this one's prefix ends (account "a"+X,
 // whose prefix starts with "a"'s when X is "a"'s hash) and an admin's statement named
 // "<prefix>Audit", and a repeated grant or a revoke would delete them.
@@ -346,7 +373,7 @@ func owned(s json.RawMessage, prefix string) bool {
 	switch strings.TrimPrefix(sid.Sid, prefix) {
 	case sid.Sid:
 		return false // no such prefix
-	case sidBucket, sidObjects, sidDenyACL:
+	case sidBucket, sidObjects, sidDenyACL, sidDenyObjectLock:
 		return true
 	}
 	for _, h := range rgwGrantHeaders {
@@ -433,7 +460,12 @@ func (a *RGWAccounts) setStatements(ctx context.Context, bucket, id string, stmt
 		&s3.PutBucketPolicyInput{Bucket: aws.String(bucket), Policy: aws.String(string(doc))},
 	)
 	if err != nil && (apiCode(err) != "NoSuchBucket" || len(stmts) != 0) {
-		return toStatus(err, "setting the policy of bucket %q", bucket)
+		// InvalidArgument, not OutOfRange: KEP-1979 keeps OutOfRange for a driver that cannot share
+		// one credential across buckets, and here the bucket's policy is full of other accesses.
+		return policyWriteStatus(err, codes.InvalidArgument, fmt.Sprintf("setting the policy of bucket %q", bucket),
+			fmt.Sprintf("it would hold %d statements in %d bytes, those of every BucketAccess to the bucket and "+
+				"the admin's (RGW takes at most rgw_max_put_param_size, 1 MiB by default): fewer accesses to it would fit",
+				len(policy.statements), len(doc)))
 	}
 	return nil
 }

@@ -3,7 +3,6 @@ package v1alpha1s3_test
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -12,10 +11,10 @@ import (
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	v1 "sigs.k8s.io/container-object-storage-interface/proto"
 
 	"github.com/kube-cosi/cosi/drivers/s3"
 	"github.com/kube-cosi/cosi/drivers/v1alpha1s3"
+	"github.com/kube-cosi/cosi/internal/v1alpha1drivers"
 	"github.com/kube-cosi/cosi/pkg/driver"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
@@ -57,39 +56,13 @@ func TestCreateIncompatibleBucketIsRefused(t *testing.T) {
 	}
 }
 
-// refusesRegrant answers a second grant of an account ALREADY_EXISTS, as v1alpha1 drivers do that
-// create an account's key once and never return it again (the v1alpha1 spec allows it: "Multiple
-// calls to ... GrantBucketAccess ... may result in error ALREADY_EXISTS").
-type refusesRegrant struct {
-	*v1alpha1s3.Driver
-
-	mu      sync.Mutex
-	granted map[string]bool
-}
-
-func (d *refusesRegrant) DriverGrantBucketAccess(
-	ctx context.Context,
-	req *v1.DriverGrantBucketAccessRequest,
-) (*v1.DriverGrantBucketAccessResponse, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.granted[req.GetName()] {
-		return nil, status.Errorf(codes.AlreadyExists, "account %s exists", req.GetName())
-	}
-	resp, err := d.Driver.DriverGrantBucketAccess(ctx, req)
-	if err == nil {
-		d.granted[req.GetName()] = true
-	}
-	return resp, err
-}
-
 // A lost Secret: the sidecar grants the account again. The driver will not return the key twice,
 // and the key that workloads still hold keeps working against the store: the adapter revokes
 // nothing, and the grant fails, final.
 func TestLostSecretKeepsTheKeyWorkloadsHold(t *testing.T) {
 	ctx := t.Context()
-	endpoint := serveWrapped(t, func(d *v1alpha1s3.Driver) v1Server {
-		return &refusesRegrant{Driver: d, granted: map[string]bool{}}
+	endpoint := v1alpha1drivers.ServeS3(t, "v1alpha1.s3.example.com", func(d *v1alpha1s3.Driver) v1alpha1drivers.Server {
+		return v1alpha1drivers.NewKeyShownOnce(d)
 	})
 	c := probed(t, endpoint)
 	const bucket = "bc-regrant-1"

@@ -1,25 +1,15 @@
 package v1alpha1s3_test
 
 import (
-	"context"
-	"net"
-	"net/http"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/go-logr/logr"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	v1 "sigs.k8s.io/container-object-storage-interface/proto"
 
 	"github.com/kube-cosi/cosi/drivers/s3"
-	"github.com/kube-cosi/cosi/drivers/v1alpha1s3"
-	"github.com/kube-cosi/cosi/internal/localenv"
-	"github.com/kube-cosi/cosi/internal/versity"
+	"github.com/kube-cosi/cosi/internal/v1alpha1drivers"
 	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/sanity"
 	cosiproto "github.com/kube-cosi/cosi/proto"
@@ -28,73 +18,7 @@ import (
 // serve starts Versity and the reference v1alpha1 driver on a socket, and returns its endpoint.
 func serve(t *testing.T) string {
 	t.Helper()
-	return serveWrapped(t, nil)
-}
-
-// v1Server is what a v1alpha1 driver serves.
-type v1Server interface {
-	v1.IdentityServer
-	v1.ProvisionerServer
-}
-
-// serveWrapped is serve with the driver wrapped by wrap (nil: served as it is, by
-// v1alpha1s3.Serve), to give answers the reference driver never gives but other v1alpha1 drivers
-// do, over the real store.
-func serveWrapped(t *testing.T, wrap func(*v1alpha1s3.Driver) v1Server) string {
-	t.Helper()
-	root, err := localenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := versity.Start(
-		t.Context(),
-		versity.Options{Binary: filepath.Join(root, "bin", "versitygw"), Dir: t.TempDir()},
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Stop() })
-	creds := credentials.NewStaticCredentialsProvider(store.RootAccessKey, store.RootSecretKey, "")
-	httpClient := &http.Client{Timeout: 30 * time.Second}
-	d, err := s3.New(
-		s3.Config{Name: "v1alpha1.s3.example.com", Endpoint: store.S3Endpoint, Region: "us-east-1", Credentials: creds,
-			Accounts: s3.NewIAMAccounts(store.IAMEndpoint, creds, httpClient), HTTPClient: httpClient, Logger: logr.Discard()},
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "v1a1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	endpoint := "unix://" + filepath.Join(dir, "driver.sock")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	if wrap == nil {
-		go func() { done <- v1alpha1s3.Serve(ctx, endpoint, v1alpha1s3.New(d)) }()
-	} else {
-		lis, err := net.Listen("unix", filepath.Join(dir, "driver.sock"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := grpc.NewServer()
-		w := wrap(v1alpha1s3.New(d))
-		v1.RegisterIdentityServer(srv, w)
-		v1.RegisterProvisionerServer(srv, w)
-		go func() {
-			<-ctx.Done()
-			srv.GracefulStop()
-		}()
-		go func() { done <- srv.Serve(lis) }()
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serving the v1alpha1 driver: %v", err)
-		}
-	})
-	return endpoint
+	return v1alpha1drivers.ServeS3(t, "v1alpha1.s3.example.com", nil)
 }
 
 // cosi-sanity detects the v1alpha1 driver and runs the v1alpha1 cases, which it passes.

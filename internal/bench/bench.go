@@ -33,8 +33,11 @@ type Config struct {
 	RawObjects       int // objects for the API server's raw ceiling
 	RestartSize      int // claims and accesses created across restarts of controller and sidecar (0: skip)
 	RSSClaims        int // claims provisioned before measuring memory (0: skip)
-	JSON             string
-	Log              io.Writer
+	// NamespaceDeletionSize is the number of claims, with one access each, deleted all at once
+	// as a namespace's deletion does (0: skip).
+	NamespaceDeletionSize int
+	JSON                  string
+	Log                   io.Writer
 }
 
 // SizeResult is one throughput measurement with N claims and N accesses.
@@ -64,9 +67,14 @@ type RunResult struct {
 	SingleProvisionP50, SingleDeleteP50            float64 // ms
 	Sizes                                          []SizeResult
 	RestartCreateRPCs, RestartGrantRPCs            float64 // per object, across restarts
-	ControllerCPU, SidecarCPU                      float64 // seconds
-	ControllerPeakRSS, SidecarPeakRSS              float64 // MiB, during the throughput phases
-	ControllerRSS, SidecarRSS                      float64 // MiB, with RSSClaims claims provisioned
+	// NamespaceDeletionSec is the time from deleting every claim and access of a namespace to an
+	// empty driver; the reads are the API server's LIST and GET requests of BucketAccesses
+	// meanwhile, per claim.
+	NamespaceDeletionSec                                      float64
+	NamespaceDeletionAccessLists, NamespaceDeletionAccessGets float64
+	ControllerCPU, SidecarCPU                                 float64 // seconds
+	ControllerPeakRSS, SidecarPeakRSS                         float64 // MiB, during the throughput phases
+	ControllerRSS, SidecarRSS                                 float64 // MiB, with RSSClaims claims provisioned
 }
 
 func (c Config) logf(format string, args ...any) {
@@ -134,6 +142,12 @@ func runOnce(ctx context.Context, cfg Config) (r RunResult, err error) {
 	if cfg.RestartSize > 0 {
 		cfg.logf("%d claims and accesses across restarts of controller and sidecar", cfg.RestartSize)
 		if err := s.restarts(ctx, &r); err != nil {
+			return r, err
+		}
+	}
+	if cfg.NamespaceDeletionSize > 0 {
+		cfg.logf("a namespace of %d claims and accesses deleted at once", cfg.NamespaceDeletionSize)
+		if err := s.namespaceDeletion(ctx, &r); err != nil {
 			return r, err
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/localenv"
 )
 
@@ -92,5 +93,71 @@ func (s *system) memory(ctx context.Context, r *RunResult) error {
 		return err
 	}
 	_, _, r.SidecarRSS, err = procStats(s.env.Sidecar.Pid())
+	return err
+}
+
+// namespaceDeletion provisions N claims with one access each in a namespace, then deletes them all
+// at once, as the namespace controller does when a namespace is deleted (a collection delete per
+// resource), and measures the time until the driver is empty and the API server's reads of
+// BucketAccesses meanwhile: releasing a Bucket and deleting a claim must not list every access
+// per object (issue 25, item 18).
+func (s *system) namespaceDeletion(ctx context.Context, r *RunResult) error {
+	n := s.cfg.NamespaceDeletionSize
+	ns := fmt.Sprintf("nsdelete-%d", time.Now().UnixNano())
+	if err := s.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return err
+	}
+	for _, newObj := range []func(string, int) client.Object{claimObject, accessObject} {
+		uids, _, err := s.create(ctx, make2(n, ns, newObj))
+		if err != nil {
+			return err
+		}
+		if _, err := s.watch.waitFor(ctx, s.watch.provisioned, uids, 10*time.Minute); err != nil {
+			return err
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	before, err := scrapeAPIServer(ctx, s.rest)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	errs := make(chan error, 2)
+	for _, obj := range []client.Object{&cosiapi.BucketAccess{}, &cosiapi.BucketClaim{}} {
+		go func() { errs <- s.deleteCollection(ctx, obj, ns) }()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			return err
+		}
+	}
+	if err := s.waitDriverEmpty(ctx); err != nil {
+		return err
+	}
+	r.NamespaceDeletionSec = time.Since(start).Seconds()
+	after, err := scrapeAPIServer(ctx, s.rest)
+	if err != nil {
+		return err
+	}
+	reads := func(verb string) float64 {
+		sel := map[string]string{"verb": verb, "resource": "bucketaccesses", "subresource": ""}
+		return (after.sum("apiserver_request_total", sel) - before.sum("apiserver_request_total", sel)) / float64(n)
+	}
+	r.NamespaceDeletionAccessLists = reads("LIST")
+	r.NamespaceDeletionAccessGets = reads("GET")
+	return nil
+}
+
+// deleteCollection deletes every object of obj's kind in namespace, and again after an error, as
+// the namespace controller does: the API server deletes a collection one object at a time, and a
+// large one can outlast its request timeout (a minute) on a busy machine.
+func (s *system) deleteCollection(ctx context.Context, obj client.Object, namespace string) error {
+	var err error
+	for range 10 {
+		if err = s.client.DeleteAllOf(ctx, obj, client.InNamespace(namespace)); err == nil || ctx.Err() != nil {
+			return err
+		}
+		s.cfg.logf("deleting the %T of %s again: %v", obj, namespace, err)
+	}
 	return err
 }

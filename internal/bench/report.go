@@ -201,6 +201,14 @@ func (s *summary) processRows(cfg Config) {
 			func(m float64) bool { return m == 1 },
 		)
 	}
+	if n := cfg.NamespaceDeletionSize; n > 0 {
+		p := fmt.Sprintf("namespace of %d claims and accesses deleted: ", n)
+		add(p+"delete all → driver empty", "s", func(r RunResult) float64 { return r.NamespaceDeletionSec }, "", nil)
+		add(p+"LIST bucketaccesses per claim", "requests",
+			func(r RunResult) float64 { return r.NamespaceDeletionAccessLists }, "", nil)
+		add(p+"GET bucketaccesses per claim", "requests",
+			func(r RunResult) float64 { return r.NamespaceDeletionAccessGets }, "", nil)
+	}
 	add("controller CPU, throughput phases", "s", func(r RunResult) float64 { return r.ControllerCPU }, "", nil)
 	add("sidecar CPU, throughput phases", "s", func(r RunResult) float64 { return r.SidecarCPU }, "", nil)
 	add("controller peak RSS, throughput phases", "MiB", func(r RunResult) float64 { return r.ControllerPeakRSS }, "", nil)

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -28,12 +29,13 @@ import (
 // so the controller tells it with the bucketclaim-being-deleted annotation. A claim's own deletion
 // does that for its Bucket (BucketClaimReconciler.delete); this reconciler handles the Buckets whose
 // claim is gone without it: an admin deleted the Bucket of a claim that later went, or someone
-// removed the claim's finalizer. It also observes the Bucket and BucketAccess transitions for the
-// operation metrics.
+// removed the claim's finalizer. It also observes, on the leader only, the Bucket and BucketAccess
+// transitions for the operation metrics.
 type BucketReconciler struct {
 	Client client.Client
-	// APIReader confirms, uncached, that a claim is gone and that no access holds the Bucket
-	// before the Bucket is released: the cache may lag behind objects created a moment ago.
+	// APIReader confirms, uncached, that a claim is gone before its Bucket is released (the
+	// cache may lag behind a claim created a moment ago), and reads live the accesses of that
+	// claim that the cache shows not handed off (holders).
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	Metrics   *metrics
@@ -107,10 +109,8 @@ func (r *BucketReconciler) release(ctx context.Context, bucket *cosiapi.Bucket) 
 		// A claim that exists, deleting or not, releases its Bucket itself when it goes.
 		return err
 	}
-	users, err := accessesOfBucket(ctx, r.Client, bucket.Name, false)
-	if err == nil && len(users) == 0 {
-		users, err = accessesOfBucket(ctx, r.APIReader, bucket.Name, true)
-	}
+	ref := bucket.Spec.BucketClaimRef
+	users, err := holders(ctx, r.Client, r.APIReader, r.Recorder, ref.Namespace, ref.Name, bucket.Name, nil)
 	if err != nil || len(users) > 0 {
 		return err // the access watch wakes this when they go
 	}
@@ -134,9 +134,43 @@ func (r *BucketReconciler) claimGone(ctx context.Context, bucket *cosiapi.Bucket
 }
 
 // observe records the create and delete metrics of Buckets and BucketAccesses, whose Provisioned
-// condition and finalizers the sidecar sets: it watches their transitions in the cache.
+// condition and finalizers the sidecar sets: it watches their transitions in the cache. Every
+// replica has the cache, and the metrics are counted once per cluster, so the observers run on
+// the leader only: they are added when it is elected, and removed when it stops.
 func (r *BucketReconciler) observe(mgr ctrl.Manager) error {
-	ctx := context.Background()
+	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		var added []func() error
+		defer func() {
+			for _, remove := range added {
+				_ = remove()
+			}
+		}()
+		for _, o := range r.observers() {
+			informer, err := mgr.GetCache().GetInformer(ctx, o.obj)
+			if err != nil {
+				return err
+			}
+			// A handler added to a synced informer is first told of every object as added:
+			// only updates and deletions are transitions.
+			reg, err := informer.AddEventHandler(o.handler)
+			if err != nil {
+				return err
+			}
+			added = append(added, func() error { return informer.RemoveEventHandler(reg) })
+		}
+		<-ctx.Done()
+		return nil
+	}))
+}
+
+type observer struct {
+	obj     client.Object
+	handler toolscache.ResourceEventHandler
+}
+
+// observers are the metric observers of Buckets and BucketAccesses.
+func (r *BucketReconciler) observers() []observer {
+	var out []observer
 	for _, kind := range []struct {
 		obj      client.Object
 		name     string
@@ -154,11 +188,7 @@ func (r *BucketReconciler) observe(mgr ctrl.Manager) error {
 				return conditions.IsTrue(o.(*cosiapi.BucketAccess), cosiapi.ConditionProvisioned)
 			}, false},
 	} {
-		informer, err := mgr.GetCache().GetInformer(ctx, kind.obj)
-		if err != nil {
-			return err
-		}
-		_, err = informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		out = append(out, observer{kind.obj, toolscache.ResourceEventHandlerFuncs{
 			UpdateFunc: func(oldObj, newObj any) {
 				o, n := oldObj.(client.Object), newObj.(client.Object)
 				if !kind.conds(o) && kind.conds(n) && n.GetDeletionTimestamp() == nil {
@@ -184,10 +214,7 @@ func (r *BucketReconciler) observe(mgr ctrl.Manager) error {
 				r.Metrics.deleted(kind.driver(o), kind.name, since,
 					createOutcome(kind.conds(o), b != nil && (b.Status.BucketID != "" || driverCalled(b))))
 			},
-		})
-		if err != nil {
-			return err
-		}
+		}})
 	}
-	return nil
+	return out
 }

@@ -39,9 +39,12 @@ import (
 // as referenced, hands each access to its driver's sidecar, and finishes its deletion (KEP-1979
 // "Generating Bucket Access Credentials" and "Deleting a BucketAccess", controller steps).
 type BucketAccessReconciler struct {
-	Client   client.Client
-	Recorder events.EventRecorder
-	Metrics  *metrics
+	Client client.Client
+	// APIReader reads a claim live before the access is handed off: the hand-off must never
+	// follow a stale "not deleting" (see holders).
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Metrics   *metrics
 
 	// log reports what the watches cannot return: their map functions' errors.
 	log logr.Logger
@@ -280,17 +283,23 @@ func (r *BucketAccessReconciler) accessedBucket(
 		}
 		return nil, "", err
 	}
-	// Block the claim's deletion while this access exists (KEP-1979 step 3.5), then check
-	// that it is not being deleted (step 3.7) on the object the patch returned: in this order,
-	// a claim deleted at the same moment either sees the reference or is seen deleting.
-	if err := patch.SetAnnotation(ctx, r.Client, claim, cosiapi.AnnotationHasBucketAccessReferences); err != nil {
+	// Publish the reference (KEP-1979 step 3.5), then check that the claim is not being deleted
+	// (step 3.7) on a live copy read after this access was: the object the annotation's patch
+	// returned, or an uncached read. A claim's deletion fences the accesses it finds not handed
+	// off, with a write locked to their version (holders): either it fences this access before
+	// the hand-off lands, and the hand-off conflicts, or this read sees it deleting.
+	if _, published := claim.Annotations[cosiapi.AnnotationHasBucketAccessReferences]; published {
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(claim), claim); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, "BucketClaim " + claimName + " does not exist", nil
+			}
+			return nil, "", err
+		}
+	} else if err := patch.SetAnnotation(ctx, r.Client, claim, cosiapi.AnnotationHasBucketAccessReferences); err != nil {
 		return nil, "", err
 	}
 	if claim.DeletionTimestamp != nil {
-		return nil, "", refusal{
-			cosiapi.ReasonInvalidReference,
-			fmt.Sprintf("BucketClaim %s is being deleted: no new access is granted to it", claim.Name),
-		}
+		return nil, "", deletingClaimRefusal(claim)
 	}
 	if claim.Status.BoundBucketName == "" {
 		return nil, "BucketClaim " + claim.Name + " is not bound yet", nil
@@ -400,15 +409,20 @@ func (r *BucketAccessReconciler) delete(ctx context.Context, ba *cosiapi.BucketA
 	if !controllerutil.ContainsFinalizer(ba, cosiapi.FinalizerProtection) {
 		return nil
 	}
-	if ba.Status.DriverName != "" && !sidecarFinished(ba) {
+	if ba.Status.DriverName != "" && !sidecarFinished(ba) && ba.Status.AccountID != "" {
 		return nil // the sidecar revokes first; its status and annotation wake this reconciler
 	}
+	// Handed off, but phase 1 never recorded an account: nothing was granted (the account ID is
+	// persisted before the grant), no Secret was written, and the sidecar has nothing to clean
+	// up, or there is no sidecar for the driver at all. The finalizer goes without waiting for
+	// it, locked to the version read: a phase 1 recorded since then makes the removal conflict,
+	// and the next pass waits for the sidecar.
 	// Provisioned is False (Revoked) by now: whether the grant ever succeeded shows in
 	// ProvisionFailed, set False by the sidecar's successful grant.
 	granted := conditions.Has(ba, cosiapi.ConditionProvisionFailed, metav1.ConditionFalse, cosiapi.ReasonDriverSucceeded)
 	outcome := createOutcome(granted, ba.Status.AccountID != "" || driverCalled(ba))
-	if err := patch.RemoveFinalizer(ctx, r.Client, ba); err != nil {
-		return err
+	if removed, err := patch.FinalizerRemoved(ctx, r.Client, ba); err != nil || !removed {
+		return err // not removed: a stale copy of an access that is gone, counted already
 	}
 	r.Metrics.deleted(ba.Status.DriverName, "BucketAccess", ba.DeletionTimestamp.Time, outcome)
 	return nil

@@ -104,6 +104,13 @@ func TestAccessHandOff(t *testing.T) {
 		return nil
 	})
 
+	// The sidecar's phase 1: an account ID in status (an access without one has nothing to clean
+	// up, and goes without waiting for the sidecar: TestAccessOfAnUnservedDriverCanBeDeleted).
+	testenv.Eventually(t, func() error {
+		get(t, ba)
+		ba.Status.AccountID = "ba-" + string(ba.UID)
+		return env.Client.Status().Update(t.Context(), ba)
+	})
 	// Deleting the access waits for the sidecar's cleanup, then releases the claim.
 	if err := env.Client.Delete(t.Context(), ba); err != nil {
 		t.Fatal(err)
@@ -130,12 +137,15 @@ func TestAccessHandOff(t *testing.T) {
 	})
 	revokeAsSidecar(t, ba)
 	env.Gone(t, ba)
-	env.Gone(t, c)
-	get(t, b)
-	if b.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] == "" || b.DeletionTimestamp == nil {
-		t.Errorf("the Bucket was not released and deleted after the claim: %v", b.Annotations)
-	}
+	testenv.Eventually(t, func() error {
+		get(t, b)
+		if b.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] == "" || b.DeletionTimestamp == nil {
+			return fmt.Errorf("the Bucket was not released and deleted after the access: %v", b.Annotations)
+		}
+		return nil
+	})
 	finishAsSidecar(t, b)
+	env.Gone(t, c)
 }
 
 // TestClaimStaysReferencedWhileAnotherAccessExists: the reference annotation goes only with the

@@ -25,6 +25,7 @@ import (
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/conditions"
 	"github.com/kube-cosi/cosi/internal/index"
+	"github.com/kube-cosi/cosi/internal/lookup"
 	"github.com/kube-cosi/cosi/internal/patch"
 	"github.com/kube-cosi/cosi/internal/predicates"
 	"github.com/kube-cosi/cosi/internal/requeue"
@@ -47,7 +48,8 @@ var claimConditions = []string{
 // "Accessing an Existing OSP Bucket" and "Deleting a Bucket", controller steps).
 type BucketClaimReconciler struct {
 	Client client.Client
-	// APIReader lists BucketAccesses uncached before a claim's deletion goes ahead.
+	// APIReader reads live what a claim's deletion must not decide on a stale copy: the
+	// accesses it fences (holders), and whether its Bucket is gone.
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	Metrics   *metrics
@@ -174,22 +176,16 @@ func (r *BucketClaimReconciler) reconcile(ctx context.Context, claim *cosiapi.Bu
 
 // publishReferences sets the has-bucketaccess-references annotation while accesses reference the
 // claim and removes it when none does (KEP-1979 "Generating Bucket Access Credentials" step 3.5 and
-// "Deleting a BucketAccess" step 4.1), derived from the accesses themselves. It is removed only
-// after an uncached list confirms that no access references the claim.
+// "Deleting a BucketAccess" step 4.1), derived from the accesses in the cache. It is COSI's
+// published view only: the claim's deletion decides from the accesses (holders), and an access
+// sets it itself before its hand-off, so a cache that lags here costs nothing.
 func (r *BucketClaimReconciler) publishReferences(ctx context.Context, claim *cosiapi.BucketClaim) error {
-	refs, err := r.referencingAccesses(ctx, claim, false)
+	refs, err := referencingAccesses(ctx, r.Client, claim)
 	if err != nil {
 		return err
 	}
-	_, annotated := claim.Annotations[cosiapi.AnnotationHasBucketAccessReferences]
-	switch {
-	case len(refs) > 0:
+	if len(refs) > 0 {
 		return patch.SetAnnotation(ctx, r.Client, claim, cosiapi.AnnotationHasBucketAccessReferences)
-	case !annotated:
-		return nil
-	}
-	if refs, err = r.referencingAccesses(ctx, claim, true); err != nil || len(refs) > 0 {
-		return err
 	}
 	return patch.RemoveAnnotation(ctx, r.Client, claim, cosiapi.AnnotationHasBucketAccessReferences)
 }
@@ -251,6 +247,13 @@ func (r *BucketClaimReconciler) namedBucket(
 		return bucket, false, nil
 	case !apierrors.IsNotFound(err):
 		return nil, false, err
+	case claim.Spec.ExistingBucketName != "" && claim.Status.BoundBucketName == name:
+		// Static, and bound to it: the loss is reported for as long as it lasts (the claim's
+		// Provisioned condition stays what the Bucket last said); an admin who creates the
+		// Bucket again binds it again.
+		conditions.MarkFalse(claim, cosiapi.ConditionResourcesValidated, cosiapi.ReasonInvalidReference,
+			missingMessage(name))
+		return nil, false, nil
 	case claim.Spec.ExistingBucketName != "":
 		// Static: wait for the admin's Bucket; the Bucket watch wakes the claim.
 		conditions.MarkUnknown(claim, cosiapi.ConditionProvisioned, cosiapi.ReasonWaitingForResources,
@@ -262,9 +265,7 @@ func (r *BucketClaimReconciler) namedBucket(
 		// The claim's Bucket was provisioned and is gone: an error, not a re-create
 		// (KEP-1979 "Creating a Bucket", step 2.5).
 		conditions.MarkFalse(claim, cosiapi.ConditionResourcesValidated, cosiapi.ReasonInvalidReference,
-			fmt.Sprintf("bound Bucket %s went missing", name))
-		r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, cosiapi.EventFailedCreateBucket, "Bind",
-			"bound Bucket %s went missing", name)
+			missingMessage(name))
 		return nil, false, nil
 	}
 	// The name was recorded but the Bucket never provisioned: creating it was interrupted, or
@@ -278,9 +279,12 @@ func (r *BucketClaimReconciler) createBucket(
 	ctx context.Context, claim *cosiapi.BucketClaim, class *cosiapi.BucketClass, name string,
 ) (*cosiapi.Bucket, error) {
 	bucket := &cosiapi.Bucket{
-		// Created with the protection finalizer the sidecar would add: one write less per claim,
-		// and no moment at which the Bucket exists unprotected.
-		ObjectMeta: metav1.ObjectMeta{Name: name, Finalizers: []string{cosiapi.FinalizerProtection}},
+		// Without the sidecar's protection finalizer: the sidecar adds it (KEP-1979 "Creating a
+		// Bucket" step 3.2) before it first calls the driver, and the API server adds no
+		// finalizer to an object being deleted, so a Bucket is protected from the moment anything
+		// may exist in the backend. A Bucket that no sidecar serves has nothing to protect, and
+		// goes when it is deleted.
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: cosiapi.BucketSpec{
 			DriverName:     class.Spec.DriverName,
 			DeletionPolicy: class.Spec.DeletionPolicy,
@@ -356,6 +360,8 @@ func wasProvisioned(claim *cosiapi.BucketClaim) bool {
 	return conditions.IsKnown(claim, cosiapi.ConditionProvisioned)
 }
 
+func missingMessage(bucket string) string { return fmt.Sprintf("bound Bucket %s went missing", bucket) }
+
 func waitingMessage(bucket string) string {
 	return fmt.Sprintf("waiting for Bucket %s to be provisioned", bucket)
 }
@@ -381,12 +387,18 @@ func (r *BucketClaimReconciler) patchStatus(
 	if patched, err := status.PatchIfChanged(ctx, patch.OptimisticLock); err != nil || !patched {
 		return err
 	}
-	if pf := conditions.Get(claim, cosiapi.ConditionProvisionFailed); pf != nil && pf.Status == metav1.ConditionTrue {
-		if old := conditions.Get(orig, cosiapi.ConditionProvisionFailed); old == nil || old.Status != pf.Status ||
-			old.Message != pf.Message {
-			r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, cosiapi.EventFailedCreateBucket, "Provision", "%s",
-				pf.Message)
+	if pf := becomes(orig, claim, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue); pf != nil {
+		reason := cosiapi.EventFailedCreateBucket
+		if claim.DeletionTimestamp != nil {
+			reason = cosiapi.EventFailedDeleteBucket
 		}
+		r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, reason, "Provision", "%s", pf.Message)
+	}
+	// A reference that became invalid (the bound Bucket went missing, or is another claim's):
+	// once, when it appears, not on every reconcile.
+	if rv := becomes(orig, claim, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse); rv != nil &&
+		rv.Reason == cosiapi.ReasonInvalidReference {
+		r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, cosiapi.EventFailedCreateBucket, "Bind", "%s", rv.Message)
 	}
 	if bucket != nil && !conditions.IsTrue(orig, cosiapi.ConditionProvisioned) &&
 		conditions.IsTrue(claim, cosiapi.ConditionProvisioned) {
@@ -395,86 +407,136 @@ func (r *BucketClaimReconciler) patchStatus(
 	return nil
 }
 
+// becomes returns the condition typ of claim when it has status s and did not have it, or had
+// another reason or message, in orig: what deserves an event once.
+func becomes(orig, claim *cosiapi.BucketClaim, typ string, s metav1.ConditionStatus) *metav1.Condition {
+	c := conditions.Get(claim, typ)
+	if c == nil || c.Status != s {
+		return nil
+	}
+	if old := conditions.Get(orig, typ); old != nil && old.Status == s && old.Reason == c.Reason &&
+		old.Message == c.Message {
+		return nil
+	}
+	return c
+}
+
 // delete deletes a claim (KEP-1979 "Deleting a Bucket", step 2): blocked while BucketAccesses
-// reference it; then the Bucket is annotated, deleted with the Delete policy, left with Retain.
+// handed off to the sidecar hold it; then the Bucket is annotated, and deleted with the Delete
+// policy, left with Retain. With Delete, the claim stays until its Bucket is gone, so that its
+// user sees a driver that fails to delete the bucket (ProvisionFailed and a FailedDeleteBucket
+// event, KEP-1979 "Monitoring Requirements").
 //
-// Whether accesses reference the claim is decided from an uncached list of the accesses, not from
-// the annotation, which a tenant can remove: a claim in use is never deleted.
+// Whether accesses hold the claim is decided from the accesses (holders), not from the
+// annotation, which a tenant can remove: a claim in use is never deleted.
 func (r *BucketClaimReconciler) delete(ctx context.Context, claim *cosiapi.BucketClaim) error {
 	if !controllerutil.ContainsFinalizer(claim, cosiapi.FinalizerProtection) {
 		return nil
 	}
-	refs, err := r.referencingAccesses(ctx, claim, true)
+	fence := deletingClaimRefusal(claim)
+	refs, err := holders(ctx, r.Client, r.APIReader, r.Recorder, claim.Namespace, claim.Name, "", &fence)
 	if err != nil {
 		return err
 	}
 	if len(refs) > 0 {
 		return r.blockDeletion(ctx, claim, refs)
 	}
-	driverName, err := r.releaseBucket(ctx, claim)
+	bucket, driverName, err := r.releaseBucket(ctx, claim)
 	if err != nil {
 		return err
 	}
+	if bucket != nil {
+		return r.waitForBucket(ctx, claim, bucket) // its deletion wakes the claim
+	}
 	provisioned := conditions.IsTrue(claim, cosiapi.ConditionProvisioned)
-	if err := patch.RemoveFinalizer(ctx, r.Client, claim); err != nil {
-		return err
+	if removed, err := patch.FinalizerRemoved(ctx, r.Client, claim); err != nil || !removed {
+		return err // not removed: a stale copy of a claim that is gone, counted already
 	}
 	r.Metrics.deleted(driverName, "BucketClaim", claim.DeletionTimestamp.Time,
 		createOutcome(provisioned, driverCalled(claim)))
 	return nil
 }
 
-// blockDeletion records that the claim's deletion waits for the accesses that reference it, and
-// puts back the reference annotation a tenant may have removed.
+// markDeleting sets the claim's Provisioned condition for a deletion that waits: its status stays
+// what it was (True, or False for a bucket that failed), so that waiting never flips it.
+func markDeleting(claim *cosiapi.BucketClaim, reason, msg string) {
+	s := metav1.ConditionUnknown
+	if p := conditions.Get(claim, cosiapi.ConditionProvisioned); p != nil {
+		s = p.Status
+	}
+	conditions.Set(claim, cosiapi.ConditionProvisioned, s, reason, msg)
+}
+
+// blockDeletion records that the claim's deletion waits for the accesses that hold it, and puts
+// back the reference annotation a tenant may have removed.
 func (r *BucketClaimReconciler) blockDeletion(ctx context.Context, claim *cosiapi.BucketClaim, refs []string) error {
 	if err := patch.SetAnnotation(ctx, r.Client, claim, cosiapi.AnnotationHasBucketAccessReferences); err != nil {
 		return err
 	}
 	status := patch.NewStatus(r.Client, claim, claimConditions...)
-	s := metav1.ConditionUnknown
-	if conditions.IsTrue(claim, cosiapi.ConditionProvisioned) {
-		s = metav1.ConditionTrue
+	markDeleting(claim, cosiapi.ReasonDeletionBlocked,
+		fmt.Sprintf("deletion waits until the BucketAccesses that use this claim are deleted: %v", refs))
+	return r.patchStatus(ctx, status, claim, nil)
+}
+
+// waitForBucket records that the claim's deletion waits for its Bucket (Delete policy) to be
+// deprovisioned, with the Bucket's ProvisionFailed condition: the driver's error when it fails to
+// delete the bucket, which patchStatus also reports as a FailedDeleteBucket event.
+func (r *BucketClaimReconciler) waitForBucket(
+	ctx context.Context, claim *cosiapi.BucketClaim, bucket *cosiapi.Bucket,
+) error {
+	status := patch.NewStatus(r.Client, claim, claimConditions...)
+	msg := fmt.Sprintf("waiting until the driver deletes the bucket of Bucket %s", bucket.Name)
+	if p := conditions.Get(bucket, cosiapi.ConditionProvisioned); p != nil && p.Reason == cosiapi.ReasonDeletionBlocked {
+		msg = fmt.Sprintf("Bucket %s: %s", bucket.Name, p.Message)
 	}
-	conditions.Set(claim, cosiapi.ConditionProvisioned, s, cosiapi.ReasonDeletionBlocked,
-		fmt.Sprintf("deletion waits until the BucketAccesses that reference this claim are deleted: %v", refs))
+	markDeleting(claim, cosiapi.ReasonDeleting, msg)
+	conditions.Mirror(claim, bucket, cosiapi.ConditionProvisionFailed)
 	return r.patchStatus(ctx, status, claim, nil)
 }
 
 // releaseBucket tells the sidecar that the claim's Bucket may be deprovisioned, and deletes the
-// Bucket when its policy is Delete. It returns the Bucket's driver, for the metrics.
+// Bucket when its policy is Delete. It returns that Bucket while it exists (the claim waits for
+// it), and the Bucket's driver, for the metrics.
 func (r *BucketClaimReconciler) releaseBucket(
 	ctx context.Context, claim *cosiapi.BucketClaim,
-) (driverName string, err error) {
+) (deleting *cosiapi.Bucket, driverName string, err error) {
 	if name := claim.Status.BoundBucketName; name != "" {
 		bucket := &cosiapi.Bucket{}
-		err := r.Client.Get(ctx, types.NamespacedName{Name: name}, bucket)
-		if client.IgnoreNotFound(err) != nil {
-			return "", err
+		// Gone is confirmed live: the claim goes next, and a Bucket created a moment ago may not
+		// be in the cache yet.
+		gone, err := lookup.ConfirmGone(ctx, r.Client, r.APIReader, types.NamespacedName{Name: name}, bucket,
+			func() bool { return true })
+		if err != nil {
+			return nil, "", err
 		}
 		ref := bucket.Spec.BucketClaimRef
-		if err == nil && ref.Namespace == claim.Namespace && ref.Name == claim.Name &&
-			(ref.UID == "" || ref.UID == claim.UID) {
+		if !gone && ref.Namespace == claim.Namespace && ref.Name == claim.Name && (ref.UID == "" || ref.UID == claim.UID) {
 			driverName = bucket.Spec.DriverName
 			// Tell the sidecar the claim is going: it may now deprovision.
 			if err := patch.SetAnnotation(ctx, r.Client, bucket, cosiapi.AnnotationBucketClaimBeingDeleted); err != nil {
-				return "", err
+				return nil, "", client.IgnoreNotFound(err)
 			}
-			if bucket.Spec.DeletionPolicy == cosiapi.DeletionPolicyDelete && bucket.DeletionTimestamp == nil {
-				if err := r.Client.Delete(ctx, bucket, client.Preconditions{UID: &bucket.UID}); client.IgnoreNotFound(err) != nil {
-					return "", err
+			if bucket.Spec.DeletionPolicy == cosiapi.DeletionPolicyDelete {
+				if bucket.DeletionTimestamp == nil {
+					err := r.Client.Delete(ctx, bucket, client.Preconditions{UID: &bucket.UID})
+					if client.IgnoreNotFound(err) != nil {
+						return nil, "", err
+					}
 				}
+				return bucket, driverName, nil
 			}
 			// Retain: the Bucket and the backend bucket stay, unbound.
 		}
 		// A Bucket that is gone, or bound to another claim, is not this claim's to touch.
 	}
 	if driverName == "" {
-		// The Bucket went already (a retry after a conflict, or an admin): the class, if it is
+		// The Bucket went already (an admin, or the claim waited for it): the class, if it is
 		// still there, names the driver for the metrics.
 		class := &cosiapi.BucketClass{}
 		if err := r.Client.Get(ctx, types.NamespacedName{Name: claim.Spec.BucketClassName}, class); err == nil {
 			driverName = class.Spec.DriverName
 		}
 	}
-	return driverName, nil
+	return nil, driverName, nil
 }

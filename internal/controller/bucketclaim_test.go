@@ -10,11 +10,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/objects"
 	"github.com/kube-cosi/cosi/internal/testenv"
 )
 
@@ -32,8 +34,8 @@ func TestDynamicClaim(t *testing.T) {
 	if !controllerutil.ContainsFinalizer(c, cosiapi.FinalizerProtection) {
 		t.Error("the claim has no protection finalizer")
 	}
-	if !controllerutil.ContainsFinalizer(b, cosiapi.FinalizerProtection) {
-		t.Error("the Bucket was not created with its protection finalizer")
+	if controllerutil.ContainsFinalizer(b, cosiapi.FinalizerProtection) {
+		t.Error("the Bucket was created with the sidecar's protection finalizer: without a sidecar it could not go")
 	}
 	want := cosiapi.BucketSpec{
 		DriverName:     driverName,
@@ -404,14 +406,23 @@ func TestClaimDeletion(t *testing.T) {
 			if err := env.Client.Delete(t.Context(), c); err != nil {
 				t.Fatal(err)
 			}
+			testenv.Eventually(t, func() error {
+				get(t, b)
+				if b.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] == "" {
+					return fmt.Errorf("the Bucket lacks the %s annotation", cosiapi.AnnotationBucketClaimBeingDeleted)
+				}
+				if deleting := b.DeletionTimestamp != nil; deleting != (policy == cosiapi.DeletionPolicyDelete) {
+					return fmt.Errorf("%s policy: Bucket deleting=%v", policy, deleting)
+				}
+				return nil
+			})
+			if policy == cosiapi.DeletionPolicyDelete {
+				// The claim waits until the sidecar has deleted the bucket.
+				testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue,
+					cosiapi.ReasonDeleting)
+				finishAsSidecar(t, b)
+			}
 			env.Gone(t, c)
-			get(t, b)
-			if b.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] == "" {
-				t.Errorf("the Bucket lacks the %s annotation", cosiapi.AnnotationBucketClaimBeingDeleted)
-			}
-			if deleting := b.DeletionTimestamp != nil; deleting != (policy == cosiapi.DeletionPolicyDelete) {
-				t.Errorf("%s policy: Bucket deleting=%v", policy, deleting)
-			}
 		})
 	}
 }
@@ -486,6 +497,275 @@ func TestUnprovisionedBucketIsCreatedAgain(t *testing.T) {
 		}
 		if again.UID == oldUID {
 			return fmt.Errorf("not created again yet")
+		}
+		return nil
+	})
+}
+
+// Issue 25, item 7: a BucketClass naming a driver that no sidecar serves (none serves driverName
+// in these tests) leaves no undeletable Bucket: the Bucket goes with its claim (Delete), or when
+// an admin deletes it (Retain).
+func TestClaimOfAnUnservedDriverCanBeDeleted(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []cosiapi.DeletionPolicy{cosiapi.DeletionPolicyDelete, cosiapi.DeletionPolicyRetain} {
+		t.Run(string(policy), func(t *testing.T) {
+			t.Parallel()
+			class := bucketClass(policy)
+			create(t, class)
+			c := claim(class.Name)
+			create(t, c)
+			b := boundBucket(t, c)
+			if err := env.Client.Delete(t.Context(), c); err != nil {
+				t.Fatal(err)
+			}
+			env.Gone(t, c)
+			if policy == cosiapi.DeletionPolicyRetain {
+				get(t, b)
+				if b.DeletionTimestamp != nil || b.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] == "" {
+					t.Fatalf("retained Bucket: deleting=%v annotations %v", b.DeletionTimestamp != nil, b.Annotations)
+				}
+				if err := env.Client.Delete(t.Context(), b); err != nil { // the admin's clean-up
+					t.Fatal(err)
+				}
+			}
+			env.Gone(t, b)
+		})
+	}
+}
+
+// Issue 25, item 10: a static claim whose bound Bucket goes missing keeps reporting the loss
+// (ResourcesValidated False) instead of going back to waiting, and keeps its Provisioned status.
+func TestStaticClaimKeepsReportingALostBucket(t *testing.T) {
+	t.Parallel()
+	c := &cosiapi.BucketClaim{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("claim"), Namespace: testNamespace}}
+	b := staticBucket(c.Name)
+	c.Spec.ExistingBucketName = b.Name
+	create(t, b)
+	create(t, c)
+	testenv.Eventually(t, func() error {
+		get(t, b)
+		if b.Spec.BucketClaimRef.UID != c.UID {
+			return fmt.Errorf("not bound yet")
+		}
+		return nil
+	})
+	provisionAsSidecar(t, b, metav1.ConditionTrue, cosiapi.ProtocolS3)
+	testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue,
+		cosiapi.ReasonProvisioned)
+
+	if err := env.Client.Delete(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	finishAsSidecar(t, b) // an admin forced it away
+	env.Gone(t, b)
+	rv := testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse,
+		cosiapi.ReasonInvalidReference)
+	if !strings.Contains(rv.Message, "went missing") {
+		t.Errorf("message %q", rv.Message)
+	}
+	testenv.Never(t, time.Second, func() error {
+		get(t, c)
+		if !meta.IsStatusConditionTrue(c.Status.Conditions, cosiapi.ConditionProvisioned) ||
+			!meta.IsStatusConditionFalse(c.Status.Conditions, cosiapi.ConditionResourcesValidated) {
+			return fmt.Errorf("the claim stopped reporting the loss: %+v", c.Status.Conditions)
+		}
+		return nil
+	})
+}
+
+// occurrences counts how often an event with the reason and message start was recorded about
+// obj: an event recorded again is written once, with a count (events.k8s.io series).
+func occurrences(t *testing.T, obj client.Object, reason, message string) int {
+	t.Helper()
+	var list corev1.EventList
+	if err := env.Client.List(t.Context(), &list, client.InNamespace(obj.GetNamespace())); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, ev := range list.Items {
+		if ev.InvolvedObject.UID != obj.GetUID() || ev.Reason != reason || !strings.HasPrefix(ev.Message, message) {
+			continue
+		}
+		count := max(1, int(ev.Count))
+		if ev.Series != nil {
+			count = max(count, int(ev.Series.Count))
+		}
+		n += count
+	}
+	return n
+}
+
+// Issue 25, item 10: the "went missing" event is recorded once, not on every reconcile.
+func TestBucketWentMissingIsReportedOnce(t *testing.T) {
+	t.Parallel()
+	class := bucketClass(cosiapi.DeletionPolicyDelete)
+	create(t, class)
+	c := claim(class.Name)
+	create(t, c)
+	b := boundBucket(t, c)
+	provisionAsSidecar(t, b, metav1.ConditionTrue, cosiapi.ProtocolS3)
+	testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue,
+		cosiapi.ReasonProvisioned)
+	if err := env.Client.Delete(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	finishAsSidecar(t, b)
+	testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse,
+		cosiapi.ReasonInvalidReference)
+	// Each new access to the claim reconciles it again.
+	ac := accessClass()
+	create(t, ac)
+	for range 3 {
+		ba := access(ac.Name, c.Name)
+		create(t, ba)
+		testenv.Condition(t, env, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionUnknown,
+			cosiapi.ReasonWaitingForResources)
+	}
+	testenv.Eventually(t, func() error {
+		if n := occurrences(t, c, cosiapi.EventFailedCreateBucket, "bound Bucket"); n == 0 {
+			return fmt.Errorf("no event says the Bucket went missing")
+		}
+		return nil
+	})
+	testenv.Never(t, time.Second, func() error {
+		if n := occurrences(t, c, cosiapi.EventFailedCreateBucket, "bound Bucket"); n != 1 {
+			return fmt.Errorf("the Bucket's loss was reported %d times, want once", n)
+		}
+		return nil
+	})
+}
+
+// Issue 25, item 10: a blocked deletion keeps the claim's Provisioned status (here False, from a
+// Bucket that failed), with reason DeletionBlocked, on every reconcile: it does not turn Unknown.
+func TestBlockedDeletionKeepsConditions(t *testing.T) {
+	t.Parallel()
+	class := bucketClass(cosiapi.DeletionPolicyDelete)
+	create(t, class)
+	c := claim(class.Name)
+	create(t, c)
+	b := boundBucket(t, c)
+	provisionAsSidecar(t, b, metav1.ConditionFalse)
+	testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionFalse,
+		cosiapi.ReasonProvisioningFailed)
+	ac := accessClass()
+	create(t, ac)
+	ba := access(ac.Name, c.Name)
+	create(t, ba)
+	testenv.Eventually(t, func() error {
+		get(t, ba)
+		if ba.Status.DriverName == "" {
+			return fmt.Errorf("not handed off")
+		}
+		return nil
+	})
+	if err := env.Client.Delete(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionFalse,
+		cosiapi.ReasonDeletionBlocked)
+	other := access(ac.Name, c.Name) // refused, and reconciles the claim again
+	create(t, other)
+	testenv.Never(t, 1500*time.Millisecond, func() error {
+		get(t, c)
+		if p := meta.FindStatusCondition(c.Status.Conditions, cosiapi.ConditionProvisioned); p == nil ||
+			p.Status != metav1.ConditionFalse || p.Reason != cosiapi.ReasonDeletionBlocked {
+			return fmt.Errorf("a blocked deletion changed Provisioned: %+v", p)
+		}
+		return nil
+	})
+	for _, a := range []*cosiapi.BucketAccess{ba, other} {
+		if err := env.Client.Delete(t.Context(), a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	revokeAsSidecar(t, ba)
+	finishAsSidecar(t, b)
+	env.Gone(t, c)
+}
+
+// Issue 25, item 18: deleting a claim and releasing a Bucket whose claim is gone do not list the
+// BucketAccesses of the namespace or cluster uncached.
+func TestDeletionListsNoAccessesUncached(t *testing.T) {
+	t.Parallel()
+	before := uncachedAccessLists.Load()
+	c, b := provisionedClaim(t, cosiapi.ProtocolS3)
+	ac := accessClass()
+	create(t, ac)
+	ba := access(ac.Name, c.Name)
+	create(t, ba)
+	testenv.Condition(t, env, ba, accessConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionTrue,
+		cosiapi.ReasonValid)
+	for _, o := range []client.Object{ba, c} {
+		if err := env.Client.Delete(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	revokeAsSidecar(t, ba)
+	finishAsSidecar(t, b)
+	env.Gone(t, c)
+
+	// A claim whose finalizer a user removed: its Bucket is released by the Bucket reconciler.
+	c2, b2 := provisionedClaim(t, cosiapi.ProtocolS3)
+	testenv.Eventually(t, func() error {
+		get(t, c2)
+		c2.Finalizers = nil
+		return env.Client.Update(t.Context(), c2)
+	})
+	if err := env.Client.Delete(t.Context(), c2); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, func() error {
+		get(t, b2)
+		if b2.DeletionTimestamp == nil {
+			return fmt.Errorf("the Bucket of a claim that is gone was not released")
+		}
+		return nil
+	})
+	finishAsSidecar(t, b2)
+	if n := uncachedAccessLists.Load() - before; n > 0 {
+		t.Errorf("the controller listed BucketAccesses uncached %d times", n)
+	}
+}
+
+// Issue 25, item 12: a claim's deletion is counted once, by the reconcile that removed its
+// finalizer, not again by a reconcile that ran on a stale copy of the claim (a cache that has
+// not seen it go yet, held here): the finalizer's removal finds the claim gone, which is not a
+// removal.
+func TestClaimDeletionIsCountedOnce(t *testing.T) {
+	t.Parallel()
+	driver := uniqueName("count") + ".controller-test.cosi.io"
+	class := objects.BucketClass(uniqueName("class"), driver, cosiapi.DeletionPolicyRetain)
+	create(t, class)
+	c := claim(class.Name, cosiapi.ProtocolS3)
+	create(t, c)
+	provisionAsSidecar(t, boundBucket(t, c), metav1.ConditionTrue, cosiapi.ProtocolS3)
+	heldDeletions.hold(t, c.Name)
+	if err := env.Client.Delete(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+	env.Gone(t, c)
+	testenv.Eventually(t, func() error {
+		if n := operationCount(t, driver, "BucketClaim", "Delete"); n != 1 {
+			return fmt.Errorf("BucketClaim Delete counted %v times", n)
+		}
+		return nil
+	})
+	// An access that names the claim wakes the claim's reconcile, on the copy the cache still
+	// has: deleting, with its finalizer. It fences the access (an event shows that it ran), then
+	// removes the finalizer again.
+	ac := accessClass()
+	create(t, ac)
+	ba := access(ac.Name, c.Name)
+	create(t, ba)
+	testenv.Eventually(t, func() error {
+		if occurrences(t, ba, cosiapi.EventFailedGrantAccess, "BucketClaim "+c.Name+" (uid") == 0 {
+			return fmt.Errorf("the claim's stale reconcile did not run yet")
+		}
+		return nil
+	})
+	testenv.Never(t, time.Second, func() error {
+		if n := operationCount(t, driver, "BucketClaim", "Delete"); n != 1 {
+			return fmt.Errorf("BucketClaim Delete counted %v times, want once", n)
 		}
 		return nil
 	})

@@ -95,7 +95,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	if err := claims.SetupWithManager(mgr, copts); err != nil {
 		return err
 	}
-	accesses := &BucketAccessReconciler{Client: c, Recorder: recorder, Metrics: metrics}
+	accesses := &BucketAccessReconciler{Client: c, APIReader: reader, Recorder: recorder, Metrics: metrics}
 	if err := accesses.SetupWithManager(mgr, copts); err != nil {
 		return err
 	}

@@ -2,7 +2,12 @@ package controller_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -33,6 +38,7 @@ func TestMain(m *testing.M) {
 		if err != nil {
 			return err
 		}
+		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return holdClaimDeletions{countLists{rt}} })
 		if err := env.CreateNamespace(ctx, testNamespace); err != nil {
 			return err
 		}
@@ -46,6 +52,106 @@ func TestMain(m *testing.M) {
 		})
 		return nil
 	})
+}
+
+// uncachedAccessLists counts the controller's LISTs of BucketAccesses that the API server answers
+// from etcd: neither a watch nor an informer's list (which carries a resourceVersion).
+var uncachedAccessLists atomic.Int64
+
+type countLists struct{ next http.RoundTripper }
+
+func (c countLists) RoundTrip(req *http.Request) (*http.Response, error) {
+	q := req.URL.Query()
+	if req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/bucketaccesses") && !q.Has("watch") &&
+		q.Get("resourceVersion") == "" {
+		uncachedAccessLists.Add(1)
+	}
+	return c.next.RoundTrip(req)
+}
+
+// heldDeletions names the BucketClaims whose DELETED watch events the controller's cache does not
+// get until the test releases them: a cache that lags behind the API server, as under load.
+var heldDeletions = &deletionHold{names: map[string][]func(){}}
+
+type deletionHold struct {
+	mu sync.Mutex
+	// names maps each held claim's name to the writes of its held events to their watch streams.
+	names map[string][]func()
+}
+
+// hold holds the DELETED events of the claim name until the end of t.
+func (h *deletionHold) hold(t *testing.T, name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.names[name] = nil
+	t.Cleanup(func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, write := range h.names[name] {
+			go write() // blocks until the informer reads it, or its watch is closed
+		}
+		delete(h.names, name)
+	})
+}
+
+// held reports whether the watch event raw is a held DELETED event; it is kept with write.
+func (h *deletionHold) held(raw []byte, write func()) bool {
+	var ev struct {
+		Type   string `json:"type"`
+		Object struct {
+			Metadata metav1.ObjectMeta `json:"metadata"`
+		} `json:"object"`
+	}
+	if err := json.Unmarshal(raw, &ev); err != nil || ev.Type != "DELETED" {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	writes, ok := h.names[ev.Object.Metadata.Name]
+	if ok {
+		h.names[ev.Object.Metadata.Name] = append(writes, write)
+	}
+	return ok
+}
+
+// holdClaimDeletions passes the controller's watches of BucketClaims through heldDeletions.
+type holdClaimDeletions struct{ next http.RoundTripper }
+
+func (h holdClaimDeletions) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := h.next.RoundTrip(req)
+	if err != nil || req.Method != http.MethodGet || !strings.HasSuffix(req.URL.Path, "/bucketclaims") ||
+		req.URL.Query().Get("watch") == "" || resp.StatusCode != http.StatusOK ||
+		!strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		return resp, err
+	}
+	pr, pw := io.Pipe()
+	upstream := resp.Body
+	go func() {
+		dec := json.NewDecoder(upstream)
+		for {
+			var raw json.RawMessage
+			if err := dec.Decode(&raw); err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+			write := func() { _, _ = pw.Write(append(raw, '\n')) }
+			if !heldDeletions.held(raw, write) {
+				write()
+			}
+		}
+	}()
+	resp.Body = pipeBody{pr, upstream}
+	return resp, nil
+}
+
+type pipeBody struct {
+	*io.PipeReader
+	upstream io.Closer
+}
+
+func (b pipeBody) Close() error {
+	_ = b.PipeReader.Close()
+	return b.upstream.Close()
 }
 
 var counter atomic.Int64

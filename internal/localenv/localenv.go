@@ -55,6 +55,9 @@ const (
 	StoreNone Store = "none"
 )
 
+// componentNamespace is the namespace of the COSI components, as the manifests deploy them.
+const componentNamespace = "cosi-system"
+
 // Identities say as whom the COSI processes talk to the API server.
 type Identities string
 
@@ -160,6 +163,11 @@ func New(ctx context.Context, opts Options) (env *Env, err error) {
 	if err := e.step(name, e.startAPIServer); err != nil {
 		return nil, err
 	}
+	// The components' namespace holds the sidecar's grant records (sidecar.DefaultGrantNamespace),
+	// whoever the components run as.
+	if err := e.APIServer.CreateNamespace(ctx, componentNamespace); err != nil {
+		return nil, err
+	}
 	if opts.Identities == GeneratedRoles {
 		if err := e.step("RBAC: cosi-controller and cosi-sidecar bound to their generated roles", func() error {
 			return e.componentUsers(ctx)
@@ -228,7 +236,7 @@ func (e *Env) componentUsers(ctx context.Context) error {
 		if err := e.UserKubeconfig(
 			ctx,
 			"config/rbac/"+name+"/role.yaml",
-			"cosi-system",
+			componentNamespace,
 			"cosi-"+name,
 			e.kubeconfigOf("cosi-"+name),
 		); err != nil {

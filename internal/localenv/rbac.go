@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -99,6 +100,28 @@ func (a *APIServer) ServiceAccountConfig(ctx context.Context, rolePath, namespac
 	}
 	cfg := rest.CopyConfig(a.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + namespace + ":" + name}
+	cfg.QPS, cfg.Burst = 200, 400
+	return cfg, nil
+}
+
+// ServiceAccountTokenConfig is ServiceAccountConfig with the ServiceAccount's own credential
+// instead of impersonation: a token from the TokenRequest API, as the kubelet mounts into a Pod,
+// valid for a day. What the API server and the admission policies see is what they see of a
+// component deployed with that ServiceAccount.
+func (a *APIServer) ServiceAccountTokenConfig(
+	ctx context.Context, rolePath, namespace, name string,
+) (*rest.Config, error) {
+	if _, err := a.ServiceAccountConfig(ctx, rolePath, namespace, name); err != nil {
+		return nil, err
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
+	day := int64(24 * 60 * 60)
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &day}}
+	if err := a.Client.SubResource("token").Create(ctx, sa, tr); err != nil {
+		return nil, fmt.Errorf("requesting a token for ServiceAccount %s/%s: %w", namespace, name, err)
+	}
+	cfg := rest.AnonymousClientConfig(a.Config)
+	cfg.BearerToken = tr.Status.Token
 	cfg.QPS, cfg.Burst = 200, 400
 	return cfg, nil
 }

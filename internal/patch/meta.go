@@ -30,9 +30,24 @@ func AddFinalizer(ctx context.Context, c client.Client, obj client.Object) error
 
 // RemoveFinalizer removes the protection finalizer; an object already gone is fine.
 func RemoveFinalizer(ctx context.Context, c client.Client, obj client.Object) error {
-	return client.IgnoreNotFound(Locked(ctx, c, obj, func() bool {
-		return controllerutil.RemoveFinalizer(obj, cosiapi.FinalizerProtection)
-	}))
+	_, err := FinalizerRemoved(ctx, c, obj)
+	return err
+}
+
+// FinalizerRemoved removes the protection finalizer and reports whether this call removed it.
+// It did not when obj is gone already: a reconcile from a cache that has not seen the deletion
+// yet finds the finalizer on its stale copy, and the patch, locked to that copy's version, finds
+// no object. What follows a removal (counting a deletion) is done once, on true.
+func FinalizerRemoved(ctx context.Context, c client.Client, obj client.Object) (bool, error) {
+	removed := false
+	err := Locked(ctx, c, obj, func() bool {
+		removed = controllerutil.RemoveFinalizer(obj, cosiapi.FinalizerProtection)
+		return removed
+	})
+	if err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	return removed, nil
 }
 
 // Annotation sets (value non-empty) or removes one annotation, with a merge patch that names that

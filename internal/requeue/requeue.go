@@ -5,16 +5,20 @@ package requeue
 
 import (
 	"errors"
+	"fmt"
+	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/conditions"
 )
 
@@ -35,7 +39,7 @@ func RateLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
 // Result turns a reconcile error into what controller-runtime should do: a conflict (another
 // writer changed the object since it was read) is retried with the object's backoff, which starts
 // at 5 ms, without being logged as an error; it is the expected cost of optimistic locking, not a
-// failure.
+// failure (APIErrorEvent reports it, rate-limited).
 func Result(err error) (reconcile.Result, error) {
 	if apierrors.IsConflict(err) {
 		// Requeue is the only way to ask for the rate-limited retry without an error; RequeueAfter
@@ -46,11 +50,20 @@ func Result(err error) (reconcile.Result, error) {
 }
 
 // APIErrorEvent records a failed Kubernetes API call of a reconcile as a Warning event on obj, with
-// the reason of the operation it failed (KEP-1979 "Conditions": "Kubernetes API issues ... are
-// reported as Events"). Conflicts are not reported: optimistic locking makes them part of normal
-// operation, and they are retried at once. Objects that are gone are not reported either.
+// the reason of the operation it failed (KEP-1979 "Conditions": "Kubernetes API issues (e.g.,
+// update conflicts, rate limiting) are reported as Events"). A conflict delays the object's work
+// by a retry: it is reported as a Normal UpdateConflict event, at most once per object and
+// conflictInterval, with the number of conflicts since the last report (see conflictLog).
+// Objects that are gone are not reported.
 func APIErrorEvent(rec events.EventRecorder, obj runtime.Object, reason string, err error) {
-	if err == nil || apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+	if err == nil || apierrors.IsNotFound(err) {
+		return
+	}
+	if apierrors.IsConflict(err) {
+		if n := conflicts.record(conflictKey(obj), time.Now()); n > 0 {
+			rec.Eventf(obj, nil, corev1.EventTypeNormal, cosiapi.EventUpdateConflict, "KubernetesAPI",
+				"update conflict, retrying (%d since the last report): %s", n, conditions.Truncate(err.Error()))
+		}
 		return
 	}
 	var st apierrors.APIStatus
@@ -66,4 +79,68 @@ func APIErrorEvent(rec events.EventRecorder, obj runtime.Object, reason string, 
 func ResultWithEvent(rec events.EventRecorder, obj runtime.Object, reason string, err error) (reconcile.Result, error) {
 	APIErrorEvent(rec, obj, reason, err)
 	return Result(err)
+}
+
+// conflictInterval is the shortest time between two reports of one object's update conflicts.
+const conflictInterval = time.Minute
+
+// conflicts counts the update conflicts of the objects this process reconciles.
+var conflicts = &conflictLog{objects: map[string]*conflictCount{}}
+
+// conflictLog rate-limits the reports of update conflicts per object: the first conflict of an
+// object is reported at once; the next ones are counted, and the count goes into the report of
+// its first conflict once conflictInterval has passed. Conflicts are folded into reports, not
+// dropped; only the count after an object's last report is, when it has no conflict again.
+type conflictLog struct {
+	mu      sync.Mutex
+	objects map[string]*conflictCount
+}
+
+type conflictCount struct {
+	reported time.Time // when the last report was made
+	since    int       // conflicts since then, not reported yet
+}
+
+// record counts a conflict of the object key at now, and returns how many to report now (0:
+// none, the last report is too recent).
+func (l *conflictLog) record(key string, now time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.objects[key]
+	if c == nil {
+		l.forgetQuiet(now)
+		c = &conflictCount{}
+		l.objects[key] = c
+	}
+	c.since++
+	if !c.reported.IsZero() && now.Sub(c.reported) < conflictInterval {
+		return 0
+	}
+	n := c.since
+	c.reported, c.since = now, 0
+	return n
+}
+
+// forgetQuiet bounds the log: objects not reported for ten intervals are forgotten.
+func (l *conflictLog) forgetQuiet(now time.Time) {
+	if len(l.objects) < 1024 {
+		return
+	}
+	for key, c := range l.objects {
+		if now.Sub(c.reported) > 10*conflictInterval {
+			delete(l.objects, key)
+		}
+	}
+}
+
+// conflictKey identifies obj in the conflict log: its UID, or its kind, namespace and name.
+func conflictKey(obj runtime.Object) string {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return fmt.Sprintf("%T", obj)
+	}
+	if uid := m.GetUID(); uid != "" {
+		return string(uid)
+	}
+	return fmt.Sprintf("%T/%s/%s", obj, m.GetNamespace(), m.GetName())
 }

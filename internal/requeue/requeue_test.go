@@ -7,6 +7,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -25,29 +26,32 @@ func TestResultWithEvent(t *testing.T) {
 		err       error
 		want      reconcile.Result
 		wantErr   bool
-		wantEvent bool
+		wantEvent string // its start: "Type Reason"
 	}{
 		{name: "success"},
-		{name: "conflict", err: conflict, want: retry},
-		{name: "wrapped conflict", err: errors.Join(conflict), want: retry},
+		{name: "conflict", err: conflict, want: retry, wantEvent: "Normal " + cosiapi.EventUpdateConflict},
+		{name: "wrapped conflict", err: errors.Join(conflict), want: retry,
+			wantEvent: "Normal " + cosiapi.EventUpdateConflict},
 		{name: "not found", err: apierrors.NewNotFound(gr, "b"), wantErr: true},
-		{name: "forbidden", err: apierrors.NewForbidden(gr, "b", errors.New("no")), wantErr: true, wantEvent: true},
+		{name: "forbidden", err: apierrors.NewForbidden(gr, "b", errors.New("no")), wantErr: true,
+			wantEvent: "Warning " + cosiapi.EventFailedCreateBucket},
 		{name: "not an API error", err: errors.New("driver"), wantErr: true},
 	} {
 		rec := events.NewFakeRecorder(1)
-		got, err := requeue.ResultWithEvent(rec, &cosiapi.Bucket{}, cosiapi.EventFailedCreateBucket, tc.err)
+		obj := &cosiapi.Bucket{ObjectMeta: metav1.ObjectMeta{Name: "result-" + tc.name}}
+		got, err := requeue.ResultWithEvent(rec, obj, cosiapi.EventFailedCreateBucket, tc.err)
 		if got != tc.want || (err != nil) != tc.wantErr {
 			t.Errorf("%s: %+v, %v; want %+v, error %v", tc.name, got, err, tc.want, tc.wantErr)
 		}
 		select {
 		case e := <-rec.Events:
-			if !tc.wantEvent {
+			if tc.wantEvent == "" {
 				t.Errorf("%s: event %q", tc.name, e)
-			} else if !strings.Contains(e, "Warning "+cosiapi.EventFailedCreateBucket) {
-				t.Errorf("%s: event %q, want a Warning %s", tc.name, e, cosiapi.EventFailedCreateBucket)
+			} else if !strings.HasPrefix(e, tc.wantEvent) {
+				t.Errorf("%s: event %q, want %s", tc.name, e, tc.wantEvent)
 			}
 		default:
-			if tc.wantEvent {
+			if tc.wantEvent != "" {
 				t.Errorf("%s: no event", tc.name)
 			}
 		}

@@ -27,17 +27,24 @@ import (
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/conditions"
 	"github.com/kube-cosi/cosi/internal/index"
+	"github.com/kube-cosi/cosi/internal/lookup"
 	"github.com/kube-cosi/cosi/internal/patch"
 	"github.com/kube-cosi/cosi/internal/predicates"
 	"github.com/kube-cosi/cosi/internal/requeue"
 	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/v1alpha1"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketaccesses,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketaccesses/status,verbs=get;update;patch
-// The sidecar cannot read Secrets (see secrets.go): KEP-1979's minimum.
+// Secrets: KEP-1979's minimum, no get, list or watch (see secrets.go). A patch returns the object,
+// so these verbs alone would still read any Secret by name and create any Secret anywhere; the
+// cosi-sidecar-secrets admission policy (config/admission) confines them to COSI's Secrets.
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=create;update;patch;delete
+// Not a permission (nothing serves bucketaccesssecrets): it marks the holder as the sidecar for
+// cosi-sidecar-secrets.
+// +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketaccesssecrets,verbs=write-only
 // Owner references with blockOwnerDeletion on the Secrets need the right to update the owner's
 // finalizers (the OwnerReferencesPermissionEnforcement admission plugin checks it).
 // +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketaccesses/finalizers,verbs=update
@@ -142,7 +149,7 @@ func (r *BucketAccessReconciler) Reconcile(ctx context.Context, req reconcile.Re
 	if conditions.IsTrue(ba, cosiapi.ConditionProvisioned) {
 		return r.check(ctx, ba)
 	}
-	if err := r.grant(ctx, ba); err != nil {
+	if err := r.grant(ctx, ba, false); err != nil {
 		return r.result(ba, cosiapi.EventFailedGrantAccess, err)
 	}
 	// Granted, or waiting for a watched object: the Secrets' checks start from here.
@@ -173,7 +180,7 @@ func (r *BucketAccessReconciler) check(ctx context.Context, ba *cosiapi.BucketAc
 		return r.result(ba, cosiapi.EventFailedGrantAccess, err)
 	}
 	if !intact {
-		if err := r.grant(ctx, ba); err != nil {
+		if err := r.grant(ctx, ba, true); err != nil {
 			return r.result(ba, cosiapi.EventFailedGrantAccess, err)
 		}
 	}
@@ -182,14 +189,15 @@ func (r *BucketAccessReconciler) check(ctx context.Context, ba *cosiapi.BucketAc
 }
 
 // grant provisions the access in two phases and writes its Secrets (KEP-1979 "Generating Bucket
-// Access Credentials", sidecar steps).
-func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAccess) error {
+// Access Credentials", sidecar steps). again is set when the Secrets of a provisioned access are
+// written anew (check); otherwise the access is granted only if it is not provisioned yet.
+func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAccess, again bool) error {
 	// Counted in flight first, then the access confirmed uncached: a Bucket's reconcile revokes a
 	// recorded grant only when the access is gone (uncached) and no grant for it is in flight, so
 	// either it sees this grant, or this grant sees the access gone.
 	done := r.Grants.inFlight.start(ba.UID)
 	defer done()
-	buckets, ready, err := r.prepareGrant(ctx, ba)
+	buckets, held, ready, err := r.prepareGrant(ctx, ba, again)
 	if err != nil || !ready {
 		return err
 	}
@@ -220,7 +228,11 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 	}
 	resp := r.Grants.answers.get(ba.UID, string(key))
 	if resp == nil {
-		if resp, err = r.Driver.DriverGrantBucketAccess(ctx, grantReq); err != nil {
+		callCtx := ctx
+		if !held {
+			callCtx = v1alpha1.WithNoCredentialsHeld(ctx)
+		}
+		if resp, err = r.Driver.DriverGrantBucketAccess(callCtx, grantReq); err != nil {
 			return r.record.failed(ctx, ba, rpcError{"DriverGrantBucketAccess", err}, cosiapi.EventFailedGrantAccess)
 		}
 		if err := driver.ValidateGrantResponse(grantReq, resp); err != nil {
@@ -247,37 +259,73 @@ func (r *BucketAccessReconciler) grantRecorded(ctx context.Context, ba *cosiapi.
 
 // prepareGrant returns the access's Buckets once the access may be granted: it still exists, its
 // Buckets are provisioned, it has its finalizer, and its Secrets can be written. ready is false,
-// with the conditions saying why, while something is missing.
+// with the conditions saying why, while something is missing. held is false only when no
+// credentials of the access's account can have been handed out (see granted).
 func (r *BucketAccessReconciler) prepareGrant(
-	ctx context.Context, ba *cosiapi.BucketAccess,
-) (buckets map[string]*cosiapi.Bucket, ready bool, err error) {
+	ctx context.Context, ba *cosiapi.BucketAccess, again bool,
+) (buckets map[string]*cosiapi.Bucket, held, ready bool, err error) {
 	live := &cosiapi.BucketAccess{}
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ba), live); err != nil {
-		return nil, false, client.IgnoreNotFound(err)
+		return nil, false, false, client.IgnoreNotFound(err)
 	}
 	if live.UID != ba.UID || live.DeletionTimestamp != nil {
-		return nil, false, nil // gone or going: the deletion path takes over
+		return nil, false, false, nil // gone or going: the deletion path takes over
+	}
+	if !again && conditions.IsTrue(live, cosiapi.ConditionProvisioned) {
+		// Granted already: the cache is behind the status this sidecar wrote (a reconcile
+		// queued during the grant runs before the informer delivers it). Granting on the stale
+		// copy would call the driver once more; the update wakes the Secret checks instead.
+		return nil, false, false, nil
 	}
 	buckets, ready, err = r.buckets(ctx, ba)
 	if err != nil || !ready {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	if err := patch.AddFinalizer(ctx, r.Client, ba); err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	// Before anything is granted, the Secrets must be writable: credentials that cannot be
 	// written would only be minted for nothing.
-	ready, conflict, err := r.secretsReady(ctx, ba)
+	ready, present, conflict, stuck, err := r.secretsReady(ctx, ba)
 	if err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	if conflict != "" {
-		return nil, false, r.secretConflict(ctx, ba, errSecretConflict{conflict})
+		return nil, false, false, r.secretConflict(ctx, ba, errSecretConflict{conflict})
+	}
+	if stuck != "" {
+		return nil, false, false, r.secretUnwritable(ctx, ba, stuck, errRequeue(stuck))
 	}
 	if !ready {
-		return nil, false, errRequeue("a Secret of the access is being deleted; writing it again when it is gone")
+		return nil, false, false, errRequeue("a Secret of the access is being deleted; writing it again when it is gone")
 	}
-	return buckets, true, nil
+	return buckets, granted(live) || present, true, nil
+}
+
+// granted reports whether the access's Secrets were ever written: the grant succeeded and
+// recordGranted set Provisioned True and ProvisionFailed False (DriverSucceeded). Provisioned
+// stays True until the access is revoked (a failed call, a lost Secret or a Bucket that is no
+// longer provisioned leaves it), ProvisionFailed until a call fails.
+//
+// With no Secret of the access present either (prepareGrant), no credentials of its account can
+// have been handed out: workloads get them only from those Secrets. Only then does the grant say
+// so to a v1alpha1 driver's adapter (v1alpha1.WithNoCredentialsHeld), which may then revoke the
+// account and grant it again when the driver answers ALREADY_EXISTS: the driver made the account
+// in a call whose answer was lost (the sidecar stopped, or its answers were lost in a restart,
+// before a Secret was written) and will not return its key again. Otherwise ALREADY_EXISTS is
+// final, and the key that workloads hold keeps working (the Secret was lost, not the key).
+//
+// Both facts are needed: the Secrets alone are the tenant's to delete, and the conditions alone
+// miss a Secret written by a sidecar that stopped before recordGranted. The conditions are read
+// uncached (the cache may not show this sidecar's own recordGranted yet), and only who can write
+// bucketaccesses/status can remove them: tenants with the standard Role cannot; a tenant allowed
+// to (loose RBAC) affects only their own access, whose account is pinned to the one the driver
+// generates for its UID (the grant record, checkAccountID), and gets no more than a new key for
+// it, as re-creating the access would give. A Secret with the access's label is the tenant's to
+// forge as well, which only makes the grant keep the account.
+func granted(ba *cosiapi.BucketAccess) bool {
+	return conditions.IsTrue(ba, cosiapi.ConditionProvisioned) ||
+		conditions.Has(ba, cosiapi.ConditionProvisionFailed, metav1.ConditionFalse, cosiapi.ReasonDriverSucceeded)
 }
 
 // grantRequest is what both phases of a grant send to the driver.
@@ -402,9 +450,18 @@ func (r *BucketAccessReconciler) writeSecrets(
 func (r *BucketAccessReconciler) secretWriteFailed(
 	ctx context.Context, ba *cosiapi.BucketAccess, name string, err error,
 ) error {
+	msg := fmt.Sprintf("access granted, but Secret %s cannot be written; retrying the write: %v", name, err)
+	return r.secretUnwritable(ctx, ba, msg, fmt.Errorf("writing Secret %s: %w", name, err))
+}
+
+// secretUnwritable records that a Secret of the access cannot be written (ResourcesValidated
+// False, SecretWriteFailed; Provisioned not True unless it was) with msg, and returns err: the
+// write is retried with backoff.
+func (r *BucketAccessReconciler) secretUnwritable(
+	ctx context.Context, ba *cosiapi.BucketAccess, msg string, err error,
+) error {
 	status := r.record.status(ba)
-	msg := conditions.Truncate(fmt.Sprintf("access granted, but Secret %s cannot be written; retrying the write: %v",
-		name, err))
+	msg = conditions.Truncate(msg)
 	conditions.MarkFalse(ba, cosiapi.ConditionResourcesValidated, cosiapi.ReasonSecretWriteFailed, msg)
 	if !conditions.IsTrue(ba, cosiapi.ConditionProvisioned) {
 		conditions.MarkUnknown(ba, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioning, msg)
@@ -412,10 +469,10 @@ func (r *BucketAccessReconciler) secretWriteFailed(
 	if status.ConditionsChanged() {
 		r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, cosiapi.EventFailedGrantAccess, "WriteSecret", "%s", msg)
 		if perr := status.Patch(ctx, patch.OptimisticLock); perr != nil {
-			return fmt.Errorf("writing Secret %s: %w (and recording it: %w)", name, err, perr)
+			return fmt.Errorf("%w (and recording it: %w)", err, perr)
 		}
 	}
-	return fmt.Errorf("writing Secret %s: %w", name, err)
+	return err
 }
 
 // recordGranted records the grant in status. Once the driver has answered, the result is written
@@ -452,12 +509,16 @@ func (r *BucketAccessReconciler) buckets(
 	var waiting []string
 	for _, ab := range ba.Status.AccessedBuckets {
 		b := &cosiapi.Bucket{}
-		if err := r.Client.Get(ctx, types.NamespacedName{Name: ab.BucketName}, b); err != nil {
-			if apierrors.IsNotFound(err) {
-				return nil, false, r.record.invalid(ctx, ba, cosiapi.ReasonInvalidReference,
-					fmt.Sprintf("Bucket %s of BucketClaim %s does not exist", ab.BucketName, ab.BucketClaimName))
-			}
+		// A final refusal only for a Bucket confirmed gone uncached: the cache may not have a
+		// Bucket created a moment before the hand-off.
+		gone, err := lookup.ConfirmGone(ctx, r.Client, r.APIReader, types.NamespacedName{Name: ab.BucketName}, b,
+			func() bool { return true })
+		if err != nil {
 			return nil, false, err
+		}
+		if gone {
+			return nil, false, r.record.invalid(ctx, ba, cosiapi.ReasonInvalidReference,
+				fmt.Sprintf("Bucket %s of BucketClaim %s does not exist", ab.BucketName, ab.BucketClaimName))
 		}
 		ref := b.Spec.BucketClaimRef
 		switch {
@@ -495,7 +556,13 @@ func (r *BucketAccessReconciler) buckets(
 	}
 	status := r.record.status(ba)
 	msg := fmt.Sprintf("waiting for Buckets %v to be provisioned", waiting)
-	conditions.MarkUnknown(ba, cosiapi.ConditionProvisioned, cosiapi.ReasonWaitingForResources, msg)
+	if conditions.IsTrue(ba, cosiapi.ConditionProvisioned) {
+		// A granted access whose lost Secret waits for its Bucket stays provisioned: its key
+		// works, and Provisioned True is what keeps its next grant from revoking it (granted).
+		conditions.MarkUnknown(ba, cosiapi.ConditionResourcesValidated, cosiapi.ReasonWaitingForResources, msg)
+	} else {
+		conditions.MarkUnknown(ba, cosiapi.ConditionProvisioned, cosiapi.ReasonWaitingForResources, msg)
+	}
 	if !status.ConditionsChanged() {
 		return nil, false, nil
 	}

@@ -111,23 +111,31 @@ func jsonPointerEscape(s string) string {
 
 // secretsReady reports whether every Secret of the access can be written: each name is free or
 // holds the access's own Secret. A Secret of the access that someone deleted is let go (COSI's
-// finalizer removed) so that it can be written again; ready is false until it is gone. A foreign
-// Secret makes it false too, and is named in conflict.
+// finalizer removed) so that it can be written again; ready is false until it is gone, and stuck
+// says so when finalizers of others keep it. A foreign Secret makes it false too, and is named in
+// conflict. present reports whether any name holds a Secret of the access's own, being deleted or
+// not: its credentials may be in a workload.
 func (r *BucketAccessReconciler) secretsReady(
 	ctx context.Context, ba *cosiapi.BucketAccess,
-) (ready bool, conflict string, err error) {
+) (ready, present bool, conflict, stuck string, err error) {
 	ready = true
 	for _, claim := range ba.Spec.BucketClaims {
 		state, s, err := r.probeSecret(ctx, ba, claim.AccessSecretName)
 		if err != nil {
-			return false, "", err
+			return false, false, "", "", err
 		}
+		present = present || state == slotOurs || state == slotDeleting
 		switch {
 		case state == slotForeign:
-			return false, claim.AccessSecretName, nil
+			return false, present, claim.AccessSecretName, "", nil
 		case state == slotDeleting:
 			if err := r.releaseSecret(ctx, s); err != nil {
-				return false, "", err
+				return false, present, "", "", err
+			}
+			if others := slices.DeleteFunc(slices.Clone(s.Finalizers),
+				func(f string) bool { return f == cosiapi.FinalizerProtection }); len(others) > 0 {
+				stuck = fmt.Sprintf("Secret %s is being deleted and held by finalizers %v; it is written again once "+
+					"they are removed and it is gone", s.Name, others)
 			}
 			ready = false
 		case state == slotOurs && (s.Immutable != nil && *s.Immutable || s.Type != corev1.SecretTypeOpaque):
@@ -135,12 +143,12 @@ func (r *BucketAccessReconciler) secretsReady(
 			// Replaced, before anything is granted, so that a grant is never made for a write that
 			// must fail.
 			if err := deleteAccessSecrets(ctx, r.Client, ba.Namespace, ba.UID, []string{s.Name}); err != nil {
-				return false, "", err
+				return false, present, "", "", err
 			}
 			ready = false
 		}
 	}
-	return ready, "", nil
+	return ready, present, "", stuck, nil
 }
 
 // secretsIntact reports whether every Secret of the access exists, is the access's own, is not

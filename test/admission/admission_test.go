@@ -1,7 +1,8 @@
 // Package admission tests the ValidatingAdmissionPolicies of config/admission, installed from
 // those files into a real kube-apiserver: what they refuse to a tenant who holds only a namespace
-// Role, with messages naming the field; what they still allow tenants; and that COSI's components,
-// on their generated roles, are never refused.
+// Role, with messages naming the field; what they still allow tenants; that COSI's components, on
+// their generated roles, are never refused what they do; and what the sidecar's own token may not
+// do with Secrets (cosi-sidecar-secrets).
 package admission
 
 import (
@@ -53,8 +54,14 @@ var (
 	// controller and sidecar are ServiceAccounts bound to the generated roles of config/rbac, as
 	// COSI runs.
 	controller, sidecar actor
-	// admin is the test's cluster admin.
+	// admin is the test's cluster admin (system:masters, which no authorizer is asked about).
 	admin actor
+	// clusterAdmin is bound to the cluster-admin ClusterRole ("*" on everything), as admins usually
+	// are: RBAC answers for it.
+	clusterAdmin actor
+	// namespacedSidecar holds the sidecar's ClusterRole through a RoleBinding in tenantNamespace
+	// only: a sidecar confined to a namespace.
+	namespacedSidecar actor
 )
 
 func TestMain(m *testing.M) {
@@ -103,7 +110,37 @@ func setup(ctx context.Context) error {
 	if controller, err = component(ctx, "controller"); err != nil {
 		return err
 	}
-	sidecar, err = component(ctx, "sidecar")
+	if sidecar, err = component(ctx, "sidecar"); err != nil {
+		return err
+	}
+	return bindAdminAndNamespacedSidecar(ctx)
+}
+
+// bindAdminAndNamespacedSidecar binds clusterAdmin and namespacedSidecar (after the sidecar's
+// generated ClusterRole is installed).
+func bindAdminAndNamespacedSidecar(ctx context.Context) error {
+	user := func(name string) []rbacv1.Subject {
+		return []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: name}}
+	}
+	if err := create(ctx,
+		&rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "cluster-admin-user"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+			Subjects:   user("cluster-admin-user"),
+		},
+		&rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "namespaced-sidecar", Namespace: tenantNamespace},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cosi-sidecar"},
+			Subjects:   user("namespaced-sidecar"),
+		},
+	); err != nil {
+		return err
+	}
+	var err error
+	if clusterAdmin, err = impersonate("cluster-admin-user"); err != nil {
+		return err
+	}
+	namespacedSidecar, err = impersonate("namespaced-sidecar")
 	return err
 }
 
@@ -221,9 +258,9 @@ func impersonate(user string) (actor, error) {
 }
 
 // component returns a client for the ServiceAccount of controller or sidecar, bound to the roles
-// generated into config/rbac.
+// generated into config/rbac, authenticated with the ServiceAccount's own token.
 func component(ctx context.Context, name string) (actor, error) {
-	cfg, err := env.ServiceAccountConfig(ctx, "config/rbac/"+name+"/role.yaml", "cosi-system", "cosi-"+name)
+	cfg, err := env.ServiceAccountTokenConfig(ctx, "config/rbac/"+name+"/role.yaml", "cosi-system", "cosi-"+name)
 	if err != nil {
 		return actor{}, err
 	}
@@ -270,7 +307,7 @@ func newSecret() *corev1.Secret {
 }
 
 func cosiSecret(s *corev1.Secret) {
-	metav1.SetMetaDataLabel(&s.ObjectMeta, cosiapi.LabelBucketAccessUID, "3f2b9c1e-0000-4000-8000-000000000001")
+	metav1.SetMetaDataLabel(&s.ObjectMeta, cosiapi.LabelBucketAccessUID, testUID)
 	s.Finalizers = append(s.Finalizers, cosiapi.FinalizerProtection)
 }
 
@@ -411,6 +448,9 @@ func waitForPolicies(t *testing.T) {
 			ba := statusProbe(t)
 			return broadTenant.Status().Update(t.Context(), ba, client.DryRunAll)
 		}, "status: the status of bucketaccesses is reserved to COSI"},
+		{"cosi-sidecar-secrets", func() error {
+			return sidecar.Create(t.Context(), newSecret(), dryRun)
+		}, sidecarLabel},
 		{"cosi-allowed-classes", func() error {
 			return tenant.Create(t.Context(), newClaim(restrictedNamespace, "premium"), dryRun)
 		}, "spec.bucketClassName: premium is not allowed"},
@@ -421,10 +461,13 @@ func waitForPolicies(t *testing.T) {
 			if err != nil && strings.Contains(err.Error(), p.refused) {
 				return nil
 			}
+			if err == nil {
+				return fmt.Errorf("%s is not in force yet: its probe was allowed", p.name)
+			}
 			return fmt.Errorf("%s is not in force yet: %w", p.name, err)
 		})
 	}
-	for _, c := range []actor{controller, sidecar} {
+	for _, c := range []actor{controller, sidecar, clusterAdmin, namespacedSidecar} {
 		testenv.Eventually(t, func() error {
 			err := c.Get(t.Context(), client.ObjectKey{Namespace: tenantNamespace, Name: "none"}, &cosiapi.BucketAccess{})
 			if apierrors.IsNotFound(err) {

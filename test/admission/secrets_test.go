@@ -27,7 +27,7 @@ func TestSecrets(t *testing.T) {
 		},
 		{name: "tenant creates a Secret that poses as COSI's", as: tenant, mutate: cosiSecret, refused: secretLabelReserved},
 		{name: "tenant creates a Secret with COSI's label only", as: tenant, mutate: labelled, refused: secretLabelReserved},
-		{name: "sidecar writes an access Secret", as: sidecar, mutate: cosiSecret},
+		{name: "sidecar writes an access Secret", as: sidecar, mutate: accessSecret},
 	})
 	runUpdates(t, newSecret, []updateCase[*corev1.Secret]{
 		{name: "tenant removes COSI's finalizer", before: cosiSecret, as: tenant, update: func(s *corev1.Secret) {

@@ -3,8 +3,13 @@ package adversarial
 import (
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"google.golang.org/grpc/codes"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -177,29 +182,200 @@ func TestAdminDeletedBucketWaitsForAccesses(t *testing.T) {
 	s.waitRevoked(ba.Status.AccountID)
 }
 
-// Issue 12, item 5: no access is granted to a claim that is being deleted, and the claim goes
-// once the refused access is deleted.
-func TestNoGrantToADeletingClaim(t *testing.T) {
+// Issue 25, item 19 (replaces issue 12's TestNoGrantToADeletingClaim, which created the access
+// only once the deletion had been seen): a claim's deletion and a new access's hand-off, at the
+// same moment, in several rounds at once. The "racing" access is created first, and its hand-off
+// reaches the API server slowHandOff late; each round deletes its claim at another moment of that
+// time, so that some deletions land between the hand-off's read of the claim and its write. A
+// "late" access is created once the deletion returned. The late access is never handed off or
+// granted (KEP-1979: no new access to a deleting claim); the racing one is either refused, and
+// then does not keep the claim (issue 25, item 6), or handed off, and then keeps the claim, its
+// Bucket and its key until it is deleted: it is never handed off to a claim that goes.
+func TestClaimDeletionRacesNewAccesses(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	aclass := s.accessClass()
+	type round struct {
+		claim        *cosiapi.BucketClaim
+		racing, late *cosiapi.BucketAccess
+		bucketID     string
+	}
+	rounds := make([]*round, 12)
+	for i := range rounds {
+		r := &round{claim: s.provisionedClaim(cosiapi.DeletionPolicyDelete)}
+		r.racing, r.late = newAccess(aclass.Name, r.claim), newAccess(aclass.Name, r.claim)
+		r.racing.Name = slowHandOffPrefix + r.racing.Name
+		r.bucketID = boundBucket(t, r.claim).Status.BucketID
+		rounds[i] = r
+	}
+	var wg sync.WaitGroup
+	for i, r := range rounds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := tenant.Create(t.Context(), r.racing); err != nil {
+				t.Errorf("creating %s: %v", r.racing.Name, err)
+				return
+			}
+			// Not a wait for something: where in the racing hand-off this round's deletion lands.
+			time.Sleep(time.Duration(i) * slowHandOff / time.Duration(len(rounds)))
+			if err := tenant.Delete(t.Context(), r.claim); err != nil {
+				t.Errorf("deleting %s: %v", r.claim.Name, err)
+			}
+			if err := tenant.Create(t.Context(), r.late); err != nil {
+				t.Errorf("creating %s: %v", r.late.Name, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	decided := func(ba *cosiapi.BucketAccess) error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(ba), ba); err != nil {
+			return err
+		}
+		rv := meta.FindStatusCondition(ba.Status.Conditions, cosiapi.ConditionResourcesValidated)
+		if ba.Status.DriverName == "" && (rv == nil || rv.Reason == cosiapi.ReasonPending) {
+			return fmt.Errorf("%s is neither handed off nor refused: %+v", ba.Name, ba.Status.Conditions)
+		}
+		return nil
+	}
+	handedOff := 0
+	for _, r := range rounds {
+		testenv.Eventually(t, func() error { return decided(r.racing) })
+		testenv.Eventually(t, func() error { return decided(r.late) })
+		if r.racing.Status.DriverName == "" {
+			env.Gone(t, r.claim) // a refused access does not keep it
+		} else {
+			handedOff++
+			waitProvisioned(t, r.racing)
+			creds := credentials(secret(t, r.racing))
+			holds(t, func() error {
+				if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(r.claim), r.claim); err != nil {
+					return fmt.Errorf("the claim of handed-off access %s went: %w", r.racing.Name, err)
+				}
+				if !s.driver.Backend().Allowed(creds, r.bucketID, memory.ObjectData, true) {
+					return fmt.Errorf("the bucket of handed-off access %s was deleted, or its key revoked", r.racing.Name)
+				}
+				return nil
+			})
+			mustDelete(t, tenant, r.racing)
+			env.Gone(t, r.racing)
+			env.Gone(t, r.claim)
+		}
+		s.waitBucketDeleted(r.bucketID)
+		for _, ba := range []*cosiapi.BucketAccess{r.late, r.racing} {
+			if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(ba), ba); client.IgnoreNotFound(err) != nil {
+				t.Fatal(err)
+			}
+		}
+		if r.late.Status.DriverName != "" || r.late.Status.AccountID != "" {
+			t.Errorf("%s, created after its claim's deletion, was handed off (driver %q, account %q)",
+				r.late.Name, r.late.Status.DriverName, r.late.Status.AccountID)
+		}
+	}
+	t.Logf("%d of %d racing accesses were handed off before their claim's deletion", handedOff, len(rounds))
+	if n := s.calls.Count("DriverGrantBucketAccess/OK"); n != handedOff {
+		t.Errorf("%d grants, want %d: one per access handed off before its claim's deletion", n, handedOff)
+	}
+	if left := s.driver.Backend().Accounts(); len(left) > 0 {
+		t.Errorf("accounts left in the backend: %v", left)
+	}
+}
+
+// Issue 25, item 6: an access the controller refused or never handed off (forbidden by its class,
+// its class missing, a protocol the claim lacks, a second claim that does not exist) does not
+// block its claim's deletion: the claim and its bucket go, the access stays, never granted.
+func TestRefusedAccessDoesNotBlockClaimDeletion(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		access func(s *system, c *cosiapi.BucketClaim) *cosiapi.BucketAccess
+	}{
+		{"forbidden by its class", func(s *system, c *cosiapi.BucketClaim) *cosiapi.BucketAccess {
+			class := s.accessClass(func(ac *cosiapi.BucketAccessClass) {
+				ac.Spec.DisallowedBucketAccessModes.ObjectData = []cosiapi.BucketAccessMode{cosiapi.BucketAccessModeReadWrite}
+			})
+			return newAccess(class.Name, c)
+		}},
+		{"class missing", func(_ *system, c *cosiapi.BucketClaim) *cosiapi.BucketAccess {
+			return newAccess(uniqueName("no-such-class"), c)
+		}},
+		{"protocol the claim lacks", func(s *system, c *cosiapi.BucketClaim) *cosiapi.BucketAccess {
+			ba := newAccess(s.accessClass().Name, c)
+			ba.Spec.Protocol = cosiapi.ProtocolAzure
+			return ba
+		}},
+		{"never handed off", func(s *system, c *cosiapi.BucketClaim) *cosiapi.BucketAccess {
+			class := s.accessClass(func(ac *cosiapi.BucketAccessClass) {
+				ac.Spec.MultiBucketAccess = cosiapi.MultiBucketAccessMultipleBuckets
+			})
+			return newAccess(class.Name, c, newClaim("never-created"))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newSystem(t)
+			c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
+			used := s.provisionedAccess(s.accessClass().Name, c)
+			bucketID := boundBucket(t, c).Status.BucketID
+			refused := tc.access(s, c)
+			mustCreate(t, tenant, refused)
+			testenv.Eventually(t, func() error {
+				if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(refused), refused); err != nil {
+					return err
+				}
+				if meta.IsStatusConditionTrue(refused.Status.Conditions, cosiapi.ConditionResourcesValidated) ||
+					meta.FindStatusCondition(refused.Status.Conditions, cosiapi.ConditionResourcesValidated) == nil {
+					return fmt.Errorf("%s not refused or waiting yet: %+v", refused.Name, refused.Status.Conditions)
+				}
+				return nil
+			})
+			mustDelete(t, tenant, used)
+			mustDelete(t, tenant, c)
+			env.Gone(t, used)
+			env.Gone(t, c)
+			s.waitBucketDeleted(bucketID)
+			if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(refused), refused); err != nil {
+				t.Fatalf("the refused access: %v", err)
+			}
+			if refused.Status.DriverName != "" {
+				t.Errorf("the refused access was handed off to %s", refused.Status.DriverName)
+			}
+			if n := s.calls.Count("DriverGrantBucketAccess"); n != 1 {
+				t.Errorf("%d grants, want 1 (the access in use)", n)
+			}
+			mustDelete(t, tenant, refused)
+			env.Gone(t, refused)
+		})
+	}
+}
+
+// Issue 25, item 9: a driver that fails to delete a claim's bucket is reported to the claim's
+// user: the claim stays, deleting, with ProvisionFailed True and a FailedDeleteBucket event that
+// carry the driver's error, until the driver succeeds.
+func TestFailedBucketDeletionIsReportedOnTheClaim(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
 	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
-	// Another finalizer keeps the deleting claim around, as a slow controller of someone else's
-	// would.
-	edit(t, env.Client, c, func(o *cosiapi.BucketClaim) { controllerutil.AddFinalizer(o, "example.com/hold") })
+	b := boundBucket(t, c)
+	s.faults.Set(0, memory.Fault{Method: "DriverDeleteBucket", Code: codes.Internal, Rate: 1})
 	mustDelete(t, tenant, c)
-	ba := newAccess(s.accessClass().Name, c)
-	mustCreate(t, tenant, ba)
-	waitCondition(t, ba, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonInvalidReference)
-	holds(t, func() error {
-		if n := s.calls.Count("DriverGrantBucketAccess"); n > 0 {
-			return fmt.Errorf("%d grants for an access to a deleting claim", n)
-		}
-		return nil
-	})
-	mustDelete(t, tenant, ba)
-	env.Gone(t, ba)
-	edit(t, env.Client, c, func(o *cosiapi.BucketClaim) { controllerutil.RemoveFinalizer(o, "example.com/hold") })
+	pf := testenv.Condition(t, env, client.Object(c), conditions, cosiapi.ConditionProvisionFailed, metav1.ConditionTrue,
+		cosiapi.ReasonDriverError)
+	if !strings.Contains(pf.Message, "DriverDeleteBucket") {
+		t.Errorf("ProvisionFailed message %q does not name the failed call", pf.Message)
+	}
+	env.WaitForEvent(t, c, cosiapi.EventFailedDeleteBucket+": DriverDeleteBucket")
+	if !s.driver.Backend().BucketExists(b.Status.BucketID) {
+		t.Fatal("the bucket is gone although its deletion failed")
+	}
+	s.faults.Set(0)
 	env.Gone(t, c)
+	env.Gone(t, b)
+	s.waitBucketDeleted(b.Status.BucketID)
 }
 
 // Issue 12, item 6: a user removes the claim's finalizer and deletes it: the Delete-policy Bucket
@@ -265,5 +441,111 @@ func TestEverythingDeletedAtOnce(t *testing.T) {
 	}
 	if left := slices.DeleteFunc(s.driver.Backend().Buckets(), func(string) bool { return false }); len(left) > 0 {
 		t.Errorf("buckets left in the backend: %v", left)
+	}
+}
+
+// Issue 25, item 7: Buckets are created without the sidecar's finalizer, which the sidecar adds
+// before its first driver call. Claims deleted at each step of their Bucket's creation (before
+// the Bucket exists, once it exists, once its bucket ID is recorded, once provisioned) leave no
+// bucket behind.
+func TestClaimDeletedWhileItsBucketIsCreated(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	class := s.bucketClass(cosiapi.DeletionPolicyDelete)
+	steps := []func(*cosiapi.Bucket) bool{
+		nil,
+		func(*cosiapi.Bucket) bool { return true },
+		func(b *cosiapi.Bucket) bool { return b.Status.BucketID != "" },
+		func(b *cosiapi.Bucket) bool {
+			return meta.IsStatusConditionTrue(b.Status.Conditions, cosiapi.ConditionProvisioned)
+		},
+	}
+	claims := make([]*cosiapi.BucketClaim, 3*len(steps))
+	var wg sync.WaitGroup
+	for i := range claims {
+		c := newClaim(class.Name)
+		claims[i] = c
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := tenant.Create(t.Context(), c); err != nil {
+				t.Errorf("creating %s: %v", c.Name, err)
+				return
+			}
+			if reached := steps[i%len(steps)]; reached != nil {
+				b := &cosiapi.Bucket{}
+				b.Name = cosiapi.BucketNamePrefix + string(c.UID)
+				for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+					if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), b); err == nil && reached(b) {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Errorf("Bucket %s did not reach step %d", b.Name, i%len(steps))
+						return
+					}
+				}
+			}
+			if err := tenant.Delete(t.Context(), c); err != nil {
+				t.Errorf("deleting %s: %v", c.Name, err)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, c := range claims {
+		env.Gone(t, c)
+		b := &cosiapi.Bucket{}
+		b.Name = cosiapi.BucketNamePrefix + string(c.UID)
+		env.Gone(t, b)
+	}
+	testenv.Eventually(t, func() error {
+		if left := s.driver.Backend().Buckets(); len(left) > 0 {
+			return fmt.Errorf("buckets left in the backend: %v", left)
+		}
+		return nil
+	})
+}
+
+// Issue 25, items 6 and 19: a hand-off the controller decided while the claim was alive, and
+// whose write reaches the API server only after the claim's deletion went ahead, is not applied:
+// the deletion fences the access it finds not handed off, the late write conflicts, and the
+// access is refused. The deterministic case of TestClaimDeletionRacesNewAccesses: the hand-off
+// write is held until the claim's Bucket is being deleted.
+func TestHandOffLandingAfterTheClaimsDeletion(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	c := s.provisionedClaim(cosiapi.DeletionPolicyDelete)
+	b := boundBucket(t, c)
+	ba := newAccess(s.accessClass().Name, c)
+	held := holdHandOff(t, ba.Name)
+	mustCreate(t, tenant, ba)
+	select {
+	case <-held.arrived:
+	case <-time.After(time.Minute):
+		t.Fatal("the controller did not try to hand the access off")
+	}
+	mustDelete(t, tenant, c)
+	testenv.Eventually(t, func() error {
+		err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), b)
+		if err == nil && b.DeletionTimestamp == nil {
+			return fmt.Errorf("the claim's deletion did not delete its Bucket %s yet", b.Name)
+		}
+		return client.IgnoreNotFound(err)
+	})
+	held.Release()
+	testenv.Condition(t, env, client.Object(ba), conditions, cosiapi.ConditionResourcesValidated,
+		metav1.ConditionFalse, cosiapi.ReasonInvalidReference)
+	env.Gone(t, c)
+	s.waitBucketDeleted(b.Status.BucketID)
+	holds(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(ba), ba); err != nil {
+			return err
+		}
+		if ba.Status.DriverName != "" {
+			return fmt.Errorf("%s was handed off to %s after its claim's deletion", ba.Name, ba.Status.DriverName)
+		}
+		return nil
+	})
+	if n := s.calls.Count("DriverGrantBucketAccess"); n != 0 {
+		t.Errorf("%d grants to the access of a deleted claim, want 0", n)
 	}
 }

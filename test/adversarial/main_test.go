@@ -7,10 +7,15 @@
 package adversarial
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -73,6 +78,7 @@ func TestMain(m *testing.M) {
 		if err != nil {
 			return err
 		}
+		controllerCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return slowHandOffs{rt} })
 		env.Go(ctx, "controller", func(ctx context.Context) error {
 			return controller.Run(
 				ctx,
@@ -116,6 +122,85 @@ func tenantClient(ctx context.Context, namespace, name string, writesStatus bool
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: name}
 	return client.New(cfg, client.Options{Scheme: env.Scheme})
+}
+
+// slowHandOffPrefix names the accesses whose hand-off reaches the API server late: the
+// controller's status write that hands them off to the sidecar waits slowHandOff first, as on a
+// slow network, so that tests can make other writes land between its decision and its write.
+const (
+	slowHandOffPrefix = "slow-handoff-"
+	slowHandOff       = 300 * time.Millisecond
+)
+
+// slowHandOffs delays the controller's hand-off writes of the accesses named slowHandOffPrefix*.
+type slowHandOffs struct{ next http.RoundTripper }
+
+func (s slowHandOffs) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodPatch && strings.Contains(req.URL.Path, "/bucketaccesses/"+slowHandOffPrefix) &&
+		strings.HasSuffix(req.URL.Path, "/status") && req.Body != nil {
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			return nil, err
+		}
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		if bytes.Contains(body, []byte(`"driverName"`)) {
+			time.Sleep(slowHandOff)
+		}
+	}
+	rest, status := strings.CutSuffix(req.URL.Path, "/status")
+	if req.Method == http.MethodPatch && status && strings.Contains(rest, "/bucketaccesses/") && req.Body != nil {
+		if h, ok := heldHandOffs.Load(rest[strings.LastIndex(rest, "/")+1:]); ok {
+			body, err := io.ReadAll(req.Body)
+			if err != nil {
+				return nil, err
+			}
+			req.Body = io.NopCloser(bytes.NewReader(body))
+			if bytes.Contains(body, []byte(`"driverName"`)) {
+				if err := h.(*heldHandOff).wait(req.Context()); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return s.next.RoundTrip(req)
+}
+
+// heldHandOffs holds the controller's first hand-off write of an access (by name) until the test
+// releases it: the controller has decided from a claim it read alive, and its write is on the way
+// while the test does something else.
+var heldHandOffs sync.Map
+
+type heldHandOff struct {
+	first, releaseOnce sync.Once
+	arrived, released  chan struct{}
+}
+
+// holdHandOff holds the first hand-off write of the access name: arrived is closed when it waits,
+// and it goes on Release (at the end of t at the latest). Later writes are not held.
+func holdHandOff(t *testing.T, name string) *heldHandOff {
+	h := &heldHandOff{arrived: make(chan struct{}), released: make(chan struct{})}
+	heldHandOffs.Store(name, h)
+	t.Cleanup(func() {
+		heldHandOffs.Delete(name)
+		h.Release()
+	})
+	return h
+}
+
+func (h *heldHandOff) Release() { h.releaseOnce.Do(func() { close(h.released) }) }
+
+func (h *heldHandOff) wait(ctx context.Context) error {
+	first := false
+	h.first.Do(func() { first = true; close(h.arrived) })
+	if !first {
+		return nil
+	}
+	select {
+	case <-h.released:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 var driverCounter atomic.Int64

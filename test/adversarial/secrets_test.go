@@ -3,18 +3,13 @@ package adversarial
 import (
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/testenv"
@@ -219,32 +214,5 @@ func TestEventsAndConditionsTheKEPLists(t *testing.T) {
 	for _, o := range []client.Object{refused, waiting, pending, c, other} {
 		mustDelete(t, tenant, o)
 		env.Gone(t, o)
-	}
-}
-
-// Issue 12, items 9 and 18: the sidecar can read no Secret (the KEP's minimum: create, update,
-// patch, delete), and every test here runs with the OwnerReferencesPermissionEnforcement admission
-// plugin, which refuses blockOwnerDeletion without permission on bucketaccesses/finalizers.
-func TestSidecarCannotReadSecrets(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join(env.RepoRoot, "config", "rbac", "sidecar", "role.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	role := &rbacv1.ClusterRole{}
-	if err := yaml.Unmarshal(data, role); err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range role.Rules {
-		if !slices.Contains(r.Resources, "secrets") {
-			continue
-		}
-		for _, v := range r.Verbs {
-			if v == "get" || v == "list" || v == "watch" || v == "*" {
-				t.Errorf("the sidecar may %s Secrets", v)
-			}
-		}
-	}
-	if !slices.Contains(env.AdmissionPlugins, "OwnerReferencesPermissionEnforcement") {
-		t.Error("the test API server does not enforce owner reference permissions")
 	}
 }

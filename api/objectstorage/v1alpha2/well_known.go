@@ -20,10 +20,10 @@ const (
 
 	// AnnotationHasBucketAccessReferences is set on a BucketClaim by the COSI Controller while one
 	// or more BucketAccesses reference the claim, and removed by the Controller when the last of
-	// them is deleted. While accesses reference the claim, deleting it is blocked. The Controller
-	// re-derives it from the live BucketAccesses on every reconcile and puts it back when someone
-	// removes it; the deletion decision is made from an uncached list of the accesses, never from
-	// the annotation alone.
+	// them is deleted. The Controller re-derives it from the BucketAccesses on every reconcile and
+	// puts it back when someone removes it. It is COSI's published view: the claim's deletion waits
+	// for the accesses handed off to the Sidecar, decided from the accesses themselves, never from
+	// the annotation (an access that was refused does not block it).
 	AnnotationHasBucketAccessReferences = "objectstorage.k8s.io/has-bucketaccess-references"
 
 	// AnnotationSidecarCleanupFinished is set on a deleting BucketAccess by the Sidecar once it has
@@ -66,8 +66,10 @@ const (
 const (
 	// FinalizerProtection keeps an object until COSI has cleaned up what it stands for.
 	//   - BucketClaim: added and removed by the Controller (removed after the Bucket is handled).
-	//   - Bucket: added and removed by the Sidecar (removed after the driver deleted the bucket,
-	//     or at once when the policy is Retain).
+	//   - Bucket: added and removed by the Sidecar: added before its first driver call (the
+	//     Controller creates Buckets without it, so that a Bucket no sidecar serves can be
+	//     deleted), removed after the driver deleted the bucket, or at once when the policy is
+	//     Retain.
 	//   - BucketAccess: added by the Controller (and by the Sidecar if missing); removed by the
 	//     Controller after the Sidecar set AnnotationSidecarCleanupFinished.
 	//   - BucketAccess Secrets: added and removed by the Sidecar.
@@ -114,10 +116,13 @@ const (
 	// AnnotationSidecarCleanupFinished it lets the Controller remove the finalizer; the condition
 	// is what the Controller trusts, because a tenant can write the annotation but not the status.
 	ReasonRevoked = "Revoked"
-	// ReasonDeleting (Provisioned): the resource is being deprovisioned.
+	// ReasonDeleting (Provisioned): the resource is being deprovisioned. Set by the Controller on a
+	// deleting BucketClaim while it waits for its Delete-policy Bucket to be gone; the status stays
+	// what it was.
 	ReasonDeleting = "Deleting"
 	// ReasonDeletionBlocked (Provisioned): deletion waits for something, named in the message (for
-	// example a BucketClaim that BucketAccesses still reference).
+	// example a BucketClaim that BucketAccesses handed off to the Sidecar still use; set by the
+	// Controller, keeping the condition's status). Set by the Sidecar on a deleting Bucket too.
 	ReasonDeletionBlocked = "DeletionBlocked"
 
 	// ReasonValid (ResourcesValidated=True): the object and its references are valid.
@@ -126,7 +131,9 @@ const (
 	// yet or is not ready; COSI watches it and continues when it changes.
 	ReasonWaitingForResources = "WaitingForResources"
 	// ReasonInvalidReference (ResourcesValidated=False): a referenced object is invalid, missing
-	// after provisioning, bound elsewhere, or being deleted.
+	// after provisioning, bound elsewhere, or being deleted. The Controller also writes it on a
+	// BucketAccess that was not handed off when a claim it names starts deleting (the claim's
+	// deletion fences the access, so that it is never handed off).
 	ReasonInvalidReference = "InvalidReference"
 	// ReasonForbiddenByClass (ResourcesValidated=False): the request asks for something its class
 	// forbids (multi-bucket access, a disallowed access mode, an authentication requirement).
@@ -156,7 +163,8 @@ const (
 const (
 	// EventFailedCreateBucket: the driver failed to create (or, for a static Bucket, find) a bucket.
 	EventFailedCreateBucket = "FailedCreateBucket"
-	// EventFailedDeleteBucket: the driver failed to delete a bucket.
+	// EventFailedDeleteBucket: the driver failed to delete a bucket. Recorded by the Sidecar on the
+	// Bucket and, while the claim waits for its Bucket, by the Controller on the BucketClaim.
 	EventFailedDeleteBucket = "FailedDeleteBucket"
 	// EventWaitingForBucket: access cannot be granted yet because a bucket is not provisioned.
 	EventWaitingForBucket = "WaitingForBucket"
@@ -164,6 +172,12 @@ const (
 	EventFailedGrantAccess = "FailedGrantAccess"
 	// EventFailedRevokeAccess: the driver failed to revoke access.
 	EventFailedRevokeAccess = "FailedRevokeAccess"
+	// EventUpdateConflict (Normal): a write of the Controller or the Sidecar was refused because
+	// another writer changed the object since it was read (HTTP 409), so the object's work is
+	// retried (KEP-1979 "Conditions": update conflicts are Kubernetes API issues reported as
+	// Events). Recorded on that object at most once a minute, with the number of conflicts since
+	// the previous report.
+	EventUpdateConflict = "UpdateConflict"
 )
 
 // Keys of the data in a BucketAccess Secret (KEP-1979 "BucketAccess Secret data"). Bucket info keys

@@ -334,7 +334,9 @@ type noCredentialsHeldKey struct{}
 // answers ALREADY_EXISTS (it made the account in a call whose answer was lost, and will not return
 // the key again), it revokes the account and grants it again; and when it refuses the driver's
 // answer, it revokes the account at once. Without it, a grant never revokes the account it asks
-// for, so that granting again for a lost Secret leaves the key that workloads hold working.
+// for, so that granting again for a lost Secret leaves the key that workloads hold working. The
+// sidecar says so for an access whose Secrets were never written and none of which exists
+// (docs/v1alpha1-drivers.md, "Granting again").
 func WithNoCredentialsHeld(ctx context.Context) context.Context {
 	return context.WithValue(ctx, noCredentialsHeldKey{}, true)
 }
