@@ -34,6 +34,13 @@ const (
 	CheckStrayGrant     = "grant record without its access"
 )
 
+// The sidecar's grant records (internal/sidecar, grants.go): ConfigMaps named for the access's UID,
+// labeled cosiapi.LabelGrantDriver, in the sidecar's namespace (localenv runs it in cosi-system).
+const (
+	grantNamespace    = "cosi-system"
+	grantRecordPrefix = "cosi-grant-"
+)
+
 // Violation is one finding of the audit.
 type Violation struct {
 	Check string
@@ -78,7 +85,7 @@ func (r *run) look(ctx context.Context) (*world, error) {
 	}{
 		{&cl, nil}, {&al, nil}, {&bl, nil},
 		{&sl, []client.ListOption{client.HasLabels{cosiapi.LabelBucketAccessUID}}},
-		{&gl, []client.ListOption{client.InNamespace("cosi-system"), client.HasLabels{cosiapi.LabelGrantDriver}}},
+		{&gl, []client.ListOption{client.InNamespace(grantNamespace)}},
 		{&nl, nil},
 	} {
 		if err := r.list(ctx, l.list, l.opts...); err != nil {
@@ -91,7 +98,14 @@ func (r *run) look(ctx context.Context) (*world, error) {
 	for i := range al.Items {
 		w.accesses[al.Items[i].UID] = &al.Items[i]
 	}
-	w.buckets, w.secrets, w.grants = bl.Items, sl.Items, gl.Items
+	w.buckets, w.secrets = bl.Items, sl.Items
+	// The grant records: by their name as well as their label, so that a record whose label was
+	// lost (the sidecar no longer sees it as its own) still counts.
+	for _, cm := range gl.Items {
+		if strings.HasPrefix(cm.Name, grantRecordPrefix) || cm.Labels[cosiapi.LabelGrantDriver] != "" {
+			w.grants = append(w.grants, cm)
+		}
+	}
 	for _, ns := range nl.Items {
 		if strings.HasPrefix(ns.Name, "chaos-") {
 			w.spaces = append(w.spaces, ns)
@@ -285,9 +299,9 @@ func (r *run) audit(ctx context.Context) ([]Violation, error) {
 		}
 	}
 	for _, g := range w.grants {
-		uid := types.UID(strings.TrimPrefix(g.Name, "cosi-grant-"))
+		uid := types.UID(strings.TrimPrefix(g.Name, grantRecordPrefix))
 		if w.accesses[uid] == nil {
-			add(CheckStrayGrant, "ConfigMap cosi-system/"+g.Name, "its BucketAccess "+string(uid)+" is gone",
+			add(CheckStrayGrant, "ConfigMap "+grantNamespace+"/"+g.Name, "its BucketAccess "+string(uid)+" is gone",
 				string(uid), cosiapi.AccountNamePrefix+string(uid))
 		}
 	}
@@ -362,9 +376,9 @@ func (r *run) converge(ctx context.Context, _ plan) ([]Violation, error) {
 // the CRDs are served again (a Kubernetes race, not COSI's). The API server then refuses every
 // write but deletion to what is left, finalizers included: no controller can finish its cleanup.
 // Recreating the namespace is the admin's remedy; the namespace controller then deletes the
-// content again. COSI's components do not notice by themselves (they took the refusal for the
-// object's absence: docs/reliability.md, "Found by the suite"), so the objects are annotated to
-// wake them.
+// content again, and COSI's components, which retry such refused writes at intervals
+// (requeue.NamespaceGoneInterval), finish their cleanup. Nothing else wakes them: the suite does
+// not touch the objects.
 func (r *run) reviveNamespaces(ctx context.Context) error {
 	var cl cosiapi.BucketClaimList
 	var al cosiapi.BucketAccessList
@@ -374,12 +388,12 @@ func (r *run) reviveNamespaces(ctx context.Context) error {
 	if err := r.list(ctx, &al); err != nil {
 		return err
 	}
-	spaces := map[string][]client.Object{}
+	spaces := map[string]bool{}
 	for i := range cl.Items {
-		spaces[cl.Items[i].Namespace] = append(spaces[cl.Items[i].Namespace], &cl.Items[i])
+		spaces[cl.Items[i].Namespace] = true
 	}
 	for i := range al.Items {
-		spaces[al.Items[i].Namespace] = append(spaces[al.Items[i].Namespace], &al.Items[i])
+		spaces[al.Items[i].Namespace] = true
 	}
 	for _, name := range slices.Sorted(maps.Keys(spaces)) {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
@@ -396,24 +410,12 @@ func (r *run) reviveNamespaces(ctx context.Context) error {
 		if err := r.create(ctx, ns); err != nil {
 			return err
 		}
-		for _, o := range spaces[name] {
-			nudge := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, nudgeAnnotation, time.Now().String()))
-			if err := retry(ctx, "annotating "+o.GetName(), func(ctx context.Context) error {
-				return r.client.Patch(ctx, o, client.RawPatch(types.MergePatchType, nudge))
-			}); client.IgnoreNotFound(err) != nil {
-				return err
-			}
-		}
 		if err := r.del(ctx, ns); err != nil {
 			return err
 		}
 	}
 	return nil
 }
-
-// nudgeAnnotation is the annotation reviveNamespaces sets to wake COSI's reconcilers; COSI does
-// not read it (any annotation change wakes them).
-const nudgeAnnotation = "chaos.cosi.kube-cosi.io/nudged"
 
 func conditionText(cs []metav1.Condition) string {
 	var parts []string
