@@ -58,7 +58,13 @@ func runChaos(t *testing.T, driver string, claims int, interval time.Duration, b
 			t.Fatalf("%s is missing from bin/: run make build (and make kube-binaries versitygw): %v", b, err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	// At most 8 minutes, and ending before go test's timeout (10 minutes for the package by
+	// default), so that a run that is too slow fails with its report rather than a panic.
+	budget := 8 * time.Minute
+	if deadline, ok := t.Deadline(); ok {
+		budget = min(budget, time.Until(deadline)-time.Minute)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), budget)
 	defer cancel()
 	res, err := chaos.Run(ctx, cfg)
 	if res != nil {
