@@ -89,7 +89,7 @@ func TestNamespaceGone(t *testing.T) {
 		if got := lookup.NamespaceGone(tc.err); got != tc.namespaceGone {
 			t.Errorf("%s: NamespaceGone = %v, want %v", tc.name, got, tc.namespaceGone)
 		}
-		if got := lookup.IgnoreGone(tc.err); (got == nil) != tc.ignored || (got != nil && got != tc.err) {
+		if got := lookup.IgnoreGone(tc.err); (got == nil) != tc.ignored || (got != nil && !errors.Is(got, tc.err)) {
 			t.Errorf("%s: IgnoreGone = %v, want ignored %v", tc.name, got, tc.ignored)
 		}
 	}
