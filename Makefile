@@ -124,6 +124,13 @@ BENCH_FLAGS ?=
 bench: build $(KUBE_BINARIES) ## Measure throughput, latency, writes and memory (cosi-bench; about 20 minutes). BENCH_FLAGS=-h lists options.
 	$(BIN)/cosi-bench -json $(BIN)/bench.json $(BENCH_FLAGS)
 
+##@ Fault suite
+
+CHAOS_FLAGS ?= -n 1100 -self-check
+.PHONY: chaos
+chaos: build $(KUBE_BINARIES) ## Run the fault suite at local size (cosi-chaos, docs/reliability.md; about 15 minutes). CHAOS_FLAGS=-h lists options.
+	$(BIN)/cosi-chaos $(CHAOS_FLAGS)
+
 ##@ Build dependencies
 
 # Grouped targets: one go build produces all three.

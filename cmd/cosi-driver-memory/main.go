@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -37,6 +38,7 @@ func main() {
 			"address to serve Prometheus metrics on, e.g. :8080 (off when empty)")
 		verbosity = flag.Int("v", 0,
 			"log verbosity: 2 logs every call, 5 also requests and responses (secrets stripped)")
+		hooks    testHooks
 		faults   listFlag
 		existing listFlag
 	)
@@ -53,19 +55,32 @@ func main() {
 	flag.Var(&existing, "existing-bucket",
 		"ID of a bucket that exists from the start, for static provisioning (repeatable)")
 	flag.Var(&faults, "fault",
-		"inject failures: METHOD=CODE[:RATE|:xCOUNT], e.g. DriverCreateBucket=Unavailable:0.5 (repeatable)")
+		"inject failures: METHOD=CODE[:RATE|:xCOUNT][+after][+delay=DURATION], e.g. "+
+			"DriverCreateBucket=Unavailable:0.5 (repeatable)")
+	flag.Uint64Var(&hooks.seed, "fault-seed", 0, "seed of the random choices of rated faults (0: a fixed seed)")
+	flag.StringVar(&hooks.controlAddress, "control-address", "",
+		"loopback host:port of the control endpoint that sets faults and holds calls (a test hook, "+
+			"unauthenticated: fault suites only; off when empty)")
+	flag.StringVar(&hooks.journal, "journal", "",
+		"file that receives one JSON line per call served: method, bucket or account, code (no secrets)")
 	version.AddFlag(flag.CommandLine)
 	flag.Parse()
 
 	log := logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.Level(-*verbosity)}))
-	if err := run(log, cfg, *endpoint, *protocols, *latency, *metricsAddress, faults, existing); err != nil {
+	if err := run(log, cfg, *endpoint, *protocols, *latency, *metricsAddress, faults, existing, hooks); err != nil {
 		log.Error(err, "driver failed")
 		os.Exit(1)
 	}
 }
 
+// testHooks are the flags of fault suites: the control endpoint, the journal and the faults' seed.
+type testHooks struct {
+	controlAddress, journal string
+	seed                    uint64
+}
+
 func run(log logr.Logger, cfg memory.Config, endpoint, protocols string, latency time.Duration,
-	metricsAddress string, faultSpecs, existing []string,
+	metricsAddress string, faultSpecs, existing []string, hooks testHooks,
 ) error {
 	for _, name := range strings.Split(protocols, ",") {
 		p, ok := cosiproto.ObjectProtocol_Type_value[strings.ToUpper(strings.TrimSpace(name))]
@@ -88,7 +103,36 @@ func run(log logr.Logger, cfg memory.Config, endpoint, protocols string, latency
 		return err
 	}
 	var f memory.Faults
+	if hooks.seed != 0 {
+		f.Seed(hooks.seed)
+	}
 	f.Set(latency, injected...)
+	interceptors := []grpc.UnaryServerInterceptor{f.Interceptor()}
+	if hooks.journal != "" {
+		j, err := os.OpenFile(hooks.journal, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return err
+		}
+		defer j.Close()
+		interceptors = append([]grpc.UnaryServerInterceptor{(&memory.Journal{W: j}).Interceptor()}, interceptors...)
+	}
+	if hooks.controlAddress != "" {
+		host, _, err := net.SplitHostPort(hooks.controlAddress)
+		if err != nil {
+			return fmt.Errorf("--control-address: %w", err)
+		}
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return fmt.Errorf("--control-address %s: loopback only (the endpoint has no authentication)", hooks.controlAddress)
+		}
+		l, err := net.Listen("tcp", hooks.controlAddress)
+		if err != nil {
+			return err
+		}
+		go func() {
+			srv := &http.Server{Handler: f.Handler(), ReadHeaderTimeout: 10 * time.Second}
+			log.Error(srv.Serve(l), "control endpoint stopped")
+		}()
+	}
 
 	if metricsAddress != "" {
 		prometheus.MustRegister(d.Collector())
@@ -104,6 +148,6 @@ func run(log logr.Logger, cfg memory.Config, endpoint, protocols string, latency
 		Identity:     d,
 		Provisioner:  d,
 		Logger:       log,
-		Interceptors: []grpc.UnaryServerInterceptor{f.Interceptor()},
+		Interceptors: interceptors,
 	})
 }

@@ -35,6 +35,9 @@ type APIServerOptions struct {
 	// ControllerManagerLog, when set, runs kube-controller-manager from BinDir too, logging to
 	// this file: owner references cascade and deleted namespaces finish deleting, as in a cluster.
 	ControllerManagerLog string
+	// LogDir receives the logs of etcd and kube-apiserver once Crash restarted them; empty
+	// discards them.
+	LogDir string
 }
 
 // APIServer is a running etcd and kube-apiserver with the COSI CRDs installed.
@@ -54,6 +57,9 @@ type APIServer struct {
 
 	env *envtest.Environment
 	kcm *process.Process
+	// restarted are etcd and kube-apiserver once Crash runs them, by name; logDir their logs.
+	restarted map[string]*process.Process
+	logDir    string
 }
 
 // StartAPIServer starts etcd and kube-apiserver from BinDir and installs the CRDs from
@@ -106,7 +112,7 @@ func StartAPIServer(opts APIServerOptions) (*APIServer, error) {
 		return nil, errors.Join(err, env.Stop())
 	}
 	a := &APIServer{Config: cfg, Client: c, Scheme: s, BinDir: binDir, RepoRoot: root,
-		AdmissionPlugins: opts.AdmissionPlugins, env: env}
+		AdmissionPlugins: opts.AdmissionPlugins, env: env, logDir: opts.LogDir}
 	if opts.ControllerManagerLog != "" {
 		if err := a.startControllerManager(opts.ControllerManagerLog); err != nil {
 			return nil, errors.Join(err, a.Stop())
@@ -150,7 +156,8 @@ func (a *APIServer) Stop() error {
 	if a.kcm != nil {
 		kcmErr = a.kcm.Stop()
 	}
-	return errors.Join(kcmErr, a.env.Stop())
+	// The API server before etcd, whoever runs them (envtest, or Crash after it restarted them).
+	return errors.Join(kcmErr, a.restarted[KubeAPIServer].Stop(), a.env.Stop(), a.restarted[Etcd].Stop())
 }
 
 // Kubeconfig returns a kubeconfig for a user authenticated by a client certificate.

@@ -2,6 +2,7 @@ package localenv
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -69,5 +70,38 @@ func waitGone(ctx context.Context, t *testing.T, c client.Client, obj client.Obj
 	})
 	if err != nil {
 		t.Fatalf("%s is still there: %v", what, err)
+	}
+}
+
+// Crash kills etcd and kube-apiserver and starts them again with their data: what was written
+// before is there after, and every crash, the first (taking over from envtest) and the later
+// ones, ends with an API server that answers, with the same address and certificates.
+func TestCrash(t *testing.T) {
+	dir := t.TempDir()
+	a, err := StartAPIServer(APIServerOptions{EtcdDir: filepath.Join(dir, "etcd"), LogDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := a.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	for i, name := range []string{Etcd, KubeAPIServer, Etcd, KubeAPIServer} {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("before-%d", i)}}
+		if err := a.Client.Create(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Crash(ctx, name, 100*time.Millisecond); err != nil {
+			t.Fatalf("crash %d of %s: %v", i, name, err)
+		}
+		if err := a.Client.Get(ctx, client.ObjectKeyFromObject(cm), cm); err != nil {
+			t.Errorf("after crash %d of %s: %v", i, name, err)
+		}
+	}
+	if err := a.Crash(ctx, "kube-scheduler", 0); err == nil {
+		t.Error("crashed a process that is not part of the control plane")
 	}
 }

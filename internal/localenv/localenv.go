@@ -95,6 +95,13 @@ type Options struct {
 	Verbosity int
 	// Progress, when set, receives one line per finished step.
 	Progress func(step string, took time.Duration)
+	// DriverArgs, SidecarArgs and ControllerArgs are added to the flags of the driver, the sidecar
+	// and the controller (cosi-chaos gives the memory driver a state file and its control
+	// endpoint, and the sidecar a short --driver-timeout).
+	DriverArgs, SidecarArgs, ControllerArgs []string
+	// SidecarDriverEndpoint is where the sidecar calls the driver; empty means the driver's
+	// socket (cosi-chaos puts a fault proxy in between).
+	SidecarDriverEndpoint string
 	// ControllerManager runs kube-controller-manager next to the API server (make run does), so
 	// that garbage collection and namespace deletion work as in a cluster.
 	ControllerManager bool
@@ -210,7 +217,8 @@ func (e *Env) step(name string, f func() error) error {
 func (e *Env) startAPIServer() error {
 	var err error
 	// A fixed data directory keeps the objects across restarts.
-	o := APIServerOptions{RepoRoot: e.opts.RepoRoot, BinDir: e.opts.BinDir, EtcdDir: filepath.Join(e.opts.Dir, "etcd")}
+	o := APIServerOptions{RepoRoot: e.opts.RepoRoot, BinDir: e.opts.BinDir, EtcdDir: filepath.Join(e.opts.Dir, "etcd"),
+		LogDir: filepath.Join(e.opts.Dir, "log")}
 	if e.opts.ControllerManager {
 		o.ControllerManagerLog = filepath.Join(e.opts.Dir, "log", "kube-controller-manager.log")
 	}
@@ -292,17 +300,23 @@ func (e *Env) StartCOSI(ctx context.Context) error {
 	if e.Driver, err = e.component(
 		"cosi-driver-"+string(e.opts.Driver),
 		metricsFlag,
-		append([]string{"--endpoint", endpoint}, driverArgs...),
+		append(append([]string{"--endpoint", endpoint}, driverArgs...), e.opts.DriverArgs...),
 	); err != nil {
 		return err
 	}
 	// Not ready until the new process listens.
 	e.Driver.BeforeStart = func() error { return removeIfExists(socket) }
 	e.Driver.Ready = process.FileExists(socket)
-	if e.Sidecar, err = e.manager("cosi-sidecar", "--driver-endpoint", endpoint); err != nil {
+	sidecarEndpoint := endpoint
+	if e.opts.SidecarDriverEndpoint != "" {
+		sidecarEndpoint = e.opts.SidecarDriverEndpoint
+	}
+	if e.Sidecar, err = e.manager(
+		"cosi-sidecar",
+		append([]string{"--driver-endpoint", sidecarEndpoint}, e.opts.SidecarArgs...)...); err != nil {
 		return err
 	}
-	if e.Controller, err = e.manager("cosi-controller"); err != nil {
+	if e.Controller, err = e.manager("cosi-controller", e.opts.ControllerArgs...); err != nil {
 		return err
 	}
 	for _, c := range []*Component{e.Driver, e.Sidecar, e.Controller} {

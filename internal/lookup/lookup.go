@@ -1,10 +1,13 @@
 // Package lookup reads what the COSI reconcilers decide irreversible steps on: whether an object
-// is gone, confirmed by the API server and not only by the cache.
+// is gone, confirmed by the API server and not only by the cache, and not mistaken for its
+// namespace being gone.
 package lookup
 
 import (
 	"context"
+	"errors"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -29,4 +32,30 @@ func ConfirmGone(
 		}
 	}
 	return true, nil
+}
+
+// NamespaceGone reports whether err is the API server's refusal of a write to an object whose
+// namespace no longer exists. A namespace can be finished while objects with finalizers are left
+// in it (kube-controller-manager's namespace controller takes a resource that is not served for a
+// moment, right after an API server restart, for empty: docs/reliability.md). The object is still
+// there and can be read and deleted, but the NamespaceLifecycle admission plugin refuses every
+// other write to it with NotFound, for the namespace: it is not the object that is gone. The
+// write succeeds once an admin recreates the namespace.
+func NamespaceGone(err error) bool {
+	var st apierrors.APIStatus
+	if !apierrors.IsNotFound(err) || !errors.As(err, &st) {
+		return false
+	}
+	d := st.Status().Details
+	return d != nil && d.Group == "" && d.Kind == "namespaces"
+}
+
+// IgnoreGone is client.IgnoreNotFound for writes: nil when the object written is gone, but not
+// when the write was refused because the object's namespace is gone (NamespaceGone): that object
+// may still wait for the write.
+func IgnoreGone(err error) error {
+	if apierrors.IsNotFound(err) && !NamespaceGone(err) {
+		return nil
+	}
+	return err
 }

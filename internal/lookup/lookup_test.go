@@ -3,6 +3,7 @@ package lookup_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -63,6 +64,33 @@ func TestConfirmGone(t *testing.T) {
 		if gone != tc.want || !errors.Is(err, tc.wantErr) || tc.live.calls != tc.liveCalls {
 			t.Errorf("%s: gone=%v err=%v live calls=%d; want %v, %v, %d", tc.name, gone, err, tc.live.calls, tc.want, tc.wantErr,
 				tc.liveCalls)
+		}
+	}
+}
+
+func TestNamespaceGone(t *testing.T) {
+	accesses := schema.GroupResource{Group: cosiapi.GroupName, Resource: "bucketaccesses"}
+	for _, tc := range []struct {
+		name          string
+		err           error
+		namespaceGone bool
+		ignored       bool
+	}{
+		{name: "no error", err: nil, ignored: true},
+		{name: "the object gone", err: apierrors.NewNotFound(accesses, "a"), ignored: true},
+		// What the NamespaceLifecycle admission plugin answers a write into a namespace that is gone.
+		{name: "its namespace gone", err: apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, "ns"),
+			namespaceGone: true},
+		{name: "wrapped", err: fmt.Errorf("patching: %w",
+			apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, "ns")), namespaceGone: true},
+		{name: "another error", err: apierrors.NewConflict(accesses, "a", errors.New("changed"))},
+		{name: "not an API error", err: errors.New("boom")},
+	} {
+		if got := lookup.NamespaceGone(tc.err); got != tc.namespaceGone {
+			t.Errorf("%s: NamespaceGone = %v, want %v", tc.name, got, tc.namespaceGone)
+		}
+		if got := lookup.IgnoreGone(tc.err); (got == nil) != tc.ignored || (got != nil && !errors.Is(got, tc.err)) {
+			t.Errorf("%s: IgnoreGone = %v, want ignored %v", tc.name, got, tc.ignored)
 		}
 	}
 }

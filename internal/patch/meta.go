@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/lookup"
 )
 
 // Locked patches what mutate changes in obj's metadata or spec, with optimistic locking so that a
@@ -37,7 +38,8 @@ func RemoveFinalizer(ctx context.Context, c client.Client, obj client.Object) er
 // FinalizerRemoved removes the protection finalizer and reports whether this call removed it.
 // It did not when obj is gone already: a reconcile from a cache that has not seen the deletion
 // yet finds the finalizer on its stale copy, and the patch, locked to that copy's version, finds
-// no object. What follows a removal (counting a deletion) is done once, on true.
+// no object. What follows a removal (counting a deletion) is done once, on true. A refusal because
+// obj's namespace is gone is an error (lookup.NamespaceGone): obj is still there.
 func FinalizerRemoved(ctx context.Context, c client.Client, obj client.Object) (bool, error) {
 	removed := false
 	err := Locked(ctx, c, obj, func() bool {
@@ -45,7 +47,7 @@ func FinalizerRemoved(ctx context.Context, c client.Client, obj client.Object) (
 		return removed
 	})
 	if err != nil {
-		return false, client.IgnoreNotFound(err)
+		return false, lookup.IgnoreGone(err)
 	}
 	return removed, nil
 }

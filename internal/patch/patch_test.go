@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -246,4 +247,62 @@ func TestFinalizersAndAnnotations(t *testing.T) {
 	if err := patch.RemoveFinalizer(ctx, env.Client, got); err != nil {
 		t.Errorf("removing the finalizer of an object that is gone: %v", err)
 	}
+}
+
+// TestFinalizerInANamespaceThatIsGone: a namespace can be finished while objects with finalizers
+// are left in it (docs/reliability.md, "Found by the suite"); the API server then refuses every
+// write to them with NotFound for the namespace. That is not the object being gone: removing the
+// finalizer failed, and must be tried again once the namespace is back.
+func TestFinalizerInANamespaceThatIsGone(t *testing.T) {
+	ctx := t.Context()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("patch-gone-%d", counter.Add(1))}}
+	if err := env.Client.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	claim := &cosiapi.BucketClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "claim", Finalizers: []string{cosiapi.FinalizerProtection}},
+		Spec:       cosiapi.BucketClaimSpec{BucketClassName: "class"},
+	}
+	if err := env.Client.Create(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	// The namespace finished with the claim in it (testenv runs no namespace controller).
+	if err := env.Client.Delete(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ns), ns); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		ns.Spec.Finalizers = nil
+		if err := env.Client.SubResource("finalize").Update(ctx, ns); err != nil {
+			return err
+		}
+		return fmt.Errorf("namespace %s is still there", ns.Name)
+	})
+	if err := env.Client.Delete(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	got := stored(t, claim)
+	removed, err := patch.FinalizerRemoved(ctx, env.Client, got)
+	if err == nil {
+		t.Fatalf("removing the finalizer of a claim whose namespace is gone: removed %v, no error: taken for the "+
+			"claim being gone", removed)
+	}
+	t.Logf("refused as it should be: %v", err)
+
+	// Back once the namespace is.
+	ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns.Name}}
+	if err := env.Client.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, func() error {
+		got := stored(t, claim)
+		removed, err := patch.FinalizerRemoved(ctx, env.Client, got)
+		if err != nil || !removed {
+			return fmt.Errorf("removed %v: %w", removed, err)
+		}
+		return nil
+	})
+	env.Gone(t, claim)
 }

@@ -125,6 +125,34 @@ func (p *Process) Stop() error {
 	return fmt.Errorf("%s did not stop within %v of SIGTERM; see %s", p.Name, timeout, p.Log)
 }
 
+// Kill kills p with SIGKILL, as a crash would (no chance to finish work in flight), and waits
+// until it is gone. It does nothing when p never started or already exited; Start starts it again.
+func (p *Process) Kill() {
+	if p == nil || p.done == nil {
+		return
+	}
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// Exited reports whether p started and has exited since (killed, or on its own).
+func (p *Process) Exited() bool {
+	if p == nil || p.done == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // Restart stops p and starts it again with the same flags.
 func (p *Process) Restart(ctx context.Context) error {
 	if err := p.Stop(); err != nil {

@@ -16,11 +16,16 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/conditions"
+	"github.com/kube-cosi/cosi/internal/lookup"
 )
+
+// log is where what cannot be an event goes.
+var log = ctrllog.Log.WithName("requeue")
 
 // MaxBackoff is the longest wait between two attempts of a failing reconcile.
 const MaxBackoff = 5 * time.Minute
@@ -40,14 +45,26 @@ func RateLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
 // writer changed the object since it was read) is retried with the object's backoff, which starts
 // at 5 ms, without being logged as an error; it is the expected cost of optimistic locking, not a
 // failure (APIErrorEvent reports it, rate-limited).
+//
+// A write refused because the object's namespace is gone (lookup.NamespaceGone) is tried again
+// every NamespaceGoneInterval, logged by APIErrorEvent.
 func Result(err error) (reconcile.Result, error) {
 	if apierrors.IsConflict(err) {
 		// Requeue is the only way to ask for the rate-limited retry without an error; RequeueAfter
 		// would skip the object's backoff.
 		return reconcile.Result{Requeue: true}, nil //nolint:staticcheck // see above
 	}
+	if lookup.NamespaceGone(err) {
+		return reconcile.Result{RequeueAfter: NamespaceGoneInterval}, nil
+	}
 	return reconcile.Result{}, err
 }
+
+// NamespaceGoneInterval is how often a reconcile whose writes are refused because the object's
+// namespace is gone tries again. Nothing the components watch changes when an admin recreates the
+// namespace (they have no access to namespaces), and a failure's backoff would have grown towards
+// MaxBackoff while the namespace was gone; each attempt costs one refused request.
+const NamespaceGoneInterval = 15 * time.Second
 
 // APIErrorEvent records a failed Kubernetes API call of a reconcile as a Warning event on obj, with
 // the reason of the operation it failed (KEP-1979 "Conditions": "Kubernetes API issues (e.g.,
@@ -56,6 +73,12 @@ func Result(err error) (reconcile.Result, error) {
 // conflictInterval, with the number of conflicts since the last report (see conflictLog).
 // Objects that are gone are not reported.
 func APIErrorEvent(rec events.EventRecorder, obj runtime.Object, reason string, err error) {
+	if lookup.NamespaceGone(err) {
+		// No event can be written in a namespace that is gone: the log says it.
+		log.Info("the object's namespace is gone: its writes are refused until the namespace is recreated; "+
+			"trying again", "object", objectName(obj), "interval", NamespaceGoneInterval, "error", err.Error())
+		return
+	}
 	if err == nil || apierrors.IsNotFound(err) {
 		return
 	}
@@ -143,4 +166,13 @@ func conflictKey(obj runtime.Object) string {
 		return string(uid)
 	}
 	return fmt.Sprintf("%T/%s/%s", obj, m.GetNamespace(), m.GetName())
+}
+
+// objectName is obj's namespace/name for the log.
+func objectName(obj runtime.Object) string {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return fmt.Sprintf("%T", obj)
+	}
+	return m.GetNamespace() + "/" + m.GetName()
 }

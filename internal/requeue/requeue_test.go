@@ -36,6 +36,9 @@ func TestResultWithEvent(t *testing.T) {
 		{name: "forbidden", err: apierrors.NewForbidden(gr, "b", errors.New("no")), wantErr: true,
 			wantEvent: "Warning " + cosiapi.EventFailedCreateBucket},
 		{name: "not an API error", err: errors.New("driver"), wantErr: true},
+		// A write into a namespace that is gone: tried again at intervals, logged, no event.
+		{name: "namespace gone", err: apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, "ns"),
+			want: reconcile.Result{RequeueAfter: requeue.NamespaceGoneInterval}},
 	} {
 		rec := events.NewFakeRecorder(1)
 		obj := &cosiapi.Bucket{ObjectMeta: metav1.ObjectMeta{Name: "result-" + tc.name}}

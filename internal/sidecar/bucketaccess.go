@@ -490,7 +490,7 @@ func (r *BucketAccessReconciler) recordGranted(ctx context.Context, ba *cosiapi.
 		return status.Patch(ctx, patch.OptimisticLock)
 	})
 	if err != nil {
-		return client.IgnoreNotFound(err)
+		return lookup.IgnoreGone(err)
 	}
 	r.checks.done(ba.UID)
 	return nil
@@ -602,7 +602,7 @@ func (r *BucketAccessReconciler) delete(ctx context.Context, ba *cosiapi.BucketA
 		if ba.Annotations[cosiapi.AnnotationSidecarCleanupFinished] != "" {
 			return nil
 		}
-		return client.IgnoreNotFound(patch.SetAnnotation(ctx, r.Client, ba, cosiapi.AnnotationSidecarCleanupFinished))
+		return lookup.IgnoreGone(patch.SetAnnotation(ctx, r.Client, ba, cosiapi.AnnotationSidecarCleanupFinished))
 	}
 	if err := r.deleteSecrets(ctx, ba); err != nil {
 		return err
@@ -636,9 +636,9 @@ func (r *BucketAccessReconciler) delete(ctx context.Context, ba *cosiapi.BucketA
 	status := r.record.status(ba)
 	conditions.MarkFalse(ba, cosiapi.ConditionProvisioned, cosiapi.ReasonRevoked, "access revoked; Secrets deleted")
 	if err := status.Patch(ctx, patch.OptimisticLock); err != nil {
-		return client.IgnoreNotFound(err)
+		return lookup.IgnoreGone(err)
 	}
-	return client.IgnoreNotFound(patch.SetAnnotation(ctx, r.Client, ba, cosiapi.AnnotationSidecarCleanupFinished))
+	return lookup.IgnoreGone(patch.SetAnnotation(ctx, r.Client, ba, cosiapi.AnnotationSidecarCleanupFinished))
 }
 
 // revoked reports whether the sidecar recorded the access's revocation in status.

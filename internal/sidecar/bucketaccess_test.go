@@ -22,15 +22,20 @@ import (
 )
 
 // access creates a BucketAccess for the buckets and hands it off to the harness's driver, as the
-// controller does: status.driverName, authenticationType, parameters and accessedBuckets.
+// controller does: status.driverName, authenticationType, parameters and accessedBuckets. It is
+// created in the namespace of the first Bucket's claim.
 func (h *harness) access(
 	protocol cosiapi.Protocol,
 	auth cosiapi.AuthenticationType,
 	buckets ...*cosiapi.Bucket,
 ) *cosiapi.BucketAccess {
 	h.t.Helper()
+	namespace := testNamespace
+	if len(buckets) > 0 {
+		namespace = buckets[0].Spec.BucketClaimRef.Namespace
+	}
 	ba := &cosiapi.BucketAccess{
-		ObjectMeta: metav1.ObjectMeta{Name: uniqueName("access"), Namespace: testNamespace},
+		ObjectMeta: metav1.ObjectMeta{Name: uniqueName("access"), Namespace: namespace},
 		Spec:       cosiapi.BucketAccessSpec{BucketAccessClassName: "standard", Protocol: protocol},
 	}
 	if auth == cosiapi.AuthenticationTypeServiceAccount {

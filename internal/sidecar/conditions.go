@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/kube-cosi/cosi/internal/lookup"
 	"github.com/kube-cosi/cosi/internal/requeue"
 )
 
@@ -56,9 +57,10 @@ func (e rpcError) retryable() bool {
 }
 
 // result hands err to controller-runtime: retryable driver errors and API errors are retried with
-// backoff; final driver errors stop retrying until the object changes.
+// backoff (a namespace that is gone is looked at again at intervals: requeue.Result); final
+// driver errors stop retrying until the object changes.
 func result(err error) (reconcile.Result, error) {
-	if err == nil || apierrors.IsConflict(err) {
+	if err == nil || apierrors.IsConflict(err) || lookup.NamespaceGone(err) {
 		return requeue.Result(err)
 	}
 	var later requeueError

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/lookup"
 	"github.com/kube-cosi/cosi/internal/patch"
 )
 
@@ -69,6 +70,10 @@ func probeSecret(
 		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
 		err = c.Patch(ctx, s, client.RawPatch(types.JSONPatchType, test))
 		switch {
+		case lookup.NamespaceGone(err):
+			// The Secret is there (a missing one is NotFound before admission) but cannot be
+			// written until the namespace is recreated: not free, and not deleted yet.
+			return 0, nil, err
 		case apierrors.IsNotFound(err):
 			return slotFree, nil, nil
 		case apierrors.IsInvalid(err):

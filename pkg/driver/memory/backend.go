@@ -50,6 +50,18 @@ func (b Backend) Accounts() []string {
 	return slices.Sorted(maps.Keys(b.d.state.Accounts))
 }
 
+// AccountBuckets returns the IDs of the buckets an account was granted, sorted; nil when the account
+// does not exist.
+func (b Backend) AccountBuckets(accountID string) []string {
+	b.d.mu.Lock()
+	defer b.d.mu.Unlock()
+	a, ok := b.d.state.Accounts[accountID]
+	if !ok {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(a.Buckets))
+}
+
 // Allowed reports whether creds open bucketID for reading (write false) or writing (write true)
 // data of the category: the credentials must belong to a live account that was granted the
 // bucket with a mode allowing it. Unrequested categories are denied: least privilege.

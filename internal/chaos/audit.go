@@ -1,0 +1,438 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+)
+
+// The checks of the audit, as the report names them.
+const (
+	CheckClaim          = "claim not as asked"          // kept: Provisioned; deleted: gone
+	CheckAccess         = "access not as asked"         // kept: Provisioned; deleted: gone
+	CheckTerminating    = "stuck terminating"           // an object or namespace still being deleted
+	CheckOrphanBucket   = "backend bucket unaccounted"  // no Bucket (or released Retain bucket) has it
+	CheckLostBucket     = "backend bucket lost"         // Retain, imported or still claimed, yet gone
+	CheckBucketsOfClaim = "not one bucket per claim"    // a claim with no Bucket, or several
+	CheckLeftBucket     = "Bucket object left"          // Delete policy, its claim gone
+	CheckOrphanAccount  = "backend account unaccounted" // no BucketAccess has it
+	CheckLiveKey        = "revoked key still works"     // a deleted access's key opens its bucket
+	CheckLostKey        = "kept access's key fails"     // a kept access's Secret does not open its bucket
+	CheckStraySecret    = "Secret without its access"
+	CheckStrayGrant     = "grant record without its access"
+)
+
+// The sidecar's grant records (internal/sidecar, grants.go): ConfigMaps named for the access's UID,
+// labeled cosiapi.LabelGrantDriver, in the sidecar's namespace (localenv runs it in cosi-system).
+const (
+	grantNamespace    = "cosi-system"
+	grantRecordPrefix = "cosi-grant-"
+)
+
+// Violation is one finding of the audit.
+type Violation struct {
+	Check string
+	// Object names what is wrong (an API object, a backend bucket or account).
+	Object string
+	Detail string
+	// History is the object's story: what the harness did, the faults around it, the driver's
+	// calls about it, its events and conditions.
+	History []string
+
+	subjects []string
+}
+
+func (v Violation) String() string { return v.Check + ": " + v.Object + ": " + v.Detail }
+
+// world is the system as the audit sees it.
+type world struct {
+	claims    map[types.UID]*cosiapi.BucketClaim
+	accesses  map[types.UID]*cosiapi.BucketAccess
+	buckets   []cosiapi.Bucket
+	secrets   []corev1.Secret
+	grants    []corev1.ConfigMap
+	spaces    []corev1.Namespace
+	store     *backendState
+	bucketIDs map[string]bool // backend buckets
+	// created are the buckets the driver created (it answered a DriverCreateBucket, or acted
+	// before an injected failure), deleted those it was asked to delete and did.
+	created, deleted map[string]bool
+}
+
+func (r *run) look(ctx context.Context) (*world, error) {
+	w := &world{claims: map[types.UID]*cosiapi.BucketClaim{}, accesses: map[types.UID]*cosiapi.BucketAccess{}}
+	var cl cosiapi.BucketClaimList
+	var al cosiapi.BucketAccessList
+	var bl cosiapi.BucketList
+	var sl corev1.SecretList
+	var gl corev1.ConfigMapList
+	var nl corev1.NamespaceList
+	for _, l := range []struct {
+		list client.ObjectList
+		opts []client.ListOption
+	}{
+		{&cl, nil}, {&al, nil}, {&bl, nil},
+		{&sl, []client.ListOption{client.HasLabels{cosiapi.LabelBucketAccessUID}}},
+		{&gl, []client.ListOption{client.InNamespace(grantNamespace)}},
+		{&nl, nil},
+	} {
+		if err := r.list(ctx, l.list, l.opts...); err != nil {
+			return nil, err
+		}
+	}
+	for i := range cl.Items {
+		w.claims[cl.Items[i].UID] = &cl.Items[i]
+	}
+	for i := range al.Items {
+		w.accesses[al.Items[i].UID] = &al.Items[i]
+	}
+	w.buckets, w.secrets = bl.Items, sl.Items
+	// The grant records: by their name as well as their label, so that a record whose label was
+	// lost (the sidecar no longer sees it as its own) still counts.
+	for _, cm := range gl.Items {
+		if strings.HasPrefix(cm.Name, grantRecordPrefix) || cm.Labels[cosiapi.LabelGrantDriver] != "" {
+			w.grants = append(w.grants, cm)
+		}
+	}
+	for _, ns := range nl.Items {
+		if strings.HasPrefix(ns.Name, "chaos-") {
+			w.spaces = append(w.spaces, ns)
+		}
+	}
+	st, err := r.backend.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	w.store, w.bucketIDs = st, st.buckets
+	w.created, w.deleted = map[string]bool{}, map[string]bool{}
+	for _, e := range r.readJournal() {
+		acted := e.Code == "OK" || e.Acted
+		switch {
+		case e.Method == "DriverCreateBucket" && acted:
+			w.created[e.Subject] = true
+		case e.Method == "DriverDeleteBucket" && acted:
+			w.deleted[e.Subject] = true
+		}
+	}
+	return w, nil
+}
+
+// audit checks the system against the ledger.
+func (r *run) audit(ctx context.Context) ([]Violation, error) {
+	w, err := r.look(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.ledger.mu.Lock()
+	defer r.ledger.mu.Unlock()
+	var out []Violation
+	add := func(check, object, detail string, subjects ...string) {
+		out = append(out, Violation{Check: check, Object: object, Detail: detail, subjects: subjects})
+	}
+
+	// Claims and accesses: as asked, and nothing stuck.
+	for _, c := range r.ledger.claims {
+		name := "BucketClaim " + c.namespace + "/" + c.plan.name
+		live := w.claims[c.uid]
+		switch {
+		case c.plan.keep && live == nil:
+			add(CheckClaim, name, "kept, but gone", c.subjects()...)
+		case c.plan.keep && !meta.IsStatusConditionTrue(live.Status.Conditions, cosiapi.ConditionProvisioned):
+			add(CheckClaim, name, "kept, but not Provisioned: "+conditionText(live.Status.Conditions), c.subjects()...)
+		case !c.plan.keep && live != nil:
+			add(CheckClaim, name, "deleted, but still there: "+conditionText(live.Status.Conditions), c.subjects()...)
+		}
+	}
+	for _, a := range r.ledger.accesses {
+		name := "BucketAccess " + a.namespace + "/" + a.plan.name
+		live := w.accesses[a.uid]
+		switch {
+		case a.plan.keep && live == nil:
+			add(CheckAccess, name, "kept, but gone", a.subjects()...)
+		case a.plan.keep && !meta.IsStatusConditionTrue(live.Status.Conditions, cosiapi.ConditionProvisioned):
+			add(CheckAccess, name, "kept, but not Provisioned: "+conditionText(live.Status.Conditions), a.subjects()...)
+		case !a.plan.keep && live != nil:
+			add(CheckAccess, name, "deleted, but still there: "+conditionText(live.Status.Conditions), a.subjects()...)
+		}
+	}
+	for _, c := range w.claims {
+		if c.DeletionTimestamp != nil {
+			add(CheckTerminating, "BucketClaim "+c.Namespace+"/"+c.Name, since(c.DeletionTimestamp.Time)+
+				", finalizers "+strings.Join(c.Finalizers, ","), string(c.UID))
+		}
+	}
+	for _, a := range w.accesses {
+		if a.DeletionTimestamp != nil {
+			add(CheckTerminating, "BucketAccess "+a.Namespace+"/"+a.Name, since(a.DeletionTimestamp.Time)+
+				", finalizers "+strings.Join(a.Finalizers, ","), string(a.UID), a.Status.AccountID)
+		}
+	}
+	for _, b := range w.buckets {
+		if b.DeletionTimestamp != nil {
+			add(CheckTerminating, "Bucket "+b.Name, since(b.DeletionTimestamp.Time)+
+				", finalizers "+strings.Join(b.Finalizers, ","), b.Name, b.Status.BucketID, string(b.Spec.BucketClaimRef.UID))
+		}
+	}
+	for _, ns := range w.spaces {
+		if ns.DeletionTimestamp != nil {
+			add(CheckTerminating, "Namespace "+ns.Name, since(ns.DeletionTimestamp.Time), ns.Name)
+		}
+	}
+
+	// Buckets: every backend bucket accounted for, none lost, one per claim.
+	accounted := map[string]bool{}
+	for id := range r.ledger.imported {
+		accounted[id] = true
+	}
+	for id := range r.ledger.released {
+		accounted[id] = true
+	}
+	bucketsOf := map[types.UID][]string{}
+	for _, b := range w.buckets {
+		if b.Status.BucketID != "" {
+			accounted[b.Status.BucketID] = true
+		}
+		claimLive := b.Spec.BucketClaimRef.UID != "" && w.claims[b.Spec.BucketClaimRef.UID] != nil
+		if claimLive {
+			bucketsOf[b.Spec.BucketClaimRef.UID] = append(bucketsOf[b.Spec.BucketClaimRef.UID], b.Name)
+		}
+		// A Bucket whose claim went before its backend bucket was created has an ID and no bucket:
+		// nothing was lost.
+		if id := b.Status.BucketID; id != "" && (b.Spec.DeletionPolicy == cosiapi.DeletionPolicyRetain || claimLive) &&
+			(w.deleted[id] || (w.created[id] && !w.bucketIDs[id])) {
+			add(CheckLostBucket, "backend bucket "+id,
+				fmt.Sprintf("Bucket %s (%s, claim %s) has it; the driver deleted it", b.Name, b.Spec.DeletionPolicy,
+					claimState(claimLive)), b.Name, id, string(b.Spec.BucketClaimRef.UID))
+		}
+		if b.Spec.DeletionPolicy == cosiapi.DeletionPolicyDelete && !claimLive && b.DeletionTimestamp == nil {
+			add(CheckLeftBucket, "Bucket "+b.Name, "Delete policy, its claim "+b.Spec.BucketClaimRef.Namespace+"/"+
+				string(b.Spec.BucketClaimRef.Name)+" is gone", b.Name, b.Status.BucketID, string(b.Spec.BucketClaimRef.UID))
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(w.bucketIDs)) {
+		if !accounted[id] {
+			add(CheckOrphanBucket, "backend bucket "+id, "no Bucket has it as its status.bucketID", id)
+		}
+	}
+	for id, name := range r.ledger.released {
+		if w.deleted[id] || (w.created[id] && !w.bucketIDs[id]) {
+			add(CheckLostBucket, "backend bucket "+id, "Retain: its Bucket "+name+" was deleted, the bucket must stay",
+				id, name)
+		}
+	}
+	for id := range r.ledger.imported {
+		if w.deleted[id] || !w.bucketIDs[id] {
+			add(CheckLostBucket, "backend bucket "+id, "imported by a static claim: never deleted by COSI", id)
+		}
+	}
+	for _, c := range r.ledger.claims {
+		if !c.plan.keep || w.claims[c.uid] == nil {
+			continue
+		}
+		names := bucketsOf[c.uid]
+		if len(names) != 1 {
+			add(CheckBucketsOfClaim, "BucketClaim "+c.namespace+"/"+c.plan.name,
+				fmt.Sprintf("bound by %d Buckets: %v", len(names), names), c.subjects()...)
+		}
+	}
+
+	// Accounts and keys: every backend account accounted for, revoked keys refused, kept keys
+	// working.
+	accounts := map[string]bool{}
+	for _, a := range w.accesses {
+		if a.Status.AccountID != "" {
+			accounts[a.Status.AccountID] = true
+		}
+	}
+	for _, id := range w.store.accounts {
+		if !accounts[id] {
+			detail := "no BucketAccess has it"
+			if w.store.grants != nil {
+				detail += fmt.Sprintf("; it was granted %v", w.store.grants(id))
+			}
+			add(CheckOrphanAccount, "backend account "+id, detail, id)
+		}
+	}
+	for _, a := range r.ledger.accesses {
+		name := "BucketAccess " + a.namespace + "/" + a.plan.name
+		live := w.accesses[a.uid]
+		for _, k := range a.keys {
+			if live != nil {
+				continue
+			}
+			allowed, err := w.store.allowed(ctx, k.creds, k.bucketID, false)
+			if err != nil {
+				return nil, err
+			}
+			if allowed {
+				add(CheckLiveKey, name, fmt.Sprintf("the key %s of Secret %s still reads bucket %s",
+					k.creds.GetS3().GetAccessKeyId(), k.secret, k.bucketID), a.subjects()...)
+			}
+		}
+		if a.plan.keep && live != nil {
+			v, err := checkKeptSecrets(ctx, w, a, live)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, v...)
+		}
+	}
+
+	// Secrets and grant records: none without its access.
+	for _, s := range w.secrets {
+		uid := types.UID(s.Labels[cosiapi.LabelBucketAccessUID])
+		if w.accesses[uid] == nil {
+			add(CheckStraySecret, "Secret "+s.Namespace+"/"+s.Name, "its BucketAccess "+string(uid)+" is gone",
+				string(uid))
+		}
+	}
+	for _, g := range w.grants {
+		uid := types.UID(strings.TrimPrefix(g.Name, grantRecordPrefix))
+		if w.accesses[uid] == nil {
+			add(CheckStrayGrant, "ConfigMap "+grantNamespace+"/"+g.Name, "its BucketAccess "+string(uid)+" is gone",
+				string(uid), cosiapi.AccountNamePrefix+string(uid))
+		}
+	}
+	slices.SortFunc(out, func(a, b Violation) int { return strings.Compare(a.String(), b.String()) })
+	return out, nil
+}
+
+// checkKeptSecrets checks that each Secret of a kept access holds a key that opens its bucket.
+func checkKeptSecrets(ctx context.Context, w *world, a *accessRecord, live *cosiapi.BucketAccess) ([]Violation, error) {
+	var out []Violation
+	name := "BucketAccess " + a.namespace + "/" + a.plan.name
+	for _, ref := range live.Spec.BucketClaims {
+		var secret *corev1.Secret
+		for i := range w.secrets {
+			if w.secrets[i].Namespace == a.namespace && w.secrets[i].Name == string(ref.AccessSecretName) {
+				secret = &w.secrets[i]
+			}
+		}
+		detail := ""
+		if secret == nil {
+			detail = "its Secret " + string(ref.AccessSecretName) + " is missing"
+		} else {
+			bucket := string(secret.Data[cosiapi.SecretKeyS3BucketName])
+			allowed, err := w.store.allowed(ctx, secretCredentials(secret), bucket, true)
+			if err != nil {
+				return nil, err
+			}
+			if allowed {
+				continue
+			}
+			detail = fmt.Sprintf("the key %s in Secret %s does not write bucket %s",
+				secret.Data[cosiapi.SecretKeyS3AccessKeyID], secret.Name, secret.Data[cosiapi.SecretKeyS3BucketName])
+		}
+		out = append(out, Violation{Check: CheckLostKey, Object: name, Detail: detail, subjects: a.subjects()})
+	}
+	return out, nil
+}
+
+// converge audits until the audit passes or ConvergeTimeout passes; it returns the last audit's
+// findings.
+func (r *run) converge(ctx context.Context, _ plan) ([]Violation, error) {
+	deadline := time.Now().Add(r.cfg.ConvergeTimeout)
+	last := -1
+	for {
+		if err := r.restartExited(ctx, false); err != nil {
+			return nil, err
+		}
+		if err := r.reviveNamespaces(ctx); err != nil {
+			return nil, err
+		}
+		v, err := r.audit(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if len(v) == 0 || time.Now().After(deadline) {
+			return v, nil
+		}
+		if len(v) != last {
+			r.logf("converging: %d findings left (first: %s)", len(v), v[0])
+			last = len(v)
+		}
+		sleep(ctx, time.Second)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// reviveNamespaces recreates, and deletes again, the namespaces that are gone while COSI objects
+// remain in them. kube-controller-manager's namespace controller can finish deleting a namespace
+// while a custom resource is left in it, when it looks right after an API server restart, before
+// the CRDs are served again (a Kubernetes race, not COSI's). The API server then refuses every
+// write but deletion to what is left, finalizers included: no controller can finish its cleanup.
+// Recreating the namespace is the admin's remedy; the namespace controller then deletes the
+// content again, and COSI's components, which retry such refused writes at intervals
+// (requeue.NamespaceGoneInterval), finish their cleanup. Nothing else wakes them: the suite does
+// not touch the objects.
+func (r *run) reviveNamespaces(ctx context.Context) error {
+	var cl cosiapi.BucketClaimList
+	var al cosiapi.BucketAccessList
+	if err := r.list(ctx, &cl); err != nil {
+		return err
+	}
+	if err := r.list(ctx, &al); err != nil {
+		return err
+	}
+	spaces := map[string]bool{}
+	for i := range cl.Items {
+		spaces[cl.Items[i].Namespace] = true
+	}
+	for i := range al.Items {
+		spaces[al.Items[i].Namespace] = true
+	}
+	for _, name := range slices.Sorted(maps.Keys(spaces)) {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if err := r.get(ctx, ns); !apierrors.IsNotFound(err) {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		r.count("namespace deleted with COSI objects left in it (Kubernetes race): recreated and deleted again")
+		r.timeline.addf([]string{name}, "namespace %s is gone with COSI objects in it; recreating and deleting it", name)
+		r.logf("namespace %s is gone with COSI objects in it; recreating and deleting it", name)
+		ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if err := r.create(ctx, ns); err != nil {
+			return err
+		}
+		if err := r.del(ctx, ns); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func conditionText(cs []metav1.Condition) string {
+	var parts []string
+	for _, c := range cs {
+		parts = append(parts, fmt.Sprintf("%s=%s (%s: %s)", c.Type, c.Status, c.Reason, c.Message))
+	}
+	if len(parts) == 0 {
+		return "no conditions"
+	}
+	return strings.Join(parts, "; ")
+}
+
+func since(t time.Time) string { return "deleting for " + time.Since(t).Round(time.Second).String() }
+
+func claimState(live bool) string {
+	if live {
+		return "live"
+	}
+	return "gone"
+}

@@ -1,0 +1,167 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
+
+	"github.com/kube-cosi/cosi/drivers/s3"
+	"github.com/kube-cosi/cosi/internal/versity"
+	"github.com/kube-cosi/cosi/pkg/driver/memory"
+	cosiproto "github.com/kube-cosi/cosi/proto"
+)
+
+// backend is the object store as the audit sees it from its own side, not through COSI, and
+// what the harness does there as the store's admin.
+type backend interface {
+	// snapshot reads the store's buckets and accounts.
+	snapshot(ctx context.Context) (*backendState, error)
+	// importBuckets creates buckets, as an admin does before importing them into COSI.
+	importBuckets(ctx context.Context, ids []string) error
+}
+
+// backendState is the store at one moment.
+type backendState struct {
+	buckets  map[string]bool
+	accounts []string
+	// grants returns the buckets an account was granted, for the report; nil when unknown.
+	grants func(account string) []string
+	// allowed reports whether creds open bucketID, reading or writing data; an error means the
+	// store did not say.
+	allowed func(ctx context.Context, creds *cosiproto.CredentialInfo, bucketID string, write bool) (bool, error)
+}
+
+// memoryBackend is cosi-driver-memory's state file, read as the driver reads it after a restart.
+type memoryBackend struct{ r *run }
+
+func (m memoryBackend) snapshot(context.Context) (*backendState, error) {
+	d, err := memory.New(memory.Config{StateFile: m.r.stateFile})
+	if err != nil {
+		return nil, err
+	}
+	b := d.Backend()
+	st := &backendState{buckets: map[string]bool{}, accounts: b.Accounts(), grants: b.AccountBuckets,
+		allowed: func(_ context.Context, creds *cosiproto.CredentialInfo, bucketID string, write bool) (bool, error) {
+			return b.Allowed(creds, bucketID, memory.ObjectData, write), nil
+		}}
+	for _, id := range b.Buckets() {
+		st.buckets[id] = true
+	}
+	return st, nil
+}
+
+// importBuckets creates the buckets through the driver: the memory driver has no other door.
+func (m memoryBackend) importBuckets(ctx context.Context, ids []string) error {
+	d, err := m.r.driverClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	for _, id := range ids {
+		if _, err := d.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{
+			BucketId: id, Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3},
+		}); err != nil {
+			return fmt.Errorf("creating the imported bucket %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// s3Backend is the Versity gateway and its IAM service, asked with the root credentials; keys are
+// tried with real S3 requests.
+type s3Backend struct {
+	admin *awss3.Client
+	iam   *s3.IAMAccounts
+	// refused remembers the keys the store refused: a deleted key does not come back, and the
+	// converging audit asks again every second.
+	mu      sync.Mutex
+	refused map[string]bool
+}
+
+func newS3Backend(store *versity.Store) *s3Backend {
+	creds := credentials.NewStaticCredentialsProvider(store.RootAccessKey, store.RootSecretKey, "")
+	return &s3Backend{
+		admin:   s3.NewS3Client(store.S3Endpoint, "us-east-1", creds, nil),
+		iam:     s3.NewIAMAccounts(store.IAMEndpoint, creds, nil),
+		refused: map[string]bool{},
+	}
+}
+
+func (b *s3Backend) snapshot(ctx context.Context) (*backendState, error) {
+	st := &backendState{buckets: map[string]bool{}, allowed: b.allowed}
+	out, err := b.admin.ListBuckets(ctx, &awss3.ListBucketsInput{})
+	if err != nil {
+		return nil, fmt.Errorf("listing the store's buckets: %w", err)
+	}
+	for _, bucket := range out.Buckets {
+		st.buckets[aws.ToString(bucket.Name)] = true
+	}
+	if st.accounts, err = b.iam.List(ctx); err != nil {
+		return nil, fmt.Errorf("listing the store's IAM users: %w", err)
+	}
+	return st, nil
+}
+
+// allowed tries the key: a read lists the bucket, a write puts an object. The store's refusal is
+// an answer; a request that got none (a connection error) is an error.
+func (b *s3Backend) allowed(
+	ctx context.Context,
+	creds *cosiproto.CredentialInfo,
+	bucketID string,
+	write bool,
+) (bool, error) {
+	key := fmt.Sprintf("%s/%s/%s/%v", creds.GetS3().GetAccessKeyId(), creds.GetS3().GetAccessSecretKey(), bucketID,
+		write)
+	b.mu.Lock()
+	refused := b.refused[key]
+	b.mu.Unlock()
+	if refused {
+		return false, nil
+	}
+	c := awss3.New(awss3.Options{
+		BaseEndpoint: b.admin.Options().BaseEndpoint, Region: "us-east-1", UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(creds.GetS3().GetAccessKeyId(),
+			creds.GetS3().GetAccessSecretKey(), ""),
+		RetryMaxAttempts:           1,
+		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
+		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
+	})
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var err error
+	if write {
+		_, err = c.PutObject(ctx, &awss3.PutObjectInput{Bucket: aws.String(bucketID), Key: aws.String("cosi-chaos"),
+			Body: strings.NewReader("chaos")})
+	} else {
+		_, err = c.ListObjectsV2(ctx, &awss3.ListObjectsV2Input{Bucket: aws.String(bucketID), MaxKeys: aws.Int32(1)})
+	}
+	var apiErr smithy.APIError
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &apiErr):
+		b.mu.Lock()
+		b.refused[key] = true
+		b.mu.Unlock()
+		return false, nil
+	}
+	return false, fmt.Errorf("trying key %s on bucket %s: %w", creds.GetS3().GetAccessKeyId(), bucketID, err)
+}
+
+// importBuckets creates the buckets with the store's root credentials, as an admin does.
+func (b *s3Backend) importBuckets(ctx context.Context, ids []string) error {
+	for _, id := range ids {
+		if _, err := b.admin.CreateBucket(ctx, &awss3.CreateBucketInput{Bucket: aws.String(id)}); err != nil {
+			return fmt.Errorf("creating the imported bucket %s: %w", id, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,133 @@
+package chaos
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// The plan is the workload, drawn from the seed before anything runs: for every namespace, its
+// claims and accesses and what becomes of each. Running it with the same seed does the same
+// things, in the same order within each namespace (the interleavings across namespaces and with
+// the faults follow the machine's timing).
+
+// deletion orders of an access relative to the claims it reaches.
+type order int
+
+const (
+	// before: the access is deleted, then its claims.
+	before order = iota
+	// with: the access and its claims are deleted at once.
+	with
+	// after: the claims are deleted first (they wait, blocked), then the access.
+	after
+)
+
+func (o order) String() string { return [...]string{"before", "with", "after"}[o] }
+
+type claimPlan struct {
+	name string
+	// retain chooses the Retain class; static imports an existing bucket (always Retain).
+	retain, static bool
+	// staticID is the backend bucket a static claim imports; bucketName its Bucket object.
+	staticID, bucketName string
+	// keep leaves the claim at the end; otherwise it is deleted (or its namespace is).
+	keep bool
+	// releaseBucket has the admin delete the retained Bucket object once the claim is gone: the
+	// backend bucket must stay.
+	releaseBucket bool
+}
+
+type accessPlan struct {
+	name string
+	// claims are indices into the namespace's claims: one, or two for a multi-bucket access.
+	claims []int
+	keep   bool
+	order  order
+}
+
+type namespacePlan struct {
+	index  int
+	name   string
+	claims []claimPlan
+	access []accessPlan
+	// early deletes without waiting for anything to be provisioned (after earlyAfter).
+	early      bool
+	earlyAfter time.Duration
+	// deleteWhole deletes the namespace instead of its objects one by one.
+	deleteWhole bool
+	// gap is the pause between the steps of the deletion.
+	gap time.Duration
+}
+
+type plan struct{ namespaces []namespacePlan }
+
+func newPlan(cfg Config) plan {
+	var p plan
+	for i := 0; i*cfg.PerNamespace < cfg.Claims; i++ {
+		n := min(cfg.PerNamespace, cfg.Claims-i*cfg.PerNamespace)
+		p.namespaces = append(p.namespaces, newNamespacePlan(seeded(cfg.Seed, uint64(1000+i)), i, n))
+	}
+	return p
+}
+
+func newNamespacePlan(rng *rand.Rand, index, claims int) namespacePlan {
+	ns := namespacePlan{
+		index:       index,
+		name:        fmt.Sprintf("chaos-%d", index),
+		early:       rng.Float64() < 0.25,
+		earlyAfter:  time.Duration(rng.IntN(1500)) * time.Millisecond,
+		deleteWhole: rng.Float64() < 0.15,
+		gap:         time.Duration(rng.IntN(1000)) * time.Millisecond,
+	}
+	for i := range claims {
+		c := claimPlan{name: fmt.Sprintf("claim-%d", i), retain: rng.Float64() < 0.4}
+		if rng.Float64() < 0.15 {
+			c.static, c.retain = true, true
+			c.staticID = fmt.Sprintf("imported-%d-%d", index, i)
+			c.bucketName = fmt.Sprintf("chaos-%d-import-%d", index, i)
+		}
+		c.keep = !ns.deleteWhole && rng.Float64() < 0.25
+		c.releaseBucket = c.retain && !c.keep && rng.Float64() < 0.3
+		ns.claims = append(ns.claims, c)
+	}
+	for i := range claims {
+		// About one access per claim: none, one or two, some of them across two claims.
+		for range rng.IntN(3) {
+			a := accessPlan{name: fmt.Sprintf("access-%d", len(ns.access)), claims: []int{i}}
+			if claims > 1 && rng.Float64() < 0.2 {
+				other := rng.IntN(claims - 1)
+				if other >= i {
+					other++
+				}
+				a.claims = append(a.claims, other)
+			}
+			claimsKept := true
+			for _, c := range a.claims {
+				claimsKept = claimsKept && ns.claims[c].keep
+			}
+			// An access to a claim that goes goes too: a kept access would block its claim's
+			// deletion for ever, as it should.
+			a.keep = claimsKept && rng.Float64() < 0.6
+			a.order = order(rng.IntN(3))
+			ns.access = append(ns.access, a)
+		}
+	}
+	return ns
+}
+
+func (p plan) claims() int {
+	n := 0
+	for _, ns := range p.namespaces {
+		n += len(ns.claims)
+	}
+	return n
+}
+
+func (p plan) accesses() int {
+	n := 0
+	for _, ns := range p.namespaces {
+		n += len(ns.access)
+	}
+	return n
+}

@@ -1,0 +1,118 @@
+package chaos
+
+import (
+	"math"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/kube-cosi/cosi/pkg/driver/memory"
+)
+
+// The same seed draws the same plan; another seed another one.
+func TestPlanSeeded(t *testing.T) {
+	cfg := DefaultConfig(200)
+	a, b := newPlan(cfg), newPlan(cfg)
+	if !reflect.DeepEqual(a, b) {
+		t.Error("two plans of one seed differ")
+	}
+	cfg.Seed++
+	if reflect.DeepEqual(a, newPlan(cfg)) {
+		t.Error("two seeds drew the same plan")
+	}
+}
+
+// At CI size the plan holds every case the workload promises, and no kept access reaches a claim
+// that is deleted (its deletion would wait for ever, rightly).
+func TestPlanCoversTheWorkload(t *testing.T) {
+	p := newPlan(DefaultConfig(200))
+	if p.claims() != 200 {
+		t.Errorf("%d claims, want 200", p.claims())
+	}
+	seen := map[string]int{}
+	for _, ns := range p.namespaces {
+		if ns.deleteWhole {
+			seen["namespace deleted whole"]++
+		}
+		if ns.early {
+			seen["deleted before provisioned"]++
+		}
+		for _, c := range ns.claims {
+			switch {
+			case c.static:
+				seen["static"]++
+			case c.retain:
+				seen["Retain"]++
+			default:
+				seen["Delete"]++
+			}
+			if c.keep {
+				seen["claim kept"]++
+			}
+			if c.releaseBucket {
+				seen["retained Bucket released"]++
+			}
+		}
+		for _, a := range ns.access {
+			if len(a.claims) > 1 {
+				seen["multi-bucket"]++
+			}
+			if a.keep {
+				seen["access kept"]++
+				for _, c := range a.claims {
+					if !ns.claims[c].keep {
+						t.Errorf("%s/%s is kept but reaches %s, which is deleted", ns.name, a.name, ns.claims[c].name)
+					}
+				}
+				continue
+			}
+			seen["access deleted "+a.order.String()]++
+		}
+	}
+	for _, want := range []string{
+		"namespace deleted whole", "deleted before provisioned", "static", "Retain", "Delete", "claim kept",
+		"retained Bucket released", "multi-bucket", "access kept", "access deleted before", "access deleted with",
+		"access deleted after",
+	} {
+		if seen[want] == 0 {
+			t.Errorf("no %s in the plan: %v", want, seen)
+		}
+	}
+}
+
+// The driver's faults make the configured error rate, and each parses.
+func TestFaultSpecs(t *testing.T) {
+	r := &run{cfg: DefaultConfig(1)}
+	r.cfg.Faults.LateRate = 0.01
+	perMethod := map[string]float64{}
+	slow := 0
+	for _, spec := range r.faultSpecs() {
+		f, err := memory.ParseFault(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Delay > 0 {
+			slow++
+			if f.Delay <= r.cfg.DriverTimeout {
+				t.Errorf("%s: not beyond the driver timeout %v", spec, r.cfg.DriverTimeout)
+			}
+			continue
+		}
+		// Faults are tried in turn: the chance that none hits is the product.
+		if _, ok := perMethod[f.Method]; !ok {
+			perMethod[f.Method] = 1
+		}
+		perMethod[f.Method] *= 1 - f.Rate
+	}
+	if len(perMethod) != len(provisionerMethods) || slow != 2*len(provisionerMethods) {
+		t.Errorf("faults for %d methods, %d slow ones", len(perMethod), slow)
+	}
+	for m, none := range perMethod {
+		if got := 1 - none; math.Abs(got-r.cfg.Faults.ErrorRate) > 1e-9 {
+			t.Errorf("%s fails at %v, want %v", m, got, r.cfg.Faults.ErrorRate)
+		}
+	}
+	if r.cfg.DriverTimeout != 2*time.Second {
+		t.Errorf("default driver timeout %v", r.cfg.DriverTimeout)
+	}
+}

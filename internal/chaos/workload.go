@@ -1,0 +1,404 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/objects"
+	"github.com/kube-cosi/cosi/pkg/driver"
+	cosiproto "github.com/kube-cosi/cosi/proto"
+)
+
+// provisionPatience is how long a namespace's script waits for its objects to be provisioned
+// before it goes on to delete them anyway (deleting what is still being provisioned is part of
+// the workload too).
+const provisionPatience = 90 * time.Second
+
+// createStatic creates, in the backend, the buckets the static claims import, as an admin would
+// before importing them, before any fault.
+func (r *run) createStatic(ctx context.Context, p plan) error {
+	var ids []string
+	for _, ns := range p.namespaces {
+		for _, c := range ns.claims {
+			if c.static {
+				ids = append(ids, c.staticID)
+			}
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if err := r.backend.importBuckets(ctx, ids); err != nil {
+		return err
+	}
+	r.ledger.imports(ids...)
+	return nil
+}
+
+// driverClient connects to the driver where the sidecar does, as an admin with access to it
+// would.
+func (r *run) driverClient(ctx context.Context) (*driver.Client, error) {
+	d, err := driver.NewClient(r.endpoint,
+		driver.ClientOptions{Logger: logr.Discard()})
+	if err != nil {
+		return nil, err
+	}
+	probeCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := d.Probe(probeCtx); err != nil {
+		return nil, errors.Join(err, d.Close())
+	}
+	return d, nil
+}
+
+// work runs the namespaces' scripts, cfg.Writers at once.
+func (r *run) work(ctx context.Context, p plan) error {
+	var next atomic.Int64
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, r.cfg.Writers)
+	for w := range r.cfg.Writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < len(p.namespaces); i = int(next.Add(1)) - 1 {
+				if err := r.namespace(ctx, p.namespaces[i]); err != nil {
+					errs[w] = fmt.Errorf("namespace %s: %w", p.namespaces[i].name, err)
+					return
+				}
+				if n := done.Add(1); n%10 == 0 || int(n) == len(p.namespaces) {
+					r.logf("%d of %d namespaces done", n, len(p.namespaces))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// namespace runs one namespace's script: create its claims (and the Buckets the static ones
+// import) and accesses, wait until they are provisioned (or not, for an early deletion), and
+// delete what is not kept in the planned order, or the namespace whole.
+func (r *run) namespace(ctx context.Context, p namespacePlan) error {
+	if err := r.create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p.name}}); err != nil {
+		return err
+	}
+	claims := make([]*claimRecord, len(p.claims))
+	claimObjs := make([]*cosiapi.BucketClaim, len(p.claims))
+	for i, cp := range p.claims {
+		claims[i] = &claimRecord{namespace: p.name, plan: cp}
+		class := "chaos-delete"
+		if cp.retain {
+			class = "chaos-retain"
+		}
+		c := objects.BucketClaim(p.name, cp.name, class, objects.S3)
+		if cp.static {
+			c.Spec.BucketClassName = ""
+			c.Spec.ExistingBucketName = cosiapi.ObjectName(cp.bucketName)
+			b := objects.Bucket(cp.bucketName, r.driverName, cosiapi.DeletionPolicyRetain,
+				objects.ClaimedBy(p.name, cp.name, ""), objects.BucketProtocols(cosiapi.ProtocolS3))
+			b.Spec.ExistingBucketID = cp.staticID
+			if err := r.create(ctx, b); err != nil {
+				return err
+			}
+			claims[i].bucketName = cp.bucketName
+		}
+		if err := r.create(ctx, c); err != nil {
+			return err
+		}
+		claimObjs[i] = c
+		claims[i].uid = c.UID
+		r.ledger.addClaim(claims[i])
+		r.timeline.addf(claims[i].subjects(), "created claim %s/%s (%s)", p.name, cp.name, cp.describe())
+	}
+	accesses := make([]*accessRecord, len(p.access))
+	accessObjs := make([]*cosiapi.BucketAccess, len(p.access))
+	for i, ap := range p.access {
+		a := objects.BucketAccess(p.name, ap.name, "chaos")
+		rec := &accessRecord{namespace: p.name, plan: ap}
+		for _, ci := range ap.claims {
+			objects.Grant(p.claims[ci].name, ap.name+"-"+p.claims[ci].name, objects.ReadWrite)(a)
+			rec.claims = append(rec.claims, claims[ci])
+		}
+		if err := r.create(ctx, a); err != nil {
+			return err
+		}
+		accessObjs[i] = a
+		rec.uid = a.UID
+		accesses[i] = rec
+		r.ledger.addAccess(rec)
+		r.timeline.addf(rec.subjects(), "created access %s/%s (%s)", p.name, ap.name, ap.describe(p))
+	}
+
+	if p.early {
+		sleep(ctx, p.earlyAfter)
+	} else if err := r.waitProvisioned(ctx, p.name, claims, accesses); err != nil {
+		return err
+	}
+	if err := r.observe(ctx, p.name, claims, accesses); err != nil {
+		return err
+	}
+
+	if p.deleteWhole {
+		r.timeline.addf([]string{p.name}, "deleting namespace %s whole", p.name)
+		return r.del(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p.name}})
+	}
+	deleteAccesses := func(when func(accessPlan) bool) error {
+		for i, a := range accesses {
+			if !a.plan.keep && when(a.plan) {
+				r.timeline.addf(a.subjects(), "deleting access %s/%s", p.name, a.plan.name)
+				if err := r.del(ctx, accessObjs[i]); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	claimsKept := func(a accessPlan) bool {
+		for _, c := range a.claims {
+			if !p.claims[c].keep {
+				return false
+			}
+		}
+		return true
+	}
+	if err := deleteAccesses(func(a accessPlan) bool { return a.order == before || claimsKept(a) }); err != nil {
+		return err
+	}
+	sleep(ctx, p.gap)
+	for i, c := range claims {
+		if !c.plan.keep {
+			r.timeline.addf(c.subjects(), "deleting claim %s/%s", p.name, c.plan.name)
+			if err := r.del(ctx, claimObjs[i]); err != nil {
+				return err
+			}
+		}
+	}
+	if err := deleteAccesses(func(a accessPlan) bool { return a.order == with && !claimsKept(a) }); err != nil {
+		return err
+	}
+	sleep(ctx, p.gap)
+	if err := deleteAccesses(func(a accessPlan) bool { return a.order == after && !claimsKept(a) }); err != nil {
+		return err
+	}
+	for i, c := range claims {
+		if c.plan.releaseBucket {
+			if err := r.releaseBucket(ctx, c, claimObjs[i]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// releaseBucket waits until a deleted Retain claim is gone and has the admin delete its Bucket:
+// the backend bucket must stay (Retain).
+func (r *run) releaseBucket(ctx context.Context, c *claimRecord, claim *cosiapi.BucketClaim) error {
+	deadline := time.Now().Add(provisionPatience)
+	for time.Now().Before(deadline) {
+		err := r.get(ctx, claim)
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		sleep(ctx, 500*time.Millisecond)
+	}
+	r.ledger.mu.Lock()
+	name := c.bucketName
+	r.ledger.mu.Unlock()
+	if name == "" {
+		return nil // never bound: nothing to release
+	}
+	b := &cosiapi.Bucket{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := r.get(ctx, b); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if b.Status.BucketID == "" || b.Spec.BucketClaimRef.UID != c.uid {
+		return nil // not provisioned (nothing to keep), or not this claim's
+	}
+	r.ledger.release(b.Status.BucketID, b.Name)
+	r.timeline.addf(c.subjects(b.Name, b.Status.BucketID), "admin deleting the retained Bucket %s", b.Name)
+	return r.del(ctx, b)
+}
+
+// waitProvisioned waits until the namespace's claims and accesses are provisioned, or
+// provisionPatience passed, recording what COSI gave them on the way.
+func (r *run) waitProvisioned(
+	ctx context.Context,
+	ns string,
+	claims []*claimRecord,
+	accesses []*accessRecord,
+) error {
+	deadline := time.Now().Add(provisionPatience)
+	for {
+		done, err := r.provisioned(ctx, ns, claims, accesses)
+		if err != nil || done || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// provisioned reports whether every claim and access of the namespace is provisioned.
+func (r *run) provisioned(
+	ctx context.Context,
+	ns string,
+	claims []*claimRecord,
+	accesses []*accessRecord,
+) (bool, error) {
+	var cl cosiapi.BucketClaimList
+	var al cosiapi.BucketAccessList
+	if err := r.list(ctx, &cl, client.InNamespace(ns)); err != nil {
+		return false, err
+	}
+	if err := r.list(ctx, &al, client.InNamespace(ns)); err != nil {
+		return false, err
+	}
+	ready := map[types.UID]bool{}
+	for _, c := range cl.Items {
+		ready[c.UID] = meta.IsStatusConditionTrue(c.Status.Conditions, cosiapi.ConditionProvisioned)
+	}
+	for _, a := range al.Items {
+		ready[a.UID] = meta.IsStatusConditionTrue(a.Status.Conditions, cosiapi.ConditionProvisioned)
+	}
+	for _, c := range claims {
+		if !ready[c.uid] {
+			return false, nil
+		}
+	}
+	for _, a := range accesses {
+		if !ready[a.uid] {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// observe records what COSI gave the namespace's objects so far: bound Buckets and their backend
+// IDs, accounts, and the keys in the Secrets.
+func (r *run) observe(ctx context.Context, ns string, claims []*claimRecord, accesses []*accessRecord) error {
+	var cl cosiapi.BucketClaimList
+	var al cosiapi.BucketAccessList
+	var sl corev1.SecretList
+	if err := r.list(ctx, &cl, client.InNamespace(ns)); err != nil {
+		return err
+	}
+	if err := r.list(ctx, &al, client.InNamespace(ns)); err != nil {
+		return err
+	}
+	if err := r.list(ctx, &sl, client.InNamespace(ns), client.HasLabels{cosiapi.LabelBucketAccessUID}); err != nil {
+		return err
+	}
+	bound := map[types.UID]string{}
+	for _, c := range cl.Items {
+		bound[c.UID] = c.Status.BoundBucketName
+	}
+	for _, c := range claims {
+		name := bound[c.uid]
+		if name == "" {
+			continue
+		}
+		b := &cosiapi.Bucket{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if err := r.get(ctx, b); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+		r.ledger.update(func() {
+			c.bucketName = name
+			if b.Status.BucketID != "" {
+				c.bucketID = b.Status.BucketID
+			}
+		})
+	}
+	account := map[types.UID]string{}
+	for _, a := range al.Items {
+		account[a.UID] = a.Status.AccountID
+	}
+	byUID := map[types.UID]*accessRecord{}
+	for _, a := range accesses {
+		byUID[a.uid] = a
+		if id := account[a.uid]; id != "" {
+			r.ledger.update(func() { a.accountID = id })
+		}
+	}
+	for _, s := range sl.Items {
+		a := byUID[types.UID(s.Labels[cosiapi.LabelBucketAccessUID])]
+		if a == nil || len(s.Data[cosiapi.SecretKeyS3SecretAccessKey]) == 0 {
+			continue
+		}
+		r.ledger.sawKey(a, seenKey{secret: s.Name, bucketID: string(s.Data[cosiapi.SecretKeyS3BucketName]),
+			creds: secretCredentials(&s)})
+	}
+	return nil
+}
+
+func secretCredentials(s *corev1.Secret) *cosiproto.CredentialInfo {
+	return &cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{
+		AccessKeyId:     string(s.Data[cosiapi.SecretKeyS3AccessKeyID]),
+		AccessSecretKey: string(s.Data[cosiapi.SecretKeyS3SecretAccessKey]),
+	}}
+}
+
+// subjects are what a claim's history is about: its UID, its Bucket, its backend bucket.
+func (c *claimRecord) subjects(more ...string) []string {
+	return append([]string{string(c.uid), c.bucketName, c.bucketID,
+		cosiapi.BucketNamePrefix + string(c.uid), c.plan.staticID}, more...)
+}
+
+// subjects are what an access's history is about: its UID and its account.
+func (a *accessRecord) subjects() []string {
+	return []string{string(a.uid), a.accountID, cosiapi.AccountNamePrefix + string(a.uid)}
+}
+
+func (c claimPlan) describe() string {
+	s := "Delete"
+	if c.retain {
+		s = "Retain"
+	}
+	if c.static {
+		s += ", imports " + c.staticID
+	}
+	if c.keep {
+		return s + ", kept"
+	}
+	if c.releaseBucket {
+		s += ", its Bucket released after"
+	}
+	return s + ", deleted"
+}
+
+func (a accessPlan) describe(ns namespacePlan) string {
+	s := "to"
+	for _, c := range a.claims {
+		s += " " + ns.claims[c].name
+	}
+	if a.keep {
+		return s + ", kept"
+	}
+	return s + ", deleted " + a.order.String() + " its claims"
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}

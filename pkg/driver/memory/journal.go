@@ -1,0 +1,81 @@
+package memory
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+)
+
+// JournalEntry is one call the driver served.
+type JournalEntry struct {
+	Time time.Time `json:"time"`
+	// Method is the RPC, Subject the bucket or account it was about (see Subject).
+	Method  string `json:"method"`
+	Subject string `json:"subject,omitempty"`
+	// Code is the gRPC code of the answer; Injected says Faults made it fail, Acted that the
+	// driver acted all the same (a fault after the action).
+	Code     string `json:"code"`
+	Injected bool   `json:"injected,omitempty"`
+	Acted    bool   `json:"acted,omitempty"`
+	// Took is how long the call took.
+	Took time.Duration `json:"took"`
+}
+
+// Journal writes one JSON line per call to W, for a fault suite that shows what the driver was
+// asked about an object that leaked (the object's "driver calls"). Put its interceptor before
+// Faults.Interceptor to see the injected failures too. It writes no request body: no secret can
+// reach it.
+type Journal struct {
+	mu sync.Mutex
+	W  io.Writer
+}
+
+// Interceptor returns the gRPC interceptor that writes the journal.
+func (j *Journal) Interceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		start := time.Now()
+		resp, err := handler(ctx, req)
+		e := JournalEntry{
+			Time:    start,
+			Method:  info.FullMethod[strings.LastIndex(info.FullMethod, "/")+1:],
+			Subject: Subject(req),
+			Code:    status.Code(err).String(),
+			Took:    time.Since(start),
+		}
+		if msg := status.Convert(err).Message(); err != nil && strings.HasPrefix(msg, injectedPrefix) {
+			e.Injected, e.Acted = true, strings.HasSuffix(msg, injectedAfterSuffix)
+		}
+		line, jerr := json.Marshal(e)
+		if jerr == nil {
+			j.mu.Lock()
+			_, _ = j.W.Write(append(line, '\n'))
+			j.mu.Unlock()
+		}
+		return resp, err
+	}
+}
+
+// ReadJournal reads the entries of a journal; a line cut short by a crash is skipped.
+func ReadJournal(r io.Reader) ([]JournalEntry, error) {
+	var entries []JournalEntry
+	s := bufio.NewScanner(r)
+	s.Buffer(make([]byte, 64*1024), 1024*1024)
+	for s.Scan() {
+		var e JournalEntry
+		if json.Unmarshal(s.Bytes(), &e) == nil {
+			entries = append(entries, e)
+		}
+	}
+	if err := s.Err(); err != nil && !errors.Is(err, io.EOF) {
+		return entries, err
+	}
+	return entries, nil
+}
