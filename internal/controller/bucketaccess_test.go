@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/patch"
 	"github.com/kube-cosi/cosi/internal/testenv"
 )
 
@@ -520,4 +521,21 @@ func TestWaitingAndRefusedAccessesReferenceTheirClaims(t *testing.T) {
 			return nil
 		})
 	}
+}
+
+// The claim is not woken when an access publishes its reference, but it is when someone else adds
+// the annotation to a claim no access references: the controller removes it.
+func TestUnreferencedClaimLosesAnAddedReference(t *testing.T) {
+	t.Parallel()
+	c, _ := provisionedClaim(t, cosiapi.ProtocolS3)
+	if err := patch.Annotation(t.Context(), env.Client, c, cosiapi.AnnotationHasBucketAccessReferences, "true"); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, func() error {
+		get(t, c)
+		if _, ok := c.Annotations[cosiapi.AnnotationHasBucketAccessReferences]; ok {
+			return fmt.Errorf("claim %s keeps an annotation no access backs", c.Name)
+		}
+		return nil
+	})
 }
