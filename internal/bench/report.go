@@ -326,7 +326,9 @@ func printFigures(tw io.Writer, figures map[string]phaseFigures) {
 	var total phaseFigures
 	for _, k := range slices.Sorted(maps.Keys(figures)) {
 		f := figures[k]
-		total.Claims, total.Accesses, total.Deletion = total.Claims+f.Claims, total.Accesses+f.Accesses, total.Deletion+f.Deletion
+		total.Claims += f.Claims
+		total.Accesses += f.Accesses
+		total.Deletion += f.Deletion
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", k, fig(f.Claims), fig(f.Accesses), fig(f.Deletion))
 	}
 	fmt.Fprintf(tw, "total\t%s\t%s\t%s\t\n", fig(total.Claims), fig(total.Accesses), fig(total.Deletion))

@@ -528,7 +528,8 @@ func TestWaitingAndRefusedAccessesReferenceTheirClaims(t *testing.T) {
 func TestUnreferencedClaimLosesAnAddedReference(t *testing.T) {
 	t.Parallel()
 	c, _ := provisionedClaim(t, cosiapi.ProtocolS3)
-	if err := patch.Annotation(t.Context(), env.Client, c, cosiapi.AnnotationHasBucketAccessReferences, "true"); err != nil {
+	key := cosiapi.AnnotationHasBucketAccessReferences
+	if err := patch.Annotation(t.Context(), env.Client, c, key, "true"); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, func() error {
