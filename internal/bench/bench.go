@@ -56,6 +56,14 @@ type SizeResult struct {
 	DeletionsPerSec                 float64 `json:"deletionsPerSec"`
 	DriverEmptyAfter                float64 `json:"driverEmptyAfterSec"`
 	Conflicts                       float64 `json:"conflicts"`
+	// Requests are COSI's API requests (the API server's, minus the benchmark's own) by
+	// "VERB resource[/subresource] code", per object in each phase.
+	Requests map[string]phaseFigures `json:"requests"`
+	// Reconciles are the reconciles of controller and sidecar by "component controller", per
+	// object in each phase.
+	Reconciles map[string]phaseFigures `json:"reconciles"`
+	// Totals are the sums of Requests (all, reads, writes) and of Reconciles.
+	ClaimRequests, ClaimReads, AccessRequests, AccessReads, AccessReconciles, ClaimReconciles float64
 	// CPUCores is the CPU used during the claims and accesses phases, in cores (CPU seconds per
 	// second of wall time), by process; "total" sums them.
 	CPUCores map[string]float64 `json:"cpuCores"`
@@ -96,8 +104,11 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 	}
 	summary := summarizeRuns(cfg, runs)
 	printSummary(out, cfg, summary)
+	bs := breakdowns(cfg, runs)
+	printBreakdowns(out, bs)
 	if cfg.JSON != "" {
-		data, err := json.MarshalIndent(map[string]any{"config": cfg, "summary": summary, "runs": runs}, "", "  ")
+		data, err := json.MarshalIndent(
+			map[string]any{"config": cfg, "summary": summary, "breakdown": bs, "runs": runs}, "", "  ")
 		if err != nil {
 			return err
 		}
@@ -324,15 +335,18 @@ func latency(starts, done []time.Time) (rate, p50, p90, p99 float64) {
 		)
 }
 
-// scrapes are the metrics of the API server and the COSI processes at one moment.
+// scrapes are the metrics of the API server and the COSI processes, and the benchmark's own
+// requests, at one moment.
 type scrapes struct {
 	api, driver, sidecar, controller metrics
+	bench                            requestCounts
 }
 
 func (s *system) scrape(ctx context.Context) (m scrapes, err error) {
 	if m.api, err = scrapeAPIServer(ctx, s.rest); err != nil {
 		return m, err
 	}
+	m.bench = s.requests.snapshot()
 	if m.driver, err = scrapeHTTP(ctx, s.env.Driver.MetricsAddress); err != nil {
 		return m, err
 	}
@@ -370,7 +384,8 @@ func reconciles(ms ...[2]metrics) float64 {
 
 // throughput creates n claims, then n accesses, as fast as the writers can, then deletes them all.
 func (s *system) throughput(ctx context.Context, n int) (SizeResult, error) {
-	m := &sizeRun{system: s, n: n, ns: fmt.Sprintf("bench-%d-%d", n, time.Now().UnixNano()), sr: SizeResult{N: n},
+	m := &sizeRun{system: s, n: n, ns: fmt.Sprintf("bench-%d-%d", n, time.Now().UnixNano()),
+		sr:      SizeResult{N: n, Requests: map[string]phaseFigures{}, Reconciles: map[string]phaseFigures{}},
 		timeout: time.Duration(n)*100*time.Millisecond + time.Minute}
 	if err := s.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: m.ns}}); err != nil {
 		return m.sr, err
@@ -393,6 +408,8 @@ type sizeRun struct {
 
 	start            scrapes // before the claims
 	claimsDone       scrapes // once the claims are provisioned
+	accessesStart    scrapes // before the accesses
+	accessesDone     scrapes // once the accesses are provisioned
 	cpu0             map[string]float64
 	wall0            time.Time
 	claims, accesses []client.Object
@@ -417,9 +434,15 @@ func (m *sizeRun) provisionClaims(ctx context.Context) error {
 	if m.claimsDone, err = m.scrape(ctx); err != nil {
 		return err
 	}
-	// COSI's writes: all writes to claims and Buckets but the benchmark's own creates.
-	m.sr.ClaimWrites = (apiWrites(m.start.api, m.claimsDone.api, "bucketclaims", "buckets") - float64(m.n)) / float64(m.n)
-	m.cfg.logf("N=%d claim writes: %v", m.n, writeBreakdown(m.start.api, m.claimsDone.api))
+	// COSI's writes: all writes to any resource but the benchmark's own.
+	cosi := m.record(m.start, m.claimsDone, func(f *phaseFigures, v float64) { f.Claims = v })
+	m.sr.ClaimRequests = cosi.sum(func(request) bool { return true }) / float64(m.n)
+	m.sr.ClaimWrites = cosi.sum(request.isWrite) / float64(m.n)
+	m.sr.ClaimReads = m.sr.ClaimRequests - m.sr.ClaimWrites
+	m.sr.ClaimReconciles = reconciles(
+		[2]metrics{m.start.sidecar, m.claimsDone.sidecar},
+		[2]metrics{m.start.controller, m.claimsDone.controller},
+	) / float64(m.n)
 	m.sr.CreateRPCs = rpcs(m.start.driver, m.claimsDone.driver, "DriverCreateBucket") / float64(m.n)
 	return nil
 }
@@ -461,6 +484,7 @@ func (m *sizeRun) provisionAccesses(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	m.accessesStart = before
 	var starts, done []time.Time
 	if m.accesses, m.accessUIDs, starts, done, err = m.provision(ctx, "accesses", accessObject); err != nil {
 		return err
@@ -472,9 +496,15 @@ func (m *sizeRun) provisionAccesses(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	accessWrites := apiWrites(before.api, after.api, "bucketaccesses", "secrets", "bucketclaims") - float64(m.n)
-	m.sr.AccessWrites = accessWrites / float64(m.n)
-	m.cfg.logf("N=%d access writes: %v", m.n, writeBreakdown(before.api, after.api))
+	m.accessesDone = after
+	cosi := m.record(before, after, func(f *phaseFigures, v float64) { f.Accesses = v })
+	m.sr.AccessRequests = cosi.sum(func(request) bool { return true }) / float64(m.n)
+	m.sr.AccessWrites = cosi.sum(request.isWrite) / float64(m.n)
+	m.sr.AccessReads = m.sr.AccessRequests - m.sr.AccessWrites
+	m.sr.AccessReconciles = reconciles(
+		[2]metrics{before.sidecar, after.sidecar},
+		[2]metrics{before.controller, after.controller},
+	) / float64(m.n)
 	m.sr.GrantRPCs = rpcs(before.driver, after.driver, "DriverGrantBucketAccess") / float64(m.n)
 	var secrets corev1.SecretList
 	if err := m.client.List(
@@ -518,7 +548,62 @@ func (m *sizeRun) deleteAll(ctx context.Context) error {
 		return err
 	}
 	m.sr.Conflicts = conflicts(m.start.api, end.api)
+	m.record(m.accessesDone, end, func(f *phaseFigures, v float64) { f.Deletion = v })
 	return nil
+}
+
+// phaseFigures is a figure per object in each phase: per claim while claims are provisioned, per
+// access while accesses are, and per claim with its access while both are deleted.
+type phaseFigures struct {
+	Claims   float64 `json:"perClaim"`
+	Accesses float64 `json:"perAccess"`
+	Deletion float64 `json:"perDeletedClaimAndAccess"`
+}
+
+// record sets, through set, COSI's requests and the reconciles between two scrapes, per object,
+// and returns COSI's requests.
+func (m *sizeRun) record(before, after scrapes, set func(*phaseFigures, float64)) requestCounts {
+	cosi := apiRequests(after.api).minus(apiRequests(before.api)).minus(after.bench.minus(before.bench))
+	for r, v := range cosi {
+		f := m.sr.Requests[r.String()]
+		set(&f, v/float64(m.n))
+		m.sr.Requests[r.String()] = f
+	}
+	for _, c := range []struct {
+		name          string
+		before, after metrics
+	}{{"controller", before.controller, after.controller}, {"sidecar", before.sidecar, after.sidecar}} {
+		for name, v := range reconcilesByController(c.before, c.after) {
+			key := c.name + " " + name
+			f := m.sr.Reconciles[key]
+			set(&f, v/float64(m.n))
+			m.sr.Reconciles[key] = f
+		}
+	}
+	return cosi
+}
+
+// reconcilesByController returns the reconciles between two scrapes by controller name.
+func reconcilesByController(before, after metrics) map[string]float64 {
+	out := map[string]float64{}
+	for _, m := range []struct {
+		ms   metrics
+		sign float64
+	}{{after, 1}, {before, -1}} {
+		for _, metric := range m.ms["controller_runtime_reconcile_total"].GetMetric() {
+			for _, l := range metric.GetLabel() {
+				if l.GetName() == "controller" {
+					out[l.GetValue()] += m.sign * metric.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	for k, v := range out {
+		if v == 0 {
+			delete(out, k)
+		}
+	}
+	return out
 }
 
 // waitDriverEmpty waits until the driver holds no bucket and no account.

@@ -125,56 +125,6 @@ func (m metrics) sum(name string, want map[string]string) float64 {
 	return total
 }
 
-// apiWrites counts the API server's write requests to the resources since before.
-func apiWrites(before, after metrics, resources ...string) float64 {
-	total := 0.0
-	for _, verb := range []string{"POST", "PUT", "PATCH", "DELETE", "APPLY"} {
-		for _, r := range resources {
-			sel := map[string]string{"verb": verb, "resource": r}
-			total += after.sum("apiserver_request_total", sel) - before.sum("apiserver_request_total", sel)
-		}
-	}
-	return total
-}
-
-// writeBreakdown returns the write requests since before by "VERB resource[/subresource]", for the
-// log: where the writes per object come from.
-func writeBreakdown(before, after metrics) map[string]float64 {
-	out := map[string]float64{}
-	f, ok := after["apiserver_request_total"]
-	if !ok {
-		return out
-	}
-	for _, metric := range f.GetMetric() {
-		l := map[string]string{}
-		for _, p := range metric.GetLabel() {
-			l[p.GetName()] = p.GetValue()
-		}
-		switch l["verb"] {
-		case "POST", "PUT", "PATCH", "DELETE", "APPLY":
-		default:
-			continue
-		}
-		if l["group"] != "objectstorage.k8s.io" && l["resource"] != "secrets" {
-			continue
-		}
-		key := l["verb"] + " " + l["resource"]
-		if l["subresource"] != "" {
-			key += "/" + l["subresource"]
-		}
-		sel := map[string]string{
-			"verb":        l["verb"],
-			"resource":    l["resource"],
-			"subresource": l["subresource"],
-			"code":        l["code"],
-		}
-		if d := after.sum("apiserver_request_total", sel) - before.sum("apiserver_request_total", sel); d > 0 {
-			out[key+" "+l["code"]] += d
-		}
-	}
-	return out
-}
-
 func conflicts(before, after metrics) float64 {
 	sel := map[string]string{"code": "409"}
 	return after.sum("apiserver_request_total", sel) - before.sum("apiserver_request_total", sel)

@@ -3,6 +3,8 @@ package bench
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"text/tabwriter"
 )
 
@@ -111,13 +113,14 @@ func (s *summary) sizeRows(i, n int) {
 	add(p+"claim latency p50", "ms", size(func(s SizeResult) float64 { return s.ClaimP50 }), "", nil)
 	add(p+"claim latency p90", "ms", size(func(s SizeResult) float64 { return s.ClaimP90 }), "", nil)
 	add(p+"claim latency p99", "ms", size(func(s SizeResult) float64 { return s.ClaimP99 }), "", nil)
-	add(
-		p+"COSI API writes per claim (claims + Buckets)",
-		"writes",
-		size(func(s SizeResult) float64 { return s.ClaimWrites }),
-		"≤ 6",
-		func(m float64) bool { return m <= 6 },
-	)
+	add(p+"COSI API requests per claim (all)", "requests",
+		size(func(s SizeResult) float64 { return s.ClaimRequests }), "", nil)
+	add(p+"COSI API reads per claim (GET, LIST, WATCH)", "requests",
+		size(func(s SizeResult) float64 { return s.ClaimReads }), "", nil)
+	add(p+"COSI API writes per claim (all resources)", "writes",
+		size(func(s SizeResult) float64 { return s.ClaimWrites }), "", nil)
+	add(p+"reconciles per claim (controller + sidecar)", "reconciles",
+		size(func(s SizeResult) float64 { return s.ClaimReconciles }), "", nil)
 	add(
 		p+"DriverCreateBucket per claim",
 		"calls",
@@ -142,15 +145,14 @@ func (s *summary) sizeRows(i, n int) {
 	add(p+"access latency p50", "ms", size(func(s SizeResult) float64 { return s.AccessP50 }), "", nil)
 	add(p+"access latency p90", "ms", size(func(s SizeResult) float64 { return s.AccessP90 }), "", nil)
 	add(p+"access latency p99", "ms", size(func(s SizeResult) float64 { return s.AccessP99 }), "", nil)
-	// 7: the KEP's 6, and the Secret's check before granting (a no-op PATCH: the sidecar may
-	// not read Secrets, and must not mint credentials it cannot write).
-	add(
-		p+"COSI API writes per access (accesses, Secrets, claims)",
-		"writes",
-		size(func(s SizeResult) float64 { return s.AccessWrites }),
-		"≤ 7.1",
-		func(m float64) bool { return m <= 7.1 },
-	)
+	add(p+"COSI API requests per access (all)", "requests",
+		size(func(s SizeResult) float64 { return s.AccessRequests }), "", nil)
+	add(p+"COSI API reads per access (GET, LIST, WATCH)", "requests",
+		size(func(s SizeResult) float64 { return s.AccessReads }), "", nil)
+	add(p+"COSI API writes per access (all resources)", "writes",
+		size(func(s SizeResult) float64 { return s.AccessWrites }), "≤ 6", func(m float64) bool { return m <= 6 })
+	add(p+"reconciles per access (controller + sidecar)", "reconciles",
+		size(func(s SizeResult) float64 { return s.AccessReconciles }), "≤ 3", func(m float64) bool { return m <= 3 })
 	add(
 		p+"DriverGrantBucketAccess per access",
 		"calls",
@@ -266,4 +268,76 @@ func num(v float64) string {
 	default:
 		return fmt.Sprintf("%.2f", v)
 	}
+}
+
+// breakdown is, for one N, the median over the runs of each request and reconcile count per object
+// and phase.
+type breakdown struct {
+	N          int                     `json:"n"`
+	Requests   map[string]phaseFigures `json:"requests"`
+	Reconciles map[string]phaseFigures `json:"reconciles"`
+}
+
+func breakdowns(cfg Config, runs []RunResult) []breakdown {
+	var out []breakdown
+	for i, n := range cfg.Sizes {
+		b := breakdown{N: n}
+		b.Requests = medianFigures(runs, func(s SizeResult) map[string]phaseFigures { return s.Requests }, i)
+		b.Reconciles = medianFigures(runs, func(s SizeResult) map[string]phaseFigures { return s.Reconciles }, i)
+		out = append(out, b)
+	}
+	return out
+}
+
+// medianFigures is the median of each figure of get over the runs' i-th size (absent counts 0).
+func medianFigures(runs []RunResult, get func(SizeResult) map[string]phaseFigures, i int) map[string]phaseFigures {
+	keys := map[string]bool{}
+	for _, r := range runs {
+		for k := range get(r.Sizes[i]) {
+			keys[k] = true
+		}
+	}
+	out := map[string]phaseFigures{}
+	for k := range keys {
+		var c, a, d []float64
+		for _, r := range runs {
+			f := get(r.Sizes[i])[k]
+			c, a, d = append(c, f.Claims), append(a, f.Accesses), append(d, f.Deletion)
+		}
+		out[k] = phaseFigures{Claims: summarize(c).Median, Accesses: summarize(a).Median, Deletion: summarize(d).Median}
+	}
+	return out
+}
+
+// printBreakdowns prints COSI's requests and reconciles per object and phase, medians over the runs.
+func printBreakdowns(w io.Writer, bs []breakdown) {
+	for _, b := range bs {
+		fmt.Fprintf(w, "\nN=%d: COSI's API requests and reconciles per object (median over the runs)\n\n", b.N)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "REQUEST (verb resource[/subresource] code)\tPER CLAIM\tPER ACCESS\tPER DELETED PAIR\t")
+		printFigures(tw, b.Requests)
+		fmt.Fprintln(tw, "RECONCILES (component controller)\t\t\t\t")
+		printFigures(tw, b.Reconciles)
+		tw.Flush()
+	}
+}
+
+func printFigures(tw io.Writer, figures map[string]phaseFigures) {
+	var total phaseFigures
+	for _, k := range slices.Sorted(maps.Keys(figures)) {
+		f := figures[k]
+		total.Claims += f.Claims
+		total.Accesses += f.Accesses
+		total.Deletion += f.Deletion
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", k, fig(f.Claims), fig(f.Accesses), fig(f.Deletion))
+	}
+	fmt.Fprintf(tw, "total\t%s\t%s\t%s\t\n", fig(total.Claims), fig(total.Accesses), fig(total.Deletion))
+}
+
+// fig prints a per-object figure with three decimals: 0.002 is one request in 500 objects.
+func fig(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f", v)
 }

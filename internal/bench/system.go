@@ -31,6 +31,8 @@ type system struct {
 	rest   *rest.Config
 	client client.Client
 	dir    string
+	// requests counts the benchmark's own API requests, to tell them from COSI's.
+	requests *requestCounter
 
 	watch *watcher
 }
@@ -54,7 +56,13 @@ func startSystem(ctx context.Context, cfg Config) (*system, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("starting the API server: %w", err)
 	}
-	if s.rest, s.client, err = s.env.AdminClient(5000); err != nil {
+	if s.rest, _, err = s.env.AdminClient(5000); err != nil {
+		return nil, errors.Join(err, s.env.Stop())
+	}
+	// Every request of the benchmark (writers, watches, scrapes) goes through the counter.
+	s.requests = newRequestCounter()
+	s.rest.Wrap(s.requests.wrap)
+	if s.client, err = client.New(s.rest, client.Options{Scheme: scheme.New()}); err != nil {
 		return nil, errors.Join(err, s.env.Stop())
 	}
 	if s.watch, err = newWatcher(ctx, s.rest); err != nil {

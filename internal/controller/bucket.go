@@ -11,7 +11,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -21,6 +20,7 @@ import (
 	"github.com/kube-cosi/cosi/internal/conditions"
 	"github.com/kube-cosi/cosi/internal/lookup"
 	"github.com/kube-cosi/cosi/internal/patch"
+	"github.com/kube-cosi/cosi/internal/predicates"
 	"github.com/kube-cosi/cosi/internal/requeue"
 )
 
@@ -52,21 +52,17 @@ func (r *BucketReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Op
 		_, released := b.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted]
 		return !released && (b.DeletionTimestamp != nil || b.Spec.BucketClaimRef.UID != "")
 	})
+	// Nothing release reads is in the status or the finalizers, which the sidecar writes two or
+	// three times per Bucket: SpecOrLifecycleChanged drops those updates.
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("bucket").
-		For(&cosiapi.Bucket{}, builder.WithPredicates(candidate)).
+		For(&cosiapi.Bucket{}, builder.WithPredicates(candidate, predicates.SpecOrLifecycleChanged)).
 		Watches(&cosiapi.BucketClaim{}, handler.EnqueueRequestsFromMapFunc(bucketsOfClaim),
-			builder.WithPredicates(claimDeleting)).
+			builder.WithPredicates(claimRemoved)).
 		Watches(&cosiapi.BucketAccess{}, handler.EnqueueRequestsFromMapFunc(bucketsOfAccess),
 			builder.WithPredicates(accessReferenceChanged)).
 		WithOptions(opts).
 		Complete(r)
-}
-
-// claimDeleting passes the claims that start or continue deleting.
-var claimDeleting = predicate.Funcs{
-	CreateFunc: func(event.CreateEvent) bool { return false },
-	UpdateFunc: func(e event.UpdateEvent) bool { return e.ObjectNew.GetDeletionTimestamp() != nil },
 }
 
 func bucketsOfClaim(_ context.Context, o client.Object) []reconcile.Request {

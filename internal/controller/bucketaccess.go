@@ -69,8 +69,12 @@ func (r *BucketAccessReconciler) SetupWithManager(mgr ctrl.Manager, opts control
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("bucketaccess").
 		For(&cosiapi.BucketAccess{}, builder.WithPredicates(wake)).
-		Watches(&cosiapi.BucketClaim{}, handler.EnqueueRequestsFromMapFunc(r.accessesOfClaim),
+		// A claim's changes matter to the accesses not handed off yet; its removal also to those
+		// handed off (checkHandedOff).
+		Watches(&cosiapi.BucketClaim{}, handler.EnqueueRequestsFromMapFunc(r.waitingAccessesOfClaim),
 			builder.WithPredicates(claimChanged)).
+		Watches(&cosiapi.BucketClaim{}, handler.EnqueueRequestsFromMapFunc(r.accessesOfClaim),
+			builder.WithPredicates(claimRemoved)).
 		Watches(&cosiapi.BucketAccessClass{}, handler.EnqueueRequestsFromMapFunc(r.accessesOfClass)).
 		// A Bucket bound to a claim (its claim reference's UID set) wakes the accesses waiting for it.
 		Watches(&cosiapi.Bucket{}, handler.EnqueueRequestsFromMapFunc(r.accessesOfBucket),
@@ -79,11 +83,16 @@ func (r *BucketAccessReconciler) SetupWithManager(mgr ctrl.Manager, opts control
 		Complete(r)
 }
 
-// deletingChanged passes every change of a deleting access: the sidecar's record of its cleanup is
-// in status, which SpecOrLifecycleChanged does not pass.
+// deletingChanged passes the changes of a deleting access that decide whether its deletion may
+// finish (releasable): the sidecar's record of its cleanup is in status, which
+// SpecOrLifecycleChanged does not pass. The sidecar's other status writes change nothing delete
+// reads.
 var deletingChanged = predicate.Funcs{
 	CreateFunc: func(event.CreateEvent) bool { return false },
-	UpdateFunc: func(e event.UpdateEvent) bool { return e.ObjectNew.GetDeletionTimestamp() != nil },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld.(*cosiapi.BucketAccess), e.ObjectNew.(*cosiapi.BucketAccess)
+		return n.DeletionTimestamp != nil && releasable(o) != releasable(n)
+	},
 	DeleteFunc: func(event.DeleteEvent) bool { return false },
 }
 
@@ -99,7 +108,7 @@ func (r *BucketAccessReconciler) accessesOfBucket(ctx context.Context, o client.
 	return r.list(ctx, client.MatchingFields{index.AccessesByClaim.Name: index.ClaimKey(ref.Namespace, ref.Name)}, true)
 }
 
-// claimChanged passes claim changes an access waits for: binding, protocols, deletion.
+// claimChanged passes claim changes an access waits for: creation, binding, protocols, deletion.
 var claimChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld.(*cosiapi.BucketClaim), e.ObjectNew.(*cosiapi.BucketClaim)
@@ -107,11 +116,26 @@ var claimChanged = predicate.Funcs{
 			!slices.Equal(o.Status.Protocols, n.Status.Protocols) ||
 			!o.DeletionTimestamp.Equal(n.DeletionTimestamp)
 	},
+	DeleteFunc: func(event.DeleteEvent) bool { return false },
+}
+
+// claimRemoved passes a claim's removal only.
+var claimRemoved = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	UpdateFunc:  func(event.UpdateEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
 }
 
 func (r *BucketAccessReconciler) accessesOfClaim(ctx context.Context, o client.Object) []reconcile.Request {
 	return r.list(ctx, client.MatchingFields{index.AccessesByClaim.Name: index.ClaimKey(o.GetNamespace(), o.GetName())},
 		false)
+}
+
+// waitingAccessesOfClaim maps a claim to its accesses not handed off: a handed-off access reads
+// nothing of its claims but whether they exist.
+func (r *BucketAccessReconciler) waitingAccessesOfClaim(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.list(ctx, client.MatchingFields{index.AccessesByClaim.Name: index.ClaimKey(o.GetNamespace(), o.GetName())},
+		true)
 }
 
 func (r *BucketAccessReconciler) accessesOfClass(ctx context.Context, o client.Object) []reconcile.Request {
@@ -207,6 +231,10 @@ func reject(ba *cosiapi.BucketAccess, no refusal) *handOffEvent {
 //
 // It returns the event to record when the access is refused or waits.
 func (r *BucketAccessReconciler) handOff(ctx context.Context, ba *cosiapi.BucketAccess) (*handOffEvent, error) {
+	live, err := r.publishReferences(ctx, ba)
+	if err != nil {
+		return nil, err
+	}
 	class := &cosiapi.BucketAccessClass{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: ba.Spec.BucketAccessClassName}, class); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -218,7 +246,7 @@ func (r *BucketAccessReconciler) handOff(ctx context.Context, ba *cosiapi.Bucket
 	if msg := forbiddenByClass(ba, class); msg != "" {
 		return reject(ba, refusal{cosiapi.ReasonForbiddenByClass, msg}), nil
 	}
-	accessed, waiting, err := r.accessedBuckets(ctx, ba, class)
+	accessed, waiting, err := r.accessedBuckets(ctx, ba, class, live)
 	var no refusal
 	switch {
 	case errors.As(err, &no):
@@ -243,17 +271,48 @@ func (r *BucketAccessReconciler) handOff(ctx context.Context, ba *cosiapi.Bucket
 	return nil, nil
 }
 
+// publishReferences sets the has-bucketaccess-references annotation on each claim of the access
+// that exists and lacks it (KEP-1979 "Generating Bucket Access Credentials" step 3.5), on every
+// reconcile before the hand-off, whether the access then waits, is refused or is handed off: the
+// claim's reconciler is not woken by an access's creation (accessReferenceChanged), this is where a
+// new access is published. It returns the claims it patched: live copies, read after the access
+// was (the patch's response).
+func (r *BucketAccessReconciler) publishReferences(
+	ctx context.Context, ba *cosiapi.BucketAccess,
+) (map[string]*cosiapi.BucketClaim, error) {
+	live := map[string]*cosiapi.BucketClaim{}
+	for _, ref := range ba.Spec.BucketClaims {
+		claim := &cosiapi.BucketClaim{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ba.Namespace, Name: ref.BucketClaimName},
+			claim); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue // its creation wakes the access
+			}
+			return nil, err
+		}
+		if _, published := claim.Annotations[cosiapi.AnnotationHasBucketAccessReferences]; published {
+			continue
+		}
+		if err := patch.SetAnnotation(ctx, r.Client, claim, cosiapi.AnnotationHasBucketAccessReferences); err != nil {
+			return nil, err
+		}
+		live[claim.Name] = claim
+	}
+	return live, nil
+}
+
 // accessedBuckets returns the Buckets of the access's claims, or what they wait for, or a refusal
-// (as the error).
+// (as the error). live are the claims read live since the access was (publishReferences).
 func (r *BucketAccessReconciler) accessedBuckets(
 	ctx context.Context,
 	ba *cosiapi.BucketAccess,
 	class *cosiapi.BucketAccessClass,
+	live map[string]*cosiapi.BucketClaim,
 ) (
 	accessed []cosiapi.AccessedBucket, waiting []string, err error,
 ) {
 	for _, ref := range ba.Spec.BucketClaims {
-		ab, waitingFor, err := r.accessedBucket(ctx, ba, class, ref.BucketClaimName)
+		ab, waitingFor, err := r.accessedBucket(ctx, ba, class, ref.BucketClaimName, live[ref.BucketClaimName])
 		if err != nil {
 			return nil, nil, err
 		}
@@ -273,30 +332,40 @@ func (r *BucketAccessReconciler) accessedBucket(
 	ba *cosiapi.BucketAccess,
 	class *cosiapi.BucketAccessClass,
 	claimName string,
+	live *cosiapi.BucketClaim,
 ) (
 	*cosiapi.AccessedBucket, string, error,
 ) {
-	claim := &cosiapi.BucketClaim{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ba.Namespace, Name: claimName}, claim); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, "BucketClaim " + claimName + " does not exist", nil
+	claim := live
+	if claim == nil {
+		claim = &cosiapi.BucketClaim{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ba.Namespace, Name: claimName}, claim); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, "BucketClaim " + claimName + " does not exist", nil
+			}
+			return nil, "", err
 		}
-		return nil, "", err
 	}
 	// Publish the reference (KEP-1979 step 3.5), then check that the claim is not being deleted
 	// (step 3.7) on a live copy read after this access was: the object the annotation's patch
-	// returned, or an uncached read. A claim's deletion fences the accesses it finds not handed
-	// off, with a write locked to their version (holders): either it fences this access before
-	// the hand-off lands, and the hand-off conflicts, or this read sees it deleting.
-	if _, published := claim.Annotations[cosiapi.AnnotationHasBucketAccessReferences]; published {
+	// returned (live, from publishReferences), or an uncached read. A claim's deletion fences the
+	// accesses it finds not handed off, with a write locked to their version (holders): either it
+	// fences this access before the hand-off lands, and the hand-off conflicts, or this read sees
+	// it deleting.
+	_, published := claim.Annotations[cosiapi.AnnotationHasBucketAccessReferences]
+	switch {
+	case live != nil:
+	case published:
 		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(claim), claim); err != nil {
 			if apierrors.IsNotFound(err) {
 				return nil, "BucketClaim " + claimName + " does not exist", nil
 			}
 			return nil, "", err
 		}
-	} else if err := patch.SetAnnotation(ctx, r.Client, claim, cosiapi.AnnotationHasBucketAccessReferences); err != nil {
-		return nil, "", err
+	default:
+		if err := patch.SetAnnotation(ctx, r.Client, claim, cosiapi.AnnotationHasBucketAccessReferences); err != nil {
+			return nil, "", err
+		}
 	}
 	if claim.DeletionTimestamp != nil {
 		return nil, "", deletingClaimRefusal(claim)
@@ -409,7 +478,7 @@ func (r *BucketAccessReconciler) delete(ctx context.Context, ba *cosiapi.BucketA
 	if !controllerutil.ContainsFinalizer(ba, cosiapi.FinalizerProtection) {
 		return nil
 	}
-	if ba.Status.DriverName != "" && !sidecarFinished(ba) && ba.Status.AccountID != "" {
+	if !releasable(ba) {
 		return nil // the sidecar revokes first; its status and annotation wake this reconciler
 	}
 	// Handed off, but phase 1 never recorded an account: nothing was granted (the account ID is
@@ -426,6 +495,12 @@ func (r *BucketAccessReconciler) delete(ctx context.Context, ba *cosiapi.BucketA
 	}
 	r.Metrics.deleted(ba.Status.DriverName, "BucketAccess", ba.DeletionTimestamp.Time, outcome)
 	return nil
+}
+
+// releasable reports whether a deleting access's finalizer may go: it was never handed off, or
+// the sidecar has finished its cleanup, or phase 1 recorded no account (see delete).
+func releasable(ba *cosiapi.BucketAccess) bool {
+	return ba.Status.DriverName == "" || sidecarFinished(ba) || ba.Status.AccountID == ""
 }
 
 // sidecarFinished reports whether the sidecar has deleted the access's Secrets and revoked it.

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/patch"
 	"github.com/kube-cosi/cosi/internal/testenv"
 )
 
@@ -480,4 +481,62 @@ func TestControllerLeastPrivilege(t *testing.T) {
 			)
 		}
 	}
+}
+
+// An access publishes its reference on its claims itself, before anything else: also when it waits
+// for its class or its class forbids it. The claims are not woken by an access's creation.
+func TestWaitingAndRefusedAccessesReferenceTheirClaims(t *testing.T) {
+	t.Parallel()
+	waitingFor, _ := provisionedClaim(t, cosiapi.ProtocolS3)
+	refusedBy, _ := provisionedClaim(t, cosiapi.ProtocolS3)
+	forbidding := accessClass(func(c *cosiapi.BucketAccessClass) {
+		c.Spec.DisallowedBucketAccessModes.ObjectData = []cosiapi.BucketAccessMode{cosiapi.BucketAccessModeReadWrite}
+	})
+	create(t, forbidding)
+	waiting := access(uniqueName("missing-class"), waitingFor.Name)
+	refused := access(forbidding.Name, refusedBy.Name)
+	create(t, waiting)
+	create(t, refused)
+	for _, c := range []*cosiapi.BucketClaim{waitingFor, refusedBy} {
+		testenv.Eventually(t, func() error {
+			get(t, c)
+			if c.Annotations[cosiapi.AnnotationHasBucketAccessReferences] == "" {
+				return fmt.Errorf("claim %s lacks %s", c.Name, cosiapi.AnnotationHasBucketAccessReferences)
+			}
+			return nil
+		})
+	}
+	// Their deletion releases the claims.
+	for i, ba := range []*cosiapi.BucketAccess{waiting, refused} {
+		if err := env.Client.Delete(t.Context(), ba); err != nil {
+			t.Fatal(err)
+		}
+		env.Gone(t, ba)
+		c := []*cosiapi.BucketClaim{waitingFor, refusedBy}[i]
+		testenv.Eventually(t, func() error {
+			get(t, c)
+			if c.Annotations[cosiapi.AnnotationHasBucketAccessReferences] != "" {
+				return fmt.Errorf("claim %s still referenced", c.Name)
+			}
+			return nil
+		})
+	}
+}
+
+// The claim is not woken when an access publishes its reference, but it is when someone else adds
+// the annotation to a claim no access references: the controller removes it.
+func TestUnreferencedClaimLosesAnAddedReference(t *testing.T) {
+	t.Parallel()
+	c, _ := provisionedClaim(t, cosiapi.ProtocolS3)
+	key := cosiapi.AnnotationHasBucketAccessReferences
+	if err := patch.Annotation(t.Context(), env.Client, c, key, "true"); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, func() error {
+		get(t, c)
+		if _, ok := c.Annotations[cosiapi.AnnotationHasBucketAccessReferences]; ok {
+			return fmt.Errorf("claim %s keeps an annotation no access backs", c.Name)
+		}
+		return nil
+	})
 }

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 
@@ -62,7 +63,10 @@ type BucketClaimReconciler struct {
 // BucketClass by watching them, never by returning errors.
 func (r *BucketClaimReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
 	r.log = mgr.GetLogger().WithValues("controller", "bucketclaim")
-	wake := predicate.Or[client.Object](predicates.SpecOrLifecycleChanged, predicates.ProtectionRemoved)
+	wake := predicate.Or[client.Object](
+		predicate.And[client.Object](predicates.SpecOrLifecycleChanged, predicate.Not(r.referencePublished())),
+		predicates.ProtectionRemoved,
+	)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("bucketclaim").
 		For(&cosiapi.BucketClaim{}, builder.WithPredicates(wake)).
@@ -74,6 +78,38 @@ func (r *BucketClaimReconciler) SetupWithManager(mgr ctrl.Manager, opts controll
 			builder.WithPredicates(accessReferenceChanged)).
 		WithOptions(opts).
 		Complete(r)
+}
+
+// referencePublished matches the update that only adds has-bucketaccess-references to a claim
+// that an access in the cache references: an access's reconcile publishing its reference
+// (BucketAccessReconciler.publishReferences), once per new access. The claim's reconcile would
+// find the annotation as publishReferences wants it and nothing else changed, so it is not woken;
+// the annotation added by someone else to a claim no access references still wakes it, and it
+// removes it. Should the accesses go meanwhile, their removal wakes the claim.
+func (r *BucketClaimReconciler) referencePublished() predicate.Funcs {
+	return predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return false },
+		DeleteFunc: func(event.DeleteEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, n := e.ObjectOld.(*cosiapi.BucketClaim), e.ObjectNew.(*cosiapi.BucketClaim)
+			key := cosiapi.AnnotationHasBucketAccessReferences
+			if _, had := o.Annotations[key]; had || o.Generation != n.Generation ||
+				!o.DeletionTimestamp.Equal(n.DeletionTimestamp) {
+				return false
+			}
+			added := maps.Clone(o.Annotations)
+			if added == nil {
+				added = map[string]string{}
+			}
+			added[key] = n.Annotations[key]
+			if _, has := n.Annotations[key]; !has || !maps.Equal(added, n.Annotations) {
+				return false
+			}
+			refs, err := referencingAccesses(context.Background(), r.Client, n)
+			return err == nil && len(refs) > 0
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
 }
 
 // bucketChanged passes Bucket changes a claim mirrors or waits for.
@@ -102,13 +138,17 @@ func (r *BucketClaimReconciler) claimsOfBucket(ctx context.Context, o client.Obj
 	return reqs
 }
 
-// accessReferenceChanged passes the access changes that can change whether it references its
-// claims: creation, deletion, a finalizer change, a spec change.
+// accessReferenceChanged passes the access changes that can change whether it holds or names its
+// claims and Buckets: a spec change, holdsReference turning false (its finalizer removed while it
+// is deleting), its removal. Not its creation: the access's own reconcile publishes its reference
+// on its claims before anything else (BucketAccessReconciler.publishReferences), and a new access
+// holds no claim or Bucket the controller would release. Not the finalizer's addition, nor the
+// start of a deletion that the finalizer holds: neither changes holdsReference.
 var accessReferenceChanged = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
 	UpdateFunc: func(e event.UpdateEvent) bool {
-		o, n := e.ObjectOld, e.ObjectNew
-		return o.GetGeneration() != n.GetGeneration() || !slices.Equal(o.GetFinalizers(), n.GetFinalizers()) ||
-			!o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp())
+		o, n := e.ObjectOld.(*cosiapi.BucketAccess), e.ObjectNew.(*cosiapi.BucketAccess)
+		return o.Generation != n.Generation || holdsReference(o) != holdsReference(n)
 	},
 }
 

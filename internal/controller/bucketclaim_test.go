@@ -738,7 +738,8 @@ func TestClaimDeletionIsCountedOnce(t *testing.T) {
 	create(t, class)
 	c := claim(class.Name, cosiapi.ProtocolS3)
 	create(t, c)
-	provisionAsSidecar(t, boundBucket(t, c), metav1.ConditionTrue, cosiapi.ProtocolS3)
+	b := boundBucket(t, c)
+	provisionAsSidecar(t, b, metav1.ConditionTrue, cosiapi.ProtocolS3)
 	heldDeletions.hold(t, c.Name)
 	if err := env.Client.Delete(t.Context(), c); err != nil {
 		t.Fatal(err)
@@ -750,15 +751,20 @@ func TestClaimDeletionIsCountedOnce(t *testing.T) {
 		}
 		return nil
 	})
-	// An access that names the claim wakes the claim's reconcile, on the copy the cache still
-	// has: deleting, with its finalizer. It fences the access (an event shows that it ran), then
-	// removes the finalizer again.
+	// A change of its Bucket wakes the claim's reconcile, on the copy the cache still has:
+	// deleting, with its finalizer. It fences an access that names the claim (an event shows that
+	// it ran), then removes the finalizer again.
 	ac := accessClass()
 	create(t, ac)
 	ba := access(ac.Name, c.Name)
 	create(t, ba)
+	// Changed until the reconcile ran: the first change may reach the cache before the access.
+	protocols := [][]cosiapi.Protocol{{cosiapi.ProtocolS3}, {cosiapi.ProtocolS3, cosiapi.ProtocolGCS}}
+	changes := 0
 	testenv.Eventually(t, func() error {
 		if occurrences(t, ba, cosiapi.EventFailedGrantAccess, "BucketClaim "+c.Name+" (uid") == 0 {
+			changes++
+			provisionAsSidecar(t, b, metav1.ConditionTrue, protocols[changes%2]...)
 			return fmt.Errorf("the claim's stale reconcile did not run yet")
 		}
 		return nil
