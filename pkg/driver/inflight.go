@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
 	cosiproto "github.com/kube-cosi/cosi/proto"
@@ -193,4 +194,45 @@ func revokedIDs(buckets []*cosiproto.DriverRevokeBucketAccessRequest_Bucket) []s
 		ids = append(ids, b.GetBucketId())
 	}
 	return ids
+}
+
+// serverKeys are the keys a v1alpha2 call holds in the driver's process (see inFlightInterceptor):
+// the same as the sidecar's client takes for it. Calls that name no bucket or account hold none.
+func serverKeys(req any) []lockKey {
+	switch r := req.(type) {
+	case *cosiproto.DriverGenerateBucketIdRequest:
+		return bucketKeys(r.GetName())
+	case *cosiproto.DriverCreateBucketRequest:
+		return bucketKeys(r.GetBucketId())
+	case *cosiproto.DriverGetBucketRequest:
+		return bucketKeys(r.GetBucketId())
+	case *cosiproto.DriverDeleteBucketRequest:
+		return bucketKeys(r.GetBucketId())
+	case *cosiproto.DriverGenerateBucketAccessIdRequest:
+		return accessKeys(false, r.GetAccountName(), accessedIDs(r.GetBuckets()))
+	case *cosiproto.DriverGrantBucketAccessRequest:
+		return accessKeys(false, r.GetAccountId(), accessedIDs(r.GetBuckets()))
+	case *cosiproto.DriverRevokeBucketAccessRequest:
+		return accessKeys(false, r.GetAccountId(), revokedIDs(r.GetBuckets()))
+	}
+	return nil
+}
+
+// inFlightInterceptor keeps a driver's calls apart per bucket and account inside the driver's
+// process, for as long as the driver's handler runs, whether or not its caller still waits. The
+// sidecar's client keeps its own calls apart too, but only until it gives up on a call
+// (--driver-timeout): a handler that does not pass its context on to the store goes on after
+// that, and a revocation or deletion that overtook it would find nothing to undo, answer OK, and
+// leave what the late call then creates to nobody. Here such a revocation or deletion waits for
+// the late call (bounded by its own deadline, DEADLINE_EXCEEDED naming the key; the sidecar
+// retries it) and then undoes what it did.
+func inFlightInterceptor(l *inFlight) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		unlock, err := l.lock(ctx, serverKeys(req))
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+		return handler(ctx, req)
+	}
 }

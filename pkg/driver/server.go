@@ -36,8 +36,9 @@ type Options struct {
 	// StopTimeout bounds how long a stop waits for calls in flight before cancelling them; zero
 	// means 30 seconds.
 	StopTimeout time.Duration
-	// Interceptors run after the SDK's own (logging, metrics, request validation), in order. The
-	// memory driver uses this for latency and failure injection.
+	// Interceptors run after the SDK's own (logging, metrics, request validation, and the wait
+	// for calls in flight on the same bucket or account), in order. The memory driver uses this
+	// for latency and failure injection.
 	Interceptors []grpc.UnaryServerInterceptor
 }
 
@@ -99,7 +100,9 @@ func NewServer(ctx context.Context, opts Options) (*Server, error) {
 	recovery := recoverInterceptor(log)
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
 		append(
-			[]grpc.UnaryServerInterceptor{recovery, serverInterceptor(log, metrics, info.GetName()), recovery},
+			[]grpc.UnaryServerInterceptor{
+				recovery, serverInterceptor(log, metrics, info.GetName()), recovery, inFlightInterceptor(&inFlight{}),
+			},
 			opts.Interceptors...)...))
 	cosiproto.RegisterIdentityServer(srv, opts.Identity)
 	cosiproto.RegisterProvisionerServer(srv, opts.Provisioner)
