@@ -52,7 +52,7 @@ func TestRevocationWaitsForALateGrantOfItsAccount(t *testing.T) {
 		t.Fatal(err)
 	}
 	access := []*cosiproto.AccessedBucket{{
-		BucketId:   "b",
+		BucketId:    "b",
 		AccessModes: &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE},
 	}}
 	gen, err := c.DriverGenerateBucketAccessId(ctx, &cosiproto.DriverGenerateBucketAccessIdRequest{
