@@ -91,12 +91,13 @@ lint: lint-go lint-shell ## Run the linters: golangci-lint (with kube-api-linter
 
 # golangci-lint loads one Go module at a time, so it runs once per module, from the module's
 # directory, with the one configuration at the root. Every module is linted before failing;
-# hack/lint too, for its rename-import-alias tool.
+# hack/lint too, for its rename-import-alias tool. --allow-serial-runners: a run waits for
+# another golangci-lint on the machine (another checkout) instead of failing on its lock.
 .PHONY: lint-go
 lint-go: $(GOLANGCI_LINT) ## golangci-lint every module (.golangci.yml; kube-api-linter on api/).
 	@status=0; for m in $(MODULES) hack/lint hack/image; do \
 		echo "golangci-lint: module $$m"; \
-		(cd $$m && $(GOLANGCI_LINT) run --config $(ROOT)/.golangci.yml $(LINT_FLAGS) ./...) || status=1; \
+		(cd $$m && $(GOLANGCI_LINT) run --allow-serial-runners --config $(ROOT)/.golangci.yml $(LINT_FLAGS) ./...) || status=1; \
 	done; exit $$status
 
 .PHONY: lint-fix
