@@ -29,11 +29,13 @@ type logBuffer struct {
 }
 
 func (l *logBuffer) logger() logr.Logger {
-	return funcr.New(func(prefix, args string) {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		l.buf.WriteString(prefix + " " + args + "\n")
-	}, funcr.Options{Verbosity: driver.LogLevelBodies})
+	return funcr.New(func(prefix, args string) { l.write(prefix + " " + args) }, funcr.Options{Verbosity: driver.LogLevelBodies})
+}
+
+func (l *logBuffer) write(line string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf.WriteString(line + "\n")
 }
 
 func (l *logBuffer) bytes() ([]byte, error) {
@@ -94,7 +96,14 @@ func memoryConfig(endpoint string, d *memory.Driver, logs *logBuffer) sanity.Con
 			BucketExists: func(_ context.Context, id string) (bool, error) { return b.BucketExists(id), nil },
 			Accounts:     func(context.Context) ([]string, error) { return b.Accounts(), nil },
 			Allowed: func(_ context.Context, c sanity.AccessCheck) (bool, error) {
+				if sa := c.ServiceAccount; sa != nil {
+					return b.AllowedServiceAccount(sa.GetNamespace(), sa.GetName(), c.BucketID, memory.Category(c.Category),
+						c.Write), nil
+				}
 				return b.Allowed(c.Credentials, c.BucketID, memory.Category(c.Category), c.Write), nil
+			},
+			AccountOf: func(_ context.Context, creds *cosiproto.CredentialInfo) (string, error) {
+				return b.AccountOf(creds), nil
 			},
 		},
 	}
