@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
@@ -74,4 +73,4 @@ func TestMutants(t *testing.T) {
 		caught, len(all), mustCaught, mustCatch, 100*float64(mustCaught)/float64(max(mustCatch, 1)))
 }
 
-var _ = logr.Discard
+

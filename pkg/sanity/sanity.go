@@ -50,6 +50,11 @@ type Config struct {
 	AccessParameters map[string]string
 	// InvalidAccessParameters are access parameters the driver must refuse with InvalidArgument.
 	InvalidAccessParameters map[string]string
+	// BucketParameterKeys and AccessParameterKeys declare the parameter keys the driver documents
+	// (driver.CheckParameterKeys checks them). Optional: when set, the suite checks that the
+	// parameters above use only these keys, and sends a key outside them to see it refused with
+	// InvalidArgument; when nil it sends its own key, UnknownParameterKey.
+	BucketParameterKeys, AccessParameterKeys []string
 	// StaticBucketID is a bucket that exists in the backend, for DriverGetBucket. When empty the
 	// suite creates one through the driver.
 	StaticBucketID string
@@ -60,6 +65,11 @@ type Config struct {
 	// no credential reaches the logs. Run the driver at its highest verbosity. Optional.
 	DriverLogs func() ([]byte, error)
 }
+
+// UnknownParameterKey is the parameter key the suite adds to valid parameters to check that the
+// driver refuses keys it does not know. A driver that passes unknown keys through to the backend
+// (tags, say) cannot pass those cases: deselect them with Config.Run and say so in its docs.
+const UnknownParameterKey = "cosiSanityUnknownKey"
 
 // Category is one of the three kinds of data KEP-1979 separates access modes for.
 type Category int
@@ -269,6 +279,14 @@ func (s *suite) intercept(
 				s.violations,
 				fmt.Sprintf("%s returned %v with status details; the COSI spec requires them to be empty", name, st.Code()),
 			)
+		}
+		for _, secret := range s.secrets {
+			if len(secret) >= 8 && strings.Contains(st.Message(), secret) {
+				s.violations = append(s.violations, fmt.Sprintf(
+					"%s returned %v with a message that contains a credential the driver returned (value not shown)",
+					name, st.Code()))
+				break
+			}
 		}
 		if st.Code() != codes.OK && st.Message() == "" {
 			s.violations = append(

@@ -162,7 +162,7 @@ func accessMutants() []Mutant {
 		{
 			Name: "service-account-not-mapped", MustCatch: true,
 			Bug:  "a ServiceAccount grant returns OK but maps no backend identity to the ServiceAccount",
-			Case: caseGrantSANoKey, Says: "ServiceAccount cannot",
+			Case: caseGrantSANoKey, Says: "cannot write object data",
 			New: plain(func(d *memory.Driver) Server { return saUnmapped{d} }),
 		},
 		{
