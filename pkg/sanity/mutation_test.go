@@ -72,5 +72,3 @@ func TestMutants(t *testing.T) {
 	fmt.Printf("cosi-sanity mutation test: %d of %d mutants caught; must-catch %d of %d (%.0f%%)\n",
 		caught, len(all), mustCaught, mustCatch, 100*float64(mustCaught)/float64(max(mustCatch, 1)))
 }
-
-

@@ -98,10 +98,10 @@ type AccessCheck struct {
 	// a workload running as that Kubernetes ServiceAccount (the backend identity the driver maps
 	// it to).
 	ServiceAccount *cosiproto.ServiceAccount
-	BucketID    string
-	BucketInfo  *cosiproto.ProtocolBucketInfo
-	Category    Category
-	Write       bool
+	BucketID       string
+	BucketInfo     *cosiproto.ProtocolBucketInfo
+	Category       Category
+	Write          bool
 }
 
 // Probe looks at the backend directly, outside the driver, with the backend's own admin view. Each

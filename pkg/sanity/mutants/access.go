@@ -110,7 +110,7 @@ func accessMutants() []Mutant {
 		},
 		{
 			Name: "unspecified-granted", MustCatch: false,
-			Bug:  "categories the request leaves UNSPECIFIED are granted read-write",
+			Bug: "categories the request leaves UNSPECIFIED are granted read-write",
 			Blind: "KEP-1979: an unspecified mode means the workload does not care whether the access is " +
 				"allowed, so granting it breaks no rule; least privilege advises against it",
 			New: plain(func(d *memory.Driver) Server {
@@ -706,4 +706,3 @@ func (d partialRevoke) DriverRevokeBucketAccess(
 	d.revoked.add(req.GetAccountId())
 	return &cosiproto.DriverRevokeBucketAccessResponse{}, nil
 }
-

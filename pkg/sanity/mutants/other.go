@@ -27,7 +27,7 @@ func otherMutants() []Mutant {
 		},
 		{
 			Name: "outage-is-internal", MustCatch: false,
-			Bug:  "a brief backend outage is reported as Internal (final) instead of Unavailable (retried)",
+			Bug: "a brief backend outage is reported as Internal (final) instead of Unavailable (retried)",
 			Blind: "the suite cannot make the backend fail; a Probe cannot either. Test it in the driver's " +
 				"own tests against a backend that is stopped",
 			New: plain(func(d *memory.Driver) Server { return outageInternal{d} }),
