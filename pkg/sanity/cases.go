@@ -294,15 +294,27 @@ var cases = []Case{
 			)
 		}
 	}},
-	{"DriverGenerateBucketAccessId/returns AlreadyExists for an existing account with other access modes", func(t *T) {
+	{"DriverGenerateBucketAccessId/refuses an existing account_name with other access modes in phase 1 or 2", func(t *T) {
+		// Phase 1 may leave the check to phase 2 (it need not look at the backend), but one of the
+		// two must answer AlreadyExists: never an account_id that reaches the old account.
 		p := t.protocols()[0]
 		id, _ := t.createBucket(p)
 		name := t.name("a")
 		_, _, err := t.grantAs(t.keyGrant(p, readWrite, id), name)
 		t.ok(err, "grant")
-		_, err = t.s.prov.DriverGenerateBucketAccessId(t.ctx, t.keyGrant(p, readOnly, id).generateRequest(name))
-		t.code(err, "DriverGenerateBucketAccessId for a granted account_name with READ_ONLY instead of READ_WRITE",
-			codes.AlreadyExists)
+		other := t.keyGrant(p, readOnly, id)
+		gen, err := t.s.prov.DriverGenerateBucketAccessId(t.ctx, other.generateRequest(name))
+		if err != nil {
+			t.code(err, "DriverGenerateBucketAccessId for a granted account_name with READ_ONLY instead of READ_WRITE",
+				codes.AlreadyExists)
+			return
+		}
+		_, err = t.s.prov.DriverGrantBucketAccess(t.ctx, other.grantRequest(gen.GetAccountId()))
+		if err == nil {
+			t.Cleanup(func() { _, _ = t.s.prov.DriverRevokeBucketAccess(t.ctx, other.revokeRequest(gen.GetAccountId())) })
+		}
+		t.code(err, "DriverGenerateBucketAccessId returned OK for a granted account_name with READ_ONLY instead "+
+			"of READ_WRITE, then DriverGrantBucketAccess", codes.AlreadyExists)
 	}},
 	{"DriverGenerateBucketAccessId/rejects an unknown parameter key with InvalidArgument", func(t *T) {
 		p := t.protocols()[0]

@@ -27,10 +27,13 @@ func accessMutants() []Mutant {
 			New: plain(func(d *memory.Driver) Server { return randomAccountID{d} }),
 		},
 		{
-			Name: "generate-access-ignores-existing", MustCatch: true,
-			Bug:  "DriverGenerateBucketAccessId returns the ID of an existing account granted other modes",
-			Case: caseGenAccOtherModes, Says: "returned OK",
-			New: plain(func(d *memory.Driver) Server { return generateAccessIgnoresExisting{d} }),
+			Name: "access-ignores-existing-account", MustCatch: true,
+			Bug: "neither phase checks an existing account: phase 1 returns its ID and phase 2 its key, " +
+				"whatever the modes",
+			Case: caseGenAccOtherModes, Says: "then DriverGrantBucketAccess: returned OK",
+			New: plain(func(d *memory.Driver) Server {
+				return &generateAccessIgnoresExisting{repeatReturnsOld{Driver: d}}
+			}),
 		},
 		{
 			Name: "grant-repeat-returns-old-account", MustCatch: true,
@@ -254,9 +257,9 @@ func (d randomAccountID) DriverGenerateBucketAccessId(
 	return &cosiproto.DriverGenerateBucketAccessIdResponse{AccountId: resp.GetAccountId() + "-" + randomSuffix()}, nil
 }
 
-type generateAccessIgnoresExisting struct{ *memory.Driver }
+type generateAccessIgnoresExisting struct{ repeatReturnsOld }
 
-func (d generateAccessIgnoresExisting) DriverGenerateBucketAccessId(
+func (d *generateAccessIgnoresExisting) DriverGenerateBucketAccessId(
 	ctx context.Context, req *cosiproto.DriverGenerateBucketAccessIdRequest,
 ) (*cosiproto.DriverGenerateBucketAccessIdResponse, error) {
 	resp, err := d.Driver.DriverGenerateBucketAccessId(ctx, req)

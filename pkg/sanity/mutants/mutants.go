@@ -86,7 +86,7 @@ const (
 	caseDeleteUnknown      = "DriverDeleteBucket/returns OK for an unknown bucket_id"
 	caseGenAccIdempotent   = "DriverGenerateBucketAccessId/is idempotent for the same account_name and parameters"
 	caseGenAccNothing      = "DriverGenerateBucketAccessId/creates no account in the backend"
-	caseGenAccOtherModes   = "DriverGenerateBucketAccessId/returns AlreadyExists for an existing account with other access modes"
+	caseGenAccOtherModes   = "DriverGenerateBucketAccessId/refuses an existing account_name with other access modes in phase 1 or 2"
 	caseGrantComplete      = "DriverGrantBucketAccess/returns complete credentials and bucket info for each advertised protocol"
 	caseGrantIdempotent    = "DriverGrantBucketAccess/is idempotent for the same account_id"
 	caseGrantOneAccount    = "DriverGrantBucketAccess/creates one backend account however often it is called"
