@@ -16,7 +16,9 @@ import (
 // mutationMemoryConfig is the reference driver the mutants break: two protocols (so that one is
 // unsupported), multi-bucket access and ServiceAccount authentication, so that every case runs.
 func mutationMemoryConfig() memory.Config {
-	return memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3, cosiproto.ObjectProtocol_AZURE}}
+	return memory.Config{
+		Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3, cosiproto.ObjectProtocol_AZURE},
+	}
 }
 
 // TestMutants is mutation testing of the suite: it runs every case, with a probe, against each

@@ -26,7 +26,10 @@ type logBuffer struct {
 }
 
 func (l *logBuffer) logger() logr.Logger {
-	return funcr.New(func(prefix, args string) { l.write(prefix + " " + args) }, funcr.Options{Verbosity: driver.LogLevelBodies})
+	return funcr.New(
+		func(prefix, args string) { l.write(prefix + " " + args) },
+		funcr.Options{Verbosity: driver.LogLevelBodies},
+	)
 }
 
 func (l *logBuffer) write(line string) {

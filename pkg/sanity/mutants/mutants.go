@@ -67,11 +67,12 @@ type Mutant struct {
 
 // Case names, as in pkg/sanity.
 const (
-	caseGenIdempotent      = "DriverGenerateBucketId/is idempotent for the same name and parameters"
-	caseGenNothing         = "DriverGenerateBucketId/creates nothing in the backend"
-	caseGenInvalid         = "DriverGenerateBucketId/rejects invalid parameters with InvalidArgument"
-	caseGenUnknownKey      = "DriverGenerateBucketId/rejects an unknown parameter key with InvalidArgument"
-	caseGenIncompatible    = "DriverGenerateBucketId/returns AlreadyExists for an existing bucket with incompatible parameters"
+	caseGenIdempotent   = "DriverGenerateBucketId/is idempotent for the same name and parameters"
+	caseGenNothing      = "DriverGenerateBucketId/creates nothing in the backend"
+	caseGenInvalid      = "DriverGenerateBucketId/rejects invalid parameters with InvalidArgument"
+	caseGenUnknownKey   = "DriverGenerateBucketId/rejects an unknown parameter key with InvalidArgument"
+	caseGenIncompatible = "DriverGenerateBucketId/returns AlreadyExists for an existing bucket " +
+		"with incompatible parameters"
 	caseCreateEachProtocol = "DriverCreateBucket/supports each advertised protocol when requested"
 	caseCreateInBackend    = "DriverCreateBucket/creates the bucket in the backend"
 	caseCreateIdempotent   = "DriverCreateBucket/is idempotent for the same bucket_id"
@@ -86,8 +87,10 @@ const (
 	caseDeleteUnknown      = "DriverDeleteBucket/returns OK for an unknown bucket_id"
 	caseGenAccIdempotent   = "DriverGenerateBucketAccessId/is idempotent for the same account_name and parameters"
 	caseGenAccNothing      = "DriverGenerateBucketAccessId/creates no account in the backend"
-	caseGenAccOtherModes   = "DriverGenerateBucketAccessId/refuses an existing account_name with other access modes in phase 1 or 2"
-	caseGrantComplete      = "DriverGrantBucketAccess/returns complete credentials and bucket info for each advertised protocol"
+	caseGenAccOtherModes   = "DriverGenerateBucketAccessId/refuses an existing account_name " +
+		"with other access modes in phase 1 or 2"
+	caseGrantComplete = "DriverGrantBucketAccess/returns complete credentials and bucket info " +
+		"for each advertised protocol"
 	caseGrantIdempotent    = "DriverGrantBucketAccess/is idempotent for the same account_id"
 	caseGrantOneAccount    = "DriverGrantBucketAccess/creates one backend account however often it is called"
 	caseGrantOtherModes    = "DriverGrantBucketAccess/returns AlreadyExists for a repeat grant with other access modes"
@@ -97,15 +100,16 @@ const (
 	caseGrantMissingBucket = "DriverGrantBucketAccess/returns NotFound for a bucket that does not exist"
 	caseGrantSA            = "DriverGrantBucketAccess/grants ServiceAccount authentication or returns InvalidArgument"
 	caseGrantSANoKey       = "DriverGrantBucketAccess/serves ServiceAccount grants through the ServiceAccount, not a key"
-	caseGrantProtocol      = "DriverGrantBucketAccess/rejects a protocol the driver does not advertise with InvalidArgument"
-	caseGrantInvalid       = "DriverGrantBucketAccess/rejects invalid parameters with InvalidArgument"
-	caseGrantUnknownKey    = "DriverGrantBucketAccess/rejects an unknown parameter key with InvalidArgument"
-	caseRevokeWorks        = "DriverRevokeBucketAccess/revokes the credentials"
-	caseRevokeNothingLeft  = "DriverRevokeBucketAccess/leaves no account and no access of any category"
-	caseRevokeUnknown      = "DriverRevokeBucketAccess/returns OK for an unknown account_id"
-	caseErrors             = "Errors/carry a readable message and no status details"
-	caseLogs               = "Secrets/the driver logs no credential"
-	caseErrorSecrets       = "Secrets/errors carry no credential"
+	caseGrantProtocol      = "DriverGrantBucketAccess/rejects a protocol the driver does not advertise " +
+		"with InvalidArgument"
+	caseGrantInvalid      = "DriverGrantBucketAccess/rejects invalid parameters with InvalidArgument"
+	caseGrantUnknownKey   = "DriverGrantBucketAccess/rejects an unknown parameter key with InvalidArgument"
+	caseRevokeWorks       = "DriverRevokeBucketAccess/revokes the credentials"
+	caseRevokeNothingLeft = "DriverRevokeBucketAccess/leaves no account and no access of any category"
+	caseRevokeUnknown     = "DriverRevokeBucketAccess/returns OK for an unknown account_id"
+	caseErrors            = "Errors/carry a readable message and no status details"
+	caseLogs              = "Secrets/the driver logs no credential"
+	caseErrorSecrets      = "Secrets/errors carry no credential"
 )
 
 // All returns every mutant.
