@@ -215,10 +215,11 @@ type ProvisionerClient interface {
 	// for the requested protocol. It MUST be idempotent: repeated calls for the same account_id
 	// provision at most one backend account and return valid credentials.
 	//
-	// Codes: as DriverGenerateBucketAccessId.
+	// Codes: as DriverGenerateBucketAccessId; NOT_FOUND when a listed bucket does not exist.
 	DriverGrantBucketAccess(ctx context.Context, in *DriverGrantBucketAccessRequest, opts ...grpc.CallOption) (*DriverGrantBucketAccessResponse, error)
 	// DriverRevokeBucketAccess removes the account account_id and its credentials, so they stop
-	// working. It MUST be idempotent: it returns OK when the access does not exist.
+	// working and no access of any category (object data or metadata) remains. It MUST be
+	// idempotent: it returns OK when the access does not exist.
 	DriverRevokeBucketAccess(ctx context.Context, in *DriverRevokeBucketAccessRequest, opts ...grpc.CallOption) (*DriverRevokeBucketAccessResponse, error)
 }
 
@@ -352,10 +353,11 @@ type ProvisionerServer interface {
 	// for the requested protocol. It MUST be idempotent: repeated calls for the same account_id
 	// provision at most one backend account and return valid credentials.
 	//
-	// Codes: as DriverGenerateBucketAccessId.
+	// Codes: as DriverGenerateBucketAccessId; NOT_FOUND when a listed bucket does not exist.
 	DriverGrantBucketAccess(context.Context, *DriverGrantBucketAccessRequest) (*DriverGrantBucketAccessResponse, error)
 	// DriverRevokeBucketAccess removes the account account_id and its credentials, so they stop
-	// working. It MUST be idempotent: it returns OK when the access does not exist.
+	// working and no access of any category (object data or metadata) remains. It MUST be
+	// idempotent: it returns OK when the access does not exist.
 	DriverRevokeBucketAccess(context.Context, *DriverRevokeBucketAccessRequest) (*DriverRevokeBucketAccessResponse, error)
 	mustEmbedUnimplementedProvisionerServer()
 }

@@ -47,7 +47,7 @@ func main() {
 		junit     = flag.String("junit", "", "write a JUnit XML report to this file")
 		driverLog = flag.String("driver-log", "",
 			"the driver's log file, to check that no credential reaches it (run the driver at its highest verbosity)")
-		list = flag.Bool("list", false, "list the cases and exit")
+		list = flag.Bool("list", false, "list the cases, each with what it needs beyond a socket, and exit")
 	)
 	flag.StringVar(&cfg.Endpoint, "endpoint", os.Getenv("COSI_ENDPOINT"),
 		"the driver's endpoint, unix:///path/to/driver.sock (default $COSI_ENDPOINT)")
@@ -64,8 +64,13 @@ func main() {
 	flag.Parse()
 
 	if *list {
+		// One case a line; cases that need more than a socket say what, and what the suite
+		// cannot see without it (a Probe is only available from Go: sanity.Test).
 		for _, c := range sanity.Cases() {
 			fmt.Println(c.Name)
+			if needs := c.Needs(); len(needs) > 0 {
+				fmt.Printf("    needs: %s\n    without: cannot see %s\n", strings.Join(needs, ", "), c.Blind())
+			}
 		}
 		return
 	}

@@ -13,7 +13,11 @@ import (
 )
 
 // strippedValue replaces the value of every field marked cosi_secret.
-const strippedValue = "***stripped***"
+const strippedValue = StrippedValue
+
+// StrippedValue is what StripSecrets puts in place of a secret: a log at LogLevelBodies holds it
+// once per credential a driver returned, which is how cosi-sanity knows the log shows responses.
+const StrippedValue = "***stripped***"
 
 // StripSecrets returns a fmt.Stringer that renders msg as JSON with the value of every field
 // marked (cosi.v1alpha2.cosi_secret) = true replaced by "***stripped***", at any depth (nested

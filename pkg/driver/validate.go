@@ -3,6 +3,8 @@ package driver
 import (
 	"fmt"
 	"regexp"
+	"slices"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -371,4 +373,26 @@ func containsProtocol(list []cosiproto.ObjectProtocol_Type, p cosiproto.ObjectPr
 		}
 	}
 	return false
+}
+
+// CheckParameterKeys returns InvalidArgument naming the first key of params (in sorted order) that
+// is not one of known: a driver declares its class parameters with it, so that a typo in a
+// BucketClass or BucketAccessClass is an error instead of a silently ignored setting.
+//
+//	if err := driver.CheckParameterKeys(req.GetParameters(), "region", "versioning"); err != nil {
+//		return nil, err
+//	}
+func CheckParameterKeys(params map[string]string, known ...string) error {
+	keys := make([]string, 0, len(params))
+	for k := range params {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if !slices.Contains(known, k) {
+			return status.Errorf(codes.InvalidArgument, "parameters: unknown key %q (this driver knows %s)", k,
+				strings.Join(known, ", "))
+		}
+	}
+	return nil
 }

@@ -197,3 +197,22 @@ func TestValidateDriverName(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckParameterKeys(t *testing.T) {
+	for _, tc := range []struct {
+		params  map[string]string
+		wantErr string
+	}{
+		{nil, ""},
+		{map[string]string{"region": "x", "versioning": "true"}, ""},
+		{map[string]string{"region": "x", "regoin": "y", "zone": "z"}, `unknown key "regoin"`},
+	} {
+		err := CheckParameterKeys(tc.params, "region", "versioning")
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("%v: %v", tc.params, err)
+		case tc.wantErr != "" && (status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("%v: %v, want InvalidArgument with %q", tc.params, err, tc.wantErr)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kube-cosi/cosi/pkg/driver"
@@ -65,6 +66,12 @@ var cases = []Case{
 			&cosiproto.DriverGenerateBucketIdRequest{Name: t.name("b"), Parameters: t.s.cfg.InvalidBucketParameters},
 		)
 		t.code(err, "DriverGenerateBucketId with invalid parameters", codes.InvalidArgument)
+	}},
+	{"DriverGenerateBucketId/rejects an unknown parameter key with InvalidArgument", func(t *T) {
+		_, err := t.s.prov.DriverGenerateBucketId(t.ctx, &cosiproto.DriverGenerateBucketIdRequest{
+			Name: t.name("b"), Parameters: t.withUnknownKey(t.s.cfg.BucketParameters, t.s.cfg.BucketParameterKeys),
+		})
+		t.code(err, "DriverGenerateBucketId with parameter key "+UnknownParameterKey, codes.InvalidArgument)
 	}},
 	{"DriverGenerateBucketId/returns AlreadyExists for an existing bucket with incompatible parameters", func(t *T) {
 		if t.s.cfg.IncompatibleBucketParameters == nil {
@@ -146,6 +153,16 @@ var cases = []Case{
 		}
 		t.code(err, "DriverCreateBucket with invalid parameters", codes.InvalidArgument)
 	}},
+	{"DriverCreateBucket/rejects an unknown parameter key with InvalidArgument", func(t *T) {
+		id := t.name("b")
+		_, err := t.s.prov.DriverCreateBucket(t.ctx, &cosiproto.DriverCreateBucketRequest{
+			BucketId: id, Parameters: t.withUnknownKey(t.s.cfg.BucketParameters, t.s.cfg.BucketParameterKeys),
+		})
+		if err == nil {
+			t.deleteBucket(id)
+		}
+		t.code(err, "DriverCreateBucket with parameter key "+UnknownParameterKey, codes.InvalidArgument)
+	}},
 	{"DriverCreateBucket/returns AlreadyExists for an existing bucket with incompatible parameters", func(t *T) {
 		if t.s.cfg.IncompatibleBucketParameters == nil {
 			t.Skipf("no incompatible bucket parameters configured")
@@ -189,6 +206,17 @@ var cases = []Case{
 	{"DriverGetBucket/returns NotFound for a missing bucket", func(t *T) {
 		_, err := t.s.prov.DriverGetBucket(t.ctx, &cosiproto.DriverGetBucketRequest{BucketId: t.name("missing")})
 		t.code(err, "DriverGetBucket for a bucket that does not exist", codes.NotFound)
+	}},
+	{"DriverGetBucket/returns AlreadyExists for a bucket incompatible with the parameters", func(t *T) {
+		if t.s.cfg.IncompatibleBucketParameters == nil {
+			t.Skipf("no incompatible bucket parameters configured")
+		}
+		id, _ := t.createBucket()
+		_, err := t.s.prov.DriverGetBucket(
+			t.ctx,
+			&cosiproto.DriverGetBucketRequest{BucketId: id, Parameters: t.s.cfg.IncompatibleBucketParameters},
+		)
+		t.code(err, "DriverGetBucket for a bucket created with other parameters", codes.AlreadyExists)
 	}},
 	{"DriverGetBucket/rejects a missing bucket_id with InvalidArgument", func(t *T) {
 		_, err := t.s.prov.DriverGetBucket(t.ctx, &cosiproto.DriverGetBucketRequest{})
@@ -266,6 +294,36 @@ var cases = []Case{
 			)
 		}
 	}},
+	{"DriverGenerateBucketAccessId/refuses an existing account_name with other access modes in phase 1 or 2", func(t *T) {
+		// Phase 1 may leave the check to phase 2 (it need not look at the backend), but one of the
+		// two must answer AlreadyExists: never an account_id that reaches the old account.
+		p := t.protocols()[0]
+		id, _ := t.createBucket(p)
+		name := t.name("a")
+		_, _, err := t.grantAs(t.keyGrant(p, readWrite, id), name)
+		t.ok(err, "grant")
+		other := t.keyGrant(p, readOnly, id)
+		gen, err := t.s.prov.DriverGenerateBucketAccessId(t.ctx, other.generateRequest(name))
+		if err != nil {
+			t.code(err, "DriverGenerateBucketAccessId for a granted account_name with READ_ONLY instead of READ_WRITE",
+				codes.AlreadyExists)
+			return
+		}
+		_, err = t.s.prov.DriverGrantBucketAccess(t.ctx, other.grantRequest(gen.GetAccountId()))
+		if err == nil {
+			t.Cleanup(func() { _, _ = t.s.prov.DriverRevokeBucketAccess(t.ctx, other.revokeRequest(gen.GetAccountId())) })
+		}
+		t.code(err, "DriverGenerateBucketAccessId returned OK for a granted account_name with READ_ONLY instead "+
+			"of READ_WRITE, then DriverGrantBucketAccess", codes.AlreadyExists)
+	}},
+	{"DriverGenerateBucketAccessId/rejects an unknown parameter key with InvalidArgument", func(t *T) {
+		p := t.protocols()[0]
+		id, _ := t.createBucket(p)
+		g := t.keyGrant(p, readWrite, id)
+		g.params = t.withUnknownKey(t.s.cfg.AccessParameters, t.s.cfg.AccessParameterKeys)
+		_, err := t.s.prov.DriverGenerateBucketAccessId(t.ctx, g.generateRequest(t.name("a")))
+		t.code(err, "DriverGenerateBucketAccessId with parameter key "+UnknownParameterKey, codes.InvalidArgument)
+	}},
 	{"DriverGenerateBucketAccessId/rejects a missing account_name with InvalidArgument", func(t *T) {
 		p := t.protocols()[0]
 		id, _ := t.createBucket(p)
@@ -327,6 +385,15 @@ var cases = []Case{
 			)
 		}
 	}},
+	{"DriverGrantBucketAccess/returns AlreadyExists for a repeat grant with other access modes", func(t *T) {
+		p := t.protocols()[0]
+		id, _ := t.createBucket(p)
+		account, _, err := t.grant(t.keyGrant(p, readWrite, id))
+		t.ok(err, "grant")
+		_, err = t.s.prov.DriverGrantBucketAccess(t.ctx, t.keyGrant(p, readOnly, id).grantRequest(account))
+		t.code(err, "DriverGrantBucketAccess for a granted account_id with READ_ONLY instead of READ_WRITE",
+			codes.AlreadyExists)
+	}},
 	{"DriverGrantBucketAccess/accepts each access mode or returns InvalidArgument", func(t *T) {
 		p := t.protocols()[0]
 		id, _ := t.createBucket(p)
@@ -380,6 +447,51 @@ var cases = []Case{
 			}
 		}
 	}},
+	{"DriverGrantBucketAccess/gives each bucket of a multi-bucket grant its own access modes", func(t *T) {
+		p := t.protocols()[0]
+		a, _ := t.createBucket(p)
+		b, _ := t.createBucket(p)
+		// Both orders, so that a driver that applies the first or the most permissive bucket's
+		// modes to every bucket fails either way.
+		for _, order := range [][2]string{{a, b}, {b, a}} {
+			rwID, roID := order[0], order[1]
+			g := grant{protocol: p, auth: cosiproto.AuthenticationType_KEY, params: t.s.cfg.AccessParameters}
+			g.buckets = []*cosiproto.AccessedBucket{
+				{BucketId: rwID, AccessModes: readWrite},
+				{BucketId: roID, AccessModes: readOnly},
+			}
+			if rwID == b {
+				g.buckets[0], g.buckets[1] = g.buckets[1], g.buckets[0]
+			}
+			_, resp, err := t.grant(g)
+			if status.Code(err) == codes.OutOfRange {
+				t.Skipf("the driver cannot give several buckets one credential (OutOfRange)")
+			}
+			t.ok(err, "multi-bucket grant")
+			creds := resp.GetCredentials()
+			for _, c := range []struct {
+				id    string
+				mode  string
+				write bool
+				want  bool
+			}{
+				{rwID, "READ_WRITE", true, true},
+				{roID, "READ_ONLY", false, true},
+				{roID, "READ_ONLY", true, false},
+			} {
+				if got := t.allowed(p, creds, c.id, bucketInfoFor(resp, c.id), ObjectData, c.write); got != c.want {
+					t.Errorf("bucket %q granted object data %s next to a READ_WRITE bucket: %s allowed=%v, want %v",
+						c.id, c.mode, rw(c.write), got, c.want)
+				}
+			}
+		}
+	}},
+	{"DriverGrantBucketAccess/returns NotFound for a bucket that does not exist", func(t *T) {
+		p := t.protocols()[0]
+		missing := t.name("missing")
+		_, _, err := t.grant(t.keyGrant(p, readWrite, missing))
+		t.code(err, "granting access to bucket "+missing+", which does not exist", codes.NotFound)
+	}},
 	{"DriverGrantBucketAccess/grants ServiceAccount authentication or returns InvalidArgument", func(t *T) {
 		p := t.protocols()[0]
 		id, _ := t.createBucket(p)
@@ -389,6 +501,26 @@ var cases = []Case{
 		_, _, err := t.grant(g)
 		if err != nil {
 			t.code(err, "ServiceAccount grant", codes.InvalidArgument)
+		}
+	}},
+	{"DriverGrantBucketAccess/serves ServiceAccount grants through the ServiceAccount, not a key", func(t *T) {
+		p := t.protocols()[0]
+		id, _ := t.createBucket(p)
+		g := t.keyGrant(p, readWrite, id)
+		g.auth = cosiproto.AuthenticationType_SERVICE_ACCOUNT
+		g.sa = &cosiproto.ServiceAccount{Namespace: "sanity", Name: t.name("sa")}
+		_, resp, err := t.grant(g)
+		if status.Code(err) == codes.InvalidArgument {
+			t.Skipf("the driver does not support ServiceAccount authentication (InvalidArgument)")
+		}
+		t.ok(err, "ServiceAccount grant")
+		if resp.GetCredentials() != nil && !proto.Equal(resp.GetCredentials(), &cosiproto.CredentialInfo{}) {
+			t.Errorf("the SERVICE_ACCOUNT grant returned credentials: a key served instead of the ServiceAccount's " +
+				"identity (workloads authenticate as their ServiceAccount, COSI writes no key to their Secret)")
+		}
+		if !t.allowedAs(p, g.sa, id, ObjectData, true) {
+			t.Errorf("a workload running as ServiceAccount %s/%s cannot write object data in bucket %q: the grant "+
+				"mapped no backend identity to it", g.sa.GetNamespace(), g.sa.GetName(), id)
 		}
 	}},
 	{"DriverGrantBucketAccess/rejects a missing account_id with InvalidArgument", func(t *T) {
@@ -415,6 +547,20 @@ var cases = []Case{
 		t.code(err, "grant with invalid parameters", codes.InvalidArgument)
 	}},
 
+	{"DriverGrantBucketAccess/rejects an unknown parameter key with InvalidArgument", func(t *T) {
+		p := t.protocols()[0]
+		id, _ := t.createBucket(p)
+		g := t.keyGrant(p, readWrite, id)
+		account, err := t.s.prov.DriverGenerateBucketAccessId(t.ctx, g.generateRequest(t.name("a")))
+		t.ok(err, "DriverGenerateBucketAccessId with valid parameters")
+		g.params = t.withUnknownKey(t.s.cfg.AccessParameters, t.s.cfg.AccessParameterKeys)
+		_, err = t.s.prov.DriverGrantBucketAccess(t.ctx, g.grantRequest(account.GetAccountId()))
+		if err == nil {
+			t.Cleanup(func() { _, _ = t.s.prov.DriverRevokeBucketAccess(t.ctx, g.revokeRequest(account.GetAccountId())) })
+		}
+		t.code(err, "DriverGrantBucketAccess with parameter key "+UnknownParameterKey, codes.InvalidArgument)
+	}},
+
 	// DriverRevokeBucketAccess
 	{"DriverRevokeBucketAccess/revokes the credentials", func(t *T) {
 		p := t.protocols()[0]
@@ -430,6 +576,36 @@ var cases = []Case{
 		t.ok(err, "DriverRevokeBucketAccess")
 		if t.allowed(p, resp.GetCredentials(), id, info, ObjectData, false) {
 			t.Errorf("the credentials still work after DriverRevokeBucketAccess returned OK")
+		}
+	}},
+	{"DriverRevokeBucketAccess/leaves no account and no access of any category", func(t *T) {
+		t.needProbe("Allowed", "Accounts")
+		p := t.protocols()[0]
+		id, _ := t.createBucket(p)
+		before := t.accounts()
+		g := t.keyGrant(p, allModes, id)
+		account, resp, err := t.grant(g)
+		t.ok(err, "grant")
+		creds, info := resp.GetCredentials(), bucketInfoFor(resp, id)
+		if !t.allowed(p, creds, id, info, ObjectData, false) {
+			t.Fatalf("the credentials do not work before revocation")
+		}
+		_, err = t.s.prov.DriverRevokeBucketAccess(t.ctx, g.revokeRequest(account))
+		t.ok(err, "DriverRevokeBucketAccess")
+		for _, c := range []Category{ObjectData, ObjectMetadata, BucketMetadata} {
+			for _, write := range []bool{false, true} {
+				if t.allowed(p, creds, id, info, c, write) {
+					t.Errorf("%v %s is still allowed after DriverRevokeBucketAccess returned OK", c, rw(write))
+				}
+			}
+		}
+		if who, ok := t.accountOf(creds); ok && who != "" {
+			t.Errorf("the credentials still authenticate as backend account %q after DriverRevokeBucketAccess", who)
+		}
+		for _, a := range t.accounts() {
+			if !slices.Contains(before, a) {
+				t.Errorf("backend account %q still exists after DriverRevokeBucketAccess returned OK", a)
+			}
 		}
 	}},
 	{"DriverRevokeBucketAccess/returns OK when revoking twice", func(t *T) {
@@ -475,6 +651,18 @@ var cases = []Case{
 	}},
 
 	// Secrets
+	{"Secrets/errors carry no credential", func(t *T) {
+		// The interceptor checks every error of every case against every credential returned so
+		// far; this case provokes the errors most likely to describe an existing account.
+		p := t.protocols()[0]
+		id, _ := t.createBucket(p)
+		name := t.name("a")
+		account, _, err := t.grantAs(t.keyGrant(p, readWrite, id), name)
+		t.ok(err, "grant")
+		_, _ = t.s.prov.DriverGrantBucketAccess(t.ctx, t.keyGrant(p, readOnly, id).grantRequest(account))
+		_, _ = t.s.prov.DriverGenerateBucketAccessId(t.ctx, t.keyGrant(p, readOnly, id).generateRequest(name))
+	}},
+	// Secrets
 	{"Secrets/the driver logs no credential", func(t *T) {
 		if t.s.cfg.DriverLogs == nil {
 			t.Skipf("no driver logs configured (run the driver at its highest verbosity and give its log)")
@@ -493,6 +681,13 @@ var cases = []Case{
 		t.s.mu.Unlock()
 		if len(secrets) == 0 {
 			t.Fatalf("the driver returned no secret to look for")
+		}
+		// Nothing to check is not a pass: the log must show the SDK's response lines, where a
+		// credential would be if the driver's own logging leaked it next to them.
+		if !bytes.Contains(logs, []byte(driver.StrippedValue)) {
+			t.Fatalf("the driver's log holds no response line of the SDK (no %s after a grant), so this check "+
+				"has nothing to look at: log at verbosity %d (driver.LogLevelBodies) and give the whole log",
+				driver.StrippedValue, driver.LogLevelBodies)
 		}
 		for _, secret := range secrets {
 			if len(secret) >= 8 && bytes.Contains(logs, []byte(secret)) {

@@ -129,7 +129,12 @@ func (g grant) revokeRequest(accountID string) *cosiproto.DriverRevokeBucketAcce
 // grant provisions access in two phases, as the sidecar does, and revokes it when the case ends.
 // It returns the account ID, the response and the error of whichever phase failed.
 func (t *T) grant(g grant) (string, *cosiproto.DriverGrantBucketAccessResponse, error) {
-	gen, err := t.s.prov.DriverGenerateBucketAccessId(t.ctx, g.generateRequest(t.name("a")))
+	return t.grantAs(g, t.name("a"))
+}
+
+// grantAs is grant with the account name given.
+func (t *T) grantAs(g grant, accountName string) (string, *cosiproto.DriverGrantBucketAccessResponse, error) {
+	gen, err := t.s.prov.DriverGenerateBucketAccessId(t.ctx, g.generateRequest(accountName))
 	if err != nil {
 		return "", nil, err
 	}
@@ -177,6 +182,67 @@ func (t *T) allowed(
 	return ok
 }
 
+// allowedAs asks the probe whether a workload running as the ServiceAccount can access a bucket.
+func (t *T) allowedAs(
+	protocol cosiproto.ObjectProtocol_Type,
+	sa *cosiproto.ServiceAccount,
+	bucketID string,
+	c Category,
+	write bool,
+) bool {
+	if t.s.cfg.Probe.Allowed == nil {
+		t.Skipf("needs a backend probe (Probe.Allowed) to check what the ServiceAccount can do")
+	}
+	ok, err := t.s.cfg.Probe.Allowed(
+		t.ctx,
+		AccessCheck{Protocol: protocol, ServiceAccount: sa, BucketID: bucketID, Category: c, Write: write},
+	)
+	if err != nil {
+		t.Fatalf("probe: checking the ServiceAccount's %v access to %q: %v", c, bucketID, err)
+	}
+	return ok
+}
+
+// accountOf asks the probe which backend account creds authenticate as; ok is false without
+// Probe.AccountOf.
+func (t *T) accountOf(creds *cosiproto.CredentialInfo) (account string, ok bool) {
+	if t.s.cfg.Probe.AccountOf == nil {
+		return "", false
+	}
+	account, err := t.s.cfg.Probe.AccountOf(t.ctx, creds)
+	if err != nil {
+		t.Fatalf("probe: which account the credentials authenticate as: %v", err)
+	}
+	return account, true
+}
+
+// needProbe skips the case unless the probe has every function named.
+func (t *T) needProbe(names ...string) {
+	p := t.s.cfg.Probe
+	has := map[string]bool{
+		"BucketExists": p.BucketExists != nil, "Accounts": p.Accounts != nil,
+		"Allowed": p.Allowed != nil, "AccountOf": p.AccountOf != nil,
+	}
+	for _, n := range names {
+		if !has[n] {
+			t.Skipf("needs a backend probe (Probe.%s)", n)
+		}
+	}
+}
+
+// withUnknownKey returns params plus a key the driver does not know. With declared keys, it first
+// checks that params only use them.
+func (t *T) withUnknownKey(params map[string]string, declared []string) map[string]string {
+	out := map[string]string{UnknownParameterKey: "x"}
+	for k, v := range params {
+		if declared != nil && !slices.Contains(declared, k) {
+			t.Fatalf("configuration: parameter key %q is not among the declared keys %v", k, declared)
+		}
+		out[k] = v
+	}
+	return out
+}
+
 func (t *T) bucketExists(id string) bool {
 	if t.s.cfg.Probe.BucketExists == nil {
 		t.Skipf("needs a backend probe (Probe.BucketExists) to see the backend's buckets")
@@ -209,4 +275,14 @@ func bucketInfoFor(resp *cosiproto.DriverGrantBucketAccessResponse, bucketID str
 	return nil
 }
 
-var readWrite = &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}
+var (
+	readWrite = &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}
+	readOnly  = &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_ONLY}
+	allModes  = &cosiproto.AccessModes{
+		ObjectData:     cosiproto.AccessMode_READ_WRITE,
+		ObjectMetadata: cosiproto.AccessMode_READ_WRITE,
+		BucketMetadata: cosiproto.AccessMode_READ_WRITE,
+	}
+)
+
+func rw(write bool) string { return map[bool]string{true: "write", false: "read"}[write] }

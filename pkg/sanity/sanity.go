@@ -50,6 +50,11 @@ type Config struct {
 	AccessParameters map[string]string
 	// InvalidAccessParameters are access parameters the driver must refuse with InvalidArgument.
 	InvalidAccessParameters map[string]string
+	// BucketParameterKeys and AccessParameterKeys declare the parameter keys the driver documents
+	// (driver.CheckParameterKeys checks them). Optional: when set, the suite checks that the
+	// parameters above use only these keys, and sends a key outside them to see it refused with
+	// InvalidArgument; when nil it sends its own key, UnknownParameterKey.
+	BucketParameterKeys, AccessParameterKeys []string
 	// StaticBucketID is a bucket that exists in the backend, for DriverGetBucket. When empty the
 	// suite creates one through the driver.
 	StaticBucketID string
@@ -60,6 +65,11 @@ type Config struct {
 	// no credential reaches the logs. Run the driver at its highest verbosity. Optional.
 	DriverLogs func() ([]byte, error)
 }
+
+// UnknownParameterKey is the parameter key the suite adds to valid parameters to check that the
+// driver refuses keys it does not know. A driver that passes unknown keys through to the backend
+// (tags, say) cannot pass those cases: deselect them with Config.Run and say so in its docs.
+const UnknownParameterKey = "cosiSanityUnknownKey"
 
 // Category is one of the three kinds of data KEP-1979 separates access modes for.
 type Category int
@@ -79,25 +89,43 @@ func (c Category) String() string {
 }
 
 // AccessCheck asks whether credentials can read (Write false) or write (Write true) a category
-// of a bucket's data.
+// of a bucket's data. Exactly one of Credentials and ServiceAccount is set.
 type AccessCheck struct {
-	Protocol    cosiproto.ObjectProtocol_Type
+	Protocol cosiproto.ObjectProtocol_Type
+	// Credentials are what a KEY grant returned.
 	Credentials *cosiproto.CredentialInfo
-	BucketID    string
-	BucketInfo  *cosiproto.ProtocolBucketInfo
-	Category    Category
-	Write       bool
+	// ServiceAccount is set instead of Credentials for a SERVICE_ACCOUNT grant: the probe acts as
+	// a workload running as that Kubernetes ServiceAccount (the backend identity the driver maps
+	// it to).
+	ServiceAccount *cosiproto.ServiceAccount
+	BucketID       string
+	BucketInfo     *cosiproto.ProtocolBucketInfo
+	Category       Category
+	Write          bool
 }
 
-// Probe looks at the backend directly, outside the driver. Each function is optional; the cases
-// that need a missing one are skipped.
+// Probe looks at the backend directly, outside the driver, with the backend's own admin view. Each
+// function is optional; the cases that need a missing one are skipped, and Cases says which case
+// needs which.
+//
+// Account names are compared only with each other (Accounts before and after a call, AccountOf
+// against Accounts), never with COSI's account_id: a driver may name its backend users as it likes.
 type Probe struct {
-	// BucketExists reports whether the backend holds the bucket.
+	// BucketExists reports whether the backend holds the bucket with this bucket_id.
 	BucketExists func(ctx context.Context, bucketID string) (bool, error)
-	// Accounts lists the backend accounts (users, identities) that hold bucket access.
+	// Accounts lists every backend account (user, identity, service principal) that could hold
+	// bucket access, including ones without keys or policies: an account left behind by a revoke
+	// must show here.
 	Accounts func(ctx context.Context) ([]string, error)
-	// Allowed performs (or simulates exactly) the access and reports whether the backend allowed it.
+	// Allowed performs (or simulates exactly) the access and reports whether the backend allowed
+	// it. An access the backend refuses for lack of permission, with a revoked or unknown key, or
+	// because the bucket does not exist is false with a nil error; the error is for failures to
+	// ask (the backend is unreachable). Reading an object that does not exist counts as allowed
+	// when the backend answers "no such object" rather than "access denied".
 	Allowed func(ctx context.Context, check AccessCheck) (bool, error)
+	// AccountOf reports which backend account (as Accounts names it) the credentials authenticate
+	// as, or "" when they authenticate as none (never issued, deleted or revoked).
+	AccountOf func(ctx context.Context, creds *cosiproto.CredentialInfo) (string, error)
 }
 
 // Status is the outcome of a case.
@@ -251,6 +279,14 @@ func (s *suite) intercept(
 				s.violations,
 				fmt.Sprintf("%s returned %v with status details; the COSI spec requires them to be empty", name, st.Code()),
 			)
+		}
+		for _, secret := range s.secrets {
+			if len(secret) >= 8 && strings.Contains(st.Message(), secret) {
+				s.violations = append(s.violations, fmt.Sprintf(
+					"%s returned %v with a message that contains a credential the driver returned (value not shown)",
+					name, st.Code()))
+				break
+			}
 		}
 		if st.Code() != codes.OK && st.Message() == "" {
 			s.violations = append(

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -13,8 +12,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
@@ -29,11 +26,16 @@ type logBuffer struct {
 }
 
 func (l *logBuffer) logger() logr.Logger {
-	return funcr.New(func(prefix, args string) {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		l.buf.WriteString(prefix + " " + args + "\n")
-	}, funcr.Options{Verbosity: driver.LogLevelBodies})
+	return funcr.New(
+		func(prefix, args string) { l.write(prefix + " " + args) },
+		funcr.Options{Verbosity: driver.LogLevelBodies},
+	)
+}
+
+func (l *logBuffer) write(line string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf.WriteString(line + "\n")
 }
 
 func (l *logBuffer) bytes() ([]byte, error) {
@@ -94,7 +96,14 @@ func memoryConfig(endpoint string, d *memory.Driver, logs *logBuffer) sanity.Con
 			BucketExists: func(_ context.Context, id string) (bool, error) { return b.BucketExists(id), nil },
 			Accounts:     func(context.Context) ([]string, error) { return b.Accounts(), nil },
 			Allowed: func(_ context.Context, c sanity.AccessCheck) (bool, error) {
+				if sa := c.ServiceAccount; sa != nil {
+					return b.AllowedServiceAccount(sa.GetNamespace(), sa.GetName(), c.BucketID, memory.Category(c.Category),
+						c.Write), nil
+				}
 				return b.Allowed(c.Credentials, c.BucketID, memory.Category(c.Category), c.Write), nil
+			},
+			AccountOf: func(_ context.Context, creds *cosiproto.CredentialInfo) (string, error) {
+				return b.AccountOf(creds), nil
 			},
 		},
 	}
@@ -148,6 +157,12 @@ func TestMemoryDriverPassesEveryCase(t *testing.T) {
 				Protocols:          []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3},
 				SingleBucketAccess: true, NoServiceAccountAuth: true,
 			},
+			wantSkipped: []string{
+				"DriverGrantBucketAccess/gives each bucket of a multi-bucket grant its own access modes: " +
+					"the driver cannot give several buckets one credential (OutOfRange)",
+				"DriverGrantBucketAccess/serves ServiceAccount grants through the ServiceAccount, not a key: " +
+					"the driver does not support ServiceAccount authentication (InvalidArgument)",
+			},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -177,182 +192,29 @@ func TestMemoryDriverPassesEveryCase(t *testing.T) {
 }
 
 // TestSkipsWithoutProbe checks that cases needing the backend's view are skipped, not passed,
-// when no probe, parameters or logs are given.
+// when no probe, parameters or logs are given, and that Case.Needs names exactly those.
 func TestSkipsWithoutProbe(t *testing.T) {
 	d := newMemory(t, memory.Config{})
 	results := run(t, sanity.Config{Endpoint: serve(t, d, logr.Discard())})
 	if failed := failedOrSkipped(results, sanity.Failed); len(failed) > 0 {
 		t.Errorf("failed cases:\n%s", strings.Join(failed, "\n"))
 	}
-	for _, name := range []string{
-		"DriverGenerateBucketId/creates nothing in the backend",
-		"DriverCreateBucket/creates the bucket in the backend",
-		"DriverDeleteBucket/deletes the bucket in the backend",
-		"DriverGenerateBucketAccessId/creates no account in the backend",
-		"DriverGrantBucketAccess/creates one backend account however often it is called",
-		"DriverGrantBucketAccess/enforces each granted access mode",
-		"DriverRevokeBucketAccess/revokes the credentials",
-		"DriverCreateBucket/rejects invalid parameters with InvalidArgument",
-		"DriverCreateBucket/returns AlreadyExists for an existing bucket with incompatible parameters",
-		"Secrets/the driver logs no credential",
-	} {
-		if r := results[name]; r.Status != sanity.Skipped || r.Message == "" {
-			t.Errorf("%s: %s (%q), want skipped with a reason", name, r.Status, r.Message)
-		}
-	}
-}
-
-// Broken drivers: each wraps the memory driver with one fault.
-
-type nonIdempotentCreate struct{ *memory.Driver }
-
-func (d nonIdempotentCreate) DriverCreateBucket(
-	ctx context.Context,
-	req *cosiproto.DriverCreateBucketRequest,
-) (*cosiproto.DriverCreateBucketResponse, error) {
-	if d.Backend().BucketExists(req.GetBucketId()) {
-		return nil, status.Error(codes.AlreadyExists, "bucket exists")
-	}
-	return d.Driver.DriverCreateBucket(ctx, req)
-}
-
-type wrongNotFoundCode struct{ *memory.Driver }
-
-func (d wrongNotFoundCode) DriverGetBucket(
-	ctx context.Context,
-	req *cosiproto.DriverGetBucketRequest,
-) (*cosiproto.DriverGetBucketResponse, error) {
-	resp, err := d.Driver.DriverGetBucket(ctx, req)
-	if status.Code(err) == codes.NotFound {
-		return nil, status.Error(codes.Internal, "lookup failed")
-	}
-	return resp, err
-}
-
-type leakySecretLog struct {
-	*memory.Driver
-	log logr.Logger
-}
-
-func (d leakySecretLog) DriverGrantBucketAccess(
-	ctx context.Context,
-	req *cosiproto.DriverGrantBucketAccessRequest,
-) (*cosiproto.DriverGrantBucketAccessResponse, error) {
-	resp, err := d.Driver.DriverGrantBucketAccess(ctx, req)
-	if err == nil {
-		d.log.Info("granted", "credentials", resp.GetCredentials().String()) // the bug: no StripSecrets
-	}
-	return resp, err
-}
-
-type eagerGenerate struct{ *memory.Driver }
-
-func (d eagerGenerate) DriverGenerateBucketId(
-	ctx context.Context,
-	req *cosiproto.DriverGenerateBucketIdRequest,
-) (*cosiproto.DriverGenerateBucketIdResponse, error) {
-	resp, err := d.Driver.DriverGenerateBucketId(ctx, req)
-	if err == nil {
-		_, err = d.Driver.DriverCreateBucket(
-			ctx,
-			&cosiproto.DriverCreateBucketRequest{
-				BucketId:   resp.GetBucketId(),
-				Protocols:  req.GetProtocols(),
-				Parameters: req.GetParameters(),
-			},
-		)
-	}
-	return resp, err
-}
-
-type revokeKeepsKey struct{ *memory.Driver }
-
-func (revokeKeepsKey) DriverRevokeBucketAccess(
-	context.Context,
-	*cosiproto.DriverRevokeBucketAccessRequest,
-) (*cosiproto.DriverRevokeBucketAccessResponse, error) {
-	return &cosiproto.DriverRevokeBucketAccessResponse{}, nil
-}
-
-type readOnlyWrites struct{ *memory.Driver }
-
-func (d readOnlyWrites) DriverGrantBucketAccess(
-	ctx context.Context,
-	req *cosiproto.DriverGrantBucketAccessRequest,
-) (*cosiproto.DriverGrantBucketAccessResponse, error) {
-	for _, b := range req.GetBuckets() {
-		m := b.GetAccessModes()
-		if m.GetObjectData() == cosiproto.AccessMode_READ_ONLY {
-			m.ObjectData = cosiproto.AccessMode_READ_WRITE // the bug: grants more than asked
-		}
-	}
-	return d.Driver.DriverGrantBucketAccess(ctx, req)
-}
-
-type wrongMultiBucketCode struct{ *memory.Driver }
-
-func (d wrongMultiBucketCode) DriverGrantBucketAccess(
-	ctx context.Context,
-	req *cosiproto.DriverGrantBucketAccessRequest,
-) (*cosiproto.DriverGrantBucketAccessResponse, error) {
-	if len(req.GetBuckets()) > 1 {
-		return nil, status.Error(codes.InvalidArgument, "one bucket at a time")
-	}
-	return d.Driver.DriverGrantBucketAccess(ctx, req)
-}
-
-type detailedErrors struct{ *memory.Driver }
-
-func (d detailedErrors) DriverGetBucket(
-	ctx context.Context,
-	req *cosiproto.DriverGetBucketRequest,
-) (*cosiproto.DriverGetBucketResponse, error) {
-	resp, err := d.Driver.DriverGetBucket(ctx, req)
-	if err != nil {
-		st, _ := status.Convert(err).WithDetails(&cosiproto.DriverGetBucketRequest{BucketId: "detail"})
-		return nil, st.Err()
-	}
-	return resp, nil
-}
-
-// TestBrokenDriversFail proves that each case catches the fault it is about.
-func TestBrokenDriversFail(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		wrap     func(*memory.Driver, logr.Logger) server
-		wantFail string
-	}{
-		{"non-idempotent create", func(d *memory.Driver, _ logr.Logger) server { return nonIdempotentCreate{d} },
-			"DriverCreateBucket/is idempotent for the same bucket_id"},
-		{"wrong error code", func(d *memory.Driver, _ logr.Logger) server { return wrongNotFoundCode{d} },
-			"DriverGetBucket/returns NotFound for a missing bucket"},
-		{"secret in a log line", func(d *memory.Driver, log logr.Logger) server { return leakySecretLog{d, log} },
-			"Secrets/the driver logs no credential"},
-		{"phase 1 creates the bucket", func(d *memory.Driver, _ logr.Logger) server { return eagerGenerate{d} },
-			"DriverGenerateBucketId/creates nothing in the backend"},
-		{"revoke keeps the key", func(d *memory.Driver, _ logr.Logger) server { return revokeKeepsKey{d} },
-			"DriverRevokeBucketAccess/revokes the credentials"},
-		{"read-only grants writes", func(d *memory.Driver, _ logr.Logger) server { return readOnlyWrites{d} },
-			"DriverGrantBucketAccess/enforces each granted access mode"},
-		{"multi-bucket refused with the wrong code",
-			func(d *memory.Driver, _ logr.Logger) server { return wrongMultiBucketCode{d} },
-			"DriverGrantBucketAccess/gives multiple buckets one credential, or returns OutOfRange"},
-		{"errors with status details", func(d *memory.Driver, _ logr.Logger) server { return detailedErrors{d} },
-			"Errors/carry a readable message and no status details"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var logs logBuffer
-			d := newMemory(t, memory.Config{})
-			cfg := memoryConfig(serve(t, tc.wrap(d, logs.logger()), logs.logger()), d, &logs)
-			cfg.Run = regexp.MustCompile("^" + regexp.QuoteMeta(tc.wantFail) + "$")
-			r, ok := run(t, cfg)[tc.wantFail]
-			if !ok {
-				t.Fatalf("case %q did not run", tc.wantFail)
-			}
-			if r.Status != sanity.Failed {
-				t.Errorf("case %q: %s, want failed", tc.wantFail, r.Status)
-			}
-			t.Logf("failed as expected: %s", r.Message)
+	for _, c := range sanity.Cases() {
+		r := results[c.Name]
+		needsConfig := slices.ContainsFunc(c.Needs(), func(n string) bool {
+			return n != sanity.NeedProbeAccountOf && n != sanity.NeedMultiBucket && n != sanity.NeedServiceAccount
 		})
+		// The probe is only consulted when a repeat grant returns other credentials.
+		if c.Name == "DriverGrantBucketAccess/is idempotent for the same account_id" {
+			needsConfig = false
+		}
+		switch {
+		case needsConfig && (r.Status != sanity.Skipped || r.Message == ""):
+			t.Errorf("%s: %s (%q), want skipped with a reason: it needs %v", c.Name, r.Status, r.Message, c.Needs())
+		case !needsConfig && r.Status == sanity.Skipped:
+			t.Errorf("%s: skipped (%s), but Needs lists nothing that was missing", c.Name, r.Message)
+		case len(c.Needs()) > 0 && c.Blind() == "":
+			t.Errorf("%s: needs %v but does not say what it cannot see without them", c.Name, c.Needs())
+		}
 	}
 }

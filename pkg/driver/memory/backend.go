@@ -68,25 +68,57 @@ func (b Backend) AccountBuckets(accountID string) []string {
 func (b Backend) Allowed(creds *cosiproto.CredentialInfo, bucketID string, category Category, write bool) bool {
 	b.d.mu.Lock()
 	defer b.d.mu.Unlock()
-	for id, acct := range b.d.state.Accounts {
-		if !sameCredentials(acct.credentials(id), creds) &&
-			(acct.Previous == "" || !sameCredentials(acct.withSecret(acct.Previous).credentials(id), creds)) {
-			continue
-		}
-		m, ok := acct.Buckets[bucketID]
-		if !ok || !b.bucketExists(bucketID) {
-			return false
-		}
-		mode := [...]cosiproto.AccessMode_Mode{m.ObjectData, m.ObjectMetadata, m.BucketMetadata}[category]
-		switch mode {
-		case cosiproto.AccessMode_READ_WRITE:
+	_, acct := b.accountOf(creds)
+	return acct != nil && b.allows(acct, bucketID, category, write)
+}
+
+// AllowedServiceAccount is Allowed for a workload that runs as the Kubernetes ServiceAccount
+// namespace/name: an account granted with ServiceAccount authentication maps it to the backend.
+func (b Backend) AllowedServiceAccount(namespace, name, bucketID string, category Category, write bool) bool {
+	b.d.mu.Lock()
+	defer b.d.mu.Unlock()
+	for _, acct := range b.d.state.Accounts {
+		if acct.AuthenticationType == cosiproto.AuthenticationType_SERVICE_ACCOUNT &&
+			acct.ServiceAccount == namespace+"/"+name && b.allows(acct, bucketID, category, write) {
 			return true
-		case cosiproto.AccessMode_READ_ONLY:
-			return !write
-		case cosiproto.AccessMode_WRITE_ONLY:
-			return write
 		}
+	}
+	return false
+}
+
+// AccountOf returns the ID of the account that creds authenticate as, or "" when they
+// authenticate as none (never issued, or revoked).
+func (b Backend) AccountOf(creds *cosiproto.CredentialInfo) string {
+	b.d.mu.Lock()
+	defer b.d.mu.Unlock()
+	id, _ := b.accountOf(creds)
+	return id
+}
+
+// accountOf finds the live account whose current or previous key creds are.
+func (b Backend) accountOf(creds *cosiproto.CredentialInfo) (string, *account) {
+	for id, acct := range b.d.state.Accounts {
+		if sameCredentials(acct.credentials(id), creds) ||
+			(acct.Previous != "" && sameCredentials(acct.withSecret(acct.Previous).credentials(id), creds)) {
+			return id, acct
+		}
+	}
+	return "", nil
+}
+
+func (b Backend) allows(acct *account, bucketID string, category Category, write bool) bool {
+	m, ok := acct.Buckets[bucketID]
+	if !ok || !b.bucketExists(bucketID) {
 		return false
+	}
+	mode := [...]cosiproto.AccessMode_Mode{m.ObjectData, m.ObjectMetadata, m.BucketMetadata}[category]
+	switch mode {
+	case cosiproto.AccessMode_READ_WRITE:
+		return true
+	case cosiproto.AccessMode_READ_ONLY:
+		return !write
+	case cosiproto.AccessMode_WRITE_ONLY:
+		return write
 	}
 	return false
 }

@@ -79,6 +79,13 @@ const (
 	ParamDescription = "description"
 )
 
+// BucketParameterKeys and AccessParameterKeys are the parameter keys the driver knows: what a
+// vendor declares to cosi-sanity (sanity.Config) and checks with driver.CheckParameterKeys.
+var (
+	BucketParameterKeys = []string{ParamVersioning, ParamRegion}
+	AccessParameterKeys = []string{ParamSASExpiry, ParamDescription}
+)
+
 // New returns a driver, loading its state file if configured.
 func New(cfg Config) (*Driver, error) {
 	if cfg.Name == "" {
