@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
@@ -195,6 +196,8 @@ func TestSkipsWithoutProbe(t *testing.T) {
 		"DriverCreateBucket/rejects invalid parameters with InvalidArgument",
 		"DriverCreateBucket/returns AlreadyExists for an existing bucket with incompatible parameters",
 		"Secrets/the driver logs no credential",
+		"DriverRotateBucketAccessCredentials/returns a new working credential; the old one keeps working",
+		"DriverRetireBucketAccessCredentials/refuses the retired credential and keeps the new one",
 	} {
 		if r := results[name]; r.Status != sanity.Skipped || r.Message == "" {
 			t.Errorf("%s: %s (%q), want skipped with a reason", name, r.Status, r.Message)
@@ -315,6 +318,86 @@ func (d detailedErrors) DriverGetBucket(
 	return resp, nil
 }
 
+type retireKeepsKey struct{ *memory.Driver }
+
+func (retireKeepsKey) DriverRetireBucketAccessCredentials(
+	context.Context,
+	*cosiproto.DriverRetireBucketAccessCredentialsRequest,
+) (*cosiproto.DriverRetireBucketAccessCredentialsResponse, error) {
+	return &cosiproto.DriverRetireBucketAccessCredentialsResponse{}, nil
+}
+
+type rotateRevokesOld struct{ *memory.Driver }
+
+func (d rotateRevokesOld) DriverRotateBucketAccessCredentials(
+	ctx context.Context,
+	req *cosiproto.DriverRotateBucketAccessCredentialsRequest,
+) (*cosiproto.DriverRotateBucketAccessCredentialsResponse, error) {
+	resp, err := d.Driver.DriverRotateBucketAccessCredentials(ctx, req)
+	if err == nil { // the bug: the old key stops working at once
+		_, err = d.Driver.DriverRetireBucketAccessCredentials(ctx, &cosiproto.DriverRetireBucketAccessCredentialsRequest{
+			AccountId: req.GetAccountId(), CredentialId: req.GetCredentialId(),
+		})
+	}
+	return resp, err
+}
+
+// rotateTwiceTwoKeys issues a new key on every call: a repeated call rotates from the key the
+// first one issued, which keeps working.
+type rotateTwiceTwoKeys struct {
+	*memory.Driver
+	issued map[string]string
+}
+
+func (d rotateTwiceTwoKeys) DriverRotateBucketAccessCredentials(
+	ctx context.Context,
+	req *cosiproto.DriverRotateBucketAccessCredentialsRequest,
+) (*cosiproto.DriverRotateBucketAccessCredentialsResponse, error) {
+	key := req.GetAccountId() + "/" + req.GetCredentialId()
+	if last, ok := d.issued[key]; ok {
+		req = proto.Clone(req).(*cosiproto.DriverRotateBucketAccessCredentialsRequest)
+		req.CredentialId = last
+	}
+	resp, err := d.Driver.DriverRotateBucketAccessCredentials(ctx, req)
+	if err == nil {
+		d.issued[key] = resp.GetCredentialId()
+	}
+	return resp, err
+}
+
+// noRotation is a driver that does not rotate credentials.
+type noRotation struct{ *memory.Driver }
+
+func (noRotation) DriverRotateBucketAccessCredentials(
+	context.Context, *cosiproto.DriverRotateBucketAccessCredentialsRequest,
+) (*cosiproto.DriverRotateBucketAccessCredentialsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DriverRotateBucketAccessCredentials not implemented")
+}
+
+func (noRotation) DriverRetireBucketAccessCredentials(
+	context.Context, *cosiproto.DriverRetireBucketAccessCredentialsRequest,
+) (*cosiproto.DriverRetireBucketAccessCredentialsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DriverRetireBucketAccessCredentials not implemented")
+}
+
+// TestRotationIsOptional checks that a driver without rotation skips the rotation cases, with the
+// reason, and fails none.
+func TestRotationIsOptional(t *testing.T) {
+	var logs logBuffer
+	d := newMemory(t, memory.Config{})
+	cfg := memoryConfig(serve(t, noRotation{d}, logs.logger()), d, &logs)
+	cfg.Run = regexp.MustCompile("^DriverR(otate|etire)BucketAccessCredentials/")
+	results := run(t, cfg)
+	if len(results) == 0 {
+		t.Fatal("no rotation case ran")
+	}
+	for name, r := range results {
+		if r.Status != sanity.Skipped || !strings.Contains(r.Message, "Unimplemented") {
+			t.Errorf("%s: %s (%q), want skipped because the driver answers Unimplemented", name, r.Status, r.Message)
+		}
+	}
+}
+
 // TestBrokenDriversFail proves that each case catches the fault it is about.
 func TestBrokenDriversFail(t *testing.T) {
 	for _, tc := range []struct {
@@ -337,6 +420,13 @@ func TestBrokenDriversFail(t *testing.T) {
 		{"multi-bucket refused with the wrong code",
 			func(d *memory.Driver, _ logr.Logger) server { return wrongMultiBucketCode{d} },
 			"DriverGrantBucketAccess/gives multiple buckets one credential, or returns OutOfRange"},
+		{"retire keeps the key", func(d *memory.Driver, _ logr.Logger) server { return retireKeepsKey{d} },
+			"DriverRetireBucketAccessCredentials/refuses the retired credential and keeps the new one"},
+		{"rotate revokes the old key", func(d *memory.Driver, _ logr.Logger) server { return rotateRevokesOld{d} },
+			"DriverRotateBucketAccessCredentials/returns a new working credential; the old one keeps working"},
+		{"repeated rotate leaves two new keys",
+			func(d *memory.Driver, _ logr.Logger) server { return rotateTwiceTwoKeys{d, map[string]string{}} },
+			"DriverRotateBucketAccessCredentials/is idempotent for the same credential_id"},
 		{"errors with status details", func(d *memory.Driver, _ logr.Logger) server { return detailedErrors{d} },
 			"Errors/carry a readable message and no status details"},
 	} {

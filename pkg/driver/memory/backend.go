@@ -69,8 +69,7 @@ func (b Backend) Allowed(creds *cosiproto.CredentialInfo, bucketID string, categ
 	b.d.mu.Lock()
 	defer b.d.mu.Unlock()
 	for id, acct := range b.d.state.Accounts {
-		if !sameCredentials(acct.credentials(id), creds) &&
-			(acct.Previous == "" || !sameCredentials(acct.withSecret(acct.Previous).credentials(id), creds)) {
+		if !slices.ContainsFunc(acct.keys(), func(k key) bool { return sameCredentials(acct.keyCredentials(id, k), creds) }) {
 			continue
 		}
 		m, ok := acct.Buckets[bucketID]
