@@ -62,6 +62,9 @@ type BucketAccessReconciler struct {
 	Recorder  events.EventRecorder
 	// SecretCheckInterval is how often the Secrets of a provisioned access are checked.
 	SecretCheckInterval time.Duration
+	// RotationGracePeriod is how long a rotated credential keeps working once its successor is in
+	// every Secret of the access (rotation.go).
+	RotationGracePeriod time.Duration
 	// Grants are the grant records, the grants in flight and the answers not yet written,
 	// shared with the other reconcilers.
 	Grants *grantBook
