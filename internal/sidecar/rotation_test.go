@@ -161,7 +161,7 @@ func TestRotateCredentials(t *testing.T) {
 func TestRotationUnsupported(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3}})
-	h.faults.Set(0, memory.Fault{Method: "DriverRotateBucketAccessCredentials", Code: codes.Unimplemented})
+	h.faults.Set(0, memory.Fault{Method: "DriverRotateBucketAccessCredentials", Code: codes.Unimplemented, Rate: 1})
 	b := h.provisionedBucket(cosiapi.ProtocolS3)
 	ba := provisioned(t, h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b), accessConditions)
 	creds := secretCredentials(t, ba, nil)
