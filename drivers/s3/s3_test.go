@@ -546,7 +546,8 @@ func TestRotation(t *testing.T) {
 		})
 		expect(t, "get with the new key after the retirement", true, get(newKey, bucket, "a"))
 		retire.CredentialId = resp.GetCredentialId()
-		if _, err := p.DriverRetireBucketAccessCredentials(t.Context(), retire); status.Code(err) != codes.FailedPrecondition {
+		_, err = p.DriverRetireBucketAccessCredentials(t.Context(), retire)
+		if status.Code(err) != codes.FailedPrecondition {
 			t.Errorf("retiring the only key: %v, want FailedPrecondition", err)
 		}
 		if _, err := p.DriverRotateBucketAccessCredentials(t.Context(), rotate); status.Code(err) != codes.NotFound {

@@ -53,7 +53,9 @@ func rotationCondition(t *testing.T, ba *cosiapi.BucketAccess, reason string) st
 
 // secretCredentials waits until every Secret of the access holds credentials other than not
 // (nil: any), all the same, and returns them.
-func secretCredentials(t *testing.T, ba *cosiapi.BucketAccess, not *cosiproto.CredentialInfo) *cosiproto.CredentialInfo {
+func secretCredentials(
+	t *testing.T, ba *cosiapi.BucketAccess, not *cosiproto.CredentialInfo,
+) *cosiproto.CredentialInfo {
 	t.Helper()
 	var creds *cosiproto.CredentialInfo
 	testenv.Eventually(t, func() error {

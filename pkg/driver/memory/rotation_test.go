@@ -53,7 +53,8 @@ func TestRotationSurvivesRestart(t *testing.T) {
 			first.GetCredentialId())
 	}
 	b := d.Backend()
-	if !b.Allowed(granted.GetCredentials(), "bc-1", ObjectData, true) || !b.Allowed(first.GetCredentials(), "bc-1", ObjectData, true) {
+	if !b.Allowed(granted.GetCredentials(), "bc-1", ObjectData, true) ||
+		!b.Allowed(first.GetCredentials(), "bc-1", ObjectData, true) {
 		t.Fatal("both keys must work until the old one is retired")
 	}
 	// A lost Secret is written again with the current key: the new one.
@@ -66,7 +67,9 @@ func TestRotationSurvivesRestart(t *testing.T) {
 			first.GetCredentialId())
 	}
 
-	retire := &cosiproto.DriverRetireBucketAccessCredentialsRequest{AccountId: "ba-1", CredentialId: granted.GetCredentialId()}
+	retire := &cosiproto.DriverRetireBucketAccessCredentialsRequest{
+		AccountId: "ba-1", CredentialId: granted.GetCredentialId(),
+	}
 	if _, err := d.DriverRetireBucketAccessCredentials(ctx, retire); err != nil {
 		t.Fatal(err)
 	}
