@@ -1590,8 +1590,13 @@ type DriverGrantBucketAccessResponse struct {
 	// certificate_authority is an optional PEM bundle clients can use to verify the endpoint
 	// (Secret key COSI_CERTIFICATE_AUTHORITY).
 	CertificateAuthority string `protobuf:"bytes,3,opt,name=certificate_authority,json=certificateAuthority,proto3" json:"certificate_authority,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// credential_id identifies the credential returned in credentials among the account's
+	// credentials (for S3 on IAM, its access key ID). OPTIONAL: a driver that leaves it empty
+	// cannot have its credentials rotated (DriverRotateBucketAccessCredentials). It is not secret:
+	// COSI records it, and may log it, like an access key ID.
+	CredentialId  string `protobuf:"bytes,4,opt,name=credential_id,json=credentialId,proto3" json:"credential_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DriverGrantBucketAccessResponse) Reset() {
@@ -1641,6 +1646,13 @@ func (x *DriverGrantBucketAccessResponse) GetCredentials() *CredentialInfo {
 func (x *DriverGrantBucketAccessResponse) GetCertificateAuthority() string {
 	if x != nil {
 		return x.CertificateAuthority
+	}
+	return ""
+}
+
+func (x *DriverGrantBucketAccessResponse) GetCredentialId() string {
+	if x != nil {
+		return x.CredentialId
 	}
 	return ""
 }
@@ -2046,6 +2058,282 @@ func (*DriverRevokeBucketAccessResponse) Descriptor() ([]byte, []int) {
 	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{30}
 }
 
+type DriverRotateBucketAccessCredentialsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// account_id from BucketAccess.status.accountID, as granted. REQUIRED.
+	AccountId string `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	// buckets, protocol, authentication_type, service_account and parameters: as in the
+	// DriverGrantBucketAccessRequest that granted the account. buckets is REQUIRED: one or more.
+	Buckets            []*AccessedBucket       `protobuf:"bytes,2,rep,name=buckets,proto3" json:"buckets,omitempty"`
+	Protocol           ObjectProtocol_Type     `protobuf:"varint,3,opt,name=protocol,proto3,enum=cosi.v1alpha2.ObjectProtocol_Type" json:"protocol,omitempty"`
+	AuthenticationType AuthenticationType_Type `protobuf:"varint,4,opt,name=authentication_type,json=authenticationType,proto3,enum=cosi.v1alpha2.AuthenticationType_Type" json:"authentication_type,omitempty"`
+	ServiceAccount     *ServiceAccount         `protobuf:"bytes,5,opt,name=service_account,json=serviceAccount,proto3" json:"service_account,omitempty"`
+	Parameters         map[string]string       `protobuf:"bytes,6,rep,name=parameters,proto3" json:"parameters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// credential_id of the credential being replaced: the one the access's Secrets hold, as the
+	// last DriverGrantBucketAccess or DriverRotateBucketAccessCredentials returned it. It keeps
+	// working. REQUIRED.
+	CredentialId  string `protobuf:"bytes,7,opt,name=credential_id,json=credentialId,proto3" json:"credential_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DriverRotateBucketAccessCredentialsRequest) Reset() {
+	*x = DriverRotateBucketAccessCredentialsRequest{}
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DriverRotateBucketAccessCredentialsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DriverRotateBucketAccessCredentialsRequest) ProtoMessage() {}
+
+func (x *DriverRotateBucketAccessCredentialsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DriverRotateBucketAccessCredentialsRequest.ProtoReflect.Descriptor instead.
+func (*DriverRotateBucketAccessCredentialsRequest) Descriptor() ([]byte, []int) {
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *DriverRotateBucketAccessCredentialsRequest) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *DriverRotateBucketAccessCredentialsRequest) GetBuckets() []*AccessedBucket {
+	if x != nil {
+		return x.Buckets
+	}
+	return nil
+}
+
+func (x *DriverRotateBucketAccessCredentialsRequest) GetProtocol() ObjectProtocol_Type {
+	if x != nil {
+		return x.Protocol
+	}
+	return ObjectProtocol_UNKNOWN
+}
+
+func (x *DriverRotateBucketAccessCredentialsRequest) GetAuthenticationType() AuthenticationType_Type {
+	if x != nil {
+		return x.AuthenticationType
+	}
+	return AuthenticationType_UNKNOWN
+}
+
+func (x *DriverRotateBucketAccessCredentialsRequest) GetServiceAccount() *ServiceAccount {
+	if x != nil {
+		return x.ServiceAccount
+	}
+	return nil
+}
+
+func (x *DriverRotateBucketAccessCredentialsRequest) GetParameters() map[string]string {
+	if x != nil {
+		return x.Parameters
+	}
+	return nil
+}
+
+func (x *DriverRotateBucketAccessCredentialsRequest) GetCredentialId() string {
+	if x != nil {
+		return x.CredentialId
+	}
+	return ""
+}
+
+type DriverRotateBucketAccessCredentialsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// buckets, credentials and certificate_authority: as in DriverGrantBucketAccessResponse, with the
+	// new credential. REQUIRED as there.
+	Buckets              []*DriverGrantBucketAccessResponse_BucketInfo `protobuf:"bytes,1,rep,name=buckets,proto3" json:"buckets,omitempty"`
+	Credentials          *CredentialInfo                               `protobuf:"bytes,2,opt,name=credentials,proto3" json:"credentials,omitempty"`
+	CertificateAuthority string                                        `protobuf:"bytes,3,opt,name=certificate_authority,json=certificateAuthority,proto3" json:"certificate_authority,omitempty"`
+	// credential_id of the new credential; it differs from the request's. REQUIRED.
+	CredentialId  string `protobuf:"bytes,4,opt,name=credential_id,json=credentialId,proto3" json:"credential_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DriverRotateBucketAccessCredentialsResponse) Reset() {
+	*x = DriverRotateBucketAccessCredentialsResponse{}
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DriverRotateBucketAccessCredentialsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DriverRotateBucketAccessCredentialsResponse) ProtoMessage() {}
+
+func (x *DriverRotateBucketAccessCredentialsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DriverRotateBucketAccessCredentialsResponse.ProtoReflect.Descriptor instead.
+func (*DriverRotateBucketAccessCredentialsResponse) Descriptor() ([]byte, []int) {
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *DriverRotateBucketAccessCredentialsResponse) GetBuckets() []*DriverGrantBucketAccessResponse_BucketInfo {
+	if x != nil {
+		return x.Buckets
+	}
+	return nil
+}
+
+func (x *DriverRotateBucketAccessCredentialsResponse) GetCredentials() *CredentialInfo {
+	if x != nil {
+		return x.Credentials
+	}
+	return nil
+}
+
+func (x *DriverRotateBucketAccessCredentialsResponse) GetCertificateAuthority() string {
+	if x != nil {
+		return x.CertificateAuthority
+	}
+	return ""
+}
+
+func (x *DriverRotateBucketAccessCredentialsResponse) GetCredentialId() string {
+	if x != nil {
+		return x.CredentialId
+	}
+	return ""
+}
+
+type DriverRetireBucketAccessCredentialsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// account_id from BucketAccess.status.accountID. REQUIRED.
+	AccountId string `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	// credential_id of the credential to revoke. REQUIRED.
+	CredentialId string `protobuf:"bytes,2,opt,name=credential_id,json=credentialId,proto3" json:"credential_id,omitempty"`
+	// protocol and parameters: as in the grant. OPTIONAL.
+	Protocol      ObjectProtocol_Type `protobuf:"varint,3,opt,name=protocol,proto3,enum=cosi.v1alpha2.ObjectProtocol_Type" json:"protocol,omitempty"`
+	Parameters    map[string]string   `protobuf:"bytes,4,rep,name=parameters,proto3" json:"parameters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DriverRetireBucketAccessCredentialsRequest) Reset() {
+	*x = DriverRetireBucketAccessCredentialsRequest{}
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DriverRetireBucketAccessCredentialsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DriverRetireBucketAccessCredentialsRequest) ProtoMessage() {}
+
+func (x *DriverRetireBucketAccessCredentialsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DriverRetireBucketAccessCredentialsRequest.ProtoReflect.Descriptor instead.
+func (*DriverRetireBucketAccessCredentialsRequest) Descriptor() ([]byte, []int) {
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *DriverRetireBucketAccessCredentialsRequest) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *DriverRetireBucketAccessCredentialsRequest) GetCredentialId() string {
+	if x != nil {
+		return x.CredentialId
+	}
+	return ""
+}
+
+func (x *DriverRetireBucketAccessCredentialsRequest) GetProtocol() ObjectProtocol_Type {
+	if x != nil {
+		return x.Protocol
+	}
+	return ObjectProtocol_UNKNOWN
+}
+
+func (x *DriverRetireBucketAccessCredentialsRequest) GetParameters() map[string]string {
+	if x != nil {
+		return x.Parameters
+	}
+	return nil
+}
+
+type DriverRetireBucketAccessCredentialsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DriverRetireBucketAccessCredentialsResponse) Reset() {
+	*x = DriverRetireBucketAccessCredentialsResponse{}
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DriverRetireBucketAccessCredentialsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DriverRetireBucketAccessCredentialsResponse) ProtoMessage() {}
+
+func (x *DriverRetireBucketAccessCredentialsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DriverRetireBucketAccessCredentialsResponse.ProtoReflect.Descriptor instead.
+func (*DriverRetireBucketAccessCredentialsResponse) Descriptor() ([]byte, []int) {
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{34}
+}
+
 // BucketInfo is the information of one granted bucket.
 type DriverGrantBucketAccessResponse_BucketInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2060,7 +2348,7 @@ type DriverGrantBucketAccessResponse_BucketInfo struct {
 
 func (x *DriverGrantBucketAccessResponse_BucketInfo) Reset() {
 	*x = DriverGrantBucketAccessResponse_BucketInfo{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[37]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2072,7 +2360,7 @@ func (x *DriverGrantBucketAccessResponse_BucketInfo) String() string {
 func (*DriverGrantBucketAccessResponse_BucketInfo) ProtoMessage() {}
 
 func (x *DriverGrantBucketAccessResponse_BucketInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[37]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2113,7 +2401,7 @@ type DriverRevokeBucketAccessRequest_Bucket struct {
 
 func (x *DriverRevokeBucketAccessRequest_Bucket) Reset() {
 	*x = DriverRevokeBucketAccessRequest_Bucket{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[38]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2125,7 +2413,7 @@ func (x *DriverRevokeBucketAccessRequest_Bucket) String() string {
 func (*DriverRevokeBucketAccessRequest_Bucket) ProtoMessage() {}
 
 func (x *DriverRevokeBucketAccessRequest_Bucket) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[38]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2300,11 +2588,12 @@ const file_cosi_v1alpha2_cosi_proto_rawDesc = "" +
 	"parameters\x1a=\n" +
 	"\x0fParametersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdb\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x03\n" +
 	"\x1fDriverGrantBucketAccessResponse\x12S\n" +
 	"\abuckets\x18\x01 \x03(\v29.cosi.v1alpha2.DriverGrantBucketAccessResponse.BucketInfoR\abuckets\x12?\n" +
 	"\vcredentials\x18\x02 \x01(\v2\x1d.cosi.v1alpha2.CredentialInfoR\vcredentials\x123\n" +
-	"\x15certificate_authority\x18\x03 \x01(\tR\x14certificateAuthority\x1am\n" +
+	"\x15certificate_authority\x18\x03 \x01(\tR\x14certificateAuthority\x12#\n" +
+	"\rcredential_id\x18\x04 \x01(\tR\fcredentialId\x1am\n" +
 	"\n" +
 	"BucketInfo\x12\x1b\n" +
 	"\tbucket_id\x18\x01 \x01(\tR\bbucketId\x12B\n" +
@@ -2345,9 +2634,40 @@ const file_cosi_v1alpha2_cosi_proto_rawDesc = "" +
 	"\x0fParametersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\"\n" +
-	" DriverRevokeBucketAccessResponse2h\n" +
+	" DriverRevokeBucketAccessResponse\"\xb4\x04\n" +
+	"*DriverRotateBucketAccessCredentialsRequest\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\x127\n" +
+	"\abuckets\x18\x02 \x03(\v2\x1d.cosi.v1alpha2.AccessedBucketR\abuckets\x12>\n" +
+	"\bprotocol\x18\x03 \x01(\x0e2\".cosi.v1alpha2.ObjectProtocol.TypeR\bprotocol\x12W\n" +
+	"\x13authentication_type\x18\x04 \x01(\x0e2&.cosi.v1alpha2.AuthenticationType.TypeR\x12authenticationType\x12F\n" +
+	"\x0fservice_account\x18\x05 \x01(\v2\x1d.cosi.v1alpha2.ServiceAccountR\x0eserviceAccount\x12i\n" +
+	"\n" +
+	"parameters\x18\x06 \x03(\v2I.cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest.ParametersEntryR\n" +
+	"parameters\x12#\n" +
+	"\rcredential_id\x18\a \x01(\tR\fcredentialId\x1a=\n" +
+	"\x0fParametersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9d\x02\n" +
+	"+DriverRotateBucketAccessCredentialsResponse\x12S\n" +
+	"\abuckets\x18\x01 \x03(\v29.cosi.v1alpha2.DriverGrantBucketAccessResponse.BucketInfoR\abuckets\x12?\n" +
+	"\vcredentials\x18\x02 \x01(\v2\x1d.cosi.v1alpha2.CredentialInfoR\vcredentials\x123\n" +
+	"\x15certificate_authority\x18\x03 \x01(\tR\x14certificateAuthority\x12#\n" +
+	"\rcredential_id\x18\x04 \x01(\tR\fcredentialId\"\xda\x02\n" +
+	"*DriverRetireBucketAccessCredentialsRequest\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\x12#\n" +
+	"\rcredential_id\x18\x02 \x01(\tR\fcredentialId\x12>\n" +
+	"\bprotocol\x18\x03 \x01(\x0e2\".cosi.v1alpha2.ObjectProtocol.TypeR\bprotocol\x12i\n" +
+	"\n" +
+	"parameters\x18\x04 \x03(\v2I.cosi.v1alpha2.DriverRetireBucketAccessCredentialsRequest.ParametersEntryR\n" +
+	"parameters\x1a=\n" +
+	"\x0fParametersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"-\n" +
+	"+DriverRetireBucketAccessCredentialsResponse2h\n" +
 	"\bIdentity\x12\\\n" +
-	"\rDriverGetInfo\x12#.cosi.v1alpha2.DriverGetInfoRequest\x1a$.cosi.v1alpha2.DriverGetInfoResponse\"\x002\xcb\x06\n" +
+	"\rDriverGetInfo\x12#.cosi.v1alpha2.DriverGetInfoRequest\x1a$.cosi.v1alpha2.DriverGetInfoResponse\"\x002\x8d\t\n" +
 	"\vProvisioner\x12w\n" +
 	"\x16DriverGenerateBucketId\x12,.cosi.v1alpha2.DriverGenerateBucketIdRequest\x1a-.cosi.v1alpha2.DriverGenerateBucketIdResponse\"\x00\x12k\n" +
 	"\x12DriverCreateBucket\x12(.cosi.v1alpha2.DriverCreateBucketRequest\x1a).cosi.v1alpha2.DriverCreateBucketResponse\"\x00\x12b\n" +
@@ -2355,7 +2675,9 @@ const file_cosi_v1alpha2_cosi_proto_rawDesc = "" +
 	"\x12DriverDeleteBucket\x12(.cosi.v1alpha2.DriverDeleteBucketRequest\x1a).cosi.v1alpha2.DriverDeleteBucketResponse\"\x00\x12\x89\x01\n" +
 	"\x1cDriverGenerateBucketAccessId\x122.cosi.v1alpha2.DriverGenerateBucketAccessIdRequest\x1a3.cosi.v1alpha2.DriverGenerateBucketAccessIdResponse\"\x00\x12z\n" +
 	"\x17DriverGrantBucketAccess\x12-.cosi.v1alpha2.DriverGrantBucketAccessRequest\x1a..cosi.v1alpha2.DriverGrantBucketAccessResponse\"\x00\x12}\n" +
-	"\x18DriverRevokeBucketAccess\x12..cosi.v1alpha2.DriverRevokeBucketAccessRequest\x1a/.cosi.v1alpha2.DriverRevokeBucketAccessResponse\"\x00:?\n" +
+	"\x18DriverRevokeBucketAccess\x12..cosi.v1alpha2.DriverRevokeBucketAccessRequest\x1a/.cosi.v1alpha2.DriverRevokeBucketAccessResponse\"\x00\x12\x9e\x01\n" +
+	"#DriverRotateBucketAccessCredentials\x129.cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest\x1a:.cosi.v1alpha2.DriverRotateBucketAccessCredentialsResponse\"\x00\x12\x9e\x01\n" +
+	"#DriverRetireBucketAccessCredentials\x129.cosi.v1alpha2.DriverRetireBucketAccessCredentialsRequest\x1a:.cosi.v1alpha2.DriverRetireBucketAccessCredentialsResponse\"\x00:?\n" +
 	"\vcosi_secret\x12\x1d.google.protobuf.FieldOptions\x18\xe5\b \x01(\bR\n" +
 	"cosiSecretB&Z$github.com/kube-cosi/cosi/proto;cosib\x06proto3"
 
@@ -2372,66 +2694,72 @@ func file_cosi_v1alpha2_cosi_proto_rawDescGZIP() []byte {
 }
 
 var file_cosi_v1alpha2_cosi_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cosi_v1alpha2_cosi_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_cosi_v1alpha2_cosi_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_cosi_v1alpha2_cosi_proto_goTypes = []any{
-	(ObjectProtocol_Type)(0),                           // 0: cosi.v1alpha2.ObjectProtocol.Type
-	(AuthenticationType_Type)(0),                       // 1: cosi.v1alpha2.AuthenticationType.Type
-	(AccessMode_Mode)(0),                               // 2: cosi.v1alpha2.AccessMode.Mode
-	(S3AddressingStyle_Style)(0),                       // 3: cosi.v1alpha2.S3AddressingStyle.Style
-	(*ObjectProtocol)(nil),                             // 4: cosi.v1alpha2.ObjectProtocol
-	(*AuthenticationType)(nil),                         // 5: cosi.v1alpha2.AuthenticationType
-	(*AccessMode)(nil),                                 // 6: cosi.v1alpha2.AccessMode
-	(*S3AddressingStyle)(nil),                          // 7: cosi.v1alpha2.S3AddressingStyle
-	(*DriverGetInfoRequest)(nil),                       // 8: cosi.v1alpha2.DriverGetInfoRequest
-	(*DriverGetInfoResponse)(nil),                      // 9: cosi.v1alpha2.DriverGetInfoResponse
-	(*DriverGenerateBucketIdRequest)(nil),              // 10: cosi.v1alpha2.DriverGenerateBucketIdRequest
-	(*DriverGenerateBucketIdResponse)(nil),             // 11: cosi.v1alpha2.DriverGenerateBucketIdResponse
-	(*DriverCreateBucketRequest)(nil),                  // 12: cosi.v1alpha2.DriverCreateBucketRequest
-	(*DriverCreateBucketResponse)(nil),                 // 13: cosi.v1alpha2.DriverCreateBucketResponse
-	(*DriverGetBucketRequest)(nil),                     // 14: cosi.v1alpha2.DriverGetBucketRequest
-	(*DriverGetBucketResponse)(nil),                    // 15: cosi.v1alpha2.DriverGetBucketResponse
-	(*DriverDeleteBucketRequest)(nil),                  // 16: cosi.v1alpha2.DriverDeleteBucketRequest
-	(*DriverDeleteBucketResponse)(nil),                 // 17: cosi.v1alpha2.DriverDeleteBucketResponse
-	(*ProtocolBucketInfo)(nil),                         // 18: cosi.v1alpha2.ProtocolBucketInfo
-	(*S3BucketInfo)(nil),                               // 19: cosi.v1alpha2.S3BucketInfo
-	(*AzureBucketInfo)(nil),                            // 20: cosi.v1alpha2.AzureBucketInfo
-	(*GcsBucketInfo)(nil),                              // 21: cosi.v1alpha2.GcsBucketInfo
-	(*AccessedBucket)(nil),                             // 22: cosi.v1alpha2.AccessedBucket
-	(*AccessModes)(nil),                                // 23: cosi.v1alpha2.AccessModes
-	(*ServiceAccount)(nil),                             // 24: cosi.v1alpha2.ServiceAccount
-	(*DriverGenerateBucketAccessIdRequest)(nil),        // 25: cosi.v1alpha2.DriverGenerateBucketAccessIdRequest
-	(*DriverGenerateBucketAccessIdResponse)(nil),       // 26: cosi.v1alpha2.DriverGenerateBucketAccessIdResponse
-	(*DriverGrantBucketAccessRequest)(nil),             // 27: cosi.v1alpha2.DriverGrantBucketAccessRequest
-	(*DriverGrantBucketAccessResponse)(nil),            // 28: cosi.v1alpha2.DriverGrantBucketAccessResponse
-	(*CredentialInfo)(nil),                             // 29: cosi.v1alpha2.CredentialInfo
-	(*S3Credentials)(nil),                              // 30: cosi.v1alpha2.S3Credentials
-	(*AzureCredentials)(nil),                           // 31: cosi.v1alpha2.AzureCredentials
-	(*GcsCredentials)(nil),                             // 32: cosi.v1alpha2.GcsCredentials
-	(*DriverRevokeBucketAccessRequest)(nil),            // 33: cosi.v1alpha2.DriverRevokeBucketAccessRequest
-	(*DriverRevokeBucketAccessResponse)(nil),           // 34: cosi.v1alpha2.DriverRevokeBucketAccessResponse
-	nil,                                                // 35: cosi.v1alpha2.DriverGenerateBucketIdRequest.ParametersEntry
-	nil,                                                // 36: cosi.v1alpha2.DriverCreateBucketRequest.ParametersEntry
-	nil,                                                // 37: cosi.v1alpha2.DriverGetBucketRequest.ParametersEntry
-	nil,                                                // 38: cosi.v1alpha2.DriverDeleteBucketRequest.ParametersEntry
-	nil,                                                // 39: cosi.v1alpha2.DriverGenerateBucketAccessIdRequest.ParametersEntry
-	nil,                                                // 40: cosi.v1alpha2.DriverGrantBucketAccessRequest.ParametersEntry
-	(*DriverGrantBucketAccessResponse_BucketInfo)(nil), // 41: cosi.v1alpha2.DriverGrantBucketAccessResponse.BucketInfo
-	(*DriverRevokeBucketAccessRequest_Bucket)(nil),     // 42: cosi.v1alpha2.DriverRevokeBucketAccessRequest.Bucket
-	nil,                               // 43: cosi.v1alpha2.DriverRevokeBucketAccessRequest.ParametersEntry
-	(*timestamppb.Timestamp)(nil),     // 44: google.protobuf.Timestamp
-	(*descriptorpb.FieldOptions)(nil), // 45: google.protobuf.FieldOptions
+	(ObjectProtocol_Type)(0),                            // 0: cosi.v1alpha2.ObjectProtocol.Type
+	(AuthenticationType_Type)(0),                        // 1: cosi.v1alpha2.AuthenticationType.Type
+	(AccessMode_Mode)(0),                                // 2: cosi.v1alpha2.AccessMode.Mode
+	(S3AddressingStyle_Style)(0),                        // 3: cosi.v1alpha2.S3AddressingStyle.Style
+	(*ObjectProtocol)(nil),                              // 4: cosi.v1alpha2.ObjectProtocol
+	(*AuthenticationType)(nil),                          // 5: cosi.v1alpha2.AuthenticationType
+	(*AccessMode)(nil),                                  // 6: cosi.v1alpha2.AccessMode
+	(*S3AddressingStyle)(nil),                           // 7: cosi.v1alpha2.S3AddressingStyle
+	(*DriverGetInfoRequest)(nil),                        // 8: cosi.v1alpha2.DriverGetInfoRequest
+	(*DriverGetInfoResponse)(nil),                       // 9: cosi.v1alpha2.DriverGetInfoResponse
+	(*DriverGenerateBucketIdRequest)(nil),               // 10: cosi.v1alpha2.DriverGenerateBucketIdRequest
+	(*DriverGenerateBucketIdResponse)(nil),              // 11: cosi.v1alpha2.DriverGenerateBucketIdResponse
+	(*DriverCreateBucketRequest)(nil),                   // 12: cosi.v1alpha2.DriverCreateBucketRequest
+	(*DriverCreateBucketResponse)(nil),                  // 13: cosi.v1alpha2.DriverCreateBucketResponse
+	(*DriverGetBucketRequest)(nil),                      // 14: cosi.v1alpha2.DriverGetBucketRequest
+	(*DriverGetBucketResponse)(nil),                     // 15: cosi.v1alpha2.DriverGetBucketResponse
+	(*DriverDeleteBucketRequest)(nil),                   // 16: cosi.v1alpha2.DriverDeleteBucketRequest
+	(*DriverDeleteBucketResponse)(nil),                  // 17: cosi.v1alpha2.DriverDeleteBucketResponse
+	(*ProtocolBucketInfo)(nil),                          // 18: cosi.v1alpha2.ProtocolBucketInfo
+	(*S3BucketInfo)(nil),                                // 19: cosi.v1alpha2.S3BucketInfo
+	(*AzureBucketInfo)(nil),                             // 20: cosi.v1alpha2.AzureBucketInfo
+	(*GcsBucketInfo)(nil),                               // 21: cosi.v1alpha2.GcsBucketInfo
+	(*AccessedBucket)(nil),                              // 22: cosi.v1alpha2.AccessedBucket
+	(*AccessModes)(nil),                                 // 23: cosi.v1alpha2.AccessModes
+	(*ServiceAccount)(nil),                              // 24: cosi.v1alpha2.ServiceAccount
+	(*DriverGenerateBucketAccessIdRequest)(nil),         // 25: cosi.v1alpha2.DriverGenerateBucketAccessIdRequest
+	(*DriverGenerateBucketAccessIdResponse)(nil),        // 26: cosi.v1alpha2.DriverGenerateBucketAccessIdResponse
+	(*DriverGrantBucketAccessRequest)(nil),              // 27: cosi.v1alpha2.DriverGrantBucketAccessRequest
+	(*DriverGrantBucketAccessResponse)(nil),             // 28: cosi.v1alpha2.DriverGrantBucketAccessResponse
+	(*CredentialInfo)(nil),                              // 29: cosi.v1alpha2.CredentialInfo
+	(*S3Credentials)(nil),                               // 30: cosi.v1alpha2.S3Credentials
+	(*AzureCredentials)(nil),                            // 31: cosi.v1alpha2.AzureCredentials
+	(*GcsCredentials)(nil),                              // 32: cosi.v1alpha2.GcsCredentials
+	(*DriverRevokeBucketAccessRequest)(nil),             // 33: cosi.v1alpha2.DriverRevokeBucketAccessRequest
+	(*DriverRevokeBucketAccessResponse)(nil),            // 34: cosi.v1alpha2.DriverRevokeBucketAccessResponse
+	(*DriverRotateBucketAccessCredentialsRequest)(nil),  // 35: cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest
+	(*DriverRotateBucketAccessCredentialsResponse)(nil), // 36: cosi.v1alpha2.DriverRotateBucketAccessCredentialsResponse
+	(*DriverRetireBucketAccessCredentialsRequest)(nil),  // 37: cosi.v1alpha2.DriverRetireBucketAccessCredentialsRequest
+	(*DriverRetireBucketAccessCredentialsResponse)(nil), // 38: cosi.v1alpha2.DriverRetireBucketAccessCredentialsResponse
+	nil, // 39: cosi.v1alpha2.DriverGenerateBucketIdRequest.ParametersEntry
+	nil, // 40: cosi.v1alpha2.DriverCreateBucketRequest.ParametersEntry
+	nil, // 41: cosi.v1alpha2.DriverGetBucketRequest.ParametersEntry
+	nil, // 42: cosi.v1alpha2.DriverDeleteBucketRequest.ParametersEntry
+	nil, // 43: cosi.v1alpha2.DriverGenerateBucketAccessIdRequest.ParametersEntry
+	nil, // 44: cosi.v1alpha2.DriverGrantBucketAccessRequest.ParametersEntry
+	(*DriverGrantBucketAccessResponse_BucketInfo)(nil), // 45: cosi.v1alpha2.DriverGrantBucketAccessResponse.BucketInfo
+	(*DriverRevokeBucketAccessRequest_Bucket)(nil),     // 46: cosi.v1alpha2.DriverRevokeBucketAccessRequest.Bucket
+	nil,                               // 47: cosi.v1alpha2.DriverRevokeBucketAccessRequest.ParametersEntry
+	nil,                               // 48: cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest.ParametersEntry
+	nil,                               // 49: cosi.v1alpha2.DriverRetireBucketAccessCredentialsRequest.ParametersEntry
+	(*timestamppb.Timestamp)(nil),     // 50: google.protobuf.Timestamp
+	(*descriptorpb.FieldOptions)(nil), // 51: google.protobuf.FieldOptions
 }
 var file_cosi_v1alpha2_cosi_proto_depIdxs = []int32{
 	0,  // 0: cosi.v1alpha2.DriverGetInfoResponse.supported_protocols:type_name -> cosi.v1alpha2.ObjectProtocol.Type
 	0,  // 1: cosi.v1alpha2.DriverGenerateBucketIdRequest.protocols:type_name -> cosi.v1alpha2.ObjectProtocol.Type
-	35, // 2: cosi.v1alpha2.DriverGenerateBucketIdRequest.parameters:type_name -> cosi.v1alpha2.DriverGenerateBucketIdRequest.ParametersEntry
+	39, // 2: cosi.v1alpha2.DriverGenerateBucketIdRequest.parameters:type_name -> cosi.v1alpha2.DriverGenerateBucketIdRequest.ParametersEntry
 	0,  // 3: cosi.v1alpha2.DriverCreateBucketRequest.protocols:type_name -> cosi.v1alpha2.ObjectProtocol.Type
-	36, // 4: cosi.v1alpha2.DriverCreateBucketRequest.parameters:type_name -> cosi.v1alpha2.DriverCreateBucketRequest.ParametersEntry
+	40, // 4: cosi.v1alpha2.DriverCreateBucketRequest.parameters:type_name -> cosi.v1alpha2.DriverCreateBucketRequest.ParametersEntry
 	18, // 5: cosi.v1alpha2.DriverCreateBucketResponse.protocols:type_name -> cosi.v1alpha2.ProtocolBucketInfo
 	0,  // 6: cosi.v1alpha2.DriverGetBucketRequest.protocols:type_name -> cosi.v1alpha2.ObjectProtocol.Type
-	37, // 7: cosi.v1alpha2.DriverGetBucketRequest.parameters:type_name -> cosi.v1alpha2.DriverGetBucketRequest.ParametersEntry
+	41, // 7: cosi.v1alpha2.DriverGetBucketRequest.parameters:type_name -> cosi.v1alpha2.DriverGetBucketRequest.ParametersEntry
 	18, // 8: cosi.v1alpha2.DriverGetBucketResponse.protocols:type_name -> cosi.v1alpha2.ProtocolBucketInfo
-	38, // 9: cosi.v1alpha2.DriverDeleteBucketRequest.parameters:type_name -> cosi.v1alpha2.DriverDeleteBucketRequest.ParametersEntry
+	42, // 9: cosi.v1alpha2.DriverDeleteBucketRequest.parameters:type_name -> cosi.v1alpha2.DriverDeleteBucketRequest.ParametersEntry
 	19, // 10: cosi.v1alpha2.ProtocolBucketInfo.s3:type_name -> cosi.v1alpha2.S3BucketInfo
 	20, // 11: cosi.v1alpha2.ProtocolBucketInfo.azure:type_name -> cosi.v1alpha2.AzureBucketInfo
 	21, // 12: cosi.v1alpha2.ProtocolBucketInfo.gcs:type_name -> cosi.v1alpha2.GcsBucketInfo
@@ -2444,46 +2772,59 @@ var file_cosi_v1alpha2_cosi_proto_depIdxs = []int32{
 	0,  // 19: cosi.v1alpha2.DriverGenerateBucketAccessIdRequest.protocol:type_name -> cosi.v1alpha2.ObjectProtocol.Type
 	1,  // 20: cosi.v1alpha2.DriverGenerateBucketAccessIdRequest.authentication_type:type_name -> cosi.v1alpha2.AuthenticationType.Type
 	24, // 21: cosi.v1alpha2.DriverGenerateBucketAccessIdRequest.service_account:type_name -> cosi.v1alpha2.ServiceAccount
-	39, // 22: cosi.v1alpha2.DriverGenerateBucketAccessIdRequest.parameters:type_name -> cosi.v1alpha2.DriverGenerateBucketAccessIdRequest.ParametersEntry
+	43, // 22: cosi.v1alpha2.DriverGenerateBucketAccessIdRequest.parameters:type_name -> cosi.v1alpha2.DriverGenerateBucketAccessIdRequest.ParametersEntry
 	22, // 23: cosi.v1alpha2.DriverGrantBucketAccessRequest.buckets:type_name -> cosi.v1alpha2.AccessedBucket
 	0,  // 24: cosi.v1alpha2.DriverGrantBucketAccessRequest.protocol:type_name -> cosi.v1alpha2.ObjectProtocol.Type
 	1,  // 25: cosi.v1alpha2.DriverGrantBucketAccessRequest.authentication_type:type_name -> cosi.v1alpha2.AuthenticationType.Type
 	24, // 26: cosi.v1alpha2.DriverGrantBucketAccessRequest.service_account:type_name -> cosi.v1alpha2.ServiceAccount
-	40, // 27: cosi.v1alpha2.DriverGrantBucketAccessRequest.parameters:type_name -> cosi.v1alpha2.DriverGrantBucketAccessRequest.ParametersEntry
-	41, // 28: cosi.v1alpha2.DriverGrantBucketAccessResponse.buckets:type_name -> cosi.v1alpha2.DriverGrantBucketAccessResponse.BucketInfo
+	44, // 27: cosi.v1alpha2.DriverGrantBucketAccessRequest.parameters:type_name -> cosi.v1alpha2.DriverGrantBucketAccessRequest.ParametersEntry
+	45, // 28: cosi.v1alpha2.DriverGrantBucketAccessResponse.buckets:type_name -> cosi.v1alpha2.DriverGrantBucketAccessResponse.BucketInfo
 	29, // 29: cosi.v1alpha2.DriverGrantBucketAccessResponse.credentials:type_name -> cosi.v1alpha2.CredentialInfo
 	30, // 30: cosi.v1alpha2.CredentialInfo.s3:type_name -> cosi.v1alpha2.S3Credentials
 	31, // 31: cosi.v1alpha2.CredentialInfo.azure:type_name -> cosi.v1alpha2.AzureCredentials
 	32, // 32: cosi.v1alpha2.CredentialInfo.gcs:type_name -> cosi.v1alpha2.GcsCredentials
-	44, // 33: cosi.v1alpha2.AzureCredentials.expiry_timestamp:type_name -> google.protobuf.Timestamp
-	42, // 34: cosi.v1alpha2.DriverRevokeBucketAccessRequest.buckets:type_name -> cosi.v1alpha2.DriverRevokeBucketAccessRequest.Bucket
+	50, // 33: cosi.v1alpha2.AzureCredentials.expiry_timestamp:type_name -> google.protobuf.Timestamp
+	46, // 34: cosi.v1alpha2.DriverRevokeBucketAccessRequest.buckets:type_name -> cosi.v1alpha2.DriverRevokeBucketAccessRequest.Bucket
 	0,  // 35: cosi.v1alpha2.DriverRevokeBucketAccessRequest.protocol:type_name -> cosi.v1alpha2.ObjectProtocol.Type
 	1,  // 36: cosi.v1alpha2.DriverRevokeBucketAccessRequest.authentication_type:type_name -> cosi.v1alpha2.AuthenticationType.Type
 	24, // 37: cosi.v1alpha2.DriverRevokeBucketAccessRequest.service_account:type_name -> cosi.v1alpha2.ServiceAccount
-	43, // 38: cosi.v1alpha2.DriverRevokeBucketAccessRequest.parameters:type_name -> cosi.v1alpha2.DriverRevokeBucketAccessRequest.ParametersEntry
-	18, // 39: cosi.v1alpha2.DriverGrantBucketAccessResponse.BucketInfo.bucket_info:type_name -> cosi.v1alpha2.ProtocolBucketInfo
-	45, // 40: cosi.v1alpha2.cosi_secret:extendee -> google.protobuf.FieldOptions
-	8,  // 41: cosi.v1alpha2.Identity.DriverGetInfo:input_type -> cosi.v1alpha2.DriverGetInfoRequest
-	10, // 42: cosi.v1alpha2.Provisioner.DriverGenerateBucketId:input_type -> cosi.v1alpha2.DriverGenerateBucketIdRequest
-	12, // 43: cosi.v1alpha2.Provisioner.DriverCreateBucket:input_type -> cosi.v1alpha2.DriverCreateBucketRequest
-	14, // 44: cosi.v1alpha2.Provisioner.DriverGetBucket:input_type -> cosi.v1alpha2.DriverGetBucketRequest
-	16, // 45: cosi.v1alpha2.Provisioner.DriverDeleteBucket:input_type -> cosi.v1alpha2.DriverDeleteBucketRequest
-	25, // 46: cosi.v1alpha2.Provisioner.DriverGenerateBucketAccessId:input_type -> cosi.v1alpha2.DriverGenerateBucketAccessIdRequest
-	27, // 47: cosi.v1alpha2.Provisioner.DriverGrantBucketAccess:input_type -> cosi.v1alpha2.DriverGrantBucketAccessRequest
-	33, // 48: cosi.v1alpha2.Provisioner.DriverRevokeBucketAccess:input_type -> cosi.v1alpha2.DriverRevokeBucketAccessRequest
-	9,  // 49: cosi.v1alpha2.Identity.DriverGetInfo:output_type -> cosi.v1alpha2.DriverGetInfoResponse
-	11, // 50: cosi.v1alpha2.Provisioner.DriverGenerateBucketId:output_type -> cosi.v1alpha2.DriverGenerateBucketIdResponse
-	13, // 51: cosi.v1alpha2.Provisioner.DriverCreateBucket:output_type -> cosi.v1alpha2.DriverCreateBucketResponse
-	15, // 52: cosi.v1alpha2.Provisioner.DriverGetBucket:output_type -> cosi.v1alpha2.DriverGetBucketResponse
-	17, // 53: cosi.v1alpha2.Provisioner.DriverDeleteBucket:output_type -> cosi.v1alpha2.DriverDeleteBucketResponse
-	26, // 54: cosi.v1alpha2.Provisioner.DriverGenerateBucketAccessId:output_type -> cosi.v1alpha2.DriverGenerateBucketAccessIdResponse
-	28, // 55: cosi.v1alpha2.Provisioner.DriverGrantBucketAccess:output_type -> cosi.v1alpha2.DriverGrantBucketAccessResponse
-	34, // 56: cosi.v1alpha2.Provisioner.DriverRevokeBucketAccess:output_type -> cosi.v1alpha2.DriverRevokeBucketAccessResponse
-	49, // [49:57] is the sub-list for method output_type
-	41, // [41:49] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	40, // [40:41] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	47, // 38: cosi.v1alpha2.DriverRevokeBucketAccessRequest.parameters:type_name -> cosi.v1alpha2.DriverRevokeBucketAccessRequest.ParametersEntry
+	22, // 39: cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest.buckets:type_name -> cosi.v1alpha2.AccessedBucket
+	0,  // 40: cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest.protocol:type_name -> cosi.v1alpha2.ObjectProtocol.Type
+	1,  // 41: cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest.authentication_type:type_name -> cosi.v1alpha2.AuthenticationType.Type
+	24, // 42: cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest.service_account:type_name -> cosi.v1alpha2.ServiceAccount
+	48, // 43: cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest.parameters:type_name -> cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest.ParametersEntry
+	45, // 44: cosi.v1alpha2.DriverRotateBucketAccessCredentialsResponse.buckets:type_name -> cosi.v1alpha2.DriverGrantBucketAccessResponse.BucketInfo
+	29, // 45: cosi.v1alpha2.DriverRotateBucketAccessCredentialsResponse.credentials:type_name -> cosi.v1alpha2.CredentialInfo
+	0,  // 46: cosi.v1alpha2.DriverRetireBucketAccessCredentialsRequest.protocol:type_name -> cosi.v1alpha2.ObjectProtocol.Type
+	49, // 47: cosi.v1alpha2.DriverRetireBucketAccessCredentialsRequest.parameters:type_name -> cosi.v1alpha2.DriverRetireBucketAccessCredentialsRequest.ParametersEntry
+	18, // 48: cosi.v1alpha2.DriverGrantBucketAccessResponse.BucketInfo.bucket_info:type_name -> cosi.v1alpha2.ProtocolBucketInfo
+	51, // 49: cosi.v1alpha2.cosi_secret:extendee -> google.protobuf.FieldOptions
+	8,  // 50: cosi.v1alpha2.Identity.DriverGetInfo:input_type -> cosi.v1alpha2.DriverGetInfoRequest
+	10, // 51: cosi.v1alpha2.Provisioner.DriverGenerateBucketId:input_type -> cosi.v1alpha2.DriverGenerateBucketIdRequest
+	12, // 52: cosi.v1alpha2.Provisioner.DriverCreateBucket:input_type -> cosi.v1alpha2.DriverCreateBucketRequest
+	14, // 53: cosi.v1alpha2.Provisioner.DriverGetBucket:input_type -> cosi.v1alpha2.DriverGetBucketRequest
+	16, // 54: cosi.v1alpha2.Provisioner.DriverDeleteBucket:input_type -> cosi.v1alpha2.DriverDeleteBucketRequest
+	25, // 55: cosi.v1alpha2.Provisioner.DriverGenerateBucketAccessId:input_type -> cosi.v1alpha2.DriverGenerateBucketAccessIdRequest
+	27, // 56: cosi.v1alpha2.Provisioner.DriverGrantBucketAccess:input_type -> cosi.v1alpha2.DriverGrantBucketAccessRequest
+	33, // 57: cosi.v1alpha2.Provisioner.DriverRevokeBucketAccess:input_type -> cosi.v1alpha2.DriverRevokeBucketAccessRequest
+	35, // 58: cosi.v1alpha2.Provisioner.DriverRotateBucketAccessCredentials:input_type -> cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest
+	37, // 59: cosi.v1alpha2.Provisioner.DriverRetireBucketAccessCredentials:input_type -> cosi.v1alpha2.DriverRetireBucketAccessCredentialsRequest
+	9,  // 60: cosi.v1alpha2.Identity.DriverGetInfo:output_type -> cosi.v1alpha2.DriverGetInfoResponse
+	11, // 61: cosi.v1alpha2.Provisioner.DriverGenerateBucketId:output_type -> cosi.v1alpha2.DriverGenerateBucketIdResponse
+	13, // 62: cosi.v1alpha2.Provisioner.DriverCreateBucket:output_type -> cosi.v1alpha2.DriverCreateBucketResponse
+	15, // 63: cosi.v1alpha2.Provisioner.DriverGetBucket:output_type -> cosi.v1alpha2.DriverGetBucketResponse
+	17, // 64: cosi.v1alpha2.Provisioner.DriverDeleteBucket:output_type -> cosi.v1alpha2.DriverDeleteBucketResponse
+	26, // 65: cosi.v1alpha2.Provisioner.DriverGenerateBucketAccessId:output_type -> cosi.v1alpha2.DriverGenerateBucketAccessIdResponse
+	28, // 66: cosi.v1alpha2.Provisioner.DriverGrantBucketAccess:output_type -> cosi.v1alpha2.DriverGrantBucketAccessResponse
+	34, // 67: cosi.v1alpha2.Provisioner.DriverRevokeBucketAccess:output_type -> cosi.v1alpha2.DriverRevokeBucketAccessResponse
+	36, // 68: cosi.v1alpha2.Provisioner.DriverRotateBucketAccessCredentials:output_type -> cosi.v1alpha2.DriverRotateBucketAccessCredentialsResponse
+	38, // 69: cosi.v1alpha2.Provisioner.DriverRetireBucketAccessCredentials:output_type -> cosi.v1alpha2.DriverRetireBucketAccessCredentialsResponse
+	60, // [60:70] is the sub-list for method output_type
+	50, // [50:60] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	49, // [49:50] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_cosi_v1alpha2_cosi_proto_init() }
@@ -2497,7 +2838,7 @@ func file_cosi_v1alpha2_cosi_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cosi_v1alpha2_cosi_proto_rawDesc), len(file_cosi_v1alpha2_cosi_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   40,
+			NumMessages:   46,
 			NumExtensions: 1,
 			NumServices:   2,
 		},

@@ -154,13 +154,15 @@ var Identity_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Provisioner_DriverGenerateBucketId_FullMethodName       = "/cosi.v1alpha2.Provisioner/DriverGenerateBucketId"
-	Provisioner_DriverCreateBucket_FullMethodName           = "/cosi.v1alpha2.Provisioner/DriverCreateBucket"
-	Provisioner_DriverGetBucket_FullMethodName              = "/cosi.v1alpha2.Provisioner/DriverGetBucket"
-	Provisioner_DriverDeleteBucket_FullMethodName           = "/cosi.v1alpha2.Provisioner/DriverDeleteBucket"
-	Provisioner_DriverGenerateBucketAccessId_FullMethodName = "/cosi.v1alpha2.Provisioner/DriverGenerateBucketAccessId"
-	Provisioner_DriverGrantBucketAccess_FullMethodName      = "/cosi.v1alpha2.Provisioner/DriverGrantBucketAccess"
-	Provisioner_DriverRevokeBucketAccess_FullMethodName     = "/cosi.v1alpha2.Provisioner/DriverRevokeBucketAccess"
+	Provisioner_DriverGenerateBucketId_FullMethodName              = "/cosi.v1alpha2.Provisioner/DriverGenerateBucketId"
+	Provisioner_DriverCreateBucket_FullMethodName                  = "/cosi.v1alpha2.Provisioner/DriverCreateBucket"
+	Provisioner_DriverGetBucket_FullMethodName                     = "/cosi.v1alpha2.Provisioner/DriverGetBucket"
+	Provisioner_DriverDeleteBucket_FullMethodName                  = "/cosi.v1alpha2.Provisioner/DriverDeleteBucket"
+	Provisioner_DriverGenerateBucketAccessId_FullMethodName        = "/cosi.v1alpha2.Provisioner/DriverGenerateBucketAccessId"
+	Provisioner_DriverGrantBucketAccess_FullMethodName             = "/cosi.v1alpha2.Provisioner/DriverGrantBucketAccess"
+	Provisioner_DriverRevokeBucketAccess_FullMethodName            = "/cosi.v1alpha2.Provisioner/DriverRevokeBucketAccess"
+	Provisioner_DriverRotateBucketAccessCredentials_FullMethodName = "/cosi.v1alpha2.Provisioner/DriverRotateBucketAccessCredentials"
+	Provisioner_DriverRetireBucketAccessCredentials_FullMethodName = "/cosi.v1alpha2.Provisioner/DriverRetireBucketAccessCredentials"
 )
 
 // ProvisionerClient is the client API for Provisioner service.
@@ -221,6 +223,38 @@ type ProvisionerClient interface {
 	// working and no access of any category (object data or metadata) remains. It MUST be
 	// idempotent: it returns OK when the access does not exist.
 	DriverRevokeBucketAccess(ctx context.Context, in *DriverRevokeBucketAccessRequest, opts ...grpc.CallOption) (*DriverRevokeBucketAccessResponse, error)
+	// DriverRotateBucketAccessCredentials (a COSI extension of KEP-1979, which asks that COSI keep
+	// the access Secrets up to date) issues a new credential for the existing account account_id,
+	// next to the credential credential_id, which MUST keep working until it is retired
+	// (DriverRetireBucketAccessCredentials). The new credential opens the same buckets with the same
+	// access as the account's other credentials. COSI writes it into the access's Secrets and
+	// retires the old one after a grace period, so that workloads that re-read their Secret keep
+	// working.
+	//
+	// It MUST be idempotent: a repeated call with the same account_id and credential_id, while the
+	// credential it issued has not been retired, returns that credential with the same
+	// credential_id and issues no other. A driver that cannot return a secret twice (IAM returns a
+	// secret key only when it creates it) MAY instead replace the credential it issued with a new
+	// one, revoking the first: COSI repeats a call only until it has written the answer anywhere.
+	//
+	// Codes: NOT_FOUND when the account, or the credential credential_id of it, does not exist;
+	// RESOURCE_EXHAUSTED when the account holds as many credentials as the backend allows and none
+	// of them but credential_id can be retired by the driver (retried: COSI retires the older one
+	// first); UNIMPLEMENTED when the driver cannot rotate credentials (COSI then stops asking, and
+	// says so in the BucketAccess's conditions); INVALID_ARGUMENT for a missing field.
+	DriverRotateBucketAccessCredentials(ctx context.Context, in *DriverRotateBucketAccessCredentialsRequest, opts ...grpc.CallOption) (*DriverRotateBucketAccessCredentialsResponse, error)
+	// DriverRetireBucketAccessCredentials (a COSI extension, with DriverRotateBucketAccessCredentials)
+	// revokes the one credential credential_id of the account account_id, so that it stops working;
+	// the account and its other credentials stay. COSI calls it for a credential that a rotation
+	// replaced, once no Secret holds it and the grace period has passed.
+	//
+	// It MUST be idempotent: it returns OK when the credential or the account does not exist
+	// (already retired, or revoked with its account).
+	//
+	// Codes: FAILED_PRECONDITION when credential_id is the account's only credential (a driver
+	// never leaves an account without one: DriverRevokeBucketAccess removes accounts);
+	// UNIMPLEMENTED when the driver cannot rotate credentials; INVALID_ARGUMENT for a missing field.
+	DriverRetireBucketAccessCredentials(ctx context.Context, in *DriverRetireBucketAccessCredentialsRequest, opts ...grpc.CallOption) (*DriverRetireBucketAccessCredentialsResponse, error)
 }
 
 type provisionerClient struct {
@@ -301,6 +335,26 @@ func (c *provisionerClient) DriverRevokeBucketAccess(ctx context.Context, in *Dr
 	return out, nil
 }
 
+func (c *provisionerClient) DriverRotateBucketAccessCredentials(ctx context.Context, in *DriverRotateBucketAccessCredentialsRequest, opts ...grpc.CallOption) (*DriverRotateBucketAccessCredentialsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DriverRotateBucketAccessCredentialsResponse)
+	err := c.cc.Invoke(ctx, Provisioner_DriverRotateBucketAccessCredentials_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *provisionerClient) DriverRetireBucketAccessCredentials(ctx context.Context, in *DriverRetireBucketAccessCredentialsRequest, opts ...grpc.CallOption) (*DriverRetireBucketAccessCredentialsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DriverRetireBucketAccessCredentialsResponse)
+	err := c.cc.Invoke(ctx, Provisioner_DriverRetireBucketAccessCredentials_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ProvisionerServer is the server API for Provisioner service.
 // All implementations must embed UnimplementedProvisionerServer
 // for forward compatibility.
@@ -359,6 +413,38 @@ type ProvisionerServer interface {
 	// working and no access of any category (object data or metadata) remains. It MUST be
 	// idempotent: it returns OK when the access does not exist.
 	DriverRevokeBucketAccess(context.Context, *DriverRevokeBucketAccessRequest) (*DriverRevokeBucketAccessResponse, error)
+	// DriverRotateBucketAccessCredentials (a COSI extension of KEP-1979, which asks that COSI keep
+	// the access Secrets up to date) issues a new credential for the existing account account_id,
+	// next to the credential credential_id, which MUST keep working until it is retired
+	// (DriverRetireBucketAccessCredentials). The new credential opens the same buckets with the same
+	// access as the account's other credentials. COSI writes it into the access's Secrets and
+	// retires the old one after a grace period, so that workloads that re-read their Secret keep
+	// working.
+	//
+	// It MUST be idempotent: a repeated call with the same account_id and credential_id, while the
+	// credential it issued has not been retired, returns that credential with the same
+	// credential_id and issues no other. A driver that cannot return a secret twice (IAM returns a
+	// secret key only when it creates it) MAY instead replace the credential it issued with a new
+	// one, revoking the first: COSI repeats a call only until it has written the answer anywhere.
+	//
+	// Codes: NOT_FOUND when the account, or the credential credential_id of it, does not exist;
+	// RESOURCE_EXHAUSTED when the account holds as many credentials as the backend allows and none
+	// of them but credential_id can be retired by the driver (retried: COSI retires the older one
+	// first); UNIMPLEMENTED when the driver cannot rotate credentials (COSI then stops asking, and
+	// says so in the BucketAccess's conditions); INVALID_ARGUMENT for a missing field.
+	DriverRotateBucketAccessCredentials(context.Context, *DriverRotateBucketAccessCredentialsRequest) (*DriverRotateBucketAccessCredentialsResponse, error)
+	// DriverRetireBucketAccessCredentials (a COSI extension, with DriverRotateBucketAccessCredentials)
+	// revokes the one credential credential_id of the account account_id, so that it stops working;
+	// the account and its other credentials stay. COSI calls it for a credential that a rotation
+	// replaced, once no Secret holds it and the grace period has passed.
+	//
+	// It MUST be idempotent: it returns OK when the credential or the account does not exist
+	// (already retired, or revoked with its account).
+	//
+	// Codes: FAILED_PRECONDITION when credential_id is the account's only credential (a driver
+	// never leaves an account without one: DriverRevokeBucketAccess removes accounts);
+	// UNIMPLEMENTED when the driver cannot rotate credentials; INVALID_ARGUMENT for a missing field.
+	DriverRetireBucketAccessCredentials(context.Context, *DriverRetireBucketAccessCredentialsRequest) (*DriverRetireBucketAccessCredentialsResponse, error)
 	mustEmbedUnimplementedProvisionerServer()
 }
 
@@ -389,6 +475,12 @@ func (UnimplementedProvisionerServer) DriverGrantBucketAccess(context.Context, *
 }
 func (UnimplementedProvisionerServer) DriverRevokeBucketAccess(context.Context, *DriverRevokeBucketAccessRequest) (*DriverRevokeBucketAccessResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DriverRevokeBucketAccess not implemented")
+}
+func (UnimplementedProvisionerServer) DriverRotateBucketAccessCredentials(context.Context, *DriverRotateBucketAccessCredentialsRequest) (*DriverRotateBucketAccessCredentialsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DriverRotateBucketAccessCredentials not implemented")
+}
+func (UnimplementedProvisionerServer) DriverRetireBucketAccessCredentials(context.Context, *DriverRetireBucketAccessCredentialsRequest) (*DriverRetireBucketAccessCredentialsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DriverRetireBucketAccessCredentials not implemented")
 }
 func (UnimplementedProvisionerServer) mustEmbedUnimplementedProvisionerServer() {}
 func (UnimplementedProvisionerServer) testEmbeddedByValue()                     {}
@@ -537,6 +629,42 @@ func _Provisioner_DriverRevokeBucketAccess_Handler(srv interface{}, ctx context.
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Provisioner_DriverRotateBucketAccessCredentials_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DriverRotateBucketAccessCredentialsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ProvisionerServer).DriverRotateBucketAccessCredentials(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Provisioner_DriverRotateBucketAccessCredentials_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ProvisionerServer).DriverRotateBucketAccessCredentials(ctx, req.(*DriverRotateBucketAccessCredentialsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Provisioner_DriverRetireBucketAccessCredentials_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DriverRetireBucketAccessCredentialsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ProvisionerServer).DriverRetireBucketAccessCredentials(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Provisioner_DriverRetireBucketAccessCredentials_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ProvisionerServer).DriverRetireBucketAccessCredentials(ctx, req.(*DriverRetireBucketAccessCredentialsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Provisioner_ServiceDesc is the grpc.ServiceDesc for Provisioner service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -571,6 +699,14 @@ var Provisioner_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DriverRevokeBucketAccess",
 			Handler:    _Provisioner_DriverRevokeBucketAccess_Handler,
+		},
+		{
+			MethodName: "DriverRotateBucketAccessCredentials",
+			Handler:    _Provisioner_DriverRotateBucketAccessCredentials_Handler,
+		},
+		{
+			MethodName: "DriverRetireBucketAccessCredentials",
+			Handler:    _Provisioner_DriverRetireBucketAccessCredentials_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -29,6 +29,9 @@ func main() {
 	flag.DurationVar(&opts.SecretCheckInterval, "secret-check-interval", sidecar.DefaultSecretCheckInterval,
 		"how often the Secrets of each provisioned access are checked, and written again when lost "+
 			"(the sidecar cannot watch Secrets)")
+	flag.DurationVar(&opts.RotationGracePeriod, "rotation-grace-period", sidecar.DefaultRotationGracePeriod,
+		"how long a rotated credential keeps working once the new one is in every Secret of its access, "+
+			"so that workloads re-read their Secret (docs/sidecar.md, \"Credential rotation\")")
 	flag.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one leader among the sidecars of this driver")
 	flag.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "",
 		"namespace of the leader election Lease (default: the pod's namespace)")

@@ -597,6 +597,9 @@ func (d *Driver) DriverGrantBucketAccess(
 	resp.Credentials = &cosiproto.CredentialInfo{
 		S3: &cosiproto.S3Credentials{AccessKeyId: key.AccessKeyID, AccessSecretKey: key.SecretAccessKey},
 	}
+	if _, ok := d.cfg.Accounts.(KeyRotation); ok {
+		resp.CredentialId = key.AccessKeyID
+	}
 	return resp, nil
 }
 

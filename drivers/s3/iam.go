@@ -97,6 +97,11 @@ func (a *IAMAccounts) Grant(ctx context.Context, id string, grants []bucketGrant
 		}
 		keys = keys[1:]
 	}
+	return a.createKey(ctx, id)
+}
+
+// createKey creates an access key for user id.
+func (a *IAMAccounts) createKey(ctx context.Context, id string) (Key, error) {
 	out, err := a.client.CreateAccessKey(ctx, &iam.CreateAccessKeyInput{UserName: aws.String(id)})
 	if err != nil {
 		return Key{}, toStatus(err, "creating an access key for IAM user %q", id)

@@ -173,3 +173,17 @@ func (l localFaults) WaitPaused(ctx context.Context, timeout time.Duration) (mem
 func (l localFaults) Release(context.Context) error { l.f.Release(); return nil }
 
 func (l localFaults) Abort(context.Context) error { l.f.Abort(); return nil }
+
+func (p *proxy) DriverRotateBucketAccessCredentials(
+	ctx context.Context,
+	r *cosiproto.DriverRotateBucketAccessCredentialsRequest,
+) (*cosiproto.DriverRotateBucketAccessCredentialsResponse, error) {
+	return p.provisioner.DriverRotateBucketAccessCredentials(ctx, r)
+}
+
+func (p *proxy) DriverRetireBucketAccessCredentials(
+	ctx context.Context,
+	r *cosiproto.DriverRetireBucketAccessCredentialsRequest,
+) (*cosiproto.DriverRetireBucketAccessCredentialsResponse, error) {
+	return p.provisioner.DriverRetireBucketAccessCredentials(ctx, r)
+}

@@ -62,13 +62,17 @@ type BucketAccessReconciler struct {
 	Recorder  events.EventRecorder
 	// SecretCheckInterval is how often the Secrets of a provisioned access are checked.
 	SecretCheckInterval time.Duration
+	// RotationGracePeriod is how long a rotated credential keeps working once its successor is in
+	// every Secret of the access (rotation.go).
+	RotationGracePeriod time.Duration
 	// Grants are the grant records, the grants in flight and the answers not yet written,
 	// shared with the other reconcilers.
 	Grants *grantBook
 
-	checks secretChecks
-	log    logr.Logger
-	record statusRecorder[*cosiapi.BucketAccess]
+	checks    secretChecks
+	rotations rotationAnswers
+	log       logr.Logger
+	record    statusRecorder[*cosiapi.BucketAccess]
 }
 
 // SetupWithManager registers the reconciler and its watches; the accesses of a Bucket are found
@@ -82,7 +86,8 @@ func (r *BucketAccessReconciler) SetupWithManager(mgr ctrl.Manager, opts control
 	ours := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return o.(*cosiapi.BucketAccess).Status.DriverName == r.Info.GetName()
 	})
-	wake := predicate.Or[client.Object](predicates.SpecOrLifecycleChanged, handOffChanged, predicates.ProtectionRemoved)
+	wake := predicate.Or[client.Object](predicates.SpecOrLifecycleChanged, handOffChanged, predicates.ProtectionRemoved,
+		rotationAsked)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("sidecar-bucketaccess").
 		For(&cosiapi.BucketAccess{}, builder.WithPredicates(ours, wake)).
@@ -99,6 +104,15 @@ var handOffChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld.(*cosiapi.BucketAccess), e.ObjectNew.(*cosiapi.BucketAccess)
 		return o.Status.DriverName != n.Status.DriverName || len(o.Status.AccessedBuckets) != len(n.Status.AccessedBuckets)
+	},
+	DeleteFunc: func(event.DeleteEvent) bool { return false },
+}
+
+// rotationAsked passes a new AnnotationRotateCredentials value.
+var rotationAsked = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		key := cosiapi.AnnotationRotateCredentials
+		return e.ObjectOld.GetAnnotations()[key] != e.ObjectNew.GetAnnotations()[key]
 	},
 	DeleteFunc: func(event.DeleteEvent) bool { return false },
 }
@@ -172,8 +186,12 @@ func (r *BucketAccessReconciler) check(ctx context.Context, ba *cosiapi.BucketAc
 	if err := patch.AddFinalizer(ctx, r.Client, ba); err != nil {
 		return r.result(ba, cosiapi.EventFailedGrantAccess, err)
 	}
+	rotating, err := r.rotate(ctx, ba)
+	if err != nil {
+		return r.result(ba, cosiapi.EventFailedRotateCredentials, err)
+	}
 	if wait := r.checks.due(ba.UID, r.SecretCheckInterval); wait > 0 {
-		return reconcile.Result{RequeueAfter: wait}, nil
+		return reconcile.Result{RequeueAfter: sooner(wait, rotating)}, nil
 	}
 	intact, err := r.secretsIntact(ctx, ba)
 	if err != nil {
@@ -185,7 +203,15 @@ func (r *BucketAccessReconciler) check(ctx context.Context, ba *cosiapi.BucketAc
 		}
 	}
 	r.checks.done(ba.UID)
-	return reconcile.Result{RequeueAfter: r.checks.due(ba.UID, r.SecretCheckInterval)}, nil
+	return reconcile.Result{RequeueAfter: sooner(r.checks.due(ba.UID, r.SecretCheckInterval), rotating)}, nil
+}
+
+// sooner is the shorter of two waits, zero meaning none.
+func sooner(wait, other time.Duration) time.Duration {
+	if other > 0 && other < wait {
+		return other
+	}
+	return wait
 }
 
 // grant provisions the access in two phases and writes its Secrets (KEP-1979 "Generating Bucket
@@ -242,6 +268,9 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 		r.Grants.answers.put(ba.UID, string(key), resp)
 	}
 	if err := r.writeSecrets(ctx, ba, buckets, req.protocol, resp); err != nil {
+		return err
+	}
+	if err := r.Grants.store.recordCredential(ctx, ba.UID, resp.GetCredentialId()); err != nil {
 		return err
 	}
 	if err := r.recordGranted(ctx, ba); err != nil {
@@ -432,7 +461,7 @@ func (r *BucketAccessReconciler) writeSecrets(
 			}
 		}
 		data := secretData(protocol, info, resp.GetCredentials(), resp.GetCertificateAuthority())
-		if err := r.writeSecret(ctx, ba, claim, data); err != nil {
+		if err := r.writeSecret(ctx, ba, claim, data, resp.GetCredentialId()); err != nil {
 			var conflict errSecretConflict
 			if errors.As(err, &conflict) {
 				return r.secretConflict(ctx, ba, conflict)

@@ -70,6 +70,9 @@ type grantRecord struct {
 	// SecretNames are the access's Secrets, in Namespace: deleted with the grant when the access
 	// vanished without its cleanup.
 	SecretNames []string `json:"secretNames,omitempty"`
+	// The credential the Secrets hold, and the rotation in progress (rotation.go). Kept when a
+	// grant writes the record again.
+	rotationState
 }
 
 func newGrantRecord(ba *cosiapi.BucketAccess) grantRecord {
@@ -217,6 +220,13 @@ func (s grantStore) put(ctx context.Context, g grantRecord) error {
 	if err := s.reader.Get(ctx, client.ObjectKeyFromObject(cm), existing); err != nil {
 		return err
 	}
+	if have, err := parseGrantRecord(existing); err == nil && existing.Labels[cosiapi.LabelGrantDriver] == s.driver {
+		g.rotationState = have.rotationState
+		if value, err = json.Marshal(g); err != nil {
+			return err
+		}
+		cm.Data[grantDataKey] = string(value)
+	}
 	if existing.Data[grantDataKey] == string(value) && existing.Labels[cosiapi.LabelGrantDriver] == s.driver {
 		return nil
 	}
@@ -228,6 +238,36 @@ func (s grantStore) put(ctx context.Context, g grantRecord) error {
 	existing.Labels = cm.Labels
 	existing.Data = cm.Data
 	return s.client.Update(ctx, existing) // locked to the version read
+}
+
+// update writes g over the record cm that get returned, locked to the version read: a record
+// that changed meanwhile is read again by the retry, never overwritten.
+func (s grantStore) update(ctx context.Context, cm *corev1.ConfigMap, g grantRecord) error {
+	value, err := json.Marshal(g)
+	if err != nil {
+		return err
+	}
+	if cm.Data[grantDataKey] == string(value) {
+		return nil
+	}
+	if cm.Data == nil {
+		cm.Data = map[string]string{}
+	}
+	cm.Data[grantDataKey] = string(value)
+	return s.client.Update(ctx, cm)
+}
+
+// recordCredential records the credential that a grant wrote into the Secrets of the access.
+func (s grantStore) recordCredential(ctx context.Context, uid types.UID, credentialID string) error {
+	if g := s.cached(ctx, uid); g != nil && g.CredentialID == credentialID {
+		return nil
+	}
+	g, cm, err := s.get(ctx, uid)
+	if err != nil || g == nil || g.CredentialID == credentialID {
+		return err
+	}
+	g.CredentialID = credentialID
+	return s.update(ctx, cm, *g)
 }
 
 // get returns the record of the access, read uncached, or nil.

@@ -190,3 +190,14 @@ func secretData(
 	}
 	return data
 }
+
+// credentialDataKeys are the Secret keys that hold credentials, of every protocol: what a rotation
+// replaces in a Secret.
+var credentialDataKeys = []string{
+	cosiapi.SecretKeyCertificateAuthority,
+	cosiapi.SecretKeyS3AccessKeyID, cosiapi.SecretKeyS3SecretAccessKey,
+	cosiapi.SecretKeyAzureSASToken, cosiapi.SecretKeyAzureSASTokenExpiry,
+	cosiapi.SecretKeyGCSServiceAccountName, cosiapi.SecretKeyGCSClientEmail, cosiapi.SecretKeyGCSClientID,
+	cosiapi.SecretKeyGCSPrivateKeyID, cosiapi.SecretKeyGCSPrivateKey,
+	cosiapi.SecretKeyGCSHMACAccessID, cosiapi.SecretKeyGCSHMACSecret,
+}

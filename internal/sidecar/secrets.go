@@ -220,8 +220,10 @@ func secretNames(ba *cosiapi.BucketAccess) []string {
 
 // writeSecret creates the Secret of one claim, or updates the access's own Secret. A Secret that
 // is not the access's is never overwritten: the user may have created it, and its data is theirs.
+// credentialID, when set, is the credential_id of the credential in data (AnnotationCredentialID).
 func (r *BucketAccessReconciler) writeSecret(
 	ctx context.Context, ba *cosiapi.BucketAccess, claim cosiapi.BucketClaimAccess, data map[string][]byte,
+	credentialID string,
 ) error {
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
@@ -237,6 +239,9 @@ func (r *BucketAccessReconciler) writeSecret(
 		},
 		Type: corev1.SecretTypeOpaque,
 		Data: data,
+	}
+	if credentialID != "" {
+		secret.Annotations[cosiapi.AnnotationCredentialID] = credentialID
 	}
 	if err := controllerutil.SetControllerReference(ba, secret, r.Client.Scheme()); err != nil {
 		return err
@@ -267,6 +272,7 @@ func (r *BucketAccessReconciler) writeSecret(
 	for k, v := range secret.Labels {
 		existing.Labels[k] = v
 	}
+	delete(existing.Annotations, cosiapi.AnnotationCredentialID)
 	for k, v := range secret.Annotations {
 		existing.Annotations[k] = v
 	}

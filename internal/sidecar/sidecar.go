@@ -65,6 +65,10 @@ type Options struct {
 	MetricsSecure                 bool
 	// SkipNameValidation allows several sidecars in one process (tests).
 	SkipNameValidation bool
+	// RotationGracePeriod is how long the credential a rotation replaced keeps working after the
+	// new one is in every Secret of the access, so that workloads re-read their Secret (zero:
+	// DefaultRotationGracePeriod).
+	RotationGracePeriod time.Duration
 	// DriverProtocol forces the driver protocol (driver.ProtocolV1alpha2 or ProtocolV1alpha1);
 	// empty detects it. V1alpha1Protocols are the object protocols a v1alpha1 driver serves.
 	DriverProtocol    string
@@ -185,7 +189,10 @@ func setup(
 	}
 	accesses := &BucketAccessReconciler{
 		Client: c, APIReader: reader, Driver: drv, Info: info, Recorder: recorder, Grants: grants,
-		SecretCheckInterval: checks,
+		SecretCheckInterval: checks, RotationGracePeriod: opts.RotationGracePeriod,
+	}
+	if accesses.RotationGracePeriod <= 0 {
+		accesses.RotationGracePeriod = DefaultRotationGracePeriod
 	}
 	if err := accesses.SetupWithManager(mgr, copts); err != nil {
 		return err
@@ -244,6 +251,10 @@ func (o Options) validate() error {
 // DefaultSecretCheckInterval is how often the Secrets of each provisioned access are checked
 // unless configured otherwise: one no-op patch per Secret per interval.
 const DefaultSecretCheckInterval = 10 * time.Minute
+
+// DefaultRotationGracePeriod is how long a rotated credential keeps working after its successor
+// is in every Secret of the access, unless configured otherwise (--rotation-grace-period).
+const DefaultRotationGracePeriod = 5 * time.Minute
 
 // LeaseName is the leader election Lease of a driver's sidecars: one per driver name, so that the
 // replicas of one driver form one group with one leader (KEP-1979 "COSI Driver").

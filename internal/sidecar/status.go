@@ -20,6 +20,7 @@ var sidecarConditions = []string{
 	cosiapi.ConditionProvisioned,
 	cosiapi.ConditionProvisionFailed,
 	cosiapi.ConditionResourcesValidated,
+	cosiapi.ConditionCredentialsRotated,
 }
 
 // statusRecorder records on one kind of object what stops its provisioning or grant: a failed

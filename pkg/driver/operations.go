@@ -121,3 +121,19 @@ func (o *operations) DriverRevokeBucketAccess(
 	keys := accessKeys(o.perBucket, req.GetAccountId(), revokedIDs(req.GetBuckets()))
 	return run(ctx, o, "DriverRevokeBucketAccess", keys, req, o.provisioner.DriverRevokeBucketAccess, opts)
 }
+
+func (o *operations) DriverRotateBucketAccessCredentials(
+	ctx context.Context, req *cosiproto.DriverRotateBucketAccessCredentialsRequest, opts ...grpc.CallOption,
+) (*cosiproto.DriverRotateBucketAccessCredentialsResponse, error) {
+	keys := accessKeys(o.perBucket, req.GetAccountId(), accessedIDs(req.GetBuckets()))
+	return run(ctx, o, "DriverRotateBucketAccessCredentials", keys, req,
+		o.provisioner.DriverRotateBucketAccessCredentials, opts)
+}
+
+func (o *operations) DriverRetireBucketAccessCredentials(
+	ctx context.Context, req *cosiproto.DriverRetireBucketAccessCredentialsRequest, opts ...grpc.CallOption,
+) (*cosiproto.DriverRetireBucketAccessCredentialsResponse, error) {
+	keys := accessKeys(o.perBucket, req.GetAccountId(), nil)
+	return run(ctx, o, "DriverRetireBucketAccessCredentials", keys, req,
+		o.provisioner.DriverRetireBucketAccessCredentials, opts)
+}

@@ -72,6 +72,18 @@ func ValidateRequest(req any) error {
 			checkRevokedBuckets(r.GetBuckets()),
 			checkAccess(r.GetProtocol(), r.GetAuthenticationType(), r.GetServiceAccount()),
 			checkParameters(r.GetParameters()))
+	case *cosiproto.DriverRotateBucketAccessCredentialsRequest:
+		err = firstError(
+			checkString("account_id", r.GetAccountId(), MaxIDLength),
+			checkString("credential_id", r.GetCredentialId(), MaxIDLength),
+			checkAccessedBuckets(r.GetBuckets()),
+			checkAccess(r.GetProtocol(), r.GetAuthenticationType(), r.GetServiceAccount()),
+			checkParameters(r.GetParameters()))
+	case *cosiproto.DriverRetireBucketAccessCredentialsRequest:
+		err = firstError(
+			checkString("account_id", r.GetAccountId(), MaxIDLength),
+			checkString("credential_id", r.GetCredentialId(), MaxIDLength),
+			checkParameters(r.GetParameters()))
 	default:
 		return status.Errorf(codes.Unimplemented, "unknown request type %T", req)
 	}
@@ -326,6 +338,32 @@ func ValidateGrantResponse(
 		return checkCredentials(req.GetProtocol(), resp.GetCredentials())
 	}
 	return nil
+}
+
+// ValidateRotateResponse checks a DriverRotateBucketAccessCredentials response against its
+// request as ValidateGrantResponse checks a grant's, and that it names a new credential: a
+// credential_id that is set and differs from the one replaced. Messages never include credential
+// values.
+func ValidateRotateResponse(
+	req *cosiproto.DriverRotateBucketAccessCredentialsRequest,
+	resp *cosiproto.DriverRotateBucketAccessCredentialsResponse,
+) error {
+	if resp.GetCredentialId() == "" {
+		return fmt.Errorf("credential_id: required")
+	}
+	if resp.GetCredentialId() == req.GetCredentialId() {
+		return fmt.Errorf("credential_id: %q is the credential being replaced, not a new one", resp.GetCredentialId())
+	}
+	if req.GetAuthenticationType() != cosiproto.AuthenticationType_KEY {
+		return fmt.Errorf("authentication_type: only KEY credentials rotate")
+	}
+	return ValidateGrantResponse(
+		&cosiproto.DriverGrantBucketAccessRequest{
+			AccountId: req.GetAccountId(), Buckets: req.GetBuckets(), Protocol: req.GetProtocol(),
+			AuthenticationType: req.GetAuthenticationType(),
+		},
+		&cosiproto.DriverGrantBucketAccessResponse{Buckets: resp.GetBuckets(), Credentials: resp.GetCredentials()},
+	)
 }
 
 func checkGrantBucketInfo(protocol cosiproto.ObjectProtocol_Type, info *cosiproto.ProtocolBucketInfo) error {

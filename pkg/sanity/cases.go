@@ -633,6 +633,72 @@ var cases = []Case{
 		t.code(err, "DriverRevokeBucketAccess without account_id", codes.InvalidArgument)
 	}},
 
+	// DriverRotateBucketAccessCredentials and DriverRetireBucketAccessCredentials (COSI's
+	// extension): optional; a driver that answers Unimplemented, or grants without a
+	// credential_id, skips these cases.
+	{"DriverRotateBucketAccessCredentials/returns a new working credential; the old one keeps working", func(t *T) {
+		r := t.rotation()
+		if err := driver.ValidateRotateResponse(r.rotateRequest(r.grantResp.GetCredentialId()), r.rotated); err != nil {
+			t.Fatalf("invalid answer: %v", err)
+		}
+		if !r.works(r.rotated.GetCredentials()) {
+			t.Errorf("the new credential does not work")
+		}
+		if !r.works(r.grantResp.GetCredentials()) {
+			t.Errorf("the old credential stopped working before it was retired")
+		}
+	}},
+	{"DriverRotateBucketAccessCredentials/is idempotent for the same credential_id", func(t *T) {
+		r := t.rotation()
+		again, err := t.s.prov.DriverRotateBucketAccessCredentials(t.ctx, r.rotateRequest(r.grantResp.GetCredentialId()))
+		t.ok(err, "second DriverRotateBucketAccessCredentials")
+		if !r.works(again.GetCredentials()) {
+			t.Errorf("the credential of the repeated call does not work")
+		}
+		// The same credential, or (a driver that cannot return a secret twice) a replacement of it.
+		if again.GetCredentialId() != r.rotated.GetCredentialId() && r.works(r.rotated.GetCredentials()) {
+			t.Errorf("the repeated call issued credential %q and left the first call's %q working: "+
+				"one rotation must not leave two new credentials", again.GetCredentialId(), r.rotated.GetCredentialId())
+		}
+		if !r.works(r.grantResp.GetCredentials()) {
+			t.Errorf("the old credential stopped working before it was retired")
+		}
+	}},
+	{"DriverRotateBucketAccessCredentials/returns NotFound for an unknown account", func(t *T) {
+		r := t.rotation()
+		req := r.rotateRequest(r.grantResp.GetCredentialId())
+		req.AccountId = t.name("missing")
+		_, err := t.s.prov.DriverRotateBucketAccessCredentials(t.ctx, req)
+		t.code(err, "DriverRotateBucketAccessCredentials for an account that does not exist", codes.NotFound)
+	}},
+	{"DriverRotateBucketAccessCredentials/rejects a missing credential_id with InvalidArgument", func(t *T) {
+		r := t.rotation()
+		_, err := t.s.prov.DriverRotateBucketAccessCredentials(t.ctx, r.rotateRequest(""))
+		t.code(err, "DriverRotateBucketAccessCredentials without credential_id", codes.InvalidArgument)
+	}},
+	{"DriverRetireBucketAccessCredentials/refuses the retired credential and keeps the new one", func(t *T) {
+		r := t.rotation()
+		_, err := t.s.prov.DriverRetireBucketAccessCredentials(t.ctx, r.retireRequest(r.grantResp.GetCredentialId()))
+		t.ok(err, "DriverRetireBucketAccessCredentials")
+		if r.works(r.grantResp.GetCredentials()) {
+			t.Errorf("the retired credential still works after DriverRetireBucketAccessCredentials returned OK")
+		}
+		if !r.works(r.rotated.GetCredentials()) {
+			t.Errorf("retiring the old credential broke the new one")
+		}
+	}},
+	{"DriverRetireBucketAccessCredentials/returns OK when retiring twice, and for an unknown account", func(t *T) {
+		r := t.rotation()
+		for i := range 2 {
+			_, err := t.s.prov.DriverRetireBucketAccessCredentials(t.ctx, r.retireRequest(r.grantResp.GetCredentialId()))
+			t.ok(err, []string{"first", "second"}[i]+" DriverRetireBucketAccessCredentials")
+		}
+		req := r.retireRequest(r.grantResp.GetCredentialId())
+		req.AccountId = t.name("missing")
+		_, err := t.s.prov.DriverRetireBucketAccessCredentials(t.ctx, req)
+		t.ok(err, "DriverRetireBucketAccessCredentials for an account that never existed")
+	}},
+
 	// Error scheme (COSI spec): checked on every call of every case by the suite's interceptor;
 	// these cases make sure some errors happen even when run alone.
 	{"Errors/carry a readable message and no status details", func(t *T) {

@@ -286,3 +286,51 @@ var (
 )
 
 func rw(write bool) string { return map[bool]string{true: "write", false: "read"}[write] }
+
+// rotationCase is a granted access whose credential was rotated once.
+type rotationCase struct {
+	t         *T
+	g         grant
+	account   string
+	bucketID  string
+	grantResp *cosiproto.DriverGrantBucketAccessResponse
+	rotated   *cosiproto.DriverRotateBucketAccessCredentialsResponse
+}
+
+// rotation grants access to a new bucket and rotates its credential once. It skips the case for a
+// driver that grants without a credential_id or answers Unimplemented: rotation is optional.
+func (t *T) rotation() rotationCase {
+	p := t.protocols()[0]
+	id, _ := t.createBucket(p)
+	r := rotationCase{t: t, g: t.keyGrant(p, readWrite, id), bucketID: id}
+	var err error
+	r.account, r.grantResp, err = t.grant(r.g)
+	t.ok(err, "grant")
+	if r.grantResp.GetCredentialId() == "" {
+		t.Skipf("the driver grants without a credential_id: its credentials cannot rotate")
+	}
+	r.rotated, err = t.s.prov.DriverRotateBucketAccessCredentials(t.ctx, r.rotateRequest(r.grantResp.GetCredentialId()))
+	if status.Code(err) == codes.Unimplemented {
+		t.Skipf("the driver does not rotate credentials (DriverRotateBucketAccessCredentials: Unimplemented)")
+	}
+	t.ok(err, "DriverRotateBucketAccessCredentials")
+	return r
+}
+
+func (r rotationCase) rotateRequest(credentialID string) *cosiproto.DriverRotateBucketAccessCredentialsRequest {
+	return &cosiproto.DriverRotateBucketAccessCredentialsRequest{
+		AccountId: r.account, Buckets: r.g.buckets, Protocol: r.g.protocol,
+		AuthenticationType: r.g.auth, ServiceAccount: r.g.sa, Parameters: r.g.params, CredentialId: credentialID,
+	}
+}
+
+func (r rotationCase) retireRequest(credentialID string) *cosiproto.DriverRetireBucketAccessCredentialsRequest {
+	return &cosiproto.DriverRetireBucketAccessCredentialsRequest{
+		AccountId: r.account, CredentialId: credentialID, Protocol: r.g.protocol, Parameters: r.g.params,
+	}
+}
+
+// works reports whether the credentials read the case's bucket, per the backend probe.
+func (r rotationCase) works(creds *cosiproto.CredentialInfo) bool {
+	return r.t.allowed(r.g.protocol, creds, r.bucketID, bucketInfoFor(r.grantResp, r.bucketID), ObjectData, false)
+}

@@ -68,6 +68,12 @@ var caseNeeds = map[string]need{
 		"an account left behind, or metadata access that outlives the revoke"},
 	"Secrets/the driver logs no credential": {
 		[]string{NeedDriverLogs}, "credentials in the driver's log"},
+	"DriverRotateBucketAccessCredentials/returns a new working credential; the old one keeps working": {
+		[]string{NeedProbeAllowed}, "a new key that does not work, or an old key revoked at once (no grace for Pods)"},
+	"DriverRotateBucketAccessCredentials/is idempotent for the same credential_id": {
+		[]string{NeedProbeAllowed}, "a retried rotation that leaves an extra key working"},
+	"DriverRetireBucketAccessCredentials/refuses the retired credential and keeps the new one": {
+		[]string{NeedProbeAllowed}, "a retired key that keeps working, or a retire that breaks the new key"},
 }
 
 // Needs lists what the case needs beyond a driver socket: probe functions, parameters, logs or

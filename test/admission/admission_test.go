@@ -410,6 +410,8 @@ const (
 		"]: reserved to COSI"
 	accessAnnotationReserved = "metadata.annotations[" + cosiapi.AnnotationSidecarCleanupFinished +
 		"]: reserved to COSI"
+	rotationReserved = "metadata.annotations[" + cosiapi.AnnotationRotateCredentials +
+		"]: reserved to admins"
 	bucketAnnotationReserved = "metadata.annotations[" + cosiapi.AnnotationBucketClaimBeingDeleted +
 		"]: reserved to the COSI controller"
 	secretFinalizerReserved = "metadata.finalizers: " + cosiapi.FinalizerProtection +

@@ -158,9 +158,17 @@ func TestClaimMetadata(t *testing.T) {
 	})
 }
 
+// rotation sets the rotate-credentials annotation to token.
+func rotation(token string) func(*cosiapi.BucketAccess) {
+	return func(ba *cosiapi.BucketAccess) {
+		metav1.SetMetaDataAnnotation(&ba.ObjectMeta, cosiapi.AnnotationRotateCredentials, token)
+	}
+}
+
 // TestAccessMetadata: cosi-reserved-metadata on BucketAccesses. A tenant may not set
 // sidecar-cleanup-finished (the forged "revoked" that would skip revocation without the
-// reconcilers' own defence) or touch COSI's finalizer; the sidecar and controller may.
+// reconcilers' own defence), touch COSI's finalizer, or ask for a credential rotation
+// (rotate-credentials: admins only); the sidecar and controller may.
 func TestAccessMetadata(t *testing.T) {
 	waitForPolicies(t)
 	build := func() *cosiapi.BucketAccess { return newAccess(tenantNamespace, "read-only") }
@@ -181,6 +189,13 @@ func TestAccessMetadata(t *testing.T) {
 			mutate:  cleanedUp,
 			refused: accessAnnotationReserved,
 		},
+		{
+			name:    "tenant creates an access that asks for a credential rotation",
+			as:      tenant,
+			mutate:  rotation("now"),
+			refused: rotationReserved,
+		},
+		{name: "admin creates an access that asks for a credential rotation", as: admin, mutate: rotation("now")},
 	})
 	runUpdates(t, build, []updateCase[*cosiapi.BucketAccess]{
 		{
@@ -229,6 +244,48 @@ func TestAccessMetadata(t *testing.T) {
 			refused: finalizerReserved,
 		},
 
+		{
+			name:    "tenant asks for a credential rotation",
+			before:  protected[*cosiapi.BucketAccess],
+			as:      tenant,
+			update:  rotation("2024-01-01"),
+			refused: rotationReserved,
+		},
+		{
+			name:    "broad tenant asks for a credential rotation",
+			before:  protected[*cosiapi.BucketAccess],
+			as:      broadTenant,
+			update:  rotation("2024-01-01"),
+			refused: rotationReserved,
+		},
+		{
+			name:    "tenant changes the rotation request",
+			before:  func(ba *cosiapi.BucketAccess) { protected(ba); rotation("2024-01-01")(ba) },
+			as:      tenant,
+			update:  rotation("2024-02-01"),
+			refused: rotationReserved,
+		},
+		{
+			name:    "tenant removes the rotation request",
+			before:  func(ba *cosiapi.BucketAccess) { protected(ba); rotation("2024-01-01")(ba) },
+			as:      tenant,
+			update:  func(ba *cosiapi.BucketAccess) { delete(ba.Annotations, cosiapi.AnnotationRotateCredentials) },
+			refused: rotationReserved,
+		},
+		{
+			name:   "tenant edits its annotations on an access with a rotation request",
+			before: func(ba *cosiapi.BucketAccess) { protected(ba); rotation("2024-01-01")(ba) },
+			as:     tenant,
+			update: func(ba *cosiapi.BucketAccess) {
+				metav1.SetMetaDataAnnotation(&ba.ObjectMeta, "example.com/owner", "alice")
+			},
+		},
+		{
+			name:   "admin asks for a credential rotation",
+			before: protected[*cosiapi.BucketAccess],
+			as:     admin,
+			update: rotation("2024-01-01"),
+		},
 		{
 			name:   "tenant edits its labels and annotations",
 			before: protected[*cosiapi.BucketAccess],

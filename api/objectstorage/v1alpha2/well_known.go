@@ -60,6 +60,24 @@ const (
 	// names of the BucketAccessClasses that BucketAccesses of the namespace may use (same policy
 	// and rules).
 	AnnotationAllowedBucketAccessClasses = "objectstorage.k8s.io/allowed-bucket-access-classes"
+
+	// AnnotationRotateCredentials is set on a BucketAccess by an admin to ask for new credentials
+	// (a COSI extension; docs/sidecar.md, "Credential rotation"): each new value asks for one
+	// rotation. The Sidecar has the driver issue a new credential
+	// (DriverRotateBucketAccessCredentials), writes it into the access's Secrets, and retires the
+	// old one after the grace period (--rotation-grace-period). It records the last value handled
+	// in the access's grant record, where tenants cannot write, and never clears the annotation.
+	// The cosi-reserved-access-annotations admission policy (config/admission) reserves it to
+	// admins: tenants may write their BucketAccesses' other annotations.
+	AnnotationRotateCredentials = "objectstorage.k8s.io/rotate-credentials"
+
+	// AnnotationCredentialID is set by the Sidecar on each BucketAccess Secret: the credential_id
+	// of the credential the Secret holds, as the driver named it (not secret; for S3 on IAM, the
+	// access key ID). A rotation interrupted by a restart is finished from it: a Secret that
+	// already holds the new credential gives it to the others. A tenant who edits it can only
+	// mislead the rotation of their own access; the credential to retire comes from the grant
+	// record.
+	AnnotationCredentialID = "objectstorage.k8s.io/credential-id"
 )
 
 // Finalizers.
@@ -92,6 +110,13 @@ const (
 	// ConditionProvisionFailed records the result of the latest provisioning RPC: False when the
 	// driver returned OK, True with the driver's message when it did not.
 	ConditionProvisionFailed = "ProvisionFailed"
+
+	// ConditionCredentialsRotated (BucketAccess, a COSI extension) says how the latest credential
+	// rotation went; absent until one is asked for (AnnotationRotateCredentials). Unknown
+	// (ReasonRotating) while it runs, True (ReasonRotated) once the old credential is retired,
+	// False when it cannot be done (ReasonRotationUnsupported, ReasonRotationFailed). Set by the
+	// Sidecar.
+	ConditionCredentialsRotated = "CredentialsRotated"
 )
 
 // Condition reasons. KEP-1979 does not name reasons; these are COSI's, stable across releases.
@@ -151,6 +176,22 @@ const (
 	// ResourcesValidated True once the Secrets are written.
 	ReasonSecretWriteFailed = "SecretWriteFailed"
 
+	// ReasonRotating (CredentialsRotated=Unknown): a rotation is in progress; the message says at
+	// which step (asking the driver, writing the Secrets, waiting for the grace period to retire
+	// the old credential).
+	ReasonRotating = "Rotating"
+	// ReasonRotated (CredentialsRotated=True): the Secrets hold the new credential and the old one
+	// is retired.
+	ReasonRotated = "Rotated"
+	// ReasonRotationUnsupported (CredentialsRotated=False): the driver cannot rotate credentials
+	// (it answered UNIMPLEMENTED, as v1alpha1 drivers do, or named no credential_id when it
+	// granted). The Sidecar does not ask again until the next request (a new
+	// AnnotationRotateCredentials value); the credentials keep working.
+	ReasonRotationUnsupported = "RotationUnsupported"
+	// ReasonRotationFailed (CredentialsRotated=False): the driver refused the rotation with a
+	// final error, named in the message; the old credential keeps working.
+	ReasonRotationFailed = "RotationFailed"
+
 	// ReasonDriverSucceeded (ProvisionFailed=False): the latest provisioning RPC returned OK.
 	ReasonDriverSucceeded = "DriverSucceeded"
 	// ReasonDriverError (ProvisionFailed=True): the latest provisioning RPC failed; the message
@@ -172,6 +213,16 @@ const (
 	EventFailedGrantAccess = "FailedGrantAccess"
 	// EventFailedRevokeAccess: the driver failed to revoke access.
 	EventFailedRevokeAccess = "FailedRevokeAccess"
+	// EventRotatingCredentials (Normal): the Sidecar started a credential rotation for the access.
+	EventRotatingCredentials = "RotatingCredentials"
+	// EventCredentialsRotated (Normal): the access's Secrets hold the new credential and the old
+	// one is retired.
+	EventCredentialsRotated = "CredentialsRotated"
+	// EventRotationUnsupported (Warning): the driver cannot rotate the access's credentials.
+	EventRotationUnsupported = "RotationUnsupported"
+	// EventFailedRotateCredentials (Warning): a driver call of a rotation failed; retried unless
+	// the condition says it is final.
+	EventFailedRotateCredentials = "FailedRotateCredentials"
 	// EventUpdateConflict (Normal): a write of the Controller or the Sidecar was refused because
 	// another writer changed the object since it was read (HTTP 409), so the object's work is
 	// retried (KEP-1979 "Conditions": update conflicts are Kubernetes API issues reported as

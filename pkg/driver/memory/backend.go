@@ -95,11 +95,10 @@ func (b Backend) AccountOf(creds *cosiproto.CredentialInfo) string {
 	return id
 }
 
-// accountOf finds the live account whose current or previous key creds are.
+// accountOf finds the live account that holds creds as one of its keys.
 func (b Backend) accountOf(creds *cosiproto.CredentialInfo) (string, *account) {
 	for id, acct := range b.d.state.Accounts {
-		if sameCredentials(acct.credentials(id), creds) ||
-			(acct.Previous != "" && sameCredentials(acct.withSecret(acct.Previous).credentials(id), creds)) {
+		if slices.ContainsFunc(acct.keys(), func(k key) bool { return sameCredentials(acct.keyCredentials(id, k), creds) }) {
 			return id, acct
 		}
 	}

@@ -1,7 +1,7 @@
 // Package memory is COSI's reference driver: it keeps buckets and accounts in memory (optionally
 // persisted to a file) and implements the eight RPCs of the COSI driver protocol exactly as
-// KEP-1979 describes them. Read it first when writing a driver: each RPC below shows what the spec
-// asks of a real backend, in a few lines.
+// KEP-1979 describes them, and COSI's two credential rotation RPCs (rotation.go). Read it first
+// when writing a driver: each RPC below shows what the spec asks of a real backend, in a few lines.
 //
 // It also serves tests and benchmarks: see Faults for latency and failure injection, and Backend
 // for what a test can ask the "backend" directly (does this bucket exist, does this key work).
@@ -284,21 +284,10 @@ func (d *Driver) DriverGrantBucketAccess(
 	}
 
 	resp := &cosiproto.DriverGrantBucketAccessResponse{}
-	for _, b := range req.GetBuckets() {
-		info := d.bucketInfo(
-			b.GetBucketId(),
-			&bucket{
-				Protocols:  []cosiproto.ObjectProtocol_Type{want.Protocol},
-				Parameters: d.state.Buckets[b.GetBucketId()].Parameters,
-			},
-		)
-		resp.Buckets = append(
-			resp.Buckets,
-			&cosiproto.DriverGrantBucketAccessResponse_BucketInfo{BucketId: b.GetBucketId(), BucketInfo: info},
-		)
-	}
+	resp.Buckets = d.grantedBuckets(req.GetBuckets(), want.Protocol)
 	if acct.AuthenticationType == cosiproto.AuthenticationType_KEY {
 		resp.Credentials = acct.credentials(id)
+		resp.CredentialId = credentialID(acct.Secret)
 	}
 	return resp, nil
 }
@@ -321,6 +310,25 @@ func (d *Driver) DriverRevokeBucketAccess(
 		return nil, err
 	}
 	return &cosiproto.DriverRevokeBucketAccessResponse{}, nil
+}
+
+// grantedBuckets is the bucket info of a grant's buckets, for its protocol. Callers hold d.mu.
+func (d *Driver) grantedBuckets(
+	buckets []*cosiproto.AccessedBucket, protocol cosiproto.ObjectProtocol_Type,
+) []*cosiproto.DriverGrantBucketAccessResponse_BucketInfo {
+	var out []*cosiproto.DriverGrantBucketAccessResponse_BucketInfo
+	for _, b := range buckets {
+		var params map[string]string
+		if have := d.state.Buckets[b.GetBucketId()]; have != nil {
+			params = have.Parameters
+		}
+		info := d.bucketInfo(
+			b.GetBucketId(),
+			&bucket{Protocols: []cosiproto.ObjectProtocol_Type{protocol}, Parameters: params},
+		)
+		out = append(out, &cosiproto.DriverGrantBucketAccessResponse_BucketInfo{BucketId: b.GetBucketId(), BucketInfo: info})
+	}
+	return out
 }
 
 // newBucket checks a bucket request against what the driver supports.
@@ -421,28 +429,29 @@ func (d *Driver) bucketInfo(id string, b *bucket) *cosiproto.ProtocolBucketInfo 
 	return info
 }
 
-// withSecret is a copy of the account with another key.
-func (a *account) withSecret(secret string) *account {
-	c := *a
-	c.Secret = secret
-	return &c
+// credentials derives the account's current key for its protocol from its secret.
+func (a *account) credentials(id string) *cosiproto.CredentialInfo {
+	return a.keyCredentials(id, a.current())
 }
 
-// credentials derives the account's key for its protocol from its secret.
-func (a *account) credentials(id string) *cosiproto.CredentialInfo {
-	sum := sha256.Sum256([]byte(id))
-	keyID := "MEM" + strings.ToUpper(hex.EncodeToString(sum[:8]))
+// keyCredentials are the credentials of one of the account's keys.
+func (a *account) keyCredentials(id string, k key) *cosiproto.CredentialInfo {
+	keyID := k.ID
+	if keyID == "" {
+		sum := sha256.Sum256([]byte(id))
+		keyID = "MEM" + strings.ToUpper(hex.EncodeToString(sum[:8]))
+	}
 	switch a.Protocol {
 	case cosiproto.ObjectProtocol_S3:
-		return &cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{AccessKeyId: keyID, AccessSecretKey: a.Secret}}
+		return &cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{AccessKeyId: keyID, AccessSecretKey: k.Secret}}
 	case cosiproto.ObjectProtocol_AZURE:
-		creds := &cosiproto.AzureCredentials{AccessToken: "sv=memory&sig=" + a.Secret}
+		creds := &cosiproto.AzureCredentials{AccessToken: "sv=memory&sig=" + k.Secret}
 		if expiry, err := time.ParseDuration(a.Parameters[ParamSASExpiry]); err == nil {
 			creds.ExpiryTimestamp = timestamppb.New(a.Created.Add(expiry))
 		}
 		return &cosiproto.CredentialInfo{Azure: creds}
 	default:
-		return &cosiproto.CredentialInfo{Gcs: &cosiproto.GcsCredentials{HmacAccessId: keyID, HmacSecret: a.Secret}}
+		return &cosiproto.CredentialInfo{Gcs: &cosiproto.GcsCredentials{HmacAccessId: keyID, HmacSecret: k.Secret}}
 	}
 }
 

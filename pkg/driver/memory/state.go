@@ -51,9 +51,24 @@ type account struct {
 	// Secret is the account's key material. The state file holds it, like a backend's user
 	// database would: protect the file accordingly (it is written with mode 0600).
 	Secret string `json:"secret"`
+	// KeyID is the access key ID of Secret; empty for the key an account was granted with (its ID
+	// is derived from the account ID, as before rotation existed).
+	KeyID string `json:"keyID,omitempty"`
 	// Previous is the key before the newest, still valid (Config.NewKeyPerGrant).
 	Previous string    `json:"previous,omitempty"`
 	Created  time.Time `json:"created"`
+	// Older are keys that a rotation replaced as the account's current key and that are not
+	// retired yet: they keep working.
+	Older []key `json:"older,omitempty"`
+	// Rotations maps the credential_id a rotation started from to the credential_id it issued, so
+	// that a repeated DriverRotateBucketAccessCredentials returns the same key.
+	Rotations map[string]string `json:"rotations,omitempty"`
+}
+
+// key is one key of an account.
+type key struct {
+	ID     string `json:"id,omitempty"`
+	Secret string `json:"secret"`
 }
 
 // sameGrant reports whether two accounts grant the same access (ignoring the key).

@@ -370,6 +370,23 @@ func (a *Adapter) DriverRevokeBucketAccess(
 	return &cosiproto.DriverRevokeBucketAccessResponse{}, nil
 }
 
+// DriverRotateBucketAccessCredentials returns UNIMPLEMENTED: v1alpha1 has no way to issue a
+// second credential for an account, and a v1alpha1 grant of an existing account may not return a
+// usable key (docs/v1alpha1-drivers.md). The sidecar then says in the BucketAccess's conditions
+// that its credentials cannot rotate.
+func (a *Adapter) DriverRotateBucketAccessCredentials(
+	context.Context, *cosiproto.DriverRotateBucketAccessCredentialsRequest, ...grpc.CallOption,
+) (*cosiproto.DriverRotateBucketAccessCredentialsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "v1alpha1 drivers cannot rotate credentials")
+}
+
+// DriverRetireBucketAccessCredentials returns UNIMPLEMENTED, as DriverRotateBucketAccessCredentials.
+func (a *Adapter) DriverRetireBucketAccessCredentials(
+	context.Context, *cosiproto.DriverRetireBucketAccessCredentialsRequest, ...grpc.CallOption,
+) (*cosiproto.DriverRetireBucketAccessCredentialsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "v1alpha1 drivers cannot rotate credentials")
+}
+
 func (a *Adapter) revoke(
 	ctx context.Context,
 	bucketID, accountID string,

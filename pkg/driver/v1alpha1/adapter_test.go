@@ -124,3 +124,21 @@ func TestBucketInfo(t *testing.T) {
 		t.Errorf("no bucket_info: %v, want the configured S3 with the name", got)
 	}
 }
+
+// TestRotationUnimplemented: v1alpha1 has no rotation; the sidecar must hear Unimplemented, the
+// code that makes it stop asking, without any call to the driver (the adapter has no connection).
+func TestRotationUnimplemented(t *testing.T) {
+	a := New(nil, Options{})
+	_, err := a.DriverRotateBucketAccessCredentials(t.Context(), &cosiproto.DriverRotateBucketAccessCredentialsRequest{
+		AccountId: "ba-1", CredentialId: "key-1",
+	})
+	if status.Code(err) != codes.Unimplemented {
+		t.Errorf("DriverRotateBucketAccessCredentials: %v, want Unimplemented", err)
+	}
+	_, err = a.DriverRetireBucketAccessCredentials(t.Context(), &cosiproto.DriverRetireBucketAccessCredentialsRequest{
+		AccountId: "ba-1", CredentialId: "key-1",
+	})
+	if status.Code(err) != codes.Unimplemented {
+		t.Errorf("DriverRetireBucketAccessCredentials: %v, want Unimplemented", err)
+	}
+}

@@ -113,7 +113,9 @@ const (
 )
 
 // All returns every mutant.
-func All() []Mutant { return slicesConcat(bucketMutants(), accessMutants(), otherMutants()) }
+func All() []Mutant {
+	return slicesConcat(bucketMutants(), accessMutants(), otherMutants(), rotationMutants())
+}
 
 func slicesConcat(lists ...[]Mutant) []Mutant {
 	var all []Mutant

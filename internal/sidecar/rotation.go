@@ -1,0 +1,388 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/conditions"
+	"github.com/kube-cosi/cosi/internal/patch"
+	"github.com/kube-cosi/cosi/pkg/driver"
+	cosiproto "github.com/kube-cosi/cosi/proto"
+)
+
+// Credential rotation (a COSI extension; docs/sidecar.md, "Credential rotation"). An admin asks
+// for one with a new value of AnnotationRotateCredentials on a BucketAccess. The sidecar then,
+// recording each step in the access's grant record before it takes the next:
+//
+//  1. records the rotation: the credential being replaced (From, the one the Secrets hold, as the
+//     record names it) and the request's value, handled from then on;
+//  2. asks the driver for a new credential (DriverRotateBucketAccessCredentials) and records its
+//     credential_id (To), before any Secret holds it;
+//  3. writes the new credential into every Secret of the access, in place, and records when
+//     (Written);
+//  4. once the grace period has passed since then, retires From
+//     (DriverRetireBucketAccessCredentials), and records the rotation done.
+//
+// A sidecar that stops at any point continues from the record. Before To is recorded no Secret
+// holds the new credential, so the driver is asked again (the call is idempotent, or replaces the
+// credential nobody holds). Between 2 and 3 the answer may be lost with the sidecar: a Secret that
+// already holds To (AnnotationCredentialID) gives its credential to the others; with none, the
+// driver is asked again. From is retired only when no Secret holds it, and only after every
+// Secret held To for the grace period: the sidecar never retires the credential a Secret holds,
+// and never leaves From working once the rotation is done.
+
+// rotationState is what a grant record keeps of the access's credentials.
+type rotationState struct {
+	// CredentialID is the credential_id of the credential the access's Secrets were last written
+	// with (by a grant or a rotation); empty when the driver named none, and then the access's
+	// credentials cannot rotate.
+	CredentialID string `json:"credentialID,omitempty"`
+	// RotateToken is the last AnnotationRotateCredentials value handled.
+	RotateToken string `json:"rotateToken,omitempty"`
+	// Rotation is the rotation in progress.
+	Rotation *rotation `json:"rotation,omitempty"`
+}
+
+// rotation is one rotation in progress.
+type rotation struct {
+	// From is the credential being replaced; it is retired at the end.
+	From string `json:"from"`
+	// To is the credential the driver issued, recorded before any Secret holds it.
+	To string `json:"to,omitempty"`
+	// Written is when every Secret of the access held To; From is retired a grace period later.
+	Written *metav1.Time `json:"written,omitempty"`
+}
+
+// rotationAnswers keeps the driver's answer to a rotation until the Secrets hold it, as answers
+// does for grants: a Secret write that fails is retried with it, without asking the driver again.
+type rotationAnswers struct {
+	mu sync.Mutex
+	m  map[types.UID]*cosiproto.DriverRotateBucketAccessCredentialsResponse
+}
+
+func (a *rotationAnswers) get(uid types.UID, to string) *cosiproto.DriverRotateBucketAccessCredentialsResponse {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if resp := a.m[uid]; resp != nil && resp.GetCredentialId() == to {
+		return resp
+	}
+	return nil
+}
+
+func (a *rotationAnswers) put(uid types.UID, resp *cosiproto.DriverRotateBucketAccessCredentialsResponse) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.m == nil {
+		a.m = map[types.UID]*cosiproto.DriverRotateBucketAccessCredentialsResponse{}
+	}
+	a.m[uid] = resp
+}
+
+func (a *rotationAnswers) forget(uid types.UID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.m, uid)
+}
+
+// rotateRequest is the request that rotates the recorded grant's credential from.
+func (g grantRecord) rotateRequest(from string) *cosiproto.DriverRotateBucketAccessCredentialsRequest {
+	gen := g.generateRequest()
+	return &cosiproto.DriverRotateBucketAccessCredentialsRequest{
+		AccountId: g.AccountID, Buckets: gen.GetBuckets(), Protocol: gen.GetProtocol(),
+		AuthenticationType: gen.GetAuthenticationType(), ServiceAccount: gen.GetServiceAccount(),
+		Parameters: gen.GetParameters(), CredentialId: from,
+	}
+}
+
+// retireRequest is the request that retires one credential of the recorded grant's account.
+func (g grantRecord) retireRequest(credentialID string) *cosiproto.DriverRetireBucketAccessCredentialsRequest {
+	return &cosiproto.DriverRetireBucketAccessCredentialsRequest{
+		AccountId: g.AccountID, CredentialId: credentialID, Protocol: rpcProtocol(g.Protocol), Parameters: g.Parameters,
+	}
+}
+
+// rotationWanted reports whether the record has a rotation to start or continue for the access.
+func rotationWanted(ba *cosiapi.BucketAccess, g *grantRecord) bool {
+	token := ba.Annotations[cosiapi.AnnotationRotateCredentials]
+	return g != nil && (g.Rotation != nil || token != "" && token != g.RotateToken)
+}
+
+// rotate starts or continues the access's rotation, if one is asked for or in progress. It
+// returns how long until the rotation needs the access again (zero: nothing in progress). Nothing
+// is written, and the API server is not asked, when there is nothing to do.
+func (r *BucketAccessReconciler) rotate(ctx context.Context, ba *cosiapi.BucketAccess) (time.Duration, error) {
+	if !rotationWanted(ba, r.Grants.store.cached(ctx, ba.UID)) {
+		return 0, nil
+	}
+	g, cm, err := r.Grants.store.get(ctx, ba.UID)
+	if err != nil || !rotationWanted(ba, g) || g.AccountID != ba.Status.AccountID {
+		return 0, err
+	}
+	if g.Rotation == nil {
+		if err := r.startRotation(ctx, ba, g, cm); err != nil || g.Rotation == nil {
+			return 0, err
+		}
+	}
+	if g.Rotation.To == "" {
+		if done, err := r.issueCredential(ctx, ba, g, cm); err != nil || done {
+			return 0, err
+		}
+	}
+	if g.Rotation.Written == nil {
+		wait, err := r.writeRotated(ctx, ba, g, cm)
+		if err != nil || wait > 0 || g.Rotation == nil {
+			return wait, err
+		}
+	}
+	return r.retireRotated(ctx, ba, g, cm)
+}
+
+// startRotation records the rotation that the annotation asks for, or that it cannot be done.
+func (r *BucketAccessReconciler) startRotation(
+	ctx context.Context, ba *cosiapi.BucketAccess, g *grantRecord, cm *corev1.ConfigMap,
+) error {
+	g.RotateToken = ba.Annotations[cosiapi.AnnotationRotateCredentials]
+	if g.CredentialID == "" {
+		if err := r.Grants.store.update(ctx, cm, *g); err != nil {
+			return err
+		}
+		return r.rotationUnsupported(ctx, ba,
+			"the driver named no credential_id when it granted this access: its credentials cannot rotate")
+	}
+	g.Rotation = &rotation{From: g.CredentialID}
+	if err := r.Grants.store.update(ctx, cm, *g); err != nil {
+		return err
+	}
+	r.Recorder.Eventf(ba, nil, corev1.EventTypeNormal, cosiapi.EventRotatingCredentials, "Rotate",
+		"rotating credential %s", g.Rotation.From)
+	return r.markRotation(ctx, ba, metav1.ConditionUnknown, cosiapi.ReasonRotating,
+		"asking the driver for a new credential")
+}
+
+// issueCredential asks the driver for the new credential and records it (step 2). done is true
+// when the rotation ended there: the driver cannot rotate, or refused with a final error.
+func (r *BucketAccessReconciler) issueCredential(
+	ctx context.Context, ba *cosiapi.BucketAccess, g *grantRecord, cm *corev1.ConfigMap,
+) (done bool, err error) {
+	rot := g.Rotation
+	if g.CredentialID != rot.From {
+		// A grant wrote the Secrets anew meanwhile (a lost Secret), with the credential the record
+		// now names: that one replaces From.
+		rot.To = g.CredentialID
+		return false, r.Grants.store.update(ctx, cm, *g)
+	}
+	req := g.rotateRequest(rot.From)
+	resp, err := r.Driver.DriverRotateBucketAccessCredentials(ctx, req)
+	if err != nil {
+		return r.rotationFailed(ctx, ba, g, cm, rpcError{"DriverRotateBucketAccessCredentials", err})
+	}
+	if verr := driver.ValidateRotateResponse(req, resp); verr != nil {
+		// Unusable: the credential it may have issued is retired at once (nobody holds it).
+		if id := resp.GetCredentialId(); id != "" && id != rot.From {
+			if _, err := r.Driver.DriverRetireBucketAccessCredentials(ctx, g.retireRequest(id)); err != nil {
+				return false, errors.New(rpcError{"DriverRetireBucketAccessCredentials", err}.Error())
+			}
+		}
+		return r.rotationFailed(ctx, ba, g, cm, rpcError{"DriverRotateBucketAccessCredentials",
+			status.Error(codes.InvalidArgument, "invalid answer: "+verr.Error())})
+	}
+	r.rotations.put(ba.UID, resp)
+	rot.To = resp.GetCredentialId()
+	return false, r.Grants.store.update(ctx, cm, *g)
+}
+
+// rotationFailed records a failed rotation call: retried with backoff when repeating it may
+// help; otherwise the rotation ends, the old credential still in the Secrets and working.
+func (r *BucketAccessReconciler) rotationFailed(
+	ctx context.Context, ba *cosiapi.BucketAccess, g *grantRecord, cm *corev1.ConfigMap, rpc rpcError,
+) (bool, error) {
+	code := status.Code(rpc.err)
+	switch code {
+	case codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.OutOfRange, codes.Unimplemented:
+		// Final: repeating the same request cannot help.
+	default:
+		r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, cosiapi.EventFailedRotateCredentials, "Rotate",
+			"%s", conditions.Truncate(rpc.Error()))
+		// Returned as a plain error: retried with backoff whatever the code.
+		return false, errors.Join(errors.New(rpc.Error()), r.markRotation(ctx, ba, metav1.ConditionUnknown,
+			cosiapi.ReasonRotating, "retrying: "+rpc.Error()))
+	}
+	g.Rotation = nil
+	if err := r.Grants.store.update(ctx, cm, *g); err != nil {
+		return false, err
+	}
+	r.rotations.forget(ba.UID)
+	if code == codes.Unimplemented {
+		return true, r.rotationUnsupported(ctx, ba, "the driver cannot rotate credentials: "+rpc.Error())
+	}
+	msg := "the rotation failed and is not retried; the credential in the Secrets keeps working: " + rpc.Error()
+	r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, cosiapi.EventFailedRotateCredentials, "Rotate",
+		"%s", conditions.Truncate(msg))
+	return true, r.markRotation(ctx, ba, metav1.ConditionFalse, cosiapi.ReasonRotationFailed, msg)
+}
+
+func (r *BucketAccessReconciler) rotationUnsupported(ctx context.Context, ba *cosiapi.BucketAccess, msg string) error {
+	r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, cosiapi.EventRotationUnsupported, "Rotate",
+		"%s", conditions.Truncate(msg))
+	return r.markRotation(ctx, ba, metav1.ConditionFalse, cosiapi.ReasonRotationUnsupported, msg)
+}
+
+// writeRotated writes the new credential into every Secret of the access, in place (step 3): from
+// the driver's answer, or, when that was lost with a restart, from a Secret that already holds
+// it; with neither, the driver is asked again. It returns a wait while the Secrets cannot be
+// written yet.
+func (r *BucketAccessReconciler) writeRotated(
+	ctx context.Context, ba *cosiapi.BucketAccess, g *grantRecord, cm *corev1.ConfigMap,
+) (time.Duration, error) {
+	rot := g.Rotation
+	if resp := r.rotations.get(ba.UID, rot.To); resp != nil {
+		if wait, err := r.writeAnswer(ctx, ba, resp); err != nil || wait > 0 {
+			return wait, err
+		}
+	} else {
+		copied, wait, err := r.copyRotated(ctx, ba, rot.To)
+		if err != nil || wait > 0 {
+			return wait, err
+		}
+		if !copied {
+			// No Secret holds To, nor does anything else (only Secrets are written with it): the
+			// driver is asked again, and may replace To with another credential.
+			rot.To = ""
+			if done, err := r.issueCredential(ctx, ba, g, cm); err != nil || done {
+				return 0, err
+			}
+			return r.writeRotated(ctx, ba, g, cm)
+		}
+	}
+	r.rotations.forget(ba.UID)
+	now := metav1.Now()
+	rot.Written = &now
+	g.CredentialID = rot.To
+	if err := r.Grants.store.update(ctx, cm, *g); err != nil {
+		return 0, err
+	}
+	return 0, r.markRotation(ctx, ba, metav1.ConditionUnknown, cosiapi.ReasonRotating, fmt.Sprintf(
+		"the Secrets hold the new credential %s; credential %s is retired after %s", rot.To, rot.From,
+		r.RotationGracePeriod))
+}
+
+// writeAnswer writes the Secrets from the driver's answer to the rotation.
+func (r *BucketAccessReconciler) writeAnswer(
+	ctx context.Context, ba *cosiapi.BucketAccess, resp *cosiproto.DriverRotateBucketAccessCredentialsResponse,
+) (time.Duration, error) {
+	buckets, ready, err := r.buckets(ctx, ba)
+	if err != nil || !ready {
+		return requeueDelay, err
+	}
+	granted := &cosiproto.DriverGrantBucketAccessResponse{
+		Buckets: resp.GetBuckets(), Credentials: resp.GetCredentials(),
+		CertificateAuthority: resp.GetCertificateAuthority(), CredentialId: resp.GetCredentialId(),
+	}
+	return 0, r.writeSecrets(ctx, ba, buckets, rpcProtocol(ba.Spec.Protocol), granted)
+}
+
+// copyRotated gives the credential to of a Secret that holds it to the access's other Secrets.
+// copied is false when no Secret holds it.
+func (r *BucketAccessReconciler) copyRotated(
+	ctx context.Context, ba *cosiapi.BucketAccess, to string,
+) (copied bool, wait time.Duration, err error) {
+	secrets := map[string]*corev1.Secret{}
+	var donor *corev1.Secret
+	for _, claim := range ba.Spec.BucketClaims {
+		state, s, err := r.probeSecret(ctx, ba, claim.AccessSecretName)
+		if err != nil {
+			return false, 0, err
+		}
+		if state != slotOurs || !dataComplete(s, ba.Status.AuthenticationType) {
+			// The Secret check writes it again first (with a grant).
+			return false, requeueDelay, nil
+		}
+		secrets[claim.AccessSecretName] = s
+		if s.Annotations[cosiapi.AnnotationCredentialID] == to {
+			donor = s
+		}
+	}
+	if donor == nil {
+		return false, 0, nil
+	}
+	for _, claim := range ba.Spec.BucketClaims {
+		s := secrets[claim.AccessSecretName]
+		if s.Annotations[cosiapi.AnnotationCredentialID] == to {
+			continue
+		}
+		data := maps.Clone(s.Data)
+		for _, k := range credentialDataKeys {
+			delete(data, k)
+			if v, ok := donor.Data[k]; ok {
+				data[k] = v
+			}
+		}
+		if err := r.writeSecret(ctx, ba, claim, data, to); err != nil {
+			return false, 0, fmt.Errorf("writing Secret %s: %w", claim.AccessSecretName, err)
+		}
+	}
+	return true, 0, nil
+}
+
+// retireRotated retires the replaced credential once every Secret has held the new one for the
+// grace period, and records the rotation done (step 4). A Secret that holds the old credential
+// again (someone restored it) is written anew first, and the grace period starts over.
+func (r *BucketAccessReconciler) retireRotated(
+	ctx context.Context, ba *cosiapi.BucketAccess, g *grantRecord, cm *corev1.ConfigMap,
+) (time.Duration, error) {
+	rot := g.Rotation
+	if wait := time.Until(rot.Written.Add(r.RotationGracePeriod)); wait > 0 {
+		return wait, nil
+	}
+	for _, claim := range ba.Spec.BucketClaims {
+		state, s, err := r.probeSecret(ctx, ba, claim.AccessSecretName)
+		if err != nil {
+			return 0, err
+		}
+		if state == slotOurs && s.Annotations[cosiapi.AnnotationCredentialID] == rot.From && rot.From != rot.To {
+			rot.Written = nil
+			return requeueDelay, r.Grants.store.update(ctx, cm, *g)
+		}
+	}
+	if rot.From != rot.To {
+		if _, err := r.Driver.DriverRetireBucketAccessCredentials(ctx, g.retireRequest(rot.From)); err != nil {
+			// Never final: a credential that should be retired must not keep working.
+			rpc := rpcError{"DriverRetireBucketAccessCredentials", err}
+			r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, cosiapi.EventFailedRotateCredentials, "Retire",
+				"%s", conditions.Truncate(rpc.Error()))
+			return 0, errors.New(rpc.Error())
+		}
+	}
+	from, to := rot.From, rot.To
+	g.Rotation = nil
+	if err := r.Grants.store.update(ctx, cm, *g); err != nil {
+		return 0, err
+	}
+	r.Recorder.Eventf(ba, nil, corev1.EventTypeNormal, cosiapi.EventCredentialsRotated, "Rotate",
+		"credential %s replaced by %s, and retired", from, to)
+	return 0, r.markRotation(ctx, ba, metav1.ConditionTrue, cosiapi.ReasonRotated,
+		fmt.Sprintf("the Secrets hold credential %s; credential %s is retired", to, from))
+}
+
+// markRotation sets the access's CredentialsRotated condition, writing only when it changed.
+func (r *BucketAccessReconciler) markRotation(
+	ctx context.Context, ba *cosiapi.BucketAccess, st metav1.ConditionStatus, reason, msg string,
+) error {
+	s := r.record.status(ba)
+	conditions.Set(ba, cosiapi.ConditionCredentialsRotated, st, reason, conditions.Truncate(msg))
+	if !s.ConditionsChanged() {
+		return nil
+	}
+	return s.Patch(ctx, patch.OptimisticLock)
+}

@@ -1,0 +1,95 @@
+package memory
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	cosiproto "github.com/kube-cosi/cosi/proto"
+)
+
+// TestRotationSurvivesRestart checks that a restarted driver remembers a rotation: the repeated
+// call returns the same key, both keys work until the old one is retired, and a retired key
+// stays refused.
+func TestRotationSurvivesRestart(t *testing.T) {
+	ctx := context.Background()
+	stateFile := filepath.Join(t.TempDir(), "state.json")
+	d, err := New(Config{StateFile: stateFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: "bc-1"}); err != nil {
+		t.Fatal(err)
+	}
+	granted, err := d.DriverGrantBucketAccess(ctx, grantRequest("ba-1", "bc-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rotate := &cosiproto.DriverRotateBucketAccessCredentialsRequest{
+		AccountId: "ba-1", Buckets: grantRequest("ba-1", "bc-1").GetBuckets(), Protocol: cosiproto.ObjectProtocol_S3,
+		AuthenticationType: cosiproto.AuthenticationType_KEY, CredentialId: granted.GetCredentialId(),
+	}
+	first, err := d.DriverRotateBucketAccessCredentials(ctx, rotate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.GetCredentials().GetS3().GetAccessKeyId() == granted.GetCredentials().GetS3().GetAccessKeyId() {
+		t.Error("the new key has the old key's access key ID")
+	}
+
+	d, err = New(Config{StateFile: stateFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := d.DriverRotateBucketAccessCredentials(ctx, rotate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.GetCredentialId() != first.GetCredentialId() {
+		t.Errorf("the restarted driver issued %q for a repeated rotation, want %q", again.GetCredentialId(),
+			first.GetCredentialId())
+	}
+	b := d.Backend()
+	if !b.Allowed(granted.GetCredentials(), "bc-1", ObjectData, true) ||
+		!b.Allowed(first.GetCredentials(), "bc-1", ObjectData, true) {
+		t.Fatal("both keys must work until the old one is retired")
+	}
+	// A lost Secret is written again with the current key: the new one.
+	regrant, err := d.DriverGrantBucketAccess(ctx, grantRequest("ba-1", "bc-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if regrant.GetCredentialId() != first.GetCredentialId() {
+		t.Errorf("a grant after the rotation returned credential %q, want the new %q", regrant.GetCredentialId(),
+			first.GetCredentialId())
+	}
+
+	retire := &cosiproto.DriverRetireBucketAccessCredentialsRequest{
+		AccountId: "ba-1", CredentialId: granted.GetCredentialId(),
+	}
+	if _, err := d.DriverRetireBucketAccessCredentials(ctx, retire); err != nil {
+		t.Fatal(err)
+	}
+	d, err = New(Config{StateFile: stateFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = d.Backend()
+	if b.Allowed(granted.GetCredentials(), "bc-1", ObjectData, false) {
+		t.Error("the retired key works after a restart")
+	}
+	if !b.Allowed(first.GetCredentials(), "bc-1", ObjectData, true) {
+		t.Error("the new key stopped working")
+	}
+	// The last key is never retired; a rotation from a retired key finds nothing.
+	retire.CredentialId = first.GetCredentialId()
+	if _, err := d.DriverRetireBucketAccessCredentials(ctx, retire); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("retiring the only key: %v, want FailedPrecondition", err)
+	}
+	if _, err := d.DriverRotateBucketAccessCredentials(ctx, rotate); status.Code(err) != codes.NotFound {
+		t.Errorf("rotating from a retired key: %v, want NotFound", err)
+	}
+}
