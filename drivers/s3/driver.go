@@ -364,7 +364,9 @@ func (d *Driver) DriverCreateBucket(
 		if err := d.ensureIgnorePublicACLs(ctx, id); err != nil {
 			return nil, err
 		}
-		return &cosiproto.DriverCreateBucketResponse{Protocols: d.bucketInfo(id, p.region)}, nil
+		return &cosiproto.DriverCreateBucketResponse{
+			Protocols: d.bucketInfo(id, d.reportedRegion(ctx, id, p, req.GetParameters())),
+		}, nil
 	case err == nil:
 	case code == "BucketAlreadyExists":
 		return nil, status.Errorf(codes.AlreadyExists, "bucket %q exists and belongs to another account", id)
@@ -381,7 +383,9 @@ func (d *Driver) DriverCreateBucket(
 		}
 		return nil, err
 	}
-	return &cosiproto.DriverCreateBucketResponse{Protocols: d.bucketInfo(id, p.region)}, nil
+	return &cosiproto.DriverCreateBucketResponse{
+		Protocols: d.bucketInfo(id, d.reportedRegion(ctx, id, p, req.GetParameters())),
+	}, nil
 }
 
 // configure tags a new bucket as the driver's, sets its public access block (see
@@ -427,13 +431,23 @@ func (d *Driver) DriverGetBucket(
 	if err := d.checkCompatible(ctx, id, p, false); err != nil {
 		return nil, err
 	}
-	region := p.region
-	if _, set := req.GetParameters()[ParamRegion]; !set {
-		if r, err := d.bucketRegion(ctx, id); err == nil && r != "" {
-			region = r
-		}
+	return &cosiproto.DriverGetBucketResponse{
+		Protocols: d.bucketInfo(id, d.reportedRegion(ctx, id, p, req.GetParameters())),
+	}, nil
+}
+
+// reportedRegion is the region bucket info states for bucket id: the region parameter when the
+// class sets one, else the region the store reports (Ceph RGW names its zonegroup, "default"),
+// else the driver's. DriverCreateBucket, DriverGetBucket and DriverGrantBucketAccess all report
+// it, so that Bucket.status and the workload's Secret agree (cosi-sanity compares them).
+func (d *Driver) reportedRegion(ctx context.Context, id string, p bucketParams, params map[string]string) string {
+	if _, set := params[ParamRegion]; set {
+		return p.region
 	}
-	return &cosiproto.DriverGetBucketResponse{Protocols: d.bucketInfo(id, region)}, nil
+	if r, err := d.bucketRegion(ctx, id); err == nil && r != "" {
+		return r
+	}
+	return p.region
 }
 
 // DriverDeleteBucket deletes the bucket. A bucket that holds objects is refused with

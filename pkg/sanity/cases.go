@@ -280,6 +280,25 @@ var cases = []Case{
 			t.Errorf("account_id %q, then %q: want the same non-empty ID", first.GetAccountId(), second.GetAccountId())
 		}
 	}},
+	{"DriverGenerateBucketAccessId/returns different account_ids for different account_names", func(t *T) {
+		// Two BucketAccesses with the same request (two workloads on one claim) have different
+		// account_names: an account_id derived from anything else makes them share one account.
+		p := t.protocols()[0]
+		id, _ := t.createBucket(p)
+		g := t.keyGrant(p, readWrite, id)
+		var ids []string
+		names := []string{t.name("a"), t.name("a")}
+		for _, name := range names {
+			gen, err := t.s.prov.DriverGenerateBucketAccessId(t.ctx, g.generateRequest(name))
+			t.ok(err, "DriverGenerateBucketAccessId")
+			ids = append(ids, gen.GetAccountId())
+		}
+		if ids[0] == ids[1] {
+			t.Errorf("account_names %q and %q got the same account_id %q for the same buckets and modes: two "+
+				"BucketAccesses would share one backend account, and revoking one would revoke the other (the "+
+				"account_id must be unique, derive it from account_name)", names[0], names[1], ids[0])
+		}
+	}},
 	{"DriverGenerateBucketAccessId/creates no account in the backend", func(t *T) {
 		p := t.protocols()[0]
 		id, _ := t.createBucket(p)
@@ -383,6 +402,96 @@ var cases = []Case{
 				len(after),
 				len(before),
 			)
+		}
+	}},
+	{"DriverGrantBucketAccess/gives each access its own credentials", func(t *T) {
+		p := t.protocols()[0]
+		id, _ := t.createBucket(p)
+		g := t.keyGrant(p, readWrite, id)
+		_, first, err := t.grant(g)
+		t.ok(err, "first access")
+		_, second, err := t.grant(g)
+		t.ok(err, "second access, same request, other account_name")
+		if proto.Equal(first.GetCredentials(), second.GetCredentials()) {
+			t.Fatalf("two accesses with the same request got the same credentials: revoking one would revoke the " +
+				"other, and the backend cannot tell their workloads apart (is the backend user named after the " +
+				"request instead of the account_id?)")
+		}
+		a, ok := t.accountOf(first.GetCredentials())
+		b, _ := t.accountOf(second.GetCredentials())
+		if ok && a != "" && a == b {
+			t.Errorf("the credentials of two accesses authenticate as the same backend account %q: revoking one "+
+				"would revoke the other", a)
+		}
+	}},
+	{"DriverGrantBucketAccess/leaves other accesses to the same bucket working", func(t *T) {
+		// Two workloads on one claim: granting or revoking the second must not touch the first
+		// (a bucket policy rewritten whole by each grant, or deleted by each revoke, does).
+		p := t.protocols()[0]
+		id, _ := t.createBucket(p)
+		g := t.keyGrant(p, readWrite, id)
+		_, first, err := t.grant(g)
+		t.ok(err, "first access")
+		creds, info := first.GetCredentials(), bucketInfoFor(first, id)
+		if !t.allowed(p, creds, id, info, ObjectData, false) {
+			t.Fatalf("the first access's credentials do not work")
+		}
+		account, _, err := t.grant(g)
+		t.ok(err, "second access to the same bucket")
+		for _, write := range []bool{false, true} {
+			if !t.allowed(p, creds, id, info, ObjectData, write) {
+				t.Errorf("the first access can no longer %s object data after a second access to the same bucket was "+
+					"granted: a grant must add its own permissions, not replace the bucket's (PutBucketPolicy "+
+					"with one statement?)", rw(write))
+			}
+		}
+		_, err = t.s.prov.DriverRevokeBucketAccess(t.ctx, g.revokeRequest(account))
+		t.ok(err, "revoking the second access")
+		for _, write := range []bool{false, true} {
+			if !t.allowed(p, creds, id, info, ObjectData, write) {
+				t.Errorf("the first access can no longer %s object data after the second access to the same bucket "+
+					"was revoked: a revoke must remove its own account's access only", rw(write))
+			}
+		}
+	}},
+	{"DriverGrantBucketAccess/gives no access to buckets outside the grant", func(t *T) {
+		p := t.protocols()[0]
+		granted, _ := t.createBucket(p)
+		other, otherResp := t.createBucket(p)
+		_, resp, err := t.grant(t.keyGrant(p, allModes, granted))
+		t.ok(err, "grant")
+		creds := resp.GetCredentials()
+		if !t.allowed(p, creds, granted, bucketInfoFor(resp, granted), ObjectData, false) {
+			t.Fatalf("the credentials do not work on the granted bucket %q", granted)
+		}
+		for _, c := range []Category{ObjectData, ObjectMetadata, BucketMetadata} {
+			for _, write := range []bool{false, true} {
+				if t.allowed(p, creds, other, otherResp.GetProtocols(), c, write) {
+					t.Errorf("the credentials granted for bucket %q can %s %v of bucket %q, which the grant did not "+
+						"list: the policy reaches beyond the granted buckets", granted, rw(write), c, other)
+				}
+			}
+		}
+	}},
+	{"DriverGrantBucketAccess/returns each bucket's own bucket info", func(t *T) {
+		// Compared with what DriverCreateBucket said about the same bucket: a grant that names
+		// another bucket, endpoint or region sends the workload's data elsewhere.
+		p := t.protocols()[0]
+		a, aResp := t.createBucket(p)
+		b, bResp := t.createBucket(p)
+		created := map[string]*cosiproto.ProtocolBucketInfo{a: aResp.GetProtocols(), b: bResp.GetProtocols()}
+		g := t.keyGrant(p, readWrite, a, b)
+		_, resp, err := t.grant(g)
+		if status.Code(err) == codes.OutOfRange {
+			g = t.keyGrant(p, readWrite, a)
+			_, resp, err = t.grant(g)
+		}
+		t.ok(err, "grant")
+		for _, ab := range g.buckets {
+			id := ab.GetBucketId()
+			for _, d := range bucketInfoDiffs(created[id], bucketInfoFor(resp, id)) {
+				t.Errorf("bucket %q: the grant returned %s: the workload would reach another bucket or endpoint", id, d)
+			}
 		}
 	}},
 	{"DriverGrantBucketAccess/returns AlreadyExists for a repeat grant with other access modes", func(t *T) {
@@ -606,6 +715,39 @@ var cases = []Case{
 			if !slices.Contains(before, a) {
 				t.Errorf("backend account %q still exists after DriverRevokeBucketAccess returned OK", a)
 			}
+		}
+	}},
+	{"DriverRevokeBucketAccess/revokes every bucket of a multi-bucket access", func(t *T) {
+		p := t.protocols()[0]
+		a, _ := t.createBucket(p)
+		b, _ := t.createBucket(p)
+		g := t.keyGrant(p, allModes, a, b)
+		account, resp, err := t.grant(g)
+		if status.Code(err) == codes.OutOfRange {
+			t.Skipf("the driver cannot give several buckets one credential (OutOfRange)")
+		}
+		t.ok(err, "multi-bucket grant")
+		creds := resp.GetCredentials()
+		for _, id := range []string{a, b} {
+			if !t.allowed(p, creds, id, bucketInfoFor(resp, id), ObjectData, false) {
+				t.Fatalf("the credentials do not work on bucket %q before revocation", id)
+			}
+		}
+		_, err = t.s.prov.DriverRevokeBucketAccess(t.ctx, g.revokeRequest(account))
+		t.ok(err, "DriverRevokeBucketAccess")
+		for _, id := range []string{a, b} {
+			for _, c := range []Category{ObjectData, ObjectMetadata, BucketMetadata} {
+				for _, write := range []bool{false, true} {
+					if t.allowed(p, creds, id, bucketInfoFor(resp, id), c, write) {
+						t.Errorf("%v %s of bucket %q is still allowed after DriverRevokeBucketAccess of the multi-bucket "+
+							"access returned OK", c, rw(write), id)
+					}
+				}
+			}
+		}
+		if who, ok := t.accountOf(creds); ok && who != "" {
+			t.Errorf("the credentials still authenticate as backend account %q after DriverRevokeBucketAccess of the "+
+				"multi-bucket access", who)
 		}
 	}},
 	{"DriverRevokeBucketAccess/returns OK when revoking twice", func(t *T) {

@@ -334,3 +334,29 @@ func (r rotationCase) retireRequest(credentialID string) *cosiproto.DriverRetire
 func (r rotationCase) works(creds *cosiproto.CredentialInfo) bool {
 	return r.t.allowed(r.g.protocol, creds, r.bucketID, bucketInfoFor(r.grantResp, r.bucketID), ObjectData, false)
 }
+
+// bucketInfoDiffs describes each field that both infos set and that differs (bucket name,
+// endpoint, region, storage account, project): what a grant says about a bucket must match what
+// DriverCreateBucket said. Fields only one of them sets are not compared: they are optional in
+// DriverCreateBucket's response.
+func bucketInfoDiffs(created, granted *cosiproto.ProtocolBucketInfo) []string {
+	var diffs []string
+	cmp := func(field, c, g string) {
+		if c != "" && g != "" && c != g {
+			diffs = append(diffs, fmt.Sprintf("%s %q where DriverCreateBucket returned %q", field, g, c))
+		}
+	}
+	if c, g := created.GetS3(), granted.GetS3(); c != nil && g != nil {
+		cmp("S3 bucket_name", c.GetBucketName(), g.GetBucketName())
+		cmp("S3 endpoint", c.GetEndpoint(), g.GetEndpoint())
+		cmp("S3 region", c.GetRegion(), g.GetRegion())
+	}
+	if c, g := created.GetAzure(), granted.GetAzure(); c != nil && g != nil {
+		cmp("Azure storage_account", c.GetStorageAccount(), g.GetStorageAccount())
+	}
+	if c, g := created.GetGcs(), granted.GetGcs(); c != nil && g != nil {
+		cmp("GCS project_id", c.GetProjectId(), g.GetProjectId())
+		cmp("GCS bucket_name", c.GetBucketName(), g.GetBucketName())
+	}
+	return diffs
+}

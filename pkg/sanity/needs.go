@@ -54,6 +54,12 @@ var caseNeeds = map[string]need{
 		[]string{NeedProbeAllowed}, "a shared credential that does not open every bucket"},
 	"DriverGrantBucketAccess/gives each bucket of a multi-bucket grant its own access modes": {
 		[]string{NeedProbeAllowed, NeedMultiBucket}, "one bucket's modes applied to all (a read-only bucket written)"},
+	"DriverGrantBucketAccess/gives each access its own credentials": {
+		[]string{NeedProbeAccountOf}, "two different keys that authenticate as one shared backend account"},
+	"DriverGrantBucketAccess/leaves other accesses to the same bucket working": {
+		[]string{NeedProbeAllowed}, "a grant or revoke that breaks another access to the same bucket"},
+	"DriverGrantBucketAccess/gives no access to buckets outside the grant": {
+		[]string{NeedProbeAllowed}, "a key that opens buckets it was not granted"},
 	"DriverGrantBucketAccess/serves ServiceAccount grants through the ServiceAccount, not a key": {
 		[]string{NeedProbeAllowed, NeedServiceAccount},
 		"a ServiceAccount grant that maps no backend identity (a key served instead is seen without a probe)"},
@@ -66,6 +72,9 @@ var caseNeeds = map[string]need{
 	"DriverRevokeBucketAccess/leaves no account and no access of any category": {
 		[]string{NeedProbeAllowed, NeedProbeAccounts, NeedProbeAccountOf},
 		"an account left behind, or metadata access that outlives the revoke"},
+	"DriverRevokeBucketAccess/revokes every bucket of a multi-bucket access": {
+		[]string{NeedProbeAllowed, NeedMultiBucket, NeedProbeAccountOf},
+		"a multi-bucket revoke that leaves access to some of the buckets"},
 	"Secrets/the driver logs no credential": {
 		[]string{NeedDriverLogs}, "credentials in the driver's log"},
 	"DriverRotateBucketAccessCredentials/returns a new working credential; the old one keeps working": {

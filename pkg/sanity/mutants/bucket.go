@@ -97,6 +97,20 @@ func bucketMutants() []Mutant {
 			New: plain(func(d *memory.Driver) Server { return getIgnoresParameters{d} }),
 		},
 		{
+			Name: "get-incompatible-not-found", MustCatch: true,
+			Bug: "DriverGetBucket looks up a bucket with the requested parameters and answers NotFound (retried " +
+				"for ever) for an existing bucket whose parameters differ, instead of AlreadyExists",
+			Case: caseGetIncompatible, Says: "returned NotFound",
+			New: plain(func(d *memory.Driver) Server { return getIncompatibleNotFound{d} }),
+		},
+		{
+			Name: "get-without-lookup", MustCatch: true,
+			Bug: "DriverGetBucket builds the bucket info from bucket_id and its configuration without asking " +
+				"the backend, so a typo in existingBucketID imports a bucket that does not exist",
+			Case: caseGetNotFound, Says: "returned OK",
+			New: plain(func(d *memory.Driver) Server { return getWithoutLookup{d} }),
+		},
+		{
 			Name: "delete-missing-not-found", MustCatch: true,
 			Bug:  "DriverDeleteBucket returns NotFound for a bucket that is already gone",
 			Case: caseDeleteUnknown, Says: "unexpected error NotFound",
@@ -343,4 +357,34 @@ func (d *deleteForgets) DriverDeleteBucket(
 	}
 	d.forgotten[req.GetBucketId()] = true
 	return &cosiproto.DriverDeleteBucketResponse{}, nil
+}
+
+type getIncompatibleNotFound struct{ *memory.Driver }
+
+func (d getIncompatibleNotFound) DriverGetBucket(
+	ctx context.Context, req *cosiproto.DriverGetBucketRequest,
+) (*cosiproto.DriverGetBucketResponse, error) {
+	resp, err := d.Driver.DriverGetBucket(ctx, req)
+	if isCode(err, codes.AlreadyExists) {
+		return nil, errorf(codes.NotFound, "no bucket %q with the requested protocols and parameters", req.GetBucketId())
+	}
+	return resp, err
+}
+
+// getWithoutLookup answers from its configuration: the info it would return for any bucket.
+type getWithoutLookup struct{ *memory.Driver }
+
+func (d getWithoutLookup) DriverGetBucket(
+	ctx context.Context, req *cosiproto.DriverGetBucketRequest,
+) (*cosiproto.DriverGetBucketResponse, error) {
+	resp, err := d.Driver.DriverGetBucket(ctx, req)
+	if isCode(err, codes.NotFound) {
+		return &cosiproto.DriverGetBucketResponse{Protocols: &cosiproto.ProtocolBucketInfo{
+			S3: &cosiproto.S3BucketInfo{
+				BucketName: req.GetBucketId(), Endpoint: "https://s3.memory.invalid", Region: "memory-1",
+				AddressingStyle: cosiproto.S3AddressingStyle_PATH,
+			},
+		}}, nil
+	}
+	return resp, err
 }

@@ -89,7 +89,13 @@ const (
 	caseGenAccNothing      = "DriverGenerateBucketAccessId/creates no account in the backend"
 	caseGenAccOtherModes   = "DriverGenerateBucketAccessId/refuses an existing account_name " +
 		"with other access modes in phase 1 or 2"
-	caseGrantComplete = "DriverGrantBucketAccess/returns complete credentials and bucket info " +
+	caseGenAccUnique      = "DriverGenerateBucketAccessId/returns different account_ids for different account_names"
+	caseGrantOwnCreds     = "DriverGrantBucketAccess/gives each access its own credentials"
+	caseGrantOthersWork   = "DriverGrantBucketAccess/leaves other accesses to the same bucket working"
+	caseGrantOutside      = "DriverGrantBucketAccess/gives no access to buckets outside the grant"
+	caseGrantOwnInfo      = "DriverGrantBucketAccess/returns each bucket's own bucket info"
+	caseRevokeEveryBucket = "DriverRevokeBucketAccess/revokes every bucket of a multi-bucket access"
+	caseGrantComplete     = "DriverGrantBucketAccess/returns complete credentials and bucket info " +
 		"for each advertised protocol"
 	caseGrantIdempotent    = "DriverGrantBucketAccess/is idempotent for the same account_id"
 	caseGrantOneAccount    = "DriverGrantBucketAccess/creates one backend account however often it is called"
@@ -114,7 +120,7 @@ const (
 
 // All returns every mutant.
 func All() []Mutant {
-	return slicesConcat(bucketMutants(), accessMutants(), otherMutants(), rotationMutants())
+	return slicesConcat(bucketMutants(), accessMutants(), isolationMutants(), otherMutants(), rotationMutants())
 }
 
 func slicesConcat(lists ...[]Mutant) []Mutant {
