@@ -30,6 +30,9 @@ const (
 	CheckOrphanAccount  = "backend account unaccounted" // no BucketAccess has it
 	CheckLiveKey        = "revoked key still works"     // a deleted access's key opens its bucket
 	CheckLostKey        = "kept access's key fails"     // a kept access's Secret does not open its bucket
+	CheckStrayKey       = "backend key unaccounted"     // an accounted account's key that no Secret holds
+	CheckWideGrant      = "account reaches too far"     // an account reaches a bucket its access does not
+	CheckSharedBucket   = "backend bucket shared"       // two Buckets of the driver name one backend bucket
 	CheckStraySecret    = "Secret without its access"
 	CheckStrayGrant     = "grant record without its access"
 )
@@ -39,6 +42,9 @@ const (
 const (
 	grantNamespace    = "cosi-system"
 	grantRecordPrefix = "cosi-grant-"
+	// legacyGrantAnnotationPrefix prefixed the annotations that recorded grants on Buckets before
+	// the grant records (internal/sidecar, grants.go).
+	legacyGrantAnnotationPrefix = cosiapi.GroupName + "/grant-"
 )
 
 // Violation is one finding of the audit.

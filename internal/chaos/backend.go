@@ -10,11 +10,14 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/iam"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/drivers/s3"
 	"github.com/kube-cosi/cosi/internal/versity"
+	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
@@ -26,6 +29,9 @@ type backend interface {
 	snapshot(ctx context.Context) (*backendState, error)
 	// importBuckets creates buckets, as an admin does before importing them into COSI.
 	importBuckets(ctx context.Context, ids []string) error
+	// widen grants the account of a provisioned access one more bucket, behind COSI's back (the
+	// self-check).
+	widen(ctx context.Context, d *driver.Client, a *cosiapi.BucketAccess, bucketID string) error
 }
 
 // backendState is the store at one moment.
@@ -75,11 +81,28 @@ func (m memoryBackend) importBuckets(ctx context.Context, ids []string) error {
 	return nil
 }
 
+// widen revokes the account and grants it again with one bucket more: the memory driver has no
+// other door, and it refuses to change an account's grant in place.
+func (memoryBackend) widen(ctx context.Context, d *driver.Client, a *cosiapi.BucketAccess, bucketID string) error {
+	req := grantRequest(a)
+	if _, err := d.DriverRevokeBucketAccess(ctx, &cosiproto.DriverRevokeBucketAccessRequest{
+		AccountId: req.AccountId, Protocol: req.Protocol, AuthenticationType: req.AuthenticationType,
+	}); err != nil {
+		return err
+	}
+	req.Buckets = append(req.Buckets, &cosiproto.AccessedBucket{BucketId: bucketID,
+		AccessModes: &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_ONLY}})
+	_, err := d.DriverGrantBucketAccess(ctx, req)
+	return err
+}
+
 // s3Backend is the Versity gateway and its IAM service, asked with the root credentials; keys are
 // tried with real S3 requests.
 type s3Backend struct {
 	admin *awss3.Client
 	iam   *s3.IAMAccounts
+	// iamAdmin asks the IAM service what the driver's own client does not: keys and policies.
+	iamAdmin *iam.Client
 	// refused remembers the keys the store refused: a deleted key does not come back, and the
 	// converging audit asks again every second.
 	mu      sync.Mutex
@@ -89,8 +112,10 @@ type s3Backend struct {
 func newS3Backend(store *versity.Store) *s3Backend {
 	creds := credentials.NewStaticCredentialsProvider(store.RootAccessKey, store.RootSecretKey, "")
 	return &s3Backend{
-		admin:   s3.NewS3Client(store.S3Endpoint, "us-east-1", creds, nil),
-		iam:     s3.NewIAMAccounts(store.IAMEndpoint, creds, nil),
+		admin: s3.NewS3Client(store.S3Endpoint, "us-east-1", creds, nil),
+		iam:   s3.NewIAMAccounts(store.IAMEndpoint, creds, nil),
+		iamAdmin: iam.New(iam.Options{Region: "us-east-1", Credentials: creds,
+			BaseEndpoint: aws.String(store.IAMEndpoint)}),
 		refused: map[string]bool{},
 	}
 }
@@ -164,4 +189,13 @@ func (b *s3Backend) importBuckets(ctx context.Context, ids []string) error {
 		}
 	}
 	return nil
+}
+
+// widen gives the account's IAM user a second inline policy, as an admin would.
+func (b *s3Backend) widen(ctx context.Context, _ *driver.Client, a *cosiapi.BucketAccess, bucketID string) error {
+	doc := `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["s3:ListBucket"],` +
+		`"Resource":"arn:aws:s3:::` + bucketID + `"}]}`
+	_, err := b.iamAdmin.PutUserPolicy(ctx, &iam.PutUserPolicyInput{UserName: aws.String(a.Status.AccountID),
+		PolicyName: aws.String("planted"), PolicyDocument: aws.String(doc)})
+	return err
 }
