@@ -2,8 +2,14 @@ package chaos
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -11,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/iam"
+	iamtypes "github.com/aws/aws-sdk-go-v2/service/iam/types"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 
@@ -43,6 +50,19 @@ type backendState struct {
 	// allowed reports whether creds open bucketID, reading or writing data; an error means the
 	// store did not say.
 	allowed func(ctx context.Context, creds *cosiproto.CredentialInfo, bucketID string, write bool) (bool, error)
+	// keys returns an account's valid keys, as keyID names them.
+	keys func(ctx context.Context, account string) ([]backendKey, error)
+	// keyID names the key of creds, as keys does.
+	keyID func(creds *cosiproto.CredentialInfo) string
+	// reach returns the buckets that the account's grants name; "*" for any.
+	reach func(ctx context.Context, account string) ([]string, error)
+}
+
+// backendKey is one key of an account.
+type backendKey struct {
+	// id is compared with backendState.keyID; name is what the report shows (never the secret).
+	id, name string
+	created  time.Time
 }
 
 // memoryBackend is cosi-driver-memory's state file, read as the driver reads it after a restart.
@@ -57,7 +77,23 @@ func (m memoryBackend) snapshot(context.Context) (*backendState, error) {
 	st := &backendState{buckets: map[string]bool{}, accounts: b.Accounts(), grants: b.AccountBuckets,
 		allowed: func(_ context.Context, creds *cosiproto.CredentialInfo, bucketID string, write bool) (bool, error) {
 			return b.Allowed(creds, bucketID, memory.ObjectData, write), nil
-		}}
+		},
+		// The memory driver derives the key ID from the account: the secret tells keys apart.
+		keyID: func(creds *cosiproto.CredentialInfo) string {
+			sum := sha256.Sum256([]byte(creds.GetS3().GetAccessKeyId() + "\x00" + creds.GetS3().GetAccessSecretKey()))
+			return hex.EncodeToString(sum[:8])
+		},
+		reach: func(_ context.Context, account string) ([]string, error) { return b.AccountBuckets(account), nil },
+	}
+	st.keys = func(_ context.Context, account string) ([]backendKey, error) {
+		creds := b.AccountKeys(account)
+		var out []backendKey
+		for i, c := range creds {
+			out = append(out, backendKey{id: st.keyID(c), name: [...]string{"its key", "its previous key"}[min(i, 1)],
+				created: time.Unix(int64(len(creds)-i), 0)})
+		}
+		return out, nil
+	}
 	for _, id := range b.Buckets() {
 		st.buckets[id] = true
 	}
@@ -121,7 +157,8 @@ func newS3Backend(store *versity.Store) *s3Backend {
 }
 
 func (b *s3Backend) snapshot(ctx context.Context) (*backendState, error) {
-	st := &backendState{buckets: map[string]bool{}, allowed: b.allowed}
+	st := &backendState{buckets: map[string]bool{}, allowed: b.allowed, keys: b.keys, reach: b.reach,
+		keyID: func(creds *cosiproto.CredentialInfo) string { return creds.GetS3().GetAccessKeyId() }}
 	out, err := b.admin.ListBuckets(ctx, &awss3.ListBucketsInput{})
 	if err != nil {
 		return nil, fmt.Errorf("listing the store's buckets: %w", err)
@@ -198,4 +235,97 @@ func (b *s3Backend) widen(ctx context.Context, _ *driver.Client, a *cosiapi.Buck
 	_, err := b.iamAdmin.PutUserPolicy(ctx, &iam.PutUserPolicyInput{UserName: aws.String(a.Status.AccountID),
 		PolicyName: aws.String("planted"), PolicyDocument: aws.String(doc)})
 	return err
+}
+
+// keys lists the user's active access keys.
+func (b *s3Backend) keys(ctx context.Context, user string) ([]backendKey, error) {
+	out, err := b.iamAdmin.ListAccessKeys(ctx, &iam.ListAccessKeysInput{UserName: aws.String(user)})
+	if err != nil {
+		return nil, fmt.Errorf("listing the access keys of IAM user %s: %w", user, err)
+	}
+	var keys []backendKey
+	for _, k := range out.AccessKeyMetadata {
+		if k.Status == iamtypes.StatusTypeInactive {
+			continue
+		}
+		id := aws.ToString(k.AccessKeyId)
+		keys = append(keys, backendKey{id: id, name: id, created: aws.ToTime(k.CreateDate)})
+	}
+	return keys, nil
+}
+
+// reach reads every inline policy of the user and returns the buckets their Allow statements
+// name. A policy that cannot be read names "(unreadable policy NAME)": it may grant anything.
+func (b *s3Backend) reach(ctx context.Context, user string) ([]string, error) {
+	var names []string
+	pages := iam.NewListUserPoliciesPaginator(b.iamAdmin, &iam.ListUserPoliciesInput{UserName: aws.String(user)})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("listing the policies of IAM user %s: %w", user, err)
+		}
+		names = append(names, page.PolicyNames...)
+	}
+	reach := map[string]bool{}
+	for _, name := range names {
+		out, err := b.iamAdmin.GetUserPolicy(ctx, &iam.GetUserPolicyInput{UserName: aws.String(user),
+			PolicyName: aws.String(name)})
+		if err != nil {
+			return nil, fmt.Errorf("reading the policy %s of IAM user %s: %w", name, user, err)
+		}
+		doc := aws.ToString(out.PolicyDocument)
+		if unescaped, err := url.QueryUnescape(doc); err == nil {
+			doc = unescaped // IAM returns the document URL-encoded
+		}
+		buckets, ok := policyBuckets(doc)
+		if !ok {
+			reach["(unreadable policy "+name+")"] = true
+		}
+		for _, bucket := range buckets {
+			reach[bucket] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(reach)), nil
+}
+
+// policyBuckets returns the buckets that an identity policy's Allow statements name: the bucket of
+// each S3 ARN in Resource, "*" for a wildcard or a NotResource. Resource and Action may be a
+// string or a list.
+func policyBuckets(doc string) ([]string, bool) {
+	var p struct {
+		Statement []struct {
+			Effect      string
+			Resource    json.RawMessage
+			NotResource json.RawMessage
+		}
+	}
+	if err := json.Unmarshal([]byte(doc), &p); err != nil {
+		return nil, false
+	}
+	var out []string
+	for _, st := range p.Statement {
+		if st.Effect != "Allow" {
+			continue
+		}
+		if len(st.NotResource) > 0 {
+			out = append(out, "*")
+			continue
+		}
+		var resources []string
+		if json.Unmarshal(st.Resource, &resources) != nil {
+			var one string
+			if json.Unmarshal(st.Resource, &one) != nil {
+				return nil, false
+			}
+			resources = []string{one}
+		}
+		for _, r := range resources {
+			bucket, _, _ := strings.Cut(strings.TrimPrefix(r, "arn:aws:s3:::"), "/")
+			if bucket == "" || strings.ContainsAny(bucket, "*?") || !strings.HasPrefix(r, "arn:aws:s3:::") {
+				bucket = "*"
+			}
+			out = append(out, bucket)
+		}
+	}
+	return out, true
 }
