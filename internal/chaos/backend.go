@@ -121,9 +121,12 @@ func (m memoryBackend) importBuckets(ctx context.Context, ids []string) error {
 // other door, and it refuses to change an account's grant in place.
 func (memoryBackend) widen(ctx context.Context, d *driver.Client, a *cosiapi.BucketAccess, bucketID string) error {
 	req := grantRequest(a)
-	if _, err := d.DriverRevokeBucketAccess(ctx, &cosiproto.DriverRevokeBucketAccessRequest{
-		AccountId: req.AccountId, Protocol: req.Protocol, AuthenticationType: req.AuthenticationType,
-	}); err != nil {
+	revoke := &cosiproto.DriverRevokeBucketAccessRequest{AccountId: req.AccountId, Protocol: req.Protocol,
+		AuthenticationType: req.AuthenticationType}
+	for _, b := range req.Buckets {
+		revoke.Buckets = append(revoke.Buckets, &cosiproto.DriverRevokeBucketAccessRequest_Bucket{BucketId: b.BucketId})
+	}
+	if _, err := d.DriverRevokeBucketAccess(ctx, revoke); err != nil {
 		return err
 	}
 	req.Buckets = append(req.Buckets, &cosiproto.AccessedBucket{BucketId: bucketID,

@@ -261,7 +261,7 @@ func (r *run) plantObjects(ctx context.Context, want func(check, object string),
 	want(CheckStrayGrant, "Bucket planted-left")
 	// A Bucket of another driver naming planted-foreign.
 	foreign := objects.Bucket("planted-foreign", plantedDriver, cosiapi.DeletionPolicyRetain,
-		objects.BucketProtocols(cosiapi.ProtocolS3))
+		objects.BucketProtocols(cosiapi.ProtocolS3), objects.ClaimedBy(plantedNamespace, "planted-none", ""))
 	if err := r.create(ctx, foreign); err != nil {
 		return err
 	}
@@ -281,7 +281,7 @@ func (r *run) plantObjects(ctx context.Context, want func(check, object string),
 	// driver: deleting either would delete the other's data.
 	if shared != nil {
 		imported := objects.Bucket("planted-shared", r.driverName, cosiapi.DeletionPolicyRetain,
-			objects.BucketProtocols(cosiapi.ProtocolS3))
+			objects.BucketProtocols(cosiapi.ProtocolS3), objects.ClaimedBy(plantedNamespace, "planted-none", ""))
 		imported.Spec.ExistingBucketID = shared.bucketID
 		if err := r.create(ctx, imported); err != nil {
 			return err
