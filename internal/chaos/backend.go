@@ -243,6 +243,9 @@ func (b *s3Backend) widen(ctx context.Context, _ *driver.Client, a *cosiapi.Buck
 // keys lists the user's active access keys.
 func (b *s3Backend) keys(ctx context.Context, user string) ([]backendKey, error) {
 	out, err := b.iamAdmin.ListAccessKeys(ctx, &iam.ListAccessKeysInput{UserName: aws.String(user)})
+	if noSuchEntity(err) {
+		return nil, nil // revoked since the users were listed
+	}
 	if err != nil {
 		return nil, fmt.Errorf("listing the access keys of IAM user %s: %w", user, err)
 	}
@@ -264,6 +267,9 @@ func (b *s3Backend) reach(ctx context.Context, user string) ([]string, error) {
 	pages := iam.NewListUserPoliciesPaginator(b.iamAdmin, &iam.ListUserPoliciesInput{UserName: aws.String(user)})
 	for pages.HasMorePages() {
 		page, err := pages.NextPage(ctx)
+		if noSuchEntity(err) {
+			return nil, nil // revoked since the users were listed
+		}
 		if err != nil {
 			return nil, fmt.Errorf("listing the policies of IAM user %s: %w", user, err)
 		}
@@ -273,6 +279,9 @@ func (b *s3Backend) reach(ctx context.Context, user string) ([]string, error) {
 	for _, name := range names {
 		out, err := b.iamAdmin.GetUserPolicy(ctx, &iam.GetUserPolicyInput{UserName: aws.String(user),
 			PolicyName: aws.String(name)})
+		if noSuchEntity(err) {
+			continue // deleted since it was listed
+		}
 		if err != nil {
 			return nil, fmt.Errorf("reading the policy %s of IAM user %s: %w", name, user, err)
 		}
@@ -331,4 +340,11 @@ func policyBuckets(doc string) ([]string, bool) {
 		}
 	}
 	return out, true
+}
+
+// noSuchEntity reports whether IAM answered that the user or policy does not exist: the audit
+// reads the store while COSI still revokes, until it converges.
+func noSuchEntity(err error) bool {
+	var apiErr smithy.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode() == "NoSuchEntity"
 }
