@@ -30,6 +30,9 @@ const (
 	CheckOrphanAccount  = "backend account unaccounted" // no BucketAccess has it
 	CheckLiveKey        = "revoked key still works"     // a deleted access's key opens its bucket
 	CheckLostKey        = "kept access's key fails"     // a kept access's Secret does not open its bucket
+	CheckStrayKey       = "backend key unaccounted"     // an accounted account's key that no Secret holds
+	CheckWideGrant      = "account reaches too far"     // an account reaches a bucket its access does not
+	CheckSharedBucket   = "backend bucket shared"       // two Buckets of the driver name one backend bucket
 	CheckStraySecret    = "Secret without its access"
 	CheckStrayGrant     = "grant record without its access"
 )
@@ -39,6 +42,9 @@ const (
 const (
 	grantNamespace    = "cosi-system"
 	grantRecordPrefix = "cosi-grant-"
+	// legacyGrantAnnotationPrefix prefixed the annotations that recorded grants on Buckets before
+	// the grant records (internal/sidecar, grants.go).
+	legacyGrantAnnotationPrefix = cosiapi.GroupName + "/grant-"
 )
 
 // Violation is one finding of the audit.
@@ -58,10 +64,15 @@ func (v Violation) String() string { return v.Check + ": " + v.Object + ": " + v
 
 // world is the system as the audit sees it.
 type world struct {
-	claims    map[types.UID]*cosiapi.BucketClaim
-	accesses  map[types.UID]*cosiapi.BucketAccess
-	buckets   []cosiapi.Bucket
-	secrets   []corev1.Secret
+	claims   map[types.UID]*cosiapi.BucketClaim
+	accesses map[types.UID]*cosiapi.BucketAccess
+	buckets  []cosiapi.Bucket
+	// secrets are the access Secrets: labeled with an access's UID. cosiSecrets are every Secret
+	// that shows it is COSI's: the label, COSI's finalizer or annotation, or an access as its owner
+	// (a tenant may remove the label).
+	secrets, cosiSecrets []corev1.Secret
+	// grants are the grant records: in the sidecar's namespace by their name or label, anywhere
+	// else by their label.
 	grants    []corev1.ConfigMap
 	spaces    []corev1.Namespace
 	store     *backendState
@@ -84,8 +95,8 @@ func (r *run) look(ctx context.Context) (*world, error) {
 		opts []client.ListOption
 	}{
 		{&cl, nil}, {&al, nil}, {&bl, nil},
-		{&sl, []client.ListOption{client.HasLabels{cosiapi.LabelBucketAccessUID}}},
-		{&gl, []client.ListOption{client.InNamespace(grantNamespace)}},
+		{&sl, nil},
+		{&gl, nil},
 		{&nl, nil},
 	} {
 		if err := r.list(ctx, l.list, l.opts...); err != nil {
@@ -98,11 +109,21 @@ func (r *run) look(ctx context.Context) (*world, error) {
 	for i := range al.Items {
 		w.accesses[al.Items[i].UID] = &al.Items[i]
 	}
-	w.buckets, w.secrets = bl.Items, sl.Items
-	// The grant records: by their name as well as their label, so that a record whose label was
-	// lost (the sidecar no longer sees it as its own) still counts.
+	w.buckets = bl.Items
+	for _, s := range sl.Items {
+		if _, ok := s.Labels[cosiapi.LabelBucketAccessUID]; ok {
+			w.secrets = append(w.secrets, s)
+		}
+		if cosiSecret(&s) {
+			w.cosiSecrets = append(w.cosiSecrets, s)
+		}
+	}
+	// The grant records: in the sidecar's namespace by their name as well as their label, so that
+	// a record whose label was lost (the sidecar no longer sees it as its own) still counts; by
+	// their label elsewhere (a sidecar that ran in another namespace left them).
 	for _, cm := range gl.Items {
-		if strings.HasPrefix(cm.Name, grantRecordPrefix) || cm.Labels[cosiapi.LabelGrantDriver] != "" {
+		if cm.Labels[cosiapi.LabelGrantDriver] != "" ||
+			cm.Namespace == grantNamespace && strings.HasPrefix(cm.Name, grantRecordPrefix) {
 			w.grants = append(w.grants, cm)
 		}
 	}
@@ -190,6 +211,12 @@ func (r *run) audit(ctx context.Context) ([]Violation, error) {
 			add(CheckTerminating, "Namespace "+ns.Name, since(ns.DeletionTimestamp.Time), ns.Name)
 		}
 	}
+	for _, sec := range w.cosiSecrets {
+		if sec.DeletionTimestamp != nil {
+			add(CheckTerminating, "Secret "+sec.Namespace+"/"+sec.Name, since(sec.DeletionTimestamp.Time)+
+				", finalizers "+strings.Join(sec.Finalizers, ","), sec.Labels[cosiapi.LabelBucketAccessUID])
+		}
+	}
 
 	// Buckets: every backend bucket accounted for, none lost, one per claim.
 	accounted := map[string]bool{}
@@ -200,9 +227,13 @@ func (r *run) audit(ctx context.Context) ([]Violation, error) {
 		accounted[id] = true
 	}
 	bucketsOf := map[types.UID][]string{}
+	// The Buckets of the driver by backend bucket: only they account for its buckets (another
+	// driver's Bucket names a bucket of another store), and one each.
+	named := map[string][]string{}
 	for _, b := range w.buckets {
-		if b.Status.BucketID != "" {
-			accounted[b.Status.BucketID] = true
+		if id := b.Status.BucketID; id != "" && string(b.Spec.DriverName) == r.driverName {
+			accounted[id] = true
+			named[id] = append(named[id], b.Name)
 		}
 		claimLive := b.Spec.BucketClaimRef.UID != "" && w.claims[b.Spec.BucketClaimRef.UID] != nil
 		if claimLive {
@@ -223,7 +254,14 @@ func (r *run) audit(ctx context.Context) ([]Violation, error) {
 	}
 	for _, id := range slices.Sorted(maps.Keys(w.bucketIDs)) {
 		if !accounted[id] {
-			add(CheckOrphanBucket, "backend bucket "+id, "no Bucket has it as its status.bucketID", id)
+			add(CheckOrphanBucket, "backend bucket "+id, "no Bucket of the driver has it as its status.bucketID", id)
+		}
+	}
+	for id, names := range named {
+		if len(names) > 1 {
+			slices.Sort(names)
+			add(CheckSharedBucket, "backend bucket "+id, fmt.Sprintf("named by %d Buckets: %v", len(names), names),
+				append([]string{id}, names...)...)
 		}
 	}
 	for id, name := range r.ledger.released {
@@ -256,7 +294,9 @@ func (r *run) audit(ctx context.Context) ([]Violation, error) {
 			accounts[a.Status.AccountID] = true
 		}
 	}
+	inStore := map[string]bool{}
 	for _, id := range w.store.accounts {
+		inStore[id] = true
 		if !accounts[id] {
 			detail := "no BucketAccess has it"
 			if w.store.grants != nil {
@@ -265,6 +305,11 @@ func (r *run) audit(ctx context.Context) ([]Violation, error) {
 			add(CheckOrphanAccount, "backend account "+id, detail, id)
 		}
 	}
+	v, err := checkReach(ctx, w, inStore)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, v...)
 	for _, a := range r.ledger.accesses {
 		name := "BucketAccess " + a.namespace + "/" + a.plan.name
 		live := w.accesses[a.uid]
@@ -287,25 +332,167 @@ func (r *run) audit(ctx context.Context) ([]Violation, error) {
 				return nil, err
 			}
 			out = append(out, v...)
+			if inStore[live.Status.AccountID] && len(v) == 0 {
+				if v, err = checkKeys(ctx, w, a, live); err != nil {
+					return nil, err
+				}
+				out = append(out, v...)
+			}
 		}
 	}
 
 	// Secrets and grant records: none without its access.
-	for _, s := range w.secrets {
-		uid := types.UID(s.Labels[cosiapi.LabelBucketAccessUID])
-		if w.accesses[uid] == nil {
-			add(CheckStraySecret, "Secret "+s.Namespace+"/"+s.Name, "its BucketAccess "+string(uid)+" is gone",
-				string(uid))
-		}
-	}
+	out = append(out, checkSecrets(w)...)
 	for _, g := range w.grants {
 		uid := types.UID(strings.TrimPrefix(g.Name, grantRecordPrefix))
 		if w.accesses[uid] == nil {
-			add(CheckStrayGrant, "ConfigMap "+grantNamespace+"/"+g.Name, "its BucketAccess "+string(uid)+" is gone",
+			add(CheckStrayGrant, "ConfigMap "+g.Namespace+"/"+g.Name, "its BucketAccess "+string(uid)+" is gone",
 				string(uid), cosiapi.AccountNamePrefix+string(uid))
 		}
 	}
+	// Grant records that earlier versions kept in Bucket annotations: the sidecar migrates those
+	// of its driver's Buckets; none may stay for an access that is gone.
+	for _, b := range w.buckets {
+		for _, k := range slices.Sorted(maps.Keys(b.Annotations)) {
+			uid, ok := strings.CutPrefix(k, legacyGrantAnnotationPrefix)
+			if ok && w.accesses[types.UID(uid)] == nil {
+				add(CheckStrayGrant, "Bucket "+b.Name, "its annotation "+k+" records a grant to BucketAccess "+uid+
+					", which is gone", uid, cosiapi.AccountNamePrefix+uid, b.Name)
+			}
+		}
+	}
 	slices.SortFunc(out, func(a, b Violation) int { return strings.Compare(a.String(), b.String()) })
+	return out, nil
+}
+
+// cosiSecret reports whether a Secret shows that COSI wrote it: the access's UID label, COSI's
+// finalizer, the access annotation, or a BucketAccess as its owner.
+func cosiSecret(s *corev1.Secret) bool {
+	if _, ok := s.Labels[cosiapi.LabelBucketAccessUID]; ok {
+		return true
+	}
+	if _, ok := s.Annotations[cosiapi.AnnotationBucketAccessReference]; ok {
+		return true
+	}
+	return slices.Contains(s.Finalizers, cosiapi.FinalizerProtection) || accessOwner(s) != ""
+}
+
+// accessOwner is the UID of the BucketAccess that owns the Secret, or "".
+func accessOwner(s *corev1.Secret) types.UID {
+	for _, o := range s.OwnerReferences {
+		if o.Kind == "BucketAccess" && strings.HasPrefix(o.APIVersion, cosiapi.GroupName+"/") {
+			return o.UID
+		}
+	}
+	return ""
+}
+
+// checkSecrets finds the Secrets of COSI's that no live access has: each must be in its access's
+// namespace and named by it. The UID label says whose a Secret is; without it (a tenant may
+// remove it), its owner, or its access annotation.
+func checkSecrets(w *world) []Violation {
+	var out []Violation
+	byName := map[string]*cosiapi.BucketAccess{}
+	for _, a := range w.accesses {
+		byName[a.Namespace+"/"+a.Name] = a
+	}
+	for _, s := range w.cosiSecrets {
+		var a *cosiapi.BucketAccess
+		whose := ""
+		switch uid, ok := s.Labels[cosiapi.LabelBucketAccessUID]; {
+		case ok:
+			a, whose = w.accesses[types.UID(uid)], "labeled for BucketAccess "+uid
+		case accessOwner(&s) != "":
+			a, whose = w.accesses[accessOwner(&s)], "unlabeled, owned by BucketAccess "+string(accessOwner(&s))
+		default:
+			ref := s.Annotations[cosiapi.AnnotationBucketAccessReference]
+			a, whose = byName[ref], "unlabeled, annotated for BucketAccess "+ref
+			if ref == "" {
+				whose = "unlabeled, with COSI's finalizer"
+			}
+		}
+		detail := whose + ", which is gone"
+		if a != nil {
+			if a.Namespace == s.Namespace && slices.ContainsFunc(a.Spec.BucketClaims, func(c cosiapi.BucketClaimAccess) bool {
+				return string(c.AccessSecretName) == s.Name
+			}) {
+				continue
+			}
+			detail = whose + ", which does not name it (" + a.Namespace + "/" + a.Name + ")"
+		}
+		subjects := []string{s.Labels[cosiapi.LabelBucketAccessUID], string(accessOwner(&s))}
+		out = append(out, Violation{Check: CheckStraySecret, Object: "Secret " + s.Namespace + "/" + s.Name,
+			Detail: detail, subjects: subjects})
+	}
+	return out
+}
+
+// checkReach finds the accounts that reach buckets their access does not: every live access's
+// account, by what the store grants it.
+func checkReach(ctx context.Context, w *world, inStore map[string]bool) ([]Violation, error) {
+	var out []Violation
+	for _, uid := range slices.Sorted(maps.Keys(w.accesses)) {
+		a := w.accesses[uid]
+		if a.Status.AccountID == "" || !inStore[a.Status.AccountID] {
+			continue
+		}
+		reach, err := w.store.reach(ctx, a.Status.AccountID)
+		if err != nil {
+			return nil, err
+		}
+		var extra []string
+		for _, b := range reach {
+			if !slices.ContainsFunc(a.Status.AccessedBuckets, func(ab cosiapi.AccessedBucket) bool {
+				return ab.BucketID == b
+			}) {
+				extra = append(extra, b)
+			}
+		}
+		if len(extra) > 0 {
+			out = append(out, Violation{Check: CheckWideGrant, Object: "BucketAccess " + a.Namespace + "/" + a.Name,
+				Detail:   fmt.Sprintf("its account %s reaches %v, which it does not grant", a.Status.AccountID, extra),
+				subjects: []string{string(a.UID), a.Status.AccountID}})
+		}
+	}
+	return out, nil
+}
+
+// checkKeys checks the keys of a kept access's account: the newest must be the one its Secrets
+// hold, and besides it the driver keeps at most one previous key (the S3 driver on IAM, the
+// memory driver's NewKeyPerGrant), so that a key a workload already holds keeps working. A key
+// newer than the Secrets' was minted for no one (a late grant): it opens the buckets, and no
+// object accounts for it.
+func checkKeys(ctx context.Context, w *world, a *accessRecord, live *cosiapi.BucketAccess) ([]Violation, error) {
+	keys, err := w.store.keys(ctx, live.Status.AccountID)
+	if err != nil {
+		return nil, err
+	}
+	held := map[string]bool{}
+	for _, s := range w.secrets {
+		if s.Namespace == live.Namespace && s.Labels[cosiapi.LabelBucketAccessUID] == string(live.UID) {
+			held[w.store.keyID(secretCredentials(&s))] = true
+		}
+	}
+	var newestHeld time.Time
+	for _, k := range keys {
+		if held[k.id] && k.created.After(newestHeld) {
+			newestHeld = k.created
+		}
+	}
+	var out []Violation
+	name := "BucketAccess " + a.namespace + "/" + a.plan.name
+	for _, k := range keys {
+		if !held[k.id] && k.created.After(newestHeld) {
+			out = append(out, Violation{Check: CheckStrayKey, Object: name, Detail: fmt.Sprintf(
+				"its account %s has a key (%s) newer than the one its Secrets hold", live.Status.AccountID, k.name),
+				subjects: a.subjects()})
+		}
+	}
+	if len(keys) > 2 {
+		out = append(out, Violation{Check: CheckStrayKey, Object: name, Detail: fmt.Sprintf(
+			"its account %s has %d keys; the driver keeps the newest and one previous", live.Status.AccountID,
+			len(keys)), subjects: a.subjects()})
+	}
 	return out, nil
 }
 
@@ -316,7 +503,8 @@ func checkKeptSecrets(ctx context.Context, w *world, a *accessRecord, live *cosi
 	for _, ref := range live.Spec.BucketClaims {
 		var secret *corev1.Secret
 		for i := range w.secrets {
-			if w.secrets[i].Namespace == a.namespace && w.secrets[i].Name == string(ref.AccessSecretName) {
+			if w.secrets[i].Namespace == a.namespace && w.secrets[i].Name == string(ref.AccessSecretName) &&
+				w.secrets[i].Labels[cosiapi.LabelBucketAccessUID] == string(a.uid) {
 				secret = &w.secrets[i]
 			}
 		}

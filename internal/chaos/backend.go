@@ -2,19 +2,29 @@ package chaos
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/iam"
+	iamtypes "github.com/aws/aws-sdk-go-v2/service/iam/types"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/drivers/s3"
 	"github.com/kube-cosi/cosi/internal/versity"
+	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
@@ -26,6 +36,9 @@ type backend interface {
 	snapshot(ctx context.Context) (*backendState, error)
 	// importBuckets creates buckets, as an admin does before importing them into COSI.
 	importBuckets(ctx context.Context, ids []string) error
+	// widen grants the account of a provisioned access one more bucket, behind COSI's back (the
+	// self-check).
+	widen(ctx context.Context, d *driver.Client, a *cosiapi.BucketAccess, bucketID string) error
 }
 
 // backendState is the store at one moment.
@@ -37,6 +50,19 @@ type backendState struct {
 	// allowed reports whether creds open bucketID, reading or writing data; an error means the
 	// store did not say.
 	allowed func(ctx context.Context, creds *cosiproto.CredentialInfo, bucketID string, write bool) (bool, error)
+	// keys returns an account's valid keys, as keyID names them.
+	keys func(ctx context.Context, account string) ([]backendKey, error)
+	// keyID names the key of creds, as keys does.
+	keyID func(creds *cosiproto.CredentialInfo) string
+	// reach returns the buckets that the account's grants name; "*" for any.
+	reach func(ctx context.Context, account string) ([]string, error)
+}
+
+// backendKey is one key of an account.
+type backendKey struct {
+	// id is compared with backendState.keyID; name is what the report shows (never the secret).
+	id, name string
+	created  time.Time
 }
 
 // memoryBackend is cosi-driver-memory's state file, read as the driver reads it after a restart.
@@ -51,7 +77,23 @@ func (m memoryBackend) snapshot(context.Context) (*backendState, error) {
 	st := &backendState{buckets: map[string]bool{}, accounts: b.Accounts(), grants: b.AccountBuckets,
 		allowed: func(_ context.Context, creds *cosiproto.CredentialInfo, bucketID string, write bool) (bool, error) {
 			return b.Allowed(creds, bucketID, memory.ObjectData, write), nil
-		}}
+		},
+		// The memory driver derives the key ID from the account: the secret tells keys apart.
+		keyID: func(creds *cosiproto.CredentialInfo) string {
+			sum := sha256.Sum256([]byte(creds.GetS3().GetAccessKeyId() + "\x00" + creds.GetS3().GetAccessSecretKey()))
+			return hex.EncodeToString(sum[:8])
+		},
+		reach: func(_ context.Context, account string) ([]string, error) { return b.AccountBuckets(account), nil },
+	}
+	st.keys = func(_ context.Context, account string) ([]backendKey, error) {
+		creds := b.AccountKeys(account)
+		var out []backendKey
+		for i, c := range creds {
+			out = append(out, backendKey{id: st.keyID(c), name: [...]string{"its key", "its previous key"}[min(i, 1)],
+				created: time.Unix(int64(len(creds)-i), 0)})
+		}
+		return out, nil
+	}
 	for _, id := range b.Buckets() {
 		st.buckets[id] = true
 	}
@@ -75,11 +117,31 @@ func (m memoryBackend) importBuckets(ctx context.Context, ids []string) error {
 	return nil
 }
 
+// widen revokes the account and grants it again with one bucket more: the memory driver has no
+// other door, and it refuses to change an account's grant in place.
+func (memoryBackend) widen(ctx context.Context, d *driver.Client, a *cosiapi.BucketAccess, bucketID string) error {
+	req := grantRequest(a)
+	revoke := &cosiproto.DriverRevokeBucketAccessRequest{AccountId: req.AccountId, Protocol: req.Protocol,
+		AuthenticationType: req.AuthenticationType}
+	for _, b := range req.Buckets {
+		revoke.Buckets = append(revoke.Buckets, &cosiproto.DriverRevokeBucketAccessRequest_Bucket{BucketId: b.BucketId})
+	}
+	if _, err := d.DriverRevokeBucketAccess(ctx, revoke); err != nil {
+		return err
+	}
+	req.Buckets = append(req.Buckets, &cosiproto.AccessedBucket{BucketId: bucketID,
+		AccessModes: &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_ONLY}})
+	_, err := d.DriverGrantBucketAccess(ctx, req)
+	return err
+}
+
 // s3Backend is the Versity gateway and its IAM service, asked with the root credentials; keys are
 // tried with real S3 requests.
 type s3Backend struct {
 	admin *awss3.Client
 	iam   *s3.IAMAccounts
+	// iamAdmin asks the IAM service what the driver's own client does not: keys and policies.
+	iamAdmin *iam.Client
 	// refused remembers the keys the store refused: a deleted key does not come back, and the
 	// converging audit asks again every second.
 	mu      sync.Mutex
@@ -89,14 +151,17 @@ type s3Backend struct {
 func newS3Backend(store *versity.Store) *s3Backend {
 	creds := credentials.NewStaticCredentialsProvider(store.RootAccessKey, store.RootSecretKey, "")
 	return &s3Backend{
-		admin:   s3.NewS3Client(store.S3Endpoint, "us-east-1", creds, nil),
-		iam:     s3.NewIAMAccounts(store.IAMEndpoint, creds, nil),
+		admin: s3.NewS3Client(store.S3Endpoint, "us-east-1", creds, nil),
+		iam:   s3.NewIAMAccounts(store.IAMEndpoint, creds, nil),
+		iamAdmin: iam.New(iam.Options{Region: "us-east-1", Credentials: creds,
+			BaseEndpoint: aws.String(store.IAMEndpoint)}),
 		refused: map[string]bool{},
 	}
 }
 
 func (b *s3Backend) snapshot(ctx context.Context) (*backendState, error) {
-	st := &backendState{buckets: map[string]bool{}, allowed: b.allowed}
+	st := &backendState{buckets: map[string]bool{}, allowed: b.allowed, keys: b.keys, reach: b.reach,
+		keyID: func(creds *cosiproto.CredentialInfo) string { return creds.GetS3().GetAccessKeyId() }}
 	out, err := b.admin.ListBuckets(ctx, &awss3.ListBucketsInput{})
 	if err != nil {
 		return nil, fmt.Errorf("listing the store's buckets: %w", err)
@@ -164,4 +229,122 @@ func (b *s3Backend) importBuckets(ctx context.Context, ids []string) error {
 		}
 	}
 	return nil
+}
+
+// widen gives the account's IAM user a second inline policy, as an admin would.
+func (b *s3Backend) widen(ctx context.Context, _ *driver.Client, a *cosiapi.BucketAccess, bucketID string) error {
+	doc := `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["s3:ListBucket"],` +
+		`"Resource":"arn:aws:s3:::` + bucketID + `"}]}`
+	_, err := b.iamAdmin.PutUserPolicy(ctx, &iam.PutUserPolicyInput{UserName: aws.String(a.Status.AccountID),
+		PolicyName: aws.String("planted"), PolicyDocument: aws.String(doc)})
+	return err
+}
+
+// keys lists the user's active access keys.
+func (b *s3Backend) keys(ctx context.Context, user string) ([]backendKey, error) {
+	out, err := b.iamAdmin.ListAccessKeys(ctx, &iam.ListAccessKeysInput{UserName: aws.String(user)})
+	if noSuchEntity(err) {
+		return nil, nil // revoked since the users were listed
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing the access keys of IAM user %s: %w", user, err)
+	}
+	var keys []backendKey
+	for _, k := range out.AccessKeyMetadata {
+		if k.Status == iamtypes.StatusTypeInactive {
+			continue
+		}
+		id := aws.ToString(k.AccessKeyId)
+		keys = append(keys, backendKey{id: id, name: id, created: aws.ToTime(k.CreateDate)})
+	}
+	return keys, nil
+}
+
+// reach reads every inline policy of the user and returns the buckets their Allow statements
+// name. A policy that cannot be read names "(unreadable policy NAME)": it may grant anything.
+func (b *s3Backend) reach(ctx context.Context, user string) ([]string, error) {
+	var names []string
+	pages := iam.NewListUserPoliciesPaginator(b.iamAdmin, &iam.ListUserPoliciesInput{UserName: aws.String(user)})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if noSuchEntity(err) {
+			return nil, nil // revoked since the users were listed
+		}
+		if err != nil {
+			return nil, fmt.Errorf("listing the policies of IAM user %s: %w", user, err)
+		}
+		names = append(names, page.PolicyNames...)
+	}
+	reach := map[string]bool{}
+	for _, name := range names {
+		out, err := b.iamAdmin.GetUserPolicy(ctx, &iam.GetUserPolicyInput{UserName: aws.String(user),
+			PolicyName: aws.String(name)})
+		if noSuchEntity(err) {
+			continue // deleted since it was listed
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading the policy %s of IAM user %s: %w", name, user, err)
+		}
+		doc := aws.ToString(out.PolicyDocument)
+		if unescaped, err := url.QueryUnescape(doc); err == nil {
+			doc = unescaped // IAM returns the document URL-encoded
+		}
+		buckets, ok := policyBuckets(doc)
+		if !ok {
+			reach["(unreadable policy "+name+")"] = true
+		}
+		for _, bucket := range buckets {
+			reach[bucket] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(reach)), nil
+}
+
+// policyBuckets returns the buckets that an identity policy's Allow statements name: the bucket of
+// each S3 ARN in Resource, "*" for a wildcard or a NotResource. Resource and Action may be a
+// string or a list.
+func policyBuckets(doc string) ([]string, bool) {
+	var p struct {
+		Statement []struct {
+			Effect      string
+			Resource    json.RawMessage
+			NotResource json.RawMessage
+		}
+	}
+	if err := json.Unmarshal([]byte(doc), &p); err != nil {
+		return nil, false
+	}
+	var out []string
+	for _, st := range p.Statement {
+		if st.Effect != "Allow" {
+			continue
+		}
+		if len(st.NotResource) > 0 {
+			out = append(out, "*")
+			continue
+		}
+		var resources []string
+		if json.Unmarshal(st.Resource, &resources) != nil {
+			var one string
+			if json.Unmarshal(st.Resource, &one) != nil {
+				return nil, false
+			}
+			resources = []string{one}
+		}
+		for _, r := range resources {
+			bucket, _, _ := strings.Cut(strings.TrimPrefix(r, "arn:aws:s3:::"), "/")
+			if bucket == "" || strings.ContainsAny(bucket, "*?") || !strings.HasPrefix(r, "arn:aws:s3:::") {
+				bucket = "*"
+			}
+			out = append(out, bucket)
+		}
+	}
+	return out, true
+}
+
+// noSuchEntity reports whether IAM answered that the user or policy does not exist: the audit
+// reads the store while COSI still revokes, until it converges.
+func noSuchEntity(err error) bool {
+	var apiErr smithy.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode() == "NoSuchEntity"
 }

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/objects"
@@ -23,21 +24,29 @@ const plantedDriver = "planted.chaos.cosi.io"
 // plantFinalizer holds the planted claim in Terminating.
 const plantFinalizer = "chaos.cosi.kube-cosi.io/hold"
 
-// selfCheck plants one instance of each kind of violation once the run converged, behind COSI's
-// back, as a broken component or a careless admin would, and audits again: each must be found,
-// or the audit could miss what it exists to find. It returns the checks that found their plant.
+// plant is one planted violation: the check that must report it, and the object it names.
+type plant struct{ check, object string }
+
+// selfCheck plants violations once the run converged, behind COSI's back, as a broken component
+// or a careless admin would, and audits again: each must be found, or the audit could miss what
+// it exists to find. Every check has at least one plant; some have several, each a way a leak
+// could hide from a simpler audit ("Attack on the audit" in docs/reliability.md). It returns the
+// checks that found their plants.
 func (r *run) selfCheck(ctx context.Context) (map[string]bool, error) {
 	d, err := r.driverClient(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer d.Close()
+	var plants []plant
+	want := func(check, object string) { plants = append(plants, plant{check, object}) }
 	s3 := []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3}
 	// A backend bucket and an account (with a key) that nothing accounts for.
 	if _, err := d.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: "planted-orphan",
 		Protocols: s3}); err != nil {
 		return nil, err
 	}
+	want(CheckOrphanBucket, "backend bucket planted-orphan")
 	grant, err := d.DriverGrantBucketAccess(ctx, &cosiproto.DriverGrantBucketAccessRequest{
 		AccountId: "planted-account", Protocol: cosiproto.ObjectProtocol_S3,
 		AuthenticationType: cosiproto.AuthenticationType_KEY,
@@ -47,38 +56,61 @@ func (r *run) selfCheck(ctx context.Context) (map[string]bool, error) {
 	if err != nil {
 		return nil, err
 	}
+	want(CheckOrphanAccount, "backend account planted-account")
 	// That key, as if a deleted access had held it: it must be refused.
 	r.ledger.addAccess(&accessRecord{namespace: plantedNamespace, plan: accessPlan{name: "planted-deleted"},
 		uid: "planted-deleted-uid", keys: []seenKey{{secret: "planted", bucketID: "planted-orphan",
 			creds: grant.GetCredentials()}}})
-	// A kept claim's bucket deleted in the backend.
-	var victim *claimRecord
+	want(CheckLiveKey, "BucketAccess "+plantedNamespace+"/planted-deleted")
+	// A backend bucket that only a Bucket of another driver names: it does not account for it.
+	if _, err := d.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: "planted-foreign",
+		Protocols: s3}); err != nil {
+		return nil, err
+	}
+	want(CheckOrphanBucket, "backend bucket planted-foreign")
+
+	// The victims: kept claims and accesses, each used by one plant.
 	r.ledger.mu.Lock()
+	var victim, twice, shared *claimRecord
 	for _, c := range r.ledger.claims {
-		if c.plan.keep && !c.plan.static && c.bucketID != "" {
+		switch {
+		case !c.plan.keep || c.uid == "" || c.namespace == plantedNamespace:
+		case victim == nil && !c.plan.static && c.bucketID != "":
 			victim = c
-			break
+		case twice == nil:
+			twice = c
+		case shared == nil && c.bucketID != "":
+			shared = c
+		}
+	}
+	var cut, minted, widened, lent *accessRecord
+	for _, a := range r.ledger.accesses {
+		if !a.plan.keep || a.accountID == "" || len(a.keys) == 0 || slices.ContainsFunc(a.keys, func(k seenKey) bool {
+			return victim != nil && k.bucketID == victim.bucketID
+		}) {
+			continue
+		}
+		switch {
+		case cut == nil:
+			cut = a
+		case minted == nil:
+			minted = a
+		case widened == nil:
+			widened = a
+		case lent == nil:
+			lent = a
 		}
 	}
 	r.ledger.mu.Unlock()
+	// A kept claim's bucket deleted in the backend.
 	if victim != nil {
 		if _, err := d.DriverDeleteBucket(ctx, &cosiproto.DriverDeleteBucketRequest{BucketId: victim.bucketID}); err != nil {
 			return nil, err
 		}
+		want(CheckLostBucket, "backend bucket "+victim.bucketID)
 	}
 	// A kept access's key revoked behind COSI's back (one that does not reach the victim's bucket,
 	// whose keys fail with it).
-	var cut *accessRecord
-	r.ledger.mu.Lock()
-	for _, a := range r.ledger.accesses {
-		if a.plan.keep && a.accountID != "" && len(a.keys) > 0 && !slices.ContainsFunc(a.keys, func(k seenKey) bool {
-			return victim != nil && k.bucketID == victim.bucketID
-		}) {
-			cut = a
-			break
-		}
-	}
-	r.ledger.mu.Unlock()
 	if cut != nil {
 		req := &cosiproto.DriverRevokeBucketAccessRequest{AccountId: cut.accountID, Protocol: cosiproto.ObjectProtocol_S3,
 			AuthenticationType: cosiproto.AuthenticationType_KEY}
@@ -88,61 +120,42 @@ func (r *run) selfCheck(ctx context.Context) (map[string]bool, error) {
 		if _, err := d.DriverRevokeBucketAccess(ctx, req); err != nil {
 			return nil, err
 		}
+		want(CheckLostKey, "BucketAccess "+cut.namespace+"/"+cut.plan.name)
+	}
+	// A kept access granted once more, as a late call would: a new key that no Secret holds, on
+	// an account that its access accounts for, while the Secret's key still works.
+	if minted != nil {
+		live := &cosiapi.BucketAccess{ObjectMeta: metav1.ObjectMeta{Namespace: minted.namespace, Name: minted.plan.name}}
+		if err := r.get(ctx, live); err != nil {
+			return nil, err
+		}
+		if _, err := d.DriverGrantBucketAccess(ctx, grantRequest(live)); err != nil {
+			return nil, err
+		}
+		want(CheckStrayKey, "BucketAccess "+minted.namespace+"/"+minted.plan.name)
+	}
+	// A kept access's account granted a bucket that its access does not reach.
+	if widened != nil {
+		live := &cosiapi.BucketAccess{ObjectMeta: metav1.ObjectMeta{Namespace: widened.namespace,
+			Name: widened.plan.name}}
+		if err := r.get(ctx, live); err != nil {
+			return nil, err
+		}
+		if err := r.backend.widen(ctx, d, live, "planted-orphan"); err != nil {
+			return nil, err
+		}
+		want(CheckWideGrant, "BucketAccess "+widened.namespace+"/"+widened.plan.name)
 	}
 	// A kept claim and a kept access that vanished (in the ledger only: the audit must notice that
 	// what it was told to keep is gone).
 	r.ledger.addClaim(&claimRecord{namespace: plantedNamespace, plan: claimPlan{name: "planted-kept", keep: true},
 		uid: "planted-kept-claim-uid"})
+	want(CheckClaim, "BucketClaim "+plantedNamespace+"/planted-kept")
 	r.ledger.addAccess(&accessRecord{namespace: plantedNamespace, plan: accessPlan{name: "planted-kept", keep: true},
 		uid: "planted-kept-access-uid"})
+	want(CheckAccess, "BucketAccess "+plantedNamespace+"/planted-kept")
 
-	// A Secret and a grant record without their access, a claim stuck Terminating.
-	if err := r.create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: plantedNamespace}}); err != nil {
-		return nil, err
-	}
-	ghost := types.UID("00000000-0000-0000-0000-00000000dead")
-	for _, o := range []*corev1.Secret{{ObjectMeta: metav1.ObjectMeta{Name: "planted", Namespace: plantedNamespace,
-		Labels: map[string]string{cosiapi.LabelBucketAccessUID: string(ghost)}}}} {
-		if err := r.create(ctx, o); err != nil {
-			return nil, err
-		}
-	}
-	if err := r.create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: grantRecordPrefix + string(ghost),
-		Namespace: grantNamespace, Labels: map[string]string{cosiapi.LabelGrantDriver: r.driverName}}}); err != nil {
-		return nil, err
-	}
-	// A Bucket object of the Delete policy whose claim is gone, released but not deleted (no driver
-	// serves it, and the Controller does not delete a Bucket it marked released), and a second Bucket
-	// bound to a kept claim.
-	left := objects.Bucket("planted-left", plantedDriver, cosiapi.DeletionPolicyDelete,
-		objects.BucketProtocols(cosiapi.ProtocolS3),
-		objects.ClaimedBy(plantedNamespace, "planted-gone", "00000000-0000-0000-0000-00000000d0e5"))
-	left.Annotations = map[string]string{cosiapi.AnnotationBucketClaimBeingDeleted: "true"}
-	if err := r.create(ctx, left); err != nil {
-		return nil, err
-	}
-	var twice *claimRecord
-	r.ledger.mu.Lock()
-	for _, c := range r.ledger.claims {
-		if c.plan.keep && c.uid != "" && c != victim && c.namespace != plantedNamespace {
-			twice = c
-			break
-		}
-	}
-	r.ledger.mu.Unlock()
-	if twice != nil {
-		second := objects.Bucket("planted-second", plantedDriver, cosiapi.DeletionPolicyRetain,
-			objects.BucketProtocols(cosiapi.ProtocolS3), objects.ClaimedBy(twice.namespace, twice.plan.name, twice.uid))
-		if err := r.create(ctx, second); err != nil {
-			return nil, err
-		}
-	}
-	stuck := objects.BucketClaim(plantedNamespace, "planted-stuck", "chaos-delete", objects.S3)
-	stuck.Finalizers = []string{plantFinalizer}
-	if err := r.create(ctx, stuck); err != nil {
-		return nil, err
-	}
-	if err := r.del(ctx, stuck); err != nil {
+	if err := r.plantObjects(ctx, want, twice, shared, lent); err != nil {
 		return nil, err
 	}
 
@@ -150,34 +163,179 @@ func (r *run) selfCheck(ctx context.Context) (map[string]bool, error) {
 	if err != nil {
 		return nil, err
 	}
-	found := map[string]bool{}
+	reported := map[plant]bool{}
 	for _, v := range violations {
-		switch {
-		case v.Check == CheckOrphanBucket && v.Object == "backend bucket planted-orphan",
-			v.Check == CheckOrphanAccount && v.Object == "backend account planted-account",
-			v.Check == CheckLiveKey && v.Object == "BucketAccess "+plantedNamespace+"/planted-deleted",
-			v.Check == CheckStraySecret && v.Object == "Secret "+plantedNamespace+"/planted",
-			v.Check == CheckStrayGrant && v.Object == "ConfigMap "+grantNamespace+"/"+grantRecordPrefix+string(ghost),
-			v.Check == CheckTerminating && v.Object == "BucketClaim "+plantedNamespace+"/planted-stuck",
-			v.Check == CheckClaim && v.Object == "BucketClaim "+plantedNamespace+"/planted-kept",
-			v.Check == CheckAccess && v.Object == "BucketAccess "+plantedNamespace+"/planted-kept",
-			v.Check == CheckLeftBucket && v.Object == "Bucket planted-left",
-			victim != nil && v.Check == CheckLostBucket && v.Object == "backend bucket "+victim.bucketID,
-			cut != nil && v.Check == CheckLostKey && v.Object == "BucketAccess "+cut.namespace+"/"+cut.plan.name,
-			twice != nil && v.Check == CheckBucketsOfClaim && v.Object == "BucketClaim "+twice.namespace+"/"+twice.plan.name:
-			found[v.Check] = true
+		reported[plant{v.Check, v.Object}] = true
+	}
+	found := map[string]bool{}
+	var missed []string
+	for _, p := range plants {
+		if reported[p] {
+			found[p.check] = true
+		} else {
+			missed = append(missed, p.check+": "+p.object)
 		}
 	}
-	want := 9
-	for _, planted := range []bool{victim != nil, cut != nil, twice != nil} {
-		if planted {
-			want++
+	for _, c := range []struct {
+		what string
+		got  bool
+	}{{"a kept claim with a backend bucket", victim != nil}, {"a second kept claim", twice != nil},
+		{"a third kept claim with a backend bucket", shared != nil}, {"four kept accesses with keys", lent != nil}} {
+		if !c.got {
+			r.logf("self-check: no %s: fewer plants", c.what)
 		}
 	}
-	r.logf("self-check: %d of %d planted violations found", len(found), want)
-	if len(found) != want {
-		return found, fmt.Errorf("the audit found %d of %d planted violations: %v; it reported %v", len(found), want,
-			found, violations)
+	r.logf("self-check: %d of %d planted violations found, by %d checks", len(plants)-len(missed), len(plants),
+		len(found))
+	if len(missed) > 0 {
+		return found, fmt.Errorf("the audit missed %d of %d planted violations: %v; it reported %v", len(missed),
+			len(plants), missed, violations)
 	}
 	return found, nil
+}
+
+// plantObjects plants what is wrong on the API's side: Secrets, grant records, Bucket objects
+// and a claim that COSI would never leave so.
+func (r *run) plantObjects(ctx context.Context, want func(check, object string), twice, shared *claimRecord,
+	lent *accessRecord,
+) error {
+	if err := r.create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: plantedNamespace}}); err != nil {
+		return err
+	}
+	ghost := types.UID("00000000-0000-0000-0000-00000000dead")
+	secrets := []*corev1.Secret{
+		// Of no access.
+		{ObjectMeta: metav1.ObjectMeta{Name: "planted", Namespace: plantedNamespace,
+			Labels: map[string]string{cosiapi.LabelBucketAccessUID: string(ghost)}}},
+		// Of a deleted access, its label removed (a tenant may): COSI's finalizer and annotations
+		// still say whose it is.
+		{ObjectMeta: metav1.ObjectMeta{Name: "planted-unlabeled", Namespace: plantedNamespace,
+			Finalizers:  []string{cosiapi.FinalizerProtection},
+			Annotations: map[string]string{cosiapi.AnnotationBucketAccessReference: plantedNamespace + "/planted-deleted"}}},
+		// Being deleted, held by COSI's finalizer that no sidecar will remove.
+		{ObjectMeta: metav1.ObjectMeta{Name: "planted-held", Namespace: plantedNamespace,
+			Finalizers: []string{cosiapi.FinalizerProtection},
+			Labels:     map[string]string{cosiapi.LabelBucketAccessUID: string(ghost)}}},
+	}
+	want(CheckStraySecret, "Secret "+plantedNamespace+"/planted")
+	want(CheckStraySecret, "Secret "+plantedNamespace+"/planted-unlabeled")
+	want(CheckTerminating, "Secret "+plantedNamespace+"/planted-held")
+	if lent != nil {
+		// Labeled with a kept access's UID, in another namespace: not that access's Secret.
+		secrets = append(secrets, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "planted-lent",
+			Namespace: plantedNamespace, Labels: map[string]string{cosiapi.LabelBucketAccessUID: string(lent.uid)}}})
+		want(CheckStraySecret, "Secret "+plantedNamespace+"/planted-lent")
+	}
+	for _, o := range secrets {
+		if err := r.create(ctx, o); err != nil {
+			return err
+		}
+	}
+	if err := r.del(ctx, secrets[2]); err != nil {
+		return err
+	}
+
+	// Grant records of no access: in the sidecar's namespace, in another one, and in the
+	// annotations of a Bucket, where earlier versions kept them.
+	for _, ns := range []string{grantNamespace, plantedNamespace} {
+		name := grantRecordPrefix + string(ghost)
+		if err := r.create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+			Labels: map[string]string{cosiapi.LabelGrantDriver: r.driverName}}}); err != nil {
+			return err
+		}
+		want(CheckStrayGrant, "ConfigMap "+ns+"/"+name)
+	}
+	// A Bucket object of the Delete policy whose claim is gone, released but not deleted (no driver
+	// serves it, and the Controller does not delete a Bucket it marked released), carrying a
+	// legacy grant record.
+	left := objects.Bucket("planted-left", plantedDriver, cosiapi.DeletionPolicyDelete,
+		objects.BucketProtocols(cosiapi.ProtocolS3),
+		objects.ClaimedBy(plantedNamespace, "planted-gone", "00000000-0000-0000-0000-00000000d0e5"))
+	left.Annotations = map[string]string{cosiapi.AnnotationBucketClaimBeingDeleted: "true",
+		legacyGrantAnnotationPrefix + string(ghost): `{"uid":"` + string(ghost) + `","accountID":"ba-` + string(ghost) +
+			`","bucketIDs":["planted-left"]}`}
+	if err := r.create(ctx, left); err != nil {
+		return err
+	}
+	want(CheckLeftBucket, "Bucket planted-left")
+	want(CheckStrayGrant, "Bucket planted-left")
+	// A Bucket of another driver naming planted-foreign.
+	foreign := objects.Bucket("planted-foreign", plantedDriver, cosiapi.DeletionPolicyRetain,
+		objects.BucketProtocols(cosiapi.ProtocolS3), objects.ClaimedBy(plantedNamespace, "planted-none", ""))
+	if err := r.create(ctx, foreign); err != nil {
+		return err
+	}
+	if err := r.setBucketID(ctx, foreign, "planted-foreign"); err != nil {
+		return err
+	}
+	// A second Bucket bound to a kept claim.
+	if twice != nil {
+		second := objects.Bucket("planted-second", plantedDriver, cosiapi.DeletionPolicyRetain,
+			objects.BucketProtocols(cosiapi.ProtocolS3), objects.ClaimedBy(twice.namespace, twice.plan.name, twice.uid))
+		if err := r.create(ctx, second); err != nil {
+			return err
+		}
+		want(CheckBucketsOfClaim, "BucketClaim "+twice.namespace+"/"+twice.plan.name)
+	}
+	// A kept claim's backend bucket imported again by an admin, into a Bucket of the same
+	// driver: deleting either would delete the other's data.
+	if shared != nil {
+		imported := objects.Bucket("planted-shared", r.driverName, cosiapi.DeletionPolicyRetain,
+			objects.BucketProtocols(cosiapi.ProtocolS3), objects.ClaimedBy(plantedNamespace, "planted-none", ""))
+		imported.Spec.ExistingBucketID = shared.bucketID
+		if err := r.create(ctx, imported); err != nil {
+			return err
+		}
+		if err := r.setBucketID(ctx, imported, shared.bucketID); err != nil {
+			return err
+		}
+		want(CheckSharedBucket, "backend bucket "+shared.bucketID)
+	}
+	stuck := objects.BucketClaim(plantedNamespace, "planted-stuck", "chaos-delete", objects.S3)
+	stuck.Finalizers = []string{plantFinalizer}
+	if err := r.create(ctx, stuck); err != nil {
+		return err
+	}
+	if err := r.del(ctx, stuck); err != nil {
+		return err
+	}
+	want(CheckTerminating, "BucketClaim "+plantedNamespace+"/planted-stuck")
+	return nil
+}
+
+// setBucketID writes a Bucket's status.bucketID, as its driver's sidecar would.
+func (r *run) setBucketID(ctx context.Context, b *cosiapi.Bucket, id string) error {
+	p := client.RawPatch(types.MergePatchType, []byte(`{"status":{"bucketID":"`+id+`"}}`))
+	return retry(ctx, "setting the bucket ID of "+b.Name, func(ctx context.Context) error {
+		return r.client.Status().Patch(ctx, b, p)
+	})
+}
+
+// grantRequest is the DriverGrantBucketAccess request the sidecar sends for a provisioned access
+// (KEY authentication, the S3 protocol: the workload's).
+func grantRequest(a *cosiapi.BucketAccess) *cosiproto.DriverGrantBucketAccessRequest {
+	req := &cosiproto.DriverGrantBucketAccessRequest{AccountId: a.Status.AccountID,
+		Protocol: cosiproto.ObjectProtocol_S3, AuthenticationType: cosiproto.AuthenticationType_KEY,
+		Parameters: a.Status.Parameters}
+	mode := func(m cosiapi.BucketAccessMode) cosiproto.AccessMode_Mode {
+		switch m {
+		case cosiapi.BucketAccessModeReadWrite:
+			return cosiproto.AccessMode_READ_WRITE
+		case cosiapi.BucketAccessModeReadOnly:
+			return cosiproto.AccessMode_READ_ONLY
+		case cosiapi.BucketAccessModeWriteOnly:
+			return cosiproto.AccessMode_WRITE_ONLY
+		}
+		return cosiproto.AccessMode_UNSPECIFIED
+	}
+	for _, c := range a.Spec.BucketClaims {
+		for _, ab := range a.Status.AccessedBuckets {
+			if ab.BucketClaimName == string(c.BucketClaimName) {
+				req.Buckets = append(req.Buckets, &cosiproto.AccessedBucket{BucketId: ab.BucketID,
+					AccessModes: &cosiproto.AccessModes{ObjectData: mode(c.AccessModes.ObjectData),
+						ObjectMetadata: mode(c.AccessModes.ObjectMetadata), BucketMetadata: mode(c.AccessModes.BucketMetadata)}})
+			}
+		}
+	}
+	return req
 }

@@ -62,6 +62,22 @@ func (b Backend) AccountBuckets(accountID string) []string {
 	return slices.Sorted(maps.Keys(a.Buckets))
 }
 
+// AccountKeys returns the credentials that open the account, newest first: its key, then the
+// previous one that NewKeyPerGrant keeps valid; nil when the account does not exist.
+func (b Backend) AccountKeys(accountID string) []*cosiproto.CredentialInfo {
+	b.d.mu.Lock()
+	defer b.d.mu.Unlock()
+	a, ok := b.d.state.Accounts[accountID]
+	if !ok {
+		return nil
+	}
+	keys := []*cosiproto.CredentialInfo{a.credentials(accountID)}
+	if a.Previous != "" {
+		keys = append(keys, a.withSecret(a.Previous).credentials(accountID))
+	}
+	return keys
+}
+
 // Allowed reports whether creds open bucketID for reading (write false) or writing (write true)
 // data of the category: the credentials must belong to a live account that was granted the
 // bucket with a mode allowing it. Unrequested categories are denied: least privilege.

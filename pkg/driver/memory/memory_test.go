@@ -165,3 +165,39 @@ func TestFaults(t *testing.T) {
 		t.Errorf("%d of 1000 calls failed at rate 0.5", failed)
 	}
 }
+
+// TestAccountKeys checks that the backend lists an account's valid keys, newest first: with
+// NewKeyPerGrant, a second grant's key, then the first.
+func TestAccountKeys(t *testing.T) {
+	ctx := context.Background()
+	d, err := New(Config{NewKeyPerGrant: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: "bc-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if keys := d.Backend().AccountKeys("ba-1"); keys != nil {
+		t.Fatalf("keys of an account that does not exist: %d, want none", len(keys))
+	}
+	var granted []*cosiproto.CredentialInfo
+	for range 3 {
+		resp, err := d.DriverGrantBucketAccess(ctx, grantRequest("ba-1", "bc-1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		granted = append(granted, resp.GetCredentials())
+	}
+	keys := d.Backend().AccountKeys("ba-1")
+	if len(keys) != 2 || !proto.Equal(keys[0], granted[2]) || !proto.Equal(keys[1], granted[1]) {
+		t.Fatalf("after three grants: %d keys; want the third grant's, then the second's", len(keys))
+	}
+	for _, k := range keys {
+		if !d.Backend().Allowed(k, "bc-1", ObjectData, true) {
+			t.Error("a listed key does not open the account's bucket")
+		}
+	}
+	if d.Backend().Allowed(granted[0], "bc-1", ObjectData, false) {
+		t.Error("the first grant's key, two grants old, still opens the bucket")
+	}
+}
