@@ -62,8 +62,9 @@ func (b Backend) AccountBuckets(accountID string) []string {
 	return slices.Sorted(maps.Keys(a.Buckets))
 }
 
-// AccountKeys returns the credentials that open the account, newest first: its key, then the
-// previous one that NewKeyPerGrant keeps valid; nil when the account does not exist.
+// AccountKeys returns the credentials that open the account, newest first: its key, the previous
+// one that NewKeyPerGrant keeps valid, then the keys that rotations replaced and that were not
+// retired yet; nil when the account does not exist.
 func (b Backend) AccountKeys(accountID string) []*cosiproto.CredentialInfo {
 	b.d.mu.Lock()
 	defer b.d.mu.Unlock()
@@ -71,9 +72,9 @@ func (b Backend) AccountKeys(accountID string) []*cosiproto.CredentialInfo {
 	if !ok {
 		return nil
 	}
-	keys := []*cosiproto.CredentialInfo{a.credentials(accountID)}
-	if a.Previous != "" {
-		keys = append(keys, a.withSecret(a.Previous).credentials(accountID))
+	var keys []*cosiproto.CredentialInfo
+	for _, k := range a.keys() {
+		keys = append(keys, a.keyCredentials(accountID, k))
 	}
 	return keys
 }
