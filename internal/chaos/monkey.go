@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -130,7 +131,16 @@ func (r *run) monkey(ctx context.Context) error {
 			}
 		}
 		// An action in progress finishes when the workload ends: it brings back what it killed.
-		if err := actions[next].do(context.WithoutCancel(ctx), rng); err != nil {
+		err := actions[next].do(context.WithoutCancel(ctx), rng)
+		if errors.Is(err, errNotLanded) {
+			// Not injected (no call of the method came to hold): a kind not injected yet is tried
+			// again first, so that a short run still injects every kind.
+			if !r.injectedInside(actions[next].weight) {
+				first = append([]int{next}, first...)
+			}
+			continue
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -184,7 +194,7 @@ func (r *run) killInsideCall(ctx context.Context, rng *rand.Rand) error {
 	if err != nil || !ok {
 		_ = r.control.Release(ctx)
 		r.timeline.addf(nil, "holding %s: no call came within 5 s", method)
-		return nil //nolint:nilerr // nothing was held: no fault injected
+		return errNotLanded
 	}
 	r.pauseKills++
 	when := "before"
@@ -221,6 +231,15 @@ func (r *run) killInsideCall(ctx context.Context, rng *rand.Rand) error {
 		return fmt.Errorf("restarting %s: %w", victim.Name, err)
 	}
 	return r.setFaults(ctx, true)
+}
+
+// errNotLanded is a kill inside a call that found no call to hold: nothing was injected.
+var errNotLanded = errors.New("no call to hold")
+
+// injectedInside reports whether kills inside a call have been injected into both the driver and
+// the sidecar (weight tells the pause action from the others, which always land).
+func (r *run) injectedInside(weight int) bool {
+	return weight != pauseWeight || r.pauseKills >= 2
 }
 
 func (r *run) count(what string) {
