@@ -122,13 +122,3 @@ func (o *operations) DriverRevokeBucketAccess(
 	keys := accessKeys(o.perBucket, req.GetAccountId(), revokedIDs(req.GetBuckets()))
 	return run(ctx, o, "DriverRevokeBucketAccess", keys, req, o.provisioner.DriverRevokeBucketAccess, opts)
 }
-
-// The keys each operation holds (package calls), under the short names the operations above use.
-type lockKey = calls.LockKey
-
-var (
-	bucketKeys  = calls.BucketKeys
-	accessKeys  = calls.AccessKeys
-	accessedIDs = calls.AccessedIDs
-	revokedIDs  = calls.RevokedIDs
-)
