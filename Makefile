@@ -45,6 +45,7 @@ build: ## Compile every module and build the commands into bin/.
 	@echo "building COSI's commands into bin/ (the first build compiles the dependencies: a few minutes on 2 cores)"
 	@for m in $(MODULES); do (cd $$m && go build ./...); done
 	go build -o $(BIN)/ ./cmd/...
+	cd pkg && go build -o $(BIN)/ ./cmd/...
 
 .PHONY: sanity
 sanity: build ## Run cosi-sanity against the in-memory reference driver, as processes.
