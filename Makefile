@@ -8,8 +8,9 @@ SHELL := /usr/bin/env bash -o pipefail -o errexit
 ROOT := $(abspath .)
 BIN := $(ROOT)/bin
 # Go modules of this repository that hold code and tests. api, proto and pkg are separate modules so
-# that drivers can import them without controller-runtime, client-go or a cloud SDK.
-MODULES := . api proto pkg
+# that drivers can import them without controller-runtime, client-go or a cloud SDK; pkg/sanity/s3probe
+# too, so that only the vendors who use it require the AWS SDK.
+MODULES := . api proto pkg pkg/sanity/s3probe
 
 CONTROLLER_GEN := $(BIN)/controller-gen
 PROTOC_GEN_GO := $(BIN)/protoc-gen-go
@@ -45,6 +46,7 @@ build: ## Compile every module and build the commands into bin/.
 	@echo "building COSI's commands into bin/ (the first build compiles the dependencies: a few minutes on 2 cores)"
 	@for m in $(MODULES); do (cd $$m && go build ./...); done
 	go build -o $(BIN)/ ./cmd/...
+	cd pkg && go build -o $(BIN)/ ./cmd/...
 
 .PHONY: sanity
 sanity: build ## Run cosi-sanity against the in-memory reference driver, as processes.

@@ -11,6 +11,7 @@ require (
 	github.com/go-logr/logr v1.4.4
 	github.com/kube-cosi/cosi/api v0.0.0
 	github.com/kube-cosi/cosi/pkg v0.0.0
+	github.com/kube-cosi/cosi/pkg/sanity/s3probe v0.0.0
 	github.com/kube-cosi/cosi/proto v0.0.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
@@ -83,5 +84,6 @@ require (
 replace (
 	github.com/kube-cosi/cosi/api => ./api
 	github.com/kube-cosi/cosi/pkg => ./pkg
+	github.com/kube-cosi/cosi/pkg/sanity/s3probe => ./pkg/sanity/s3probe
 	github.com/kube-cosi/cosi/proto => ./proto
 )

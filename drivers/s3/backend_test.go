@@ -9,14 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
@@ -28,7 +26,7 @@ import (
 	"github.com/kube-cosi/cosi/internal/localenv"
 	"github.com/kube-cosi/cosi/internal/versity"
 	"github.com/kube-cosi/cosi/pkg/driver"
-	"github.com/kube-cosi/cosi/pkg/sanity"
+	"github.com/kube-cosi/cosi/pkg/sanity/s3probe"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
@@ -39,6 +37,7 @@ type backend struct {
 	creds      aws.CredentialsProvider
 	newAccount func() s3.Accounts
 	admin      *awss3.Client
+	probe      *s3probe.Probe
 }
 
 var (
@@ -94,6 +93,7 @@ func versityBackend(t *testing.T) *backend {
 		creds:      creds,
 		newAccount: func() s3.Accounts { return s3.NewIAMAccounts(versityStore.IAMEndpoint, creds, nil) },
 		admin:      s3.NewS3Client(versityStore.S3Endpoint, "us-east-1", creds, nil),
+		probe:      newProbe(t, versityStore.S3Endpoint, creds),
 	}
 }
 
@@ -117,6 +117,7 @@ func rgwBackend(t *testing.T) *backend {
 		creds:      creds,
 		newAccount: func() s3.Accounts { return s3.NewRGWAccounts(rgw.endpoint, "/admin", "us-east-1", creds, nil, admin) },
 		admin:      admin,
+		probe:      newProbe(t, rgw.endpoint, creds),
 	}
 }
 
@@ -227,87 +228,18 @@ func denied(err error) bool {
 	return false
 }
 
-// outcome turns the result of a request into allowed (nil error), denied, or an unexpected error.
-func outcome(err error) (bool, error) {
-	switch {
-	case err == nil:
-		return true, nil
-	case denied(err):
-		return false, nil
-	}
-	return false, err
-}
-
-const probeKey = "cosi-probe-object"
-
-// allowed performs one read or write of category c with the issued credentials and reports
-// whether the store allowed it. The admin prepares what the request needs (an object to read) and
-// cleans up what a write created.
-func (b *backend) allowed(ctx context.Context, c sanity.AccessCheck) (bool, error) {
-	bucket := c.BucketInfo.GetS3().GetBucketName()
-	if _, err := b.admin.PutObject(
-		ctx,
-		&awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(probeKey), Body: strings.NewReader("probe")},
-	); err != nil {
-		return false, fmt.Errorf("admin put: %w", err)
-	}
-	user := userClient(c.Credentials, c.BucketInfo)
-	var err error
-	switch {
-	case c.Category == sanity.ObjectData && !c.Write:
-		var out *awss3.GetObjectOutput
-		if out, err = user.GetObject(
-			ctx,
-			&awss3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(probeKey)},
-		); err == nil {
-			out.Body.Close()
-		}
-	case c.Category == sanity.ObjectData:
-		key := "written-by-probe"
-		_, err = user.PutObject(
-			ctx,
-			&awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader("w")},
-		)
-		_, _ = b.admin.DeleteObject(ctx, &awss3.DeleteObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
-	case c.Category == sanity.ObjectMetadata && !c.Write:
-		_, err = user.GetObjectTagging(
-			ctx,
-			&awss3.GetObjectTaggingInput{Bucket: aws.String(bucket), Key: aws.String(probeKey)},
-		)
-	case c.Category == sanity.ObjectMetadata:
-		_, err = user.PutObjectTagging(
-			ctx,
-			&awss3.PutObjectTaggingInput{Bucket: aws.String(bucket), Key: aws.String(probeKey),
-				Tagging: &types.Tagging{TagSet: []types.Tag{{Key: aws.String("probe"), Value: aws.String("yes")}}}},
-		)
-	case !c.Write:
-		_, err = user.GetBucketVersioning(ctx, &awss3.GetBucketVersioningInput{Bucket: aws.String(bucket)})
-	default:
-		// A write that changes nothing: the bucket's own tags, written back.
-		tags, terr := b.admin.GetBucketTagging(ctx, &awss3.GetBucketTaggingInput{Bucket: aws.String(bucket)})
-		if terr != nil {
-			return false, fmt.Errorf("admin get bucket tagging: %w", terr)
-		}
-		_, err = user.PutBucketTagging(
-			ctx,
-			&awss3.PutBucketTaggingInput{Bucket: aws.String(bucket), Tagging: &types.Tagging{TagSet: tags.TagSet}},
-		)
-	}
-	return outcome(err)
-}
-
 // bucketExists asks the store, with the admin credentials, whether bucket exists.
 func (b *backend) bucketExists(ctx context.Context, bucket string) (bool, error) {
-	_, err := b.admin.HeadBucket(ctx, &awss3.HeadBucketInput{Bucket: aws.String(bucket)})
-	var notFound *types.NotFound
-	var respErr interface{ HTTPStatusCode() int }
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.As(err, &notFound):
-		return false, nil
-	case errors.As(err, &respErr) && respErr.HTTPStatusCode() == http.StatusNotFound:
-		return false, nil
+	return b.probe.BucketExists(ctx, bucket)
+}
+
+// newProbe is the conformance suite's view of the store: pkg/sanity/s3probe, as an S3 vendor
+// would use it, with the admin credentials.
+func newProbe(t *testing.T, endpoint string, creds aws.CredentialsProvider) *s3probe.Probe {
+	t.Helper()
+	p, err := s3probe.New(s3probe.Config{Endpoint: endpoint, Credentials: creds})
+	if err != nil {
+		t.Fatal(err)
 	}
-	return false, err
+	return p
 }

@@ -19,18 +19,25 @@ import (
 	"github.com/kube-cosi/cosi/drivers/s3"
 	"github.com/kube-cosi/cosi/internal/testenv"
 	"github.com/kube-cosi/cosi/pkg/sanity"
+	"github.com/kube-cosi/cosi/pkg/sanity/s3probe"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
-// TestSanity runs cosi-sanity against the driver on each real store, with a probe that asks the
-// store itself: does the bucket exist (admin HeadBucket), which identities exist (the account
-// back-end's list), and does a request with the issued key succeed.
+// TestSanity runs cosi-sanity against the driver on each real store, with the probe an S3 vendor
+// imports (pkg/sanity/s3probe), which asks the store itself: does the bucket exist (admin
+// HeadBucket), does a request with the issued key succeed, whom do the keys authenticate as
+// (ListBuckets' owner); and which identities exist (the account back-end's list).
 func TestSanity(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var logs logBuffer
 		d := b.newDriver(t, "")
 		endpoint, _ := serve(t, d, logs.logger())
-		accounts := b.newAccount()
+		probe, err := s3probe.New(s3probe.Config{
+			Endpoint: b.s3Endpoint, Credentials: b.creds, Accounts: b.newAccount().List,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 		sanity.Test(t, sanity.Config{
 			Endpoint: endpoint,
 			// The probe leaves an object in each bucket it checks: purge on delete.
@@ -39,11 +46,7 @@ func TestSanity(t *testing.T) {
 			IncompatibleBucketParameters: map[string]string{s3.ParamVersioning: "true"},
 			InvalidAccessParameters:      map[string]string{"nope": "x"},
 			DriverLogs:                   logs.bytes,
-			Probe: sanity.Probe{
-				BucketExists: b.bucketExists,
-				Accounts:     accounts.List,
-				Allowed:      b.allowed,
-			},
+			Probe:                        probe.Probe(),
 		})
 	})
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/kube-cosi/cosi/drivers/s3"
 	"github.com/kube-cosi/cosi/drivers/v1alpha1s3"
 	"github.com/kube-cosi/cosi/internal/v1alpha1drivers"
-	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
@@ -24,9 +24,9 @@ import (
 var s3only = []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3}
 
 // probed is the sidecar's production client for the driver at endpoint, probed.
-func probed(t *testing.T, endpoint string) *driver.Client {
+func probed(t *testing.T, endpoint string) *driverclient.Client {
 	t.Helper()
-	c, err := driver.NewClient(endpoint, driver.ClientOptions{Logger: logr.Discard()})
+	c, err := driverclient.New(endpoint, driverclient.Options{Logger: logr.Discard()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/kube-cosi/cosi/drivers/s3"
 	"github.com/kube-cosi/cosi/internal/v1alpha1drivers"
 	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
 	"github.com/kube-cosi/cosi/pkg/sanity"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
@@ -49,7 +50,7 @@ func TestSanity(t *testing.T) {
 // adapter: two phases, idempotent create, grant with refusals, revoke and delete.
 func TestAdapterAgainstDriver(t *testing.T) {
 	ctx := t.Context()
-	c, err := driver.NewClient(serve(t), driver.ClientOptions{Logger: logr.Discard()})
+	c, err := driverclient.New(serve(t), driverclient.Options{Logger: logr.Discard()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +59,7 @@ func TestAdapterAgainstDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Protocol() != driver.ProtocolV1alpha1 || info.GetName() != "v1alpha1.s3.example.com" {
+	if c.Protocol() != driverclient.ProtocolV1alpha1 || info.GetName() != "v1alpha1.s3.example.com" {
 		t.Fatalf("protocol %q, name %q", c.Protocol(), info.GetName())
 	}
 	s3only := []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3}

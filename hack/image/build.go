@@ -41,8 +41,11 @@ type Image struct {
 	// Module is the directory of the Go module that builds Package, relative to the repository.
 	Module  string
 	Package string
-	// Stamp says whether the command has internal/version's --version.
+	// Stamp says whether the command has internal/version's --version (or VersionVar's).
 	Stamp bool
+	// VersionVar is the variable -X stamps, when not internal/version's (a command of the pkg
+	// module, which cannot import the root module's internal packages).
+	VersionVar string
 	// Args are the arguments after the entrypoint by default (the image's Cmd).
 	Args []string
 	// Test images are built only when named (--images): the cluster tier's workload.
@@ -55,7 +58,7 @@ var Images = []Image{
 	{Name: "cosi-sidecar", Module: ".", Package: "./cmd/cosi-sidecar", Stamp: true},
 	{Name: "cosi-driver-s3", Module: ".", Package: "./cmd/cosi-driver-s3", Stamp: true},
 	{Name: "cosi-driver-memory", Module: ".", Package: "./cmd/cosi-driver-memory", Stamp: true},
-	{Name: "cosi-sanity", Module: ".", Package: "./cmd/cosi-sanity", Stamp: true},
+	{Name: "cosi-sanity", Module: "pkg", Package: "./cmd/cosi-sanity", Stamp: true, VersionVar: "main.version"},
 	// The Pod sandbox image of the node the cluster tests run on (containerd's sandbox_image).
 	{Name: "pause", Module: "hack/image", Package: "./pause"},
 	// The S3 store the cluster tests run in the cluster; built from hack/versitygw's pin.
@@ -238,7 +241,11 @@ func compile(ctx context.Context, o BuildOptions, images []Image, platform, dir 
 		for _, im := range byModule[m] {
 			pkgs = append(pkgs, im.Package)
 			if im.Stamp {
-				ldflags = fmt.Sprintf("%s -X %s=%s", ldflags, versionVar, o.Version)
+				v := versionVar
+				if im.VersionVar != "" {
+					v = im.VersionVar
+				}
+				ldflags = fmt.Sprintf("%s -X %s=%s", ldflags, v, o.Version)
 			}
 		}
 		args := append(

@@ -24,7 +24,7 @@ import (
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/drivers/s3"
 	"github.com/kube-cosi/cosi/internal/versity"
-	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
@@ -38,7 +38,7 @@ type backend interface {
 	importBuckets(ctx context.Context, ids []string) error
 	// widen grants the account of a provisioned access one more bucket, behind COSI's back (the
 	// self-check).
-	widen(ctx context.Context, d *driver.Client, a *cosiapi.BucketAccess, bucketID string) error
+	widen(ctx context.Context, d *driverclient.Client, a *cosiapi.BucketAccess, bucketID string) error
 }
 
 // backendState is the store at one moment.
@@ -119,7 +119,7 @@ func (m memoryBackend) importBuckets(ctx context.Context, ids []string) error {
 
 // widen revokes the account and grants it again with one bucket more: the memory driver has no
 // other door, and it refuses to change an account's grant in place.
-func (memoryBackend) widen(ctx context.Context, d *driver.Client, a *cosiapi.BucketAccess, bucketID string) error {
+func (memoryBackend) widen(ctx context.Context, d *driverclient.Client, a *cosiapi.BucketAccess, bucketID string) error {
 	req := grantRequest(a)
 	revoke := &cosiproto.DriverRevokeBucketAccessRequest{AccountId: req.AccountId, Protocol: req.Protocol,
 		AuthenticationType: req.AuthenticationType}
@@ -232,7 +232,7 @@ func (b *s3Backend) importBuckets(ctx context.Context, ids []string) error {
 }
 
 // widen gives the account's IAM user a second inline policy, as an admin would.
-func (b *s3Backend) widen(ctx context.Context, _ *driver.Client, a *cosiapi.BucketAccess, bucketID string) error {
+func (b *s3Backend) widen(ctx context.Context, _ *driverclient.Client, a *cosiapi.BucketAccess, bucketID string) error {
 	doc := `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["s3:ListBucket"],` +
 		`"Resource":"arn:aws:s3:::` + bucketID + `"}]}`
 	_, err := b.iamAdmin.PutUserPolicy(ctx, &iam.PutUserPolicyInput{UserName: aws.String(a.Status.AccountID),

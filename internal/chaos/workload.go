@@ -18,7 +18,7 @@ import (
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/objects"
-	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
@@ -50,9 +50,9 @@ func (r *run) createStatic(ctx context.Context, p plan) error {
 
 // driverClient connects to the driver where the sidecar does, as an admin with access to it
 // would.
-func (r *run) driverClient(ctx context.Context) (*driver.Client, error) {
-	d, err := driver.NewClient(r.endpoint,
-		driver.ClientOptions{Logger: logr.Discard()})
+func (r *run) driverClient(ctx context.Context) (*driverclient.Client, error) {
+	d, err := driverclient.New(r.endpoint,
+		driverclient.Options{Logger: logr.Discard()})
 	if err != nil {
 		return nil, err
 	}

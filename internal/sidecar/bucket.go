@@ -28,6 +28,7 @@ import (
 	"github.com/kube-cosi/cosi/internal/predicates"
 	"github.com/kube-cosi/cosi/internal/requeue"
 	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
@@ -43,7 +44,7 @@ type BucketReconciler struct {
 	// APIReader confirms, uncached, that a BucketAccess whose grant is recorded for a Bucket is
 	// gone before the grant is revoked.
 	APIReader client.Reader
-	Driver    *driver.Client
+	Driver    *driverclient.Client
 	Info      *cosiproto.DriverGetInfoResponse
 	Recorder  events.EventRecorder
 	// Grants are the grant records and the grants in flight, shared with the other reconcilers.

@@ -32,6 +32,7 @@ import (
 	"github.com/kube-cosi/cosi/internal/predicates"
 	"github.com/kube-cosi/cosi/internal/requeue"
 	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
 	"github.com/kube-cosi/cosi/pkg/driver/v1alpha1"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
@@ -57,7 +58,7 @@ type BucketAccessReconciler struct {
 	// APIReader reads, uncached, what a grant or a revocation must not decide on a stale copy:
 	// whether the access still exists, and the grant records on its Buckets.
 	APIReader client.Reader
-	Driver    *driver.Client
+	Driver    *driverclient.Client
 	Info      *cosiproto.DriverGetInfoResponse
 	Recorder  events.EventRecorder
 	// SecretCheckInterval is how often the Secrets of a provisioned access are checked.

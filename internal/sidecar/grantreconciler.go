@@ -21,7 +21,7 @@ import (
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/conditions"
 	"github.com/kube-cosi/cosi/internal/lookup"
-	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
 )
 
 // grantBook is what the sidecar's reconcilers share about grants: the records, the grants in
@@ -30,7 +30,7 @@ type grantBook struct {
 	store    grantStore
 	inFlight inFlight
 	answers  answers
-	driver   *driver.Client
+	driver   *driverclient.Client
 	client   client.Client
 	reader   client.Reader
 	events   events.EventRecorder

@@ -28,7 +28,7 @@ import (
 	"github.com/kube-cosi/cosi/internal/requeue"
 	"github.com/kube-cosi/cosi/internal/scheme"
 	"github.com/kube-cosi/cosi/internal/serving"
-	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
 	"github.com/kube-cosi/cosi/pkg/driver/v1alpha1"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
@@ -69,7 +69,7 @@ type Options struct {
 	// new one is in every Secret of the access, so that workloads re-read their Secret (zero:
 	// DefaultRotationGracePeriod).
 	RotationGracePeriod time.Duration
-	// DriverProtocol forces the driver protocol (driver.ProtocolV1alpha2 or ProtocolV1alpha1);
+	// DriverProtocol forces the driver protocol (driverclient.ProtocolV1alpha2 or ProtocolV1alpha1);
 	// empty detects it. V1alpha1Protocols are the object protocols a v1alpha1 driver serves.
 	DriverProtocol    string
 	V1alpha1Protocols []cosiproto.ObjectProtocol_Type
@@ -80,7 +80,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 	if err := opts.validate(); err != nil {
 		return err
 	}
-	drv, err := driver.NewClient(opts.DriverEndpoint, driver.ClientOptions{
+	drv, err := driverclient.New(opts.DriverEndpoint, driverclient.Options{
 		Logger: log.WithName("driver"), Registerer: metrics.Registry, CallTimeout: opts.DriverTimeout,
 		Protocol: opts.DriverProtocol, V1alpha1: v1alpha1.Options{Protocols: opts.V1alpha1Protocols},
 	})
@@ -162,7 +162,7 @@ func ctrlConfig(opts Options) config.Controller {
 }
 
 func setup(
-	ctx context.Context, mgr ctrl.Manager, drv *driver.Client, info *cosiproto.DriverGetInfoResponse,
+	ctx context.Context, mgr ctrl.Manager, drv *driverclient.Client, info *cosiproto.DriverGetInfoResponse,
 	store grantStore, opts Options,
 ) error {
 	if err := index.Register(

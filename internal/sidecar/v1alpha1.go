@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
@@ -27,8 +27,8 @@ func ParseProtocols(s string) ([]cosiproto.ObjectProtocol_Type, error) {
 // v1alpha1 driver cannot look a bucket up, so nothing was checked: the reason
 // (ReasonImportedUnverified) and the message say so, and that the first grant is where a missing
 // bucket will show.
-func imported(drv *driver.Client) (reason, msg string) {
-	if drv.Protocol() == driver.ProtocolV1alpha1 {
+func imported(drv *driverclient.Client) (reason, msg string) {
+	if drv.Protocol() == driverclient.ProtocolV1alpha1 {
 		return cosiapi.ReasonImportedUnverified,
 			"imported without a check: the driver speaks COSI v1alpha1, which cannot look a bucket up; " +
 				"the first access grant shows whether it exists"

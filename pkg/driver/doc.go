@@ -1,5 +1,5 @@
-// Package driver is the SDK for writing a COSI driver, and the client the COSI sidecar uses to
-// call one.
+// Package driver is the SDK for writing a COSI driver. The client the COSI sidecar uses to call
+// one is package driverclient: a driver's binary links neither it nor the v1alpha1 protocol.
 //
 // A driver implements cosiproto.IdentityServer and cosiproto.ProvisionerServer (package
 // github.com/kube-cosi/cosi/proto) and hands them to Run, which serves them on the Unix socket

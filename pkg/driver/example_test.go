@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
@@ -47,7 +48,7 @@ func Example() {
 	go func() { served <- srv.Serve(ctx) }()
 
 	// What the COSI sidecar does first: wait for the driver and ask for its name.
-	client, err := driver.NewClient(endpoint, driver.ClientOptions{})
+	client, err := driverclient.New(endpoint, driverclient.Options{})
 	if err != nil {
 		fmt.Println(err)
 		return

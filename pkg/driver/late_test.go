@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
@@ -45,7 +45,7 @@ func TestRevocationWaitsForALateGrantOfItsAccount(t *testing.T) {
 		done:    make(chan struct{}),
 	}
 	ts := startServer(t, d)
-	c := connect(t, ts.endpoint, driver.ClientOptions{})
+	c := connect(t, ts.endpoint, driverclient.Options{})
 	ctx := t.Context()
 
 	if _, err := c.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: "b"}); err != nil {
@@ -105,5 +105,12 @@ func TestRevocationWaitsForALateGrantOfItsAccount(t *testing.T) {
 	// Whatever the late grant created, the revocation removed.
 	if accounts := d.Backend().Accounts(); len(accounts) != 0 {
 		t.Errorf("accounts left in the backend after the revocation: %v, want none", accounts)
+	}
+}
+
+func revokeV2(account, bucket string) *cosiproto.DriverRevokeBucketAccessRequest {
+	return &cosiproto.DriverRevokeBucketAccessRequest{
+		AccountId: account, Buckets: []*cosiproto.DriverRevokeBucketAccessRequest_Bucket{{BucketId: bucket}},
+		Protocol: cosiproto.ObjectProtocol_S3, AuthenticationType: cosiproto.AuthenticationType_KEY,
 	}
 }

@@ -2,12 +2,12 @@ package driver
 
 import (
 	"fmt"
+	"sync"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
-
-	v1 "sigs.k8s.io/container-object-storage-interface/proto"
+	"google.golang.org/protobuf/reflect/protoregistry"
 
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
@@ -52,10 +52,27 @@ func (s stripped) MarshalLog() any {
 
 func isSecret(fd protoreflect.FieldDescriptor) bool {
 	secret, _ := proto.GetExtension(fd.Options(), cosiproto.E_CosiSecret).(bool)
-	v1Secret, _ := proto.GetExtension(fd.Options(), v1.E_CosiSecret).(bool)
+	v1Secret := false
+	if v1 := v1alpha1CosiSecret(); v1 != nil {
+		v1Secret, _ = proto.GetExtension(fd.Options(), v1).(bool)
+	}
 	// v1alpha1 marks nothing in its grant response: the credentials' secrets map holds the keys.
 	return secret || v1Secret || fd.FullName() == v1alpha1CredentialSecrets
 }
+
+// v1alpha1CosiSecret is v1alpha1's cosi_secret option, looked up by name rather than imported so
+// that a driver's binary does not link the v1alpha1 protocol: a process that has v1alpha1
+// messages to log (the sidecar, cosi-sanity) has registered it with them; in any other process
+// it is nil.
+var v1alpha1CosiSecret = sync.OnceValue(func() protoreflect.ExtensionType {
+	xt, err := protoregistry.GlobalTypes.FindExtensionByName(v1alpha1CosiSecretName)
+	if err != nil {
+		return nil
+	}
+	return xt
+})
+
+const v1alpha1CosiSecretName protoreflect.FullName = "cosi.v1alpha1.cosi_secret"
 
 // v1alpha1CredentialSecrets is the v1alpha1 field that carries a grant's keys.
 const v1alpha1CredentialSecrets protoreflect.FullName = "cosi.v1alpha1.CredentialDetails.secrets"

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/kube-cosi/cosi/pkg/driver/internal/calls"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
@@ -78,7 +79,7 @@ func NewServer(ctx context.Context, opts Options) (*Server, error) {
 	if opts.Registerer == nil {
 		opts.Registerer = prometheus.DefaultRegisterer
 	}
-	metrics, err := newOperationMetrics(opts.Registerer, "driver")
+	metrics, err := calls.NewOperationMetrics(opts.Registerer, "driver")
 	if err != nil {
 		return nil, fmt.Errorf("driver: registering metrics: %w", err)
 	}
@@ -101,7 +102,10 @@ func NewServer(ctx context.Context, opts Options) (*Server, error) {
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
 		append(
 			[]grpc.UnaryServerInterceptor{
-				recovery, serverInterceptor(log, metrics, info.GetName()), recovery, inFlightInterceptor(&inFlight{}),
+				recovery,
+				serverInterceptor(log, metrics, info.GetName()),
+				recovery,
+				inFlightInterceptor(&calls.InFlight{}),
 			},
 			opts.Interceptors...)...))
 	cosiproto.RegisterIdentityServer(srv, opts.Identity)

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
@@ -87,9 +88,9 @@ func newMemory(t *testing.T, cfg memory.Config) *memory.Driver {
 	return d
 }
 
-func connect(t *testing.T, endpoint string, opts driver.ClientOptions) *driver.Client {
+func connect(t *testing.T, endpoint string, opts driverclient.Options) *driverclient.Client {
 	t.Helper()
-	c, err := driver.NewClient(endpoint, opts)
+	c, err := driverclient.New(endpoint, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func connect(t *testing.T, endpoint string, opts driver.ClientOptions) *driver.C
 func TestServerValidatesBeforeTheDriver(t *testing.T) {
 	d := &countingDriver{Driver: newMemory(t, memory.Config{})}
 	ts := startServer(t, d)
-	c := connect(t, ts.endpoint, driver.ClientOptions{})
+	c := connect(t, ts.endpoint, driverclient.Options{})
 
 	_, err := c.DriverCreateBucket(t.Context(), &cosiproto.DriverCreateBucketRequest{})
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "bucket_id is required") {
@@ -140,7 +141,7 @@ cosi_driver_operation_errors_total{driver_name="memory.cosi.kube-cosi.io",grpc_s
 func TestServerStopsGracefully(t *testing.T) {
 	ts := startServer(t, newMemory(t, memory.Config{}))
 	ts.faults.Set(300 * time.Millisecond)
-	c := connect(t, ts.endpoint, driver.ClientOptions{})
+	c := connect(t, ts.endpoint, driverclient.Options{})
 
 	result := make(chan error, 1)
 	go func() {

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
@@ -208,7 +209,7 @@ type suite struct {
 	prov     cosiproto.ProvisionerClient
 	info     *cosiproto.DriverGetInfoResponse
 	prefix   string // makes this run's names unique in the backend
-	protocol string // driver.ProtocolV1alpha2 or ProtocolV1alpha1 (v1alpha1.go)
+	protocol string // driverclient.ProtocolV1alpha2 or ProtocolV1alpha1 (v1alpha1.go)
 
 	mu         sync.Mutex
 	violations []string // error scheme violations seen by the interceptor during the current case
@@ -239,7 +240,7 @@ func newSuite(ctx context.Context, cfg Config) (*suite, error) {
 		conn.Close()
 		return nil, fmt.Errorf("driver at %s: detecting its protocol: %w", cfg.Endpoint, err)
 	}
-	if s.protocol == driver.ProtocolV1alpha1 {
+	if s.protocol == driverclient.ProtocolV1alpha1 {
 		return s, nil // v1alpha1Cases ask DriverGetInfo themselves
 	}
 	for {

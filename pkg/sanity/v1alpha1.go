@@ -9,6 +9,7 @@ import (
 	v1 "sigs.k8s.io/container-object-storage-interface/proto"
 
 	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
 	"github.com/kube-cosi/cosi/pkg/driver/v1alpha1"
 )
 
@@ -22,7 +23,7 @@ import (
 // detect settles the driver's protocol, waiting for the driver as the sidecar does.
 func (s *suite) detect(ctx context.Context) error {
 	for {
-		protocol, err := driver.DetectProtocol(ctx, s.conn)
+		protocol, err := driverclient.DetectProtocol(ctx, s.conn)
 		if err == nil {
 			s.protocol = protocol
 			return nil
@@ -36,7 +37,7 @@ func (s *suite) detect(ctx context.Context) error {
 
 // runnable are the cases for the driver's protocol.
 func (s *suite) runnable() []Case {
-	if s.protocol == driver.ProtocolV1alpha1 {
+	if s.protocol == driverclient.ProtocolV1alpha1 {
 		return v1alpha1Cases
 	}
 	return cases

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -66,12 +67,11 @@ func TestImportHygiene(t *testing.T) {
 			[]string{"sigs.k8s.io/controller-runtime", "k8s.io/client-go", "google.golang.org/grpc"},
 		},
 		{"proto", []string{"./..."}, true, []string{"k8s.io/", "sigs.k8s.io/"}},
-		// What a driver vendor imports: the SDK, the reference driver, the conformance suite, and
-		// their tests (a vendor may run them).
+		// What a driver vendor imports and runs: the SDK, the reference driver, the conformance
+		// suite and its command (pkg/cmd/cosi-sanity), and their tests (a vendor may run them).
 		{"pkg", []string{"./..."}, true, vendorForbidden},
-		// What a driver vendor runs: thin commands over the SDK module (their tests build them
-		// with the repository's harness).
-		{".", []string{"./cmd/cosi-driver-memory", "./cmd/cosi-sanity"}, false, vendorForbidden},
+		// A thin command over the SDK module (its tests build it with the repository's harness).
+		{".", []string{"./cmd/cosi-driver-memory"}, false, vendorForbidden},
 	}
 	for _, tc := range cases {
 		t.Run(tc.module, func(t *testing.T) {
@@ -99,6 +99,26 @@ func TestImportHygiene(t *testing.T) {
 // is what the vendor's version resolution sees, tests of dependencies included) holds no
 // Kubernetes, controller-runtime or AWS module.
 func TestVendorModuleGraph(t *testing.T) {
+	dir := vendorModule(t)
+	goCmd(t, dir, "vet", "./...")
+	modules := goList(t, dir, "-m", "all")
+	if len(modules) < 5 {
+		t.Fatalf("go list -m all found only %d modules; the check would prove nothing", len(modules))
+	}
+	for _, m := range modules {
+		for _, prefix := range vendorForbidden {
+			if strings.HasPrefix(m, prefix) && !v1alpha1Protocol(m) {
+				t.Errorf("a vendor's module graph holds %s (from the SDK module); it must hold no %s module", m, prefix)
+			}
+		}
+	}
+}
+
+// vendorModule writes, in a temporary directory, the module a driver vendor would: it requires
+// the SDK module (replaced by this checkout), serves the memory driver and tests it with the
+// conformance suite. It returns the directory, tidy.
+func vendorModule(t *testing.T) string {
+	t.Helper()
 	root, err := localenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -154,18 +174,43 @@ func TestConformance(t *testing.T) {
 }
 `)
 	goCmd(t, dir, "mod", "tidy")
-	goCmd(t, dir, "vet", "./...")
-	modules := goList(t, dir, "-m", "all")
-	if len(modules) < 5 {
-		t.Fatalf("go list -m all found only %d modules; the check would prove nothing", len(modules))
+	return dir
+}
+
+// serverOnly are the packages a driver's binary must not link: the sidecar's client of pkg/driver
+// (driverclient), the v1alpha1 adapter and protocol, and the gRPC reflection client the client
+// detects protocols with.
+var serverOnly = []string{
+	"github.com/kube-cosi/cosi/pkg/driver/driverclient",
+	"github.com/kube-cosi/cosi/pkg/driver/v1alpha1",
+	v1alpha1ProtocolModule,
+	"google.golang.org/grpc/reflection",
+}
+
+// TestDriverBinaryLinksServerOnly: a driver's binary built on pkg/driver (a vendor's minimal main,
+// and this repository's driver commands) links the SDK's server side only, not the sidecar's
+// client nor the v1alpha1 protocol (issue 24).
+func TestDriverBinaryLinksServerOnly(t *testing.T) {
+	root, err := localenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, m := range modules {
-		for _, prefix := range vendorForbidden {
-			if strings.HasPrefix(m, prefix) && !v1alpha1Protocol(m) {
-				t.Errorf("a vendor's module graph holds %s (from the SDK module); it must hold no %s module", m, prefix)
+	check := func(t *testing.T, dir string, packages ...string) {
+		t.Helper()
+		deps := goList(t, dir, append([]string{"-deps"}, packages...)...)
+		if !slices.Contains(deps, "github.com/kube-cosi/cosi/pkg/driver") {
+			t.Fatalf("%v does not link pkg/driver; the check would prove nothing", packages)
+		}
+		for _, dep := range deps {
+			for _, prefix := range serverOnly {
+				if dep == prefix || strings.HasPrefix(dep, prefix+"/") {
+					t.Errorf("a driver binary (%v) links %s", packages, dep)
+				}
 			}
 		}
 	}
+	t.Run("vendor", func(t *testing.T) { check(t, vendorModule(t), ".") })
+	t.Run("commands", func(t *testing.T) { check(t, root, "./cmd/cosi-driver-memory", "./cmd/cosi-driver-s3") })
 }
 
 // goList runs go list in dir and returns the first field of each line.

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	v1 "sigs.k8s.io/container-object-storage-interface/proto"
 
-	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
 	"github.com/kube-cosi/cosi/pkg/driver/v1alpha1"
 	cosiproto "github.com/kube-cosi/cosi/proto"
@@ -213,7 +213,7 @@ func TestDriverRestartedAsAnotherProtocol(t *testing.T) {
 	v1.RegisterProvisionerServer(old, f)
 	serve(t, old, sock)
 	c, _ := probe(t, sock)
-	if c.Protocol() != driver.ProtocolV1alpha1 {
+	if c.Protocol() != driverclient.ProtocolV1alpha1 {
 		t.Fatalf("Probe settled on %q", c.Protocol())
 	}
 
@@ -247,7 +247,7 @@ func TestDriverRestartedAsAnotherProtocol(t *testing.T) {
 	}
 
 	again, _ := probe(t, sock) // the sidecar restarted
-	if again.Protocol() != driver.ProtocolV1alpha2 {
-		t.Errorf("a new Probe settled on %q, want %q", again.Protocol(), driver.ProtocolV1alpha2)
+	if again.Protocol() != driverclient.ProtocolV1alpha2 {
+		t.Errorf("a new Probe settled on %q, want %q", again.Protocol(), driverclient.ProtocolV1alpha2)
 	}
 }

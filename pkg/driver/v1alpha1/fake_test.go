@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	v1 "sigs.k8s.io/container-object-storage-interface/proto"
 
-	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
 	"github.com/kube-cosi/cosi/pkg/driver/v1alpha1"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
@@ -198,7 +198,7 @@ func (b *syncBuffer) String() string {
 // serveFake serves f on a Unix socket in a temporary directory and returns the sidecar's
 // production client for it, probed (which detects v1alpha1 and puts the adapter in place), and
 // the client's log, written at every verbosity the client has.
-func serveFake(t *testing.T, f *fakeV1) (*driver.Client, *syncBuffer) {
+func serveFake(t *testing.T, f *fakeV1) (*driverclient.Client, *syncBuffer) {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "fake.sock")
 	srv := grpc.NewServer()
@@ -206,8 +206,8 @@ func serveFake(t *testing.T, f *fakeV1) (*driver.Client, *syncBuffer) {
 	v1.RegisterProvisionerServer(srv, f)
 	serve(t, srv, sock)
 	c, logs := probe(t, sock)
-	if c.Protocol() != driver.ProtocolV1alpha1 {
-		t.Fatalf("Probe settled on %q, want %q", c.Protocol(), driver.ProtocolV1alpha1)
+	if c.Protocol() != driverclient.ProtocolV1alpha1 {
+		t.Fatalf("Probe settled on %q, want %q", c.Protocol(), driverclient.ProtocolV1alpha1)
 	}
 	return c, logs
 }
@@ -224,11 +224,11 @@ func serve(t *testing.T, srv *grpc.Server, sock string) {
 }
 
 // probe returns the sidecar's production client for the driver on sock, probed, and its log.
-func probe(t *testing.T, sock string) (*driver.Client, *syncBuffer) {
+func probe(t *testing.T, sock string) (*driverclient.Client, *syncBuffer) {
 	t.Helper()
 	logs := &syncBuffer{}
 	log := funcr.New(logs.line, funcr.Options{Verbosity: 10})
-	c, err := driver.NewClient("unix://"+sock, driver.ClientOptions{Logger: log, CallTimeout: 5 * time.Second})
+	c, err := driverclient.New("unix://"+sock, driverclient.Options{Logger: log, CallTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

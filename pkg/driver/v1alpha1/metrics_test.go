@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc"
 	v1 "sigs.k8s.io/container-object-storage-interface/proto"
 
-	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
@@ -58,7 +58,7 @@ func TestMetricsCountV1alpha2Operations(t *testing.T) {
 	v1.RegisterProvisionerServer(srv, f)
 	serve(t, srv, sock)
 	reg := prometheus.NewRegistry()
-	c, err := driver.NewClient("unix://"+sock, driver.ClientOptions{Logger: logr.Discard(), Registerer: reg})
+	c, err := driverclient.New("unix://"+sock, driverclient.Options{Logger: logr.Discard(), Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

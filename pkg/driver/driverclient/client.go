@@ -1,4 +1,8 @@
-package driver
+// Package driverclient is the client the COSI sidecar uses to call a driver: it detects the
+// driver's protocol (v1alpha2, or v1alpha1 through package v1alpha1's adapter), keeps calls on the
+// same bucket or account apart, logs and measures them. A driver does not need it; it lives apart
+// from package driver so that a driver's binary links the server side only.
+package driverclient
 
 import (
 	"context"
@@ -14,13 +18,15 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/internal/calls"
 	"github.com/kube-cosi/cosi/pkg/driver/v1alpha1"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
-// ClientOptions configure the sidecar's connection to its driver.
-type ClientOptions struct {
-	// Logger receives the client's logs (see LogLevelCalls and LogLevelBodies) of calls whose
+// Options configure the sidecar's connection to its driver.
+type Options struct {
+	// Logger receives the client's logs (see driver.LogLevelCalls and driver.LogLevelBodies) of calls whose
 	// context carries no logger; a call whose context carries one (logr.NewContext, as
 	// controller-runtime does for each reconcile) is logged with that one, so that its lines name
 	// the object the call was made for.
@@ -56,21 +62,21 @@ type Client struct {
 	conn       *grpc.ClientConn
 	ops        *operations
 	driverName atomic.Pointer[string]
-	opts       ClientOptions
+	opts       Options
 	protocol   string
 	protocolM  *prometheus.GaugeVec
 }
 
-// NewClient prepares a connection to the driver at endpoint. It does no I/O: call Probe to wait
-// until the driver answers.
-func NewClient(endpoint string, opts ClientOptions) (*Client, error) {
-	if _, err := ParseEndpoint(endpoint); err != nil {
+// New prepares a connection to the driver at endpoint. It does no I/O: call Probe to wait until
+// the driver answers.
+func New(endpoint string, opts Options) (*Client, error) {
+	if _, err := driver.ParseEndpoint(endpoint); err != nil {
 		return nil, err
 	}
 	if opts.CallTimeout == 0 {
 		opts.CallTimeout = time.Minute
 	}
-	metrics, err := newOperationMetrics(opts.Registerer, "sidecar")
+	metrics, err := calls.NewOperationMetrics(opts.Registerer, "sidecar")
 	if err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
@@ -102,7 +108,7 @@ func NewClient(endpoint string, opts ClientOptions) (*Client, error) {
 		metrics:     metrics,
 		driverName:  c.DriverName,
 		timeout:     opts.CallTimeout,
-		inFlight:    &inFlight{},
+		inFlight:    &calls.InFlight{},
 	}
 	c.IdentityClient, c.ProvisionerClient = c.ops, c.ops
 	return c, nil
@@ -121,7 +127,7 @@ func (c *Client) Close() error { return c.conn.Close() }
 // Probe calls DriverGetInfo until the driver answers, with backoff from 100 ms up to 5 s between
 // attempts, until ctx is done. It validates the answer (name format, protocols) and returns it.
 //
-// It first settles the driver's protocol (ClientOptions.Protocol, or DetectProtocol): for a
+// It first settles the driver's protocol (Options.Protocol, or DetectProtocol): for a
 // v1alpha1 driver, the client's Identity and Provisioner become pkg/driver/v1alpha1's adapter.
 // Call it before any other method, and only once.
 func (c *Client) Probe(ctx context.Context) (*cosiproto.DriverGetInfoResponse, error) {
@@ -138,7 +144,7 @@ func (c *Client) Probe(ctx context.Context) (*cosiproto.DriverGetInfoResponse, e
 			return nil, err
 		}
 		if err == nil {
-			if err := ValidateGetInfoResponse(info); err != nil {
+			if err := driver.ValidateGetInfoResponse(info); err != nil {
 				return nil, fmt.Errorf("driver answered DriverGetInfo with an invalid response: %w", err)
 			}
 			name := info.GetName()
@@ -149,7 +155,7 @@ func (c *Client) Probe(ctx context.Context) (*cosiproto.DriverGetInfoResponse, e
 			c.opts.Logger.Info("driver protocol", "protocol", c.protocol, "forced", c.opts.Protocol != "")
 			return info, nil
 		}
-		if !Retryable(err) && status.Code(err) != codes.Unknown {
+		if !driver.Retryable(err) && status.Code(err) != codes.Unknown {
 			return nil, fmt.Errorf("DriverGetInfo: %w", err)
 		}
 		select {
@@ -180,24 +186,4 @@ func (c *Client) settleProtocol(ctx context.Context) error {
 	}
 	c.protocol = protocol
 	return nil
-}
-
-// Retryable reports whether a driver call that failed with err may still succeed when repeated
-// with the same request: Canceled, DeadlineExceeded, Unavailable, Aborted and ResourceExhausted
-// mean the operation may still be in flight or the driver is briefly unable to serve. Every other
-// code is final until the request changes. Errors without a gRPC status (a closed connection) are
-// retryable.
-func Retryable(err error) bool {
-	if err == nil {
-		return false
-	}
-	s, ok := status.FromError(err)
-	if !ok {
-		return !errors.Is(err, context.Canceled)
-	}
-	switch s.Code() {
-	case codes.Canceled, codes.DeadlineExceeded, codes.Unavailable, codes.Aborted, codes.ResourceExhausted:
-		return true
-	}
-	return false
 }

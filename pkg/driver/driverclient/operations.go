@@ -1,4 +1,4 @@
-package driver
+package driverclient
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kube-cosi/cosi/pkg/driver/internal/calls"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
@@ -20,10 +21,10 @@ import (
 type operations struct {
 	identity    cosiproto.IdentityClient
 	provisioner cosiproto.ProvisionerClient
-	metrics     *operationMetrics
+	metrics     *calls.OperationMetrics
 	driverName  func() string
 	timeout     time.Duration
-	inFlight    *inFlight
+	inFlight    *calls.InFlight
 	// perBucket: every call holds its buckets exclusively (v1alpha1).
 	perBucket bool
 }
@@ -46,7 +47,7 @@ func run[Req, Resp any](
 ) (Resp, error) {
 	start := time.Now()
 	resp, err := func() (Resp, error) {
-		unlock, err := o.inFlight.lock(ctx, keys)
+		unlock, err := o.inFlight.Lock(ctx, keys)
 		if err != nil {
 			var none Resp
 			return none, err
@@ -61,9 +62,9 @@ func run[Req, Resp any](
 	}()
 	if o.metrics != nil {
 		name, code := o.driverName(), status.Code(err)
-		o.metrics.duration.WithLabelValues(name, method, code.String()).Observe(time.Since(start).Seconds())
+		o.metrics.Duration.WithLabelValues(name, method, code.String()).Observe(time.Since(start).Seconds())
 		if code != codes.OK {
-			o.metrics.errors.WithLabelValues(o.metrics.errorLabels(name, method, code)...).Inc()
+			o.metrics.Errors.WithLabelValues(o.metrics.ErrorLabels(name, method, code)...).Inc()
 		}
 	}
 	return resp, err

@@ -1,8 +1,7 @@
-package driver_test
+package driverclient_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
@@ -25,7 +25,7 @@ import (
 func TestProbeWaitsForTheDriver(t *testing.T) {
 	dir := t.TempDir()
 	endpoint := "unix://" + filepath.Join(dir, "late.sock")
-	c := connect(t, endpoint, driver.ClientOptions{})
+	c := connect(t, endpoint, driverclient.Options{})
 
 	probed := make(chan error, 1)
 	go func() {
@@ -38,7 +38,7 @@ func TestProbeWaitsForTheDriver(t *testing.T) {
 		probed <- err
 	}()
 	time.Sleep(300 * time.Millisecond) // the driver starts after the sidecar
-	d := newMemory(t, memory.Config{})
+	d := newMemory(t)
 	srv, err := driver.NewServer(
 		t.Context(),
 		driver.Options{Endpoint: endpoint, Identity: d, Provisioner: d, Registerer: prometheus.NewRegistry()},
@@ -59,7 +59,7 @@ func TestProbeWaitsForTheDriver(t *testing.T) {
 }
 
 func TestProbeGivesUp(t *testing.T) {
-	c := connect(t, "unix://"+filepath.Join(t.TempDir(), "never.sock"), driver.ClientOptions{})
+	c := connect(t, "unix://"+filepath.Join(t.TempDir(), "never.sock"), driverclient.Options{})
 	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 	defer cancel()
 	if _, err := c.Probe(ctx); err == nil || !strings.Contains(err.Error(), "did not answer") {
@@ -68,9 +68,9 @@ func TestProbeGivesUp(t *testing.T) {
 }
 
 func TestClientCallTimeoutAndMetrics(t *testing.T) {
-	ts := startServer(t, newMemory(t, memory.Config{}))
+	ts := startServer(t, newMemory(t))
 	registry := prometheus.NewRegistry()
-	c := connect(t, ts.endpoint, driver.ClientOptions{CallTimeout: 200 * time.Millisecond, Registerer: registry})
+	c := connect(t, ts.endpoint, driverclient.Options{CallTimeout: 200 * time.Millisecond, Registerer: registry})
 	if _, err := c.Probe(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -105,32 +105,6 @@ cosi_sidecar_operation_errors_total{driver_name="memory.cosi.kube-cosi.io",metho
 	}
 }
 
-func TestRetryable(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		want bool
-	}{
-		{nil, false},
-		{status.Error(codes.Unavailable, ""), true},
-		{status.Error(codes.DeadlineExceeded, ""), true},
-		{status.Error(codes.Canceled, ""), true},
-		{status.Error(codes.Aborted, ""), true},
-		{status.Error(codes.ResourceExhausted, ""), true},
-		{status.Error(codes.InvalidArgument, ""), false},
-		{status.Error(codes.AlreadyExists, ""), false},
-		{status.Error(codes.OutOfRange, ""), false},
-		{status.Error(codes.Unimplemented, ""), false},
-		{status.Error(codes.NotFound, ""), false},
-		{status.Error(codes.Internal, ""), false},
-		{errors.New("connection reset"), true},
-		{fmt.Errorf("wrapped: %w", status.Error(codes.Unavailable, "")), true},
-	} {
-		if got := driver.Retryable(tc.err); got != tc.want {
-			t.Errorf("Retryable(%v) = %v, want %v", tc.err, got, tc.want)
-		}
-	}
-}
-
 // TestClientLogsWithTheCallersLogger: a call whose context carries a logger (a reconcile's, with
 // the object's name) is logged with it; other calls with the client's logger.
 func TestClientLogsWithTheCallersLogger(t *testing.T) {
@@ -143,8 +117,8 @@ func TestClientLogsWithTheCallersLogger(t *testing.T) {
 			lines[name] = append(lines[name], args)
 		}, funcr.Options{Verbosity: driver.LogLevelCalls})
 	}
-	ts := startServer(t, newMemory(t, memory.Config{}))
-	c := connect(t, ts.endpoint, driver.ClientOptions{Logger: capture("client")})
+	ts := startServer(t, newMemory(t))
+	c := connect(t, ts.endpoint, driverclient.Options{Logger: capture("client")})
 	if _, err := c.Probe(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -184,8 +158,8 @@ func TestContextLoggerNeverSeesSecrets(t *testing.T) {
 		defer mu.Unlock()
 		lines = append(lines, args)
 	}, funcr.Options{Verbosity: driver.LogLevelBodies})
-	ts := startServer(t, newMemory(t, memory.Config{}))
-	c := connect(t, ts.endpoint, driver.ClientOptions{})
+	ts := startServer(t, newMemory(t))
+	c := connect(t, ts.endpoint, driverclient.Options{})
 	if _, err := c.Probe(t.Context()); err != nil {
 		t.Fatal(err)
 	}

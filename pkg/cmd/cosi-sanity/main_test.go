@@ -1,8 +1,12 @@
 package main_test
 
 import (
+	"context"
 	"encoding/xml"
 	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,28 +16,73 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kube-cosi/cosi/internal/localenv"
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
+
+	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/memory"
 )
 
-// buildBinaries builds cosi-driver-memory and cosi-sanity into a temporary directory.
-func buildBinaries(t *testing.T) string {
-	t.Helper()
-	root, err := localenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
+// driverEnv makes the test binary the driver under test (startDriver): the memory driver served by
+// driver.Run at verbosity 5, as cmd/cosi-driver-memory serves it, with the faults in the variable
+// (memory.ParseFault's syntax, separated by ";"). The test stays within the SDK module.
+const driverEnv = "COSI_SANITY_TEST_DRIVER"
+
+func TestMain(m *testing.M) {
+	if faults, ok := os.LookupEnv(driverEnv); ok {
+		if err := serveMemory(faults); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	}
-	bin := t.TempDir()
-	cmd := exec.CommandContext(t.Context(), "go", "build", "-o", bin+"/", "./cmd/cosi-driver-memory", "./cmd/cosi-sanity")
-	cmd.Dir = root
+	flag.Parse()
+	os.Exit(m.Run())
+}
+
+func serveMemory(faultSpecs string) error {
+	log := logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.Level(-5)}))
+	var injected []memory.Fault
+	for spec := range strings.SplitSeq(faultSpecs, ";") {
+		if spec == "" {
+			continue
+		}
+		f, err := memory.ParseFault(spec)
+		if err != nil {
+			return err
+		}
+		injected = append(injected, f)
+	}
+	d, err := memory.New(memory.Config{})
+	if err != nil {
+		return err
+	}
+	var faults memory.Faults
+	faults.Set(0, injected...)
+	return driver.Run(driver.Options{
+		Identity: d, Provisioner: d, Logger: log,
+		Interceptors: []grpc.UnaryServerInterceptor{faults.Interceptor()},
+	})
+}
+
+// stampedVersion is what buildSanity stamps, as make images does (hack/image).
+const stampedVersion = "v0.0.0-stamped"
+
+// buildSanity builds cosi-sanity into a temporary directory and returns its path.
+func buildSanity(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "cosi-sanity")
+	cmd := exec.CommandContext(t.Context(), "go", "build", "-ldflags", "-X main.version="+stampedVersion, "-o", bin, ".")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
 }
 
-// startDriver runs cosi-driver-memory as a process with the given flags, logging at the highest
-// verbosity into a file. It returns the endpoint, the log file and the process.
-func startDriver(t *testing.T, bin string, args ...string) (string, string, *exec.Cmd) {
+// startDriver runs the memory driver as a process (this test binary, see driverEnv) with faults,
+// logging at the highest verbosity into a file. It returns the endpoint, the log file and the
+// process.
+func startDriver(t *testing.T, faults ...string) (string, string, *exec.Cmd) {
 	t.Helper()
 	dir := t.TempDir()
 	socket := filepath.Join(dir, "driver.sock")
@@ -43,8 +92,12 @@ func startDriver(t *testing.T, bin string, args ...string) (string, string, *exe
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { log.Close() })
-	cmd := exec.Command(filepath.Join(bin, "cosi-driver-memory"), append([]string{"-v", "5"}, args...)...)
-	cmd.Env = append(os.Environ(), "COSI_ENDPOINT=unix://"+socket)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(context.Background(), self)
+	cmd.Env = append(os.Environ(), "COSI_ENDPOINT=unix://"+socket, driverEnv+"="+strings.Join(faults, ";"))
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -63,12 +116,19 @@ func startDriver(t *testing.T, bin string, args ...string) (string, string, *exe
 }
 
 func TestCLI(t *testing.T) {
-	bin := buildBinaries(t)
+	sanityBin := buildSanity(t)
+
+	t.Run("--version prints the stamped version", func(t *testing.T) {
+		out, err := exec.CommandContext(t.Context(), sanityBin, "--version").CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != "cosi-sanity "+stampedVersion {
+			t.Errorf("cosi-sanity --version: %q, %v; want %q", out, err, "cosi-sanity "+stampedVersion)
+		}
+	})
 
 	t.Run("memory driver passes", func(t *testing.T) {
-		endpoint, logFile, driverCmd := startDriver(t, bin)
+		endpoint, logFile, driverCmd := startDriver(t)
 		junit := filepath.Join(t.TempDir(), "report.xml")
-		out, err := exec.CommandContext(t.Context(), filepath.Join(bin, "cosi-sanity"),
+		out, err := exec.CommandContext(t.Context(), sanityBin,
 			"--endpoint", endpoint, "--junit", junit, "--driver-log", logFile,
 			"--bucket-parameters", "versioning=false",
 			"--invalid-bucket-parameters", "versioning=maybe",
@@ -140,8 +200,8 @@ func TestCLI(t *testing.T) {
 	})
 
 	t.Run("a faulty driver fails with exit code 1", func(t *testing.T) {
-		endpoint, _, _ := startDriver(t, bin, "--fault", "DriverDeleteBucket=Internal")
-		cmd := exec.CommandContext(t.Context(), filepath.Join(bin, "cosi-sanity"),
+		endpoint, _, _ := startDriver(t, "DriverDeleteBucket=Internal")
+		cmd := exec.CommandContext(t.Context(), sanityBin,
 			"--endpoint", endpoint, "--run", "^DriverDeleteBucket/")
 		out, err := cmd.CombinedOutput()
 		var exit *exec.ExitError
@@ -155,7 +215,7 @@ func TestCLI(t *testing.T) {
 	})
 
 	t.Run("no driver exits with code 2", func(t *testing.T) {
-		cmd := exec.CommandContext(t.Context(), filepath.Join(bin, "cosi-sanity"),
+		cmd := exec.CommandContext(t.Context(), sanityBin,
 			"--endpoint", "unix://"+filepath.Join(t.TempDir(), "none.sock"), "--timeout", "1s")
 		out, err := cmd.CombinedOutput()
 		var exit *exec.ExitError

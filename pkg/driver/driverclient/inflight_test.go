@@ -1,4 +1,4 @@
-package driver_test
+package driverclient_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	v1 "sigs.k8s.io/container-object-storage-interface/proto"
 
-	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
@@ -202,7 +202,7 @@ func (g gateV2) DriverGrantBucketAccess(
 }
 
 // serveGate serves srv's services on a Unix socket and returns the sidecar's client, probed.
-func serveGate(t *testing.T, register func(*grpc.Server)) *driver.Client {
+func serveGate(t *testing.T, register func(*grpc.Server)) *driverclient.Client {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "gate.sock")
 	lis, err := net.Listen("unix", sock)
@@ -213,7 +213,7 @@ func serveGate(t *testing.T, register func(*grpc.Server)) *driver.Client {
 	register(srv)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	c := connect(t, "unix://"+sock, driver.ClientOptions{Logger: logr.Discard()})
+	c := connect(t, "unix://"+sock, driverclient.Options{Logger: logr.Discard()})
 	if _, err := c.Probe(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +263,7 @@ func TestOneCallInFlightPerBucketV1alpha1(t *testing.T) {
 		v1.RegisterIdentityServer(srv, g)
 		v1.RegisterProvisionerServer(srv, g)
 	})
-	if c.Protocol() != driver.ProtocolV1alpha1 {
+	if c.Protocol() != driverclient.ProtocolV1alpha1 {
 		t.Fatalf("protocol %q", c.Protocol())
 	}
 	ctx := t.Context()
@@ -331,7 +331,7 @@ func TestOneCallInFlightPerBucketV1alpha2(t *testing.T) {
 		cosiproto.RegisterIdentityServer(srv, g)
 		cosiproto.RegisterProvisionerServer(srv, g)
 	})
-	if c.Protocol() != driver.ProtocolV1alpha2 {
+	if c.Protocol() != driverclient.ProtocolV1alpha2 {
 		t.Fatalf("protocol %q", c.Protocol())
 	}
 	ctx := t.Context()

@@ -4,6 +4,9 @@
 //	cosi-sanity --endpoint unix:///var/lib/cosi/driver.sock [--junit report.xml]
 //
 // Exit code: 0 when no case failed, 1 when a case failed, 2 when the suite could not run.
+//
+// It is a command of the SDK module, so that a driver vendor installs it with go install
+// github.com/kube-cosi/cosi/pkg/cmd/cosi-sanity (docs/writing-a-driver.md).
 package main
 
 import (
@@ -11,13 +14,28 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"strings"
 	"time"
 
-	"github.com/kube-cosi/cosi/internal/version"
 	"github.com/kube-cosi/cosi/pkg/sanity"
 )
+
+// version is stamped by make images (hack/image: -X main.version=v0.1.0). Unstamped, --version
+// prints the module version go install recorded, or "devel".
+var version = ""
+
+func versionString() string {
+	if version != "" {
+		return version
+	}
+	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" && info.Main.Version != "(devel)" {
+		return info.Main.Version
+	}
+	return "devel"
+}
 
 type paramsFlag struct{ m map[string]string }
 
@@ -47,7 +65,8 @@ func main() {
 		junit     = flag.String("junit", "", "write a JUnit XML report to this file")
 		driverLog = flag.String("driver-log", "",
 			"the driver's log file, to check that no credential reaches it (run the driver at its highest verbosity)")
-		list = flag.Bool("list", false, "list the cases, each with what it needs beyond a socket, and exit")
+		list        = flag.Bool("list", false, "list the cases, each with what it needs beyond a socket, and exit")
+		showVersion = flag.Bool("version", false, "print the version and exit")
 	)
 	flag.StringVar(&cfg.Endpoint, "endpoint", os.Getenv("COSI_ENDPOINT"),
 		"the driver's endpoint, unix:///path/to/driver.sock (default $COSI_ENDPOINT)")
@@ -60,8 +79,12 @@ func main() {
 		"valid bucket parameters different from --bucket-parameters")
 	flag.Var(&access, "access-parameters", "valid access parameters, k=v,k=v")
 	flag.Var(&invalidAccess, "invalid-access-parameters", "access parameters the driver must refuse with InvalidArgument")
-	version.AddFlag(flag.CommandLine)
 	flag.Parse()
+
+	if *showVersion {
+		fmt.Printf("%s %s\n", filepath.Base(os.Args[0]), versionString())
+		return
+	}
 
 	if *list {
 		// One case a line; cases that need more than a socket say what, and what the suite

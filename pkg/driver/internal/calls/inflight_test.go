@@ -1,4 +1,4 @@
-package driver
+package calls
 
 import (
 	"context"
@@ -13,18 +13,18 @@ import (
 // Calls that take the same keys in opposite orders, all exclusive, never wait for each other in a
 // cycle: every one finishes, and no key state is left behind.
 func TestInFlightNoDeadlock(t *testing.T) {
-	l := &inFlight{}
-	orders := [][]lockKey{
-		{{key: "a", exclusive: true}, {key: "b", exclusive: true}},
-		{{key: "b", exclusive: true}, {key: "a", exclusive: true}},
-		{{key: "b"}, {key: "c", exclusive: true}, {key: "a"}},
-		{{key: "c"}, {key: "a", exclusive: true}},
+	l := &InFlight{}
+	orders := [][]LockKey{
+		{{Key: "a", Exclusive: true}, {Key: "b", Exclusive: true}},
+		{{Key: "b", Exclusive: true}, {Key: "a", Exclusive: true}},
+		{{Key: "b"}, {Key: "c", Exclusive: true}, {Key: "a"}},
+		{{Key: "c"}, {Key: "a", Exclusive: true}},
 	}
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() {
 			for range 500 {
-				unlock, err := l.lock(t.Context(), orders[i%len(orders)])
+				unlock, err := l.Lock(t.Context(), orders[i%len(orders)])
 				if err != nil {
 					t.Error(err)
 					return
@@ -34,7 +34,7 @@ func TestInFlightNoDeadlock(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n := l.size(); n != 0 {
+	if n := l.Size(); n != 0 {
 		t.Errorf("%d key states left behind", n)
 	}
 }
@@ -43,8 +43,8 @@ func TestInFlightNoDeadlock(t *testing.T) {
 // when it gives up, they go; a wait that gives up releases what it took and returns the context's
 // code.
 func TestInFlightWaitsAndGivesUp(t *testing.T) {
-	l := &inFlight{}
-	unlockShared, err := l.lock(t.Context(), []lockKey{{key: "bucket/b1"}})
+	l := &InFlight{}
+	unlockShared, err := l.Lock(t.Context(), []LockKey{{Key: "bucket/b1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestInFlightWaitsAndGivesUp(t *testing.T) {
 	writer := make(chan error, 1)
 	go func() {
 		// Takes account/x (sorted first), then waits for bucket/b1.
-		_, err := l.lock(writerCtx, []lockKey{{key: "bucket/b1", exclusive: true}, {key: "account/x", exclusive: true}})
+		_, err := l.Lock(writerCtx, []LockKey{{Key: "bucket/b1", Exclusive: true}, {Key: "account/x", Exclusive: true}})
 		writer <- err
 	}()
 	waitFor(t, func() bool {
@@ -62,7 +62,7 @@ func TestInFlightWaitsAndGivesUp(t *testing.T) {
 	})
 	reader := make(chan error, 1)
 	go func() {
-		unlock, err := l.lock(t.Context(), []lockKey{{key: "bucket/b1"}})
+		unlock, err := l.Lock(t.Context(), []LockKey{{Key: "bucket/b1"}})
 		if err == nil {
 			unlock()
 		}
@@ -87,7 +87,7 @@ func TestInFlightWaitsAndGivesUp(t *testing.T) {
 		t.Errorf("the shared call after the exclusive one gave up: %v", err)
 	}
 	unlockShared()
-	if n := l.size(); n != 0 {
+	if n := l.Size(); n != 0 {
 		t.Errorf("%d key states left behind", n)
 	}
 }

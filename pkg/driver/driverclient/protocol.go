@@ -1,4 +1,4 @@
-package driver
+package driverclient
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	v1 "sigs.k8s.io/container-object-storage-interface/proto"
 
+	"github.com/kube-cosi/cosi/pkg/driver/internal/calls"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
@@ -96,7 +97,7 @@ func reflectedServices(ctx context.Context, conn grpc.ClientConnInterface) ([]st
 
 // protocolMetric is cosi_sidecar_driver_protocol: 1 for the protocol the driver speaks.
 func newProtocolMetric(reg prometheus.Registerer) (*prometheus.GaugeVec, error) {
-	return register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	return calls.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "cosi",
 		Subsystem: "sidecar",
 		Name:      "driver_protocol",
