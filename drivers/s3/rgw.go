@@ -181,6 +181,34 @@ func rgwStatus(err error, what string) error {
 	return newBackendError(code, err, what+": "+e.Error()+hint)
 }
 
+// ownKeys are the user's own S3 keys (not its subusers'), as the store lists them.
+func (u *rgwUser) ownKeys(id string) []Key {
+	var keys []Key
+	for _, k := range u.Keys {
+		if k.User == id || k.User == "" {
+			keys = append(keys, Key{AccessKeyID: k.AccessKey, SecretAccessKey: k.SecretKey})
+		}
+	}
+	return keys
+}
+
+// newestKey is the key of user id that a grant returns: during a rotation the key it issued,
+// which no other key of the user was rotated to (rgwRotatedKeyID), so that a Secret written
+// again in the grace period gets the key that stays; otherwise the first. Zero when there is none.
+func (u *rgwUser) newestKey(id string) Key {
+	keys := u.ownKeys(id)
+	for _, k := range keys {
+		next := rgwRotatedKeyID(id, k.AccessKeyID)
+		if !slices.ContainsFunc(keys, func(o Key) bool { return o.AccessKeyID == next }) {
+			return k
+		}
+	}
+	if len(keys) == 0 {
+		return Key{}
+	}
+	return keys[0]
+}
+
 func (a *RGWAccounts) getUser(ctx context.Context, id string) (*rgwUser, error) {
 	var u rgwUser
 	err := a.admin(ctx, http.MethodGet, "user", url.Values{"uid": {id}}, &u)
@@ -226,13 +254,7 @@ func (a *RGWAccounts) Grant(ctx context.Context, id string, grants []bucketGrant
 			return Key{}, rgwStatus(err, fmt.Sprintf("creating a key for RGW user %q", id))
 		}
 	}
-	var key Key
-	for _, k := range u.Keys {
-		if k.User == id || k.User == "" {
-			key = Key{AccessKeyID: k.AccessKey, SecretAccessKey: k.SecretKey}
-			break
-		}
-	}
+	key := u.newestKey(id)
 	if key.AccessKeyID == "" {
 		return Key{}, status.Errorf(codes.Internal, "RGW user %q has no S3 key of its own", id)
 	}
