@@ -3,6 +3,7 @@ package s3_test
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -563,7 +564,10 @@ func TestRotation(t *testing.T) {
 			}
 		}
 		testenv.Eventually(t, func() error {
-			if err := get(old, bucket, "b"); !denied(err) {
+			switch err := get(old, bucket, "b"); {
+			case err == nil:
+				return errors.New("get with the retired key succeeded, want AccessDenied or InvalidAccessKeyId")
+			case !denied(err):
 				return fmt.Errorf("get with the retired key: %w, want AccessDenied or InvalidAccessKeyId", err)
 			}
 			return nil
