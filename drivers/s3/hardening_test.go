@@ -1375,3 +1375,56 @@ func TestNoModeChangesPublicAccessBlock(t *testing.T) {
 		}
 	})
 }
+
+// TestRGWRepeatedGrantWithOtherModes checks that an account granted again with other access
+// modes is refused with AlreadyExists, leaving its statements as they were, while the same
+// grant passes, also over the statements an earlier version of the driver wrote (without the
+// denials), which it writes anew.
+func TestRGWRepeatedGrantWithOtherModes(t *testing.T) {
+	b := rgwBackend(t)
+	ctx := t.Context()
+	_, p := serve(t, b.newDriver(t, ""), logr.Discard())
+	bucket := createBucket(t, p, map[string]string{s3.ParamPurgeOnDelete: "true"})
+	rw := &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}
+	a := grant(t, p, rw, bucket)
+	defer revoke(t, p, a)
+
+	// The statements without the denials, as the driver wrote them before issue 14.
+	doc, stmts := policyStatements(t, bucketPolicy(t, b, bucket))
+	var allows []any
+	for _, s := range stmts {
+		if s.(map[string]any)["Effect"] == "Allow" {
+			allows = append(allows, s)
+		}
+	}
+	if len(allows) == len(stmts) {
+		t.Fatalf("the grant wrote no denials: %v", stmts)
+	}
+	doc["Statement"] = allows
+	earlier, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.admin.PutBucketPolicy(ctx, &awss3.PutBucketPolicyInput{Bucket: aws.String(bucket),
+		Policy: aws.String(string(earlier))}); err != nil {
+		t.Fatal(err)
+	}
+	grantAs(t, p, a.id, rw, bucket)
+	if _, again := policyStatements(t, bucketPolicy(t, b, bucket)); len(again) != len(stmts) {
+		t.Errorf("the same grant over the earlier statements left %d statements, want %d", len(again), len(stmts))
+	}
+
+	before := bucketPolicy(t, b, bucket)
+	_, err = p.DriverGrantBucketAccess(ctx, &cosiproto.DriverGrantBucketAccessRequest{
+		AccountId: a.id, Protocol: cosiproto.ObjectProtocol_S3, AuthenticationType: cosiproto.AuthenticationType_KEY,
+		Buckets: []*cosiproto.AccessedBucket{{BucketId: bucket,
+			AccessModes: &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_ONLY}}},
+	})
+	if status.Code(err) != codes.AlreadyExists {
+		t.Errorf("a repeated grant with READ_ONLY instead of READ_WRITE: %v, want AlreadyExists", err)
+	}
+	if after := bucketPolicy(t, b, bucket); after != before {
+		t.Errorf("the refused grant changed the policy:\n%s\nwas\n%s", after, before)
+	}
+	expect(t, "put after the refused grant", true, put(a, bucket, "k"))
+}

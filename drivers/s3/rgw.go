@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -181,6 +182,34 @@ func rgwStatus(err error, what string) error {
 	return newBackendError(code, err, what+": "+e.Error()+hint)
 }
 
+// ownKeys are the user's own S3 keys (not its subusers'), as the store lists them.
+func (u *rgwUser) ownKeys(id string) []Key {
+	var keys []Key
+	for _, k := range u.Keys {
+		if k.User == id || k.User == "" {
+			keys = append(keys, Key{AccessKeyID: k.AccessKey, SecretAccessKey: k.SecretKey})
+		}
+	}
+	return keys
+}
+
+// newestKey is the key of user id that a grant returns: during a rotation the key it issued,
+// which no other key of the user was rotated to (rgwRotatedKeyID), so that a Secret written
+// again in the grace period gets the key that stays; otherwise the first. Zero when there is none.
+func (u *rgwUser) newestKey(id string) Key {
+	keys := u.ownKeys(id)
+	for _, k := range keys {
+		next := rgwRotatedKeyID(id, k.AccessKeyID)
+		if !slices.ContainsFunc(keys, func(o Key) bool { return o.AccessKeyID == next }) {
+			return k
+		}
+	}
+	if len(keys) == 0 {
+		return Key{}
+	}
+	return keys[0]
+}
+
 func (a *RGWAccounts) getUser(ctx context.Context, id string) (*rgwUser, error) {
 	var u rgwUser
 	err := a.admin(ctx, http.MethodGet, "user", url.Values{"uid": {id}}, &u)
@@ -206,6 +235,7 @@ func (a *RGWAccounts) Grant(ctx context.Context, id string, grants []bucketGrant
 	if u != nil && u.DisplayName != rgwDisplayPrefix+id {
 		return Key{}, status.Errorf(codes.AlreadyExists, "RGW user %q exists and was not created by this driver", id)
 	}
+	existed := u != nil
 	if u == nil {
 		u = &rgwUser{}
 		err := a.admin(ctx, http.MethodPut, "user", url.Values{"uid": {id}, "display-name": {rgwDisplayPrefix + id},
@@ -226,28 +256,75 @@ func (a *RGWAccounts) Grant(ctx context.Context, id string, grants []bucketGrant
 			return Key{}, rgwStatus(err, fmt.Sprintf("creating a key for RGW user %q", id))
 		}
 	}
-	var key Key
-	for _, k := range u.Keys {
-		if k.User == id || k.User == "" {
-			key = Key{AccessKeyID: k.AccessKey, SecretAccessKey: k.SecretKey}
-			break
-		}
-	}
+	key := u.newestKey(id)
 	if key.AccessKeyID == "" {
 		return Key{}, status.Errorf(codes.Internal, "RGW user %q has no S3 key of its own", id)
 	}
-	for _, g := range grants {
+	stmts := make([][]Statement, len(grants))
+	for i, g := range grants {
 		principal := &Principal{AWS: []string{"arn:aws:iam:::user/" + id}}
-		stmts := g.statements(rgwSid(id), principal, rgwUnknownActions)
+		stmts[i] = g.statements(rgwSid(id), principal, rgwUnknownActions)
 		if _, objectActs := g.bucketActions(); slices.Contains(objectActs, "s3:PutObject") {
-			stmts = append(stmts, rgwACLDenials(rgwSid(id), principal, g.Bucket)...)
-			stmts = append(stmts, rgwLockDenial(rgwSid(id), principal, g))
+			stmts[i] = append(stmts[i], rgwACLDenials(rgwSid(id), principal, g.Bucket)...)
+			stmts[i] = append(stmts[i], rgwLockDenial(rgwSid(id), principal, g))
 		}
-		if err := a.setStatements(ctx, g.Bucket, id, stmts); err != nil {
+		if existed {
+			// Checked on every bucket before any policy changes.
+			if err := a.checkGrant(ctx, g.Bucket, id, stmts[i]); err != nil {
+				return Key{}, err
+			}
+		}
+	}
+	for i, g := range grants {
+		if err := a.setStatements(ctx, g.Bucket, id, stmts[i]); err != nil {
 			return Key{}, err
 		}
 	}
 	return key, nil
+}
+
+// checkGrant returns AlreadyExists when account id's statements in bucket's policy allow other
+// actions than stmts: the same account ID with another grant. A bucket without its statements
+// (a grant that did not finish) passes. Like samePolicy, objectLockActions are not counted, and
+// neither are the denials, which earlier versions of the driver wrote otherwise: a repeated grant
+// of such an access is the same grant, and writes them anew.
+func (a *RGWAccounts) checkGrant(ctx context.Context, bucket, id string, stmts []Statement) error {
+	policy, err := a.readPolicy(ctx, bucket)
+	if err != nil || policy == nil {
+		return err
+	}
+	prefix := rgwSid(id)
+	var have []Statement
+	for _, raw := range policy.statements {
+		var s Statement
+		if owned(raw, prefix) && json.Unmarshal(raw, &s) == nil {
+			have = append(have, s)
+		}
+	}
+	granted := allowedActions(have)
+	if len(granted) > 0 && !maps.Equal(granted, allowedActions(stmts)) {
+		return status.Errorf(codes.AlreadyExists, "RGW user %q exists with another grant to bucket %q", id, bucket)
+	}
+	return nil
+}
+
+// allowedActions is the set of (action, resource) that stmts allow, without objectLockActions.
+func allowedActions(stmts []Statement) map[string]bool {
+	out := map[string]bool{}
+	for _, s := range stmts {
+		if s.Effect != "Allow" {
+			continue
+		}
+		for _, act := range s.Action {
+			if slices.Contains(objectLockActions, act) {
+				continue
+			}
+			for _, r := range s.Resource {
+				out[act+"\x00"+r] = true
+			}
+		}
+	}
+	return out
 }
 
 // rgwWideningCannedACLs are the canned ACLs that let someone other than the uploader and the
@@ -400,6 +477,29 @@ func (p rawPolicy) marshal() ([]byte, error) {
 	return json.Marshal(out)
 }
 
+// readPolicy returns bucket's policy, nil when it has none. The error keeps the store's error
+// code (apiCode).
+func (a *RGWAccounts) readPolicy(ctx context.Context, bucket string) (*rawPolicy, error) {
+	out, err := a.s3.GetBucketPolicy(ctx, &s3.GetBucketPolicyInput{Bucket: aws.String(bucket)})
+	switch {
+	case err == nil:
+		policy, err := parseRawPolicy(aws.ToString(out.Policy))
+		if err != nil {
+			return nil, status.Errorf(
+				codes.FailedPrecondition,
+				"the policy of bucket %q is not JSON this driver can edit: %v",
+				bucket,
+				err,
+			)
+		}
+		return &policy, nil
+	case apiCode(err) == "NoSuchBucketPolicy":
+		return nil, nil
+	default:
+		return nil, toStatus(err, "reading the policy of bucket %q", bucket)
+	}
+}
+
 // setStatements replaces account id's statements in bucket's policy with stmts (none: removes
 // them), and deletes the policy when it becomes empty. Only statements with the Sids the driver
 // gives the account's statements are the driver's (see owned); every other statement and field is
@@ -407,23 +507,16 @@ func (p rawPolicy) marshal() ([]byte, error) {
 func (a *RGWAccounts) setStatements(ctx context.Context, bucket, id string, stmts []Statement) error {
 	unlock := a.locks.lock(bucket)
 	defer unlock()
-	policy := rawPolicy{fields: map[string]json.RawMessage{}}
-	out, err := a.s3.GetBucketPolicy(ctx, &s3.GetBucketPolicyInput{Bucket: aws.String(bucket)})
-	switch {
-	case err == nil:
-		if policy, err = parseRawPolicy(aws.ToString(out.Policy)); err != nil {
-			return status.Errorf(
-				codes.FailedPrecondition,
-				"the policy of bucket %q is not JSON this driver can edit: %v",
-				bucket,
-				err,
-			)
-		}
-	case apiCode(err) == "NoSuchBucketPolicy":
-	case apiCode(err) == "NoSuchBucket" && len(stmts) == 0:
+	read, err := a.readPolicy(ctx, bucket)
+	if apiCode(err) == "NoSuchBucket" && len(stmts) == 0 {
 		return nil
-	default:
-		return toStatus(err, "reading the policy of bucket %q", bucket)
+	}
+	if err != nil {
+		return err
+	}
+	policy := rawPolicy{fields: map[string]json.RawMessage{}}
+	if read != nil {
+		policy = *read
 	}
 	prefix := rgwSid(id)
 	kept := make([]json.RawMessage, 0, len(policy.statements)+len(stmts))

@@ -2,6 +2,12 @@ package s3
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
 	"slices"
 
 	"google.golang.org/grpc/codes"
@@ -136,4 +142,95 @@ func (a *IAMAccounts) Retire(ctx context.Context, id, key string) error {
 			"access key %q is the only one of IAM user %q: revoke the access instead", key, id)
 	}
 	return a.deleteKey(ctx, id, key)
+}
+
+var _ KeyRotation = (*RGWAccounts)(nil)
+
+// rgwRotatedKeyID is the access key ID of the key that rotating key from of RGW user id creates.
+// It is derived, not random: a repeated rotation finds the key that the first one created and
+// returns it (RGW returns a user's secret keys to the admin), and a grant tells the newest key of
+// a user from the one it replaces. Key IDs are not secret, and the secret key is RGW's random one.
+func rgwRotatedKeyID(id, from string) string {
+	sum := sha256.Sum256([]byte("cosi-rotated-key\x00" + id + "\x00" + from))
+	return base32.StdEncoding.EncodeToString(sum[:])[:20]
+}
+
+// Rotate implements KeyRotation: the user gets the key rgwRotatedKeyID(id, keep), or keeps it
+// when a previous call created it, so a repeated call returns the same key. Other keys but keep
+// are deleted first (a key that a rotation before should have retired).
+func (a *RGWAccounts) Rotate(ctx context.Context, id, keep string) (Key, error) {
+	u, err := a.getUser(ctx, id)
+	if err != nil {
+		return Key{}, err
+	}
+	if u == nil {
+		return Key{}, status.Errorf(codes.NotFound, "RGW user %q does not exist", id)
+	}
+	if u.DisplayName != rgwDisplayPrefix+id {
+		return Key{}, status.Errorf(codes.AlreadyExists, "RGW user %q exists and was not created by this driver", id)
+	}
+	keys := u.ownKeys(id)
+	if !slices.ContainsFunc(keys, func(k Key) bool { return k.AccessKeyID == keep }) {
+		return Key{}, status.Errorf(codes.NotFound, "RGW user %q has no access key %q", id, keep)
+	}
+	next := rgwRotatedKeyID(id, keep)
+	var issued Key
+	for _, k := range keys {
+		switch k.AccessKeyID {
+		case keep:
+		case next:
+			issued = k
+		default:
+			if err := a.deleteKey(ctx, id, k.AccessKeyID); err != nil {
+				return Key{}, err
+			}
+		}
+	}
+	if issued.AccessKeyID != "" {
+		return issued, nil
+	}
+	created := &rgwUser{}
+	err = a.admin(ctx, http.MethodPut, "user", url.Values{"key": {""}, "uid": {id}, "key-type": {"s3"},
+		"access-key": {next}, "generate-key": {"true"}}, &created.Keys)
+	if err != nil {
+		return Key{}, rgwStatus(err, fmt.Sprintf("creating access key %q for RGW user %q", next, id))
+	}
+	for _, k := range created.ownKeys(id) {
+		if k.AccessKeyID == next && k.SecretAccessKey != "" {
+			return k, nil
+		}
+	}
+	// A non-conformant store. Retrying finds the key, if it was created.
+	return Key{}, status.Errorf(codes.Internal,
+		"creating access key %q for RGW user %q: the store answered without the key", next, id)
+}
+
+// Retire implements KeyRotation.
+func (a *RGWAccounts) Retire(ctx context.Context, id, key string) error {
+	u, err := a.getUser(ctx, id)
+	if err != nil || u == nil {
+		return err
+	}
+	if u.DisplayName != rgwDisplayPrefix+id {
+		return status.Errorf(codes.FailedPrecondition, "not retiring: RGW user %q was not created by this driver", id)
+	}
+	keys := u.ownKeys(id)
+	if !slices.ContainsFunc(keys, func(k Key) bool { return k.AccessKeyID == key }) {
+		return nil
+	}
+	if len(keys) == 1 {
+		return status.Errorf(codes.FailedPrecondition,
+			"access key %q is the only one of RGW user %q: revoke the access instead", key, id)
+	}
+	return a.deleteKey(ctx, id, key)
+}
+
+// deleteKey deletes an S3 key of RGW user id; a key that is gone is deleted.
+func (a *RGWAccounts) deleteKey(ctx context.Context, id, key string) error {
+	err := a.admin(ctx, http.MethodDelete, "user", url.Values{"key": {""}, "uid": {id}, "key-type": {"s3"},
+		"access-key": {key}}, nil)
+	if e := (*rgwError)(nil); err != nil && (!errors.As(err, &e) || e.Status != http.StatusNotFound) {
+		return rgwStatus(err, fmt.Sprintf("deleting access key %q of RGW user %q", key, id))
+	}
+	return nil
 }
