@@ -17,6 +17,9 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,6 +35,7 @@ import (
 	"github.com/kube-cosi/cosi/internal/testenv"
 	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 const (
@@ -125,7 +129,8 @@ func start(ctx context.Context) error {
 		return err
 	}
 	srv, err := driver.NewServer(ctx,
-		driver.Options{Endpoint: endpoint, Identity: d, Provisioner: d, Registerer: prometheus.NewRegistry()})
+		driver.Options{Endpoint: endpoint, Identity: d, Provisioner: d, Registerer: prometheus.NewRegistry(),
+			Interceptors: []grpc.UnaryServerInterceptor{backendDown}})
 	if err != nil {
 		return err
 	}
@@ -149,6 +154,17 @@ func start(ctx context.Context) error {
 			HealthAddress: "0", LeaderElection: true, LeaderElectionNamespace: cosiNamespace}, logr.Discard())
 	})
 	return nil
+}
+
+// unavailable, as a bucket parameter description, makes the driver fail DriverCreateBucket with
+// Unavailable: a backend that is down, which the sidecar retries.
+const unavailable = "backend-down"
+
+func backendDown(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+	if r, ok := req.(*cosiproto.DriverCreateBucketRequest); ok && r.GetParameters()[memory.ParamDescription] == unavailable {
+		return nil, grpcstatus.Error(codes.Unavailable, "the object store does not answer")
+	}
+	return next(ctx, req)
 }
 
 // sidecarOptions are the test sidecar's options with leader election in cosiNamespace.
