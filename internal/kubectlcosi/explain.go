@@ -80,6 +80,18 @@ var Explanations = map[string]Explanation{
 		Action: "create what the message names, or fix the name; an admin creates missing classes; COSI " +
 			"continues on its own once it exists",
 	},
+	// ReasonWaitingForDriver and EventWaitingForDriver are the same string.
+	cosiapi.ReasonWaitingForDriver: {
+		Meaning: "no sidecar serves the driver that the class names: nobody holds the driver's Lease",
+		Who:     WhoAdmin,
+		Action: "deploy or restart the driver and its sidecar, or fix driverName in the class (kubectl cosi " +
+			"doctor); COSI continues on its own once a sidecar serves it",
+	},
+	cosiapi.EventWaitingForClass: {
+		Meaning: "the class that the object names does not exist",
+		Who:     WhoAdmin,
+		Action:  "create the class, or (user) recreate the object with an existing class; COSI continues on its own",
+	},
 	cosiapi.ReasonInvalidReference: {
 		Meaning: "a referenced object is invalid, missing after provisioning, bound elsewhere or being deleted",
 		Who:     WhoUser,

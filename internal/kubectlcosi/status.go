@@ -317,6 +317,13 @@ func (c *Command) diagnoseClaim(l *claimLink) (Diagnosis, bool) {
 	if rv != nil && rv.Reason == cosiapi.ReasonWaitingForResources {
 		return reasonDiagnosis("BucketClaim "+claim.Name, rv, "COSI continues on its own once it exists"), false
 	}
+	if prov != nil && prov.Reason == cosiapi.ReasonWaitingForDriver {
+		d := reasonDiagnosis("BucketClaim "+claim.Name, prov, "")
+		d.Problem = strings.TrimSuffix(d.Problem, "; Bucket "+claim.Status.BoundBucketName+
+			" is provisioned as soon as a sidecar of the driver runs")
+		d.Next = "the Bucket is provisioned on its own as soon as a sidecar of the driver runs"
+		return d, false
+	}
 	if l.bucket != nil && l.b != nil {
 		if bp := l.bucket.condition(cosiapi.ConditionProvisioned); bp == nil && len(l.b.Finalizers) == 0 {
 			return Diagnosis{

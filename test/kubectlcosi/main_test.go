@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -151,7 +152,8 @@ func start(ctx context.Context) error {
 	})
 	env.Go(ctx, "controller", func(ctx context.Context) error {
 		return controller.Run(ctx, controllerCfg, controller.Options{Workers: 4, MetricsAddress: "0",
-			HealthAddress: "0", LeaderElection: true, LeaderElectionNamespace: cosiNamespace}, logr.Discard())
+			HealthAddress: "0", LeaderElection: true, LeaderElectionNamespace: cosiNamespace,
+			DriverGrace: 2 * time.Second}, logr.Discard())
 	})
 	return nil
 }
