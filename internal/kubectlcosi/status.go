@@ -295,7 +295,8 @@ func (c *Command) diagnoseClaim(l *claimLink) (Diagnosis, bool) {
 			Problem: fmt.Sprintf("BucketClaim %s waits for BucketClass %s, which does not exist", claim.Name,
 				claim.Spec.BucketClassName),
 			Who:    WhoAdmin,
-			Action: fmt.Sprintf("create BucketClass %s (or you recreate the claim with an existing class)", claim.Spec.BucketClassName),
+			Action: fmt.Sprintf("create BucketClass %s (or you recreate the claim with an existing class)",
+				claim.Spec.BucketClassName),
 			Next:   "COSI creates the Bucket on its own as soon as the class exists",
 		}, false
 	}
@@ -445,7 +446,8 @@ func (c *Command) diagnoseAccess(a *accessLink) (Diagnosis, bool) {
 		}
 		if ba.Status.DriverName == "" {
 			return Diagnosis{Problem: subject + " is not handed off to a driver yet", Who: WhoNobody,
-				Next: "the COSI controller hands it off; if this lasts, an admin checks the controller (kubectl cosi doctor)"}, false
+				Next: "the COSI controller hands it off; if this lasts, an admin checks the controller " +
+					"(kubectl cosi doctor)"}, false
 		}
 		return Diagnosis{Problem: fmt.Sprintf("%s is being granted by driver %s", subject, ba.Status.DriverName),
 			Who: WhoNobody, Next: "if this lasts, an admin checks the driver's sidecar (kubectl cosi doctor)"}, false

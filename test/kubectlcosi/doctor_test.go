@@ -162,7 +162,8 @@ func release(claim *cosiapi.BucketClaim) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(claim), claim); err != nil {
 			return client.IgnoreNotFound(err)
 		}
-		claim.Finalizers = slices.DeleteFunc(claim.Finalizers, func(f string) bool { return f != cosiapi.FinalizerProtection })
+		claim.Finalizers = slices.DeleteFunc(claim.Finalizers,
+			func(f string) bool { return f != cosiapi.FinalizerProtection })
 		return client.IgnoreNotFound(env.Client.Update(ctx, claim))
 	})
 }

@@ -163,7 +163,8 @@ func start(ctx context.Context) error {
 const unavailable = "backend-down"
 
 func backendDown(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
-	if r, ok := req.(*cosiproto.DriverCreateBucketRequest); ok && r.GetParameters()[memory.ParamDescription] == unavailable {
+	r, ok := req.(*cosiproto.DriverCreateBucketRequest)
+	if ok && r.GetParameters()[memory.ParamDescription] == unavailable {
 		return nil, grpcstatus.Error(codes.Unavailable, "the object store does not answer")
 	}
 	return next(ctx, req)
