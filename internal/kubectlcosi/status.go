@@ -294,10 +294,10 @@ func (c *Command) diagnoseClaim(l *claimLink) (Diagnosis, bool) {
 		return Diagnosis{
 			Problem: fmt.Sprintf("BucketClaim %s waits for BucketClass %s, which does not exist", claim.Name,
 				claim.Spec.BucketClassName),
-			Who:    WhoAdmin,
+			Who: WhoAdmin,
 			Action: fmt.Sprintf("create BucketClass %s (or you recreate the claim with an existing class)",
 				claim.Spec.BucketClassName),
-			Next:   "COSI creates the Bucket on its own as soon as the class exists",
+			Next: "COSI creates the Bucket on its own as soon as the class exists",
 		}, false
 	}
 	if rv != nil && rv.Status == metav1.ConditionFalse {
