@@ -89,7 +89,7 @@ func TestDescribeNoSidecar(t *testing.T) {
 // TestDescribeDriverError: a driver error that is retried says when; a final one says it is not.
 func TestDescribeDriverError(t *testing.T) {
 	down := objects.BucketClass(unique("class"), driverName, cosiapi.DeletionPolicyDelete,
-		objects.ClassParameters(map[string]string{memory.ParamDescription: unavailable}))
+		objects.ClassParameters(map[string]string{memory.ParamRegion: unavailable}))
 	invalid := objects.BucketClass(unique("class"), driverName, cosiapi.DeletionPolicyDelete,
 		objects.ClassParameters(map[string]string{memory.ParamVersioning: "maybe"}))
 	retried := objects.BucketClaim(namespace, unique("claim"), down.Name, objects.S3)

@@ -158,13 +158,13 @@ func start(ctx context.Context) error {
 	return nil
 }
 
-// unavailable, as a bucket parameter description, makes the driver fail DriverCreateBucket with
+// unavailable, as the bucket parameter region, makes the driver fail DriverCreateBucket with
 // Unavailable: a backend that is down, which the sidecar retries.
 const unavailable = "backend-down"
 
 func backendDown(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
 	r, ok := req.(*cosiproto.DriverCreateBucketRequest)
-	if ok && r.GetParameters()[memory.ParamDescription] == unavailable {
+	if ok && r.GetParameters()[memory.ParamRegion] == unavailable {
 		return nil, grpcstatus.Error(codes.Unavailable, "the object store does not answer")
 	}
 	return next(ctx, req)
