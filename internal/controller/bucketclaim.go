@@ -220,9 +220,7 @@ func (r *BucketClaimReconciler) reconcile(ctx context.Context, claim *cosiapi.Bu
 		if err := r.bind(ctx, claim, bucket); err != nil {
 			return 0, err
 		}
-		if again, err = r.Drivers.check(ctx, claim, bucket); err != nil {
-			return 0, err
-		}
+		again = r.Drivers.check(ctx, claim, bucket)
 	}
 	return again, r.patchStatus(ctx, status, claim, bucket)
 }

@@ -55,13 +55,13 @@ func leaseNamespace(opts Options) string {
 // check marks the claim WaitingForDriver when its Bucket was not picked up by any sidecar (no
 // finalizer, no condition: a sidecar adds both before its first driver call) for longer than the
 // grace period and nobody holds the driver's Lease. It returns when to look again (0: no need).
-func (w *driverWatch) check(ctx context.Context, claim *cosiapi.BucketClaim, b *cosiapi.Bucket) (time.Duration, error) {
+func (w *driverWatch) check(ctx context.Context, claim *cosiapi.BucketClaim, b *cosiapi.Bucket) time.Duration {
 	if w == nil || b == nil || b.DeletionTimestamp != nil || claim.DeletionTimestamp != nil ||
 		controllerutil.ContainsFinalizer(b, cosiapi.FinalizerProtection) || len(b.Status.Conditions) > 0 {
-		return 0, nil
+		return 0
 	}
 	if age := time.Since(b.CreationTimestamp.Time); age < w.grace {
-		return w.grace - age + time.Second, nil
+		return w.grace - age + time.Second
 	}
 	name := sidecarLeaseName(b.Spec.DriverName)
 	lease := &coordinationv1.Lease{}
@@ -70,9 +70,11 @@ func (w *driverWatch) check(ctx context.Context, claim *cosiapi.BucketClaim, b *
 	switch {
 	case apierrors.IsNotFound(err):
 		why = "does not exist"
-	case err != nil:
+	case apierrors.IsForbidden(err):
 		// Cannot tell (no Role to read Leases there): say nothing rather than something wrong.
-		return 0, nil //nolint:nilerr // see above
+		return 0
+	case err != nil:
+		return driverRecheck // cannot tell now; the claim's status stays what it was
 	case lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "":
 		why = "is held by nobody"
 	case lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil:
@@ -80,12 +82,12 @@ func (w *driverWatch) check(ctx context.Context, claim *cosiapi.BucketClaim, b *
 	default:
 		expiry := lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
 		if time.Now().Before(expiry) {
-			return driverRecheck, nil // a sidecar runs; it has not picked the Bucket up yet
+			return driverRecheck // a sidecar runs; it has not picked the Bucket up yet
 		}
 		why = "expired at " + expiry.UTC().Format(time.RFC3339)
 	}
 	conditions.MarkUnknown(claim, cosiapi.ConditionProvisioned, cosiapi.ReasonWaitingForDriver, fmt.Sprintf(
 		"no sidecar serves driver %s: its Lease %s/%s %s; Bucket %s is provisioned as soon as a sidecar of the "+
 			"driver runs", b.Spec.DriverName, w.namespace, name, why, b.Name))
-	return driverRecheck, nil
+	return driverRecheck
 }
