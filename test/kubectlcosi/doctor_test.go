@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -118,6 +119,8 @@ func TestDoctor(t *testing.T) {
 			{"stuck", kubectlcosi.CheckFailed, "example.com/hold (not COSI's)"},
 			{"secrets", kubectlcosi.CheckWarning, "Secret " + namespace + "/" + secret + " of BucketAccess " + ba.Name +
 				" was deleted"},
+			{"secrets", kubectlcosi.CheckWarning, "(at the latest at " +
+				deleted(t, secret).Add(secretCheckInterval).Local().Format("15:04") + ")"},
 		} {
 			if err := expectCheck(r, want[0], want[1], want[2]); err != nil {
 				return err
@@ -166,4 +169,17 @@ func release(claim *cosiapi.BucketClaim) {
 			func(f string) bool { return f != cosiapi.FinalizerProtection })
 		return client.IgnoreNotFound(env.Client.Update(ctx, claim))
 	})
+}
+
+// deleted returns the deletion time of the Secret name in namespace.
+func deleted(t *testing.T, name string) time.Time {
+	t.Helper()
+	s := &corev1.Secret{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: namespace, Name: name}, s); err != nil {
+		t.Fatal(err)
+	}
+	if s.DeletionTimestamp == nil {
+		t.Fatalf("Secret %s is not being deleted", name)
+	}
+	return s.DeletionTimestamp.Time
 }

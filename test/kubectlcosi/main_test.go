@@ -116,8 +116,8 @@ func viewerConfig(ctx context.Context) (*rest.Config, error) {
 }
 
 // start runs the memory driver, its sidecar and the controller, on their generated roles and with
-// leader election, until the tests are done. Secrets are checked every ten minutes, the default,
-// so that a deleted Secret stays Terminating for the whole test.
+// leader election, until the tests are done. Secrets are checked every secretCheckInterval, so
+// that a deleted Secret stays Terminating for the whole test.
 func start(ctx context.Context) error {
 	dir, err := os.MkdirTemp("", "kubectl-cosi")
 	if err != nil {
@@ -146,7 +146,7 @@ func start(ctx context.Context) error {
 	}
 	env.Go(ctx, "driver", srv.Serve)
 	opts := sidecarOptions(endpoint)
-	opts.SecretCheckInterval = sidecar.DefaultSecretCheckInterval
+	opts.SecretCheckInterval = secretCheckInterval
 	env.Go(ctx, "sidecar", func(ctx context.Context) error {
 		return sidecar.Run(ctx, sidecarCfg, opts, logr.Discard())
 	})
@@ -176,6 +176,10 @@ func sidecarOptions(endpoint string) sidecar.Options {
 	opts.LeaderElection, opts.LeaderElectionNamespace = true, cosiNamespace
 	return opts
 }
+
+// secretCheckInterval is the sidecar's --secret-check-interval: not the default, which kubectl
+// cosi assumes when a Secret does not say.
+const secretCheckInterval = 20 * time.Minute
 
 var counter atomic.Int64
 

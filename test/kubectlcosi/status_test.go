@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -138,8 +137,8 @@ func TestStatusAccessRefusedByClass(t *testing.T) {
 }
 
 // TestStatusSecretDeleted: a tenant deletes the Secret of a granted access. COSI's finalizer keeps
-// it until the sidecar's next Secret check (every ten minutes here): the report says when that
-// is at the latest.
+// it until the sidecar's next Secret check (every secretCheckInterval): the report says when that
+// is at the latest, from the interval the sidecar wrote on the Secret.
 func TestStatusSecretDeleted(t *testing.T) {
 	_, ba := healthy(t)
 	secret := &corev1.Secret{}
@@ -159,7 +158,7 @@ func TestStatusSecretDeleted(t *testing.T) {
 		}
 		return nil
 	})
-	latest := secret.DeletionTimestamp.Add(10 * time.Minute).Local().Format("15:04")
+	latest := secret.DeletionTimestamp.Add(secretCheckInterval).Local().Format("15:04")
 	for _, cfg := range []*rest.Config{env.Config, viewer} {
 		r := status(t, cfg, "access", ba.Name)
 		for _, want := range []string{
