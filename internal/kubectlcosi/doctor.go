@@ -441,7 +441,7 @@ func (c *Command) checkSecrets(ctx context.Context, r *DoctorReport) error {
 				problems = append(problems, fmt.Sprintf("Secret %s of BucketAccess %s was deleted at %s; the sidecar "+
 					"writes it again at its next check (at the latest at %s)", key, ba.Name,
 					s.DeletionTimestamp.Local().Format("15:04"),
-					s.DeletionTimestamp.Add(c.SecretCheckInterval).Local().Format("15:04")))
+					s.DeletionTimestamp.Add(c.checkInterval(s.Annotations)).Local().Format("15:04")))
 			}
 		}
 	}

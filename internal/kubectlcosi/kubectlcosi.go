@@ -91,7 +91,7 @@ func Main(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writ
 	fs.StringVar(&cmd.COSINamespace, "cosi-namespace", sidecar.DefaultGrantNamespace,
 		"namespace of COSI's controller and sidecars (their Leases)")
 	fs.DurationVar(&cmd.SecretCheckInterval, "secret-check-interval", sidecar.DefaultSecretCheckInterval,
-		"the sidecars' --secret-check-interval")
+		"the sidecars' --secret-check-interval, for Secrets that do not say it (written before COSI annotated them)")
 	fs.DurationVar(&cmd.StuckAfter, "stuck-after", 5*time.Minute,
 		"doctor: how long an object may be Terminating before it counts as stuck")
 	fs.Usage = func() {

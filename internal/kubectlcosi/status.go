@@ -463,9 +463,12 @@ func (c *Command) diagnoseAccess(a *accessLink) (Diagnosis, bool) {
 // diagnoseSecret says what is wrong with a Secret of a provisioned access.
 func (c *Command) diagnoseSecret(ba *cosiapi.BucketAccess, s *secretLink) (Diagnosis, bool) {
 	latest := func(from time.Time) string {
+		interval := c.SecretCheckInterval
+		if s.secret != nil {
+			interval = c.checkInterval(s.secret.Annotations)
+		}
 		return fmt.Sprintf("the sidecar writes it again at its next Secret check, at the latest at %s "+
-			"(every %s; it cannot watch Secrets)", from.Add(c.SecretCheckInterval).Local().Format("15:04"),
-			c.SecretCheckInterval)
+			"(every %s; it cannot watch Secrets)", from.Add(interval).Local().Format("15:04"), interval)
 	}
 	switch {
 	case s.obj.Visibility == notFound:
@@ -490,4 +493,13 @@ func (c *Command) diagnoseSecret(ba *cosiapi.BucketAccess, s *secretLink) (Diagn
 			Who: WhoUser, Action: "delete or rename that Secret", Next: "the sidecar writes its own once it is gone"}, false
 	}
 	return Diagnosis{}, true
+}
+
+// checkInterval is the Secret check interval that the sidecar wrote on a Secret, else the
+// --secret-check-interval flag.
+func (c *Command) checkInterval(annotations map[string]string) time.Duration {
+	if d, err := time.ParseDuration(annotations[cosiapi.AnnotationSecretCheckInterval]); err == nil && d > 0 {
+		return d
+	}
+	return c.SecretCheckInterval
 }

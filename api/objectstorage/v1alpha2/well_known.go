@@ -49,6 +49,14 @@ const (
 	// changes what the check looks for.
 	AnnotationSecretDataKeys = "objectstorage.k8s.io/secret-data-keys"
 
+	// AnnotationSecretCheckInterval is set by the Sidecar on each BucketAccess Secret it writes: its
+	// --secret-check-interval at that write, as a Go duration ("10m0s"). A Secret that someone
+	// deletes is kept by FinalizerProtection until the Sidecar's next check of the access's
+	// Secrets, which is at most this long after the deletion (the Sidecar may not watch Secrets).
+	// Informational: kubectl cosi reads it to say when a deleted Secret is written again; COSI
+	// never reads it.
+	AnnotationSecretCheckInterval = "objectstorage.k8s.io/secret-check-interval"
+
 	// AnnotationAllowedBucketClasses is set on a Namespace by an admin: the comma-separated names
 	// of the BucketClasses that BucketClaims of the namespace may use. Enforced when a claim is
 	// created, by the cosi-allowed-classes ValidatingAdmissionPolicy (config/admission); no
