@@ -311,7 +311,12 @@ func (c *Command) checkStuck(ctx context.Context, r *DoctorReport) error {
 
 func (c *Command) stuck(kind string, o client.Object) string {
 	dt := o.GetDeletionTimestamp()
-	if dt == nil || c.Now().Sub(dt.Time) < c.StuckAfter {
+	after := c.StuckAfter
+	if kind == "Secret" && slices.Equal(o.GetFinalizers(), []string{cosiapi.FinalizerProtection}) {
+		// A deleted access Secret waits for the sidecar's next check (checkSecrets says until when).
+		after += c.checkInterval(o.GetAnnotations())
+	}
+	if dt == nil || c.Now().Sub(dt.Time) < after {
 		return ""
 	}
 	name := o.GetName()

@@ -117,6 +117,7 @@ func TestDoctor(t *testing.T) {
 			{"stuck", kubectlcosi.CheckFailed, "BucketClaim " + namespace + "/" + held.Name +
 				" has been Terminating for"},
 			{"stuck", kubectlcosi.CheckFailed, "example.com/hold (not COSI's)"},
+			{"secrets", kubectlcosi.CheckWarning, "Secret " + namespace + "/" + secret},
 			{"secrets", kubectlcosi.CheckWarning, "Secret " + namespace + "/" + secret + " of BucketAccess " + ba.Name +
 				" was deleted"},
 			{"secrets", kubectlcosi.CheckWarning, "(at the latest at " +
@@ -126,11 +127,15 @@ func TestDoctor(t *testing.T) {
 				return err
 			}
 		}
+		if c := finding(r, "stuck", "Secret "+namespace+"/"+secret); c != nil {
+			return fmt.Errorf("a Secret that waits for its sidecar's check is called stuck: %+v", c)
+		}
 		if code != 1 {
 			return fmt.Errorf("exit %d, want 1", code)
 		}
 		return nil
 	})
+	show(t, env.Config, "doctor", "--stuck-after", "1ms")
 	code, out, _ := run(t, env.Config, "doctor")
 	if code != 1 || !strings.Contains(out, "FAILED   sidecar/"+stopped) {
 		t.Errorf("text output (exit %d):\n%s", code, out)

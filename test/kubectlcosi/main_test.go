@@ -247,3 +247,10 @@ func status(t *testing.T, cfg *rest.Config, args ...string) *kubectlcosi.StatusR
 	}
 	return r
 }
+
+// show logs the text output of the plugin, as a user sees it (go test -v shows it).
+func show(t *testing.T, cfg *rest.Config, args ...string) {
+	t.Helper()
+	_, out, errOut := run(t, cfg, args...)
+	t.Logf("$ kubectl cosi %s\n%s%s", strings.Join(args, " "), out, errOut)
+}

@@ -82,6 +82,7 @@ func TestStatusHealthy(t *testing.T) {
 		!strings.Contains(out, "Bucket "+claim.Status.BoundBucketName+": not visible (Forbidden") {
 		t.Errorf("text output (exit %d):\n%s", code, out)
 	}
+	show(t, env.Config, "status", "claim", claim.Name)
 	code, out, _ = run(t, env.Config, "status", "claim", claim.Name, "-o", "yaml")
 	if code != 0 || !strings.Contains(out, "ready: true") {
 		t.Errorf("yaml output (exit %d):\n%s", code, out)
@@ -102,6 +103,7 @@ func TestStatusMissingClass(t *testing.T) {
 	// The user cannot see classes, but the claim's condition says it.
 	waitForDiagnosis(t, viewer, []string{"claim", claim.Name}, "BucketClass "+claim.Spec.BucketClassName+
 		" does not exist")
+	show(t, env.Config, "status", "claim", claim.Name)
 }
 
 // TestStatusAccessRefusedByClass: an access asking for a mode its class forbids.
@@ -121,6 +123,7 @@ func TestStatusAccessRefusedByClass(t *testing.T) {
 		if r.Diagnosis.Who != kubectlcosi.WhoUser {
 			t.Errorf("who: %+v", r.Diagnosis)
 		}
+		show(t, cfg, "status", "access", ba.Name)
 		testenv.Eventually(t, func() error {
 			o := object(t, status(t, cfg, "access", ba.Name), "BucketAccess")
 			if !slices.ContainsFunc(o.Events, func(e kubectlcosi.Event) bool { return e.Type == corev1.EventTypeWarning }) {
@@ -172,6 +175,7 @@ func TestStatusSecretDeleted(t *testing.T) {
 		if s := object(t, r, "Secret"); s.Deleting == nil || !slices.Contains(s.Finalizers, cosiapi.FinalizerProtection) {
 			t.Errorf("Secret: %+v", s)
 		}
+		show(t, cfg, "status", "access", ba.Name)
 	}
 }
 
