@@ -120,6 +120,29 @@ lint-shell: shellcheck ## shellcheck the scripts in hack/.
 test: build $(KUBE_BINARIES) $(VERSITYGW) ceph verify ## Run all tests, against a real kube-apiserver and etcd built from source and real object stores.
 	@for m in $(MODULES); do (cd $$m && KUBEBUILDER_ASSETS=$(BIN) go test $(GO_TEST_FLAGS) ./...); done
 
+##@ Release
+
+# The platforms of kubectl-cosi's release archives, as os/arch (hack/krew/cosi.yaml lists the same).
+KUBECTL_COSI_PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+RELEASE_URL ?= https://github.com/kube-cosi/cosi/releases/download/$(VERSION)
+
+.PHONY: kubectl-cosi-release
+kubectl-cosi-release: ## Build kubectl-cosi's release archives (a tar.gz per platform, with LICENSE) and their krew manifest into bin/release/.
+	@rm -rf $(BIN)/release && mkdir -p $(BIN)/release
+	@grep -v '^#' hack/krew/cosi.yaml | sed -e 's|^  version: VERSION$$|  version: $(VERSION)|' -e 's|URL/|$(RELEASE_URL)/|' > $(BIN)/release/cosi.yaml
+	@for p in $(KUBECTL_COSI_PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; exe=kubectl-cosi; [ $$os = windows ] && exe=kubectl-cosi.exe; \
+		dir=$$(mktemp -d); \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -ldflags "-s -w" -o $$dir/$$exe ./cmd/kubectl-cosi; \
+		cp LICENSE $$dir/; \
+		tar -C $$dir -czf $(BIN)/release/kubectl-cosi_$${os}_$${arch}.tar.gz $$exe LICENSE; \
+		rm -rf $$dir; \
+		sum=$$(sha256sum $(BIN)/release/kubectl-cosi_$${os}_$${arch}.tar.gz | cut -d' ' -f1); \
+		sed -i "s|SHA256_$${os}_$${arch}|$$sum|" $(BIN)/release/cosi.yaml; \
+		echo "bin/release/kubectl-cosi_$${os}_$${arch}.tar.gz $$sum"; \
+	done
+
 ##@ Benchmark
 
 BENCH_FLAGS ?=

@@ -238,8 +238,9 @@ func (r *BucketAccessReconciler) handOff(ctx context.Context, ba *cosiapi.Bucket
 	class := &cosiapi.BucketAccessClass{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: ba.Spec.BucketAccessClassName}, class); err != nil {
 		if apierrors.IsNotFound(err) {
-			markWaiting(ba, fmt.Sprintf("BucketAccessClass %s does not exist", ba.Spec.BucketAccessClassName))
-			return nil, nil
+			msg := fmt.Sprintf("BucketAccessClass %s does not exist", ba.Spec.BucketAccessClassName)
+			markWaiting(ba, msg)
+			return &handOffEvent{corev1.EventTypeNormal, cosiapi.EventWaitingForClass, msg}, nil
 		}
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -54,6 +55,8 @@ type BucketClaimReconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	Metrics   *metrics
+	// Drivers tells whether a sidecar serves a Bucket's driver (nil: never asked).
+	Drivers *driverWatch
 
 	// log reports what the watches cannot return: their map functions' errors.
 	log logr.Logger
@@ -188,30 +191,38 @@ func (r *BucketClaimReconciler) Reconcile(ctx context.Context, req reconcile.Req
 	if claim.DeletionTimestamp != nil {
 		return requeue.ResultWithEvent(r.Recorder, claim, cosiapi.EventFailedDeleteBucket, r.delete(ctx, claim))
 	}
-	return requeue.ResultWithEvent(r.Recorder, claim, cosiapi.EventFailedCreateBucket, r.reconcile(ctx, claim))
+	again, err := r.reconcile(ctx, claim)
+	res, err := requeue.ResultWithEvent(r.Recorder, claim, cosiapi.EventFailedCreateBucket, err)
+	if err == nil && res.IsZero() && again > 0 {
+		res.RequeueAfter = again
+	}
+	return res, err
 }
 
-// reconcile protects the claim, publishes its references, binds it and mirrors its Bucket.
-func (r *BucketClaimReconciler) reconcile(ctx context.Context, claim *cosiapi.BucketClaim) error {
+// reconcile protects the claim, publishes its references, binds it and mirrors its Bucket. It
+// returns when to look again at a claim that waits for something it cannot watch (a sidecar).
+func (r *BucketClaimReconciler) reconcile(ctx context.Context, claim *cosiapi.BucketClaim) (time.Duration, error) {
 	// Put back, on every reconcile, what a tenant may have removed.
 	if err := patch.AddFinalizer(ctx, r.Client, claim); err != nil {
-		return err
+		return 0, err
 	}
 	if err := r.publishReferences(ctx, claim); err != nil {
-		return err
+		return 0, err
 	}
 	status := patch.NewStatus(r.Client, claim, claimConditions...)
 	conditions.Init(claim, cosiapi.ConditionProvisionFailed)
 	bucket, err := r.bucket(ctx, claim, status)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	var again time.Duration
 	if bucket != nil {
 		if err := r.bind(ctx, claim, bucket); err != nil {
-			return err
+			return 0, err
 		}
+		again = r.Drivers.check(ctx, claim, bucket)
 	}
-	return r.patchStatus(ctx, status, claim, bucket)
+	return again, r.patchStatus(ctx, status, claim, bucket)
 }
 
 // publishReferences sets the has-bucketaccess-references annotation while accesses reference the
@@ -433,6 +444,16 @@ func (r *BucketClaimReconciler) patchStatus(
 			reason = cosiapi.EventFailedDeleteBucket
 		}
 		r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, reason, "Provision", "%s", pf.Message)
+	}
+	// Waits that the user sees in kubectl describe: once, when they start.
+	if c := becomes(orig, claim, cosiapi.ConditionProvisioned, metav1.ConditionUnknown); c != nil &&
+		c.Reason == cosiapi.ReasonWaitingForDriver {
+		r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, cosiapi.EventWaitingForDriver, "Provision", "%s", c.Message)
+	}
+	if c := becomes(orig, claim, cosiapi.ConditionResourcesValidated, metav1.ConditionUnknown); c != nil &&
+		c.Reason == cosiapi.ReasonWaitingForResources && claim.Spec.ExistingBucketName == "" &&
+		claim.Status.BoundBucketName == "" {
+		r.Recorder.Eventf(claim, nil, corev1.EventTypeNormal, cosiapi.EventWaitingForClass, "Bind", "%s", c.Message)
 	}
 	// A reference that became invalid (the bound Bucket went missing, or is another claim's):
 	// once, when it appears, not on every reconcile.

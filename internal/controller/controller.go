@@ -5,6 +5,7 @@ package controller
 
 import (
 	"context"
+	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
@@ -41,6 +42,9 @@ type Options struct {
 	MetricsSecure                 bool
 	// SkipNameValidation allows several controllers in one process (tests).
 	SkipNameValidation bool
+	// DriverGrace is how long a new Bucket may wait for a sidecar before the controller checks
+	// that one serves its driver (ReasonWaitingForDriver); 0 means DefaultDriverGrace.
+	DriverGrace time.Duration
 }
 
 // LeaseName is the leader election Lease of the controller.
@@ -93,7 +97,13 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	copts := controller.Options{MaxConcurrentReconciles: max(opts.Workers, 1), RateLimiter: requeue.RateLimiter()}
 	recorder := mgr.GetEventRecorder("cosi-controller")
 	c, reader := mgr.GetClient(), mgr.GetAPIReader()
-	claims := &BucketClaimReconciler{Client: c, APIReader: reader, Recorder: recorder, Metrics: metrics}
+	grace := opts.DriverGrace
+	if grace <= 0 {
+		grace = DefaultDriverGrace
+	}
+	drivers := &driverWatch{reader: reader, namespace: leaseNamespace(opts), grace: grace}
+	claims := &BucketClaimReconciler{Client: c, APIReader: reader, Recorder: recorder, Metrics: metrics,
+		Drivers: drivers}
 	if err := claims.SetupWithManager(mgr, copts); err != nil {
 		return err
 	}

@@ -36,9 +36,23 @@ const MaxBackoff = 5 * time.Minute
 // fails.
 func RateLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
 	return workqueue.NewTypedMaxOfRateLimiter(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, MaxBackoff),
+		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](baseBackoff, MaxBackoff),
 		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
 	)
+}
+
+// baseBackoff is the first wait of a failing object.
+const baseBackoff = 5 * time.Millisecond
+
+// NextBackoff is how long rl, a RateLimiter, makes req wait if its reconcile fails now: its
+// exponential wait for the failures so far, within MaxBackoff. (The overall limit of 10 per
+// second can add to it under load.)
+func NextBackoff(rl workqueue.TypedRateLimiter[reconcile.Request], req reconcile.Request) time.Duration {
+	n := rl.NumRequeues(req)
+	if n >= 30 {
+		return MaxBackoff
+	}
+	return min(baseBackoff<<n, MaxBackoff)
 }
 
 // Result turns a reconcile error into what controller-runtime should do: a conflict (another

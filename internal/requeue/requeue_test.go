@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -73,5 +74,20 @@ func TestRateLimiterIsBounded(t *testing.T) {
 	}
 	if last != requeue.MaxBackoff {
 		t.Errorf("backoff after 50 failures %v, want the cap %v", last, requeue.MaxBackoff)
+	}
+}
+
+// NextBackoff tells the wait that the rate limiter gives the next failure, up to MaxBackoff.
+func TestNextBackoff(t *testing.T) {
+	rl := requeue.RateLimiter()
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "backoff"}}
+	for i := range 20 {
+		want := requeue.NextBackoff(rl, req)
+		if got := rl.When(req); got != want {
+			t.Fatalf("failure %d: NextBackoff said %v, the rate limiter waits %v", i, want, got)
+		}
+	}
+	if got := requeue.NextBackoff(rl, req); got != requeue.MaxBackoff {
+		t.Errorf("after 20 failures: %v, want %v", got, requeue.MaxBackoff)
 	}
 }

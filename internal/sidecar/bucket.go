@@ -58,7 +58,7 @@ type BucketReconciler struct {
 func (r *BucketReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
 	r.log = mgr.GetLogger().WithValues("controller", "sidecar-bucket")
 	r.record = statusRecorder[*cosiapi.Bucket]{
-		client: r.Client, events: r.Recorder, lock: patch.NoLock,
+		client: r.Client, events: r.Recorder, lock: patch.NoLock, kind: "Bucket", backoff: opts.RateLimiter,
 		initial:      []string{cosiapi.ConditionResourcesValidated, cosiapi.ConditionProvisionFailed},
 		invalidEvent: cosiapi.EventFailedCreateBucket, invalidAction: "Provision", invalidUnprovisions: true,
 	}

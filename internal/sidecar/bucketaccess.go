@@ -81,8 +81,8 @@ type BucketAccessReconciler struct {
 func (r *BucketAccessReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
 	r.log = mgr.GetLogger().WithValues("controller", "sidecar-bucketaccess")
 	r.record = statusRecorder[*cosiapi.BucketAccess]{
-		client: r.Client, events: r.Recorder, lock: patch.OptimisticLock,
-		invalidEvent: cosiapi.EventFailedGrantAccess, invalidAction: "Grant",
+		client: r.Client, events: r.Recorder, lock: patch.OptimisticLock, kind: "BucketAccess",
+		backoff: opts.RateLimiter, invalidEvent: cosiapi.EventFailedGrantAccess, invalidAction: "Grant",
 	}
 	ours := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return o.(*cosiapi.BucketAccess).Status.DriverName == r.Info.GetName()

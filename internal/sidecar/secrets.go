@@ -234,6 +234,7 @@ func (r *BucketAccessReconciler) writeSecret(
 				cosiapi.AnnotationBucketAccessReference: ba.Namespace + "/" + ba.Name,
 				cosiapi.AnnotationBucketClaimReference:  ba.Namespace + "/" + claim.BucketClaimName,
 				cosiapi.AnnotationSecretDataKeys:        strings.Join(slices.Sorted(maps.Keys(data)), ","),
+				cosiapi.AnnotationSecretCheckInterval:   r.SecretCheckInterval.String(),
 			},
 			Finalizers: []string{cosiapi.FinalizerProtection},
 		},

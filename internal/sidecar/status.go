@@ -3,15 +3,19 @@ package sidecar
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/conditions"
 	"github.com/kube-cosi/cosi/internal/patch"
+	"github.com/kube-cosi/cosi/internal/requeue"
 )
 
 // The conditions the sidecar writes: all of them, on Buckets, whose status only the sidecar
@@ -40,6 +44,10 @@ type statusRecorder[T patch.Object] struct {
 	invalidEvent, invalidAction string
 	// invalidUnprovisions: a final problem makes Provisioned False even when it was True.
 	invalidUnprovisions bool
+	// kind names the objects in events; backoff is their reconciler's rate limiter, which tells
+	// when a failed call is tried again (nil: not said).
+	kind    string
+	backoff workqueue.TypedRateLimiter[reconcile.Request]
 }
 
 // status takes a snapshot of obj, whose status the caller then changes and writes with the
@@ -62,11 +70,27 @@ func (s statusRecorder[T]) failed(ctx context.Context, obj T, rpc rpcError, even
 			conditions.MarkFalse(obj, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioningFailed, rpc.Error())
 		}
 	}
-	s.events.Eventf(obj, nil, corev1.EventTypeWarning, eventReason, rpc.method, "%s", conditions.Truncate(rpc.Error()))
+	// The event says when the call is tried again (kubectl describe shows it); the condition does
+	// not, so that a retry that fails the same way writes nothing.
+	s.events.Eventf(obj, nil, corev1.EventTypeWarning, eventReason, rpc.method, "%s",
+		conditions.Truncate(rpc.Error()+s.next(obj, rpc)))
 	if err := status.Patch(ctx, s.lock); err != nil {
 		return fmt.Errorf("%w (and recording it: %w)", rpc, err)
 	}
 	return rpc // result() retries or stops, by the driver's code
+}
+
+// next says when a failed call is tried again.
+func (s statusRecorder[T]) next(obj T, rpc rpcError) string {
+	if !rpc.retryable() {
+		return fmt.Sprintf("; not retried until the %s changes", s.kind)
+	}
+	if s.backoff == nil {
+		return ""
+	}
+	d := requeue.NextBackoff(s.backoff, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(obj)})
+	return fmt.Sprintf("; retrying in %s, at %s", d.Round(time.Millisecond),
+		time.Now().Add(d).UTC().Format(time.RFC3339))
 }
 
 // invalid records a final problem with the Kubernetes objects (ResourcesValidated False), and

@@ -49,6 +49,14 @@ const (
 	// changes what the check looks for.
 	AnnotationSecretDataKeys = "objectstorage.k8s.io/secret-data-keys"
 
+	// AnnotationSecretCheckInterval is set by the Sidecar on each BucketAccess Secret it writes: its
+	// --secret-check-interval at that write, as a Go duration ("10m0s"). A Secret that someone
+	// deletes is kept by FinalizerProtection until the Sidecar's next check of the access's
+	// Secrets, which is at most this long after the deletion (the Sidecar may not watch Secrets).
+	// Informational: kubectl cosi reads it to say when a deleted Secret is written again; COSI
+	// never reads it.
+	AnnotationSecretCheckInterval = "objectstorage.k8s.io/secret-check-interval"
+
 	// AnnotationAllowedBucketClasses is set on a Namespace by an admin: the comma-separated names
 	// of the BucketClasses that BucketClaims of the namespace may use. Enforced when a claim is
 	// created, by the cosi-allowed-classes ValidatingAdmissionPolicy (config/admission); no
@@ -155,6 +163,15 @@ const (
 	// ReasonWaitingForResources (ResourcesValidated=Unknown): a referenced object does not exist
 	// yet or is not ready; COSI watches it and continues when it changes.
 	ReasonWaitingForResources = "WaitingForResources"
+	// ReasonWaitingForDriver (Provisioned=Unknown, on a BucketClaim): no sidecar has picked up the
+	// claim's Bucket, and no sidecar holds the leader election Lease of the Bucket's driver (in the
+	// controller's namespace), for longer than a grace period after the Bucket was created: the
+	// class names a driver that is not deployed, is down, or is misspelt. Set by the Controller,
+	// which looks again every 30 seconds and as soon as a sidecar reports on the Bucket; it is
+	// replaced by what the sidecar reports. Not set when the Lease cannot be read, or when
+	// sidecars run without leader election and none has picked the Bucket up: then the claim says
+	// Provisioning.
+	ReasonWaitingForDriver = "WaitingForDriver"
 	// ReasonInvalidReference (ResourcesValidated=False): a referenced object is invalid, missing
 	// after provisioning, bound elsewhere, or being deleted. The Controller also writes it on a
 	// BucketAccess that was not handed off when a claim it names starts deleting (the claim's
@@ -209,6 +226,13 @@ const (
 	EventFailedDeleteBucket = "FailedDeleteBucket"
 	// EventWaitingForBucket: access cannot be granted yet because a bucket is not provisioned.
 	EventWaitingForBucket = "WaitingForBucket"
+	// EventWaitingForClass (Normal): the BucketClass of a BucketClaim, or the BucketAccessClass of
+	// a BucketAccess, does not exist; the object waits for it (ResourcesValidated Unknown,
+	// WaitingForResources). Recorded by the Controller when the wait starts.
+	EventWaitingForClass = "WaitingForClass"
+	// EventWaitingForDriver (Warning): no sidecar serves the driver of the claim's Bucket
+	// (ReasonWaitingForDriver). Recorded by the Controller on the BucketClaim when the wait starts.
+	EventWaitingForDriver = "WaitingForDriver"
 	// EventFailedGrantAccess: the driver failed to grant access.
 	EventFailedGrantAccess = "FailedGrantAccess"
 	// EventFailedRevokeAccess: the driver failed to revoke access.

@@ -1,0 +1,93 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/conditions"
+)
+
+// DefaultDriverGrace is how long a new Bucket may wait for a sidecar to pick it up before the
+// controller looks for one (driverWatch).
+const DefaultDriverGrace = 30 * time.Second
+
+// driverRecheck is how often the controller looks again for a sidecar of a driver no sidecar
+// serves. A sidecar that picks the Bucket up wakes the claim sooner (its status changes).
+const driverRecheck = 30 * time.Second
+
+// driverWatch tells whether a sidecar serves a driver: the sidecars of a driver elect a leader
+// with the Lease sidecarLeaseName(driver) in the COSI namespace, which the controller's Role may
+// read. It is read live (a GET per claim that waits, every driverRecheck), not cached: the
+// controller may not watch Leases cluster-wide, and only unserved claims ask.
+type driverWatch struct {
+	reader    client.Reader
+	namespace string
+	grace     time.Duration
+}
+
+// sidecarLeaseName is sidecar.LeaseName (a test checks that they agree; the controller does not
+// import the sidecar).
+func sidecarLeaseName(driver string) string { return strings.ToLower(driver) + "-cosi-sidecar" }
+
+// leaseNamespace is where the sidecars' Leases are: the controller's leader election namespace,
+// else its Pod's namespace, else cosi-system (the namespace of the generated Roles).
+func leaseNamespace(opts Options) string {
+	if opts.LeaderElectionNamespace != "" {
+		return opts.LeaderElectionNamespace
+	}
+	if ns, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil &&
+		strings.TrimSpace(string(ns)) != "" {
+		return strings.TrimSpace(string(ns))
+	}
+	return "cosi-system"
+}
+
+// check marks the claim WaitingForDriver when its Bucket was not picked up by any sidecar (no
+// finalizer, no condition: a sidecar adds both before its first driver call) for longer than the
+// grace period and nobody holds the driver's Lease. It returns when to look again (0: no need).
+func (w *driverWatch) check(ctx context.Context, claim *cosiapi.BucketClaim, b *cosiapi.Bucket) time.Duration {
+	if w == nil || b == nil || b.DeletionTimestamp != nil || claim.DeletionTimestamp != nil ||
+		controllerutil.ContainsFinalizer(b, cosiapi.FinalizerProtection) || len(b.Status.Conditions) > 0 {
+		return 0
+	}
+	if age := time.Since(b.CreationTimestamp.Time); age < w.grace {
+		return w.grace - age + time.Second
+	}
+	name := sidecarLeaseName(b.Spec.DriverName)
+	lease := &coordinationv1.Lease{}
+	err := w.reader.Get(ctx, types.NamespacedName{Namespace: w.namespace, Name: name}, lease)
+	var why string
+	switch {
+	case apierrors.IsNotFound(err):
+		why = "does not exist"
+	case apierrors.IsForbidden(err):
+		// Cannot tell (no Role to read Leases there): say nothing rather than something wrong.
+		return 0
+	case err != nil:
+		return driverRecheck // cannot tell now; the claim's status stays what it was
+	case lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "":
+		why = "is held by nobody"
+	case lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil:
+		why = "was never renewed"
+	default:
+		expiry := lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
+		if time.Now().Before(expiry) {
+			return driverRecheck // a sidecar runs; it has not picked the Bucket up yet
+		}
+		why = "expired at " + expiry.UTC().Format(time.RFC3339)
+	}
+	conditions.MarkUnknown(claim, cosiapi.ConditionProvisioned, cosiapi.ReasonWaitingForDriver, fmt.Sprintf(
+		"no sidecar serves driver %s: its Lease %s/%s %s; Bucket %s is provisioned as soon as a sidecar of the "+
+			"driver runs", b.Spec.DriverName, w.namespace, name, why, b.Name))
+	return driverRecheck
+}

@@ -1,0 +1,505 @@
+package kubectlcosi
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+)
+
+// chain is what status reads: the objects, and the typed ones for the diagnosis.
+type chain struct {
+	report *StatusReport
+	claims []*claimLink
+	access []*accessLink
+}
+
+type claimLink struct {
+	obj    *Object
+	claim  *cosiapi.BucketClaim
+	class  *Object
+	bucket *Object
+	b      *cosiapi.Bucket
+}
+
+type accessLink struct {
+	obj     *Object
+	access  *cosiapi.BucketAccess
+	class   *Object
+	secrets []*secretLink
+}
+
+type secretLink struct {
+	obj    *Object
+	secret *corev1.Secret
+}
+
+// StatusClaim prints the chain of the claim name: claim → Bucket → accesses → Secrets.
+func (c *Command) StatusClaim(ctx context.Context, name string) error {
+	ch := &chain{report: &StatusReport{Kind: "BucketClaim", Namespace: c.Namespace, Name: name}}
+	cl, err := c.claim(ctx, ch, name)
+	if err != nil {
+		return err
+	}
+	if cl.claim != nil {
+		var list cosiapi.BucketAccessList
+		err := c.Client.List(ctx, &list, client.InNamespace(c.Namespace))
+		switch v, err := classify(err); v {
+		case visible:
+			for i := range list.Items {
+				ba := &list.Items[i]
+				if slices.ContainsFunc(ba.Spec.BucketClaims,
+					func(a cosiapi.BucketClaimAccess) bool { return a.BucketClaimName == name }) {
+					if err := c.accessChain(ctx, ch, ba); err != nil {
+						return err
+					}
+				}
+			}
+		case forbidden:
+			ch.report.NotVisible = append(ch.report.NotVisible,
+				"the BucketAccesses of namespace "+c.Namespace+" (needs list on bucketaccesses)")
+		default:
+			return err
+		}
+	}
+	ch.report.Diagnosis = c.diagnoseClaimChain(ch)
+	return c.print(ch.report, printStatus(ch.report, c.Now()))
+}
+
+// StatusAccess prints the chain of the access name: access → claims → Buckets, and its Secrets.
+func (c *Command) StatusAccess(ctx context.Context, name string) error {
+	ch := &chain{report: &StatusReport{Kind: "BucketAccess", Namespace: c.Namespace, Name: name}}
+	ba := &cosiapi.BucketAccess{}
+	o := newObject("BucketAccess", c.Namespace, name)
+	v, err := c.read(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, ba)
+	if err != nil {
+		return err
+	}
+	o.Visibility = v
+	if v != visible {
+		ch.report.Objects = append(ch.report.Objects, o)
+		ch.access = append(ch.access, &accessLink{obj: o})
+		ch.report.Diagnosis = c.diagnoseAccessChain(ch)
+		return c.print(ch.report, printStatus(ch.report, c.Now()))
+	}
+	if err := c.accessChain(ctx, ch, ba); err != nil {
+		return err
+	}
+	for _, claim := range ba.Spec.BucketClaims {
+		if _, err := c.claim(ctx, ch, claim.BucketClaimName); err != nil {
+			return err
+		}
+	}
+	ch.report.Diagnosis = c.diagnoseAccessChain(ch)
+	return c.print(ch.report, printStatus(ch.report, c.Now()))
+}
+
+// claim reads the claim name, its class and its Bucket into the chain.
+func (c *Command) claim(ctx context.Context, ch *chain, name string) (*claimLink, error) {
+	l := &claimLink{obj: newObject("BucketClaim", c.Namespace, name)}
+	ch.claims = append(ch.claims, l)
+	ch.report.Objects = append(ch.report.Objects, l.obj)
+	claim := &cosiapi.BucketClaim{}
+	v, err := c.read(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, claim)
+	if err != nil {
+		return nil, err
+	}
+	l.obj.Visibility = v
+	if v != visible {
+		return l, nil
+	}
+	l.claim = claim
+	l.obj.fill(claim, claim.Status.Conditions)
+	if claim.Spec.ExistingBucketName != "" {
+		l.obj.Details = append(l.obj.Details, "static: existing Bucket "+claim.Spec.ExistingBucketName)
+	} else {
+		l.obj.Details = append(l.obj.Details, "BucketClass: "+claim.Spec.BucketClassName)
+	}
+	c.events(ctx, l.obj)
+
+	if claim.Spec.ExistingBucketName == "" && claim.Spec.BucketClassName != "" {
+		class := &cosiapi.BucketClass{}
+		l.class = newObject("BucketClass", "", claim.Spec.BucketClassName)
+		if l.class.Visibility, err = c.read(ctx, types.NamespacedName{Name: claim.Spec.BucketClassName}, class); err != nil {
+			return nil, err
+		}
+		if l.class.Visibility == visible {
+			l.class.Details = append(l.class.Details, "driver: "+class.Spec.DriverName,
+				"deletionPolicy: "+string(class.Spec.DeletionPolicy))
+		}
+	}
+
+	bucketName := claim.Status.BoundBucketName
+	if claim.Spec.ExistingBucketName != "" {
+		bucketName = claim.Spec.ExistingBucketName
+	}
+	if bucketName == "" {
+		return l, nil
+	}
+	l.bucket = newObject("Bucket", "", bucketName)
+	ch.report.Objects = append(ch.report.Objects, l.bucket)
+	b := &cosiapi.Bucket{}
+	if l.bucket.Visibility, err = c.read(ctx, types.NamespacedName{Name: bucketName}, b); err != nil {
+		return nil, err
+	}
+	switch l.bucket.Visibility {
+	case visible:
+		l.b = b
+		l.bucket.fill(b, b.Status.Conditions)
+		l.bucket.Details = append(l.bucket.Details, "driver: "+b.Spec.DriverName,
+			"deletionPolicy: "+string(b.Spec.DeletionPolicy))
+		if b.Status.BucketID != "" {
+			l.bucket.Details = append(l.bucket.Details, "bucketID: "+b.Status.BucketID)
+		}
+		c.events(ctx, l.bucket)
+	case forbidden:
+		ch.report.NotVisible = append(ch.report.NotVisible, "Bucket "+bucketName+
+			" (cluster-scoped: an admin can run kubectl cosi status with more rights, or kubectl describe bucket)")
+	}
+	if l.class != nil && l.class.Visibility == forbidden {
+		ch.report.NotVisible = append(ch.report.NotVisible, "BucketClass "+l.class.Name+" (cluster-scoped)")
+	}
+	return l, nil
+}
+
+// accessChain reads the access, its class and its Secrets into the chain.
+func (c *Command) accessChain(ctx context.Context, ch *chain, ba *cosiapi.BucketAccess) error {
+	l := &accessLink{obj: newObject("BucketAccess", ba.Namespace, ba.Name), access: ba}
+	l.obj.Visibility = visible
+	ch.access = append(ch.access, l)
+	ch.report.Objects = append(ch.report.Objects, l.obj)
+	l.obj.fill(ba, ba.Status.Conditions)
+	l.obj.Details = append(l.obj.Details, "BucketAccessClass: "+ba.Spec.BucketAccessClassName,
+		"protocol: "+string(ba.Spec.Protocol))
+	if ba.Status.DriverName != "" {
+		l.obj.Details = append(l.obj.Details, "handed off to driver "+ba.Status.DriverName)
+	}
+	c.events(ctx, l.obj)
+	if ba.Spec.BucketAccessClassName != "" {
+		class := &cosiapi.BucketAccessClass{}
+		l.class = newObject("BucketAccessClass", "", ba.Spec.BucketAccessClassName)
+		v, err := c.read(ctx, types.NamespacedName{Name: ba.Spec.BucketAccessClassName}, class)
+		if err != nil {
+			return err
+		}
+		l.class.Visibility = v
+	}
+	for _, claim := range ba.Spec.BucketClaims {
+		s := &corev1.Secret{}
+		sl := &secretLink{obj: newObject("Secret", ba.Namespace, claim.AccessSecretName)}
+		v, err := c.read(ctx, types.NamespacedName{Namespace: ba.Namespace, Name: claim.AccessSecretName}, s)
+		if err != nil {
+			return err
+		}
+		sl.obj.Visibility = v
+		switch v {
+		case visible:
+			sl.secret = s
+			sl.obj.fill(s, nil)
+			sl.obj.Details = append(sl.obj.Details, "for BucketClaim "+claim.BucketClaimName)
+			if s.Labels[cosiapi.LabelBucketAccessUID] != string(ba.UID) {
+				sl.obj.Details = append(sl.obj.Details, "NOT written by COSI for this BucketAccess (no matching "+
+					cosiapi.LabelBucketAccessUID+" label)")
+			}
+			sl.obj.Details = append(sl.obj.Details, "keys: "+strings.Join(sortedKeys(s.Data), ", "))
+		case notFound:
+			sl.obj.Details = append(sl.obj.Details, "for BucketClaim "+claim.BucketClaimName)
+		case forbidden:
+			ch.report.NotVisible = append(ch.report.NotVisible, "Secret "+ba.Namespace+"/"+claim.AccessSecretName+
+				" (needs get on secrets)")
+		}
+		l.secrets = append(l.secrets, sl)
+		ch.report.Objects = append(ch.report.Objects, sl.obj)
+	}
+	return nil
+}
+
+// diagnoseClaimChain finds the first thing that keeps the claim's chain from being done.
+func (c *Command) diagnoseClaimChain(ch *chain) Diagnosis {
+	l := ch.claims[0]
+	if d, done := c.diagnoseClaim(l); !done {
+		d.finish()
+		return d
+	}
+	for _, a := range ch.access {
+		if d, done := c.diagnoseAccess(a); !done {
+			d.finish()
+			return d
+		}
+	}
+	d := Diagnosis{Ready: true, Who: WhoNobody,
+		Problem: fmt.Sprintf("BucketClaim %s is provisioned (Bucket %s)", l.obj.Name, l.claim.Status.BoundBucketName)}
+	switch n := len(ch.access); {
+	case slices.Contains(ch.report.NotVisible, "the BucketAccesses of namespace "+c.Namespace+
+		" (needs list on bucketaccesses)"):
+	case n == 0:
+		d.Problem += " and no BucketAccess uses it yet"
+		d.Next = "create a BucketAccess to get credentials"
+	default:
+		d.Problem += fmt.Sprintf(" and its %d BucketAccess(es) are granted with their Secrets written", n)
+	}
+	d.finish()
+	return d
+}
+
+// diagnoseAccessChain finds the first thing that keeps the access from being done.
+func (c *Command) diagnoseAccessChain(ch *chain) Diagnosis {
+	a := ch.access[0]
+	d, done := c.diagnoseAccess(a)
+	if !done && a.access != nil && d.Who == WhoNobody && strings.Contains(d.Problem, "waits for") {
+		// Waiting for a claim: say why the claim is not done.
+		for _, l := range ch.claims {
+			if cd, ok := c.diagnoseClaim(l); !ok {
+				cd.Problem = fmt.Sprintf("BucketAccess %s waits for BucketClaim %s: %s", a.obj.Name, l.obj.Name, cd.Problem)
+				cd.finish()
+				return cd
+			}
+		}
+	}
+	if done {
+		d = Diagnosis{Ready: true, Who: WhoNobody, Problem: fmt.Sprintf(
+			"BucketAccess %s is granted and its Secrets are written; a Pod can use them with envFrom "+
+				"(kubectl cosi env %s)", a.obj.Name, a.obj.Name)}
+	}
+	d.finish()
+	return d
+}
+
+// diagnoseClaim says what keeps a claim from being provisioned; done when nothing does.
+func (c *Command) diagnoseClaim(l *claimLink) (Diagnosis, bool) {
+	switch l.obj.Visibility {
+	case notFound:
+		return Diagnosis{Problem: fmt.Sprintf("BucketClaim %s/%s does not exist", c.Namespace, l.obj.Name),
+			Who: WhoUser, Action: "create it, or check the name and the namespace (-n)"}, false
+	case forbidden:
+		return Diagnosis{Problem: fmt.Sprintf("you may not read BucketClaim %s/%s", c.Namespace, l.obj.Name),
+			Who: WhoAdmin, Action: "grant you get on bucketclaims in the namespace"}, false
+	}
+	claim := l.claim
+	prov := l.obj.condition(cosiapi.ConditionProvisioned)
+	rv := l.obj.condition(cosiapi.ConditionResourcesValidated)
+	pf := l.obj.condition(cosiapi.ConditionProvisionFailed)
+	if claim.DeletionTimestamp != nil {
+		return c.claimDeleting(l, prov), false
+	}
+	if l.class != nil && l.class.Visibility == notFound {
+		return Diagnosis{
+			Problem: fmt.Sprintf("BucketClaim %s waits for BucketClass %s, which does not exist", claim.Name,
+				claim.Spec.BucketClassName),
+			Who: WhoAdmin,
+			Action: fmt.Sprintf("create BucketClass %s (or you recreate the claim with an existing class)",
+				claim.Spec.BucketClassName),
+			Next: "COSI creates the Bucket on its own as soon as the class exists",
+		}, false
+	}
+	if rv != nil && rv.Status == metav1.ConditionFalse {
+		return reasonDiagnosis("BucketClaim "+claim.Name, rv, ""), false
+	}
+	if pf != nil && pf.Status == metav1.ConditionTrue {
+		if prov != nil && prov.Status == metav1.ConditionFalse {
+			return reasonDiagnosis("BucketClaim "+claim.Name, prov, ""), false
+		}
+		return reasonDiagnosis("BucketClaim "+claim.Name, pf, c.retryNext(l.bucket)), false
+	}
+	if prov != nil && prov.Status == metav1.ConditionTrue {
+		return Diagnosis{}, true
+	}
+	if prov != nil && prov.Status == metav1.ConditionFalse {
+		return reasonDiagnosis("BucketClaim "+claim.Name, prov, ""), false
+	}
+	if rv != nil && rv.Reason == cosiapi.ReasonWaitingForResources {
+		return reasonDiagnosis("BucketClaim "+claim.Name, rv, "COSI continues on its own once it exists"), false
+	}
+	if prov != nil && prov.Reason == cosiapi.ReasonWaitingForDriver {
+		d := reasonDiagnosis("BucketClaim "+claim.Name, prov, "")
+		d.Problem = strings.TrimSuffix(d.Problem, "; Bucket "+claim.Status.BoundBucketName+
+			" is provisioned as soon as a sidecar of the driver runs")
+		d.Next = "the Bucket is provisioned on its own as soon as a sidecar of the driver runs"
+		return d, false
+	}
+	if l.bucket != nil && l.b != nil {
+		if bp := l.bucket.condition(cosiapi.ConditionProvisioned); bp == nil && len(l.b.Finalizers) == 0 {
+			return Diagnosis{
+				Problem: fmt.Sprintf("no sidecar has picked up Bucket %s: no sidecar of driver %s seems to run",
+					l.b.Name, l.b.Spec.DriverName),
+				Who:    WhoAdmin,
+				Action: fmt.Sprintf("deploy or restart the sidecar and driver %s (kubectl cosi doctor)", l.b.Spec.DriverName),
+				Next:   "the Bucket is provisioned as soon as a sidecar of the driver runs",
+			}, false
+		}
+	}
+	msg := "provisioning is in progress"
+	if prov != nil && prov.Message != "" {
+		msg = prov.Message
+	}
+	return Diagnosis{
+		Problem: fmt.Sprintf("BucketClaim %s is not provisioned yet (%s)", claim.Name, msg),
+		Who:     WhoNobody,
+		Next:    "the driver's sidecar provisions it; if this lasts, an admin checks the sidecar (kubectl cosi doctor)",
+	}, false
+}
+
+func (c *Command) claimDeleting(l *claimLink, prov *metav1.Condition) Diagnosis {
+	d := Diagnosis{
+		Problem: fmt.Sprintf("BucketClaim %s is being deleted", l.obj.Name),
+		Who:     WhoNobody,
+		Next:    "it goes once its Bucket is handled",
+	}
+	if prov != nil && (prov.Reason == cosiapi.ReasonDeletionBlocked || prov.Reason == cosiapi.ReasonDeleting) {
+		d = reasonDiagnosis("BucketClaim "+l.obj.Name+" is being deleted and", prov, "")
+	}
+	return d
+}
+
+// reasonDiagnosis turns a condition into a diagnosis with the reason's explanation.
+func reasonDiagnosis(subject string, cond *metav1.Condition, next string) Diagnosis {
+	e, _ := explain(cond.Reason)
+	problem := fmt.Sprintf("%s: %s (%s)", subject, e.Meaning, cond.Reason)
+	if cond.Message != "" {
+		problem = fmt.Sprintf("%s: %s", subject, strings.TrimSuffix(cond.Message, "."))
+	}
+	if e.Meaning == "" {
+		e = Explanation{Who: WhoAdmin, Action: "read the message (reason " + cond.Reason + ", unknown to this plugin)"}
+	}
+	return Diagnosis{Problem: problem, Who: e.Who, Action: e.Action, Next: next}
+}
+
+// retryNext says when the sidecar tries a failing driver call again, from the object's latest
+// failure event.
+func (c *Command) retryNext(o *Object) string {
+	if o == nil {
+		return "the sidecar retries with backoff, at most 5 minutes apart, unless the error is final"
+	}
+	for _, e := range o.Events {
+		if e.Type == corev1.EventTypeWarning {
+			at := e.Last.Add(maxBackoff)
+			return fmt.Sprintf("the sidecar retries with backoff, at the latest at %s, unless the error is final",
+				at.Local().Format("15:04"))
+		}
+	}
+	return "the sidecar retries with backoff, at most 5 minutes apart, unless the error is final"
+}
+
+// maxBackoff is requeue.MaxBackoff, the longest wait between two attempts.
+const maxBackoff = 5 * time.Minute
+
+// diagnoseAccess says what keeps an access from being granted with its Secrets written.
+func (c *Command) diagnoseAccess(a *accessLink) (Diagnosis, bool) {
+	switch a.obj.Visibility {
+	case notFound:
+		return Diagnosis{Problem: fmt.Sprintf("BucketAccess %s/%s does not exist", c.Namespace, a.obj.Name),
+			Who: WhoUser, Action: "create it, or check the name and the namespace (-n)"}, false
+	case forbidden:
+		return Diagnosis{Problem: fmt.Sprintf("you may not read BucketAccess %s/%s", c.Namespace, a.obj.Name),
+			Who: WhoAdmin, Action: "grant you get on bucketaccesses in the namespace"}, false
+	}
+	ba := a.access
+	subject := "BucketAccess " + ba.Name
+	prov := a.obj.condition(cosiapi.ConditionProvisioned)
+	rv := a.obj.condition(cosiapi.ConditionResourcesValidated)
+	pf := a.obj.condition(cosiapi.ConditionProvisionFailed)
+	if ba.DeletionTimestamp != nil {
+		if prov != nil && prov.Reason == cosiapi.ReasonRevoked {
+			return reasonDiagnosis(subject+" is being deleted", prov, "the controller removes its finalizer"), false
+		}
+		return Diagnosis{Problem: subject + " is being deleted: its Secrets are deleted and the access revoked",
+			Who: WhoNobody, Next: c.retryNext(a.obj)}, false
+	}
+	if a.class != nil && a.class.Visibility == notFound {
+		return Diagnosis{
+			Problem: fmt.Sprintf("%s waits for BucketAccessClass %s, which does not exist", subject,
+				ba.Spec.BucketAccessClassName),
+			Who: WhoAdmin,
+			Action: fmt.Sprintf("create BucketAccessClass %s (or you recreate the access with an existing class)",
+				ba.Spec.BucketAccessClassName),
+			Next: "COSI continues on its own as soon as the class exists",
+		}, false
+	}
+	if rv != nil && rv.Status == metav1.ConditionFalse {
+		next := ""
+		switch rv.Reason {
+		case cosiapi.ReasonSecretConflict:
+			next = "the sidecar looks again every few seconds and grants the access once the Secret is gone"
+		case cosiapi.ReasonSecretWriteFailed:
+			next = c.retryNext(a.obj)
+		}
+		return reasonDiagnosis(subject, rv, next), false
+	}
+	if prov != nil && prov.Status == metav1.ConditionFalse {
+		return reasonDiagnosis(subject, prov, ""), false
+	}
+	if pf != nil && pf.Status == metav1.ConditionTrue {
+		return reasonDiagnosis(subject, pf, c.retryNext(a.obj)), false
+	}
+	if prov == nil || prov.Status != metav1.ConditionTrue {
+		if prov != nil && prov.Reason == cosiapi.ReasonWaitingForResources {
+			return Diagnosis{Problem: fmt.Sprintf("%s waits for %s", subject, strings.TrimPrefix(prov.Message, "waiting for ")),
+				Who: WhoNobody, Next: "COSI continues on its own once it is ready"}, false
+		}
+		if ba.Status.DriverName == "" {
+			return Diagnosis{Problem: subject + " is not handed off to a driver yet", Who: WhoNobody,
+				Next: "the COSI controller hands it off; if this lasts, an admin checks the controller " +
+					"(kubectl cosi doctor)"}, false
+		}
+		return Diagnosis{Problem: fmt.Sprintf("%s is being granted by driver %s", subject, ba.Status.DriverName),
+			Who: WhoNobody, Next: "if this lasts, an admin checks the driver's sidecar (kubectl cosi doctor)"}, false
+	}
+	for _, s := range a.secrets {
+		if d, ok := c.diagnoseSecret(ba, s); !ok {
+			return d, false
+		}
+	}
+	return Diagnosis{}, true
+}
+
+// diagnoseSecret says what is wrong with a Secret of a provisioned access.
+func (c *Command) diagnoseSecret(ba *cosiapi.BucketAccess, s *secretLink) (Diagnosis, bool) {
+	latest := func(from time.Time) string {
+		interval := c.SecretCheckInterval
+		if s.secret != nil {
+			interval = c.checkInterval(s.secret.Annotations)
+		}
+		return fmt.Sprintf("the sidecar writes it again at its next Secret check, at the latest at %s "+
+			"(every %s; it cannot watch Secrets)", from.Add(interval).Local().Format("15:04"), interval)
+	}
+	switch {
+	case s.obj.Visibility == notFound:
+		return Diagnosis{Problem: fmt.Sprintf("Secret %s of BucketAccess %s is missing", s.obj.Name, ba.Name),
+			Who: WhoNobody, Next: latest(c.Now())}, false
+	case s.obj.Visibility != visible:
+		return Diagnosis{}, true
+	case s.secret.DeletionTimestamp != nil:
+		others := slices.DeleteFunc(slices.Clone(s.secret.Finalizers),
+			func(f string) bool { return f == cosiapi.FinalizerProtection })
+		if len(others) > 0 {
+			return Diagnosis{Problem: fmt.Sprintf("Secret %s of BucketAccess %s was deleted and is held by finalizers %v",
+				s.obj.Name, ba.Name, others), Who: WhoAdmin, Action: "remove those finalizers or fix whoever owns them",
+				Next: "the sidecar writes it again once it is gone"}, false
+		}
+		return Diagnosis{Problem: fmt.Sprintf("Secret %s of BucketAccess %s was deleted at %s and COSI's finalizer "+
+			"keeps it (kubectl delete waits) until the sidecar replaces it", s.obj.Name, ba.Name,
+			s.secret.DeletionTimestamp.Local().Format("15:04")),
+			Who: WhoNobody, Next: latest(s.secret.DeletionTimestamp.Time)}, false
+	case s.secret.Labels[cosiapi.LabelBucketAccessUID] != string(ba.UID):
+		return Diagnosis{Problem: fmt.Sprintf("Secret %s was not written by COSI for BucketAccess %s", s.obj.Name, ba.Name),
+			Who: WhoUser, Action: "delete or rename that Secret", Next: "the sidecar writes its own once it is gone"}, false
+	}
+	return Diagnosis{}, true
+}
+
+// checkInterval is the Secret check interval that the sidecar wrote on a Secret, else the
+// --secret-check-interval flag.
+func (c *Command) checkInterval(annotations map[string]string) time.Duration {
+	if d, err := time.ParseDuration(annotations[cosiapi.AnnotationSecretCheckInterval]); err == nil && d > 0 {
+		return d
+	}
+	return c.SecretCheckInterval
+}

@@ -1,0 +1,192 @@
+package kubectlcosi
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/kubectlcosi"
+	"github.com/kube-cosi/cosi/internal/objects"
+	"github.com/kube-cosi/cosi/internal/testenv"
+)
+
+// object returns the report's object of kind, or fails.
+func object(t *testing.T, r *kubectlcosi.StatusReport, kind string) *kubectlcosi.Object {
+	t.Helper()
+	i := slices.IndexFunc(r.Objects, func(o *kubectlcosi.Object) bool { return o.Kind == kind })
+	if i < 0 {
+		t.Fatalf("no %s in the report: %+v", kind, r.Objects)
+	}
+	return r.Objects[i]
+}
+
+// waitForDiagnosis runs status until its sentence contains every want, and returns the report.
+func waitForDiagnosis(t *testing.T, cfg *rest.Config, args []string, want ...string) *kubectlcosi.StatusReport {
+	t.Helper()
+	var r *kubectlcosi.StatusReport
+	testenv.Eventually(t, func() error {
+		r = status(t, cfg, args...)
+		for _, w := range want {
+			if !strings.Contains(r.Diagnosis.Sentence, w) {
+				return fmt.Errorf("the sentence %q lacks %q", r.Diagnosis.Sentence, w)
+			}
+		}
+		return nil
+	})
+	return r
+}
+
+// TestStatusHealthy: a provisioned claim and its access, as an admin and as a user who may only
+// read the namespace (the Bucket is then not visible, and the report says so).
+func TestStatusHealthy(t *testing.T) {
+	claim, ba := healthy(t)
+
+	r := status(t, env.Config, "claim", claim.Name)
+	if !r.Diagnosis.Ready || !strings.Contains(r.Diagnosis.Sentence, "is provisioned (Bucket "+
+		claim.Status.BoundBucketName+") and its 1 BucketAccess(es) are granted") {
+		t.Errorf("diagnosis: %+v", r.Diagnosis)
+	}
+	if b := object(t, r, "Bucket"); b.Visibility != "found" || len(b.Conditions) == 0 {
+		t.Errorf("Bucket: %+v", b)
+	}
+	if s := object(t, r, "Secret"); s.Visibility != "found" {
+		t.Errorf("Secret: %+v", s)
+	}
+
+	r = status(t, viewer, "claim", claim.Name)
+	if !r.Diagnosis.Ready {
+		t.Errorf("as the namespace user: %+v", r.Diagnosis)
+	}
+	if b := object(t, r, "Bucket"); b.Visibility != "forbidden" {
+		t.Errorf("as the namespace user, the Bucket: %+v", b)
+	}
+	if !slices.ContainsFunc(r.NotVisible, func(s string) bool { return strings.HasPrefix(s, "Bucket ") }) {
+		t.Errorf("the report does not say the Bucket was not visible: %v", r.NotVisible)
+	}
+
+	r = status(t, viewer, "access", ba.Name)
+	if !r.Diagnosis.Ready || !strings.Contains(r.Diagnosis.Sentence, "is granted and its Secrets are written") {
+		t.Errorf("access: %+v", r.Diagnosis)
+	}
+
+	// Text and YAML too, with the flags before the arguments.
+	code, out, _ := run(t, viewer, "-n", namespace, "status", "access", ba.Name)
+	if code != 0 || !strings.HasPrefix(out, "BucketAccess "+ba.Name+" is granted") ||
+		!strings.Contains(out, "Bucket "+claim.Status.BoundBucketName+": not visible (Forbidden") {
+		t.Errorf("text output (exit %d):\n%s", code, out)
+	}
+	show(t, env.Config, "status", "claim", claim.Name)
+	code, out, _ = run(t, env.Config, "status", "claim", claim.Name, "-o", "yaml")
+	if code != 0 || !strings.Contains(out, "ready: true") {
+		t.Errorf("yaml output (exit %d):\n%s", code, out)
+	}
+}
+
+// TestStatusMissingClass: a claim whose BucketClass does not exist.
+func TestStatusMissingClass(t *testing.T) {
+	claim := objects.BucketClaim(namespace, unique("claim"), unique("missing-class"), objects.S3)
+	create(t, claim)
+
+	r := waitForDiagnosis(t, env.Config, []string{"claim", claim.Name},
+		"waits for BucketClass "+claim.Spec.BucketClassName+", which does not exist", "the admin can fix it",
+		"COSI creates the Bucket on its own as soon as the class exists")
+	if r.Diagnosis.Ready || r.Diagnosis.Who != kubectlcosi.WhoAdmin {
+		t.Errorf("diagnosis: %+v", r.Diagnosis)
+	}
+	// The user cannot see classes, but the claim's condition says it.
+	waitForDiagnosis(t, viewer, []string{"claim", claim.Name}, "BucketClass "+claim.Spec.BucketClassName+
+		" does not exist")
+	show(t, env.Config, "status", "claim", claim.Name)
+}
+
+// TestStatusAccessRefusedByClass: an access asking for a mode its class forbids.
+func TestStatusAccessRefusedByClass(t *testing.T) {
+	class := objects.BucketClass(unique("class"), driverName, cosiapi.DeletionPolicyDelete)
+	aclass := objects.BucketAccessClass(unique("accessclass"), driverName, func(c *cosiapi.BucketAccessClass) {
+		c.Spec.DisallowedBucketAccessModes.ObjectData = []cosiapi.BucketAccessMode{cosiapi.BucketAccessModeReadWrite}
+	})
+	claim := objects.BucketClaim(namespace, unique("claim"), class.Name, objects.S3)
+	ba := objects.BucketAccess(namespace, unique("access"), aclass.Name,
+		objects.Grant(claim.Name, claim.Name+"-creds", objects.ReadWrite))
+	create(t, class, aclass, claim, ba)
+
+	for _, cfg := range []*rest.Config{env.Config, viewer} {
+		r := waitForDiagnosis(t, cfg, []string{"access", ba.Name}, "BucketAccess "+ba.Name+":", "ReadWrite",
+			"the user can fix it")
+		if r.Diagnosis.Who != kubectlcosi.WhoUser {
+			t.Errorf("who: %+v", r.Diagnosis)
+		}
+		show(t, cfg, "status", "access", ba.Name)
+		testenv.Eventually(t, func() error {
+			o := object(t, status(t, cfg, "access", ba.Name), "BucketAccess")
+			if !slices.ContainsFunc(o.Events, func(e kubectlcosi.Event) bool { return e.Type == corev1.EventTypeWarning }) {
+				return fmt.Errorf("no warning event in the report: %+v", o.Events)
+			}
+			if !slices.ContainsFunc(o.Conditions, func(c kubectlcosi.Condition) bool {
+				return c.Reason == cosiapi.ReasonForbiddenByClass && c.Explanation != nil
+			}) {
+				return fmt.Errorf("no explained %s condition: %+v", cosiapi.ReasonForbiddenByClass, o.Conditions)
+			}
+			return nil
+		})
+	}
+}
+
+// TestStatusSecretDeleted: a tenant deletes the Secret of a granted access. COSI's finalizer keeps
+// it until the sidecar's next Secret check (every secretCheckInterval): the report says when that
+// is at the latest, from the interval the sidecar wrote on the Secret.
+func TestStatusSecretDeleted(t *testing.T) {
+	_, ba := healthy(t)
+	secret := &corev1.Secret{}
+	key := types.NamespacedName{Namespace: namespace, Name: ba.Spec.BucketClaims[0].AccessSecretName}
+	if err := env.Client.Get(t.Context(), key, secret); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(t.Context(), secret); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), key, secret); err != nil {
+			return err
+		}
+		if secret.DeletionTimestamp == nil {
+			return errors.New("not deleting yet")
+		}
+		return nil
+	})
+	latest := secret.DeletionTimestamp.Add(secretCheckInterval).Local().Format("15:04")
+	for _, cfg := range []*rest.Config{env.Config, viewer} {
+		r := status(t, cfg, "access", ba.Name)
+		for _, want := range []string{
+			"Secret " + key.Name + " of BucketAccess " + ba.Name + " was deleted at",
+			"nobody needs to act", "the sidecar writes it again at its next Secret check, at the latest at " + latest,
+		} {
+			if !strings.Contains(r.Diagnosis.Sentence, want) {
+				t.Errorf("the sentence %q lacks %q", r.Diagnosis.Sentence, want)
+			}
+		}
+		if s := object(t, r, "Secret"); s.Deleting == nil || !slices.Contains(s.Finalizers, cosiapi.FinalizerProtection) {
+			t.Errorf("Secret: %+v", s)
+		}
+		show(t, cfg, "status", "access", ba.Name)
+	}
+}
+
+// TestStatusNotFound: a claim that does not exist is a finding, not an error.
+func TestStatusNotFound(t *testing.T) {
+	r := status(t, viewer, "claim", "nothing-here")
+	if r.Diagnosis.Ready || !strings.Contains(r.Diagnosis.Sentence, "does not exist") {
+		t.Errorf("diagnosis: %+v", r.Diagnosis)
+	}
+	code, _, errOut := run(t, viewer, "status", "bucket", "x")
+	if code != 2 || !strings.Contains(errOut, `unknown command "status bucket x"`) {
+		t.Errorf("exit %d: %s", code, errOut)
+	}
+}
