@@ -119,7 +119,9 @@ func (m memoryBackend) importBuckets(ctx context.Context, ids []string) error {
 
 // widen revokes the account and grants it again with one bucket more: the memory driver has no
 // other door, and it refuses to change an account's grant in place.
-func (memoryBackend) widen(ctx context.Context, d *driverclient.Client, a *cosiapi.BucketAccess, bucketID string) error {
+func (memoryBackend) widen(
+	ctx context.Context, d *driverclient.Client, a *cosiapi.BucketAccess, bucketID string,
+) error {
 	req := grantRequest(a)
 	revoke := &cosiproto.DriverRevokeBucketAccessRequest{AccountId: req.AccountId, Protocol: req.Protocol,
 		AuthenticationType: req.AuthenticationType}
