@@ -153,6 +153,9 @@ func (r *BucketReconciler) result(bucket *cosiapi.Bucket, reason string, err err
 // provision creates (dynamic) or finds (static) the backend bucket and records it in status
 // (KEP-1979 "Creating a Bucket" and "Accessing an Existing OSP Bucket", sidecar steps).
 func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket) error {
+	if err := checkBucketParameters(bucket.Spec.Parameters); err != nil {
+		return r.record.invalid(ctx, bucket, cosiapi.ReasonInvalidParameter, err.Error())
+	}
 	protocols := rpcProtocols(bucket.Spec.Protocols)
 	// The driver's protocols first: nothing is created in the backend for a Bucket that would be
 	// refused afterwards.
@@ -166,7 +169,7 @@ func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket
 	var info *cosiproto.ProtocolBucketInfo
 	if id := bucket.Spec.ExistingBucketID; id != "" {
 		resp, err := r.Driver.DriverGetBucket(ctx,
-			&cosiproto.DriverGetBucketRequest{BucketId: id, Protocols: protocols, Parameters: bucket.Spec.Parameters})
+			&cosiproto.DriverGetBucketRequest{BucketId: id, Protocols: protocols, Parameters: driverParameters(bucket.Spec.Parameters)})
 		if err != nil {
 			return r.record.failed(ctx, bucket, rpcError{"DriverGetBucket", err}, cosiapi.EventFailedCreateBucket)
 		}
@@ -179,7 +182,7 @@ func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket
 		}
 		// Phase 2.
 		resp, err := r.Driver.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{
-			BucketId: bucket.Status.BucketID, Protocols: protocols, Parameters: bucket.Spec.Parameters,
+			BucketId: bucket.Status.BucketID, Protocols: protocols, Parameters: driverParameters(bucket.Spec.Parameters),
 		})
 		if err != nil {
 			return r.record.failed(ctx, bucket, rpcError{"DriverCreateBucket", err}, cosiapi.EventFailedCreateBucket)
@@ -216,7 +219,7 @@ func (r *BucketReconciler) generateID(
 	ctx context.Context, bucket *cosiapi.Bucket, protocols []cosiproto.ObjectProtocol_Type,
 ) error {
 	resp, err := r.Driver.DriverGenerateBucketId(ctx,
-		&cosiproto.DriverGenerateBucketIdRequest{Name: bucket.Name, Protocols: protocols, Parameters: bucket.Spec.Parameters})
+		&cosiproto.DriverGenerateBucketIdRequest{Name: bucket.Name, Protocols: protocols, Parameters: driverParameters(bucket.Spec.Parameters)})
 	if err != nil {
 		return r.record.failed(ctx, bucket, rpcError{"DriverGenerateBucketId", err}, cosiapi.EventFailedCreateBucket)
 	}
@@ -262,7 +265,7 @@ func (r *BucketReconciler) delete(ctx context.Context, bucket *cosiapi.Bucket) e
 	if bucket.Spec.DeletionPolicy == cosiapi.DeletionPolicyDelete && bucket.Spec.ExistingBucketID == "" &&
 		bucket.Status.BucketID != "" {
 		_, err := r.Driver.DriverDeleteBucket(ctx,
-			&cosiproto.DriverDeleteBucketRequest{BucketId: bucket.Status.BucketID, Parameters: bucket.Spec.Parameters})
+			&cosiproto.DriverDeleteBucketRequest{BucketId: bucket.Status.BucketID, Parameters: driverParameters(bucket.Spec.Parameters)})
 		if err != nil {
 			return r.record.failed(ctx, bucket, rpcError{"DriverDeleteBucket", err}, cosiapi.EventFailedDeleteBucket)
 		}

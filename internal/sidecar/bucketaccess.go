@@ -166,8 +166,13 @@ func (r *BucketAccessReconciler) Reconcile(ctx context.Context, req reconcile.Re
 	if err := r.grant(ctx, ba, false); err != nil {
 		return r.result(ba, cosiapi.EventFailedGrantAccess, err)
 	}
-	// Granted, or waiting for a watched object: the Secrets' checks start from here.
-	return reconcile.Result{RequeueAfter: r.SecretCheckInterval}, nil
+	// Granted, or waiting for a watched object: the Secrets' checks, and the rotation period,
+	// start from here.
+	next := r.SecretCheckInterval
+	if p, err := parseAccessParameters(ba.Status.Parameters); err == nil && p.rotationPeriod > 0 {
+		next = min(next, p.rotationPeriod)
+	}
+	return reconcile.Result{RequeueAfter: next}, nil
 }
 
 // result reports a failed Kubernetes API call as an event and hands the error to
@@ -218,6 +223,11 @@ func sooner(wait, other time.Duration) time.Duration {
 // Access Credentials", sidecar steps). again is set when the Secrets of a provisioned access are
 // written anew (check); otherwise the access is granted only if it is not provisioned yet.
 func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAccess, again bool) error {
+	// COSI's own parameters are checked before the driver is asked anything: an invalid one is
+	// final, and nothing is granted until the access changes.
+	if _, err := parseAccessParameters(ba.Status.Parameters); err != nil {
+		return r.record.invalid(ctx, ba, cosiapi.ReasonInvalidParameter, err.Error())
+	}
 	// Counted in flight first, then the access confirmed uncached: a Bucket's reconcile revokes a
 	// recorded grant only when the access is gone (uncached) and no grant for it is in flight, so
 	// either it sees this grant, or this grant sees the access gone.
@@ -372,7 +382,7 @@ func newGrantRequest(ba *cosiapi.BucketAccess, buckets map[string]*cosiapi.Bucke
 		accountName: cosiapi.AccountNamePrefix + string(ba.UID),
 		protocol:    rpcProtocol(ba.Spec.Protocol),
 		auth:        rpcAuthenticationType(ba.Status.AuthenticationType),
-		parameters:  ba.Status.Parameters,
+		parameters:  driverParameters(ba.Status.Parameters),
 	}
 	if req.auth == cosiproto.AuthenticationType_SERVICE_ACCOUNT {
 		// Only for ServiceAccount authentication, so that Key drivers never come to rely on it.
