@@ -254,6 +254,15 @@ const (
 	// EventFailedRotateCredentials (Warning): a driver call of a rotation failed; retried unless
 	// the condition says it is final.
 	EventFailedRotateCredentials = "FailedRotateCredentials"
+	// EventSecretsRefreshed (Normal, on a BucketAccess): the Sidecar rewrote the access's Secrets
+	// in place because the driver's answer changed (AnnotationRefreshSecret, or a Bucket's info at
+	// a Secret check); the message names the Secrets and the data keys that changed, never values
+	// of credential keys.
+	EventSecretsRefreshed = "SecretsRefreshed"
+	// EventFailedRefresh (Warning): a driver call of a Secret refresh failed (DriverGetBucket at a
+	// Bucket's check, on the Bucket; DriverGrantBucketAccess for AnnotationRefreshSecret, on the
+	// access). The Secrets keep what they hold; retried at the next check, or with backoff.
+	EventFailedRefresh = "FailedRefresh"
 	// EventUpdateConflict (Normal): a write of the Controller or the Sidecar was refused because
 	// another writer changed the object since it was read (HTTP 409), so the object's work is
 	// retried (KEP-1979 "Conditions": update conflicts are Kubernetes API issues reported as
