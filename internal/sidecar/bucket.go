@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -48,9 +49,13 @@ type BucketReconciler struct {
 	Recorder  events.EventRecorder
 	// Grants are the grant records and the grants in flight, shared with the other reconcilers.
 	Grants *grantBook
+	// RefreshInterval is how often a provisioned Bucket's information is asked of the driver
+	// again (refresh.go); zero: never.
+	RefreshInterval time.Duration
 
-	log    logr.Logger
-	record statusRecorder[*cosiapi.Bucket]
+	log       logr.Logger
+	record    statusRecorder[*cosiapi.Bucket]
+	refreshes secretChecks
 }
 
 // SetupWithManager registers the reconciler for this driver's Buckets.
@@ -131,6 +136,7 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		return r.result(bucket, cosiapi.EventFailedRevokeAccess, err)
 	}
 	if bucket.DeletionTimestamp != nil || bucket.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] != "" {
+		r.refreshes.forget(bucket.UID)
 		return r.result(bucket, cosiapi.EventFailedDeleteBucket, r.delete(ctx, bucket))
 	}
 	// The finalizer on every reconcile: it is put back when someone removed it.
@@ -138,7 +144,8 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		return r.result(bucket, cosiapi.EventFailedCreateBucket, err)
 	}
 	if conditions.IsTrue(bucket, cosiapi.ConditionProvisioned) && bucket.Status.BucketID != "" {
-		return reconcile.Result{}, nil // provisioned: nothing to do, and no second DriverCreateBucket
+		// Provisioned: no second DriverCreateBucket; its information is refreshed at intervals.
+		return r.refreshBucket(ctx, bucket)
 	}
 	return r.result(bucket, cosiapi.EventFailedCreateBucket, r.provision(ctx, bucket))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -108,11 +109,12 @@ var handOffChanged = predicate.Funcs{
 	DeleteFunc: func(event.DeleteEvent) bool { return false },
 }
 
-// rotationAsked passes a new AnnotationRotateCredentials value.
+// rotationAsked passes a new AnnotationRotateCredentials or AnnotationRefreshSecret value.
 var rotationAsked = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
-		key := cosiapi.AnnotationRotateCredentials
-		return e.ObjectOld.GetAnnotations()[key] != e.ObjectNew.GetAnnotations()[key]
+		o, n := e.ObjectOld.GetAnnotations(), e.ObjectNew.GetAnnotations()
+		return o[cosiapi.AnnotationRotateCredentials] != n[cosiapi.AnnotationRotateCredentials] ||
+			o[cosiapi.AnnotationRefreshSecret] != n[cosiapi.AnnotationRefreshSecret]
 	},
 	DeleteFunc: func(event.DeleteEvent) bool { return false },
 }
@@ -124,6 +126,7 @@ var bucketReadinessChanged = predicate.Funcs{
 			conditions.IsTrue(o, cosiapi.ConditionProvisioned) != conditions.IsTrue(n, cosiapi.ConditionProvisioned) ||
 			o.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] !=
 				n.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] ||
+			!maps.Equal(o.Status.BucketInfo, n.Status.BucketInfo) ||
 			!o.DeletionTimestamp.Equal(n.DeletionTimestamp)
 	},
 	DeleteFunc: func(event.DeleteEvent) bool { return false },
@@ -195,6 +198,11 @@ func (r *BucketAccessReconciler) check(ctx context.Context, ba *cosiapi.BucketAc
 	if err != nil {
 		return r.result(ba, cosiapi.EventFailedRotateCredentials, err)
 	}
+	refreshing, err := r.refresh(ctx, ba)
+	if err != nil {
+		return r.result(ba, cosiapi.EventFailedRefresh, err)
+	}
+	rotating = sooner(rotating, refreshing)
 	if wait := r.checks.due(ba.UID, r.SecretCheckInterval); wait > 0 {
 		return reconcile.Result{RequeueAfter: sooner(wait, rotating)}, nil
 	}
@@ -252,7 +260,16 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 	}
 	// Recorded before the driver is asked: whatever happens to the BucketAccess or its Buckets
 	// from now on, the grant can be revoked.
-	if err := r.Grants.store.put(ctx, newGrantRecord(ba)); err != nil {
+	rec := newGrantRecord(ba)
+	for _, b := range buckets {
+		if len(b.Status.BucketInfo) > 0 {
+			if rec.BucketInfo == nil {
+				rec.BucketInfo = map[string]map[string]string{}
+			}
+			rec.BucketInfo[b.Name] = b.Status.BucketInfo
+		}
+	}
+	if err := r.Grants.store.put(ctx, rec); err != nil {
 		return err
 	}
 

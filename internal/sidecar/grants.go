@@ -71,6 +71,9 @@ type grantRecord struct {
 	// SecretNames are the access's Secrets, in Namespace: deleted with the grant when the access
 	// vanished without its cleanup.
 	SecretNames []string `json:"secretNames,omitempty"`
+	// BucketInfo is the status.bucketInfo of each of BucketNames that the Secrets were written
+	// against (refresh.go): when a Bucket's changes, the Secret values that came from it follow.
+	BucketInfo map[string]map[string]string `json:"bucketInfo,omitempty"`
 	// The credential the Secrets hold, and the rotation in progress (rotation.go). Kept when a
 	// grant writes the record again.
 	rotationState

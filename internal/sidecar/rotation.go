@@ -55,6 +55,8 @@ type rotationState struct {
 	CredentialID string `json:"credentialID,omitempty"`
 	// RotateToken is the last AnnotationRotateCredentials value handled.
 	RotateToken string `json:"rotateToken,omitempty"`
+	// RefreshToken is the last AnnotationRefreshSecret value handled (refresh.go).
+	RefreshToken string `json:"refreshToken,omitempty"`
 	// PeriodFrom is when the rotation period last started: the Secrets were written with
 	// CredentialID (by a grant or a rotation), or a rotation ended without a new credential (the
 	// driver cannot rotate, or refused). Nil: when the record was created, before the grant.
