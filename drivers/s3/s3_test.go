@@ -540,7 +540,7 @@ func TestRotation(t *testing.T) {
 		}
 		testenv.Eventually(t, func() error {
 			if err := get(old, bucket, "b"); !denied(err) {
-				return fmt.Errorf("get with the retired key: %v, want AccessDenied or InvalidAccessKeyId", err)
+				return fmt.Errorf("get with the retired key: %w, want AccessDenied or InvalidAccessKeyId", err)
 			}
 			return nil
 		})

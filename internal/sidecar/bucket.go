@@ -175,8 +175,9 @@ func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket
 	}
 	var info *cosiproto.ProtocolBucketInfo
 	if id := bucket.Spec.ExistingBucketID; id != "" {
-		resp, err := r.Driver.DriverGetBucket(ctx,
-			&cosiproto.DriverGetBucketRequest{BucketId: id, Protocols: protocols, Parameters: driverParameters(bucket.Spec.Parameters)})
+		resp, err := r.Driver.DriverGetBucket(ctx, &cosiproto.DriverGetBucketRequest{
+			BucketId: id, Protocols: protocols, Parameters: driverParameters(bucket.Spec.Parameters),
+		})
 		if err != nil {
 			return r.record.failed(ctx, bucket, rpcError{"DriverGetBucket", err}, cosiapi.EventFailedCreateBucket)
 		}
@@ -226,7 +227,9 @@ func (r *BucketReconciler) generateID(
 	ctx context.Context, bucket *cosiapi.Bucket, protocols []cosiproto.ObjectProtocol_Type,
 ) error {
 	resp, err := r.Driver.DriverGenerateBucketId(ctx,
-		&cosiproto.DriverGenerateBucketIdRequest{Name: bucket.Name, Protocols: protocols, Parameters: driverParameters(bucket.Spec.Parameters)})
+		&cosiproto.DriverGenerateBucketIdRequest{
+			Name: bucket.Name, Protocols: protocols, Parameters: driverParameters(bucket.Spec.Parameters),
+		})
 	if err != nil {
 		return r.record.failed(ctx, bucket, rpcError{"DriverGenerateBucketId", err}, cosiapi.EventFailedCreateBucket)
 	}
@@ -271,8 +274,9 @@ func (r *BucketReconciler) delete(ctx context.Context, bucket *cosiapi.Bucket) e
 	// existingBucketID, and a Bucket stored before that rule is treated as Retain.
 	if bucket.Spec.DeletionPolicy == cosiapi.DeletionPolicyDelete && bucket.Spec.ExistingBucketID == "" &&
 		bucket.Status.BucketID != "" {
-		_, err := r.Driver.DriverDeleteBucket(ctx,
-			&cosiproto.DriverDeleteBucketRequest{BucketId: bucket.Status.BucketID, Parameters: driverParameters(bucket.Spec.Parameters)})
+		_, err := r.Driver.DriverDeleteBucket(ctx, &cosiproto.DriverDeleteBucketRequest{
+			BucketId: bucket.Status.BucketID, Parameters: driverParameters(bucket.Spec.Parameters),
+		})
 		if err != nil {
 			return r.record.failed(ctx, bucket, rpcError{"DriverDeleteBucket", err}, cosiapi.EventFailedDeleteBucket)
 		}

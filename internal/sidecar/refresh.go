@@ -112,7 +112,8 @@ func (r *BucketAccessReconciler) changedBuckets(
 	changed := map[string]*cosiapi.Bucket{}
 	for _, ab := range ba.Status.AccessedBuckets {
 		b := &cosiapi.Bucket{}
-		if err := r.Client.Get(ctx, types.NamespacedName{Name: ab.BucketName}, b); err != nil || len(b.Status.BucketInfo) == 0 {
+		err := r.Client.Get(ctx, types.NamespacedName{Name: ab.BucketName}, b)
+		if err != nil || len(b.Status.BucketInfo) == 0 {
 			continue
 		}
 		if !maps.Equal(b.Status.BucketInfo, g.BucketInfo[ab.BucketName]) {
@@ -124,7 +125,7 @@ func (r *BucketAccessReconciler) changedBuckets(
 
 // refreshAsked writes the Secrets again from a new grant, and records the request handled.
 func (r *BucketAccessReconciler) refreshAsked(ctx context.Context, ba *cosiapi.BucketAccess, token string) error {
-	g, cm, err := r.Grants.store.get(ctx, ba.UID)
+	g, _, err := r.Grants.store.get(ctx, ba.UID)
 	if err != nil || g == nil || g.RefreshToken == token {
 		return err
 	}
@@ -136,7 +137,8 @@ func (r *BucketAccessReconciler) refreshAsked(ctx context.Context, ba *cosiapi.B
 		return err
 	}
 	// The grant rewrote the record (with the Buckets' information it was made with): read again.
-	if g, cm, err = r.Grants.store.get(ctx, ba.UID); err != nil || g == nil {
+	g, cm, err := r.Grants.store.get(ctx, ba.UID)
+	if err != nil || g == nil {
 		return err
 	}
 	g.RefreshToken = token
@@ -164,7 +166,9 @@ func (r *BucketAccessReconciler) refreshAsked(ctx context.Context, ba *cosiapi.B
 }
 
 // secretData returns the data of the access's own Secrets, by name.
-func (r *BucketAccessReconciler) secretData(ctx context.Context, ba *cosiapi.BucketAccess) (map[string]map[string][]byte, error) {
+func (r *BucketAccessReconciler) secretData(
+	ctx context.Context, ba *cosiapi.BucketAccess,
+) (map[string]map[string][]byte, error) {
 	out := map[string]map[string][]byte{}
 	for _, claim := range ba.Spec.BucketClaims {
 		state, s, err := r.probeSecret(ctx, ba, claim.AccessSecretName)
@@ -242,13 +246,13 @@ func (r *BucketAccessReconciler) refreshBucketInfo(
 // refreshSecret rewrites the bucket information of one claim's Secret from old to new, and
 // returns the keys it changed.
 func (r *BucketAccessReconciler) refreshSecret(
-	ctx context.Context, ba *cosiapi.BucketAccess, claim cosiapi.BucketClaimAccess, old, new map[string]string,
+	ctx context.Context, ba *cosiapi.BucketAccess, claim cosiapi.BucketClaimAccess, before, after map[string]string,
 ) ([]string, error) {
 	state, s, err := r.probeSecret(ctx, ba, claim.AccessSecretName)
 	if err != nil || state != slotOurs {
 		return nil, err // a Secret that is not there is written again by the Secret check, with a grant
 	}
-	from, to := secretBucketInfo(ba.Spec.Protocol, old), secretBucketInfo(ba.Spec.Protocol, new)
+	from, to := secretBucketInfo(ba.Spec.Protocol, before), secretBucketInfo(ba.Spec.Protocol, after)
 	data := maps.Clone(s.Data)
 	for _, k := range bucketInfoKeys(ba.Spec.Protocol) {
 		have, ok := s.Data[k]

@@ -100,7 +100,8 @@ func TestRotationKeepsConsumersWorking(t *testing.T) {
 	testenv.Condition(t, waits, a, accessConditions, cosiapi.ConditionCredentialsRotated, metav1.ConditionTrue,
 		cosiapi.ReasonRotated)
 	event(t, a, cosiapi.EventCredentialsRotated)
-	if got := newSecret.Annotations[cosiapi.AnnotationCredentialID]; got != string(newSecret.Data[cosiapi.SecretKeyS3AccessKeyID]) {
+	newKey := string(newSecret.Data[cosiapi.SecretKeyS3AccessKeyID])
+	if got := newSecret.Annotations[cosiapi.AnnotationCredentialID]; got != newKey {
 		t.Errorf("Secret annotation %s = %q, want the new access key ID", cosiapi.AnnotationCredentialID, got)
 	}
 	close(stop)

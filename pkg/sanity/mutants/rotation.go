@@ -11,7 +11,8 @@ import (
 )
 
 const (
-	caseRotateWorks      = "DriverRotateBucketAccessCredentials/returns a new working credential; the old one keeps working"
+	caseRotateWorks = "DriverRotateBucketAccessCredentials/" +
+		"returns a new working credential; the old one keeps working"
 	caseRotateIdempotent = "DriverRotateBucketAccessCredentials/is idempotent for the same credential_id"
 	caseRetireWorks      = "DriverRetireBucketAccessCredentials/refuses the retired credential and keeps the new one"
 )
