@@ -197,6 +197,11 @@ type ProvisionerClient interface {
 	// must already exist in the backend. bucket_id comes from Bucket.spec.existingBucketID. Drivers
 	// document which parameters it needs.
 	//
+	// COSI also calls it (a COSI extension) for every provisioned bucket, imported or created by
+	// DriverCreateBucket, at intervals, to refresh the bucket information in the access Secrets
+	// when it changes (an endpoint that moved). It MUST NOT change the backend. A failure, or
+	// UNIMPLEMENTED, leaves what COSI holds as it is.
+	//
 	// Codes: NOT_FOUND (retried) when the bucket does not exist; ALREADY_EXISTS when it exists but
 	// is incompatible with the parameters; INVALID_ARGUMENT when parameters are invalid.
 	DriverGetBucket(ctx context.Context, in *DriverGetBucketRequest, opts ...grpc.CallOption) (*DriverGetBucketResponse, error)
@@ -386,6 +391,11 @@ type ProvisionerServer interface {
 	// DriverGetBucket returns information about an imported (statically provisioned) bucket that
 	// must already exist in the backend. bucket_id comes from Bucket.spec.existingBucketID. Drivers
 	// document which parameters it needs.
+	//
+	// COSI also calls it (a COSI extension) for every provisioned bucket, imported or created by
+	// DriverCreateBucket, at intervals, to refresh the bucket information in the access Secrets
+	// when it changes (an endpoint that moved). It MUST NOT change the backend. A failure, or
+	// UNIMPLEMENTED, leaves what COSI holds as it is.
 	//
 	// Codes: NOT_FOUND (retried) when the bucket does not exist; ALREADY_EXISTS when it exists but
 	// is incompatible with the parameters; INVALID_ARGUMENT when parameters are invalid.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -49,9 +50,13 @@ type BucketReconciler struct {
 	Recorder  events.EventRecorder
 	// Grants are the grant records and the grants in flight, shared with the other reconcilers.
 	Grants *grantBook
+	// RefreshInterval is how often a provisioned Bucket's information is asked of the driver
+	// again (refresh.go); zero: never.
+	RefreshInterval time.Duration
 
-	log    logr.Logger
-	record statusRecorder[*cosiapi.Bucket]
+	log       logr.Logger
+	record    statusRecorder[*cosiapi.Bucket]
+	refreshes secretChecks
 }
 
 // SetupWithManager registers the reconciler for this driver's Buckets.
@@ -132,6 +137,7 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		return r.result(bucket, cosiapi.EventFailedRevokeAccess, err)
 	}
 	if bucket.DeletionTimestamp != nil || bucket.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] != "" {
+		r.refreshes.forget(bucket.UID)
 		return r.result(bucket, cosiapi.EventFailedDeleteBucket, r.delete(ctx, bucket))
 	}
 	// The finalizer on every reconcile: it is put back when someone removed it.
@@ -139,7 +145,8 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		return r.result(bucket, cosiapi.EventFailedCreateBucket, err)
 	}
 	if conditions.IsTrue(bucket, cosiapi.ConditionProvisioned) && bucket.Status.BucketID != "" {
-		return reconcile.Result{}, nil // provisioned: nothing to do, and no second DriverCreateBucket
+		// Provisioned: no second DriverCreateBucket; its information is refreshed at intervals.
+		return r.refreshBucket(ctx, bucket)
 	}
 	return r.result(bucket, cosiapi.EventFailedCreateBucket, r.provision(ctx, bucket))
 }
@@ -154,6 +161,9 @@ func (r *BucketReconciler) result(bucket *cosiapi.Bucket, reason string, err err
 // provision creates (dynamic) or finds (static) the backend bucket and records it in status
 // (KEP-1979 "Creating a Bucket" and "Accessing an Existing OSP Bucket", sidecar steps).
 func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket) error {
+	if err := checkBucketParameters(bucket.Spec.Parameters); err != nil {
+		return r.record.invalid(ctx, bucket, cosiapi.ReasonInvalidParameter, err.Error())
+	}
 	protocols := rpcProtocols(bucket.Spec.Protocols)
 	// The driver's protocols first: nothing is created in the backend for a Bucket that would be
 	// refused afterwards.
@@ -166,8 +176,9 @@ func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket
 	}
 	var info *cosiproto.ProtocolBucketInfo
 	if id := bucket.Spec.ExistingBucketID; id != "" {
-		resp, err := r.Driver.DriverGetBucket(ctx,
-			&cosiproto.DriverGetBucketRequest{BucketId: id, Protocols: protocols, Parameters: bucket.Spec.Parameters})
+		resp, err := r.Driver.DriverGetBucket(ctx, &cosiproto.DriverGetBucketRequest{
+			BucketId: id, Protocols: protocols, Parameters: driverParameters(bucket.Spec.Parameters),
+		})
 		if err != nil {
 			return r.record.failed(ctx, bucket, rpcError{"DriverGetBucket", err}, cosiapi.EventFailedCreateBucket)
 		}
@@ -180,7 +191,7 @@ func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket
 		}
 		// Phase 2.
 		resp, err := r.Driver.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{
-			BucketId: bucket.Status.BucketID, Protocols: protocols, Parameters: bucket.Spec.Parameters,
+			BucketId: bucket.Status.BucketID, Protocols: protocols, Parameters: driverParameters(bucket.Spec.Parameters),
 		})
 		if err != nil {
 			return r.record.failed(ctx, bucket, rpcError{"DriverCreateBucket", err}, cosiapi.EventFailedCreateBucket)
@@ -217,7 +228,9 @@ func (r *BucketReconciler) generateID(
 	ctx context.Context, bucket *cosiapi.Bucket, protocols []cosiproto.ObjectProtocol_Type,
 ) error {
 	resp, err := r.Driver.DriverGenerateBucketId(ctx,
-		&cosiproto.DriverGenerateBucketIdRequest{Name: bucket.Name, Protocols: protocols, Parameters: bucket.Spec.Parameters})
+		&cosiproto.DriverGenerateBucketIdRequest{
+			Name: bucket.Name, Protocols: protocols, Parameters: driverParameters(bucket.Spec.Parameters),
+		})
 	if err != nil {
 		return r.record.failed(ctx, bucket, rpcError{"DriverGenerateBucketId", err}, cosiapi.EventFailedCreateBucket)
 	}
@@ -262,8 +275,9 @@ func (r *BucketReconciler) delete(ctx context.Context, bucket *cosiapi.Bucket) e
 	// existingBucketID, and a Bucket stored before that rule is treated as Retain.
 	if bucket.Spec.DeletionPolicy == cosiapi.DeletionPolicyDelete && bucket.Spec.ExistingBucketID == "" &&
 		bucket.Status.BucketID != "" {
-		_, err := r.Driver.DriverDeleteBucket(ctx,
-			&cosiproto.DriverDeleteBucketRequest{BucketId: bucket.Status.BucketID, Parameters: bucket.Spec.Parameters})
+		_, err := r.Driver.DriverDeleteBucket(ctx, &cosiproto.DriverDeleteBucketRequest{
+			BucketId: bucket.Status.BucketID, Parameters: driverParameters(bucket.Spec.Parameters),
+		})
 		if err != nil {
 			return r.record.failed(ctx, bucket, rpcError{"DriverDeleteBucket", err}, cosiapi.EventFailedDeleteBucket)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -109,11 +110,12 @@ var handOffChanged = predicate.Funcs{
 	DeleteFunc: func(event.DeleteEvent) bool { return false },
 }
 
-// rotationAsked passes a new AnnotationRotateCredentials value.
+// rotationAsked passes a new AnnotationRotateCredentials or AnnotationRefreshSecret value.
 var rotationAsked = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
-		key := cosiapi.AnnotationRotateCredentials
-		return e.ObjectOld.GetAnnotations()[key] != e.ObjectNew.GetAnnotations()[key]
+		o, n := e.ObjectOld.GetAnnotations(), e.ObjectNew.GetAnnotations()
+		return o[cosiapi.AnnotationRotateCredentials] != n[cosiapi.AnnotationRotateCredentials] ||
+			o[cosiapi.AnnotationRefreshSecret] != n[cosiapi.AnnotationRefreshSecret]
 	},
 	DeleteFunc: func(event.DeleteEvent) bool { return false },
 }
@@ -125,6 +127,7 @@ var bucketReadinessChanged = predicate.Funcs{
 			conditions.IsTrue(o, cosiapi.ConditionProvisioned) != conditions.IsTrue(n, cosiapi.ConditionProvisioned) ||
 			o.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] !=
 				n.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] ||
+			!maps.Equal(o.Status.BucketInfo, n.Status.BucketInfo) ||
 			!o.DeletionTimestamp.Equal(n.DeletionTimestamp)
 	},
 	DeleteFunc: func(event.DeleteEvent) bool { return false },
@@ -167,8 +170,13 @@ func (r *BucketAccessReconciler) Reconcile(ctx context.Context, req reconcile.Re
 	if err := r.grant(ctx, ba, false); err != nil {
 		return r.result(ba, cosiapi.EventFailedGrantAccess, err)
 	}
-	// Granted, or waiting for a watched object: the Secrets' checks start from here.
-	return reconcile.Result{RequeueAfter: r.SecretCheckInterval}, nil
+	// Granted, or waiting for a watched object: the Secrets' checks, and the rotation period,
+	// start from here.
+	next := r.SecretCheckInterval
+	if p, err := parseAccessParameters(ba.Status.Parameters); err == nil && p.rotationPeriod > 0 {
+		next = min(next, p.rotationPeriod)
+	}
+	return reconcile.Result{RequeueAfter: next}, nil
 }
 
 // result reports a failed Kubernetes API call as an event and hands the error to
@@ -191,6 +199,11 @@ func (r *BucketAccessReconciler) check(ctx context.Context, ba *cosiapi.BucketAc
 	if err != nil {
 		return r.result(ba, cosiapi.EventFailedRotateCredentials, err)
 	}
+	refreshing, err := r.refresh(ctx, ba)
+	if err != nil {
+		return r.result(ba, cosiapi.EventFailedRefresh, err)
+	}
+	rotating = sooner(rotating, refreshing)
 	if wait := r.checks.due(ba.UID, r.SecretCheckInterval); wait > 0 {
 		return reconcile.Result{RequeueAfter: sooner(wait, rotating)}, nil
 	}
@@ -219,6 +232,11 @@ func sooner(wait, other time.Duration) time.Duration {
 // Access Credentials", sidecar steps). again is set when the Secrets of a provisioned access are
 // written anew (check); otherwise the access is granted only if it is not provisioned yet.
 func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAccess, again bool) error {
+	// COSI's own parameters are checked before the driver is asked anything: an invalid one is
+	// final, and nothing is granted until the access changes.
+	if _, err := parseAccessParameters(ba.Status.Parameters); err != nil {
+		return r.record.invalid(ctx, ba, cosiapi.ReasonInvalidParameter, err.Error())
+	}
 	// Counted in flight first, then the access confirmed uncached: a Bucket's reconcile revokes a
 	// recorded grant only when the access is gone (uncached) and no grant for it is in flight, so
 	// either it sees this grant, or this grant sees the access gone.
@@ -243,7 +261,16 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 	}
 	// Recorded before the driver is asked: whatever happens to the BucketAccess or its Buckets
 	// from now on, the grant can be revoked.
-	if err := r.Grants.store.put(ctx, newGrantRecord(ba)); err != nil {
+	rec := newGrantRecord(ba)
+	for _, b := range buckets {
+		if len(b.Status.BucketInfo) > 0 {
+			if rec.BucketInfo == nil {
+				rec.BucketInfo = map[string]map[string]string{}
+			}
+			rec.BucketInfo[b.Name] = b.Status.BucketInfo
+		}
+	}
+	if err := r.Grants.store.put(ctx, rec); err != nil {
 		return err
 	}
 
@@ -373,7 +400,7 @@ func newGrantRequest(ba *cosiapi.BucketAccess, buckets map[string]*cosiapi.Bucke
 		accountName: cosiapi.AccountNamePrefix + string(ba.UID),
 		protocol:    rpcProtocol(ba.Spec.Protocol),
 		auth:        rpcAuthenticationType(ba.Status.AuthenticationType),
-		parameters:  ba.Status.Parameters,
+		parameters:  driverParameters(ba.Status.Parameters),
 	}
 	if req.auth == cosiproto.AuthenticationType_SERVICE_ACCOUNT {
 		// Only for ServiceAccount authentication, so that Key drivers never come to rely on it.

@@ -30,6 +30,17 @@ func (h *harness) access(
 	buckets ...*cosiapi.Bucket,
 ) *cosiapi.BucketAccess {
 	h.t.Helper()
+	return h.accessWith(map[string]string{memory.ParamSASExpiry: "1h"}, protocol, auth, buckets...)
+}
+
+// accessWith is access with the class parameters params in status, as the controller copies them.
+func (h *harness) accessWith(
+	params map[string]string,
+	protocol cosiapi.Protocol,
+	auth cosiapi.AuthenticationType,
+	buckets ...*cosiapi.Bucket,
+) *cosiapi.BucketAccess {
+	h.t.Helper()
 	namespace := testNamespace
 	if len(buckets) > 0 {
 		namespace = buckets[0].Spec.BucketClaimRef.Namespace
@@ -54,7 +65,7 @@ func (h *harness) access(
 	ba.Status = cosiapi.BucketAccessStatus{
 		DriverName:         h.name,
 		AuthenticationType: auth,
-		Parameters:         map[string]string{memory.ParamSASExpiry: "1h"},
+		Parameters:         params,
 	}
 	for _, b := range buckets {
 		ba.Status.AccessedBuckets = append(ba.Status.AccessedBuckets, cosiapi.AccessedBucket{

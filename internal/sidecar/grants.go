@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
@@ -70,6 +71,9 @@ type grantRecord struct {
 	// SecretNames are the access's Secrets, in Namespace: deleted with the grant when the access
 	// vanished without its cleanup.
 	SecretNames []string `json:"secretNames,omitempty"`
+	// BucketInfo is the status.bucketInfo of each of BucketNames that the Secrets were written
+	// against (refresh.go): when a Bucket's changes, the Secret values that came from it follow.
+	BucketInfo map[string]map[string]string `json:"bucketInfo,omitempty"`
 	// The credential the Secrets hold, and the rotation in progress (rotation.go). Kept when a
 	// grant writes the record again.
 	rotationState
@@ -79,7 +83,7 @@ func newGrantRecord(ba *cosiapi.BucketAccess) grantRecord {
 	rec := grantRecord{
 		Namespace: ba.Namespace, Name: ba.Name, UID: ba.UID, AccountID: ba.Status.AccountID,
 		Protocol: ba.Spec.Protocol, AuthenticationType: string(ba.Status.AuthenticationType),
-		Parameters: ba.Status.Parameters, SecretNames: secretNames(ba),
+		Parameters: driverParameters(ba.Status.Parameters), SecretNames: secretNames(ba),
 	}
 	if ba.Status.AuthenticationType == cosiapi.AuthenticationTypeServiceAccount {
 		rec.ServiceAccountName = ba.Spec.ServiceAccountName
@@ -266,7 +270,7 @@ func (s grantStore) recordCredential(ctx context.Context, uid types.UID, credent
 	if err != nil || g == nil || g.CredentialID == credentialID {
 		return err
 	}
-	g.CredentialID = credentialID
+	g.CredentialID, g.PeriodFrom = credentialID, ptr.To(metav1.Now())
 	return s.update(ctx, cm, *g)
 }
 
@@ -292,15 +296,21 @@ func (s grantStore) get(ctx context.Context, uid types.UID) (*grantRecord, *core
 
 // cached returns the record of the access from the cache, or nil.
 func (s grantStore) cached(ctx context.Context, uid types.UID) *grantRecord {
+	g, _ := s.cachedRecord(ctx, uid)
+	return g
+}
+
+// cachedRecord returns the record of the access and its ConfigMap from the cache, or nils.
+func (s grantStore) cachedRecord(ctx context.Context, uid types.UID) (*grantRecord, *corev1.ConfigMap) {
 	cm := &corev1.ConfigMap{}
 	if err := s.client.Get(ctx, types.NamespacedName{Namespace: s.namespace, Name: grantRecordName(uid)}, cm); err != nil {
-		return nil
+		return nil, nil
 	}
 	g, err := parseGrantRecord(cm)
 	if err != nil {
-		return nil
+		return nil, nil
 	}
-	return &g
+	return &g, cm
 }
 
 // remove deletes a record once its grant is revoked, locked to the version that was read, so that

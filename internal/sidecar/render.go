@@ -124,15 +124,46 @@ func bucketStatusInfo(info *cosiproto.ProtocolBucketInfo) map[string]string {
 			continue
 		}
 		protocols = append(protocols, string(apiProtocol(p)))
-		prefix := "COSI_" + strings.ToUpper(string(apiProtocol(p))) + "_"
 		for k, v := range data {
-			out[prefix+strings.TrimPrefix(strings.TrimPrefix(strings.TrimPrefix(k, "AWS_S3_"), "AWS_"), "AZURE_")] = v
+			out[statusInfoKey(apiProtocol(p), k)] = v
 		}
 	}
 	if len(protocols) == 0 {
 		return nil
 	}
 	out[cosiapi.SecretKeyProtocol] = strings.Join(protocols, ",")
+	return out
+}
+
+// statusInfoKey is the Bucket.status.bucketInfo key of the Secret key k of protocol p.
+func statusInfoKey(p cosiapi.Protocol, k string) string {
+	return "COSI_" + strings.ToUpper(string(p)) + "_" +
+		strings.TrimPrefix(strings.TrimPrefix(strings.TrimPrefix(k, "AWS_S3_"), "AWS_"), "AZURE_")
+}
+
+// bucketInfoKeys are the Secret keys of protocol p's bucket info.
+func bucketInfoKeys(p cosiapi.Protocol) []string {
+	switch p {
+	case cosiapi.ProtocolS3:
+		return []string{cosiapi.SecretKeyS3EndpointURL, cosiapi.SecretKeyS3BucketName, cosiapi.SecretKeyS3Region,
+			cosiapi.SecretKeyS3AddressingStyle}
+	case cosiapi.ProtocolAzure:
+		return []string{cosiapi.SecretKeyAzureStorageAccount}
+	case cosiapi.ProtocolGCS:
+		return []string{cosiapi.SecretKeyGCSProjectID, cosiapi.SecretKeyGCSBucketName}
+	}
+	return nil
+}
+
+// secretBucketInfo is protocol p's bucket info in a Bucket.status.bucketInfo, with the Secret's
+// keys: bucketStatusInfo backwards.
+func secretBucketInfo(p cosiapi.Protocol, statusInfo map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, k := range bucketInfoKeys(p) {
+		if v := statusInfo[statusInfoKey(p, k)]; v != "" {
+			out[k] = v
+		}
+	}
 	return out
 }
 

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/conditions"
@@ -34,6 +35,10 @@ import (
 //  4. once the grace period has passed since then, retires From
 //     (DriverRetireBucketAccessCredentials), and records the rotation done.
 //
+// A rotation is also started, with no annotation, once the access's class's rotation period
+// (cosiapi.ParameterRotationPeriod) has passed since the record's PeriodFrom: the access is
+// requeued for that moment, and nothing is read or written before it.
+//
 // A sidecar that stops at any point continues from the record. Before To is recorded no Secret
 // holds the new credential, so the driver is asked again (the call is idempotent, or replaces the
 // credential nobody holds). Between 2 and 3 the answer may be lost with the sidecar: a Secret that
@@ -50,6 +55,12 @@ type rotationState struct {
 	CredentialID string `json:"credentialID,omitempty"`
 	// RotateToken is the last AnnotationRotateCredentials value handled.
 	RotateToken string `json:"rotateToken,omitempty"`
+	// RefreshToken is the last AnnotationRefreshSecret value handled (refresh.go).
+	RefreshToken string `json:"refreshToken,omitempty"`
+	// PeriodFrom is when the rotation period last started: the Secrets were written with
+	// CredentialID (by a grant or a rotation), or a rotation ended without a new credential (the
+	// driver cannot rotate, or refused). Nil: when the record was created, before the grant.
+	PeriodFrom *metav1.Time `json:"periodFrom,omitempty"`
 	// Rotation is the rotation in progress.
 	Rotation *rotation `json:"rotation,omitempty"`
 }
@@ -112,25 +123,70 @@ func (g grantRecord) retireRequest(credentialID string) *cosiproto.DriverRetireB
 	}
 }
 
-// rotationWanted reports whether the record has a rotation to start or continue for the access.
-func rotationWanted(ba *cosiapi.BucketAccess, g *grantRecord) bool {
+// rotationDue reports whether the record cm (g) has a rotation to start or continue for the
+// access: one is in progress, the annotation has a new value, or the rotation period has passed.
+// Otherwise wait is how long until the period passes (zero: no period).
+func rotationDue(
+	ba *cosiapi.BucketAccess, g *grantRecord, cm *corev1.ConfigMap, period time.Duration,
+) (due bool, wait time.Duration) {
+	if g == nil {
+		return false, 0
+	}
 	token := ba.Annotations[cosiapi.AnnotationRotateCredentials]
-	return g != nil && (g.Rotation != nil || token != "" && token != g.RotateToken)
+	if g.Rotation != nil || token != "" && token != g.RotateToken {
+		return true, 0
+	}
+	if period <= 0 {
+		return false, 0
+	}
+	from := cm.CreationTimestamp.Time
+	if g.PeriodFrom != nil {
+		from = g.PeriodFrom.Time
+	}
+	wait = time.Until(from.Add(period))
+	return wait <= 0, wait
 }
 
-// rotate starts or continues the access's rotation, if one is asked for or in progress. It
-// returns how long until the rotation needs the access again (zero: nothing in progress). Nothing
-// is written, and the API server is not asked, when there is nothing to do.
+// rotate starts or continues the access's rotation, if one is asked for, due or in progress. It
+// returns how long until the rotation needs the access again (zero: never). Nothing is written,
+// and the API server is not asked, when there is nothing to do: the decision is made on the
+// cached record, and confirmed on the record read uncached before anything is done.
 func (r *BucketAccessReconciler) rotate(ctx context.Context, ba *cosiapi.BucketAccess) (time.Duration, error) {
-	if !rotationWanted(ba, r.Grants.store.cached(ctx, ba.UID)) {
-		return 0, nil
+	params, err := parseAccessParameters(ba.Status.Parameters)
+	if err != nil {
+		// Granted before the parameter was checked: no periodic rotation, and the condition says why.
+		return 0, r.markRotation(ctx, ba, metav1.ConditionFalse, cosiapi.ReasonInvalidParameter, err.Error())
 	}
-	g, cm, err := r.Grants.store.get(ctx, ba.UID)
-	if err != nil || !rotationWanted(ba, g) || g.AccountID != ba.Status.AccountID {
+	period := params.rotationPeriod
+	g, cm := r.Grants.store.cachedRecord(ctx, ba.UID)
+	if due, wait := rotationDue(ba, g, cm, period); !due {
+		return wait, nil
+	}
+	g, cm, err = r.Grants.store.get(ctx, ba.UID)
+	if err != nil {
 		return 0, err
 	}
+	if due, wait := rotationDue(ba, g, cm, period); !due || g.AccountID != ba.Status.AccountID {
+		return wait, nil
+	}
+	wait, err := r.rotateSteps(ctx, ba, g, cm, period)
+	if err != nil || wait > 0 {
+		return wait, err
+	}
+	// Done, or ended without a new credential: the next one is due a period after PeriodFrom (a
+	// period shorter than the grace period starts it at once).
+	if _, next := rotationDue(ba, g, cm, period); period > 0 {
+		return max(next, time.Second), nil
+	}
+	return 0, nil
+}
+
+// rotateSteps takes the steps of the rotation that is due or in progress.
+func (r *BucketAccessReconciler) rotateSteps(
+	ctx context.Context, ba *cosiapi.BucketAccess, g *grantRecord, cm *corev1.ConfigMap, period time.Duration,
+) (time.Duration, error) {
 	if g.Rotation == nil {
-		if err := r.startRotation(ctx, ba, g, cm); err != nil || g.Rotation == nil {
+		if err := r.startRotation(ctx, ba, g, cm, period); err != nil || g.Rotation == nil {
 			return 0, err
 		}
 	}
@@ -148,12 +204,18 @@ func (r *BucketAccessReconciler) rotate(ctx context.Context, ba *cosiapi.BucketA
 	return r.retireRotated(ctx, ba, g, cm)
 }
 
-// startRotation records the rotation that the annotation asks for, or that it cannot be done.
+// startRotation records the rotation that the annotation or the period asks for, or that it
+// cannot be done.
 func (r *BucketAccessReconciler) startRotation(
-	ctx context.Context, ba *cosiapi.BucketAccess, g *grantRecord, cm *corev1.ConfigMap,
+	ctx context.Context, ba *cosiapi.BucketAccess, g *grantRecord, cm *corev1.ConfigMap, period time.Duration,
 ) error {
+	why := "asked by annotation " + cosiapi.AnnotationRotateCredentials
+	if token := ba.Annotations[cosiapi.AnnotationRotateCredentials]; token == "" || token == g.RotateToken {
+		why = fmt.Sprintf("rotation period %s (%s) passed", period, cosiapi.ParameterRotationPeriod)
+	}
 	g.RotateToken = ba.Annotations[cosiapi.AnnotationRotateCredentials]
 	if g.CredentialID == "" {
+		g.PeriodFrom = ptr.To(metav1.Now())
 		if err := r.Grants.store.update(ctx, cm, *g); err != nil {
 			return err
 		}
@@ -165,7 +227,7 @@ func (r *BucketAccessReconciler) startRotation(
 		return err
 	}
 	r.Recorder.Eventf(ba, nil, corev1.EventTypeNormal, cosiapi.EventRotatingCredentials, "Rotate",
-		"rotating credential %s", g.Rotation.From)
+		"rotating credential %s: %s", g.Rotation.From, why)
 	return r.markRotation(ctx, ba, metav1.ConditionUnknown, cosiapi.ReasonRotating,
 		"asking the driver for a new credential")
 }
@@ -219,6 +281,7 @@ func (r *BucketAccessReconciler) rotationFailed(
 			cosiapi.ReasonRotating, "retrying: "+rpc.Error()))
 	}
 	g.Rotation = nil
+	g.PeriodFrom = ptr.To(metav1.Now())
 	if err := r.Grants.store.update(ctx, cm, *g); err != nil {
 		return false, err
 	}
@@ -268,7 +331,7 @@ func (r *BucketAccessReconciler) writeRotated(
 	r.rotations.forget(ba.UID)
 	now := metav1.Now()
 	rot.Written = &now
-	g.CredentialID = rot.To
+	g.CredentialID, g.PeriodFrom = rot.To, &now
 	if err := r.Grants.store.update(ctx, cm, *g); err != nil {
 		return 0, err
 	}

@@ -179,13 +179,15 @@ func setup(
 	if err := (&GrantReconciler{Grants: grants}).SetupWithManager(mgr, copts); err != nil {
 		return err
 	}
-	buckets := &BucketReconciler{Client: c, APIReader: reader, Driver: drv, Info: info, Recorder: recorder, Grants: grants}
-	if err := buckets.SetupWithManager(mgr, copts); err != nil {
-		return err
-	}
 	checks := opts.SecretCheckInterval
 	if checks <= 0 {
 		checks = DefaultSecretCheckInterval
+	}
+	buckets := &BucketReconciler{
+		Client: c, APIReader: reader, Driver: drv, Info: info, Recorder: recorder, Grants: grants, RefreshInterval: checks,
+	}
+	if err := buckets.SetupWithManager(mgr, copts); err != nil {
+		return err
 	}
 	accesses := &BucketAccessReconciler{
 		Client: c, APIReader: reader, Driver: drv, Info: info, Recorder: recorder, Grants: grants,

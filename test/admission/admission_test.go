@@ -412,6 +412,8 @@ const (
 		"]: reserved to COSI"
 	rotationReserved = "metadata.annotations[" + cosiapi.AnnotationRotateCredentials +
 		"]: reserved to admins"
+	refreshReserved = "metadata.annotations[" + cosiapi.AnnotationRefreshSecret +
+		"]: reserved to admins"
 	bucketAnnotationReserved = "metadata.annotations[" + cosiapi.AnnotationBucketClaimBeingDeleted +
 		"]: reserved to the COSI controller"
 	secretFinalizerReserved = "metadata.finalizers: " + cosiapi.FinalizerProtection +

@@ -165,6 +165,13 @@ func rotation(token string) func(*cosiapi.BucketAccess) {
 	}
 }
 
+// refresh sets the refresh-secret annotation to token.
+func refresh(token string) func(*cosiapi.BucketAccess) {
+	return func(ba *cosiapi.BucketAccess) {
+		metav1.SetMetaDataAnnotation(&ba.ObjectMeta, cosiapi.AnnotationRefreshSecret, token)
+	}
+}
+
 // TestAccessMetadata: cosi-reserved-metadata on BucketAccesses. A tenant may not set
 // sidecar-cleanup-finished (the forged "revoked" that would skip revocation without the
 // reconcilers' own defence), touch COSI's finalizer, or ask for a credential rotation
@@ -196,6 +203,13 @@ func TestAccessMetadata(t *testing.T) {
 			refused: rotationReserved,
 		},
 		{name: "admin creates an access that asks for a credential rotation", as: admin, mutate: rotation("now")},
+		{
+			name:    "tenant creates an access that asks for a Secret refresh",
+			as:      tenant,
+			mutate:  refresh("now"),
+			refused: refreshReserved,
+		},
+		{name: "admin creates an access that asks for a Secret refresh", as: admin, mutate: refresh("now")},
 	})
 	runUpdates(t, build, []updateCase[*cosiapi.BucketAccess]{
 		{
@@ -279,6 +293,41 @@ func TestAccessMetadata(t *testing.T) {
 			update: func(ba *cosiapi.BucketAccess) {
 				metav1.SetMetaDataAnnotation(&ba.ObjectMeta, "example.com/owner", "alice")
 			},
+		},
+		{
+			name:    "tenant asks for a Secret refresh",
+			before:  protected[*cosiapi.BucketAccess],
+			as:      tenant,
+			update:  refresh("1"),
+			refused: refreshReserved,
+		},
+		{
+			name:    "broad tenant changes the Secret refresh request",
+			before:  func(ba *cosiapi.BucketAccess) { protected(ba); refresh("1")(ba) },
+			as:      broadTenant,
+			update:  refresh("2"),
+			refused: refreshReserved,
+		},
+		{
+			name:    "tenant removes the Secret refresh request",
+			before:  func(ba *cosiapi.BucketAccess) { protected(ba); refresh("1")(ba) },
+			as:      tenant,
+			update:  func(ba *cosiapi.BucketAccess) { delete(ba.Annotations, cosiapi.AnnotationRefreshSecret) },
+			refused: refreshReserved,
+		},
+		{
+			name:   "tenant edits its annotations on an access with a Secret refresh request",
+			before: func(ba *cosiapi.BucketAccess) { protected(ba); refresh("1")(ba) },
+			as:     tenant,
+			update: func(ba *cosiapi.BucketAccess) {
+				metav1.SetMetaDataAnnotation(&ba.ObjectMeta, "example.com/owner", "alice")
+			},
+		},
+		{
+			name:   "admin asks for a Secret refresh",
+			before: protected[*cosiapi.BucketAccess],
+			as:     admin,
+			update: refresh("1"),
 		},
 		{
 			name:   "admin asks for a credential rotation",

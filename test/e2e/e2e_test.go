@@ -29,7 +29,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	testenv.RunSystem(m, localenv.Options{Verbosity: 2}, func(_ context.Context, e *localenv.Env) error {
+	opts := localenv.Options{
+		Verbosity: 2, SidecarArgs: []string{"--rotation-grace-period=" + rotationGracePeriod.String()},
+	}
+	testenv.RunSystem(m, opts, func(_ context.Context, e *localenv.Env) error {
 		fw = framework.New(e, localenv.DriverName, "e2e")
 		env, waits, admin = fw.Env, fw.Waits, fw.Admin
 		return nil

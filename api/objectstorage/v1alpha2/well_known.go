@@ -86,6 +86,32 @@ const (
 	// mislead the rotation of their own access; the credential to retire comes from the grant
 	// record.
 	AnnotationCredentialID = "objectstorage.k8s.io/credential-id"
+
+	// AnnotationRefreshSecret is set on a BucketAccess by an admin to have the Sidecar rewrite the
+	// access's Secrets from the driver's current answer now (a COSI extension; docs/sidecar.md,
+	// "Secret refresh"): each new value asks for one refresh. The Sidecar asks the driver again for
+	// the access's Buckets (DriverGetBucket) and for the access (DriverGrantBucketAccess), and
+	// rewrites, in place, the Secrets whose data changed (endpoint, region, CA, SAS expiry; with the
+	// credentials the driver returns). It records the last value handled in the access's grant
+	// record and never clears the annotation. The cosi-reserved-metadata admission policy
+	// (config/admission) reserves it to admins: a refresh costs a grant, which on some drivers
+	// issues a key.
+	AnnotationRefreshSecret = "objectstorage.k8s.io/refresh-secret"
+)
+
+// Class parameters that are COSI's own (COSI extensions). BucketClass and BucketAccessClass
+// parameters are opaque to COSI (KEP-1979) except for keys under the group name: the Sidecar reads
+// those itself, refuses unknown ones and invalid values (ResourcesValidated False,
+// ReasonInvalidParameter, naming the key), and strips every one of them from the parameters it
+// passes to the driver, which would reject keys it does not know.
+const (
+	// ParameterRotationPeriod (BucketAccessClass) rotates the credentials of the class's accesses
+	// periodically: a Go duration ("720h"), greater than zero. The Sidecar rotates an access's
+	// credentials (as AnnotationRotateCredentials does) once this long has passed since its
+	// Secrets were written with the current credential, or since the last rotation that could not
+	// be done. Read from BucketAccess status.parameters, which the Controller copies from the class
+	// when it hands the access off: it applies to accesses created after it was set.
+	ParameterRotationPeriod = "objectstorage.k8s.io/rotation-period"
 )
 
 // Finalizers.
@@ -208,6 +234,11 @@ const (
 	// ReasonRotationFailed (CredentialsRotated=False): the driver refused the rotation with a
 	// final error, named in the message; the old credential keeps working.
 	ReasonRotationFailed = "RotationFailed"
+	// ReasonInvalidParameter (ResourcesValidated=False before a grant or bucket creation;
+	// CredentialsRotated=False on an access granted before): a class parameter of COSI's own
+	// (ParameterRotationPeriod, any key under the group name) is unknown or has an invalid value,
+	// named in the message. Nothing is granted or created until the object changes.
+	ReasonInvalidParameter = "InvalidParameter"
 
 	// ReasonDriverSucceeded (ProvisionFailed=False): the latest provisioning RPC returned OK.
 	ReasonDriverSucceeded = "DriverSucceeded"
@@ -247,6 +278,15 @@ const (
 	// EventFailedRotateCredentials (Warning): a driver call of a rotation failed; retried unless
 	// the condition says it is final.
 	EventFailedRotateCredentials = "FailedRotateCredentials"
+	// EventSecretsRefreshed (Normal, on a BucketAccess): the Sidecar rewrote the access's Secrets
+	// in place because the driver's answer changed (AnnotationRefreshSecret, or a Bucket's info at
+	// a Secret check); the message names the Secrets and the data keys that changed, never values
+	// of credential keys.
+	EventSecretsRefreshed = "SecretsRefreshed"
+	// EventFailedRefresh (Warning): a driver call of a Secret refresh failed (DriverGetBucket at a
+	// Bucket's check, on the Bucket; DriverGrantBucketAccess for AnnotationRefreshSecret, on the
+	// access). The Secrets keep what they hold; retried at the next check, or with backoff.
+	EventFailedRefresh = "FailedRefresh"
 	// EventUpdateConflict (Normal): a write of the Controller or the Sidecar was refused because
 	// another writer changed the object since it was read (HTTP 409), so the object's work is
 	// retried (KEP-1979 "Conditions": update conflicts are Kubernetes API issues reported as

@@ -46,6 +46,8 @@ type Config struct {
 	ExistingBuckets []string
 	// StateFile, when set, persists buckets and accounts so a restarted driver remembers them.
 	StateFile string
+	// CertificateAuthority, when set, is returned with every grant (COSI_CERTIFICATE_AUTHORITY).
+	CertificateAuthority string
 	// NewKeyPerGrant makes every DriverGrantBucketAccess of an existing account issue a new key
 	// and keep only the newest previous one valid, as the S3 driver does on IAM: a caller that
 	// grants again needlessly mints keys, and a key two grants old stops working.
@@ -114,6 +116,18 @@ func New(cfg Config) (*Driver, error) {
 		}
 	}
 	return d, nil
+}
+
+// MoveS3 changes the S3 endpoint and the default region that the driver reports for its buckets
+// from now on, as a backend that moved does; ca, when not empty, replaces the certificate
+// authority returned with grants. COSI's Secret refresh carries them to the access Secrets.
+func (d *Driver) MoveS3(endpoint, region, ca string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.cfg.S3Endpoint, d.cfg.Region = endpoint, region
+	if ca != "" {
+		d.cfg.CertificateAuthority = ca
+	}
 }
 
 // DriverGetInfo returns the driver's name and protocols.
@@ -285,6 +299,7 @@ func (d *Driver) DriverGrantBucketAccess(
 
 	resp := &cosiproto.DriverGrantBucketAccessResponse{}
 	resp.Buckets = d.grantedBuckets(req.GetBuckets(), want.Protocol)
+	resp.CertificateAuthority = d.cfg.CertificateAuthority
 	if acct.AuthenticationType == cosiproto.AuthenticationType_KEY {
 		resp.Credentials = acct.credentials(id)
 		resp.CredentialId = credentialID(acct.Secret)

@@ -98,9 +98,10 @@ func (d *Driver) DriverRotateBucketAccessCredentials(
 		}
 	}
 	return &cosiproto.DriverRotateBucketAccessCredentialsResponse{
-		Buckets:      d.grantedBuckets(req.GetBuckets(), acct.Protocol),
-		Credentials:  acct.keyCredentials(id, k),
-		CredentialId: credentialID(k.Secret),
+		Buckets:              d.grantedBuckets(req.GetBuckets(), acct.Protocol),
+		CertificateAuthority: d.cfg.CertificateAuthority,
+		Credentials:          acct.keyCredentials(id, k),
+		CredentialId:         credentialID(k.Secret),
 	}, nil
 }
 

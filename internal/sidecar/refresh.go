@@ -1,0 +1,286 @@
+package sidecar
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/conditions"
+	"github.com/kube-cosi/cosi/internal/patch"
+	"github.com/kube-cosi/cosi/pkg/driver"
+	cosiproto "github.com/kube-cosi/cosi/proto"
+)
+
+// Secret refresh (a COSI extension; docs/sidecar.md, "Secret refresh"). KEP-1979 asks that COSI
+// keep the access Secrets up to date with the object store's information. Two ways:
+//
+//   - periodically: every Secret check interval, the Bucket reconciler asks the driver for each
+//     provisioned Bucket's information again (DriverGetBucket) and records it in the Bucket's
+//     status.bucketInfo when it changed. The accesses of the Bucket wake, and rewrite in place the
+//     Secret keys whose value came from the Bucket's previous information (the grant record keeps
+//     the information each access's Secrets were written against): a value the driver gave the
+//     access itself (an access-specific endpoint) is left alone. Nothing is written while nothing
+//     changed, and no grant is made.
+//   - on demand: a new value of AnnotationRefreshSecret on an access has its Secrets written
+//     again from a new DriverGrantBucketAccess answer: what only a grant answers (certificate
+//     authority, SAS token expiry) is refreshed too. A Secret whose data did not change is not
+//     written.
+
+// refreshBucket asks the driver for a provisioned Bucket's information again, once per
+// RefreshInterval, and records it in status when it changed. A failed call leaves the status as
+// it is (a Warning event says why) and is tried again at the next interval: the Bucket stays
+// provisioned.
+func (r *BucketReconciler) refreshBucket(ctx context.Context, bucket *cosiapi.Bucket) (reconcile.Result, error) {
+	if r.RefreshInterval <= 0 {
+		return reconcile.Result{}, nil
+	}
+	if wait := r.refreshes.due(bucket.UID, r.RefreshInterval); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
+	err := r.refreshBucketInfo(ctx, bucket)
+	if err != nil {
+		return r.result(bucket, cosiapi.EventFailedRefresh, err)
+	}
+	r.refreshes.done(bucket.UID)
+	return reconcile.Result{RequeueAfter: r.RefreshInterval}, nil
+}
+
+func (r *BucketReconciler) refreshBucketInfo(ctx context.Context, bucket *cosiapi.Bucket) error {
+	protocols := rpcProtocols(bucket.Spec.Protocols)
+	resp, err := r.Driver.DriverGetBucket(ctx, &cosiproto.DriverGetBucketRequest{
+		BucketId: bucket.Status.BucketID, Protocols: protocols, Parameters: driverParameters(bucket.Spec.Parameters),
+	})
+	if status.Code(err) == codes.Unimplemented {
+		return nil // the driver cannot say: the information stays what provisioning recorded
+	}
+	if err != nil {
+		r.Recorder.Eventf(bucket, nil, corev1.EventTypeWarning, cosiapi.EventFailedRefresh, "Refresh",
+			"%s", conditions.Truncate(rpcError{"DriverGetBucket", err}.Error()))
+		return nil
+	}
+	if err := driver.ValidateBucketInfo(resp.GetProtocols(), r.Info.GetSupportedProtocols(), protocols); err != nil {
+		r.Recorder.Eventf(bucket, nil, corev1.EventTypeWarning, cosiapi.EventFailedRefresh, "Refresh",
+			"%s", conditions.Truncate("DriverGetBucket: the driver's answer does not fit the Bucket: "+err.Error()))
+		return nil
+	}
+	info := bucketStatusInfo(resp.GetProtocols())
+	if maps.Equal(info, bucket.Status.BucketInfo) {
+		return nil
+	}
+	s := r.record.status(bucket)
+	bucket.Status.BucketInfo = info
+	return s.Patch(ctx, patch.NoLock)
+}
+
+// refresh rewrites the access's Secrets when the driver's answer changed: on demand
+// (AnnotationRefreshSecret), or when a Bucket's information changed since the Secrets were
+// written. It returns a wait while a rotation in progress holds it back. Nothing is read from
+// the API server or written when there is nothing to refresh: the decision is made on the cache.
+func (r *BucketAccessReconciler) refresh(ctx context.Context, ba *cosiapi.BucketAccess) (time.Duration, error) {
+	g, _ := r.Grants.store.cachedRecord(ctx, ba.UID)
+	if g == nil || g.AccountID != ba.Status.AccountID {
+		return 0, nil
+	}
+	token := ba.Annotations[cosiapi.AnnotationRefreshSecret]
+	asked := token != "" && token != g.RefreshToken
+	changed := r.changedBuckets(ctx, ba, g)
+	switch {
+	case !asked && len(changed) == 0:
+		return 0, nil
+	case g.Rotation != nil:
+		return requeueDelay, nil // the rotation writes the Secrets; refreshed once it is done
+	case asked:
+		return 0, r.refreshAsked(ctx, ba, token)
+	}
+	return 0, r.refreshBucketInfo(ctx, ba, changed)
+}
+
+// changedBuckets returns, by name, the Buckets of the access whose information (from the cache)
+// differs from what the record says its Secrets were written against.
+func (r *BucketAccessReconciler) changedBuckets(
+	ctx context.Context, ba *cosiapi.BucketAccess, g *grantRecord,
+) map[string]*cosiapi.Bucket {
+	changed := map[string]*cosiapi.Bucket{}
+	for _, ab := range ba.Status.AccessedBuckets {
+		b := &cosiapi.Bucket{}
+		err := r.Client.Get(ctx, types.NamespacedName{Name: ab.BucketName}, b)
+		if err != nil || len(b.Status.BucketInfo) == 0 {
+			continue
+		}
+		if !maps.Equal(b.Status.BucketInfo, g.BucketInfo[ab.BucketName]) {
+			changed[ab.BucketName] = b
+		}
+	}
+	return changed
+}
+
+// refreshAsked writes the Secrets again from a new grant, and records the request handled.
+func (r *BucketAccessReconciler) refreshAsked(ctx context.Context, ba *cosiapi.BucketAccess, token string) error {
+	g, _, err := r.Grants.store.get(ctx, ba.UID)
+	if err != nil || g == nil || g.RefreshToken == token {
+		return err
+	}
+	before, err := r.secretData(ctx, ba)
+	if err != nil {
+		return err
+	}
+	if err := r.grant(ctx, ba, true); err != nil {
+		return err
+	}
+	// The grant rewrote the record (with the Buckets' information it was made with): read again.
+	g, cm, err := r.Grants.store.get(ctx, ba.UID)
+	if err != nil || g == nil {
+		return err
+	}
+	g.RefreshToken = token
+	if err := r.Grants.store.update(ctx, cm, *g); err != nil {
+		return err
+	}
+	after, err := r.secretData(ctx, ba)
+	if err != nil {
+		return err
+	}
+	var keys []string
+	for name, data := range after {
+		for k := range keysChanged(before[name], data) {
+			keys = append(keys, name+"/"+k)
+		}
+	}
+	slices.Sort(keys)
+	msg := "refreshed on request (" + cosiapi.AnnotationRefreshSecret + "): nothing changed"
+	if len(keys) > 0 {
+		msg = "refreshed on request (" + cosiapi.AnnotationRefreshSecret + "): " + strings.Join(keys, ", ")
+	}
+	r.Recorder.Eventf(ba, nil, corev1.EventTypeNormal, cosiapi.EventSecretsRefreshed, "Refresh", "%s",
+		conditions.Truncate(msg))
+	return nil
+}
+
+// secretData returns the data of the access's own Secrets, by name.
+func (r *BucketAccessReconciler) secretData(
+	ctx context.Context, ba *cosiapi.BucketAccess,
+) (map[string]map[string][]byte, error) {
+	out := map[string]map[string][]byte{}
+	for _, claim := range ba.Spec.BucketClaims {
+		state, s, err := r.probeSecret(ctx, ba, claim.AccessSecretName)
+		if err != nil {
+			return nil, err
+		}
+		if state == slotOurs {
+			out[claim.AccessSecretName] = s.Data
+		}
+	}
+	return out, nil
+}
+
+// keysChanged returns the keys whose value differs between two Secrets' data.
+func keysChanged(a, b map[string][]byte) map[string]bool {
+	out := map[string]bool{}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || string(v) != string(w) {
+			out[k] = true
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			out[k] = true
+		}
+	}
+	return out
+}
+
+// refreshBucketInfo carries the changed information of Buckets into the Secrets of their claims:
+// a Secret key whose value is the one the Bucket's previous information gave takes the new one
+// (or goes, when the new information has none); other values (the driver gave the access its
+// own) stay. Secrets whose data does not change are not written. The record then holds the new
+// information.
+func (r *BucketAccessReconciler) refreshBucketInfo(
+	ctx context.Context, ba *cosiapi.BucketAccess, changed map[string]*cosiapi.Bucket,
+) error {
+	g, cm, err := r.Grants.store.get(ctx, ba.UID)
+	if err != nil || g == nil {
+		return err
+	}
+	var written []string
+	if g.BucketInfo != nil { // a record of an earlier version: the information is only recorded
+		for _, claim := range ba.Spec.BucketClaims {
+			b := changed[bucketNameOf(ba, claim.BucketClaimName)]
+			if b == nil {
+				continue
+			}
+			keys, err := r.refreshSecret(ctx, ba, claim, g.BucketInfo[b.Name], b.Status.BucketInfo)
+			if err != nil {
+				return err
+			}
+			for _, k := range keys {
+				written = append(written, claim.AccessSecretName+"/"+k)
+			}
+		}
+	}
+	if g.BucketInfo == nil {
+		g.BucketInfo = map[string]map[string]string{}
+	}
+	for name, b := range changed {
+		g.BucketInfo[name] = b.Status.BucketInfo
+	}
+	if err := r.Grants.store.update(ctx, cm, *g); err != nil {
+		return err
+	}
+	if len(written) > 0 {
+		slices.Sort(written)
+		r.Recorder.Eventf(ba, nil, corev1.EventTypeNormal, cosiapi.EventSecretsRefreshed, "Refresh", "%s",
+			conditions.Truncate("the Buckets' information changed: "+strings.Join(written, ", ")))
+	}
+	return nil
+}
+
+// refreshSecret rewrites the bucket information of one claim's Secret from old to new, and
+// returns the keys it changed.
+func (r *BucketAccessReconciler) refreshSecret(
+	ctx context.Context, ba *cosiapi.BucketAccess, claim cosiapi.BucketClaimAccess, before, after map[string]string,
+) ([]string, error) {
+	state, s, err := r.probeSecret(ctx, ba, claim.AccessSecretName)
+	if err != nil || state != slotOurs {
+		return nil, err // a Secret that is not there is written again by the Secret check, with a grant
+	}
+	from, to := secretBucketInfo(ba.Spec.Protocol, before), secretBucketInfo(ba.Spec.Protocol, after)
+	data := maps.Clone(s.Data)
+	for _, k := range bucketInfoKeys(ba.Spec.Protocol) {
+		have, ok := s.Data[k]
+		if ok != (from[k] != "") || string(have) != from[k] {
+			continue // not the Bucket's previous value: the driver gave it to the access
+		}
+		if v := to[k]; v != "" {
+			data[k] = []byte(v)
+		} else {
+			delete(data, k)
+		}
+	}
+	keys := slices.Sorted(maps.Keys(keysChanged(s.Data, data)))
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	if err := r.writeSecret(ctx, ba, claim, data, s.Annotations[cosiapi.AnnotationCredentialID]); err != nil {
+		return nil, err
+	}
+	return keys, nil
+}
+
+// bucketNameOf is the Bucket that status names for a claim of the access.
+func bucketNameOf(ba *cosiapi.BucketAccess, claim string) string {
+	for _, ab := range ba.Status.AccessedBuckets {
+		if ab.BucketClaimName == claim {
+			return ab.BucketName
+		}
+	}
+	return ""
+}
