@@ -124,7 +124,7 @@ test: build $(KUBE_BINARIES) $(VERSITYGW) ceph verify ## Run all tests, against 
 
 # The platforms of kubectl-cosi's release archives, as os/arch (hack/krew/cosi.yaml lists the same).
 KUBECTL_COSI_PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The release's version is the images' VERSION (below): a v* tag on the commit, else the chart's appVersion.
 RELEASE_URL ?= https://github.com/kube-cosi/cosi/releases/download/$(VERSION)
 
 .PHONY: kubectl-cosi-release
