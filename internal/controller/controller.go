@@ -94,6 +94,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 	metrics := newMetrics()
+	registerObjectMetrics(mgr.GetClient())
 	copts := controller.Options{MaxConcurrentReconciles: max(opts.Workers, 1), RateLimiter: requeue.RateLimiter()}
 	recorder := mgr.GetEventRecorder("cosi-controller")
 	c, reader := mgr.GetClient(), mgr.GetAPIReader()

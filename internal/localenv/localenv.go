@@ -91,6 +91,9 @@ type Options struct {
 	Workers int
 	// Metrics serves every COSI process's metrics on a free port (Component.MetricsAddress).
 	Metrics bool
+	// LeaderElection makes the controller and the sidecar elect their leaders with Leases in
+	// cosi-system, as deployed (and export leader_election_master_status); off, each is leader.
+	LeaderElection bool
 	// Verbosity is the -v of every COSI process; 0 leaves their default.
 	Verbosity int
 	// Progress, when set, receives one line per finished step.
@@ -356,8 +359,8 @@ func (e *Env) driverArgs() ([]string, error) {
 	return args, nil
 }
 
-// manager is controller or sidecar (a controller-runtime manager) with args: its identity, no
-// leader election, and ready when /readyz answers.
+// manager is controller or sidecar (a controller-runtime manager) with args: its identity, leader
+// election as Options.LeaderElection says, and ready when /readyz answers.
 func (e *Env) manager(name string, args ...string) (*Component, error) {
 	health, err := process.FreeAddress()
 	if err != nil {
@@ -367,10 +370,13 @@ func (e *Env) manager(name string, args ...string) (*Component, error) {
 		args,
 		"--kubeconfig",
 		e.kubeconfigOf(name),
-		"--leader-elect=false",
+		"--leader-elect="+strconv.FormatBool(e.opts.LeaderElection),
 		"--health-probe-bind-address",
 		health,
 	)
+	if e.opts.LeaderElection {
+		args = append(args, "--leader-election-namespace", componentNamespace)
+	}
 	if e.opts.Workers > 0 {
 		args = append(args, "--workers", strconv.Itoa(e.opts.Workers))
 	}

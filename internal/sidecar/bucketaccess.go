@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -71,16 +72,18 @@ type BucketAccessReconciler struct {
 	// shared with the other reconcilers.
 	Grants *grantBook
 
-	checks    secretChecks
-	rotations rotationAnswers
-	log       logr.Logger
-	record    statusRecorder[*cosiapi.BucketAccess]
+	checks      secretChecks
+	checkMetric *prometheus.CounterVec
+	rotations   rotationAnswers
+	log         logr.Logger
+	record      statusRecorder[*cosiapi.BucketAccess]
 }
 
 // SetupWithManager registers the reconciler and its watches; the accesses of a Bucket are found
 // with index.AccessesByBucket.
 func (r *BucketAccessReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
 	r.log = mgr.GetLogger().WithValues("controller", "sidecar-bucketaccess")
+	r.checkMetric = secretCheckMetric(r.Info.GetName())
 	r.record = statusRecorder[*cosiapi.BucketAccess]{
 		client: r.Client, events: r.Recorder, lock: patch.OptimisticLock, kind: "BucketAccess",
 		backoff: opts.RateLimiter, invalidEvent: cosiapi.EventFailedGrantAccess, invalidAction: "Grant",
@@ -209,12 +212,17 @@ func (r *BucketAccessReconciler) check(ctx context.Context, ba *cosiapi.BucketAc
 	}
 	intact, err := r.secretsIntact(ctx, ba)
 	if err != nil {
+		r.checkMetric.WithLabelValues(r.Info.GetName(), secretCheckFailed).Inc()
 		return r.result(ba, cosiapi.EventFailedGrantAccess, err)
 	}
 	if !intact {
 		if err := r.grant(ctx, ba, true); err != nil {
+			r.checkMetric.WithLabelValues(r.Info.GetName(), secretCheckFailed).Inc()
 			return r.result(ba, cosiapi.EventFailedGrantAccess, err)
 		}
+		r.checkMetric.WithLabelValues(r.Info.GetName(), secretCheckRewritten).Inc()
+	} else {
+		r.checkMetric.WithLabelValues(r.Info.GetName(), secretCheckIntact).Inc()
 	}
 	r.checks.done(ba.UID)
 	return reconcile.Result{RequeueAfter: sooner(r.checks.due(ba.UID, r.SecretCheckInterval), rotating)}, nil
