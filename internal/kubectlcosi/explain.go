@@ -151,6 +151,56 @@ var Explanations = map[string]Explanation{
 		Who:     WhoDriverOwner,
 		Action:  "read the message; it names the cause and who can fix it",
 	},
+	cosiapi.ReasonRotating: {
+		Meaning: "a credential rotation asked for by an admin (or the class's rotation period) is in progress",
+		Who:     WhoNobody,
+		Action:  "wait; the old credential keeps working until the grace period after the Secrets hold the new one",
+	},
+	cosiapi.ReasonRotated: {
+		Meaning: "the Secrets hold the new credential and the old one was retired",
+		Who:     WhoNobody,
+		Action:  "nothing; workloads that re-read their Secret use the new credential",
+	},
+	cosiapi.ReasonRotationUnsupported: {
+		Meaning: "the driver cannot rotate credentials (it answered Unimplemented); the credentials keep working",
+		Who:     WhoAdmin,
+		Action:  "remove the rotation request, or recreate the access to get new credentials",
+	},
+	cosiapi.ReasonRotationFailed: {
+		Meaning: "the driver refused the rotation with an error that retrying cannot fix",
+		Who:     WhoDriverOwner,
+		Action:  "read the message; fix the backend, then ask again with a new rotate-credentials value",
+	},
+	cosiapi.ReasonInvalidParameter: {
+		Meaning: "a class parameter of COSI's own (objectstorage.k8s.io/...) is unknown or has an invalid value",
+		Who:     WhoAdmin,
+		Action:  "fix the class parameter the message names (e.g. rotation-period: 720h)",
+	},
+	cosiapi.EventRotatingCredentials: {
+		Meaning: "the sidecar started a credential rotation for the access",
+		Who:     WhoNobody,
+		Action:  "nothing; a CredentialsRotated event follows once the old credential is retired",
+	},
+	cosiapi.EventCredentialsRotated: {
+		Meaning: "the access's Secrets hold the new credential and the old one was retired",
+		Who:     WhoNobody,
+		Action:  "nothing",
+	},
+	cosiapi.EventFailedRotateCredentials: {
+		Meaning: "a driver call of a rotation failed; retried unless the error is final",
+		Who:     WhoDriverOwner,
+		Action:  "read the message; fix the backend",
+	},
+	cosiapi.EventSecretsRefreshed: {
+		Meaning: "the sidecar rewrote the access's Secrets in place because the driver's answer changed",
+		Who:     WhoNobody,
+		Action:  "nothing; workloads that re-read their Secret get the new endpoint, region or CA",
+	},
+	cosiapi.EventFailedRefresh: {
+		Meaning: "a driver call of a Secret refresh failed; tried again at the next check",
+		Who:     WhoDriverOwner,
+		Action:  "read the message; the Secrets keep their previous values meanwhile",
+	},
 	cosiapi.EventFailedRevokeAccess: {
 		Meaning: "the driver failed to revoke the access",
 		Who:     WhoDriverOwner,
