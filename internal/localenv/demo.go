@@ -97,6 +97,14 @@ func Run(ctx context.Context, opts RunOptions, out, errOut io.Writer) error {
 	return nil
 }
 
+// Demo is what make run does once COSI is up: it applies the demo from repoRoot's examples/ (the
+// namespace cosi-demo, the classes, the BucketClaim photos and the BucketAccess photos-writer),
+// waits until they are provisioned, shows the Secret photos-creds and uses its credentials. The
+// runnable docs (test/docs/runnable) start from this state, as a reader who ran make run does.
+func Demo(ctx context.Context, env *Env, repoRoot string, out io.Writer) error {
+	return runDemo(ctx, env, repoRoot, out)
+}
+
 // runDemo applies the demo, waits until its claim and access are provisioned, shows the Secret
 // and uses its credentials.
 func runDemo(ctx context.Context, env *Env, repoRoot string, out io.Writer) error {

@@ -1,0 +1,220 @@
+// Package runnable runs the documented commands: every shell block of README.md and docs/ that is
+// marked runnable (docs/development.md, "Docs that run") runs, in order per file, against the
+// local environment as make run leaves it, so that no documented command rots.
+package runnable
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kube-cosi/cosi/internal/localenv"
+	"github.com/kube-cosi/cosi/internal/testenv"
+)
+
+// Marker is the line before a shell block that the docs test runs.
+const Marker = "<!-- runnable -->"
+
+var (
+	env  *localenv.Env
+	repo string
+)
+
+func TestMain(m *testing.M) {
+	// As make run: the S3 driver on Versity, kube-controller-manager for garbage collection and
+	// namespace deletion, then the demo from examples/.
+	opts := localenv.Options{ControllerManager: true, Verbosity: 2}
+	testenv.RunSystem(m, opts, func(ctx context.Context, e *localenv.Env) error {
+		env = e
+		var err error
+		if repo, err = localenv.RepoRoot(); err != nil {
+			return err
+		}
+		var out bytes.Buffer
+		if err := localenv.Demo(ctx, e, repo, &out); err != nil {
+			return fmt.Errorf("the demo of make run: %w\n%s", err, out.String())
+		}
+		return nil
+	})
+}
+
+// Block is a runnable shell block of a Markdown file.
+type Block struct {
+	// Line is the line of the opening fence, from 1.
+	Line int
+	// Script is the block's text, without the fences.
+	Script string
+}
+
+// Blocks returns the runnable blocks of a Markdown document: each fenced sh or bash block whose
+// previous non-empty line is Marker. A marker before anything else is an error, so that a
+// misplaced marker does not silently leave a block unchecked.
+func Blocks(doc string) ([]Block, error) {
+	var blocks []Block
+	sc := bufio.NewScanner(strings.NewReader(doc))
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	marked, markLine, line := false, 0, 0
+	var cur *Block
+	var body []string
+	for sc.Scan() {
+		line++
+		text := strings.TrimSpace(sc.Text())
+		switch {
+		case cur != nil:
+			if text == "```" {
+				cur.Script = strings.Join(body, "\n") + "\n"
+				blocks = append(blocks, *cur)
+				cur, body = nil, nil
+				continue
+			}
+			body = append(body, sc.Text())
+		case text == Marker:
+			if marked {
+				return nil, fmt.Errorf("line %d: %s twice, without a shell block after line %d", line, Marker, markLine)
+			}
+			marked, markLine = true, line
+		case marked && text == "":
+		case marked:
+			if lang, ok := strings.CutPrefix(text, "```"); !ok || (lang != "sh" && lang != "bash") {
+				return nil, fmt.Errorf("line %d: %s is followed by %q, not a ```sh or ```bash block",
+					markLine, Marker, text)
+			}
+			cur, marked = &Block{Line: line}, false
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if cur != nil {
+		return nil, fmt.Errorf("line %d: the runnable block is not closed", cur.Line)
+	}
+	if marked {
+		return nil, fmt.Errorf("line %d: %s at the end of the document", markLine, Marker)
+	}
+	return blocks, nil
+}
+
+func TestBlocks(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc string
+		want      []Block
+		wantErr   string
+	}{
+		{
+			name: "marked and unmarked",
+			doc:  "# T\n\n```sh\nmake run\n```\n\n" + Marker + "\n```sh\nkubectl get ns\necho ok\n```\n",
+			want: []Block{{Line: 8, Script: "kubectl get ns\necho ok\n"}},
+		},
+		{
+			name: "blank line and indented, bash",
+			doc:  "1. step\n\n   " + Marker + "\n\n   ```bash\n   true\n   ```\n",
+			want: []Block{{Line: 5, Script: "   true\n"}},
+		},
+		{name: "marker before yaml", doc: Marker + "\n```yaml\na: b\n```\n", wantErr: "not a ```sh"},
+		{name: "marker before text", doc: Marker + "\nsome text\n", wantErr: "not a ```sh"},
+		{name: "marker at the end", doc: "text\n" + Marker + "\n", wantErr: "at the end"},
+		{name: "not closed", doc: Marker + "\n```sh\ntrue\n", wantErr: "not closed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Blocks(tc.doc)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("blocks %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// docs are README.md and every Markdown file under docs/, relative to the repository.
+func docs(t *testing.T) []string {
+	t.Helper()
+	files := []string{"README.md"}
+	err := filepath.WalkDir(filepath.Join(repo, "docs"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".md") {
+			return err
+		}
+		rel, err := filepath.Rel(repo, path)
+		files = append(files, rel)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// TestDocsRun runs every runnable block of README.md and docs/, each file's blocks in order, with
+// bash -euo pipefail from the repository's root, KUBECONFIG set to the environment's admin
+// kubeconfig and bin/ first on PATH (kubectl, and kubectl-cosi for kubectl cosi).
+func TestDocsRun(t *testing.T) {
+	total := 0
+	for _, file := range docs(t) {
+		data, err := os.ReadFile(filepath.Join(repo, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks, err := Blocks(string(data))
+		if err != nil {
+			t.Errorf("%s: %v", file, err)
+			continue
+		}
+		if len(blocks) == 0 {
+			continue
+		}
+		total += len(blocks)
+		t.Run(file, func(t *testing.T) {
+			for _, b := range blocks {
+				out, err := run(t.Context(), b.Script)
+				if err != nil {
+					t.Fatalf("%s:%d: the runnable block failed: %v\n--- block\n%s--- output\n%s", file, b.Line, err, b.Script, out)
+				}
+				t.Logf("%s:%d:\n%s%s", file, b.Line, prefix("$ ", b.Script), out)
+			}
+		})
+	}
+	// The docs this test was written for have runnable blocks: a parser that finds none is broken.
+	if total < 10 {
+		t.Errorf("found %d runnable blocks in README.md and docs/; want at least 10", total)
+	}
+}
+
+// run runs a block's script with bash -euo pipefail and returns its combined output.
+func run(ctx context.Context, script string) (string, error) {
+	// A guard against a block that hangs, not an assertion on its duration.
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
+	cmd.Dir = repo
+	cmd.Env = append(os.Environ(),
+		"KUBECONFIG="+env.Kubeconfig,
+		"PATH="+filepath.Join(repo, "bin")+string(os.PathListSeparator)+os.Getenv("PATH"),
+	)
+	cmd.WaitDelay = 10 * time.Second
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func prefix(p, s string) string {
+	lines := strings.SplitAfter(strings.TrimSuffix(s, "\n"), "\n")
+	for i := range lines {
+		lines[i] = p + lines[i]
+	}
+	return strings.Join(lines, "") + "\n"
+}
