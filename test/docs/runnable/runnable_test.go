@@ -67,7 +67,17 @@ func Blocks(doc string) ([]Block, error) {
 	var body []string
 	for sc.Scan() {
 		line++
-		text := strings.TrimSpace(sc.Text())
+		raw := sc.Text()
+		text := strings.TrimSpace(raw)
+		// Four spaces or more make an indented code block: a marker shown as an example there
+		// (docs/development.md) marks nothing.
+		if cur == nil && strings.HasPrefix(raw, "    ") {
+			if marked {
+				return nil, fmt.Errorf("line %d: %s is followed by an indented code block, not a ```sh or ```bash block",
+					markLine, Marker)
+			}
+			continue
+		}
 		switch {
 		case cur != nil:
 			if text == "```" {
@@ -118,6 +128,10 @@ func TestBlocks(t *testing.T) {
 			name: "blank line and indented, bash",
 			doc:  "1. step\n\n   " + Marker + "\n\n   ```bash\n   true\n   ```\n",
 			want: []Block{{Line: 5, Script: "   true\n"}},
+		},
+		{
+			name: "an example in an indented code block",
+			doc:  "text\n\n    " + Marker + "\n    ```sh\n    kubectl get ns\n    ```\n",
 		},
 		{name: "marker before yaml", doc: Marker + "\n```yaml\na: b\n```\n", wantErr: "not a ```sh"},
 		{name: "marker before text", doc: Marker + "\nsome text\n", wantErr: "not a ```sh"},
