@@ -117,7 +117,7 @@ lint-shell: shellcheck ## shellcheck the scripts in hack/.
 ##@ Test
 
 .PHONY: test
-test: build $(KUBE_BINARIES) $(VERSITYGW) ceph verify ## Run all tests, against a real kube-apiserver and etcd built from source and real object stores.
+test: build $(KUBE_BINARIES) $(VERSITYGW) ceph jq verify ## Run all tests, against a real kube-apiserver and etcd built from source and real object stores.
 	@for m in $(MODULES); do (cd $$m && KUBEBUILDER_ASSETS=$(BIN) go test $(GO_TEST_FLAGS) ./...); done
 
 ##@ Release
@@ -199,6 +199,14 @@ shellcheck: ## Install shellcheck from Debian packages if missing (it is written
 		echo "installing shellcheck from Debian packages"; \
 		$(SUDO) apt-get install -y --no-install-recommends shellcheck >/dev/null \
 		|| { $(SUDO) apt-get update >/dev/null && $(SUDO) apt-get install -y --no-install-recommends shellcheck >/dev/null; }; \
+	fi
+
+.PHONY: jq
+jq: ## Install jq from Debian packages if missing (docs' runnable blocks use it; test/docs/runnable).
+	@if ! command -v jq >/dev/null; then \
+		echo "installing jq from Debian packages"; \
+		$(SUDO) apt-get install -y --no-install-recommends jq >/dev/null \
+		|| { $(SUDO) apt-get update >/dev/null && $(SUDO) apt-get install -y --no-install-recommends jq >/dev/null; }; \
 	fi
 
 .PHONY: clean
