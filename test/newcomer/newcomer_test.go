@@ -16,6 +16,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -91,10 +92,18 @@ func TestNewcomerFromTheGuide(t *testing.T) {
 		t.Fatalf("the guide's shell commands do not serve on %s:\n%s", socketInGuide, script)
 	}
 	script = strings.ReplaceAll(script, socketInGuide, filepath.Join(dir, "drv.sock"))
-	// The trap stops the driver the commands start in the background, whatever happens.
-	out := run(t, mod, "bash", "-c", "trap 'kill $(jobs -p) 2>/dev/null' EXIT\nset -e\n"+script)
+	// The trap stops the driver the commands start in the background, whatever happens, and keeps
+	// the commands' exit status.
+	out, err := runErr(t, mod, "bash", "-c",
+		"trap 'rc=$?; set +e; kill $(jobs -p) 2>/dev/null; exit $rc' EXIT\nset -e\n"+script)
+	if err != nil && !bytes.Contains(out, []byte(" passed, ")) {
+		t.Fatalf("%v\nstdout:\n%s", err, out) // the commands failed before the suite ran
+	}
 	cases := listCases(t, mod)
 	checkCLI(t, out, cases)
+	if err != nil && !t.Failed() {
+		t.Errorf("the guide's commands failed: %v", err)
+	}
 	for _, name := range []string{"driver.log", "sanity.xml"} {
 		if fi, err := os.Stat(filepath.Join(mod, name)); err != nil || fi.Size() == 0 {
 			t.Errorf("the guide's commands left no %s: %v", name, err)
@@ -102,8 +111,11 @@ func TestNewcomerFromTheGuide(t *testing.T) {
 	}
 
 	// Section 3, from Go: the guide's TestSanity, with its probe.
-	out = run(t, mod, "go", "test", "-json", "-count=1", "-run", "^TestSanity$", ".")
+	out, err = runErr(t, mod, "go", "test", "-json", "-count=1", "-run", "^TestSanity$", ".")
 	checkGoTest(t, out, cases)
+	if err != nil && !t.Failed() {
+		t.Errorf("the guide's TestSanity failed: %v\n%s", err, out)
+	}
 }
 
 // repoRoot is the repository this test is in: the directory above it that holds the guide.
@@ -164,8 +176,19 @@ func markedBlocks(t *testing.T, path string) map[string]string {
 
 // run runs a command in dir with the environment's Go settings (GOPROXY, the module cache) and
 // -mod=mod, as a newcomer's shell would, and returns its output; it fails the test if the command
-// fails. The command and anything it starts are killed when the test gives up.
+// fails.
 func run(t *testing.T, dir, name string, args ...string) []byte {
+	t.Helper()
+	out, err := runErr(t, dir, name, args...)
+	if err != nil {
+		t.Fatalf("%v\nstdout:\n%s", err, out)
+	}
+	return out
+}
+
+// runErr is run for a command whose failure the caller explains from its output. The command and
+// anything it starts are killed when the test gives up.
+func runErr(t *testing.T, dir, name string, args ...string) ([]byte, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
@@ -178,10 +201,10 @@ func run(t *testing.T, dir, name string, args ...string) []byte {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("%s %s in %s: %v\nstdout:\n%s\nstderr:\n%s", name, strings.Join(args, " "), dir, err, out,
+		return out, fmt.Errorf("%s %s in %s: %w\nstderr:\n%s", name, strings.Join(args, " "), dir, err,
 			stderr.Bytes())
 	}
-	return out
+	return out, nil
 }
 
 // listCases returns the names of the suite's cases, from go tool cosi-sanity --list.
