@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -65,6 +66,11 @@ type Config struct {
 	// DriverLogs returns everything the driver has logged so far, for the case that checks that
 	// no credential reaches the logs. Run the driver at its highest verbosity. Optional.
 	DriverLogs func() ([]byte, error)
+
+	// ExtraCases are the vendor's own cases (NewCase), run after the suite's against a v1alpha2
+	// driver, through the same error-scheme and secret checks, and selected by Run like them.
+	// Their names must differ from the suite's. Optional.
+	ExtraCases []Case
 }
 
 // UnknownParameterKey is the parameter key the suite adds to valid parameters to check that the
@@ -159,6 +165,10 @@ type Case struct {
 // Cases lists every case, in the order they run.
 func Cases() []Case { return cases }
 
+// NewCase returns a case of the vendor's own, for Config.ExtraCases: run calls the driver through
+// T's Identity and Provisioner and reports with Errorf, Fatalf and Skipf, as the suite's cases do.
+func NewCase(name string, run func(t *T)) Case { return Case{Name: name, run: run} }
+
 // Run runs the selected cases against the driver and returns their results. The error is for
 // failures to run at all (no driver), not for failed cases.
 func Run(ctx context.Context, cfg Config) ([]Result, error) {
@@ -218,6 +228,9 @@ type suite struct {
 
 func newSuite(ctx context.Context, cfg Config) (*suite, error) {
 	if _, err := driver.ParseEndpoint(cfg.Endpoint); err != nil {
+		return nil, err
+	}
+	if err := checkExtraCases(cfg.ExtraCases); err != nil {
 		return nil, err
 	}
 	if cfg.Timeout == 0 {
@@ -368,6 +381,42 @@ type T struct {
 	skipReason string
 	cleanups   []func()
 }
+
+// checkExtraCases refuses extra cases without a name or function, or with a name already taken.
+func checkExtraCases(extra []Case) error {
+	names := map[string]bool{}
+	for _, c := range slices.Concat(cases, v1alpha1Cases) {
+		names[c.Name] = true
+	}
+	for i, c := range extra {
+		switch {
+		case c.Name == "":
+			return fmt.Errorf("sanity: Config.ExtraCases[%d]: no name", i)
+		case c.run == nil:
+			return fmt.Errorf("sanity: Config.ExtraCases[%d] (%q): no function (use NewCase)", i, c.Name)
+		case names[c.Name]:
+			return fmt.Errorf("sanity: Config.ExtraCases[%d]: the name %q is taken", i, c.Name)
+		}
+		names[c.Name] = true
+	}
+	return nil
+}
+
+// Context is the case's context: pass it to every call.
+func (t *T) Context() context.Context { return t.ctx }
+
+// Identity is the driver's Identity service.
+func (t *T) Identity() cosiproto.IdentityClient { return t.s.identity }
+
+// Provisioner is the driver's Provisioner service.
+func (t *T) Provisioner() cosiproto.ProvisionerClient { return t.s.prov }
+
+// Config is the suite's configuration: the parameters and the Probe.
+func (t *T) Config() Config { return t.s.cfg }
+
+// Name returns a name unique to this run (kind is a short prefix such as "b" or "a"), valid as an
+// S3 bucket name: for bucket names and account names, so that runs do not meet in the backend.
+func (t *T) Name(kind string) string { return t.name(kind) }
 
 // Errorf records a failure and continues.
 func (t *T) Errorf(format string, args ...any) { t.fail(fmt.Sprintf(format, args...)) }

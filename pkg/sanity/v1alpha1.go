@@ -3,6 +3,7 @@ package sanity
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -40,7 +41,7 @@ func (s *suite) runnable() []Case {
 	if s.protocol == driverclient.ProtocolV1alpha1 {
 		return v1alpha1Cases
 	}
-	return cases
+	return slices.Concat(cases, s.cfg.ExtraCases)
 }
 
 // V1alpha1Cases lists the cases run against a v1alpha1 driver.
