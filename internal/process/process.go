@@ -5,11 +5,13 @@ package process
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -78,9 +80,22 @@ func (p *Process) waitReady(ctx context.Context) error {
 	}
 	timeout := orDefault(p.ReadyTimeout, 60*time.Second)
 	deadline := time.After(timeout)
+	readyOnce := false
 	for {
 		if p.Ready(ctx) {
-			return nil
+			// Ready twice, 50 ms apart, with the process alive after: a probe can be answered by
+			// another server on a port the process then fails to bind (and exits).
+			if readyOnce {
+				select {
+				case <-p.done:
+					return fmt.Errorf("%s exited; see %s", p.Name, p.Log)
+				default:
+					return nil
+				}
+			}
+			readyOnce = true
+		} else {
+			readyOnce = false
 		}
 		select {
 		case <-p.done:
@@ -196,12 +211,32 @@ func FileExists(path string) func(context.Context) bool {
 // FreeAddress returns a 127.0.0.1:port that was free a moment ago, for a child process to
 // listen on.
 func FreeAddress() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("finding a free port: %w", err)
+	handedOut.mu.Lock()
+	defer handedOut.mu.Unlock()
+	if handedOut.addrs == nil {
+		handedOut.addrs = map[string]bool{}
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	// A port is handed out once per process: the kernel may offer a port again once its listener
+	// closed, before the process it was meant for bound it (two servers of one test on one port).
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", fmt.Errorf("finding a free port: %w", err)
+		}
+		addr := l.Addr().String()
+		_ = l.Close()
+		if !handedOut.addrs[addr] {
+			handedOut.addrs[addr] = true
+			return addr, nil
+		}
+	}
+	return "", errors.New("finding a free port: every port offered was handed out before")
+}
+
+// handedOut are the addresses FreeAddress returned.
+var handedOut struct {
+	mu    sync.Mutex
+	addrs map[string]bool
 }
 
 // FreeAddresses sets each of addrs to a FreeAddress.
