@@ -17,6 +17,7 @@ import (
 	"github.com/kube-cosi/cosi/internal/conditions"
 	"github.com/kube-cosi/cosi/internal/patch"
 	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
@@ -55,6 +56,12 @@ func (r *BucketReconciler) refreshBucket(ctx context.Context, bucket *cosiapi.Bu
 }
 
 func (r *BucketReconciler) refreshBucketInfo(ctx context.Context, bucket *cosiapi.Bucket) error {
+	if r.Driver.Protocol() == driverclient.ProtocolV1alpha1 {
+		// v1alpha1 has no RPC to look a bucket up: the adapter's DriverGetBucket makes an answer up
+		// from the bucket ID, poorer than what DriverCreateBucket returned (no endpoint, no region).
+		// Taking it for the driver's would degrade the Bucket's information and wake its accesses.
+		return nil
+	}
 	protocols := rpcProtocols(bucket.Spec.Protocols)
 	resp, err := r.Driver.DriverGetBucket(ctx, &cosiproto.DriverGetBucketRequest{
 		BucketId: bucket.Status.BucketID, Protocols: protocols, Parameters: driverParameters(bucket.Spec.Parameters),
