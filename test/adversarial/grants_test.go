@@ -3,9 +3,11 @@ package adversarial
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
@@ -464,8 +466,24 @@ func deleteAccesses(t *testing.T, accesses []*cosiapi.BucketAccess) {
 	parallel(t, accesses, func(ba *cosiapi.BucketAccess) error {
 		return client.IgnoreNotFound(tenant.Delete(t.Context(), ba))
 	})
-	for _, ba := range accesses {
-		env.Gone(t, ba)
+	// Gone in whatever order the queues take them: wait while the deletions progress, and fail
+	// only when none has progressed for a minute (a wait for reconciliation, not a speed test; a
+	// per-object minute failed in make test, with 2,000 deletions queued under the load of the
+	// other packages).
+	left := slices.Clone(accesses)
+	for progressed := time.Now(); len(left) > 0; time.Sleep(100 * time.Millisecond) {
+		before := len(left)
+		left = slices.DeleteFunc(left, func(ba *cosiapi.BucketAccess) bool {
+			err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(ba), &cosiapi.BucketAccess{})
+			return apierrors.IsNotFound(err)
+		})
+		if len(left) < before {
+			progressed = time.Now()
+		}
+		if time.Since(progressed) > time.Minute {
+			t.Fatalf("%d of %d accesses still exist after a minute without a deletion, among them %s",
+				len(left), len(accesses), left[0].Name)
+		}
 	}
 }
 
