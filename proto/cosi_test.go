@@ -54,13 +54,16 @@ func TestSecretFields(t *testing.T) {
 	}
 }
 
-// TestServices checks that the generated services carry the KEP's eight RPCs.
+// TestServices checks that the generated services carry the KEP's eight RPCs and COSI's two
+// rotation RPCs.
 func TestServices(t *testing.T) {
 	want := map[string][]string{
 		"Identity": {"DriverGetInfo"},
 		"Provisioner": {
 			"DriverGenerateBucketId", "DriverCreateBucket", "DriverGetBucket", "DriverDeleteBucket",
 			"DriverGenerateBucketAccessId", "DriverGrantBucketAccess", "DriverRevokeBucketAccess",
+			// COSI extensions (issue 20): optional, Unimplemented from a driver that cannot rotate.
+			"DriverRotateBucketAccessCredentials", "DriverRetireBucketAccessCredentials",
 		},
 	}
 	services := File_cosi_v1alpha2_cosi_proto.Services()
