@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -45,6 +46,8 @@ type BucketAccessReconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	Metrics   *metrics
+	// Drivers tells whether a sidecar serves a handed-off access's driver (nil: never asked).
+	Drivers *driverWatch
 
 	// log reports what the watches cannot return: their map functions' errors.
 	log logr.Logger
@@ -58,7 +61,9 @@ var (
 		cosiapi.ConditionProvisionFailed,
 		cosiapi.ConditionResourcesValidated,
 	}
-	handedOffAccessConditions = []string{cosiapi.ConditionResourcesValidated}
+	// After the hand-off, Provisioned is the sidecar's, but for the controller's WaitingForDriver
+	// while no sidecar has acted on the access (driverWatch.checkAccess).
+	handedOffAccessConditions = []string{cosiapi.ConditionResourcesValidated, cosiapi.ConditionProvisioned}
 )
 
 // SetupWithManager registers the reconciler and its watches: an access waits for its claims and
@@ -168,14 +173,21 @@ func (r *BucketAccessReconciler) Reconcile(ctx context.Context, req reconcile.Re
 	if ba.DeletionTimestamp != nil {
 		return requeue.ResultWithEvent(r.Recorder, ba, cosiapi.EventFailedRevokeAccess, r.delete(ctx, ba))
 	}
-	return requeue.ResultWithEvent(r.Recorder, ba, cosiapi.EventFailedGrantAccess, r.reconcile(ctx, ba))
+	again, err := r.reconcile(ctx, ba)
+	res, err := requeue.ResultWithEvent(r.Recorder, ba, cosiapi.EventFailedGrantAccess, err)
+	if err == nil && res.IsZero() && again > 0 {
+		res.RequeueAfter = again
+	}
+	return res, err
 }
 
-func (r *BucketAccessReconciler) reconcile(ctx context.Context, ba *cosiapi.BucketAccess) error {
+// reconcile protects the access and hands it off. It returns when to look again at a handed-off
+// access that waits for something it cannot watch (a sidecar of its driver).
+func (r *BucketAccessReconciler) reconcile(ctx context.Context, ba *cosiapi.BucketAccess) (time.Duration, error) {
 	// The finalizer first, on every reconcile: it is put back when a tenant removed it, and the
 	// status patch below is based on the current version.
 	if err := patch.AddFinalizer(ctx, r.Client, ba); err != nil {
-		return err
+		return 0, err
 	}
 	if ba.Status.DriverName != "" {
 		return r.checkHandedOff(ctx, ba)
@@ -185,16 +197,21 @@ func (r *BucketAccessReconciler) reconcile(ctx context.Context, ba *cosiapi.Buck
 	conditions.Init(ba, cosiapi.ConditionProvisionFailed)
 	event, err := r.handOff(ctx, ba)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if patched, err := status.PatchIfChanged(ctx, patch.OptimisticLock); err != nil || !patched {
-		return err
+		return 0, err
 	}
 	// An event for each new refusal or wait, not for each reconcile.
 	if event != nil && conditions.Changed(orig.Status.Conditions, ba.Status.Conditions) {
 		r.Recorder.Eventf(ba, nil, event.eventType, event.reason, "HandOff", "%s", conditions.Truncate(event.message))
 	}
-	return nil
+	if ba.Status.DriverName != "" && r.Drivers != nil {
+		// Handed off: the sidecar's status writes do not wake this reconciler, so it looks
+		// whether one acted once the grace period is over.
+		return r.Drivers.grace + time.Second, nil
+	}
+	return 0, nil
 }
 
 // handOffEvent is the event a hand-off that did not happen reports.
@@ -268,7 +285,7 @@ func (r *BucketAccessReconciler) handOff(ctx context.Context, ba *cosiapi.Bucket
 	ba.Status.Parameters = maps.Clone(class.Spec.Parameters)
 	conditions.MarkTrue(ba, cosiapi.ConditionResourcesValidated, cosiapi.ReasonValid, "")
 	conditions.MarkUnknown(ba, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioning,
-		"handed off to driver "+class.Spec.DriverName)
+		handedOffMessage+class.Spec.DriverName)
 	return nil, nil
 }
 
@@ -446,9 +463,12 @@ func forbiddenByClass(ba *cosiapi.BucketAccess, class *cosiapi.BucketAccessClass
 	return ""
 }
 
-// checkHandedOff reports claims that went missing after the hand-off (ResourcesValidated False).
-func (r *BucketAccessReconciler) checkHandedOff(ctx context.Context, ba *cosiapi.BucketAccess) error {
+// checkHandedOff reports claims that went missing after the hand-off (ResourcesValidated False),
+// and a driver that no sidecar serves while none has acted on the access (Provisioned Unknown,
+// WaitingForDriver). It returns when to look again for a sidecar.
+func (r *BucketAccessReconciler) checkHandedOff(ctx context.Context, ba *cosiapi.BucketAccess) (time.Duration, error) {
 	status := patch.NewStatus(r.Client, ba, handedOffAccessConditions...)
+	orig := status.Before()
 	var missing []string
 	for _, ref := range ba.Spec.BucketClaims {
 		err := r.Client.Get(ctx, types.NamespacedName{Namespace: ba.Namespace, Name: ref.BucketClaimName},
@@ -456,16 +476,26 @@ func (r *BucketAccessReconciler) checkHandedOff(ctx context.Context, ba *cosiapi
 		if apierrors.IsNotFound(err) {
 			missing = append(missing, ref.BucketClaimName)
 		} else if err != nil {
-			return err
+			return 0, err
 		}
 	}
-	if len(missing) == 0 {
-		return nil
+	if len(missing) > 0 {
+		conditions.MarkFalse(ba, cosiapi.ConditionResourcesValidated, cosiapi.ReasonInvalidReference,
+			fmt.Sprintf("BucketClaims %v went missing after provisioning", missing))
 	}
-	conditions.MarkFalse(ba, cosiapi.ConditionResourcesValidated, cosiapi.ReasonInvalidReference,
-		fmt.Sprintf("BucketClaims %v went missing after provisioning", missing))
-	_, err := status.PatchIfChanged(ctx, patch.OptimisticLock)
-	return err
+	again := r.Drivers.checkAccess(ctx, ba)
+	// Locked to the version read: a sidecar that acted since then wrote Provisioned, which
+	// WaitingForDriver must not overwrite.
+	if patched, err := status.PatchIfChanged(ctx, patch.OptimisticLock); err != nil || !patched {
+		return again, err
+	}
+	if c := conditions.Get(ba, cosiapi.ConditionProvisioned); c != nil && c.Reason == cosiapi.ReasonWaitingForDriver &&
+		conditions.Changed(orig.Status.Conditions, ba.Status.Conditions) {
+		if o := conditions.Get(orig, cosiapi.ConditionProvisioned); o == nil || o.Reason != cosiapi.ReasonWaitingForDriver {
+			r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, cosiapi.EventWaitingForDriver, "Grant", "%s", c.Message)
+		}
+	}
+	return again, nil
 }
 
 // delete finishes a BucketAccess's deletion once the sidecar has cleaned up (KEP-1979 "Deleting a

@@ -108,7 +108,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	if err := claims.SetupWithManager(mgr, copts); err != nil {
 		return err
 	}
-	accesses := &BucketAccessReconciler{Client: c, APIReader: reader, Recorder: recorder, Metrics: metrics}
+	accesses := &BucketAccessReconciler{Client: c, APIReader: reader, Recorder: recorder, Metrics: metrics,
+		Drivers: drivers}
 	if err := accesses.SetupWithManager(mgr, copts); err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -60,10 +61,54 @@ func (w *driverWatch) check(ctx context.Context, claim *cosiapi.BucketClaim, b *
 		controllerutil.ContainsFinalizer(b, cosiapi.FinalizerProtection) || len(b.Status.Conditions) > 0 {
 		return 0
 	}
-	if age := time.Since(b.CreationTimestamp.Time); age < w.grace {
-		return w.grace - age + time.Second
+	why, again := w.unserved(ctx, b.Spec.DriverName, b.CreationTimestamp.Time)
+	if why != "" {
+		conditions.MarkUnknown(claim, cosiapi.ConditionProvisioned, cosiapi.ReasonWaitingForDriver, fmt.Sprintf(
+			"no sidecar serves driver %s: its Lease %s; Bucket %s is provisioned as soon as a sidecar of the "+
+				"driver runs", b.Spec.DriverName, why, b.Name))
 	}
-	name := sidecarLeaseName(b.Spec.DriverName)
+	return again
+}
+
+// checkAccess marks a handed-off access WaitingForDriver when no sidecar has acted on it
+// (untouchedBySidecar) for longer than the grace period and nobody holds its driver's Lease: the
+// sidecar that provisioned its Buckets has stopped since. It returns when to look again (0: no
+// need).
+func (w *driverWatch) checkAccess(ctx context.Context, ba *cosiapi.BucketAccess) time.Duration {
+	if w == nil || !untouchedBySidecar(ba) {
+		return 0
+	}
+	why, again := w.unserved(ctx, ba.Status.DriverName, ba.CreationTimestamp.Time)
+	if why != "" {
+		conditions.MarkUnknown(ba, cosiapi.ConditionProvisioned, cosiapi.ReasonWaitingForDriver, fmt.Sprintf(
+			"no sidecar serves driver %s: its Lease %s; the access is granted as soon as a sidecar of the "+
+				"driver runs", ba.Status.DriverName, why))
+	}
+	return again
+}
+
+// untouchedBySidecar reports whether no sidecar has acted on a handed-off access yet: no account
+// ID, no driver error, and Provisioned is still what the hand-off (or checkAccess) wrote.
+func untouchedBySidecar(ba *cosiapi.BucketAccess) bool {
+	if ba.Status.DriverName == "" || ba.Status.AccountID != "" || ba.DeletionTimestamp != nil {
+		return false
+	}
+	pf, p := conditions.Get(ba, cosiapi.ConditionProvisionFailed), conditions.Get(ba, cosiapi.ConditionProvisioned)
+	return pf != nil && pf.Reason == cosiapi.ReasonPending && p != nil && p.Status == metav1.ConditionUnknown &&
+		(p.Reason == cosiapi.ReasonWaitingForDriver ||
+			p.Reason == cosiapi.ReasonProvisioning && strings.HasPrefix(p.Message, handedOffMessage))
+}
+
+// handedOffMessage starts the Provisioned message of a hand-off.
+const handedOffMessage = "handed off to driver "
+
+// unserved tells why no sidecar serves driver ("" when one may: its Lease is held and fresh, the
+// Lease cannot be read, or the object is younger than the grace period), and when to look again.
+func (w *driverWatch) unserved(ctx context.Context, driver string, created time.Time) (string, time.Duration) {
+	if age := time.Since(created); age < w.grace {
+		return "", w.grace - age + time.Second
+	}
+	name := sidecarLeaseName(driver)
 	lease := &coordinationv1.Lease{}
 	err := w.reader.Get(ctx, types.NamespacedName{Namespace: w.namespace, Name: name}, lease)
 	var why string
@@ -72,9 +117,9 @@ func (w *driverWatch) check(ctx context.Context, claim *cosiapi.BucketClaim, b *
 		why = "does not exist"
 	case apierrors.IsForbidden(err):
 		// Cannot tell (no Role to read Leases there): say nothing rather than something wrong.
-		return 0
+		return "", 0
 	case err != nil:
-		return driverRecheck // cannot tell now; the claim's status stays what it was
+		return "", driverRecheck // cannot tell now; the status stays what it was
 	case lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "":
 		why = "is held by nobody"
 	case lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil:
@@ -82,12 +127,9 @@ func (w *driverWatch) check(ctx context.Context, claim *cosiapi.BucketClaim, b *
 	default:
 		expiry := lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
 		if time.Now().Before(expiry) {
-			return driverRecheck // a sidecar runs; it has not picked the Bucket up yet
+			return "", driverRecheck // a sidecar runs; it has not picked the object up yet
 		}
 		why = "expired at " + expiry.UTC().Format(time.RFC3339)
 	}
-	conditions.MarkUnknown(claim, cosiapi.ConditionProvisioned, cosiapi.ReasonWaitingForDriver, fmt.Sprintf(
-		"no sidecar serves driver %s: its Lease %s/%s %s; Bucket %s is provisioned as soon as a sidecar of the "+
-			"driver runs", b.Spec.DriverName, w.namespace, name, why, b.Name))
-	return driverRecheck
+	return w.namespace + "/" + name + " " + why, driverRecheck
 }

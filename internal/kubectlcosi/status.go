@@ -444,6 +444,12 @@ func (c *Command) diagnoseAccess(a *accessLink) (Diagnosis, bool) {
 			return Diagnosis{Problem: fmt.Sprintf("%s waits for %s", subject, strings.TrimPrefix(prov.Message, "waiting for ")),
 				Who: WhoNobody, Next: "COSI continues on its own once it is ready"}, false
 		}
+		if prov != nil && prov.Reason == cosiapi.ReasonWaitingForDriver {
+			d := reasonDiagnosis(subject, prov, "")
+			d.Problem = strings.TrimSuffix(d.Problem, "; the access is granted as soon as a sidecar of the driver runs")
+			d.Next = "the access is granted on its own as soon as a sidecar of the driver runs"
+			return d, false
+		}
 		if ba.Status.DriverName == "" {
 			return Diagnosis{Problem: subject + " is not handed off to a driver yet", Who: WhoNobody,
 				Next: "the COSI controller hands it off; if this lasts, an admin checks the controller " +

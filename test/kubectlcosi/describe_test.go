@@ -1,18 +1,26 @@
 package kubectlcosi
 
 import (
+	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/objects"
+	"github.com/kube-cosi/cosi/internal/sidecar"
 	"github.com/kube-cosi/cosi/internal/testenv"
+	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
 )
 
@@ -84,6 +92,80 @@ func TestDescribeNoSidecar(t *testing.T) {
 		r.Diagnosis.Who != "admin" {
 		t.Errorf("diagnosis: %+v", r.Diagnosis)
 	}
+}
+
+// TestDescribeNoSidecarForAccess: an access handed off to a driver that no sidecar serves (here an
+// imported Bucket of such a driver: its sidecar stopped after provisioning, say). The controller
+// says so on the access, which is what its user sees.
+func TestDescribeNoSidecarForAccess(t *testing.T) {
+	nobody := "nobody-access.kubectl.cosi.io"
+	claim := &cosiapi.BucketClaim{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: unique("claim")},
+		Spec: cosiapi.BucketClaimSpec{ExistingBucketName: unique("static"),
+			Protocols: []cosiapi.Protocol{cosiapi.ProtocolS3}}}
+	b := objects.Bucket(claim.Spec.ExistingBucketName, nobody, cosiapi.DeletionPolicyRetain,
+		objects.ClaimedBy(namespace, claim.Name, ""), objects.BucketProtocols(cosiapi.ProtocolS3),
+		func(b *cosiapi.Bucket) { b.Spec.ExistingBucketID = "imported" })
+	aclass := objects.BucketAccessClass(unique("accessclass"), nobody)
+	ba := objects.BucketAccess(namespace, unique("access"), aclass.Name,
+		objects.Grant(claim.Name, unique("creds"), objects.ReadWrite))
+	create(t, b, claim, aclass, ba)
+	visible(t, ba, accessConds(ba), cosiapi.ConditionProvisioned, cosiapi.ReasonWaitingForDriver,
+		cosiapi.EventWaitingForDriver, "no sidecar serves driver "+nobody,
+		"Lease "+cosiNamespace+"/"+nobody+"-cosi-sidecar")
+	if ba.Status.DriverName != nobody {
+		t.Errorf("the access waits for a sidecar of %q but was not handed off to it: %+v", nobody, ba.Status)
+	}
+	r := status(t, viewer, "access", ba.Name)
+	if !strings.Contains(r.Diagnosis.Sentence, "no sidecar serves driver "+nobody) || r.Diagnosis.Who != "admin" {
+		t.Errorf("diagnosis: %+v", r.Diagnosis)
+	}
+
+	// A sidecar of the driver starts: what it reports replaces the wait, and the controller does
+	// not put it back.
+	startSidecar(t, nobody)
+	testenv.Eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(ba), ba); err != nil {
+			return err
+		}
+		if c := meta.FindStatusCondition(ba.Status.Conditions, cosiapi.ConditionProvisioned); c == nil ||
+			c.Reason == cosiapi.ReasonWaitingForDriver || c.Reason == cosiapi.ReasonProvisioning &&
+			strings.HasPrefix(c.Message, "handed off") {
+			return fmt.Errorf("the sidecar of %s did not act on the access: %+v", nobody, c)
+		}
+		return nil
+	})
+	// Gone while the sidecar runs: the doctor's test looks for sidecars that stopped.
+	for _, o := range []client.Object{ba, claim, b} {
+		if err := env.Client.Delete(t.Context(), o); client.IgnoreNotFound(err) != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, func() error {
+			if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(o), o); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("%s still there (%w): finalizers %v", o.GetName(), err, o.GetFinalizers())
+			}
+			return nil
+		})
+	}
+}
+
+// startSidecar runs a memory driver named name and its sidecar until the test ends.
+func startSidecar(t *testing.T, name string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	endpoint := "unix://" + filepath.Join(t.TempDir(), "driver.sock")
+	d, err := memory.New(memory.Config{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := driver.NewServer(ctx, driver.Options{Endpoint: endpoint, Identity: d, Provisioner: d,
+		Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = srv.Serve(ctx) })
+	wg.Go(func() { _ = sidecar.Run(ctx, sidecarCfg, sidecarOptions(endpoint), logr.Discard()) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
 }
 
 // TestDescribeDriverError: a driver error that is retried says when; a final one says it is not.

@@ -189,14 +189,14 @@ const (
 	// ReasonWaitingForResources (ResourcesValidated=Unknown): a referenced object does not exist
 	// yet or is not ready; COSI watches it and continues when it changes.
 	ReasonWaitingForResources = "WaitingForResources"
-	// ReasonWaitingForDriver (Provisioned=Unknown, on a BucketClaim): no sidecar has picked up the
-	// claim's Bucket, and no sidecar holds the leader election Lease of the Bucket's driver (in the
-	// controller's namespace), for longer than a grace period after the Bucket was created: the
-	// class names a driver that is not deployed, is down, or is misspelt. Set by the Controller,
-	// which looks again every 30 seconds and as soon as a sidecar reports on the Bucket; it is
-	// replaced by what the sidecar reports. Not set when the Lease cannot be read, or when
-	// sidecars run without leader election and none has picked the Bucket up: then the claim says
-	// Provisioning.
+	// ReasonWaitingForDriver (Provisioned=Unknown, on a BucketClaim or a BucketAccess): no sidecar
+	// has picked up the claim's Bucket, or acted on the access since its hand-off, and no sidecar
+	// holds the leader election Lease of the driver (in the controller's namespace), for longer
+	// than a grace period after the Bucket or the access was created: the class names a driver
+	// that is not deployed, is down, or is misspelt. Set by the Controller, which looks again every
+	// 30 seconds and as soon as a sidecar reports on the Bucket; it is replaced by what the sidecar
+	// reports. Not set when the Lease cannot be read, or when sidecars run without leader election
+	// and none has picked the object up: then it says Provisioning.
 	ReasonWaitingForDriver = "WaitingForDriver"
 	// ReasonInvalidReference (ResourcesValidated=False): a referenced object is invalid, missing
 	// after provisioning, bound elsewhere, or being deleted. The Controller also writes it on a
@@ -261,8 +261,9 @@ const (
 	// a BucketAccess, does not exist; the object waits for it (ResourcesValidated Unknown,
 	// WaitingForResources). Recorded by the Controller when the wait starts.
 	EventWaitingForClass = "WaitingForClass"
-	// EventWaitingForDriver (Warning): no sidecar serves the driver of the claim's Bucket
-	// (ReasonWaitingForDriver). Recorded by the Controller on the BucketClaim when the wait starts.
+	// EventWaitingForDriver (Warning): no sidecar serves the driver of the claim's Bucket, or of a
+	// handed-off access (ReasonWaitingForDriver). Recorded by the Controller on the BucketClaim or
+	// the BucketAccess when the wait starts.
 	EventWaitingForDriver = "WaitingForDriver"
 	// EventFailedGrantAccess: the driver failed to grant access.
 	EventFailedGrantAccess = "FailedGrantAccess"
