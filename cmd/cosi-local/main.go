@@ -19,7 +19,7 @@ import (
 )
 
 func main() {
-	opts := localenv.RunOptions{Options: localenv.Options{Verbosity: 2, ControllerManager: true}}
+	opts := localenv.RunOptions{Options: localenv.MakeRunOptions()}
 	flag.StringVar(&opts.Dir, "dir", ".local", "directory for all data and logs (kept across runs)")
 	flag.StringVar(&opts.RepoRoot, "repo", ".", "the repository (CRDs, RBAC, examples)")
 	flag.StringVar(&opts.BinDir, "bin", "bin", "directory of the binaries (make build)")

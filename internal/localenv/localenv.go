@@ -94,6 +94,8 @@ type Options struct {
 	// LeaderElection makes the controller and the sidecar elect their leaders with Leases in
 	// cosi-system, as deployed (and export leader_election_master_status); off, each is leader.
 	LeaderElection bool
+	// Admission installs the ValidatingAdmissionPolicies of config/admission, as deployed.
+	Admission bool
 	// Verbosity is the -v of every COSI process; 0 leaves their default.
 	Verbosity int
 	// Progress, when set, receives one line per finished step.
@@ -171,6 +173,13 @@ func New(ctx context.Context, opts Options) (env *Env, err error) {
 	if err := e.APIServer.CreateNamespace(ctx, componentNamespace); err != nil {
 		return nil, err
 	}
+	if opts.Admission {
+		if err := e.step("admission policies of config/admission installed", func() error {
+			return e.installAdmission(ctx)
+		}); err != nil {
+			return nil, err
+		}
+	}
 	if opts.Identities == GeneratedRoles {
 		if err := e.step("RBAC: cosi-controller and cosi-sidecar bound to their generated roles", func() error {
 			return e.componentUsers(ctx)
@@ -182,6 +191,34 @@ func New(ctx context.Context, opts Options) (env *Env, err error) {
 		return nil, err
 	}
 	return e, nil
+}
+
+// MakeRunOptions are the options of make run (cmd/cosi-local): the S3 driver on Versity,
+// kube-controller-manager for garbage collection and namespace deletion, and COSI as deployed,
+// with leader election and the admission policies, so that kubectl cosi doctor finds what it
+// finds in a cluster.
+func MakeRunOptions() Options {
+	return Options{Verbosity: 2, ControllerManager: true, LeaderElection: true, Admission: true}
+}
+
+// installAdmission applies the policies and bindings of config/admission.
+func (e *Env) installAdmission(ctx context.Context) error {
+	files, err := filepath.Glob(filepath.Join(e.opts.RepoRoot, "config", "admission", "*.yaml"))
+	if err != nil {
+		return err
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("no manifests in %s", filepath.Join(e.opts.RepoRoot, "config", "admission"))
+	}
+	for _, f := range files {
+		if filepath.Base(f) == "kustomization.yaml" {
+			continue
+		}
+		if _, err := ApplyFile(ctx, e.APIServer.Client, f); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+	}
+	return nil
 }
 
 func (o *Options) defaults() error {

@@ -30,9 +30,8 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	// As make run: the S3 driver on Versity, kube-controller-manager for garbage collection and
-	// namespace deletion, then the demo from examples/.
-	opts := localenv.Options{ControllerManager: true, Verbosity: 2}
+	// As make run (localenv.MakeRunOptions), then the demo from examples/.
+	opts := localenv.MakeRunOptions()
 	testenv.RunSystem(m, opts, func(ctx context.Context, e *localenv.Env) error {
 		env = e
 		var err error
