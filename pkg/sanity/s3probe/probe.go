@@ -65,8 +65,12 @@ type Config struct {
 	NoAccountOf bool
 	// ServiceAccount returns the S3 credentials a workload running as the Kubernetes
 	// ServiceAccount namespace/name obtains from the store (for drivers that grant
-	// SERVICE_ACCOUNT access). Nil means Allowed fails such checks, saying so.
-	ServiceAccount func(ctx context.Context, sa *cosiproto.ServiceAccount) (aws.CredentialsProvider, error)
+	// SERVICE_ACCOUNT access), given what the grant returned (creds: for S3 on IAM, the role to
+	// assume with the ServiceAccount's token, and the STS endpoint). Nil means Allowed fails such
+	// checks, saying so.
+	ServiceAccount func(
+		ctx context.Context, sa *cosiproto.ServiceAccount, creds *cosiproto.CredentialInfo,
+	) (aws.CredentialsProvider, error)
 }
 
 // Probe asks an S3 store what the conformance suite needs to know. Its methods are those of
@@ -177,7 +181,7 @@ func (p *Probe) Allowed(ctx context.Context, c sanity.AccessCheck) (bool, error)
 			c.ServiceAccount.GetNamespace(), c.ServiceAccount.GetName())
 	case c.ServiceAccount != nil:
 		var err error
-		if creds, err = p.cfg.ServiceAccount(ctx, c.ServiceAccount); err != nil {
+		if creds, err = p.cfg.ServiceAccount(ctx, c.ServiceAccount, c.Credentials); err != nil {
 			return false, fmt.Errorf("s3probe: credentials of ServiceAccount %s/%s: %w",
 				c.ServiceAccount.GetNamespace(), c.ServiceAccount.GetName(), err)
 		}
