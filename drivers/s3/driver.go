@@ -102,6 +102,9 @@ type Config struct {
 	Credentials aws.CredentialsProvider
 	// Accounts is the account back-end. Required.
 	Accounts Accounts
+	// ServiceAccounts enables authenticationType ServiceAccount; nil refuses it with
+	// InvalidArgument.
+	ServiceAccounts *ServiceAccountAuth
 	// HTTPClient is used for every backend call; nil means a default client.
 	HTTPClient *http.Client
 	// Logger receives the object store's own error for each failed call (gRPC errors carry
