@@ -628,7 +628,7 @@ var cases = []Case{
 				"ServiceAccount's identity (workloads authenticate as their ServiceAccount, COSI writes no key to their " +
 				"Secret)")
 		}
-		if !t.allowedAs(p, g.sa, resp.GetCredentials(), id, ObjectData, true) {
+		if !t.allowedAs(p, g.sa, resp, id, ObjectData, true) {
 			t.Errorf("a workload running as ServiceAccount %s/%s cannot write object data in bucket %q: the grant "+
 				"mapped no backend identity to it", g.sa.GetNamespace(), g.sa.GetName(), id)
 		}
@@ -644,8 +644,7 @@ var cases = []Case{
 			t.Skipf("the driver does not support ServiceAccount authentication (InvalidArgument)")
 		}
 		t.ok(err, "ServiceAccount grant")
-		creds := resp.GetCredentials()
-		if !t.allowedAs(p, g.sa, creds, id, ObjectData, true) {
+		if !t.allowedAs(p, g.sa, resp, id, ObjectData, true) {
 			t.Fatalf("the granted ServiceAccount %s/%s cannot write object data in bucket %q",
 				g.sa.GetNamespace(), g.sa.GetName(), id)
 		}
@@ -658,7 +657,7 @@ var cases = []Case{
 			{"the same name in another namespace", &cosiproto.ServiceAccount{Namespace: t.name("ns"),
 				Name: g.sa.GetName()}},
 		} {
-			if t.allowedAs(p, other.sa, creds, id, ObjectData, true) {
+			if t.allowedAs(p, other.sa, resp, id, ObjectData, true) {
 				t.Errorf("%s (%s/%s) can write object data in bucket %q: the grant maps more than ServiceAccount %s/%s",
 					other.what, other.sa.GetNamespace(), other.sa.GetName(), id, g.sa.GetNamespace(), g.sa.GetName())
 			}
@@ -793,8 +792,7 @@ var cases = []Case{
 			t.Skipf("the driver does not support ServiceAccount authentication (InvalidArgument)")
 		}
 		t.ok(err, "ServiceAccount grant")
-		creds := resp.GetCredentials()
-		if !t.allowedAs(p, g.sa, creds, id, ObjectData, false) {
+		if !t.allowedAs(p, g.sa, resp, id, ObjectData, false) {
 			t.Fatalf("the ServiceAccount cannot read object data before revocation")
 		}
 		for i := range 2 {
@@ -803,7 +801,7 @@ var cases = []Case{
 		}
 		for _, c := range []Category{ObjectData, ObjectMetadata, BucketMetadata} {
 			for _, write := range []bool{false, true} {
-				if t.allowedAs(p, g.sa, creds, id, c, write) {
+				if t.allowedAs(p, g.sa, resp, id, c, write) {
 					t.Errorf("%v %s by ServiceAccount %s/%s is still allowed after DriverRevokeBucketAccess returned OK",
 						c, rw(write), g.sa.GetNamespace(), g.sa.GetName())
 				}

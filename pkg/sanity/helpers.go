@@ -182,12 +182,13 @@ func (t *T) allowed(
 	return ok
 }
 
-// allowedAs asks the probe whether a workload running as the ServiceAccount, with what the grant
-// returned besides (creds: no key, but for instance a role to assume), can access a bucket.
+// allowedAs asks the probe whether a workload running as the ServiceAccount, with the Secret of
+// the grant resp (its bucket info, and its credentials: no key, but for instance a role to
+// assume), can access a bucket.
 func (t *T) allowedAs(
 	protocol cosiproto.ObjectProtocol_Type,
 	sa *cosiproto.ServiceAccount,
-	creds *cosiproto.CredentialInfo,
+	resp *cosiproto.DriverGrantBucketAccessResponse,
 	bucketID string,
 	c Category,
 	write bool,
@@ -198,7 +199,8 @@ func (t *T) allowedAs(
 	ok, err := t.s.cfg.Probe.Allowed(
 		t.ctx,
 		AccessCheck{
-			Protocol: protocol, ServiceAccount: sa, Credentials: creds, BucketID: bucketID, Category: c, Write: write,
+			Protocol: protocol, ServiceAccount: sa, Credentials: resp.GetCredentials(), BucketID: bucketID,
+			BucketInfo: bucketInfoFor(resp, bucketID), Category: c, Write: write,
 		},
 	)
 	if err != nil {
