@@ -248,7 +248,7 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // listening. fn is what makes the IAM service fetch the documents (a token exchange). Serve must
 // not be called from inside fn: the lock is not reentrant.
 func (f *Front) Serve(ctx context.Context, fn func(ctx context.Context) error) error {
-	unlock, err := lock(ctx, filepath.Join(os.TempDir(), "cosi-issuer-"+strings.NewReplacer(":", "_", "[", "", "]", "").
+	unlock, err := lock(ctx, filepath.Join(lockDir(), "cosi-issuer-"+strings.NewReplacer(":", "_", "[", "", "]", "").
 		Replace(f.address)+".lock"))
 	if err != nil {
 		return err
@@ -270,20 +270,34 @@ func (f *Front) Serve(ctx context.Context, fn func(ctx context.Context) error) e
 	return errors.Join(fnErr, closeErr)
 }
 
-// listen listens on address, waiting while it is in use (a process that is not a front, or one
-// that does not take the lock) until ctx ends.
+// lockDir is where the lock files are: /tmp, whatever a process's $TMPDIR, so that every
+// process of the machine finds the same file.
+func lockDir() string {
+	if info, err := os.Stat("/tmp"); err == nil && info.IsDir() {
+		return "/tmp"
+	}
+	return os.TempDir()
+}
+
+// listenAttempts bounds how long listen waits for the address: with the lock held, only a
+// process that is not a front can hold it, and that one may never let go.
+const listenAttempts = 100
+
+// listen listens on address, waiting a while (up to listenAttempts tries, 100 ms apart) while it
+// is in use.
 func listen(ctx context.Context, address string) (net.Listener, error) {
-	for {
+	for range listenAttempts {
 		l, err := net.Listen("tcp", address)
 		if err == nil || !errors.Is(err, syscall.EADDRINUSE) {
 			return l, err
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("issuer: %s stayed in use: %w", address, err)
+			return nil, fmt.Errorf("issuer: %s in use: %w", address, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+	return nil, fmt.Errorf("issuer: %s stays in use by a process that is not an issuer front", address)
 }
 
 // lock takes an exclusive flock on path, polling until ctx ends. Locks of one process on two
