@@ -1718,7 +1718,11 @@ func (x *CredentialInfo) GetGcs() *GcsCredentials {
 	return nil
 }
 
-// S3Credentials are an S3 key pair. Both fields are REQUIRED.
+// S3Credentials are an S3 key pair for KEY authentication, where both key fields are REQUIRED;
+// for SERVICE_ACCOUNT authentication they are empty, and the web identity fields say how a
+// workload running as the ServiceAccount gets temporary credentials itself: the AWS SDKs' web
+// identity chain (AssumeRoleWithWebIdentity with the Pod's projected ServiceAccount token). The
+// web identity fields are not secret: without a token of the ServiceAccount they give nothing.
 type S3Credentials struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// access_key_id, e.g. "AKIAIOSFODNN7EXAMPLE" (AWS_ACCESS_KEY_ID). An identifier, not a secret:
@@ -1726,8 +1730,17 @@ type S3Credentials struct {
 	AccessKeyId string `protobuf:"bytes,1,opt,name=access_key_id,json=accessKeyId,proto3" json:"access_key_id,omitempty"`
 	// access_secret_key (AWS_SECRET_ACCESS_KEY).
 	AccessSecretKey string `protobuf:"bytes,2,opt,name=access_secret_key,json=accessSecretKey,proto3" json:"access_secret_key,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// role_arn is the role a workload running as the ServiceAccount assumes (AWS_ROLE_ARN).
+	// REQUIRED for SERVICE_ACCOUNT authentication by drivers that map ServiceAccounts to roles.
+	RoleArn string `protobuf:"bytes,3,opt,name=role_arn,json=roleArn,proto3" json:"role_arn,omitempty"`
+	// web_identity_token_file is where the workload's Pod mounts its projected ServiceAccount token
+	// (AWS_WEB_IDENTITY_TOKEN_FILE). OPTIONAL: empty leaves it to the Pod.
+	WebIdentityTokenFile string `protobuf:"bytes,4,opt,name=web_identity_token_file,json=webIdentityTokenFile,proto3" json:"web_identity_token_file,omitempty"`
+	// sts_endpoint is the STS endpoint URL the workload exchanges its token at
+	// (AWS_ENDPOINT_URL_STS). OPTIONAL: empty means the SDK's default (AWS STS).
+	StsEndpoint   string `protobuf:"bytes,5,opt,name=sts_endpoint,json=stsEndpoint,proto3" json:"sts_endpoint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *S3Credentials) Reset() {
@@ -1770,6 +1783,27 @@ func (x *S3Credentials) GetAccessKeyId() string {
 func (x *S3Credentials) GetAccessSecretKey() string {
 	if x != nil {
 		return x.AccessSecretKey
+	}
+	return ""
+}
+
+func (x *S3Credentials) GetRoleArn() string {
+	if x != nil {
+		return x.RoleArn
+	}
+	return ""
+}
+
+func (x *S3Credentials) GetWebIdentityTokenFile() string {
+	if x != nil {
+		return x.WebIdentityTokenFile
+	}
+	return ""
+}
+
+func (x *S3Credentials) GetStsEndpoint() string {
+	if x != nil {
+		return x.StsEndpoint
 	}
 	return ""
 }
@@ -2602,10 +2636,13 @@ const file_cosi_v1alpha2_cosi_proto_rawDesc = "" +
 	"\x0eCredentialInfo\x12,\n" +
 	"\x02s3\x18\x01 \x01(\v2\x1c.cosi.v1alpha2.S3CredentialsR\x02s3\x125\n" +
 	"\x05azure\x18\x02 \x01(\v2\x1f.cosi.v1alpha2.AzureCredentialsR\x05azure\x12/\n" +
-	"\x03gcs\x18\x03 \x01(\v2\x1d.cosi.v1alpha2.GcsCredentialsR\x03gcs\"d\n" +
+	"\x03gcs\x18\x03 \x01(\v2\x1d.cosi.v1alpha2.GcsCredentialsR\x03gcs\"\xd9\x01\n" +
 	"\rS3Credentials\x12\"\n" +
 	"\raccess_key_id\x18\x01 \x01(\tR\vaccessKeyId\x12/\n" +
-	"\x11access_secret_key\x18\x02 \x01(\tB\x03\xa8F\x01R\x0faccessSecretKey\"\x81\x01\n" +
+	"\x11access_secret_key\x18\x02 \x01(\tB\x03\xa8F\x01R\x0faccessSecretKey\x12\x19\n" +
+	"\brole_arn\x18\x03 \x01(\tR\aroleArn\x125\n" +
+	"\x17web_identity_token_file\x18\x04 \x01(\tR\x14webIdentityTokenFile\x12!\n" +
+	"\fsts_endpoint\x18\x05 \x01(\tR\vstsEndpoint\"\x81\x01\n" +
 	"\x10AzureCredentials\x12&\n" +
 	"\faccess_token\x18\x01 \x01(\tB\x03\xa8F\x01R\vaccessToken\x12E\n" +
 	"\x10expiry_timestamp\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0fexpiryTimestamp\"\x9a\x02\n" +

@@ -32,7 +32,10 @@ func TestSecretFields(t *testing.T) {
 					secret = append(secret, string(fd.FullName()))
 				}
 				name := string(fd.Name())
-				looksSecret := strings.Contains(name, "secret") || strings.Contains(name, "token") || name == "private_key"
+				// A file's path is not its content: web_identity_token_file names where a Pod mounts
+				// its token, which COSI never sees.
+				looksSecret := (strings.Contains(name, "secret") || strings.Contains(name, "token") ||
+					name == "private_key") && !strings.HasSuffix(name, "_file")
 				if looksSecret && !marked {
 					t.Errorf("%s looks like a secret but is not marked cosi_secret", fd.FullName())
 				}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -40,7 +41,20 @@ func main() {
 			"address to serve Prometheus metrics on, e.g. :8080 (off when empty)")
 		verbosity = flag.Int("v", 0,
 			"log verbosity: 2 logs every call, 5 also requests and responses (secrets stripped)")
+		sa          s3.ServiceAccountAuth
+		thumbprints = flag.String("service-account-issuer-thumbprints", "", "comma-separated hex SHA-1 "+
+			"thumbprints of the certificate at the top of the issuer's TLS chain, for an issuer no public CA signed")
+		stsEndpoint = flag.String("public-sts-endpoint", "", "STS endpoint URL workloads exchange their "+
+			"ServiceAccount token at (AWS_ENDPOINT_URL_STS; default --iam-endpoint, where Versity serves STS; "+
+			"empty with AWS)")
 	)
+	flag.StringVar(&sa.Issuer, "service-account-issuer", "", "the cluster's ServiceAccount token issuer "+
+		"(kube-apiserver --service-account-issuer), https://host[/path]: enables authenticationType ServiceAccount "+
+		"with --accounts=iam (off when empty)")
+	flag.StringVar(&sa.Audience, "service-account-audience", "", "audience of the ServiceAccount tokens "+
+		"workloads present (their projected token's audience; default the driver name)")
+	flag.StringVar(&sa.TokenFile, "service-account-token-file", s3.DefaultTokenFile, "where workloads mount their "+
+		"projected ServiceAccount token (AWS_WEB_IDENTITY_TOKEN_FILE in their Secret)")
 	flag.StringVar(&cfg.Name, "name", s3.DefaultName, "driver name")
 	flag.StringVar(&cfg.Endpoint, "s3-endpoint", "",
 		"S3 endpoint URL the driver uses, e.g. https://s3.example.com (required)")
@@ -56,6 +70,16 @@ func main() {
 
 	log := logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.Level(-*verbosity)}))
 	cfg.Logger = log
+	if sa.Issuer != "" {
+		if *thumbprints != "" {
+			sa.IssuerThumbprints = strings.Split(*thumbprints, ",")
+		}
+		sa.STSEndpoint = *stsEndpoint
+		if sa.STSEndpoint == "" {
+			sa.STSEndpoint = *iamEndpoint
+		}
+		cfg.ServiceAccounts = &sa
+	}
 	err := run(log, cfg, *endpoint, *accounts, *iamEndpoint, *rgwAdminPath, *credentialsFile, *iamMaxPolicy, *timeout,
 		*metricsAddress)
 	if err != nil {

@@ -61,6 +61,11 @@ func TestMain(m *testing.M) {
 	if rgw != nil {
 		rgw.stop()
 	}
+	if keylessEnv != nil {
+		if err := keylessEnv.api.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping the API server:", err)
+		}
+	}
 	os.Exit(code)
 }
 

@@ -102,6 +102,9 @@ type Config struct {
 	Credentials aws.CredentialsProvider
 	// Accounts is the account back-end. Required.
 	Accounts Accounts
+	// ServiceAccounts enables authenticationType ServiceAccount; nil refuses it with
+	// InvalidArgument.
+	ServiceAccounts *ServiceAccountAuth
 	// HTTPClient is used for every backend call; nil means a default client.
 	HTTPClient *http.Client
 	// Logger receives the object store's own error for each failed call (gRPC errors carry
@@ -161,6 +164,17 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if cfg.Credentials == nil {
 		return nil, errors.New("s3: no admin credentials")
+	}
+	if cfg.ServiceAccounts != nil {
+		sa := *cfg.ServiceAccounts
+		if err := sa.check(cfg.Name); err != nil {
+			return nil, err
+		}
+		if _, ok := cfg.Accounts.(RoleAccounts); !ok {
+			return nil, errors.New("s3: ServiceAccount authentication needs an account back-end with IAM roles " +
+				"(the iam back-end)")
+		}
+		cfg.ServiceAccounts = &sa
 	}
 	d := &Driver{cfg: cfg, s3: NewS3Client(cfg.Endpoint, cfg.Region, cfg.Credentials, cfg.HTTPClient)}
 	if i, ok := cfg.Accounts.(publicACLIgnorer); ok {
@@ -512,7 +526,7 @@ func (d *Driver) DriverGenerateBucketAccessId(
 	_ context.Context,
 	req *cosiproto.DriverGenerateBucketAccessIdRequest,
 ) (*cosiproto.DriverGenerateBucketAccessIdResponse, error) {
-	if _, err := checkAccess(req.GetProtocol(), req.GetAuthenticationType(), req.GetParameters()); err != nil {
+	if _, err := d.checkAccess(req); err != nil {
 		return nil, err
 	}
 	if !validAccountName(req.GetAccountName()) {
@@ -528,25 +542,38 @@ func (d *Driver) DriverGenerateBucketAccessId(
 // accessParams are parsed access parameters.
 type accessParams struct {
 	allowObjectLock bool
+	// subject is the ServiceAccount's token subject, for ServiceAccount authentication.
+	subject string
+}
+
+// accessRequest is what checkAccess reads of a request that describes an access.
+type accessRequest interface {
+	GetProtocol() cosiproto.ObjectProtocol_Type
+	GetAuthenticationType() cosiproto.AuthenticationType_Type
+	GetServiceAccount() *cosiproto.ServiceAccount
+	GetParameters() map[string]string
 }
 
 // checkAccess checks what an access asks for and parses its parameters.
-func checkAccess(
-	protocol cosiproto.ObjectProtocol_Type,
-	auth cosiproto.AuthenticationType_Type,
-	params map[string]string,
-) (accessParams, error) {
+func (d *Driver) checkAccess(req accessRequest) (accessParams, error) {
 	var p accessParams
-	if protocol != cosiproto.ObjectProtocol_S3 {
+	if protocol := req.GetProtocol(); protocol != cosiproto.ObjectProtocol_S3 {
 		return p, status.Errorf(codes.InvalidArgument, "protocol %v is not supported by this driver (S3 only)", protocol)
 	}
-	if auth == cosiproto.AuthenticationType_SERVICE_ACCOUNT {
-		return p, status.Error(
-			codes.InvalidArgument,
-			"ServiceAccount authentication is not supported by this driver: "+
-				"no supported backend maps Kubernetes ServiceAccounts to S3 identities; use authenticationType Key",
-		)
+	if req.GetAuthenticationType() == cosiproto.AuthenticationType_SERVICE_ACCOUNT {
+		if d.cfg.ServiceAccounts == nil {
+			return p, status.Error(
+				codes.InvalidArgument,
+				"ServiceAccount authentication is not enabled in this driver: it needs the cluster's ServiceAccount "+
+					"issuer (--service-account-issuer) and the iam account back-end; use authenticationType Key",
+			)
+		}
+		var err error
+		if p.subject, err = serviceAccountSubject(req.GetServiceAccount()); err != nil {
+			return p, err
+		}
 	}
+	params := req.GetParameters()
 	for k := range params {
 		if k != ParamAllowObjectLock {
 			return p, status.Errorf(codes.InvalidArgument, "unknown access parameter %q (known: %s)", k, ParamAllowObjectLock)
@@ -564,7 +591,7 @@ func (d *Driver) DriverGrantBucketAccess(
 	req *cosiproto.DriverGrantBucketAccessRequest,
 ) (_ *cosiproto.DriverGrantBucketAccessResponse, err error) {
 	defer d.logFailure("DriverGrantBucketAccess", &err)
-	params, err := checkAccess(req.GetProtocol(), req.GetAuthenticationType(), req.GetParameters())
+	params, err := d.checkAccess(req)
 	if err != nil {
 		return nil, err
 	}
@@ -604,6 +631,22 @@ func (d *Driver) DriverGrantBucketAccess(
 
 	unlock := d.locks.lock("account/" + id)
 	defer unlock()
+	if params.subject != "" {
+		sa := d.cfg.ServiceAccounts
+		trust := WebIdentityTrust{Issuer: sa.Issuer, Audience: sa.Audience, Thumbprints: sa.IssuerThumbprints,
+			Subject: params.subject}
+		//nolint:forcetypeassert // New checked it
+		role, err := d.cfg.Accounts.(RoleAccounts).GrantRole(ctx, id, trust, grants)
+		if err != nil {
+			return nil, err
+		}
+		// No key and no credential_id: the workload gets its credentials itself, and there is
+		// nothing to rotate.
+		resp.Credentials = &cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{
+			RoleArn: role, WebIdentityTokenFile: sa.TokenFile, StsEndpoint: sa.STSEndpoint,
+		}}
+		return resp, nil
+	}
 	key, err := d.cfg.Accounts.Grant(ctx, id, grants)
 	if err != nil {
 		return nil, err
@@ -643,7 +686,8 @@ func (d *Driver) checkLockHeaders(ctx context.Context, g bucketGrant) error {
 	return nil
 }
 
-// DriverRevokeBucketAccess deletes the access's key, policy and identity.
+// DriverRevokeBucketAccess deletes the access's key, policy and identity (for ServiceAccount
+// authentication: its role and the role's policy).
 func (d *Driver) DriverRevokeBucketAccess(
 	ctx context.Context,
 	req *cosiproto.DriverRevokeBucketAccessRequest,
@@ -670,6 +714,16 @@ func (d *Driver) DriverRevokeBucketAccess(
 	}
 	unlock := d.locks.lock("account/" + id)
 	defer unlock()
+	if req.GetAuthenticationType() == cosiproto.AuthenticationType_SERVICE_ACCOUNT {
+		// Whether or not ServiceAccount authentication is still enabled: a role granted before must
+		// go. A back-end without roles never granted one.
+		if roles, ok := d.cfg.Accounts.(RoleAccounts); ok {
+			if err := roles.RevokeRole(ctx, id); err != nil {
+				return nil, err
+			}
+		}
+		return &cosiproto.DriverRevokeBucketAccessResponse{}, nil
+	}
 	if err := d.cfg.Accounts.Revoke(ctx, id, buckets); err != nil {
 		return nil, err
 	}

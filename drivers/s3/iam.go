@@ -61,6 +61,9 @@ func (a *IAMAccounts) Grant(ctx context.Context, id string, grants []bucketGrant
 		return Key{}, err
 	}
 
+	if err := a.checkNoRole(ctx, id); err != nil {
+		return Key{}, err
+	}
 	_, err = a.client.CreateUser(ctx, &iam.CreateUserInput{UserName: aws.String(id), Path: aws.String(IAMPath)})
 	switch {
 	case err == nil:
@@ -284,8 +287,21 @@ func (a *IAMAccounts) Revoke(ctx context.Context, id string, _ []string) error {
 	return nil
 }
 
-// List implements Accounts: the users under IAMPath.
+// List implements Accounts: the users under IAMPath, and the roles under it as "role/<name>".
 func (a *IAMAccounts) List(ctx context.Context) ([]string, error) {
+	users, err := a.listUsers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	roles, err := a.listRoles(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return append(users, roles...), nil
+}
+
+// listUsers returns the users under IAMPath.
+func (a *IAMAccounts) listUsers(ctx context.Context) ([]string, error) {
 	var names []string
 	pages := iam.NewListUsersPaginator(a.client, &iam.ListUsersInput{PathPrefix: aws.String(IAMPath)})
 	for pages.HasMorePages() {

@@ -3,6 +3,7 @@ package s3
 import (
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,7 +17,8 @@ import (
 // nonConformantIAM is an IAM service that answers successfully but leaves out what the API
 // promises: GetUser without the user, CreateAccessKey without the key. (No store at hand does
 // this; a driver must still not panic on it.)
-func nonConformantIAM(t *testing.T, userExists bool) *httptest.Server {
+// The actions in missing answer NoSuchEntity instead.
+func nonConformantIAM(t *testing.T, userExists bool, missing ...string) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := r.ParseForm(); err != nil {
@@ -28,6 +30,12 @@ func nonConformantIAM(t *testing.T, userExists bool) *httptest.Server {
 			w.WriteHeader(http.StatusConflict)
 			_, _ = w.Write([]byte(`<ErrorResponse><Error><Type>Sender</Type><Code>EntityAlreadyExists</Code>` +
 				`<Message>exists</Message></Error><RequestId>1</RequestId></ErrorResponse>`))
+			return
+		}
+		if slices.Contains(missing, action) {
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`<ErrorResponse><Error><Type>Sender</Type><Code>NoSuchEntity</Code>` +
+				`<Message>no such entity</Message></Error><RequestId>1</RequestId></ErrorResponse>`))
 			return
 		}
 		// Every other action: success with an empty result.
@@ -43,26 +51,44 @@ func nonConformantIAM(t *testing.T, userExists bool) *httptest.Server {
 func TestNonConformantIAM(t *testing.T) {
 	creds := credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", "")
 	grants := []bucketGrant{{Bucket: "bucket-one", Modes: [3]cosiproto.AccessMode_Mode{cosiproto.AccessMode_READ_WRITE}}}
+	trust := WebIdentityTrust{Issuer: "https://issuer.example.com", Audience: "cosi",
+		Subject: "system:serviceaccount:team:app"}
 	for _, tc := range []struct {
 		name       string
 		userExists bool
+		missing    []string
 		call       func(a *IAMAccounts) error
 		want       string
 	}{
-		{"GetUser without the user (repeated grant)", true, func(a *IAMAccounts) error {
+		{"GetUser without the user (repeated grant)", true, []string{"GetRole"}, func(a *IAMAccounts) error {
 			_, err := a.Grant(t.Context(), "ba-1", grants)
 			return err
 		}, "without the user"},
-		{"GetUser without the user (revoke)", true, func(a *IAMAccounts) error {
+		{"GetUser without the user (revoke)", true, nil, func(a *IAMAccounts) error {
 			return a.Revoke(t.Context(), "ba-1", nil)
 		}, "without the user"},
-		{"CreateAccessKey without the key", false, func(a *IAMAccounts) error {
+		{"CreateAccessKey without the key", false, []string{"GetRole"}, func(a *IAMAccounts) error {
 			_, err := a.Grant(t.Context(), "ba-1", grants)
 			return err
 		}, "without the key"},
+		{"GetRole without the role (key grant)", false, nil, func(a *IAMAccounts) error {
+			_, err := a.Grant(t.Context(), "ba-1", grants)
+			return err
+		}, "without the role"},
+		{"GetUser without the user (ServiceAccount grant)", false, nil, func(a *IAMAccounts) error {
+			_, err := a.GrantRole(t.Context(), "ba-1", trust, grants)
+			return err
+		}, "without the user"},
+		{"CreateOpenIDConnectProvider without the ARN", false, []string{"GetUser"}, func(a *IAMAccounts) error {
+			_, err := a.GrantRole(t.Context(), "ba-1", trust, grants)
+			return err
+		}, "without its ARN"},
+		{"GetRole without the role (revoke)", false, nil, func(a *IAMAccounts) error {
+			return a.RevokeRole(t.Context(), "ba-1")
+		}, "without the role"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := NewIAMAccounts(nonConformantIAM(t, tc.userExists).URL, creds, nil)
+			a := NewIAMAccounts(nonConformantIAM(t, tc.userExists, tc.missing...).URL, creds, nil)
 			var err error
 			func() {
 				defer func() {

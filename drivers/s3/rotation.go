@@ -42,7 +42,11 @@ func (d *Driver) DriverRotateBucketAccessCredentials(
 	if !ok {
 		return nil, status.Error(codes.Unimplemented, "this account back-end cannot rotate keys")
 	}
-	if _, err := checkAccess(req.GetProtocol(), req.GetAuthenticationType(), req.GetParameters()); err != nil {
+	if req.GetAuthenticationType() == cosiproto.AuthenticationType_SERVICE_ACCOUNT {
+		return nil, status.Error(codes.InvalidArgument,
+			"a ServiceAccount access has no key to rotate: its workloads get short-lived credentials themselves")
+	}
+	if _, err := d.checkAccess(req); err != nil {
 		return nil, err
 	}
 	id := req.GetAccountId()

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/kube-cosi/cosi/internal/cluster"
+	"github.com/kube-cosi/cosi/internal/issuer"
 	"github.com/kube-cosi/cosi/internal/process"
 	"github.com/kube-cosi/cosi/internal/scheme"
 )
@@ -38,6 +39,11 @@ type APIServerOptions struct {
 	// LogDir receives the logs of etcd and kube-apiserver once Crash restarted them; empty
 	// discards them.
 	LogDir string
+	// Issuer, when set, is the API server's ServiceAccount token issuer: its URL the
+	// --service-account-issuer, its JWKS the --service-account-jwks-uri. Once the API server runs,
+	// the front serves its documents and anonymous users may read them (AllowIssuerDiscovery), so
+	// that an object store's IAM service can verify the ServiceAccount tokens workloads exchange.
+	Issuer *issuer.Front
 }
 
 // APIServer is a running etcd and kube-apiserver with the COSI CRDs installed.
@@ -103,6 +109,11 @@ func StartAPIServer(opts APIServerOptions) (*APIServer, error) {
 	if len(opts.AdmissionPlugins) > 0 {
 		env.ControlPlane.GetAPIServer().Configure().Append("enable-admission-plugins", opts.AdmissionPlugins...)
 	}
+	if opts.Issuer != nil {
+		env.ControlPlane.GetAPIServer().Configure().
+			Set("service-account-issuer", opts.Issuer.URL).
+			Set("service-account-jwks-uri", opts.Issuer.JWKSURI)
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", binDir, err)
@@ -115,6 +126,14 @@ func StartAPIServer(opts APIServerOptions) (*APIServer, error) {
 		AdmissionPlugins: opts.AdmissionPlugins, env: env, logDir: opts.LogDir}
 	if opts.ControllerManagerLog != "" {
 		if err := a.startControllerManager(opts.ControllerManagerLog); err != nil {
+			return nil, errors.Join(err, a.Stop())
+		}
+	}
+	if opts.Issuer != nil {
+		if err := opts.Issuer.SetBackend(cfg); err != nil {
+			return nil, errors.Join(err, a.Stop())
+		}
+		if err := a.AllowIssuerDiscovery(context.Background()); err != nil {
 			return nil, errors.Join(err, a.Stop())
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kube-cosi/cosi/drivers/s3"
+	"github.com/kube-cosi/cosi/internal/issuer"
 	"github.com/kube-cosi/cosi/internal/process"
 	"github.com/kube-cosi/cosi/internal/rgw"
 	"github.com/kube-cosi/cosi/internal/versity"
@@ -110,6 +111,11 @@ type Options struct {
 	// ControllerManager runs kube-controller-manager next to the API server (make run does), so
 	// that garbage collection and namespace deletion work as in a cluster.
 	ControllerManager bool
+	// Issuer, when set, is the API server's ServiceAccount issuer (APIServerOptions.Issuer), and
+	// the S3 driver on Versity serves authenticationType ServiceAccount for it: its IAM service
+	// verifies the tokens workloads exchange against the issuer the front publishes (while
+	// Issuer.Serve runs).
+	Issuer *issuer.Front
 }
 
 // Env is a running environment.
@@ -258,7 +264,7 @@ func (e *Env) startAPIServer() error {
 	var err error
 	// A fixed data directory keeps the objects across restarts.
 	o := APIServerOptions{RepoRoot: e.opts.RepoRoot, BinDir: e.opts.BinDir, EtcdDir: filepath.Join(e.opts.Dir, "etcd"),
-		LogDir: filepath.Join(e.opts.Dir, "log")}
+		LogDir: filepath.Join(e.opts.Dir, "log"), Issuer: e.opts.Issuer}
 	if e.opts.ControllerManager {
 		o.ControllerManagerLog = filepath.Join(e.opts.Dir, "log", "kube-controller-manager.log")
 	}
@@ -388,6 +394,10 @@ func (e *Env) driverArgs() ([]string, error) {
 	case e.opts.Store == StoreVersity:
 		args = append(args, "--s3-endpoint", e.Store.S3Endpoint, "--accounts", "iam", "--iam-endpoint", e.Store.IAMEndpoint,
 			"--credentials-file", e.Store.RootEnvFile())
+		if e.opts.Issuer != nil {
+			args = append(args, "--service-account-issuer", e.opts.Issuer.URL,
+				"--service-account-issuer-thumbprints", e.opts.Issuer.Thumbprint)
+		}
 	case e.opts.Store == StoreRGW:
 		args = append(args, "--s3-endpoint", e.RGW.Endpoint, "--accounts", "rgw", "--credentials-file", e.RGW.AdminEnvFile())
 	default:

@@ -10,7 +10,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/credentials/stscreds"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/sts"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -66,12 +68,23 @@ func ApplyFile(ctx context.Context, c client.Client, path string) ([]*unstructur
 // using the Secret's keys would be, and the bucket name from it.
 func S3Client(secret *corev1.Secret) (*awss3.Client, string, error) {
 	d := secret.Data
-	for _, k := range []string{
-		cosiapi.SecretKeyS3EndpointURL,
-		cosiapi.SecretKeyS3BucketName,
-		cosiapi.SecretKeyS3AccessKeyID,
-		cosiapi.SecretKeyS3SecretAccessKey,
-	} {
+	for _, k := range []string{cosiapi.SecretKeyS3AccessKeyID, cosiapi.SecretKeyS3SecretAccessKey} {
+		if len(d[k]) == 0 {
+			return nil, "", fmt.Errorf("secret %s/%s has no %s", secret.Namespace, secret.Name, k)
+		}
+	}
+	return S3ClientWith(secret, credentials.NewStaticCredentialsProvider(
+		string(d[cosiapi.SecretKeyS3AccessKeyID]),
+		string(d[cosiapi.SecretKeyS3SecretAccessKey]),
+		"",
+	))
+}
+
+// S3ClientWith is S3Client with the credentials given instead of the Secret's keys: the
+// Secret's endpoint, region and addressing style, and the bucket name from it.
+func S3ClientWith(secret *corev1.Secret, creds aws.CredentialsProvider) (*awss3.Client, string, error) {
+	d := secret.Data
+	for _, k := range []string{cosiapi.SecretKeyS3EndpointURL, cosiapi.SecretKeyS3BucketName} {
 		if len(d[k]) == 0 {
 			return nil, "", fmt.Errorf("secret %s/%s has no %s", secret.Namespace, secret.Name, k)
 		}
@@ -83,11 +96,7 @@ func S3Client(secret *corev1.Secret) (*awss3.Client, string, error) {
 	c := awss3.New(awss3.Options{
 		BaseEndpoint: aws.String(string(d[cosiapi.SecretKeyS3EndpointURL])),
 		Region:       region,
-		Credentials: credentials.NewStaticCredentialsProvider(
-			string(d[cosiapi.SecretKeyS3AccessKeyID]),
-			string(d[cosiapi.SecretKeyS3SecretAccessKey]),
-			"",
-		),
+		Credentials:  creds,
 		UsePathStyle: string(d[cosiapi.SecretKeyS3AddressingStyle]) != "virtual",
 		// A denied request is an answer, not something to retry.
 		RetryMaxAttempts:           1,
@@ -95,4 +104,22 @@ func S3Client(secret *corev1.Secret) (*awss3.Client, string, error) {
 		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
 	})
 	return c, string(d[cosiapi.SecretKeyS3BucketName]), nil
+}
+
+// WebIdentityCredentials are the credentials a workload's AWS SDK gets with the Secret of a
+// ServiceAccount access: its web identity provider exchanges the ServiceAccount token in
+// tokenFile (where the Pod's projected token would be; the Secret's AWS_WEB_IDENTITY_TOKEN_FILE
+// says where a Pod mounts it) for the role AWS_ROLE_ARN at AWS_ENDPOINT_URL_STS, and caches them.
+func WebIdentityCredentials(secret *corev1.Secret, tokenFile string) (aws.CredentialsProvider, error) {
+	d := secret.Data
+	if len(d[cosiapi.SecretKeyS3RoleARN]) == 0 {
+		return nil, fmt.Errorf("secret %s/%s has no %s", secret.Namespace, secret.Name, cosiapi.SecretKeyS3RoleARN)
+	}
+	opts := sts.Options{Region: "us-east-1", RetryMaxAttempts: 1}
+	if e := string(d[cosiapi.SecretKeyS3STSEndpointURL]); e != "" {
+		opts.BaseEndpoint = aws.String(e)
+	}
+	provider := stscreds.NewWebIdentityRoleProvider(sts.New(opts), string(d[cosiapi.SecretKeyS3RoleARN]),
+		stscreds.IdentityTokenFile(tokenFile))
+	return aws.NewCredentialsCache(provider), nil
 }

@@ -140,3 +140,47 @@ func (a *APIServer) UserKubeconfig(ctx context.Context, rolePath, namespace, nam
 	}
 	return a.WriteKubeconfig(path, name)
 }
+
+// IssuerDiscoveryBinding is the ClusterRoleBinding AllowIssuerDiscovery creates.
+const IssuerDiscoveryBinding = "cosi:service-account-issuer-discovery"
+
+// AllowIssuerDiscovery lets anonymous users read the API server's ServiceAccount issuer documents
+// (the OIDC discovery document and the JWKS): it binds the built-in ClusterRole
+// system:service-account-issuer-discovery to the group system:unauthenticated, as Kubernetes
+// documents for issuers that an outside party verifies tokens against. By default only
+// ServiceAccounts may read them; the IAM service that verifies workloads' tokens has no
+// Kubernetes credentials.
+func (a *APIServer) AllowIssuerDiscovery(ctx context.Context) error {
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: IssuerDiscoveryBinding},
+		RoleRef: rbacv1.RoleRef{
+			APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:service-account-issuer-discovery",
+		},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:unauthenticated"}},
+	}
+	if err := a.Client.Create(ctx, binding); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("allowing anonymous issuer discovery: %w", err)
+	}
+	return nil
+}
+
+// ServiceAccountToken returns a token of the ServiceAccount namespace/name for audience, from the
+// TokenRequest API (as the kubelet projects one into a Pod's volume), valid for ten minutes, the
+// shortest the API server issues. The ServiceAccount and its namespace are created if missing.
+func (a *APIServer) ServiceAccountToken(ctx context.Context, namespace, name, audience string) (string, error) {
+	if err := a.CreateNamespace(ctx, namespace); err != nil {
+		return "", err
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
+	if err := a.Client.Create(ctx, sa); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", err
+	}
+	tenMinutes := int64(10 * 60)
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		Audiences: []string{audience}, ExpirationSeconds: &tenMinutes,
+	}}
+	if err := a.Client.SubResource("token").Create(ctx, sa, tr); err != nil {
+		return "", fmt.Errorf("requesting a token for ServiceAccount %s/%s: %w", namespace, name, err)
+	}
+	return tr.Status.Token, nil
+}

@@ -199,6 +199,9 @@ func secretData(
 	case cosiproto.ObjectProtocol_S3:
 		set(cosiapi.SecretKeyS3AccessKeyID, creds.GetS3().GetAccessKeyId())
 		set(cosiapi.SecretKeyS3SecretAccessKey, creds.GetS3().GetAccessSecretKey())
+		set(cosiapi.SecretKeyS3RoleARN, creds.GetS3().GetRoleArn())
+		set(cosiapi.SecretKeyS3WebIdentityTokenFile, creds.GetS3().GetWebIdentityTokenFile())
+		set(cosiapi.SecretKeyS3STSEndpointURL, creds.GetS3().GetStsEndpoint())
 	case cosiproto.ObjectProtocol_AZURE:
 		set(cosiapi.SecretKeyAzureSASToken, creds.GetAzure().GetAccessToken())
 		// The KEP: empty if the token does not expire, else ISO 8601.
@@ -227,6 +230,7 @@ func secretData(
 var credentialDataKeys = []string{
 	cosiapi.SecretKeyCertificateAuthority,
 	cosiapi.SecretKeyS3AccessKeyID, cosiapi.SecretKeyS3SecretAccessKey,
+	cosiapi.SecretKeyS3RoleARN, cosiapi.SecretKeyS3WebIdentityTokenFile, cosiapi.SecretKeyS3STSEndpointURL,
 	cosiapi.SecretKeyAzureSASToken, cosiapi.SecretKeyAzureSASTokenExpiry,
 	cosiapi.SecretKeyGCSServiceAccountName, cosiapi.SecretKeyGCSClientEmail, cosiapi.SecretKeyGCSClientID,
 	cosiapi.SecretKeyGCSPrivateKeyID, cosiapi.SecretKeyGCSPrivateKey,

@@ -92,6 +92,22 @@ func TestSecretData(t *testing.T) {
 			},
 		},
 		{
+			name:     "S3 ServiceAccount authentication: bucket info and the web identity keys, no key pair",
+			protocol: cosiproto.ObjectProtocol_S3,
+			info: &cosiproto.ProtocolBucketInfo{S3: &cosiproto.S3BucketInfo{
+				BucketName: "bc-1", Endpoint: "e", Region: "r", AddressingStyle: cosiproto.S3AddressingStyle_PATH,
+			}},
+			creds: &cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{
+				RoleArn: "arn:aws:iam::000000000000:role/cosi/ba-1", WebIdentityTokenFile: "/var/run/token",
+				StsEndpoint: "https://sts.example.com",
+			}},
+			want: map[string]string{
+				"COSI_PROTOCOL": "S3", "AWS_ENDPOINT_URL": "e", "BUCKET_NAME": "bc-1", "AWS_DEFAULT_REGION": "r",
+				"AWS_S3_ADDRESSING_STYLE": "path", "AWS_ROLE_ARN": "arn:aws:iam::000000000000:role/cosi/ba-1",
+				"AWS_WEB_IDENTITY_TOKEN_FILE": "/var/run/token", "AWS_ENDPOINT_URL_STS": "https://sts.example.com",
+			},
+		},
+		{
 			name:     "ServiceAccount authentication: bucket info only",
 			protocol: cosiproto.ObjectProtocol_GCS,
 			info:     &cosiproto.ProtocolBucketInfo{Gcs: &cosiproto.GcsBucketInfo{ProjectId: "proj", BucketName: "b"}},

@@ -623,13 +623,44 @@ var cases = []Case{
 			t.Skipf("the driver does not support ServiceAccount authentication (InvalidArgument)")
 		}
 		t.ok(err, "ServiceAccount grant")
-		if resp.GetCredentials() != nil && !proto.Equal(resp.GetCredentials(), &cosiproto.CredentialInfo{}) {
-			t.Errorf("the SERVICE_ACCOUNT grant returned credentials: a key served instead of the ServiceAccount's " +
-				"identity (workloads authenticate as their ServiceAccount, COSI writes no key to their Secret)")
+		if hasKey(resp.GetCredentials()) {
+			t.Errorf("the SERVICE_ACCOUNT grant returned credentials with a key: a key served instead of the " +
+				"ServiceAccount's identity (workloads authenticate as their ServiceAccount, COSI writes no key to their " +
+				"Secret)")
 		}
-		if !t.allowedAs(p, g.sa, id, ObjectData, true) {
+		if !t.allowedAs(p, g.sa, resp, id, ObjectData, true) {
 			t.Errorf("a workload running as ServiceAccount %s/%s cannot write object data in bucket %q: the grant "+
 				"mapped no backend identity to it", g.sa.GetNamespace(), g.sa.GetName(), id)
+		}
+	}},
+	{"DriverGrantBucketAccess/maps only the granted ServiceAccount", func(t *T) {
+		p := t.protocols()[0]
+		id, _ := t.createBucket(p)
+		g := t.keyGrant(p, readWrite, id)
+		g.auth = cosiproto.AuthenticationType_SERVICE_ACCOUNT
+		g.sa = &cosiproto.ServiceAccount{Namespace: t.name("ns"), Name: t.name("sa")}
+		_, resp, err := t.grant(g)
+		if status.Code(err) == codes.InvalidArgument {
+			t.Skipf("the driver does not support ServiceAccount authentication (InvalidArgument)")
+		}
+		t.ok(err, "ServiceAccount grant")
+		if !t.allowedAs(p, g.sa, resp, id, ObjectData, true) {
+			t.Fatalf("the granted ServiceAccount %s/%s cannot write object data in bucket %q",
+				g.sa.GetNamespace(), g.sa.GetName(), id)
+		}
+		for _, other := range []struct {
+			what string
+			sa   *cosiproto.ServiceAccount
+		}{
+			{"another ServiceAccount of the namespace", &cosiproto.ServiceAccount{Namespace: g.sa.GetNamespace(),
+				Name: t.name("sa")}},
+			{"the same name in another namespace", &cosiproto.ServiceAccount{Namespace: t.name("ns"),
+				Name: g.sa.GetName()}},
+		} {
+			if t.allowedAs(p, other.sa, resp, id, ObjectData, true) {
+				t.Errorf("%s (%s/%s) can write object data in bucket %q: the grant maps more than ServiceAccount %s/%s",
+					other.what, other.sa.GetNamespace(), other.sa.GetName(), id, g.sa.GetNamespace(), g.sa.GetName())
+			}
 		}
 	}},
 	{"DriverGrantBucketAccess/rejects a missing account_id with InvalidArgument", func(t *T) {
@@ -748,6 +779,33 @@ var cases = []Case{
 		if who, ok := t.accountOf(creds); ok && who != "" {
 			t.Errorf("the credentials still authenticate as backend account %q after DriverRevokeBucketAccess of the "+
 				"multi-bucket access", who)
+		}
+	}},
+	{"DriverRevokeBucketAccess/ends a ServiceAccount's access", func(t *T) {
+		p := t.protocols()[0]
+		id, _ := t.createBucket(p)
+		g := t.keyGrant(p, allModes, id)
+		g.auth = cosiproto.AuthenticationType_SERVICE_ACCOUNT
+		g.sa = &cosiproto.ServiceAccount{Namespace: t.name("ns"), Name: t.name("sa")}
+		account, resp, err := t.grant(g)
+		if status.Code(err) == codes.InvalidArgument {
+			t.Skipf("the driver does not support ServiceAccount authentication (InvalidArgument)")
+		}
+		t.ok(err, "ServiceAccount grant")
+		if !t.allowedAs(p, g.sa, resp, id, ObjectData, false) {
+			t.Fatalf("the ServiceAccount cannot read object data before revocation")
+		}
+		for i := range 2 {
+			_, err = t.s.prov.DriverRevokeBucketAccess(t.ctx, g.revokeRequest(account))
+			t.ok(err, []string{"DriverRevokeBucketAccess", "a second DriverRevokeBucketAccess"}[i])
+		}
+		for _, c := range []Category{ObjectData, ObjectMetadata, BucketMetadata} {
+			for _, write := range []bool{false, true} {
+				if t.allowedAs(p, g.sa, resp, id, c, write) {
+					t.Errorf("%v %s by ServiceAccount %s/%s is still allowed after DriverRevokeBucketAccess returned OK",
+						c, rw(write), g.sa.GetNamespace(), g.sa.GetName())
+				}
+			}
 		}
 	}},
 	{"DriverRevokeBucketAccess/returns OK when revoking twice", func(t *T) {

@@ -182,10 +182,13 @@ func (t *T) allowed(
 	return ok
 }
 
-// allowedAs asks the probe whether a workload running as the ServiceAccount can access a bucket.
+// allowedAs asks the probe whether a workload running as the ServiceAccount, with the Secret of
+// the grant resp (its bucket info, and its credentials: no key, but for instance a role to
+// assume), can access a bucket.
 func (t *T) allowedAs(
 	protocol cosiproto.ObjectProtocol_Type,
 	sa *cosiproto.ServiceAccount,
+	resp *cosiproto.DriverGrantBucketAccessResponse,
 	bucketID string,
 	c Category,
 	write bool,
@@ -195,7 +198,10 @@ func (t *T) allowedAs(
 	}
 	ok, err := t.s.cfg.Probe.Allowed(
 		t.ctx,
-		AccessCheck{Protocol: protocol, ServiceAccount: sa, BucketID: bucketID, Category: c, Write: write},
+		AccessCheck{
+			Protocol: protocol, ServiceAccount: sa, Credentials: resp.GetCredentials(), BucketID: bucketID,
+			BucketInfo: bucketInfoFor(resp, bucketID), Category: c, Write: write,
+		},
 	)
 	if err != nil {
 		t.Fatalf("probe: checking the ServiceAccount's %v access to %q: %v", c, bucketID, err)
@@ -359,4 +365,12 @@ func bucketInfoDiffs(created, granted *cosiproto.ProtocolBucketInfo) []string {
 		cmp("GCS bucket_name", c.GetBucketName(), g.GetBucketName())
 	}
 	return diffs
+}
+
+// hasKey reports whether creds hold key material of any protocol: what a SERVICE_ACCOUNT grant
+// must not return (what it may return, such as an S3 role to assume, is no key).
+func hasKey(creds *cosiproto.CredentialInfo) bool {
+	s3, azure, gcs := creds.GetS3(), creds.GetAzure(), creds.GetGcs()
+	return s3.GetAccessKeyId() != "" || s3.GetAccessSecretKey() != "" || azure.GetAccessToken() != "" ||
+		gcs.GetPrivateKey() != "" || gcs.GetHmacAccessId() != "" || gcs.GetHmacSecret() != ""
 }

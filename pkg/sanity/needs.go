@@ -63,6 +63,9 @@ var caseNeeds = map[string]need{
 	"DriverGrantBucketAccess/serves ServiceAccount grants through the ServiceAccount, not a key": {
 		[]string{NeedProbeAllowed, NeedServiceAccount},
 		"a ServiceAccount grant that maps no backend identity (a key served instead is seen without a probe)"},
+	"DriverGrantBucketAccess/maps only the granted ServiceAccount": {
+		[]string{NeedProbeAllowed, NeedServiceAccount},
+		"a ServiceAccount grant that other ServiceAccounts (of the namespace, or of the name elsewhere) can use"},
 	"DriverGrantBucketAccess/rejects a protocol the driver does not advertise with InvalidArgument": {
 		[]string{NeedUnadvertised}, "nothing: a driver that supports every protocol has none to refuse"},
 	"DriverGrantBucketAccess/rejects invalid parameters with InvalidArgument": {
@@ -75,6 +78,8 @@ var caseNeeds = map[string]need{
 	"DriverRevokeBucketAccess/revokes every bucket of a multi-bucket access": {
 		[]string{NeedProbeAllowed, NeedMultiBucket, NeedProbeAccountOf},
 		"a multi-bucket revoke that leaves access to some of the buckets"},
+	"DriverRevokeBucketAccess/ends a ServiceAccount's access": {
+		[]string{NeedProbeAllowed, NeedServiceAccount}, "a revoke that leaves the ServiceAccount's access working"},
 	"Secrets/the driver logs no credential": {
 		[]string{NeedDriverLogs}, "credentials in the driver's log"},
 	"DriverRotateBucketAccessCredentials/returns a new working credential; the old one keeps working": {

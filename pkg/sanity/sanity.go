@@ -96,14 +96,16 @@ func (c Category) String() string {
 }
 
 // AccessCheck asks whether credentials can read (Write false) or write (Write true) a category
-// of a bucket's data. Exactly one of Credentials and ServiceAccount is set.
+// of a bucket's data.
 type AccessCheck struct {
 	Protocol cosiproto.ObjectProtocol_Type
-	// Credentials are what a KEY grant returned.
+	// Credentials are what the grant returned: a key for a KEY grant; for a SERVICE_ACCOUNT grant
+	// no key, but what a workload's Secret holds besides its bucket info (for S3 on IAM, the role
+	// to assume), possibly nothing.
 	Credentials *cosiproto.CredentialInfo
-	// ServiceAccount is set instead of Credentials for a SERVICE_ACCOUNT grant: the probe acts as
-	// a workload running as that Kubernetes ServiceAccount (the backend identity the driver maps
-	// it to).
+	// ServiceAccount is set for a SERVICE_ACCOUNT grant: the probe acts as a workload running as
+	// that Kubernetes ServiceAccount (the backend identity the driver maps it to), with the
+	// Credentials as its Secret.
 	ServiceAccount *cosiproto.ServiceAccount
 	BucketID       string
 	BucketInfo     *cosiproto.ProtocolBucketInfo

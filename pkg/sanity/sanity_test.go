@@ -160,7 +160,11 @@ func TestMemoryDriverPassesEveryCase(t *testing.T) {
 			wantSkipped: []string{
 				"DriverGrantBucketAccess/gives each bucket of a multi-bucket grant its own access modes: " +
 					"the driver cannot give several buckets one credential (OutOfRange)",
+				"DriverGrantBucketAccess/maps only the granted ServiceAccount: " +
+					"the driver does not support ServiceAccount authentication (InvalidArgument)",
 				"DriverGrantBucketAccess/serves ServiceAccount grants through the ServiceAccount, not a key: " +
+					"the driver does not support ServiceAccount authentication (InvalidArgument)",
+				"DriverRevokeBucketAccess/ends a ServiceAccount's access: " +
 					"the driver does not support ServiceAccount authentication (InvalidArgument)",
 				"DriverRevokeBucketAccess/revokes every bucket of a multi-bucket access: " +
 					"the driver cannot give several buckets one credential (OutOfRange)",

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/issuer"
 	"github.com/kube-cosi/cosi/internal/localenv"
 	"github.com/kube-cosi/cosi/internal/objects"
 	"github.com/kube-cosi/cosi/internal/testenv"
@@ -22,6 +23,10 @@ import (
 )
 
 var (
+	// front publishes the API server's ServiceAccount issuer; noIssuer says why there is none.
+	front    *issuer.Front
+	noIssuer error
+
 	fw    *framework.Framework
 	env   *localenv.Env
 	waits *testenv.Env // Eventually-style waits on env's client
@@ -31,6 +36,12 @@ var (
 func TestMain(m *testing.M) {
 	opts := localenv.Options{
 		Verbosity: 2, SidecarArgs: []string{"--rotation-grace-period=" + rotationGracePeriod.String()},
+	}
+	// The issuer the store's IAM service verifies ServiceAccount tokens against; without one, the
+	// ServiceAccount tests skip, saying why.
+	front, noIssuer = issuer.New()
+	if noIssuer == nil {
+		opts.Issuer = front
 	}
 	testenv.RunSystem(m, opts, func(_ context.Context, e *localenv.Env) error {
 		fw = framework.New(e, localenv.DriverName, "e2e")

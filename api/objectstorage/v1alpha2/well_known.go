@@ -317,6 +317,18 @@ const (
 	SecretKeyS3AccessKeyID = "AWS_ACCESS_KEY_ID"
 	// SecretKeyS3SecretAccessKey (S3 credential info): secret access key.
 	SecretKeyS3SecretAccessKey = "AWS_SECRET_ACCESS_KEY"
+	// SecretKeyS3RoleARN (S3 credential info, ServiceAccount authentication): the role that a
+	// workload running as the ServiceAccount assumes with its projected token, through the AWS
+	// SDKs' web identity credential chain. The KEP names no key for it; this is the SDKs' own.
+	SecretKeyS3RoleARN = "AWS_ROLE_ARN"
+	// SecretKeyS3WebIdentityTokenFile (S3 credential info, ServiceAccount authentication, optional):
+	// the path where the workload's Pod mounts its projected ServiceAccount token (the AWS SDKs'
+	// AWS_WEB_IDENTITY_TOKEN_FILE).
+	SecretKeyS3WebIdentityTokenFile = "AWS_WEB_IDENTITY_TOKEN_FILE"
+	// SecretKeyS3STSEndpointURL (S3 credential info, ServiceAccount authentication, optional): the
+	// STS endpoint the token is exchanged at, for stores other than AWS (the AWS SDKs'
+	// AWS_ENDPOINT_URL_STS; without it the SDK would send STS calls to AWS_ENDPOINT_URL).
+	SecretKeyS3STSEndpointURL = "AWS_ENDPOINT_URL_STS"
 
 	// SecretKeyAzureStorageAccount (Azure bucket info): the storage account ID.
 	SecretKeyAzureStorageAccount = "AZURE_STORAGE_ACCOUNT"

@@ -2,6 +2,7 @@ package mutants
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/go-logr/logr"
@@ -167,6 +168,18 @@ func accessMutants() []Mutant {
 			Bug:  "a ServiceAccount grant returns OK but maps no backend identity to the ServiceAccount",
 			Case: caseGrantSANoKey, Says: "cannot write object data",
 			New: plain(func(d *memory.Driver) Server { return saUnmapped{d} }),
+		},
+		{
+			Name: "service-account-any-namespace", MustCatch: true,
+			Bug:  "a ServiceAccount grant maps the ServiceAccount's name in every namespace (no namespace in the trust)",
+			Case: caseGrantSAOnly, Says: "the same name in another namespace",
+			New: saAnyNamespace,
+		},
+		{
+			Name: "revoke-keeps-service-account", MustCatch: true,
+			Bug:  "DriverRevokeBucketAccess revokes key accesses, but returns OK for a ServiceAccount access it keeps",
+			Case: caseRevokeSA, Says: "still allowed after",
+			New: plain(func(d *memory.Driver) Server { return revokeKeysOnly{d} }),
 		},
 		{
 			Name: "service-account-unimplemented", MustCatch: true,
@@ -586,6 +599,68 @@ func (d saUnmapped) DriverGrantBucketAccess(
 	}
 	resp.Credentials = nil
 	return resp, nil
+}
+
+// saAnyNamespace maps a ServiceAccount grant to the ServiceAccount's name in any namespace: the
+// backend's view (the probe) lets a ServiceAccount of a granted name do what the granted one may.
+func saAnyNamespace(d *memory.Driver, _ logr.Logger) Instance {
+	var mu sync.Mutex
+	granted := map[string][]string{} // ServiceAccount name -> granted namespaces
+	return Instance{
+		Server: saRecorder{d, func(sa *cosiproto.ServiceAccount) {
+			mu.Lock()
+			defer mu.Unlock()
+			granted[sa.GetName()] = append(granted[sa.GetName()], sa.GetNamespace())
+		}},
+		Probe: func(base sanity.Probe) sanity.Probe {
+			p := base
+			p.Allowed = func(ctx context.Context, c sanity.AccessCheck) (bool, error) {
+				if c.ServiceAccount == nil {
+					return base.Allowed(ctx, c)
+				}
+				mu.Lock()
+				namespaces := slices.Clone(granted[c.ServiceAccount.GetName()])
+				mu.Unlock()
+				for _, ns := range append([]string{c.ServiceAccount.GetNamespace()}, namespaces...) {
+					as := c
+					as.ServiceAccount = &cosiproto.ServiceAccount{Namespace: ns, Name: c.ServiceAccount.GetName()}
+					if ok, err := base.Allowed(ctx, as); ok || err != nil {
+						return ok, err
+					}
+				}
+				return false, nil
+			}
+			return p
+		},
+	}
+}
+
+// saRecorder calls granted with the ServiceAccount of each ServiceAccount grant that succeeds.
+type saRecorder struct {
+	*memory.Driver
+	granted func(*cosiproto.ServiceAccount)
+}
+
+func (d saRecorder) DriverGrantBucketAccess(
+	ctx context.Context, req *cosiproto.DriverGrantBucketAccessRequest,
+) (*cosiproto.DriverGrantBucketAccessResponse, error) {
+	resp, err := d.Driver.DriverGrantBucketAccess(ctx, req)
+	if err == nil && req.GetAuthenticationType() == cosiproto.AuthenticationType_SERVICE_ACCOUNT {
+		d.granted(req.GetServiceAccount())
+	}
+	return resp, err
+}
+
+// revokeKeysOnly returns OK for a ServiceAccount access without revoking it.
+type revokeKeysOnly struct{ *memory.Driver }
+
+func (d revokeKeysOnly) DriverRevokeBucketAccess(
+	ctx context.Context, req *cosiproto.DriverRevokeBucketAccessRequest,
+) (*cosiproto.DriverRevokeBucketAccessResponse, error) {
+	if req.GetAuthenticationType() == cosiproto.AuthenticationType_SERVICE_ACCOUNT {
+		return &cosiproto.DriverRevokeBucketAccessResponse{}, nil
+	}
+	return d.Driver.DriverRevokeBucketAccess(ctx, req)
 }
 
 type saUnimplemented struct{ *memory.Driver }

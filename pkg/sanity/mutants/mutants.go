@@ -106,6 +106,8 @@ const (
 	caseGrantMissingBucket = "DriverGrantBucketAccess/returns NotFound for a bucket that does not exist"
 	caseGrantSA            = "DriverGrantBucketAccess/grants ServiceAccount authentication or returns InvalidArgument"
 	caseGrantSANoKey       = "DriverGrantBucketAccess/serves ServiceAccount grants through the ServiceAccount, not a key"
+	caseGrantSAOnly        = "DriverGrantBucketAccess/maps only the granted ServiceAccount"
+	caseRevokeSA           = "DriverRevokeBucketAccess/ends a ServiceAccount's access"
 	caseGrantProtocol      = "DriverGrantBucketAccess/rejects a protocol the driver does not advertise " +
 		"with InvalidArgument"
 	caseGrantInvalid      = "DriverGrantBucketAccess/rejects invalid parameters with InvalidArgument"

@@ -65,8 +65,14 @@ type Config struct {
 	NoAccountOf bool
 	// ServiceAccount returns the S3 credentials a workload running as the Kubernetes
 	// ServiceAccount namespace/name obtains from the store (for drivers that grant
-	// SERVICE_ACCOUNT access). Nil means Allowed fails such checks, saying so.
-	ServiceAccount func(ctx context.Context, sa *cosiproto.ServiceAccount) (aws.CredentialsProvider, error)
+	// SERVICE_ACCOUNT access), given what the grant returned (creds: for S3 on IAM, the role to
+	// assume with the ServiceAccount's token, and the STS endpoint). An error of STS refusing the
+	// token (AccessDenied, InvalidIdentityToken, IDPRejectedClaim, ExpiredTokenException, as the
+	// AWS SDK's web identity provider returns them) makes Allowed report false: the store gives
+	// that ServiceAccount nothing. Nil means Allowed fails such checks, saying so.
+	ServiceAccount func(
+		ctx context.Context, sa *cosiproto.ServiceAccount, creds *cosiproto.CredentialInfo,
+	) (aws.CredentialsProvider, error)
 }
 
 // Probe asks an S3 store what the conformance suite needs to know. Its methods are those of
@@ -177,7 +183,9 @@ func (p *Probe) Allowed(ctx context.Context, c sanity.AccessCheck) (bool, error)
 			c.ServiceAccount.GetNamespace(), c.ServiceAccount.GetName())
 	case c.ServiceAccount != nil:
 		var err error
-		if creds, err = p.cfg.ServiceAccount(ctx, c.ServiceAccount); err != nil {
+		if creds, err = p.cfg.ServiceAccount(ctx, c.ServiceAccount, c.Credentials); stsRefused(err) {
+			return false, nil
+		} else if err != nil {
 			return false, fmt.Errorf("s3probe: credentials of ServiceAccount %s/%s: %w",
 				c.ServiceAccount.GetNamespace(), c.ServiceAccount.GetName(), err)
 		}
@@ -353,4 +361,14 @@ func httpStatus(err error) int {
 		return respErr.HTTPStatusCode()
 	}
 	return 0
+}
+
+// stsRefused reports whether err is STS refusing a web identity token: the store maps no
+// identity to the ServiceAccount (any more).
+func stsRefused(err error) bool {
+	switch apiCode(err) {
+	case "AccessDenied", "InvalidIdentityToken", "IDPRejectedClaim", "ExpiredTokenException", "ExpiredToken":
+		return true
+	}
+	return false
 }
