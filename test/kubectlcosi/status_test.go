@@ -8,8 +8,10 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/kubectlcosi"
@@ -188,5 +190,27 @@ func TestStatusNotFound(t *testing.T) {
 	code, _, errOut := run(t, viewer, "status", "bucket", "x")
 	if code != 2 || !strings.Contains(errOut, `unknown command "status bucket x"`) {
 		t.Errorf("exit %d: %s", code, errOut)
+	}
+}
+
+// TestStatusClassDeletedAfterProvisioning: an admin deletes the classes of a provisioned claim and
+// of a granted access. Neither needs its class any more: both stay ready, and status must not say
+// that they wait for it.
+func TestStatusClassDeletedAfterProvisioning(t *testing.T) {
+	claim, ba := healthy(t)
+	for _, o := range []client.Object{
+		&cosiapi.BucketClass{ObjectMeta: metav1.ObjectMeta{Name: claim.Spec.BucketClassName}},
+		&cosiapi.BucketAccessClass{ObjectMeta: metav1.ObjectMeta{Name: ba.Spec.BucketAccessClassName}},
+	} {
+		if err := env.Client.Delete(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+		env.Gone(t, o)
+	}
+	for _, args := range [][]string{{"claim", claim.Name}, {"access", ba.Name}} {
+		r := status(t, env.Config, args...)
+		if !r.Diagnosis.Ready || strings.Contains(r.Diagnosis.Sentence, "does not exist") {
+			t.Errorf("status %s: a provisioned object whose class was deleted since: %+v", args[0], r.Diagnosis)
+		}
 	}
 }
