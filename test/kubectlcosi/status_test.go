@@ -1,6 +1,7 @@
 package kubectlcosi
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,7 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/kubectlcosi"
@@ -213,4 +216,61 @@ func TestStatusClassDeletedAfterProvisioning(t *testing.T) {
 			t.Errorf("status %s: a provisioned object whose class was deleted since: %+v", args[0], r.Diagnosis)
 		}
 	}
+}
+
+// TestStatusForeignFinalizer: a claim and its access are deleted while a finalizer that is not
+// COSI's holds them. Once COSI is done (access revoked, Bucket deleted, COSI's finalizers gone),
+// only that finalizer keeps them: status must say so and name it, not tell the user that nobody
+// needs to act or that COSI still works on it.
+func TestStatusForeignFinalizer(t *testing.T) {
+	const hold = "example.com/hold"
+	claim, ba := healthy(t)
+	for _, o := range []client.Object{claim, ba} {
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(o), o); err != nil {
+				return err
+			}
+			controllerutil.AddFinalizer(o, hold)
+			return env.Client.Update(t.Context(), o)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { releaseAll(o, hold) })
+	}
+	for _, c := range []struct {
+		obj  client.Object
+		args []string
+	}{{ba, []string{"access", ba.Name}}, {claim, []string{"claim", claim.Name}}} {
+		if err := env.Client.Delete(t.Context(), c.obj); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, func() error {
+			if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(c.obj), c.obj); err != nil {
+				return err
+			}
+			if f := c.obj.GetFinalizers(); !slices.Equal(f, []string{hold}) {
+				return fmt.Errorf("%s: finalizers %v", c.obj.GetName(), f)
+			}
+			return nil
+		})
+		r := status(t, env.Config, c.args...)
+		if r.Diagnosis.Ready || r.Diagnosis.Who == kubectlcosi.WhoNobody || !strings.Contains(r.Diagnosis.Sentence, hold) {
+			t.Errorf("status %s, held only by %s: %+v", c.args[0], hold, r.Diagnosis)
+		}
+		show(t, env.Config, append([]string{"status"}, c.args...)...)
+	}
+}
+
+// releaseAll removes the finalizer f from o, wherever o is in its life.
+func releaseAll(o client.Object, f string) {
+	ctx := context.Background()
+	_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		if !controllerutil.RemoveFinalizer(o, f) {
+			return nil
+		}
+		return client.IgnoreNotFound(env.Client.Update(ctx, o))
+	})
 }
