@@ -274,3 +274,26 @@ func releaseAll(o client.Object, f string) {
 		return client.IgnoreNotFound(env.Client.Update(ctx, o))
 	})
 }
+
+// TestStatusClaimOfAccessWaitingForAnotherClaim: an access of two claims, one of which does not
+// exist. status claim of the one that does must say what the access waits for and that its user
+// can fix it, not that nobody needs to act.
+func TestStatusClaimOfAccessWaitingForAnotherClaim(t *testing.T) {
+	class := objects.BucketClass(unique("class"), driverName, cosiapi.DeletionPolicyDelete)
+	aclass := objects.BucketAccessClass(unique("accessclass"), driverName, objects.MultiBucket)
+	claim := objects.BucketClaim(namespace, unique("claim"), class.Name, objects.S3)
+	missing := unique("missing-claim")
+	ba := objects.BucketAccess(namespace, unique("access"), aclass.Name,
+		objects.Grant(claim.Name, claim.Name+"-creds", objects.ReadWrite),
+		objects.Grant(missing, missing+"-creds", objects.ReadWrite))
+	create(t, class, aclass, claim, ba)
+	visible(t, ba, accessConds(ba), cosiapi.ConditionProvisioned, cosiapi.ReasonWaitingForResources,
+		cosiapi.EventWaitingForBucket, missing)
+	for _, cfg := range []*rest.Config{env.Config, viewer} {
+		r := waitForDiagnosis(t, cfg, []string{"claim", claim.Name}, "BucketAccess "+ba.Name, missing)
+		if r.Diagnosis.Who != kubectlcosi.WhoUser || strings.Contains(r.Diagnosis.Sentence, "waits for waiting") {
+			t.Errorf("status claim: %+v", r.Diagnosis)
+		}
+	}
+	show(t, viewer, "status", "claim", claim.Name)
+}
