@@ -297,3 +297,29 @@ func TestStatusClaimOfAccessWaitingForAnotherClaim(t *testing.T) {
 	}
 	show(t, viewer, "status", "claim", claim.Name)
 }
+
+// TestStatusSecretLostKeys: a tenant edits the Secret of a granted access and removes its access
+// key ID. A Pod gets no usable credentials until the sidecar's next Secret check writes it again:
+// status must not call the access ready.
+func TestStatusSecretLostKeys(t *testing.T) {
+	_, ba := healthy(t)
+	key := types.NamespacedName{Namespace: namespace, Name: ba.Spec.BucketClaims[0].AccessSecretName}
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s := &corev1.Secret{}
+		if err := env.Client.Get(t.Context(), key, s); err != nil {
+			return err
+		}
+		delete(s.Data, cosiapi.SecretKeyS3AccessKeyID)
+		return env.Client.Update(t.Context(), s)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, cfg := range []*rest.Config{env.Config, viewer} {
+		r := status(t, cfg, "access", ba.Name)
+		if r.Diagnosis.Ready || !strings.Contains(r.Diagnosis.Sentence, cosiapi.SecretKeyS3AccessKeyID) ||
+			!strings.Contains(r.Diagnosis.Sentence, "next Secret check") {
+			t.Errorf("status access, its Secret without %s: %+v", cosiapi.SecretKeyS3AccessKeyID, r.Diagnosis)
+		}
+	}
+	show(t, viewer, "status", "access", ba.Name)
+}
