@@ -323,3 +323,27 @@ func TestStatusSecretLostKeys(t *testing.T) {
 	}
 	show(t, viewer, "status", "access", ba.Name)
 }
+
+// TestStatusEventsOfEarlierObject: a user creates a claim with a misspelt class, deletes it and
+// creates it again under the same name with the right class. The events of the first claim are
+// not the second's: status must not show them.
+func TestStatusEventsOfEarlierObject(t *testing.T) {
+	class := objects.BucketClass(unique("class"), driverName, cosiapi.DeletionPolicyDelete)
+	name := unique("claim")
+	first := objects.BucketClaim(namespace, name, unique("misspelt"), objects.S3)
+	create(t, class, first)
+	visible(t, first, claimConds(first), cosiapi.ConditionResourcesValidated, cosiapi.ReasonWaitingForResources,
+		cosiapi.EventWaitingForClass, first.Spec.BucketClassName)
+	if err := env.Client.Delete(t.Context(), first); err != nil {
+		t.Fatal(err)
+	}
+	env.Gone(t, first)
+	second := objects.BucketClaim(namespace, name, class.Name, objects.S3)
+	create(t, second)
+	provisioned(t, second, func() []metav1.Condition { return second.Status.Conditions })
+	for _, e := range object(t, status(t, viewer, "claim", name), "BucketClaim").Events {
+		if strings.Contains(e.Message, first.Spec.BucketClassName) {
+			t.Errorf("status of the second claim shows an event of the first: %+v", e)
+		}
+	}
+}
