@@ -1,12 +1,15 @@
 package kubectlcosi
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,7 +22,9 @@ import (
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/kubectlcosi"
 	"github.com/kube-cosi/cosi/internal/objects"
+	"github.com/kube-cosi/cosi/internal/sidecar"
 	"github.com/kube-cosi/cosi/internal/testenv"
+	"github.com/kube-cosi/cosi/pkg/driver/memory"
 )
 
 // object returns the report's object of kind, or fails.
@@ -344,6 +349,55 @@ func TestStatusEventsOfEarlierObject(t *testing.T) {
 	for _, e := range object(t, status(t, viewer, "claim", name), "BucketClaim").Events {
 		if strings.Contains(e.Message, first.Spec.BucketClassName) {
 			t.Errorf("status of the second claim shows an event of the first: %+v", e)
+		}
+	}
+}
+
+// TestStatusOverdue: status says when the sidecar acts next at the latest: a failing driver call
+// is retried at most maxBackoff after its last failure, a deleted Secret written again at most a
+// Secret check interval after its deletion. An hour later, with nothing having happened (the
+// sidecar stopped), that time is in the past: status must say that it is overdue and who looks,
+// not promise a time that has gone by.
+func TestStatusOverdue(t *testing.T) {
+	down := objects.BucketClass(unique("class"), driverName, cosiapi.DeletionPolicyDelete,
+		objects.ClassParameters(map[string]string{memory.ParamRegion: unavailable}))
+	retried := objects.BucketClaim(namespace, unique("claim"), down.Name, objects.S3)
+	create(t, down, retried)
+	visible(t, retried, claimConds(retried), cosiapi.ConditionProvisionFailed, cosiapi.ReasonDriverError,
+		cosiapi.EventFailedCreateBucket, "Unavailable")
+	b := &cosiapi.Bucket{ObjectMeta: metav1.ObjectMeta{Name: retried.Status.BoundBucketName}}
+	visible(t, b, func() []metav1.Condition { return b.Status.Conditions }, cosiapi.ConditionProvisionFailed,
+		cosiapi.ReasonDriverError, cosiapi.EventFailedCreateBucket, "; retrying in ")
+
+	_, ba := healthy(t)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace,
+		Name: ba.Spec.BucketClaims[0].AccessSecretName}}
+	if err := env.Client.Delete(t.Context(), secret); err != nil {
+		t.Fatal(err)
+	}
+	later := deleted(t, secret.Name).Add(time.Hour)
+
+	for _, c := range []struct {
+		run  func(*kubectlcosi.Command) error
+		what string
+	}{
+		{func(cmd *kubectlcosi.Command) error { return cmd.StatusClaim(t.Context(), retried.Name) }, "a driver retry"},
+		{func(cmd *kubectlcosi.Command) error { return cmd.StatusAccess(t.Context(), ba.Name) }, "a Secret check"},
+	} {
+		var out bytes.Buffer
+		cmd := &kubectlcosi.Command{Client: env.Client, Namespace: namespace, COSINamespace: cosiNamespace,
+			SecretCheckInterval: sidecar.DefaultSecretCheckInterval, Output: "json", Out: &out,
+			Now: func() time.Time { return later }}
+		if err := c.run(cmd); err != nil {
+			t.Fatal(err)
+		}
+		r := &kubectlcosi.StatusReport{}
+		if err := json.Unmarshal(out.Bytes(), r); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(r.Diagnosis.Sentence, "at the latest at") ||
+			!strings.Contains(r.Diagnosis.Sentence, "kubectl cosi doctor") {
+			t.Errorf("%s that is an hour overdue: %+v", c.what, r.Diagnosis)
 		}
 	}
 }
