@@ -26,7 +26,11 @@ func FromAPI() ([]Reason, error) {
 	if !ok {
 		return nil, errors.New("cannot locate the source of package reasons")
 	}
-	path := filepath.Join(filepath.Dir(file), "..", "..", "api", "objectstorage", "v1alpha2", "well_known.go")
+	return fromFile(filepath.Join(filepath.Dir(file), "..", "..", "api", "objectstorage", "v1alpha2", "well_known.go"))
+}
+
+// fromFile returns every constant of the Go file path whose name starts with Reason or Event.
+func fromFile(path string) ([]Reason, error) {
 	f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
 	if err != nil {
 		return nil, err
