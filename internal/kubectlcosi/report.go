@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -29,6 +30,9 @@ type Object struct {
 	Events     []Event     `json:"events,omitempty"`
 	// EventsVisibility says whether its events could be read.
 	EventsVisibility visibility `json:"eventsVisibility,omitempty"`
+
+	// uid tells its events from those of an earlier object of the same name.
+	uid types.UID
 }
 
 // Condition is a status condition with the explanation of its reason.
@@ -60,6 +64,9 @@ type Diagnosis struct {
 	Next string `json:"next,omitempty"`
 	// Sentence is all of it, in one sentence.
 	Sentence string `json:"sentence"`
+
+	// waits: an access waits for its claims or Buckets; the claims may say why.
+	waits bool
 }
 
 func (d *Diagnosis) finish() {
@@ -99,6 +106,7 @@ func newObject(kind, namespace, name string) *Object {
 
 // fill records obj's lifecycle and conditions.
 func (o *Object) fill(obj client.Object, conds []metav1.Condition) {
+	o.uid = obj.GetUID()
 	o.Deleting = obj.GetDeletionTimestamp()
 	o.Finalizers = obj.GetFinalizers()
 	for _, c := range conds {
@@ -122,16 +130,20 @@ func (o *Object) condition(typ string) *metav1.Condition {
 // maxEvents is how many of an object's latest events are shown.
 const maxEvents = 5
 
-// events reads the latest events about the object. Events of cluster-scoped objects are in the
-// default namespace, where the events API records them.
+// events reads the latest events about the object, not about an earlier object of the same name.
+// Events of cluster-scoped objects are in the default namespace, where the events API records
+// them.
 func (c *Command) events(ctx context.Context, o *Object) {
 	ns := o.Namespace
 	if ns == "" {
 		ns = metav1.NamespaceDefault
 	}
+	fields := client.MatchingFields{"involvedObject.name": o.Name, "involvedObject.kind": o.Kind}
+	if o.uid != "" {
+		fields["involvedObject.uid"] = string(o.uid)
+	}
 	var list corev1.EventList
-	err := c.Client.List(ctx, &list, client.InNamespace(ns),
-		client.MatchingFields{"involvedObject.name": o.Name, "involvedObject.kind": o.Kind})
+	err := c.Client.List(ctx, &list, client.InNamespace(ns), fields)
 	switch v, _ := classify(err); v {
 	case visible:
 	default:
@@ -150,6 +162,9 @@ func (c *Command) events(ctx context.Context, o *Object) {
 		count := e.Count
 		if e.Series != nil {
 			count = e.Series.Count
+			if t := e.Series.LastObservedTime.Time; t.After(last) {
+				last = t
+			}
 		}
 		o.Events = append(o.Events, Event{Type: e.Type, Reason: e.Reason, Message: e.Message, Count: count, Last: last})
 	}
