@@ -290,7 +290,8 @@ func (c *Command) diagnoseClaim(l *claimLink) (Diagnosis, bool) {
 	if claim.DeletionTimestamp != nil {
 		return c.claimDeleting(l, prov), false
 	}
-	if l.class != nil && l.class.Visibility == notFound {
+	// A provisioned claim no longer needs its class: an admin may have deleted it since.
+	if l.class != nil && l.class.Visibility == notFound && (prov == nil || prov.Status != metav1.ConditionTrue) {
 		return Diagnosis{
 			Problem: fmt.Sprintf("BucketClaim %s waits for BucketClass %s, which does not exist", claim.Name,
 				claim.Spec.BucketClassName),
@@ -413,7 +414,8 @@ func (c *Command) diagnoseAccess(a *accessLink) (Diagnosis, bool) {
 		return Diagnosis{Problem: subject + " is being deleted: its Secrets are deleted and the access revoked",
 			Who: WhoNobody, Next: c.retryNext(a.obj)}, false
 	}
-	if a.class != nil && a.class.Visibility == notFound {
+	// A granted access no longer needs its class: an admin may have deleted it since.
+	if a.class != nil && a.class.Visibility == notFound && (prov == nil || prov.Status != metav1.ConditionTrue) {
 		return Diagnosis{
 			Problem: fmt.Sprintf("%s waits for BucketAccessClass %s, which does not exist", subject,
 				ba.Spec.BucketAccessClassName),
