@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 )
@@ -349,15 +350,44 @@ func (c *Command) diagnoseClaim(l *claimLink) (Diagnosis, bool) {
 }
 
 func (c *Command) claimDeleting(l *claimLink, prov *metav1.Condition) Diagnosis {
-	d := Diagnosis{
-		Problem: fmt.Sprintf("BucketClaim %s is being deleted", l.obj.Name),
-		Who:     WhoNobody,
-		Next:    "it goes once its Bucket is handled",
+	subject := "BucketClaim " + l.obj.Name + " is being deleted"
+	if d, held := heldByOthers(subject, l.claim); held {
+		return d
 	}
+	d := Diagnosis{Problem: subject, Who: WhoNobody, Next: "it goes once its Bucket is handled"}
 	if prov != nil && (prov.Reason == cosiapi.ReasonDeletionBlocked || prov.Reason == cosiapi.ReasonDeleting) {
-		d = reasonDiagnosis("BucketClaim "+l.obj.Name+" is being deleted and", prov, "")
+		d = reasonDiagnosis(subject, prov, "")
 	}
+	d.Next = thenHeldByOthers(d.Next, l.claim)
 	return d
+}
+
+// heldByOthers diagnoses an object being deleted that COSI is done with (its finalizer is gone)
+// and that finalizers of others still hold: nothing of COSI's will release it.
+func heldByOthers(subject string, obj client.Object) (Diagnosis, bool) {
+	if controllerutil.ContainsFinalizer(obj, cosiapi.FinalizerProtection) || len(obj.GetFinalizers()) == 0 {
+		return Diagnosis{}, false
+	}
+	return Diagnosis{
+		Problem: fmt.Sprintf("%s and COSI is done with it, but finalizers %v, which are not COSI's, hold it", subject,
+			obj.GetFinalizers()),
+		Who:    WhoAdmin,
+		Action: "remove those finalizers, or fix whoever owns them",
+	}, true
+}
+
+// thenHeldByOthers adds to next that finalizers of others will still hold obj once COSI is done.
+func thenHeldByOthers(next string, obj client.Object) string {
+	others := slices.DeleteFunc(slices.Clone(obj.GetFinalizers()),
+		func(f string) bool { return f == cosiapi.FinalizerProtection })
+	if len(others) == 0 {
+		return next
+	}
+	then := fmt.Sprintf("then finalizers %v, which are not COSI's, still hold it", others)
+	if next == "" {
+		return then
+	}
+	return next + "; " + then
 }
 
 // reasonDiagnosis turns a condition into a diagnosis with the reason's explanation.
@@ -408,11 +438,16 @@ func (c *Command) diagnoseAccess(a *accessLink) (Diagnosis, bool) {
 	rv := a.obj.condition(cosiapi.ConditionResourcesValidated)
 	pf := a.obj.condition(cosiapi.ConditionProvisionFailed)
 	if ba.DeletionTimestamp != nil {
-		if prov != nil && prov.Reason == cosiapi.ReasonRevoked {
-			return reasonDiagnosis(subject+" is being deleted", prov, "the controller removes its finalizer"), false
+		if d, held := heldByOthers(subject+" is being deleted", ba); held {
+			return d, false
 		}
-		return Diagnosis{Problem: subject + " is being deleted: its Secrets are deleted and the access revoked",
-			Who: WhoNobody, Next: c.retryNext(a.obj)}, false
+		d := Diagnosis{Problem: subject + " is being deleted: its Secrets are deleted and the access revoked",
+			Who: WhoNobody, Next: c.retryNext(a.obj)}
+		if prov != nil && prov.Reason == cosiapi.ReasonRevoked {
+			d = reasonDiagnosis(subject+" is being deleted", prov, "the controller removes its finalizer")
+		}
+		d.Next = thenHeldByOthers(d.Next, ba)
+		return d, false
 	}
 	// A granted access no longer needs its class: an admin may have deleted it since.
 	if a.class != nil && a.class.Visibility == notFound && (prov == nil || prov.Status != metav1.ConditionTrue) {
