@@ -62,6 +62,9 @@ func (c *Command) StatusClaim(ctx context.Context, name string) error {
 					if err := c.accessChain(ctx, ch, ba); err != nil {
 						return err
 					}
+					if err := c.otherClaims(ctx, ch, ba); err != nil {
+						return err
+					}
 				}
 			}
 		case forbidden:
@@ -101,6 +104,31 @@ func (c *Command) StatusAccess(ctx context.Context, name string) error {
 	}
 	ch.report.Diagnosis = c.diagnoseAccessChain(ch)
 	return c.print(ch.report, printStatus(ch.report, c.Now()))
+}
+
+// otherClaims reads the claims of an access that is not granted yet and that the chain lacks:
+// the access may wait for one of them.
+func (c *Command) otherClaims(ctx context.Context, ch *chain, ba *cosiapi.BucketAccess) error {
+	if p := findCondition(ba.Status.Conditions, cosiapi.ConditionProvisioned); p != nil &&
+		p.Status == metav1.ConditionTrue {
+		return nil
+	}
+	for _, ref := range ba.Spec.BucketClaims {
+		if ch.claimNamed(ref.BucketClaimName) == nil {
+			if _, err := c.claim(ctx, ch, ref.BucketClaimName); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (ch *chain) claimNamed(name string) *claimLink {
+	i := slices.IndexFunc(ch.claims, func(l *claimLink) bool { return l.obj.Name == name })
+	if i < 0 {
+		return nil
+	}
+	return ch.claims[i]
 }
 
 // claim reads the claim name, its class and its Bucket into the chain.
@@ -232,6 +260,9 @@ func (c *Command) diagnoseClaimChain(ch *chain) Diagnosis {
 	}
 	for _, a := range ch.access {
 		if d, done := c.diagnoseAccess(a); !done {
+			if cd, ok := c.waitedClaim(ch, a); d.waits && ok {
+				d = cd
+			}
 			d.finish()
 			return d
 		}
@@ -255,15 +286,8 @@ func (c *Command) diagnoseClaimChain(ch *chain) Diagnosis {
 func (c *Command) diagnoseAccessChain(ch *chain) Diagnosis {
 	a := ch.access[0]
 	d, done := c.diagnoseAccess(a)
-	if !done && a.access != nil && d.Who == WhoNobody && strings.Contains(d.Problem, "waits for") {
-		// Waiting for a claim: say why the claim is not done.
-		for _, l := range ch.claims {
-			if cd, ok := c.diagnoseClaim(l); !ok {
-				cd.Problem = fmt.Sprintf("BucketAccess %s waits for BucketClaim %s: %s", a.obj.Name, l.obj.Name, cd.Problem)
-				cd.finish()
-				return cd
-			}
-		}
+	if cd, ok := c.waitedClaim(ch, a); !done && d.waits && ok {
+		d = cd
 	}
 	if done {
 		d = Diagnosis{Ready: true, Who: WhoNobody, Problem: fmt.Sprintf(
@@ -272,6 +296,22 @@ func (c *Command) diagnoseAccessChain(ch *chain) Diagnosis {
 	}
 	d.finish()
 	return d
+}
+
+// waitedClaim says why the first of an access's claims that is not provisioned is not, when the
+// chain holds one.
+func (c *Command) waitedClaim(ch *chain, a *accessLink) (Diagnosis, bool) {
+	for _, ref := range a.access.Spec.BucketClaims {
+		l := ch.claimNamed(ref.BucketClaimName)
+		if l == nil {
+			continue
+		}
+		if cd, done := c.diagnoseClaim(l); !done {
+			cd.Problem = fmt.Sprintf("BucketAccess %s waits for BucketClaim %s: %s", a.obj.Name, l.obj.Name, cd.Problem)
+			return cd, true
+		}
+	}
+	return Diagnosis{}, false
 }
 
 // diagnoseClaim says what keeps a claim from being provisioned; done when nothing does.
@@ -478,8 +518,9 @@ func (c *Command) diagnoseAccess(a *accessLink) (Diagnosis, bool) {
 	}
 	if prov == nil || prov.Status != metav1.ConditionTrue {
 		if prov != nil && prov.Reason == cosiapi.ReasonWaitingForResources {
-			return Diagnosis{Problem: fmt.Sprintf("%s waits for %s", subject, strings.TrimPrefix(prov.Message, "waiting for ")),
-				Who: WhoNobody, Next: "COSI continues on its own once it is ready"}, false
+			// The claims it waits for say why (waitedClaim), when the chain holds them.
+			return Diagnosis{Problem: fmt.Sprintf("%s: %s", subject, strings.TrimSuffix(prov.Message, ".")),
+				Who: WhoNobody, Next: "COSI continues on its own once it is ready", waits: true}, false
 		}
 		if prov != nil && prov.Reason == cosiapi.ReasonWaitingForDriver {
 			d := reasonDiagnosis(subject, prov, "")
