@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/sidecar"
 )
 
 // chain is what status reads: the objects, and the typed ones for the diagnosis.
@@ -575,6 +576,12 @@ func (c *Command) diagnoseSecret(ba *cosiapi.BucketAccess, s *secretLink) (Diagn
 	case s.secret.Labels[cosiapi.LabelBucketAccessUID] != string(ba.UID):
 		return Diagnosis{Problem: fmt.Sprintf("Secret %s was not written by COSI for BucketAccess %s", s.obj.Name, ba.Name),
 			Who: WhoUser, Action: "delete or rename that Secret", Next: "the sidecar writes its own once it is gone"}, false
+	}
+	// Someone removed a key that COSI wrote: the sidecar's next check finds the same.
+	if missing := sidecar.MissingSecretKeys(s.secret, ba.Status.AuthenticationType); len(missing) > 0 {
+		return Diagnosis{Problem: fmt.Sprintf("Secret %s of BucketAccess %s lacks %s, which COSI wrote into it: a Pod "+
+			"does not get working credentials from it", s.obj.Name, ba.Name, strings.Join(missing, ", ")),
+			Who: WhoNobody, Next: latest(c.Now())}, false
 	}
 	return Diagnosis{}, true
 }
