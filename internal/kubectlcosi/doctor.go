@@ -441,12 +441,17 @@ func (c *Command) checkSecrets(ctx context.Context, r *DoctorReport) error {
 			case s == nil || s.Labels[cosiapi.LabelBucketAccessUID] != string(ba.UID):
 				problems = append(problems, fmt.Sprintf("Secret %s of BucketAccess %s is missing; the sidecar "+
 					"writes it again at its next check (at the latest at %s)", key, ba.Name,
-					c.Now().Add(c.SecretCheckInterval).Local().Format("15:04")))
+					clock(c.Now().Add(c.SecretCheckInterval), c.Now())))
 			case s.DeletionTimestamp != nil:
-				problems = append(problems, fmt.Sprintf("Secret %s of BucketAccess %s was deleted at %s; the sidecar "+
-					"writes it again at its next check (at the latest at %s)", key, ba.Name,
-					s.DeletionTimestamp.Local().Format("15:04"),
-					s.DeletionTimestamp.Add(c.checkInterval(s.Annotations)).Local().Format("15:04")))
+				now := c.Now()
+				at := s.DeletionTimestamp.Add(c.checkInterval(s.Annotations))
+				next := "writes it again at its next check (at the latest at " + clock(at, now) + ")"
+				if at.Before(now) {
+					next = "should have written it again at its check by " + clock(at, now) + " and did not: is the " +
+						"sidecar of driver " + ba.Status.DriverName + " running?"
+				}
+				problems = append(problems, fmt.Sprintf("Secret %s of BucketAccess %s was deleted at %s; the sidecar %s",
+					key, ba.Name, clock(s.DeletionTimestamp.Time, now), next))
 			}
 		}
 	}

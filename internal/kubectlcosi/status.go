@@ -350,7 +350,7 @@ func (c *Command) diagnoseClaim(l *claimLink) (Diagnosis, bool) {
 		if prov != nil && prov.Status == metav1.ConditionFalse {
 			return reasonDiagnosis("BucketClaim "+claim.Name, prov, ""), false
 		}
-		return reasonDiagnosis("BucketClaim "+claim.Name, pf, c.retryNext(l.bucket)), false
+		return reasonDiagnosis("BucketClaim "+claim.Name, pf, c.retryNext(l.bucket, cosiapi.EventFailedCreateBucket)), false
 	}
 	if prov != nil && prov.Status == metav1.ConditionTrue {
 		return Diagnosis{}, true
@@ -445,19 +445,35 @@ func reasonDiagnosis(subject string, cond *metav1.Condition, next string) Diagno
 }
 
 // retryNext says when the sidecar tries a failing driver call again, from the object's latest
-// failure event.
-func (c *Command) retryNext(o *Object) string {
+// event of reason (a failure of that call): at most maxBackoff later. When that time has passed
+// without a newer failure, nothing retried: it says so, and who looks.
+func (c *Command) retryNext(o *Object, reason string) string {
+	const backoff = "the sidecar retries with backoff, at most 5 minutes apart, unless the error is final"
 	if o == nil {
-		return "the sidecar retries with backoff, at most 5 minutes apart, unless the error is final"
+		return backoff
 	}
 	for _, e := range o.Events {
-		if e.Type == corev1.EventTypeWarning {
-			at := e.Last.Add(maxBackoff)
-			return fmt.Sprintf("the sidecar retries with backoff, at the latest at %s, unless the error is final",
-				at.Local().Format("15:04"))
+		if e.Type != corev1.EventTypeWarning || e.Reason != reason {
+			continue
 		}
+		now := c.Now()
+		at := e.Last.Add(maxBackoff)
+		if at.Before(now) {
+			return fmt.Sprintf("the sidecar should have retried by %s and did not: unless the error is final, an "+
+				"admin checks that the driver's sidecar runs (kubectl cosi doctor)", clock(at, now))
+		}
+		return fmt.Sprintf("the sidecar retries with backoff, at the latest at %s, unless the error is final", clock(at, now))
 	}
-	return "the sidecar retries with backoff, at most 5 minutes apart, unless the error is final"
+	return backoff
+}
+
+// clock writes t for a sentence: the time of day, and the date too when it is not today.
+func clock(t, now time.Time) string {
+	t, now = t.Local(), now.Local()
+	if ty, tm, td := t.Date(); ty == now.Year() && tm == now.Month() && td == now.Day() {
+		return t.Format("15:04")
+	}
+	return t.Format("2006-01-02 15:04")
 }
 
 // maxBackoff is requeue.MaxBackoff, the longest wait between two attempts.
@@ -483,7 +499,7 @@ func (c *Command) diagnoseAccess(a *accessLink) (Diagnosis, bool) {
 			return d, false
 		}
 		d := Diagnosis{Problem: subject + " is being deleted: its Secrets are deleted and the access revoked",
-			Who: WhoNobody, Next: c.retryNext(a.obj)}
+			Who: WhoNobody, Next: c.retryNext(a.obj, cosiapi.EventFailedRevokeAccess)}
 		if prov != nil && prov.Reason == cosiapi.ReasonRevoked {
 			d = reasonDiagnosis(subject+" is being deleted", prov, "the controller removes its finalizer")
 		}
@@ -507,7 +523,7 @@ func (c *Command) diagnoseAccess(a *accessLink) (Diagnosis, bool) {
 		case cosiapi.ReasonSecretConflict:
 			next = "the sidecar looks again every few seconds and grants the access once the Secret is gone"
 		case cosiapi.ReasonSecretWriteFailed:
-			next = c.retryNext(a.obj)
+			next = c.retryNext(a.obj, cosiapi.EventFailedGrantAccess)
 		}
 		return reasonDiagnosis(subject, rv, next), false
 	}
@@ -515,7 +531,7 @@ func (c *Command) diagnoseAccess(a *accessLink) (Diagnosis, bool) {
 		return reasonDiagnosis(subject, prov, ""), false
 	}
 	if pf != nil && pf.Status == metav1.ConditionTrue {
-		return reasonDiagnosis(subject, pf, c.retryNext(a.obj)), false
+		return reasonDiagnosis(subject, pf, c.retryNext(a.obj, cosiapi.EventFailedGrantAccess)), false
 	}
 	if prov == nil || prov.Status != metav1.ConditionTrue {
 		if prov != nil && prov.Reason == cosiapi.ReasonWaitingForResources {
@@ -547,18 +563,30 @@ func (c *Command) diagnoseAccess(a *accessLink) (Diagnosis, bool) {
 
 // diagnoseSecret says what is wrong with a Secret of a provisioned access.
 func (c *Command) diagnoseSecret(ba *cosiapi.BucketAccess, s *secretLink) (Diagnosis, bool) {
-	latest := func(from time.Time) string {
+	// latest says when the sidecar's next Secret check writes the Secret again at the latest: one
+	// interval after from. When that time has passed, the check did not happen: an admin looks.
+	latest := func(d Diagnosis, from time.Time) Diagnosis {
 		interval := c.SecretCheckInterval
 		if s.secret != nil {
 			interval = c.checkInterval(s.secret.Annotations)
 		}
-		return fmt.Sprintf("the sidecar writes it again at its next Secret check, at the latest at %s "+
-			"(every %s; it cannot watch Secrets)", from.Add(interval).Local().Format("15:04"), interval)
+		now := c.Now()
+		at := from.Add(interval)
+		if at.Before(now) {
+			d.Who, d.Action = WhoAdmin, fmt.Sprintf("check that a sidecar of driver %s runs (kubectl cosi doctor)",
+				ba.Status.DriverName)
+			d.Next = fmt.Sprintf("the sidecar should have written it again at its Secret check by %s (every %s) and "+
+				"did not", clock(at, now), interval)
+			return d
+		}
+		d.Next = fmt.Sprintf("the sidecar writes it again at its next Secret check, at the latest at %s "+
+			"(every %s; it cannot watch Secrets)", clock(at, now), interval)
+		return d
 	}
 	switch {
 	case s.obj.Visibility == notFound:
-		return Diagnosis{Problem: fmt.Sprintf("Secret %s of BucketAccess %s is missing", s.obj.Name, ba.Name),
-			Who: WhoNobody, Next: latest(c.Now())}, false
+		return latest(Diagnosis{Problem: fmt.Sprintf("Secret %s of BucketAccess %s is missing", s.obj.Name, ba.Name),
+			Who: WhoNobody}, c.Now()), false
 	case s.obj.Visibility != visible:
 		return Diagnosis{}, true
 	case s.secret.DeletionTimestamp != nil:
@@ -569,19 +597,18 @@ func (c *Command) diagnoseSecret(ba *cosiapi.BucketAccess, s *secretLink) (Diagn
 				s.obj.Name, ba.Name, others), Who: WhoAdmin, Action: "remove those finalizers or fix whoever owns them",
 				Next: "the sidecar writes it again once it is gone"}, false
 		}
-		return Diagnosis{Problem: fmt.Sprintf("Secret %s of BucketAccess %s was deleted at %s and COSI's finalizer "+
-			"keeps it (kubectl delete waits) until the sidecar replaces it", s.obj.Name, ba.Name,
-			s.secret.DeletionTimestamp.Local().Format("15:04")),
-			Who: WhoNobody, Next: latest(s.secret.DeletionTimestamp.Time)}, false
+		return latest(Diagnosis{Problem: fmt.Sprintf("Secret %s of BucketAccess %s was deleted at %s and COSI's "+
+			"finalizer keeps it (kubectl delete waits) until the sidecar replaces it", s.obj.Name, ba.Name,
+			clock(s.secret.DeletionTimestamp.Time, c.Now())), Who: WhoNobody}, s.secret.DeletionTimestamp.Time), false
 	case s.secret.Labels[cosiapi.LabelBucketAccessUID] != string(ba.UID):
 		return Diagnosis{Problem: fmt.Sprintf("Secret %s was not written by COSI for BucketAccess %s", s.obj.Name, ba.Name),
 			Who: WhoUser, Action: "delete or rename that Secret", Next: "the sidecar writes its own once it is gone"}, false
 	}
 	// Someone removed a key that COSI wrote: the sidecar's next check finds the same.
 	if missing := sidecar.MissingSecretKeys(s.secret, ba.Status.AuthenticationType); len(missing) > 0 {
-		return Diagnosis{Problem: fmt.Sprintf("Secret %s of BucketAccess %s lacks %s, which COSI wrote into it: a Pod "+
-			"does not get working credentials from it", s.obj.Name, ba.Name, strings.Join(missing, ", ")),
-			Who: WhoNobody, Next: latest(c.Now())}, false
+		return latest(Diagnosis{Problem: fmt.Sprintf("Secret %s of BucketAccess %s lacks %s, which COSI wrote into "+
+			"it: a Pod does not get working credentials from it", s.obj.Name, ba.Name, strings.Join(missing, ", ")),
+			Who: WhoNobody}, c.Now()), false
 	}
 	return Diagnosis{}, true
 }

@@ -399,5 +399,6 @@ func TestStatusOverdue(t *testing.T) {
 			!strings.Contains(r.Diagnosis.Sentence, "kubectl cosi doctor") {
 			t.Errorf("%s that is an hour overdue: %+v", c.what, r.Diagnosis)
 		}
+		t.Logf("%s, an hour later: %s", c.what, r.Diagnosis.Sentence)
 	}
 }
