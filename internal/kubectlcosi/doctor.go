@@ -82,7 +82,7 @@ func (c *Command) Doctor(ctx context.Context) (bool, error) {
 	failedChecks := slices.ContainsFunc(r.Checks, func(ch Check) bool { return ch.Status == CheckFailed })
 	return failedChecks, c.print(r, func(w io.Writer) {
 		for _, ch := range r.Checks {
-			fmt.Fprintf(w, "%-8s %-22s %s\n", strings.ToUpper(ch.Status), ch.Name, ch.Message)
+			fmt.Fprintf(w, "%-8s %-22s %s\n", strings.ToUpper(ch.Status), printable(ch.Name), printable(ch.Message))
 		}
 	})
 }

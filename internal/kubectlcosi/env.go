@@ -120,7 +120,7 @@ func mask(v []byte) string { return fmt.Sprintf("<masked, %d bytes>", len(v)) }
 func printEnv(r *EnvReport) func(io.Writer) {
 	return func(w io.Writer) {
 		if r.Problem != "" {
-			fmt.Fprintln(w, r.Problem)
+			fmt.Fprintln(w, printable(r.Problem))
 			return
 		}
 		for _, s := range r.Secrets {
@@ -137,11 +137,11 @@ func printEnv(r *EnvReport) func(io.Writer) {
 			}
 			fmt.Fprintln(w)
 			if s.Problem != "" {
-				fmt.Fprintf(w, "  %s (kubectl cosi status access %s says what to do)\n", s.Problem, r.Access)
+				fmt.Fprintf(w, "  %s (kubectl cosi status access %s says what to do)\n", printable(s.Problem), r.Access)
 			}
 			fmt.Fprintf(w, "  envFrom:\n  - secretRef:\n      name: %s\n  gives the container:\n", s.Secret)
 			for _, v := range s.Variables {
-				fmt.Fprintf(w, "    %s=%s", v.Name, v.Value)
+				fmt.Fprintf(w, "    %s=%s", printable(v.Name), printable(v.Value))
 				if v.Skipped != "" {
 					fmt.Fprintf(w, "   (skipped: %s)", v.Skipped)
 				}
