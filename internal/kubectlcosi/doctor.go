@@ -168,6 +168,10 @@ func (c *Command) checkAdmission(ctx context.Context, r *DoctorReport) error {
 		bound := slices.ContainsFunc(bindings.Items, func(b admissionv1.ValidatingAdmissionPolicyBinding) bool {
 			return b.Spec.PolicyName == name
 		})
+		// A binding that only warns or audits refuses nothing.
+		denies := slices.ContainsFunc(bindings.Items, func(b admissionv1.ValidatingAdmissionPolicyBinding) bool {
+			return b.Spec.PolicyName == name && slices.Contains(b.Spec.ValidationActions, admissionv1.Deny)
+		})
 		switch {
 		case v == forbidden:
 			r.add("admission/"+name, CheckUnknown, "cannot read ValidatingAdmissionPolicy %s (Forbidden)", name)
@@ -176,6 +180,9 @@ func (c *Command) checkAdmission(ctx context.Context, r *DoctorReport) error {
 				"tenants can write what COSI reserves", name)
 		case !bound:
 			r.add("admission/"+name, CheckFailed, "ValidatingAdmissionPolicy %s is installed but not bound", name)
+		case !denies:
+			r.add("admission/"+name, CheckFailed, "ValidatingAdmissionPolicy %s is bound without validationActions "+
+				"Deny: it refuses nothing, tenants can write what COSI reserves", name)
 		default:
 			r.add("admission/"+name, CheckOK, "ValidatingAdmissionPolicy %s is installed and bound", name)
 		}
