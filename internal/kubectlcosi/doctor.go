@@ -265,6 +265,11 @@ func (c *Command) checkLease(ctx context.Context, r *DoctorReport, check, name, 
 	switch {
 	case holder == "":
 		r.add(check, CheckFailed, "Lease %s/%s is released: %s is not running", c.COSINamespace, name, what)
+	case l.Spec.RenewTime != nil && l.Spec.RenewTime.After(c.Now().Add(maxClockSkew)):
+		// Renewed "in the future": its expiry says nothing about whether the holder still renews it.
+		r.add(check, CheckWarning, "Lease %s/%s of %s was renewed at %s, %s ahead of this machine's clock: one "+
+			"of the two clocks is wrong, and whether %s runs cannot be told", c.COSINamespace, name, holder,
+			l.Spec.RenewTime.Local().Format(time.RFC3339), l.Spec.RenewTime.Sub(c.Now()).Round(time.Second), what)
 	case c.Now().After(expires):
 		r.add(check, CheckFailed, "Lease %s/%s of %s expired at %s: %s stopped renewing it", c.COSINamespace, name,
 			holder, expires.Local().Format(time.RFC3339), what)
@@ -273,6 +278,10 @@ func (c *Command) checkLease(ctx context.Context, r *DoctorReport, check, name, 
 	}
 	return nil
 }
+
+// maxClockSkew is how far ahead of this machine's clock a Lease's renewTime may be before doctor
+// stops trusting its expiry.
+const maxClockSkew = time.Minute
 
 // checkStuck: COSI objects, and access Secrets, Terminating for longer than StuckAfter, and the
 // finalizers that hold them.
