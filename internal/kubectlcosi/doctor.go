@@ -306,7 +306,7 @@ func (c *Command) checkStuck(ctx context.Context, r *DoctorReport) error {
 			}
 		}
 	}
-	secrets, err := c.accessSecrets(ctx, r)
+	secrets, _, err := c.accessSecrets(ctx, r)
 	if err != nil {
 		return err
 	}
@@ -400,8 +400,10 @@ func (c *Command) listWide(ctx context.Context, r *DoctorReport, kind string, li
 }
 
 // accessSecrets lists the metadata of the Secrets COSI wrote (their label), in every namespace
-// or the current one.
-func (c *Command) accessSecrets(ctx context.Context, r *DoctorReport) ([]metav1.PartialObjectMetadata, error) {
+// or the current one; ok is false when the user may list them in neither (an empty list is ok).
+func (c *Command) accessSecrets(ctx context.Context, r *DoctorReport) (
+	secrets []metav1.PartialObjectMetadata, ok bool, err error,
+) {
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
 	opts := []client.ListOption{client.HasLabels{cosiapi.LabelBucketAccessUID}}
@@ -411,12 +413,12 @@ func (c *Command) accessSecrets(ctx context.Context, r *DoctorReport) ([]metav1.
 	}
 	switch v {
 	case failed:
-		return nil, err
+		return nil, false, err
 	case forbidden:
 		r.add("visibility/Secret", CheckUnknown, "cannot list Secrets (Forbidden)")
-		return nil, nil
+		return nil, false, nil
 	}
-	return list.Items, nil
+	return list.Items, true, nil
 }
 
 // checkSecrets: provisioned accesses whose Secret is missing or being deleted.
@@ -432,11 +434,11 @@ func (c *Command) checkSecrets(ctx context.Context, r *DoctorReport) error {
 	if v == forbidden {
 		return nil // reported by checkStuck
 	}
-	secrets, err := c.accessSecrets(ctx, &DoctorReport{})
+	secrets, ok, err := c.accessSecrets(ctx, &DoctorReport{})
 	if err != nil {
 		return err
 	}
-	if secrets == nil {
+	if !ok {
 		r.add("secrets", CheckUnknown, "cannot list Secrets (Forbidden): missing access Secrets are not checked")
 		return nil
 	}
