@@ -82,7 +82,7 @@ func (c *Command) Doctor(ctx context.Context) (bool, error) {
 	failedChecks := slices.ContainsFunc(r.Checks, func(ch Check) bool { return ch.Status == CheckFailed })
 	return failedChecks, c.print(r, func(w io.Writer) {
 		for _, ch := range r.Checks {
-			fmt.Fprintf(w, "%-8s %-22s %s\n", strings.ToUpper(ch.Status), ch.Name, ch.Message)
+			fmt.Fprintf(w, "%-8s %-22s %s\n", strings.ToUpper(ch.Status), printable(ch.Name), printable(ch.Message))
 		}
 	})
 }
@@ -168,6 +168,10 @@ func (c *Command) checkAdmission(ctx context.Context, r *DoctorReport) error {
 		bound := slices.ContainsFunc(bindings.Items, func(b admissionv1.ValidatingAdmissionPolicyBinding) bool {
 			return b.Spec.PolicyName == name
 		})
+		// A binding that only warns or audits refuses nothing.
+		denies := slices.ContainsFunc(bindings.Items, func(b admissionv1.ValidatingAdmissionPolicyBinding) bool {
+			return b.Spec.PolicyName == name && slices.Contains(b.Spec.ValidationActions, admissionv1.Deny)
+		})
 		switch {
 		case v == forbidden:
 			r.add("admission/"+name, CheckUnknown, "cannot read ValidatingAdmissionPolicy %s (Forbidden)", name)
@@ -176,6 +180,9 @@ func (c *Command) checkAdmission(ctx context.Context, r *DoctorReport) error {
 				"tenants can write what COSI reserves", name)
 		case !bound:
 			r.add("admission/"+name, CheckFailed, "ValidatingAdmissionPolicy %s is installed but not bound", name)
+		case !denies:
+			r.add("admission/"+name, CheckFailed, "ValidatingAdmissionPolicy %s is bound without validationActions "+
+				"Deny: it refuses nothing, tenants can write what COSI reserves", name)
 		default:
 			r.add("admission/"+name, CheckOK, "ValidatingAdmissionPolicy %s is installed and bound", name)
 		}
@@ -258,6 +265,11 @@ func (c *Command) checkLease(ctx context.Context, r *DoctorReport, check, name, 
 	switch {
 	case holder == "":
 		r.add(check, CheckFailed, "Lease %s/%s is released: %s is not running", c.COSINamespace, name, what)
+	case l.Spec.RenewTime != nil && l.Spec.RenewTime.After(c.Now().Add(maxClockSkew)):
+		// Renewed "in the future": its expiry says nothing about whether the holder still renews it.
+		r.add(check, CheckWarning, "Lease %s/%s of %s was renewed at %s, %s ahead of this machine's clock: one "+
+			"of the two clocks is wrong, and whether %s runs cannot be told", c.COSINamespace, name, holder,
+			l.Spec.RenewTime.Local().Format(time.RFC3339), l.Spec.RenewTime.Sub(c.Now()).Round(time.Second), what)
 	case c.Now().After(expires):
 		r.add(check, CheckFailed, "Lease %s/%s of %s expired at %s: %s stopped renewing it", c.COSINamespace, name,
 			holder, expires.Local().Format(time.RFC3339), what)
@@ -266,6 +278,10 @@ func (c *Command) checkLease(ctx context.Context, r *DoctorReport, check, name, 
 	}
 	return nil
 }
+
+// maxClockSkew is how far ahead of this machine's clock a Lease's renewTime may be before doctor
+// stops trusting its expiry.
+const maxClockSkew = time.Minute
 
 // checkStuck: COSI objects, and access Secrets, Terminating for longer than StuckAfter, and the
 // finalizers that hold them.
@@ -290,7 +306,7 @@ func (c *Command) checkStuck(ctx context.Context, r *DoctorReport) error {
 			}
 		}
 	}
-	secrets, err := c.accessSecrets(ctx, r)
+	secrets, _, err := c.accessSecrets(ctx, r)
 	if err != nil {
 		return err
 	}
@@ -384,8 +400,10 @@ func (c *Command) listWide(ctx context.Context, r *DoctorReport, kind string, li
 }
 
 // accessSecrets lists the metadata of the Secrets COSI wrote (their label), in every namespace
-// or the current one.
-func (c *Command) accessSecrets(ctx context.Context, r *DoctorReport) ([]metav1.PartialObjectMetadata, error) {
+// or the current one; ok is false when the user may list them in neither (an empty list is ok).
+func (c *Command) accessSecrets(ctx context.Context, r *DoctorReport) (
+	secrets []metav1.PartialObjectMetadata, ok bool, err error,
+) {
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
 	opts := []client.ListOption{client.HasLabels{cosiapi.LabelBucketAccessUID}}
@@ -395,12 +413,12 @@ func (c *Command) accessSecrets(ctx context.Context, r *DoctorReport) ([]metav1.
 	}
 	switch v {
 	case failed:
-		return nil, err
+		return nil, false, err
 	case forbidden:
 		r.add("visibility/Secret", CheckUnknown, "cannot list Secrets (Forbidden)")
-		return nil, nil
+		return nil, false, nil
 	}
-	return list.Items, nil
+	return list.Items, true, nil
 }
 
 // checkSecrets: provisioned accesses whose Secret is missing or being deleted.
@@ -416,11 +434,11 @@ func (c *Command) checkSecrets(ctx context.Context, r *DoctorReport) error {
 	if v == forbidden {
 		return nil // reported by checkStuck
 	}
-	secrets, err := c.accessSecrets(ctx, &DoctorReport{})
+	secrets, ok, err := c.accessSecrets(ctx, &DoctorReport{})
 	if err != nil {
 		return err
 	}
-	if secrets == nil {
+	if !ok {
 		r.add("secrets", CheckUnknown, "cannot list Secrets (Forbidden): missing access Secrets are not checked")
 		return nil
 	}
@@ -441,12 +459,17 @@ func (c *Command) checkSecrets(ctx context.Context, r *DoctorReport) error {
 			case s == nil || s.Labels[cosiapi.LabelBucketAccessUID] != string(ba.UID):
 				problems = append(problems, fmt.Sprintf("Secret %s of BucketAccess %s is missing; the sidecar "+
 					"writes it again at its next check (at the latest at %s)", key, ba.Name,
-					c.Now().Add(c.SecretCheckInterval).Local().Format("15:04")))
+					clock(c.Now().Add(c.SecretCheckInterval), c.Now())))
 			case s.DeletionTimestamp != nil:
-				problems = append(problems, fmt.Sprintf("Secret %s of BucketAccess %s was deleted at %s; the sidecar "+
-					"writes it again at its next check (at the latest at %s)", key, ba.Name,
-					s.DeletionTimestamp.Local().Format("15:04"),
-					s.DeletionTimestamp.Add(c.checkInterval(s.Annotations)).Local().Format("15:04")))
+				now := c.Now()
+				at := s.DeletionTimestamp.Add(c.checkInterval(s.Annotations))
+				next := "writes it again at its next check (at the latest at " + clock(at, now) + ")"
+				if at.Before(now) {
+					next = "should have written it again at its check by " + clock(at, now) + " and did not: is the " +
+						"sidecar of driver " + ba.Status.DriverName + " running?"
+				}
+				problems = append(problems, fmt.Sprintf("Secret %s of BucketAccess %s was deleted at %s; the sidecar %s",
+					key, ba.Name, clock(s.DeletionTimestamp.Time, now), next))
 			}
 		}
 	}

@@ -6,12 +6,14 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/sidecar"
 )
 
 // bucketInfoKeys are the Secret keys that KEP-1979 calls bucket info: not sensitive, shown as
@@ -44,7 +46,9 @@ type EnvSecret struct {
 	Secret      string     `json:"secret"`
 	Visibility  visibility `json:"visibility"`
 	Deleting    bool       `json:"deleting,omitempty"`
-	Variables   []EnvVar   `json:"variables,omitempty"`
+	// Problem says why a Pod does not get the access's credentials from it though it exists.
+	Problem   string   `json:"problem,omitempty"`
+	Variables []EnvVar `json:"variables,omitempty"`
 }
 
 // EnvVar is one variable; Value is masked unless it is bucket info.
@@ -78,6 +82,13 @@ func (c *Command) Env(ctx context.Context, name string) error {
 		}
 		if es.Visibility == visible {
 			es.Deleting = s.DeletionTimestamp != nil
+			if s.Labels[cosiapi.LabelBucketAccessUID] != string(ba.UID) {
+				es.Problem = "not written by COSI for this BucketAccess (no matching " + cosiapi.LabelBucketAccessUID +
+					" label): a Pod gets this Secret, not the access's credentials"
+			} else if missing := sidecar.MissingSecretKeys(s, ba.Status.AuthenticationType); len(missing) > 0 {
+				es.Problem = "lacks " + strings.Join(missing, ", ") + ", which COSI wrote into it, until the sidecar's " +
+					"next Secret check writes it again"
+			}
 			for _, k := range slices.Sorted(maps.Keys(s.Data)) {
 				ev := EnvVar{Name: k}
 				if bucketInfoKeys[k] {
@@ -109,7 +120,7 @@ func mask(v []byte) string { return fmt.Sprintf("<masked, %d bytes>", len(v)) }
 func printEnv(r *EnvReport) func(io.Writer) {
 	return func(w io.Writer) {
 		if r.Problem != "" {
-			fmt.Fprintln(w, r.Problem)
+			fmt.Fprintln(w, printable(r.Problem))
 			return
 		}
 		for _, s := range r.Secrets {
@@ -125,9 +136,12 @@ func printEnv(r *EnvReport) func(io.Writer) {
 				fmt.Fprint(w, ", being deleted")
 			}
 			fmt.Fprintln(w)
+			if s.Problem != "" {
+				fmt.Fprintf(w, "  %s (kubectl cosi status access %s says what to do)\n", printable(s.Problem), r.Access)
+			}
 			fmt.Fprintf(w, "  envFrom:\n  - secretRef:\n      name: %s\n  gives the container:\n", s.Secret)
 			for _, v := range s.Variables {
-				fmt.Fprintf(w, "    %s=%s", v.Name, v.Value)
+				fmt.Fprintf(w, "    %s=%s", printable(v.Name), printable(v.Value))
 				if v.Skipped != "" {
 					fmt.Fprintf(w, "   (skipped: %s)", v.Skipped)
 				}

@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -29,6 +32,9 @@ type Object struct {
 	Events     []Event     `json:"events,omitempty"`
 	// EventsVisibility says whether its events could be read.
 	EventsVisibility visibility `json:"eventsVisibility,omitempty"`
+
+	// uid tells its events from those of an earlier object of the same name.
+	uid types.UID
 }
 
 // Condition is a status condition with the explanation of its reason.
@@ -60,6 +66,9 @@ type Diagnosis struct {
 	Next string `json:"next,omitempty"`
 	// Sentence is all of it, in one sentence.
 	Sentence string `json:"sentence"`
+
+	// waits: an access waits for its claims or Buckets; the claims may say why.
+	waits bool
 }
 
 func (d *Diagnosis) finish() {
@@ -99,6 +108,7 @@ func newObject(kind, namespace, name string) *Object {
 
 // fill records obj's lifecycle and conditions.
 func (o *Object) fill(obj client.Object, conds []metav1.Condition) {
+	o.uid = obj.GetUID()
 	o.Deleting = obj.GetDeletionTimestamp()
 	o.Finalizers = obj.GetFinalizers()
 	for _, c := range conds {
@@ -122,16 +132,20 @@ func (o *Object) condition(typ string) *metav1.Condition {
 // maxEvents is how many of an object's latest events are shown.
 const maxEvents = 5
 
-// events reads the latest events about the object. Events of cluster-scoped objects are in the
-// default namespace, where the events API records them.
+// events reads the latest events about the object, not about an earlier object of the same name.
+// Events of cluster-scoped objects are in the default namespace, where the events API records
+// them.
 func (c *Command) events(ctx context.Context, o *Object) {
 	ns := o.Namespace
 	if ns == "" {
 		ns = metav1.NamespaceDefault
 	}
+	fields := client.MatchingFields{"involvedObject.name": o.Name, "involvedObject.kind": o.Kind}
+	if o.uid != "" {
+		fields["involvedObject.uid"] = string(o.uid)
+	}
 	var list corev1.EventList
-	err := c.Client.List(ctx, &list, client.InNamespace(ns),
-		client.MatchingFields{"involvedObject.name": o.Name, "involvedObject.kind": o.Kind})
+	err := c.Client.List(ctx, &list, client.InNamespace(ns), fields)
 	switch v, _ := classify(err); v {
 	case visible:
 	default:
@@ -150,6 +164,9 @@ func (c *Command) events(ctx context.Context, o *Object) {
 		count := e.Count
 		if e.Series != nil {
 			count = e.Series.Count
+			if t := e.Series.LastObservedTime.Time; t.After(last) {
+				last = t
+			}
 		}
 		o.Events = append(o.Events, Event{Type: e.Type, Reason: e.Reason, Message: e.Message, Count: count, Last: last})
 	}
@@ -166,7 +183,7 @@ func printObjects(w io.Writer, objs []*Object, now time.Time) {
 		if o.Namespace != "" {
 			name = o.Namespace + "/" + o.Name
 		}
-		fmt.Fprintf(w, "\n%s %s", o.Kind, name)
+		fmt.Fprintf(w, "\n%s %s", o.Kind, printable(name))
 		switch o.Visibility {
 		case visible:
 			fmt.Fprintln(w)
@@ -182,12 +199,12 @@ func printObjects(w io.Writer, objs []*Object, now time.Time) {
 				o.Deleting.Format(time.RFC3339), now.Sub(o.Deleting.Time).Round(time.Second), o.Finalizers)
 		}
 		for _, d := range o.Details {
-			fmt.Fprintf(w, "  %s\n", d)
+			fmt.Fprintf(w, "  %s\n", printable(d))
 		}
 		for _, cond := range o.Conditions {
-			fmt.Fprintf(w, "  %-19s %-7s %s", cond.Type, cond.Status, cond.Reason)
+			fmt.Fprintf(w, "  %-19s %-7s %s", printable(cond.Type), printable(string(cond.Status)), printable(cond.Reason))
 			if cond.Message != "" {
-				fmt.Fprintf(w, ": %s", cond.Message)
+				fmt.Fprintf(w, ": %s", printable(cond.Message))
 			}
 			fmt.Fprintln(w)
 		}
@@ -197,7 +214,8 @@ func printObjects(w io.Writer, objs []*Object, now time.Time) {
 		case len(o.Events) > 0:
 			fmt.Fprintln(w, "  Events (latest first):")
 			for _, e := range o.Events {
-				fmt.Fprintf(w, "    %s ago  %-7s %s: %s\n", now.Sub(e.Last).Round(time.Second), e.Type, e.Reason, e.Message)
+				fmt.Fprintf(w, "    %s ago  %-7s %s: %s\n", now.Sub(e.Last).Round(time.Second), printable(e.Type),
+					printable(e.Reason), printable(e.Message))
 			}
 		}
 	}
@@ -206,13 +224,35 @@ func printObjects(w io.Writer, objs []*Object, now time.Time) {
 // printStatus writes a status report as text: the sentence first.
 func printStatus(r *StatusReport, now time.Time) func(io.Writer) {
 	return func(w io.Writer) {
-		fmt.Fprintln(w, r.Diagnosis.Sentence)
+		fmt.Fprintln(w, printable(r.Diagnosis.Sentence))
 		printObjects(w, r.Objects, now)
 		if len(r.NotVisible) > 0 {
 			fmt.Fprintln(w, "\nNot visible with your rights:")
 			for _, n := range r.NotVisible {
-				fmt.Fprintf(w, "  %s\n", n)
+				fmt.Fprintf(w, "  %s\n", printable(n))
 			}
 		}
 	}
 }
+
+// printable escapes, for the text output, what a terminal would act on in a string that others
+// wrote (a tenant's Secret values and events, a driver's messages, a Lease's holder): control
+// characters (escape sequences, carriage returns, newlines that would start a line of their own)
+// and the Unicode controls that reorder text. JSON and YAML escape them already.
+func printable(s string) string {
+	if !strings.ContainsFunc(s, unprintable) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unprintable(r) {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func unprintable(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) }

@@ -11,8 +11,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/sidecar"
 )
 
 // chain is what status reads: the objects, and the typed ones for the diagnosis.
@@ -61,6 +63,9 @@ func (c *Command) StatusClaim(ctx context.Context, name string) error {
 					if err := c.accessChain(ctx, ch, ba); err != nil {
 						return err
 					}
+					if err := c.otherClaims(ctx, ch, ba); err != nil {
+						return err
+					}
 				}
 			}
 		case forbidden:
@@ -100,6 +105,31 @@ func (c *Command) StatusAccess(ctx context.Context, name string) error {
 	}
 	ch.report.Diagnosis = c.diagnoseAccessChain(ch)
 	return c.print(ch.report, printStatus(ch.report, c.Now()))
+}
+
+// otherClaims reads the claims of an access that is not granted yet and that the chain lacks:
+// the access may wait for one of them.
+func (c *Command) otherClaims(ctx context.Context, ch *chain, ba *cosiapi.BucketAccess) error {
+	if p := findCondition(ba.Status.Conditions, cosiapi.ConditionProvisioned); p != nil &&
+		p.Status == metav1.ConditionTrue {
+		return nil
+	}
+	for _, ref := range ba.Spec.BucketClaims {
+		if ch.claimNamed(ref.BucketClaimName) == nil {
+			if _, err := c.claim(ctx, ch, ref.BucketClaimName); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (ch *chain) claimNamed(name string) *claimLink {
+	i := slices.IndexFunc(ch.claims, func(l *claimLink) bool { return l.obj.Name == name })
+	if i < 0 {
+		return nil
+	}
+	return ch.claims[i]
 }
 
 // claim reads the claim name, its class and its Bucket into the chain.
@@ -231,6 +261,9 @@ func (c *Command) diagnoseClaimChain(ch *chain) Diagnosis {
 	}
 	for _, a := range ch.access {
 		if d, done := c.diagnoseAccess(a); !done {
+			if cd, ok := c.waitedClaim(ch, a); d.waits && ok {
+				d = cd
+			}
 			d.finish()
 			return d
 		}
@@ -254,15 +287,8 @@ func (c *Command) diagnoseClaimChain(ch *chain) Diagnosis {
 func (c *Command) diagnoseAccessChain(ch *chain) Diagnosis {
 	a := ch.access[0]
 	d, done := c.diagnoseAccess(a)
-	if !done && a.access != nil && d.Who == WhoNobody && strings.Contains(d.Problem, "waits for") {
-		// Waiting for a claim: say why the claim is not done.
-		for _, l := range ch.claims {
-			if cd, ok := c.diagnoseClaim(l); !ok {
-				cd.Problem = fmt.Sprintf("BucketAccess %s waits for BucketClaim %s: %s", a.obj.Name, l.obj.Name, cd.Problem)
-				cd.finish()
-				return cd
-			}
-		}
+	if cd, ok := c.waitedClaim(ch, a); !done && d.waits && ok {
+		d = cd
 	}
 	if done {
 		d = Diagnosis{Ready: true, Who: WhoNobody, Problem: fmt.Sprintf(
@@ -271,6 +297,22 @@ func (c *Command) diagnoseAccessChain(ch *chain) Diagnosis {
 	}
 	d.finish()
 	return d
+}
+
+// waitedClaim says why the first of an access's claims that is not provisioned is not, when the
+// chain holds one.
+func (c *Command) waitedClaim(ch *chain, a *accessLink) (Diagnosis, bool) {
+	for _, ref := range a.access.Spec.BucketClaims {
+		l := ch.claimNamed(ref.BucketClaimName)
+		if l == nil {
+			continue
+		}
+		if cd, done := c.diagnoseClaim(l); !done {
+			cd.Problem = fmt.Sprintf("BucketAccess %s waits for BucketClaim %s: %s", a.obj.Name, l.obj.Name, cd.Problem)
+			return cd, true
+		}
+	}
+	return Diagnosis{}, false
 }
 
 // diagnoseClaim says what keeps a claim from being provisioned; done when nothing does.
@@ -290,7 +332,8 @@ func (c *Command) diagnoseClaim(l *claimLink) (Diagnosis, bool) {
 	if claim.DeletionTimestamp != nil {
 		return c.claimDeleting(l, prov), false
 	}
-	if l.class != nil && l.class.Visibility == notFound {
+	// A provisioned claim no longer needs its class: an admin may have deleted it since.
+	if l.class != nil && l.class.Visibility == notFound && (prov == nil || prov.Status != metav1.ConditionTrue) {
 		return Diagnosis{
 			Problem: fmt.Sprintf("BucketClaim %s waits for BucketClass %s, which does not exist", claim.Name,
 				claim.Spec.BucketClassName),
@@ -307,7 +350,7 @@ func (c *Command) diagnoseClaim(l *claimLink) (Diagnosis, bool) {
 		if prov != nil && prov.Status == metav1.ConditionFalse {
 			return reasonDiagnosis("BucketClaim "+claim.Name, prov, ""), false
 		}
-		return reasonDiagnosis("BucketClaim "+claim.Name, pf, c.retryNext(l.bucket)), false
+		return reasonDiagnosis("BucketClaim "+claim.Name, pf, c.retryNext(l.bucket, cosiapi.EventFailedCreateBucket)), false
 	}
 	if prov != nil && prov.Status == metav1.ConditionTrue {
 		return Diagnosis{}, true
@@ -348,15 +391,44 @@ func (c *Command) diagnoseClaim(l *claimLink) (Diagnosis, bool) {
 }
 
 func (c *Command) claimDeleting(l *claimLink, prov *metav1.Condition) Diagnosis {
-	d := Diagnosis{
-		Problem: fmt.Sprintf("BucketClaim %s is being deleted", l.obj.Name),
-		Who:     WhoNobody,
-		Next:    "it goes once its Bucket is handled",
+	subject := "BucketClaim " + l.obj.Name + " is being deleted"
+	if d, held := heldByOthers(subject, l.claim); held {
+		return d
 	}
+	d := Diagnosis{Problem: subject, Who: WhoNobody, Next: "it goes once its Bucket is handled"}
 	if prov != nil && (prov.Reason == cosiapi.ReasonDeletionBlocked || prov.Reason == cosiapi.ReasonDeleting) {
-		d = reasonDiagnosis("BucketClaim "+l.obj.Name+" is being deleted and", prov, "")
+		d = reasonDiagnosis(subject, prov, "")
 	}
+	d.Next = thenHeldByOthers(d.Next, l.claim)
 	return d
+}
+
+// heldByOthers diagnoses an object being deleted that COSI is done with (its finalizer is gone)
+// and that finalizers of others still hold: nothing of COSI's will release it.
+func heldByOthers(subject string, obj client.Object) (Diagnosis, bool) {
+	if controllerutil.ContainsFinalizer(obj, cosiapi.FinalizerProtection) || len(obj.GetFinalizers()) == 0 {
+		return Diagnosis{}, false
+	}
+	return Diagnosis{
+		Problem: fmt.Sprintf("%s and COSI is done with it, but finalizers %v, which are not COSI's, hold it", subject,
+			obj.GetFinalizers()),
+		Who:    WhoAdmin,
+		Action: "remove those finalizers, or fix whoever owns them",
+	}, true
+}
+
+// thenHeldByOthers adds to next that finalizers of others will still hold obj once COSI is done.
+func thenHeldByOthers(next string, obj client.Object) string {
+	others := slices.DeleteFunc(slices.Clone(obj.GetFinalizers()),
+		func(f string) bool { return f == cosiapi.FinalizerProtection })
+	if len(others) == 0 {
+		return next
+	}
+	then := fmt.Sprintf("then finalizers %v, which are not COSI's, still hold it", others)
+	if next == "" {
+		return then
+	}
+	return next + "; " + then
 }
 
 // reasonDiagnosis turns a condition into a diagnosis with the reason's explanation.
@@ -373,19 +445,35 @@ func reasonDiagnosis(subject string, cond *metav1.Condition, next string) Diagno
 }
 
 // retryNext says when the sidecar tries a failing driver call again, from the object's latest
-// failure event.
-func (c *Command) retryNext(o *Object) string {
+// event of reason (a failure of that call): at most maxBackoff later. When that time has passed
+// without a newer failure, nothing retried: it says so, and who looks.
+func (c *Command) retryNext(o *Object, reason string) string {
+	const backoff = "the sidecar retries with backoff, at most 5 minutes apart, unless the error is final"
 	if o == nil {
-		return "the sidecar retries with backoff, at most 5 minutes apart, unless the error is final"
+		return backoff
 	}
 	for _, e := range o.Events {
-		if e.Type == corev1.EventTypeWarning {
-			at := e.Last.Add(maxBackoff)
-			return fmt.Sprintf("the sidecar retries with backoff, at the latest at %s, unless the error is final",
-				at.Local().Format("15:04"))
+		if e.Type != corev1.EventTypeWarning || e.Reason != reason {
+			continue
 		}
+		now := c.Now()
+		at := e.Last.Add(maxBackoff)
+		if at.Before(now) {
+			return fmt.Sprintf("the sidecar should have retried by %s and did not: unless the error is final, an "+
+				"admin checks that the driver's sidecar runs (kubectl cosi doctor)", clock(at, now))
+		}
+		return fmt.Sprintf("the sidecar retries with backoff, at the latest at %s, unless the error is final", clock(at, now))
 	}
-	return "the sidecar retries with backoff, at most 5 minutes apart, unless the error is final"
+	return backoff
+}
+
+// clock writes t for a sentence: the time of day, and the date too when it is not today.
+func clock(t, now time.Time) string {
+	t, now = t.Local(), now.Local()
+	if ty, tm, td := t.Date(); ty == now.Year() && tm == now.Month() && td == now.Day() {
+		return t.Format("15:04")
+	}
+	return t.Format("2006-01-02 15:04")
 }
 
 // maxBackoff is requeue.MaxBackoff, the longest wait between two attempts.
@@ -407,13 +495,19 @@ func (c *Command) diagnoseAccess(a *accessLink) (Diagnosis, bool) {
 	rv := a.obj.condition(cosiapi.ConditionResourcesValidated)
 	pf := a.obj.condition(cosiapi.ConditionProvisionFailed)
 	if ba.DeletionTimestamp != nil {
-		if prov != nil && prov.Reason == cosiapi.ReasonRevoked {
-			return reasonDiagnosis(subject+" is being deleted", prov, "the controller removes its finalizer"), false
+		if d, held := heldByOthers(subject+" is being deleted", ba); held {
+			return d, false
 		}
-		return Diagnosis{Problem: subject + " is being deleted: its Secrets are deleted and the access revoked",
-			Who: WhoNobody, Next: c.retryNext(a.obj)}, false
+		d := Diagnosis{Problem: subject + " is being deleted: its Secrets are deleted and the access revoked",
+			Who: WhoNobody, Next: c.retryNext(a.obj, cosiapi.EventFailedRevokeAccess)}
+		if prov != nil && prov.Reason == cosiapi.ReasonRevoked {
+			d = reasonDiagnosis(subject+" is being deleted", prov, "the controller removes its finalizer")
+		}
+		d.Next = thenHeldByOthers(d.Next, ba)
+		return d, false
 	}
-	if a.class != nil && a.class.Visibility == notFound {
+	// A granted access no longer needs its class: an admin may have deleted it since.
+	if a.class != nil && a.class.Visibility == notFound && (prov == nil || prov.Status != metav1.ConditionTrue) {
 		return Diagnosis{
 			Problem: fmt.Sprintf("%s waits for BucketAccessClass %s, which does not exist", subject,
 				ba.Spec.BucketAccessClassName),
@@ -429,7 +523,7 @@ func (c *Command) diagnoseAccess(a *accessLink) (Diagnosis, bool) {
 		case cosiapi.ReasonSecretConflict:
 			next = "the sidecar looks again every few seconds and grants the access once the Secret is gone"
 		case cosiapi.ReasonSecretWriteFailed:
-			next = c.retryNext(a.obj)
+			next = c.retryNext(a.obj, cosiapi.EventFailedGrantAccess)
 		}
 		return reasonDiagnosis(subject, rv, next), false
 	}
@@ -437,12 +531,13 @@ func (c *Command) diagnoseAccess(a *accessLink) (Diagnosis, bool) {
 		return reasonDiagnosis(subject, prov, ""), false
 	}
 	if pf != nil && pf.Status == metav1.ConditionTrue {
-		return reasonDiagnosis(subject, pf, c.retryNext(a.obj)), false
+		return reasonDiagnosis(subject, pf, c.retryNext(a.obj, cosiapi.EventFailedGrantAccess)), false
 	}
 	if prov == nil || prov.Status != metav1.ConditionTrue {
 		if prov != nil && prov.Reason == cosiapi.ReasonWaitingForResources {
-			return Diagnosis{Problem: fmt.Sprintf("%s waits for %s", subject, strings.TrimPrefix(prov.Message, "waiting for ")),
-				Who: WhoNobody, Next: "COSI continues on its own once it is ready"}, false
+			// The claims it waits for say why (waitedClaim), when the chain holds them.
+			return Diagnosis{Problem: fmt.Sprintf("%s: %s", subject, strings.TrimSuffix(prov.Message, ".")),
+				Who: WhoNobody, Next: "COSI continues on its own once it is ready", waits: true}, false
 		}
 		if prov != nil && prov.Reason == cosiapi.ReasonWaitingForDriver {
 			d := reasonDiagnosis(subject, prov, "")
@@ -468,18 +563,30 @@ func (c *Command) diagnoseAccess(a *accessLink) (Diagnosis, bool) {
 
 // diagnoseSecret says what is wrong with a Secret of a provisioned access.
 func (c *Command) diagnoseSecret(ba *cosiapi.BucketAccess, s *secretLink) (Diagnosis, bool) {
-	latest := func(from time.Time) string {
+	// latest says when the sidecar's next Secret check writes the Secret again at the latest: one
+	// interval after from. When that time has passed, the check did not happen: an admin looks.
+	latest := func(d Diagnosis, from time.Time) Diagnosis {
 		interval := c.SecretCheckInterval
 		if s.secret != nil {
 			interval = c.checkInterval(s.secret.Annotations)
 		}
-		return fmt.Sprintf("the sidecar writes it again at its next Secret check, at the latest at %s "+
-			"(every %s; it cannot watch Secrets)", from.Add(interval).Local().Format("15:04"), interval)
+		now := c.Now()
+		at := from.Add(interval)
+		if at.Before(now) {
+			d.Who, d.Action = WhoAdmin, fmt.Sprintf("check that a sidecar of driver %s runs (kubectl cosi doctor)",
+				ba.Status.DriverName)
+			d.Next = fmt.Sprintf("the sidecar should have written it again at its Secret check by %s (every %s) and "+
+				"did not", clock(at, now), interval)
+			return d
+		}
+		d.Next = fmt.Sprintf("the sidecar writes it again at its next Secret check, at the latest at %s "+
+			"(every %s; it cannot watch Secrets)", clock(at, now), interval)
+		return d
 	}
 	switch {
 	case s.obj.Visibility == notFound:
-		return Diagnosis{Problem: fmt.Sprintf("Secret %s of BucketAccess %s is missing", s.obj.Name, ba.Name),
-			Who: WhoNobody, Next: latest(c.Now())}, false
+		return latest(Diagnosis{Problem: fmt.Sprintf("Secret %s of BucketAccess %s is missing", s.obj.Name, ba.Name),
+			Who: WhoNobody}, c.Now()), false
 	case s.obj.Visibility != visible:
 		return Diagnosis{}, true
 	case s.secret.DeletionTimestamp != nil:
@@ -490,13 +597,18 @@ func (c *Command) diagnoseSecret(ba *cosiapi.BucketAccess, s *secretLink) (Diagn
 				s.obj.Name, ba.Name, others), Who: WhoAdmin, Action: "remove those finalizers or fix whoever owns them",
 				Next: "the sidecar writes it again once it is gone"}, false
 		}
-		return Diagnosis{Problem: fmt.Sprintf("Secret %s of BucketAccess %s was deleted at %s and COSI's finalizer "+
-			"keeps it (kubectl delete waits) until the sidecar replaces it", s.obj.Name, ba.Name,
-			s.secret.DeletionTimestamp.Local().Format("15:04")),
-			Who: WhoNobody, Next: latest(s.secret.DeletionTimestamp.Time)}, false
+		return latest(Diagnosis{Problem: fmt.Sprintf("Secret %s of BucketAccess %s was deleted at %s and COSI's "+
+			"finalizer keeps it (kubectl delete waits) until the sidecar replaces it", s.obj.Name, ba.Name,
+			clock(s.secret.DeletionTimestamp.Time, c.Now())), Who: WhoNobody}, s.secret.DeletionTimestamp.Time), false
 	case s.secret.Labels[cosiapi.LabelBucketAccessUID] != string(ba.UID):
 		return Diagnosis{Problem: fmt.Sprintf("Secret %s was not written by COSI for BucketAccess %s", s.obj.Name, ba.Name),
 			Who: WhoUser, Action: "delete or rename that Secret", Next: "the sidecar writes its own once it is gone"}, false
+	}
+	// Someone removed a key that COSI wrote: the sidecar's next check finds the same.
+	if missing := sidecar.MissingSecretKeys(s.secret, ba.Status.AuthenticationType); len(missing) > 0 {
+		return latest(Diagnosis{Problem: fmt.Sprintf("Secret %s of BucketAccess %s lacks %s, which COSI wrote into "+
+			"it: a Pod does not get working credentials from it", s.obj.Name, ba.Name, strings.Join(missing, ", ")),
+			Who: WhoNobody}, c.Now()), false
 	}
 	return Diagnosis{}, true
 }

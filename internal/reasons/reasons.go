@@ -6,12 +6,14 @@ package reasons
 
 import (
 	"errors"
+	"fmt"
 	"go/ast"
+	"go/constant"
 	"go/parser"
 	"go/token"
+	"go/types"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 )
 
@@ -26,34 +28,32 @@ func FromAPI() ([]Reason, error) {
 	if !ok {
 		return nil, errors.New("cannot locate the source of package reasons")
 	}
-	path := filepath.Join(filepath.Dir(file), "..", "..", "api", "objectstorage", "v1alpha2", "well_known.go")
-	f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+	return fromFile(filepath.Join(filepath.Dir(file), "..", "..", "api", "objectstorage", "v1alpha2", "well_known.go"))
+}
+
+// fromFile returns every string constant of the Go file path whose name starts with Reason or
+// Event. The file is type-checked on its own (well_known.go imports nothing), so that a value
+// written as another constant or a concatenation is found as the compiler sees it.
+func fromFile(path string) ([]Reason, error) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, path, nil, 0)
 	if err != nil {
 		return nil, err
 	}
+	pkg, err := (&types.Config{}).Check(f.Name.Name, fset, []*ast.File{f}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	var out []Reason
-	for _, decl := range f.Decls {
-		gd, ok := decl.(*ast.GenDecl)
-		if !ok || gd.Tok != token.CONST {
+	for _, name := range pkg.Scope().Names() {
+		c, ok := pkg.Scope().Lookup(name).(*types.Const)
+		if !ok || !strings.HasPrefix(name, "Reason") && !strings.HasPrefix(name, "Event") {
 			continue
 		}
-		for _, spec := range gd.Specs {
-			vs := spec.(*ast.ValueSpec)
-			for i, name := range vs.Names {
-				if !strings.HasPrefix(name.Name, "Reason") && !strings.HasPrefix(name.Name, "Event") {
-					continue
-				}
-				lit, ok := vs.Values[i].(*ast.BasicLit)
-				if !ok || lit.Kind != token.STRING {
-					continue
-				}
-				v, err := strconv.Unquote(lit.Value)
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, Reason{Name: name.Name, Value: v})
-			}
+		if c.Val().Kind() != constant.String {
+			return nil, fmt.Errorf("%s: %s is not a string constant", path, name)
 		}
+		out = append(out, Reason{Name: name, Value: constant.StringVal(c.Val())})
 	}
 	return out, nil
 }

@@ -171,10 +171,17 @@ func (r *BucketAccessReconciler) secretsIntact(ctx context.Context, ba *cosiapi.
 	return true, nil
 }
 
-// dataComplete reports whether the Secret holds every data key COSI wrote into it
-// (AnnotationSecretDataKeys; COSI_PROTOCOL alone for a Secret written before that annotation): a
-// Secret that lost a key is written again.
+// dataComplete reports whether the Secret holds every data key COSI wrote into it: a Secret that
+// lost a key is written again.
 func dataComplete(s *corev1.Secret, auth cosiapi.AuthenticationType) bool {
+	return len(MissingSecretKeys(s, auth)) == 0
+}
+
+// MissingSecretKeys returns the data keys that COSI wrote into an access's Secret and that it
+// lacks (AnnotationSecretDataKeys; COSI_PROTOCOL alone for a Secret written before that
+// annotation), as the sidecar's Secret check sees them; COSI_PROTOCOL also when it is empty.
+// kubectl cosi asks the same question.
+func MissingSecretKeys(s *corev1.Secret, auth cosiapi.AuthenticationType) []string {
 	keys := []string{cosiapi.SecretKeyProtocol}
 	if v := s.Annotations[cosiapi.AnnotationSecretDataKeys]; v != "" {
 		keys = append(keys, strings.Split(v, ",")...)
@@ -189,12 +196,14 @@ func dataComplete(s *corev1.Secret, auth cosiapi.AuthenticationType) bool {
 			keys = append(keys, cosiapi.SecretKeyAzureSASToken)
 		}
 	}
+	var missing []string
 	for _, k := range keys {
-		if _, ok := s.Data[k]; !ok {
-			return false
+		if _, ok := s.Data[k]; (!ok || k == cosiapi.SecretKeyProtocol && len(s.Data[k]) == 0) &&
+			!slices.Contains(missing, k) {
+			missing = append(missing, k)
 		}
 	}
-	return len(s.Data[cosiapi.SecretKeyProtocol]) > 0
+	return missing
 }
 
 // releaseSecret removes COSI's finalizer from a Secret of the access, so that a deletion goes

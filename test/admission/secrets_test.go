@@ -60,6 +60,60 @@ func TestSecrets(t *testing.T) {
 			metav1.SetMetaDataLabel(&s.ObjectMeta, "app", "gallery")
 		}},
 		{name: "tenant deletes a COSI Secret", before: cosiSecret, as: tenant},
+		// COSI's annotations say what COSI wrote and when it checks again: kubectl cosi tells from
+		// secret-check-interval when a deleted Secret comes back (and doctor when it is stuck),
+		// the sidecar from credential-id which credential a Secret holds during a rotation.
+		{
+			name:   "tenant changes COSI's secret-check-interval annotation",
+			before: cosiAnnotatedSecret,
+			as:     tenant,
+			update: func(s *corev1.Secret) {
+				metav1.SetMetaDataAnnotation(&s.ObjectMeta, cosiapi.AnnotationSecretCheckInterval, "1000000h")
+			},
+			refused: secretAnnotationsReserved,
+		},
+		{
+			name:   "tenant changes COSI's credential-id annotation",
+			before: cosiAnnotatedSecret,
+			as:     tenant,
+			update: func(s *corev1.Secret) {
+				metav1.SetMetaDataAnnotation(&s.ObjectMeta, cosiapi.AnnotationCredentialID, "another")
+			},
+			refused: secretAnnotationsReserved,
+		},
+		{
+			name:    "tenant removes COSI's annotations",
+			before:  cosiAnnotatedSecret,
+			as:      tenant,
+			update:  func(s *corev1.Secret) { s.Annotations = nil },
+			refused: secretAnnotationsReserved,
+		},
+		{
+			name:    "tenant adds a COSI annotation to a COSI Secret",
+			before:  cosiSecret,
+			as:      tenant,
+			update:  cosiAnnotatedSecret,
+			refused: secretAnnotationsReserved,
+		},
+		{
+			name:   "tenant edits the data and its own annotations of an annotated COSI Secret",
+			before: cosiAnnotatedSecret,
+			as:     tenant,
+			update: func(s *corev1.Secret) {
+				metav1.SetMetaDataAnnotation(&s.ObjectMeta, "example.com/note", "mine")
+				s.Data = map[string][]byte{cosiapi.SecretKeyProtocol: []byte("S3")}
+			},
+		},
+		{name: "tenant deletes an annotated COSI Secret", before: cosiAnnotatedSecret, as: tenant},
+		{
+			name:   "sidecar rewrites COSI's annotations",
+			before: cosiAnnotatedSecret,
+			as:     sidecar,
+			update: func(s *corev1.Secret) {
+				metav1.SetMetaDataAnnotation(&s.ObjectMeta, cosiapi.AnnotationSecretCheckInterval, "20m0s")
+				delete(s.Annotations, cosiapi.AnnotationCredentialID)
+			},
+		},
 		{
 			name:   "tenant adds and removes finalizers of its own Secret",
 			before: protected[*corev1.Secret],
@@ -83,3 +137,15 @@ func TestSecrets(t *testing.T) {
 		}},
 	})
 }
+
+// cosiAnnotatedSecret makes s a COSI Secret with the annotations the sidecar writes.
+func cosiAnnotatedSecret(s *corev1.Secret) {
+	cosiSecret(s)
+	metav1.SetMetaDataAnnotation(&s.ObjectMeta, cosiapi.AnnotationSecretCheckInterval, "10m0s")
+	metav1.SetMetaDataAnnotation(&s.ObjectMeta, cosiapi.AnnotationSecretDataKeys, "COSI_PROTOCOL")
+	metav1.SetMetaDataAnnotation(&s.ObjectMeta, cosiapi.AnnotationCredentialID, "key-1")
+}
+
+// secretAnnotationsReserved is the refusal of a tenant's change to COSI's annotations of a Secret.
+const secretAnnotationsReserved = "metadata.annotations: the objectstorage.k8s.io/ annotations of a BucketAccess " +
+	"Secret are reserved to COSI"

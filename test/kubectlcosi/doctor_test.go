@@ -10,15 +10,20 @@ import (
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/kubectlcosi"
 	"github.com/kube-cosi/cosi/internal/objects"
+	"github.com/kube-cosi/cosi/internal/sidecar"
 	"github.com/kube-cosi/cosi/internal/testenv"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
 )
@@ -187,4 +192,100 @@ func deleted(t *testing.T, name string) time.Time {
 		t.Fatalf("Secret %s is not being deleted", name)
 	}
 	return s.DeletionTimestamp.Time
+}
+
+// TestDoctorBindingWithoutDeny: a binding of a policy that only warns or audits refuses nothing:
+// tenants can write what COSI reserves. doctor must not call the policy in force.
+func TestDoctorBindingWithoutDeny(t *testing.T) {
+	const policy = "cosi-reserved-status"
+	b := &admissionv1.ValidatingAdmissionPolicyBinding{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: policy}, b); err != nil {
+		t.Fatal(err)
+	}
+	orig := b.Spec.ValidationActions
+	b.Spec.ValidationActions = []admissionv1.ValidationAction{admissionv1.Warn, admissionv1.Audit}
+	if err := env.Client.Update(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := env.Client.Get(context.Background(), client.ObjectKey{Name: policy}, b); err != nil {
+				return err
+			}
+			b.Spec.ValidationActions = orig
+			return env.Client.Update(context.Background(), b)
+		})
+	})
+	code, r := doctor(t, env.Config)
+	if err := expectCheck(r, "admission/"+policy, kubectlcosi.CheckFailed, "Deny"); err != nil || code != 1 {
+		t.Errorf("exit %d: %v", code, err)
+	}
+}
+
+// TestDoctorLeaseRenewedInTheFuture: a sidecar Lease whose renewTime is hours ahead (the holder's
+// clock is wrong, or someone wrote it) says nothing about whether its holder still renews it.
+// doctor must not call that sidecar running.
+func TestDoctorLeaseRenewedInTheFuture(t *testing.T) {
+	ghost := "ghost.kubectl.cosi.io"
+	future := metav1.NewMicroTime(time.Now().Add(2 * time.Hour))
+	create(t, objects.BucketClass(unique("class"), ghost, cosiapi.DeletionPolicyDelete),
+		&coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: cosiNamespace, Name: sidecar.LeaseName(ghost)},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("ghost"), LeaseDurationSeconds: ptr.To[int32](15),
+				AcquireTime: &future, RenewTime: &future},
+		})
+	_, r := doctor(t, env.Config)
+	if c := finding(r, "sidecar/"+ghost, ""); c == nil || c.Status == kubectlcosi.CheckOK {
+		t.Errorf("a Lease renewed two hours from now: %+v", c)
+	}
+}
+
+// TestDoctorEverySecretMissing: in a namespace whose every access Secret is gone (deleted, and
+// its finalizer removed by an admin), doctor as the namespace's user must name the missing
+// Secrets, not say that it may not list Secrets.
+func TestDoctorEverySecretMissing(t *testing.T) {
+	ns := unique("team")
+	if err := env.CreateNamespace(t.Context(), ns); err != nil {
+		t.Fatal(err)
+	}
+	user := namespaceViewer(t, ns)
+	class := objects.BucketClass(unique("class"), driverName, cosiapi.DeletionPolicyDelete)
+	aclass := objects.BucketAccessClass(unique("accessclass"), driverName)
+	claim := objects.BucketClaim(ns, unique("claim"), class.Name, objects.S3)
+	ba := objects.BucketAccess(ns, unique("access"), aclass.Name,
+		objects.Grant(claim.Name, claim.Name+"-creds", objects.ReadWrite))
+	create(t, class, aclass, claim, ba)
+	provisioned(t, ba, func() []metav1.Condition { return ba.Status.Conditions })
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claim.Name + "-creds"}}
+	if err := env.Client.Delete(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	releaseAll(s, cosiapi.FinalizerProtection)
+	env.Gone(t, s)
+
+	_, r := doctor(t, user, "-n", ns)
+	if err := expectCheck(r, "secrets", kubectlcosi.CheckWarning, "Secret "+ns+"/"+s.Name+" of BucketAccess "+ba.Name+
+		" is missing"); err != nil {
+		t.Error(err)
+	}
+}
+
+// namespaceViewer is a user who may read COSI's namespaced objects, Secrets and Events in ns.
+func namespaceViewer(t *testing.T, ns string) *rest.Config {
+	t.Helper()
+	read := []string{"get", "list", "watch"}
+	name := unique("viewer")
+	create(t,
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{cosiapi.GroupName}, Resources: []string{"bucketclaims", "bucketaccesses"}, Verbs: read},
+			{APIGroups: []string{""}, Resources: []string{"secrets", "events"}, Verbs: read},
+		}},
+		&rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: name}},
+		})
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: name}
+	return cfg
 }

@@ -1,20 +1,30 @@
 package kubectlcosi
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/kubectlcosi"
 	"github.com/kube-cosi/cosi/internal/objects"
+	"github.com/kube-cosi/cosi/internal/sidecar"
 	"github.com/kube-cosi/cosi/internal/testenv"
+	"github.com/kube-cosi/cosi/pkg/driver/memory"
 )
 
 // object returns the report's object of kind, or fails.
@@ -188,5 +198,207 @@ func TestStatusNotFound(t *testing.T) {
 	code, _, errOut := run(t, viewer, "status", "bucket", "x")
 	if code != 2 || !strings.Contains(errOut, `unknown command "status bucket x"`) {
 		t.Errorf("exit %d: %s", code, errOut)
+	}
+}
+
+// TestStatusClassDeletedAfterProvisioning: an admin deletes the classes of a provisioned claim and
+// of a granted access. Neither needs its class any more: both stay ready, and status must not say
+// that they wait for it.
+func TestStatusClassDeletedAfterProvisioning(t *testing.T) {
+	claim, ba := healthy(t)
+	for _, o := range []client.Object{
+		&cosiapi.BucketClass{ObjectMeta: metav1.ObjectMeta{Name: claim.Spec.BucketClassName}},
+		&cosiapi.BucketAccessClass{ObjectMeta: metav1.ObjectMeta{Name: ba.Spec.BucketAccessClassName}},
+	} {
+		if err := env.Client.Delete(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+		env.Gone(t, o)
+	}
+	for _, args := range [][]string{{"claim", claim.Name}, {"access", ba.Name}} {
+		r := status(t, env.Config, args...)
+		if !r.Diagnosis.Ready || strings.Contains(r.Diagnosis.Sentence, "does not exist") {
+			t.Errorf("status %s: a provisioned object whose class was deleted since: %+v", args[0], r.Diagnosis)
+		}
+	}
+}
+
+// TestStatusForeignFinalizer: a claim and its access are deleted while a finalizer that is not
+// COSI's holds them. Once COSI is done (access revoked, Bucket deleted, COSI's finalizers gone),
+// only that finalizer keeps them: status must say so and name it, not tell the user that nobody
+// needs to act or that COSI still works on it.
+func TestStatusForeignFinalizer(t *testing.T) {
+	const hold = "example.com/hold"
+	claim, ba := healthy(t)
+	for _, o := range []client.Object{claim, ba} {
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(o), o); err != nil {
+				return err
+			}
+			controllerutil.AddFinalizer(o, hold)
+			return env.Client.Update(t.Context(), o)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { releaseAll(o, hold) })
+	}
+	for _, c := range []struct {
+		obj  client.Object
+		args []string
+	}{{ba, []string{"access", ba.Name}}, {claim, []string{"claim", claim.Name}}} {
+		if err := env.Client.Delete(t.Context(), c.obj); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, func() error {
+			if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(c.obj), c.obj); err != nil {
+				return err
+			}
+			if f := c.obj.GetFinalizers(); !slices.Equal(f, []string{hold}) {
+				return fmt.Errorf("%s: finalizers %v", c.obj.GetName(), f)
+			}
+			return nil
+		})
+		r := status(t, env.Config, c.args...)
+		if r.Diagnosis.Ready || r.Diagnosis.Who == kubectlcosi.WhoNobody || !strings.Contains(r.Diagnosis.Sentence, hold) {
+			t.Errorf("status %s, held only by %s: %+v", c.args[0], hold, r.Diagnosis)
+		}
+		show(t, env.Config, append([]string{"status"}, c.args...)...)
+	}
+}
+
+// releaseAll removes the finalizer f from o, wherever o is in its life.
+func releaseAll(o client.Object, f string) {
+	ctx := context.Background()
+	_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		if !controllerutil.RemoveFinalizer(o, f) {
+			return nil
+		}
+		return client.IgnoreNotFound(env.Client.Update(ctx, o))
+	})
+}
+
+// TestStatusClaimOfAccessWaitingForAnotherClaim: an access of two claims, one of which does not
+// exist. status claim of the one that does must say what the access waits for and that its user
+// can fix it, not that nobody needs to act.
+func TestStatusClaimOfAccessWaitingForAnotherClaim(t *testing.T) {
+	class := objects.BucketClass(unique("class"), driverName, cosiapi.DeletionPolicyDelete)
+	aclass := objects.BucketAccessClass(unique("accessclass"), driverName, objects.MultiBucket)
+	claim := objects.BucketClaim(namespace, unique("claim"), class.Name, objects.S3)
+	missing := unique("missing-claim")
+	ba := objects.BucketAccess(namespace, unique("access"), aclass.Name,
+		objects.Grant(claim.Name, claim.Name+"-creds", objects.ReadWrite),
+		objects.Grant(missing, missing+"-creds", objects.ReadWrite))
+	create(t, class, aclass, claim, ba)
+	visible(t, ba, accessConds(ba), cosiapi.ConditionProvisioned, cosiapi.ReasonWaitingForResources,
+		cosiapi.EventWaitingForBucket, missing)
+	for _, cfg := range []*rest.Config{env.Config, viewer} {
+		r := waitForDiagnosis(t, cfg, []string{"claim", claim.Name}, "BucketAccess "+ba.Name, missing)
+		if r.Diagnosis.Who != kubectlcosi.WhoUser || strings.Contains(r.Diagnosis.Sentence, "waits for waiting") {
+			t.Errorf("status claim: %+v", r.Diagnosis)
+		}
+	}
+	show(t, viewer, "status", "claim", claim.Name)
+}
+
+// TestStatusSecretLostKeys: a tenant edits the Secret of a granted access and removes its access
+// key ID. A Pod gets no usable credentials until the sidecar's next Secret check writes it again:
+// status must not call the access ready.
+func TestStatusSecretLostKeys(t *testing.T) {
+	_, ba := healthy(t)
+	key := types.NamespacedName{Namespace: namespace, Name: ba.Spec.BucketClaims[0].AccessSecretName}
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s := &corev1.Secret{}
+		if err := env.Client.Get(t.Context(), key, s); err != nil {
+			return err
+		}
+		delete(s.Data, cosiapi.SecretKeyS3AccessKeyID)
+		return env.Client.Update(t.Context(), s)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, cfg := range []*rest.Config{env.Config, viewer} {
+		r := status(t, cfg, "access", ba.Name)
+		if r.Diagnosis.Ready || !strings.Contains(r.Diagnosis.Sentence, cosiapi.SecretKeyS3AccessKeyID) ||
+			!strings.Contains(r.Diagnosis.Sentence, "next Secret check") {
+			t.Errorf("status access, its Secret without %s: %+v", cosiapi.SecretKeyS3AccessKeyID, r.Diagnosis)
+		}
+	}
+	show(t, viewer, "status", "access", ba.Name)
+}
+
+// TestStatusEventsOfEarlierObject: a user creates a claim with a misspelt class, deletes it and
+// creates it again under the same name with the right class. The events of the first claim are
+// not the second's: status must not show them.
+func TestStatusEventsOfEarlierObject(t *testing.T) {
+	class := objects.BucketClass(unique("class"), driverName, cosiapi.DeletionPolicyDelete)
+	name := unique("claim")
+	first := objects.BucketClaim(namespace, name, unique("misspelt"), objects.S3)
+	create(t, class, first)
+	visible(t, first, claimConds(first), cosiapi.ConditionResourcesValidated, cosiapi.ReasonWaitingForResources,
+		cosiapi.EventWaitingForClass, first.Spec.BucketClassName)
+	if err := env.Client.Delete(t.Context(), first); err != nil {
+		t.Fatal(err)
+	}
+	env.Gone(t, first)
+	second := objects.BucketClaim(namespace, name, class.Name, objects.S3)
+	create(t, second)
+	provisioned(t, second, func() []metav1.Condition { return second.Status.Conditions })
+	for _, e := range object(t, status(t, viewer, "claim", name), "BucketClaim").Events {
+		if strings.Contains(e.Message, first.Spec.BucketClassName) {
+			t.Errorf("status of the second claim shows an event of the first: %+v", e)
+		}
+	}
+}
+
+// TestStatusOverdue: status says when the sidecar acts next at the latest: a failing driver call
+// is retried at most maxBackoff after its last failure, a deleted Secret written again at most a
+// Secret check interval after its deletion. An hour later, with nothing having happened (the
+// sidecar stopped), that time is in the past: status must say that it is overdue and who looks,
+// not promise a time that has gone by.
+func TestStatusOverdue(t *testing.T) {
+	down := objects.BucketClass(unique("class"), driverName, cosiapi.DeletionPolicyDelete,
+		objects.ClassParameters(map[string]string{memory.ParamRegion: unavailable}))
+	retried := objects.BucketClaim(namespace, unique("claim"), down.Name, objects.S3)
+	create(t, down, retried)
+	visible(t, retried, claimConds(retried), cosiapi.ConditionProvisionFailed, cosiapi.ReasonDriverError,
+		cosiapi.EventFailedCreateBucket, "Unavailable")
+	b := &cosiapi.Bucket{ObjectMeta: metav1.ObjectMeta{Name: retried.Status.BoundBucketName}}
+	visible(t, b, func() []metav1.Condition { return b.Status.Conditions }, cosiapi.ConditionProvisionFailed,
+		cosiapi.ReasonDriverError, cosiapi.EventFailedCreateBucket, "; retrying in ")
+
+	_, ba := healthy(t)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace,
+		Name: ba.Spec.BucketClaims[0].AccessSecretName}}
+	if err := env.Client.Delete(t.Context(), secret); err != nil {
+		t.Fatal(err)
+	}
+	later := deleted(t, secret.Name).Add(time.Hour)
+
+	for _, c := range []struct {
+		run  func(*kubectlcosi.Command) error
+		what string
+	}{
+		{func(cmd *kubectlcosi.Command) error { return cmd.StatusClaim(t.Context(), retried.Name) }, "a driver retry"},
+		{func(cmd *kubectlcosi.Command) error { return cmd.StatusAccess(t.Context(), ba.Name) }, "a Secret check"},
+	} {
+		var out bytes.Buffer
+		cmd := &kubectlcosi.Command{Client: env.Client, Namespace: namespace, COSINamespace: cosiNamespace,
+			SecretCheckInterval: sidecar.DefaultSecretCheckInterval, Output: "json", Out: &out,
+			Now: func() time.Time { return later }}
+		if err := c.run(cmd); err != nil {
+			t.Fatal(err)
+		}
+		r := &kubectlcosi.StatusReport{}
+		if err := json.Unmarshal(out.Bytes(), r); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(r.Diagnosis.Sentence, "at the latest at") ||
+			!strings.Contains(r.Diagnosis.Sentence, "kubectl cosi doctor") {
+			t.Errorf("%s that is an hour overdue: %+v", c.what, r.Diagnosis)
+		}
+		t.Logf("%s, an hour later: %s", c.what, r.Diagnosis.Sentence)
 	}
 }

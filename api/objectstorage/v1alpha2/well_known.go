@@ -53,8 +53,9 @@ const (
 	// --secret-check-interval at that write, as a Go duration ("10m0s"). A Secret that someone
 	// deletes is kept by FinalizerProtection until the Sidecar's next check of the access's
 	// Secrets, which is at most this long after the deletion (the Sidecar may not watch Secrets).
-	// Informational: kubectl cosi reads it to say when a deleted Secret is written again; COSI
-	// never reads it.
+	// Informational: kubectl cosi reads it to say when a deleted Secret is written again (and
+	// doctor when it is stuck); COSI never reads it. Tenants may not change it
+	// (cosi-reserved-secrets), as every objectstorage.k8s.io/ annotation of the Secret.
 	AnnotationSecretCheckInterval = "objectstorage.k8s.io/secret-check-interval"
 
 	// AnnotationAllowedBucketClasses is set on a Namespace by an admin: the comma-separated names
