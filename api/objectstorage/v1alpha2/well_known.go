@@ -196,8 +196,9 @@ const (
 	// than a grace period after the Bucket or the access was created: the class names a driver
 	// that is not deployed, is down, or is misspelt. Set by the Controller, which looks again every
 	// 30 seconds and as soon as a sidecar reports on the Bucket; it is replaced by what the sidecar
-	// reports. Not set when the Lease cannot be read, or when sidecars run without leader election
-	// and none has picked the object up: then it says Provisioning.
+	// reports. Not set when the Lease cannot be read. Sidecars deployed without leader election
+	// hold no Lease: a Bucket or access they have not acted on within the grace period is reported
+	// as waiting for a driver too, until they act.
 	ReasonWaitingForDriver = "WaitingForDriver"
 	// ReasonInvalidReference (ResourcesValidated=False): a referenced object is invalid, missing
 	// after provisioning, bound elsewhere, or being deleted. The Controller also writes it on a
