@@ -390,15 +390,18 @@ func (r *run) audit(ctx context.Context) ([]Violation, error) {
 
 	// Rotations: none left half-way or not started, and the keys they replaced refused.
 	out = append(out, checkRotations(w)...)
+	replaced := 0
 	for _, a := range r.ledger.accesses {
 		if live := w.accesses[a.uid]; a.plan.keep && live != nil && w.records[a.uid].Rotation == nil {
-			v, err := checkRotatedKeys(ctx, w, a, live)
+			v, n, err := checkRotatedKeys(ctx, w, a, live)
 			if err != nil {
 				return nil, err
 			}
 			out = append(out, v...)
+			replaced += n
 		}
 	}
+	r.res.Rotations[replacedKeysTried] = replaced
 
 	// Secrets and grant records: none without its access.
 	out = append(out, checkSecrets(w)...)
@@ -532,7 +535,7 @@ func checkRotations(w *world) []Violation {
 // that no Secret holds now; the access has no rotation in progress.
 func checkRotatedKeys(
 	ctx context.Context, w *world, a *accessRecord, live *cosiapi.BucketAccess,
-) ([]Violation, error) {
+) (_ []Violation, tried int, _ error) {
 	current := map[string]bool{}
 	for _, s := range w.secrets {
 		if s.Namespace == live.Namespace && s.Labels[cosiapi.LabelBucketAccessUID] == string(live.UID) {
@@ -547,16 +550,17 @@ func checkRotatedKeys(
 		}
 	}
 	if replaced < 0 {
-		return nil, nil
+		return nil, 0, nil
 	}
 	var out []Violation
 	for _, k := range a.keys[:replaced+1] {
 		if current[k.credentialID] || current[keyMaterial(k.creds)] {
 			continue
 		}
+		tried++
 		allowed, err := w.store.allowed(ctx, k.creds, k.bucketID, false)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if allowed {
 			out = append(out, Violation{Check: CheckRotatedKey, Object: "BucketAccess " + a.namespace + "/" + a.plan.name,
@@ -565,8 +569,12 @@ func checkRotatedKeys(
 					a.keys[replaced].credentialID, k.bucketID), subjects: a.subjects()})
 		}
 	}
-	return out, nil
+	return out, tried, nil
 }
+
+// replacedKeysTried counts, in Result.Rotations, the keys that kept accesses' rotations replaced
+// and that the last audit tried.
+const replacedKeysTried = "keys replaced by a completed rotation, tried by the last audit"
 
 // keyMaterial names a key by its ID and secret, for comparing keys (never shown).
 func keyMaterial(creds *cosiproto.CredentialInfo) string {

@@ -209,7 +209,10 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	r.countDriverFaults()
 	r.res.Violations = r.histories(ctx, violations)
 	if cfg.SelfCheck && len(violations) == 0 {
-		if r.res.SelfCheck, err = r.selfCheck(ctx); err != nil {
+		tried := r.res.Rotations[replacedKeysTried] // the converged audit's, not the self-check's
+		r.res.SelfCheck, err = r.selfCheck(ctx)
+		r.res.Rotations[replacedKeysTried] = tried
+		if err != nil {
 			return r.res, err
 		}
 	}

@@ -86,8 +86,8 @@ func newPlan(cfg Config) plan {
 }
 
 // planRotations chooses the accesses of the class with periodic rotation (20%), and the rotations
-// and Secret refreshes the admin asks for: one or two rotations of 30% of the kept accesses and a
-// refresh of 15%, 0-8 s after they are provisioned; a rotation of 20% of the other accesses and a
+// and Secret refreshes the admin asks for: one or two rotations of 40% of the kept accesses and a
+// refresh of 25%, 0-8 s after they are provisioned; a rotation of 20% of the other accesses and a
 // refresh of 5%, just before their deletion.
 func planRotations(rng *rand.Rand, ns *namespacePlan) {
 	ns.midRotation = time.Duration(rng.IntN(2500)) * time.Millisecond
@@ -97,7 +97,7 @@ func planRotations(rng *rand.Rand, ns *namespacePlan) {
 		a.periodic = rng.Float64() < 0.2
 		rotate, refresh := 0.2, 0.05
 		if a.keep {
-			rotate, refresh = 0.3, 0.15
+			rotate, refresh = 0.4, 0.25
 		}
 		if rng.Float64() < rotate {
 			a.rotations = append(a.rotations, moment())

@@ -169,12 +169,20 @@ func (r *BucketAccessReconciler) rotate(ctx context.Context, ba *cosiapi.BucketA
 	if due, wait := rotationDue(ba, g, cm, period); !due || g.AccountID != ba.Status.AccountID {
 		return wait, nil
 	}
-	wait, err := r.rotateSteps(ctx, ba, g, cm, period)
-	if err != nil || wait > 0 {
-		return wait, err
+	for {
+		wait, err := r.rotateSteps(ctx, ba, g, cm, period)
+		if err != nil || wait > 0 {
+			return wait, err
+		}
+		// Done, or ended without a new credential. A new value of the annotation that came while
+		// it ran asks for the next rotation now: nothing else would requeue the access before its
+		// next Secret check.
+		if token := ba.Annotations[cosiapi.AnnotationRotateCredentials]; token == "" || token == g.RotateToken {
+			break
+		}
 	}
-	// Done, or ended without a new credential: the next one is due a period after PeriodFrom (a
-	// period shorter than the grace period starts it at once).
+	// The next one is due a period after PeriodFrom (a period shorter than the grace period starts
+	// it at once).
 	if _, next := rotationDue(ba, g, cm, period); period > 0 {
 		return max(next, time.Second), nil
 	}
