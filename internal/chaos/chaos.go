@@ -183,11 +183,22 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	}
 	monkeyCtx, stopMonkey := context.WithCancel(ctx)
 	monkeyDone := make(chan error, 1)
+	r.firstRound = make(chan struct{})
 	go func() { monkeyDone <- r.monkey(monkeyCtx) }()
 	watchDone := make(chan struct{})
 	go func() { r.watchSecrets(monkeyCtx); close(watchDone) }()
 	workStart := time.Now()
 	workErr := r.work(ctx, plan)
+	if workErr == nil {
+		// A short run goes on until every kind of fault was injected once (the kills inside a
+		// rotation's calls wait for one), for at most firstRoundPatience.
+		select {
+		case <-r.firstRound:
+		case <-time.After(firstRoundPatience):
+			r.logf("not every kind of fault was injected %s after the workload", firstRoundPatience)
+		case <-ctx.Done():
+		}
+	}
 	stopMonkey()
 	monkeyErr := <-monkeyDone
 	<-watchDone
@@ -268,6 +279,10 @@ type run struct {
 	// insideKills counts them by method.
 	pauseKills  int
 	insideKills map[string]int
+	// firstRound is closed once the monkey has injected every kind of process fault (its first
+	// round); firstRoundDone says so to the monkey.
+	firstRound     chan struct{}
+	firstRoundDone bool
 	// asides are the kept accesses' rotations and refreshes, asked in the background; asideErrs
 	// their errors (under the ledger's lock).
 	asides    sync.WaitGroup
@@ -359,6 +374,10 @@ func (r *run) setup(ctx context.Context) error {
 	}
 	return r.env.StartCOSI(ctx)
 }
+
+// firstRoundPatience is how long a run waits, once the workload is done, for the monkey to inject
+// every kind of fault once.
+const firstRoundPatience = time.Minute
 
 // rotatingClass is the BucketAccessClass whose accesses' credentials rotate periodically.
 const rotatingClass = "chaos-rotating"

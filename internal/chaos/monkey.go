@@ -107,6 +107,7 @@ func (r *run) monkey(ctx context.Context) error {
 		}
 	}
 	if len(actions) == 0 {
+		close(r.firstRound)
 		<-ctx.Done()
 		return nil
 	}
@@ -148,20 +149,22 @@ func (r *run) monkey(ctx context.Context) error {
 		}
 		// An action in progress finishes when the workload ends: it brings back what it killed.
 		err := actions[next].do(context.WithoutCancel(ctx), rng)
-		if errors.Is(err, errNotLanded) {
-			// Not injected (no call of the method came to hold): a kind not injected yet is tried
-			// again, so that a short run still injects every kind.
-			switch a := actions[next]; {
-			case a.landed == nil || a.landed():
-			case a.late:
-				first = append(first, next)
-			default:
-				first = append([]int{next}, first...)
+		switch a := actions[next]; {
+		case !errors.Is(err, errNotLanded):
+			if err != nil {
+				return err
 			}
-			continue
+		// Not injected (no call of the method came to hold): a kind not injected yet is tried
+		// again, so that a short run still injects every kind.
+		case a.landed == nil || a.landed():
+		case a.late:
+			first = append(first, next)
+		default:
+			first = append([]int{next}, first...)
 		}
-		if err != nil {
-			return err
+		if len(first) == 0 && !r.firstRoundDone {
+			r.firstRoundDone = true
+			close(r.firstRound)
 		}
 	}
 }

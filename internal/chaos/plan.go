@@ -82,10 +82,28 @@ func newPlan(cfg Config) plan {
 		planRotations(seeded(cfg.Seed, uint64(2000+i)), &ns)
 		p.namespaces = append(p.namespaces, ns)
 	}
+	// Periodic rotation runs to the end in every run, however small: two kept accesses at least
+	// rotate periodically.
+	periodic := 0
+	for i := range p.namespaces {
+		for j := range p.namespaces[i].access {
+			a := &p.namespaces[i].access[j]
+			if a.keep && (a.periodic || periodic < minPeriodicKept) {
+				if !a.periodic {
+					a.periodic = true
+				}
+				periodic++
+			}
+		}
+	}
 	return p
 }
 
-// planRotations chooses the accesses of the class with periodic rotation (20%), and the rotations
+// minPeriodicKept is the least number of kept accesses of the class with periodic rotation.
+const minPeriodicKept = 2
+
+// planRotations chooses the accesses of the class with periodic rotation (20%; newPlan adds
+// kept ones where there are too few), and the rotations
 // and Secret refreshes the admin asks for: one or two rotations of 40% of the kept accesses and a
 // refresh of 25%, 0-8 s after they are provisioned; a rotation of 20% of the other accesses and a
 // refresh of 5%, just before their deletion.

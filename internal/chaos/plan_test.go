@@ -59,6 +59,9 @@ func TestPlanCoversTheWorkload(t *testing.T) {
 			}
 			if a.periodic {
 				seen["periodic rotation"]++
+				if a.keep {
+					seen["kept access rotating periodically"]++
+				}
 			}
 			switch {
 			case a.keep && len(a.rotations) == 2:
@@ -90,6 +93,7 @@ func TestPlanCoversTheWorkload(t *testing.T) {
 		"retained Bucket released", "multi-bucket", "access kept", "access deleted before", "access deleted with",
 		"access deleted after", "periodic rotation", "kept access rotated twice", "kept access rotated once",
 		"access rotated before its deletion", "kept access refreshed", "access refreshed before its deletion",
+		"kept access rotating periodically",
 	} {
 		if seen[want] == 0 {
 			t.Errorf("no %s in the plan: %v", want, seen)
