@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -339,11 +341,14 @@ func (r *run) setBucketID(ctx context.Context, b *cosiapi.Bucket, id string) err
 }
 
 // grantRequest is the DriverGrantBucketAccess request the sidecar sends for a provisioned access
-// (KEY authentication, the S3 protocol: the workload's).
+// (KEY authentication, the S3 protocol: the workload's), without COSI's own parameters, which the
+// sidecar keeps from the driver (the rotation period).
 func grantRequest(a *cosiapi.BucketAccess) *cosiproto.DriverGrantBucketAccessRequest {
+	params := maps.Clone(a.Status.Parameters)
+	maps.DeleteFunc(params, func(k, _ string) bool { return strings.HasPrefix(k, cosiapi.GroupName+"/") })
 	req := &cosiproto.DriverGrantBucketAccessRequest{AccountId: a.Status.AccountID,
 		Protocol: cosiproto.ObjectProtocol_S3, AuthenticationType: cosiproto.AuthenticationType_KEY,
-		Parameters: a.Status.Parameters}
+		Parameters: params}
 	mode := func(m cosiapi.BucketAccessMode) cosiproto.AccessMode_Mode {
 		switch m {
 		case cosiapi.BucketAccessModeReadWrite:
