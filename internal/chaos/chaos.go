@@ -311,7 +311,7 @@ func (r *run) setup(ctx context.Context) error {
 		Dir: r.cfg.Dir, RepoRoot: r.cfg.RepoRoot, BinDir: r.cfg.BinDir, ControllerManager: true,
 		SidecarArgs: []string{"--driver-timeout", r.cfg.DriverTimeout.String(),
 			"--rotation-grace-period", r.cfg.RotationGracePeriod.String()},
-		Verbosity:   2,
+		Verbosity: 2,
 	}
 	switch r.cfg.Driver {
 	case DriverMemory:

@@ -95,13 +95,6 @@ func (l *ledger) sawSecrets(secrets []corev1.Secret) {
 	}
 }
 
-// sawKey records a key seen in one of the access's Secrets.
-func (l *ledger) sawKey(a *accessRecord, k seenKey) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.sawKeyLocked(a, k)
-}
-
 func (l *ledger) sawKeyLocked(a *accessRecord, k seenKey) {
 	for _, have := range a.keys {
 		if have.secret == k.secret && have.bucketID == k.bucketID &&

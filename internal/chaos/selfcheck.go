@@ -208,8 +208,9 @@ func (r *run) selfCheck(ctx context.Context) (map[string]bool, error) {
 		what string
 		got  bool
 	}{{"a kept claim with a backend bucket", victim != nil}, {"a second kept claim", twice != nil},
-		{"a third kept claim with a backend bucket", shared != nil}, {"six kept accesses with keys, two of them "+
-			"without periodic rotation", lent != nil && rotated != nil && stuck != nil}} {
+		{"a third kept claim with a backend bucket", shared != nil},
+		{"six kept accesses with keys, two of them without periodic rotation", lent != nil && rotated != nil &&
+			stuck != nil}} {
 		if !c.got {
 			r.logf("self-check: no %s: fewer plants", c.what)
 		}
