@@ -93,3 +93,55 @@ func TestRotationSurvivesRestart(t *testing.T) {
 		t.Errorf("rotating from a retired key: %v, want NotFound", err)
 	}
 }
+
+// A rotation replaces every key of the account but the one it rotates from, which is retired at
+// its end: a key that a grant minted and no caller got (its answer lost, with NewKeyPerGrant) must
+// not outlive the rotation, as it does not on IAM. Found by the fault suite: such a key stayed in
+// the account through every later rotation.
+func TestRotationDropsOtherKeys(t *testing.T) {
+	ctx := t.Context()
+	d, err := New(Config{NewKeyPerGrant: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	held, err := d.DriverGrantBucketAccess(ctx, grantRequest("a", "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A grant whose answer was lost: its key is the account's newest, and nobody holds it.
+	lost, err := d.DriverGrantBucketAccess(ctx, grantRequest("a", "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rotated, err := d.DriverRotateBucketAccessCredentials(ctx, &cosiproto.DriverRotateBucketAccessCredentialsRequest{
+		AccountId: "a", Buckets: grantRequest("a", "b").GetBuckets(), Protocol: cosiproto.ObjectProtocol_S3,
+		AuthenticationType: cosiproto.AuthenticationType_KEY, CredentialId: held.GetCredentialId(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := d.Backend()
+	if !b.Allowed(held.GetCredentials(), "b", ObjectData, false) {
+		t.Error("the key rotated from stopped working before it was retired")
+	}
+	if _, err := d.DriverRetireBucketAccessCredentials(ctx, &cosiproto.DriverRetireBucketAccessCredentialsRequest{
+		AccountId: "a", CredentialId: held.GetCredentialId(),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for name, k := range map[string]*cosiproto.CredentialInfo{"retired": held.GetCredentials(),
+		"lost grant's": lost.GetCredentials()} {
+		if b.Allowed(k, "b", ObjectData, false) {
+			t.Errorf("the %s key works after the rotation", name)
+		}
+	}
+	if !b.Allowed(rotated.GetCredentials(), "b", ObjectData, true) {
+		t.Error("the rotated key does not work")
+	}
+	if keys := b.AccountKeys("a"); len(keys) != 1 {
+		t.Errorf("the account holds %d keys after the rotation, want 1", len(keys))
+	}
+}
