@@ -15,9 +15,10 @@ import (
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
-// Credential rotation: an account holds any number of keys. DriverRotateBucketAccessCredentials
-// adds one and makes it the account's current key (the one DriverGrantBucketAccess returns
-// again); the key it replaced keeps working until DriverRetireBucketAccessCredentials revokes it.
+// Credential rotation: DriverRotateBucketAccessCredentials issues a key and makes it the
+// account's current key (the one DriverGrantBucketAccess returns again); the key it rotated from
+// keeps working until DriverRetireBucketAccessCredentials revokes it, and the account's other
+// keys are revoked at once.
 
 // credentialID names a key without revealing it: a hash of the random secret.
 func credentialID(secret string) string {
@@ -56,8 +57,8 @@ func (a *account) clone() *account {
 }
 
 // DriverRotateBucketAccessCredentials issues a new key for the account and makes it current; the
-// key it replaces keeps working. A repeated call for the same key returns the same new key while
-// that one works.
+// key it replaces keeps working, and every other key of the account is revoked (as the S3 driver
+// does on IAM). A repeated call for the same key returns the same new key while that one works.
 func (d *Driver) DriverRotateBucketAccessCredentials(
 	_ context.Context,
 	req *cosiproto.DriverRotateBucketAccessCredentialsRequest,
@@ -83,10 +84,13 @@ func (d *Driver) DriverRotateBucketAccessCredentials(
 			return nil, status.Errorf(codes.NotFound, "credential %q of account %q does not exist", from, id)
 		}
 		undo := acct.clone()
+		kept, _ := acct.key(from)
 		k = key{Secret: rand.Text()}
 		sum := sha256.Sum256([]byte(id + "/" + k.Secret))
 		k.ID = "MEM" + strings.ToUpper(hex.EncodeToString(sum[:8]))
-		acct.Older = append(acct.Older, acct.current())
+		// Every key but from goes, as on IAM: a key a grant minted and nobody got (its answer
+		// lost), or that a repeated call issued, would otherwise outlive every rotation.
+		acct.Older, acct.Previous = []key{kept}, ""
 		acct.Secret, acct.KeyID = k.Secret, k.ID
 		if acct.Rotations == nil {
 			acct.Rotations = map[string]string{}
