@@ -1,14 +1,20 @@
 package sidecar_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
@@ -225,4 +231,133 @@ func TestRotationAskedDuringRotation(t *testing.T) {
 		t.Errorf("%d DriverRotateBucketAccessCredentials calls, want 2", n)
 	}
 	deleteAccess(t, ba)
+}
+
+// TestRefreshRetriedAfterARotation: a refresh whose grant the driver answered but whose grant record
+// write was refused keeps the answer for its retry; a rotation of the access before the retry
+// revokes the key of that answer (the driver issues a key per grant and, as on IAM, a rotation
+// revokes every key but the one it rotates from). The retry must not write the revoked key into
+// the Secrets: they end with a key that works, and the next rotation succeeds. Found by the fault
+// suite (docs/reliability.md, finding 6), where the write was refused while RBAC was not loaded
+// after an API server restart; here a ValidatingAdmissionPolicy refuses it.
+func TestRefreshRetriedAfterARotation(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, memory.Config{
+		Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3}, NewKeyPerGrant: true,
+	})
+	h.stop()
+	opts := sidecarOptions(h.endpoint)
+	opts.RotationGracePeriod = time.Second
+	h.stop = testenv.StartSidecar(t, sidecarConfig, opts)
+
+	b := h.provisionedBucket(cosiapi.ProtocolS3)
+	ba := provisioned(t, h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b), accessConditions)
+	first := secret(t, ba, 0).Annotations[cosiapi.AnnotationCredentialID]
+
+	lift := refuseUpdates(t, sidecarNamespace, "cosi-grant-"+string(ba.UID))
+	askRefresh(t, ba, "refresh-1")
+	testenv.Eventually(t, func() error {
+		if got := secret(t, ba, 0).Annotations[cosiapi.AnnotationCredentialID]; got == first {
+			return fmt.Errorf("the Secret still holds credential %s", got)
+		}
+		return nil
+	}) // the grant's answer is in the Secrets ...
+	waitForEvent(t, ba, cosiapi.EventFailedRefresh+": Kubernetes API error") // ... its record refused
+	// The rotation is asked while the record is refused (its start is refused too), so that it
+	// runs before the refresh's retry, whichever reconcile comes first once the records are free.
+	askRotation(t, ba, "rotate-1")
+	waitForEvent(t, ba, cosiapi.EventFailedRotateCredentials+": Kubernetes API error")
+	lift()
+
+	rotated := rotationCondition(t, ba, cosiapi.ReasonRotated)
+	waitForEvent(t, ba, cosiapi.EventSecretsRefreshed+":")
+	backend := h.driver.Backend()
+	if !backend.Allowed(secretCredentials(t, ba, nil), b.Status.BucketID, memory.ObjectData, true) {
+		t.Error("after the rotation and the refresh, the Secret's key does not work")
+	}
+
+	askRotation(t, ba, "rotate-2")
+	testenv.Eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(ba), ba); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(ba.Status.Conditions, cosiapi.ConditionCredentialsRotated)
+		if c == nil || c.Message == rotated || c.Reason != cosiapi.ReasonRotated && c.Reason != cosiapi.ReasonRotationFailed {
+			return fmt.Errorf("the second rotation is not over: %+v", c)
+		}
+		if c.Reason == cosiapi.ReasonRotationFailed {
+			t.Errorf("the second rotation failed: %s", c.Message)
+		}
+		return nil
+	})
+	if !backend.Allowed(secretCredentials(t, ba, nil), b.Status.BucketID, memory.ObjectData, true) {
+		t.Error("after the second rotation, the Secret's key does not work")
+	}
+	deleteAccess(t, ba)
+}
+
+// refuseUpdates has the API server refuse every update of the ConfigMap namespace/name, with a
+// ValidatingAdmissionPolicy, until lift is called (or the test ends). Both wait until the API
+// server enforces the change.
+func refuseUpdates(t *testing.T, namespace, name string) (lift func()) {
+	t.Helper()
+	policy := &admissionv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: uniqueName("refuse-updates")},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionv1.Fail),
+			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
+				ResourceNames: []string{name},
+				RuleWithOperations: admissionv1.RuleWithOperations{
+					Operations: []admissionv1.OperationType{admissionv1.Update},
+					Rule: admissionv1.Rule{
+						APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"},
+					},
+				},
+			}}},
+			Validations: []admissionv1.Validation{{Expression: "false", Message: "refused by the test"}},
+		},
+	}
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
+		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        policy.Name,
+			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
+			MatchResources: &admissionv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{corev1.LabelMetadataName: namespace},
+			}},
+		},
+	}
+	for _, o := range []client.Object{policy, binding} {
+		if err := env.Client.Create(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A dry-run update, as the cluster's admin (whom admission policies bind as well).
+	probe := func() error {
+		cm := &corev1.ConfigMap{}
+		if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: namespace, Name: name}, cm); err != nil {
+			return err
+		}
+		metav1.SetMetaDataAnnotation(&cm.ObjectMeta, "test.cosi.io/probe", uniqueName("probe"))
+		return env.Client.Update(context.Background(), cm, client.DryRunAll)
+	}
+	testenv.Eventually(t, func() error {
+		if err := probe(); err == nil || !strings.Contains(err.Error(), policy.Name) {
+			return fmt.Errorf("the policy is not in force yet: %v", err)
+		}
+		return nil
+	})
+	var once sync.Once
+	lift = func() {
+		once.Do(func() {
+			for _, o := range []client.Object{binding, policy} {
+				if err := env.Client.Delete(context.Background(), o); err != nil {
+					t.Error(err)
+				}
+			}
+			testenv.Eventually(t, probe)
+		})
+	}
+	t.Cleanup(lift)
+	return lift
 }
