@@ -1,20 +1,14 @@
 package sidecar_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
-	admissionv1 "k8s.io/api/admissionregistration/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
@@ -254,7 +248,7 @@ func TestRefreshRetriedAfterARotation(t *testing.T) {
 	ba := provisioned(t, h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b), accessConditions)
 	first := secret(t, ba, 0).Annotations[cosiapi.AnnotationCredentialID]
 
-	lift := refuseUpdates(t, sidecarNamespace, "cosi-grant-"+string(ba.UID))
+	lift := testenv.RefuseUpdates(t, env.Client, sidecarNamespace, "cosi-grant-"+string(ba.UID))
 	askRefresh(t, ba, "refresh-1")
 	testenv.Eventually(t, func() error {
 		if got := secret(t, ba, 0).Annotations[cosiapi.AnnotationCredentialID]; got == first {
@@ -294,70 +288,4 @@ func TestRefreshRetriedAfterARotation(t *testing.T) {
 		t.Error("after the second rotation, the Secret's key does not work")
 	}
 	deleteAccess(t, ba)
-}
-
-// refuseUpdates has the API server refuse every update of the ConfigMap namespace/name, with a
-// ValidatingAdmissionPolicy, until lift is called (or the test ends). Both wait until the API
-// server enforces the change.
-func refuseUpdates(t *testing.T, namespace, name string) (lift func()) {
-	t.Helper()
-	policy := &admissionv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: uniqueName("refuse-updates")},
-		Spec: admissionv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptr.To(admissionv1.Fail),
-			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
-				ResourceNames: []string{name},
-				RuleWithOperations: admissionv1.RuleWithOperations{
-					Operations: []admissionv1.OperationType{admissionv1.Update},
-					Rule: admissionv1.Rule{
-						APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"},
-					},
-				},
-			}}},
-			Validations: []admissionv1.Validation{{Expression: "false", Message: "refused by the test"}},
-		},
-	}
-	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
-		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName:        policy.Name,
-			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
-			MatchResources: &admissionv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
-				MatchLabels: map[string]string{corev1.LabelMetadataName: namespace},
-			}},
-		},
-	}
-	for _, o := range []client.Object{policy, binding} {
-		if err := env.Client.Create(t.Context(), o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// A dry-run update, as the cluster's admin (whom admission policies bind as well).
-	probe := func() error {
-		cm := &corev1.ConfigMap{}
-		if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: namespace, Name: name}, cm); err != nil {
-			return err
-		}
-		metav1.SetMetaDataAnnotation(&cm.ObjectMeta, "test.cosi.io/probe", uniqueName("probe"))
-		return env.Client.Update(context.Background(), cm, client.DryRunAll)
-	}
-	testenv.Eventually(t, func() error {
-		if err := probe(); err == nil || !strings.Contains(err.Error(), policy.Name) {
-			return fmt.Errorf("the policy is not in force yet: %v", err)
-		}
-		return nil
-	})
-	var once sync.Once
-	lift = func() {
-		once.Do(func() {
-			for _, o := range []client.Object{binding, policy} {
-				if err := env.Client.Delete(context.Background(), o); err != nil {
-					t.Error(err)
-				}
-			}
-			testenv.Eventually(t, probe)
-		})
-	}
-	t.Cleanup(lift)
-	return lift
 }
