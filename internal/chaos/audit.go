@@ -193,6 +193,7 @@ func (r *run) look(ctx context.Context) (*world, error) {
 			w.records[types.UID(strings.TrimPrefix(cm.Name, grantRecordPrefix))] = g
 		}
 	}
+	r.ledger.sawAccounts(al.Items)
 	r.ledger.sawSecrets(w.secrets)
 	return w, nil
 }

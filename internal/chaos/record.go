@@ -81,6 +81,19 @@ func (l *ledger) update(f func()) {
 	f()
 }
 
+// sawAccounts records the account IDs of the ledger's accesses: a namespace's script records
+// them once its objects are provisioned, but not in a namespace whose deletions start before
+// anything is provisioned (its kept accesses are provisioned later): the audits record them.
+func (l *ledger) sawAccounts(accesses []cosiapi.BucketAccess) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, a := range accesses {
+		if rec := l.byUID[a.UID]; rec != nil && rec.accountID == "" && a.Status.AccountID != "" {
+			rec.accountID = a.Status.AccountID
+		}
+	}
+}
+
 // sawSecrets records the keys in the Secrets of the ledger's accesses (labeled with their UIDs).
 func (l *ledger) sawSecrets(secrets []corev1.Secret) {
 	l.mu.Lock()

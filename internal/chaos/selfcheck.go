@@ -90,12 +90,26 @@ func (r *run) selfCheck(ctx context.Context) (map[string]bool, error) {
 		}
 	}
 	var cut, minted, widened, lent, rotated, stuck *accessRecord
+	var candidates []*accessRecord
 	for _, a := range r.ledger.accesses {
 		if !a.plan.keep || a.accountID == "" || len(a.keys) == 0 || slices.ContainsFunc(a.keys, func(k seenKey) bool {
 			return victim != nil && k.bucketID == victim.bucketID
 		}) {
 			continue
 		}
+		// The rotation plants first, for they take only an access that does not rotate
+		// periodically: a rotation that starts before the audit would hide the planted one (the
+		// audit checks replaced keys once no rotation runs). Any access does for the others.
+		switch {
+		case rotated == nil && !a.plan.periodic:
+			rotated = a
+		case stuck == nil && !a.plan.periodic:
+			stuck = a
+		default:
+			candidates = append(candidates, a)
+		}
+	}
+	for _, a := range candidates {
 		switch {
 		case cut == nil:
 			cut = a
@@ -103,12 +117,6 @@ func (r *run) selfCheck(ctx context.Context) (map[string]bool, error) {
 			minted = a
 		case widened == nil:
 			widened = a
-		// Not one that rotates periodically: a rotation that starts before the audit would
-		// hide the planted one (the audit checks replaced keys once no rotation runs).
-		case rotated == nil && !a.plan.periodic:
-			rotated = a
-		case stuck == nil && !a.plan.periodic:
-			stuck = a
 		case lent == nil:
 			lent = a
 		}
@@ -116,7 +124,7 @@ func (r *run) selfCheck(ctx context.Context) (map[string]bool, error) {
 	r.ledger.mu.Unlock()
 	// A kept claim's bucket deleted in the backend.
 	if victim != nil {
-		if _, err := d.DriverDeleteBucket(ctx, &cosiproto.DriverDeleteBucketRequest{BucketId: victim.bucketID}); err != nil {
+		if err := r.backend.deleteBucket(ctx, d, victim.bucketID); err != nil {
 			return nil, err
 		}
 		want(CheckLostBucket, "backend bucket "+victim.bucketID)
