@@ -63,8 +63,11 @@ func RefuseUpdates(t testing.TB, c client.Client, namespace, name string) (lift 
 		return c.Update(context.Background(), cm, client.DryRunAll)
 	}
 	Eventually(t, func() error {
-		if err := probe(); err == nil || !strings.Contains(err.Error(), policy.Name) {
-			return fmt.Errorf("policy %s is not in force yet: %v", policy.Name, err)
+		switch err := probe(); {
+		case err == nil:
+			return fmt.Errorf("policy %s is not in force yet: its probe was allowed", policy.Name)
+		case !strings.Contains(err.Error(), policy.Name):
+			return fmt.Errorf("policy %s is not in force yet: %w", policy.Name, err)
 		}
 		return nil
 	})
