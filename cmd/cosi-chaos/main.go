@@ -53,6 +53,10 @@ func main() {
 	flag.DurationVar(&cfg.DriverTimeout, "driver-timeout", cfg.DriverTimeout, "the sidecar's --driver-timeout")
 	flag.BoolVar(&cfg.NewKeyPerGrant, "new-key-per-grant", cfg.NewKeyPerGrant,
 		"the driver issues a new key on every grant, keeping the previous one valid (as IAM back-ends)")
+	flag.DurationVar(&cfg.RotationPeriod, "rotation-period", cfg.RotationPeriod,
+		"rotation period of the BucketAccessClass whose accesses' credentials rotate periodically")
+	flag.DurationVar(&cfg.RotationGracePeriod, "rotation-grace-period", cfg.RotationGracePeriod,
+		"the sidecar's --rotation-grace-period: how long a rotated key keeps working")
 	flag.DurationVar(&cfg.ConvergeTimeout, "converge-timeout", cfg.ConvergeTimeout,
 		"how long to wait for convergence once the faults stopped")
 	flag.BoolVar(&cfg.SelfCheck, "self-check", false,

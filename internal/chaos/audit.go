@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // The checks of the audit, as the report names them.
@@ -35,6 +37,12 @@ const (
 	CheckSharedBucket   = "backend bucket shared"       // two Buckets of the driver name one backend bucket
 	CheckStraySecret    = "Secret without its access"
 	CheckStrayGrant     = "grant record without its access"
+	// CheckRotatedKey: a key that a completed rotation replaced (the one it rotated from, or an
+	// older one of the access's Secrets) still opens its bucket.
+	CheckRotatedKey = "rotated-away key still works"
+	// CheckRotation: a rotation left half-way in a grant record, one asked by annotation and never
+	// started, a Secret refresh asked and never done, or a rotation that failed.
+	CheckRotation = "rotation not finished"
 )
 
 // The sidecar's grant records (internal/sidecar, grants.go): ConfigMaps named for the access's UID,
@@ -80,7 +88,32 @@ type world struct {
 	// created are the buckets the driver created (it answered a DriverCreateBucket, or acted
 	// before an injected failure), deleted those it was asked to delete and did.
 	created, deleted map[string]bool
+	// records are the grant records of the sidecar's namespace, by their access's UID.
+	records map[types.UID]grantView
+	// rotatedFrom are, by account, the credentials that a rotation replaced: the driver issued
+	// another for the account in their place (DriverRotateBucketAccessCredentials acted).
+	rotatedFrom map[string]map[string]bool
 }
+
+// grantView is what the audit reads of a grant record (internal/sidecar, grants.go and
+// rotation.go).
+type grantView struct {
+	Namespace    string    `json:"namespace"`
+	Name         string    `json:"name"`
+	UID          types.UID `json:"uid"`
+	AccountID    string    `json:"accountID"`
+	CredentialID string    `json:"credentialID"`
+	RotateToken  string    `json:"rotateToken"`
+	RefreshToken string    `json:"refreshToken"`
+	Rotation     *struct {
+		From    string       `json:"from"`
+		To      string       `json:"to"`
+		Written *metav1.Time `json:"written"`
+	} `json:"rotation"`
+}
+
+// grantDataKey is the grant record's key in its ConfigMap's data.
+const grantDataKey = "grant.json"
 
 func (r *run) look(ctx context.Context) (*world, error) {
 	w := &world{claims: map[types.UID]*cosiapi.BucketClaim{}, accesses: map[types.UID]*cosiapi.BucketAccess{}}
@@ -138,6 +171,7 @@ func (r *run) look(ctx context.Context) (*world, error) {
 	}
 	w.store, w.bucketIDs = st, st.buckets
 	w.created, w.deleted = map[string]bool{}, map[string]bool{}
+	w.rotatedFrom = map[string]map[string]bool{}
 	for _, e := range r.readJournal() {
 		acted := e.Code == "OK" || e.Acted
 		switch {
@@ -145,8 +179,22 @@ func (r *run) look(ctx context.Context) (*world, error) {
 			w.created[e.Subject] = true
 		case e.Method == "DriverDeleteBucket" && acted:
 			w.deleted[e.Subject] = true
+		case e.Method == "DriverRotateBucketAccessCredentials" && acted && e.Credential != "":
+			if w.rotatedFrom[e.Subject] == nil {
+				w.rotatedFrom[e.Subject] = map[string]bool{}
+			}
+			w.rotatedFrom[e.Subject][e.Credential] = true
 		}
 	}
+	w.records = map[types.UID]grantView{}
+	for _, cm := range w.grants {
+		var g grantView
+		if cm.Namespace == grantNamespace && json.Unmarshal([]byte(cm.Data[grantDataKey]), &g) == nil {
+			w.records[types.UID(strings.TrimPrefix(cm.Name, grantRecordPrefix))] = g
+		}
+	}
+	r.ledger.sawAccounts(al.Items)
+	r.ledger.sawSecrets(w.secrets)
 	return w, nil
 }
 
@@ -341,6 +389,21 @@ func (r *run) audit(ctx context.Context) ([]Violation, error) {
 		}
 	}
 
+	// Rotations: none left half-way or not started, and the keys they replaced refused.
+	out = append(out, checkRotations(w)...)
+	replaced := 0
+	for _, a := range r.ledger.accesses {
+		if live := w.accesses[a.uid]; a.plan.keep && live != nil && w.records[a.uid].Rotation == nil {
+			v, n, err := checkRotatedKeys(ctx, w, a, live)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, v...)
+			replaced += n
+		}
+	}
+	r.res.Rotations[replacedKeysTried] = replaced
+
 	// Secrets and grant records: none without its access.
 	out = append(out, checkSecrets(w)...)
 	for _, g := range w.grants {
@@ -425,6 +488,98 @@ func checkSecrets(w *world) []Violation {
 			Detail: detail, subjects: subjects})
 	}
 	return out
+}
+
+// checkRotations finds the rotations not finished: half-way in a grant record (the audit waits
+// while one runs, through its grace period; one that never ends is a violation), asked by a live
+// access's annotation and never started, or failed; and the Secret refreshes asked and never done.
+func checkRotations(w *world) []Violation {
+	var out []Violation
+	add := func(g grantView, uid types.UID, detail string) {
+		out = append(out, Violation{Check: CheckRotation, Object: "BucketAccess " + g.Namespace + "/" + g.Name,
+			Detail: detail, subjects: []string{string(uid), g.AccountID}})
+	}
+	for _, uid := range slices.Sorted(maps.Keys(w.records)) {
+		g := w.records[uid]
+		if rot := g.Rotation; rot != nil {
+			written := "not yet"
+			if rot.Written != nil {
+				written = rot.Written.UTC().Format(time.RFC3339)
+			}
+			add(g, uid, fmt.Sprintf("its grant record holds a rotation from credential %s to %q (Secrets written: %s)",
+				rot.From, rot.To, written))
+		}
+		a := w.accesses[uid]
+		if a == nil || a.DeletionTimestamp != nil {
+			continue
+		}
+		if token := a.Annotations[cosiapi.AnnotationRotateCredentials]; token != "" && token != g.RotateToken {
+			add(g, uid, fmt.Sprintf("a rotation asked by annotation (%s) was never started: the grant record "+
+				"handled %q", token, g.RotateToken))
+		}
+		if token := a.Annotations[cosiapi.AnnotationRefreshSecret]; token != "" && token != g.RefreshToken {
+			add(g, uid, fmt.Sprintf("a Secret refresh asked by annotation (%s) was never done: the grant record "+
+				"handled %q", token, g.RefreshToken))
+		}
+		if c := meta.FindStatusCondition(a.Status.Conditions, cosiapi.ConditionCredentialsRotated); c != nil &&
+			c.Status == metav1.ConditionFalse {
+			add(g, uid, "the rotation failed: "+conditionText([]metav1.Condition{*c}))
+		}
+	}
+	return out
+}
+
+// checkRotatedKeys checks that the keys a kept access's completed rotations replaced are refused:
+// the key each rotated from, and every key its Secrets held before it (a rotation replaces the
+// access's credentials, not only the newest: the S3 driver deletes the others on IAM). The newest
+// key a rotation replaced is the last one, in the order seen, that the driver rotated from and
+// that no Secret holds now; the access has no rotation in progress.
+func checkRotatedKeys(
+	ctx context.Context, w *world, a *accessRecord, live *cosiapi.BucketAccess,
+) (_ []Violation, tried int, _ error) {
+	current := map[string]bool{}
+	for _, s := range w.secrets {
+		if s.Namespace == live.Namespace && s.Labels[cosiapi.LabelBucketAccessUID] == string(live.UID) {
+			current[s.Annotations[cosiapi.AnnotationCredentialID]] = true
+			current[keyMaterial(secretCredentials(&s))] = true
+		}
+	}
+	replaced := -1
+	for i, k := range a.keys {
+		if k.credentialID != "" && !current[k.credentialID] && w.rotatedFrom[live.Status.AccountID][k.credentialID] {
+			replaced = i
+		}
+	}
+	if replaced < 0 {
+		return nil, 0, nil
+	}
+	var out []Violation
+	for _, k := range a.keys[:replaced+1] {
+		if current[k.credentialID] || current[keyMaterial(k.creds)] {
+			continue
+		}
+		tried++
+		allowed, err := w.store.allowed(ctx, k.creds, k.bucketID, false)
+		if err != nil {
+			return nil, 0, err
+		}
+		if allowed {
+			out = append(out, Violation{Check: CheckRotatedKey, Object: "BucketAccess " + a.namespace + "/" + a.plan.name,
+				Detail: fmt.Sprintf("the key %s (credential %s) that Secret %s held before the rotation from credential "+
+					"%s still reads bucket %s", k.creds.GetS3().GetAccessKeyId(), k.credentialID, k.secret,
+					a.keys[replaced].credentialID, k.bucketID), subjects: a.subjects()})
+		}
+	}
+	return out, tried, nil
+}
+
+// replacedKeysTried counts, in Result.Rotations, the keys that kept accesses' rotations replaced
+// and that the last audit tried.
+const replacedKeysTried = "keys replaced by a completed rotation, tried by the last audit"
+
+// keyMaterial names a key by its ID and secret, for comparing keys (never shown).
+func keyMaterial(creds *cosiproto.CredentialInfo) string {
+	return "key\x00" + creds.GetS3().GetAccessKeyId() + "\x00" + creds.GetS3().GetAccessSecretKey()
 }
 
 // checkReach finds the accounts that reach buckets their access does not: every live access's

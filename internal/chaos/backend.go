@@ -39,6 +39,9 @@ type backend interface {
 	// widen grants the account of a provisioned access one more bucket, behind COSI's back (the
 	// self-check).
 	widen(ctx context.Context, d *driverclient.Client, a *cosiapi.BucketAccess, bucketID string) error
+	// deleteBucket deletes a provisioned bucket, and whatever it holds, behind COSI's back (the
+	// self-check).
+	deleteBucket(ctx context.Context, d *driverclient.Client, bucketID string) error
 }
 
 // backendState is the store at one moment.
@@ -137,6 +140,12 @@ func (memoryBackend) widen(
 	return err
 }
 
+// deleteBucket deletes the bucket through the driver, which deletes it whatever it holds.
+func (memoryBackend) deleteBucket(ctx context.Context, d *driverclient.Client, bucketID string) error {
+	_, err := d.DriverDeleteBucket(ctx, &cosiproto.DriverDeleteBucketRequest{BucketId: bucketID})
+	return err
+}
+
 // s3Backend is the Versity gateway and its IAM service, asked with the root credentials; keys are
 // tried with real S3 requests.
 type s3Backend struct {
@@ -231,6 +240,27 @@ func (b *s3Backend) importBuckets(ctx context.Context, ids []string) error {
 		}
 	}
 	return nil
+}
+
+// deleteBucket empties the bucket with the store's root credentials, then deletes it through the
+// driver, which refuses to delete a bucket that holds objects: the audit put one with every kept
+// access's key that may write.
+func (b *s3Backend) deleteBucket(ctx context.Context, d *driverclient.Client, bucketID string) error {
+	pages := awss3.NewListObjectsV2Paginator(b.admin, &awss3.ListObjectsV2Input{Bucket: aws.String(bucketID)})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return fmt.Errorf("listing the objects of bucket %s: %w", bucketID, err)
+		}
+		for _, o := range page.Contents {
+			if _, err := b.admin.DeleteObject(ctx, &awss3.DeleteObjectInput{Bucket: aws.String(bucketID),
+				Key: o.Key}); err != nil {
+				return fmt.Errorf("deleting object %s of bucket %s: %w", aws.ToString(o.Key), bucketID, err)
+			}
+		}
+	}
+	_, err := d.DriverDeleteBucket(ctx, &cosiproto.DriverDeleteBucketRequest{BucketId: bucketID})
+	return err
 }
 
 // widen gives the account's IAM user a second inline policy, as an admin would.

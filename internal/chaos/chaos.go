@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -66,6 +67,10 @@ type Config struct {
 	// keeping only the previous one valid, as the S3 driver does on IAM: a Secret left with a
 	// key two grants old shows as a lost key.
 	NewKeyPerGrant bool
+	// RotationPeriod is the rotation period of the BucketAccessClass that rotates periodically
+	// (cosiapi.ParameterRotationPeriod); RotationGracePeriod the sidecar's
+	// --rotation-grace-period, after which a rotated key is retired.
+	RotationPeriod, RotationGracePeriod time.Duration
 	// ConvergeTimeout bounds the wait for convergence once the workload and the faults ended.
 	ConvergeTimeout time.Duration
 	// SelfCheck, after a run without violations, plants one violation of each kind behind COSI's
@@ -105,6 +110,7 @@ func DefaultConfig(n int) Config {
 		Faults: Faults{Kills: true, Pauses: true, ControlPlane: true, ErrorRate: 0.3, SlowRate: 0.03,
 			Interval: 2 * time.Second},
 		DriverTimeout: 2 * time.Second, NewKeyPerGrant: true, ConvergeTimeout: 5 * time.Minute,
+		RotationPeriod: 15 * time.Second, RotationGracePeriod: 2 * time.Second,
 	}
 }
 
@@ -115,6 +121,9 @@ type Result struct {
 	Namespaces       int
 	// Faults counts the faults injected, by kind.
 	Faults map[string]int
+	// Rotations counts what the workload asked of credential rotation and Secret refresh, and what
+	// the driver did (its journal): rotations, retirements.
+	Rotations map[string]int
 	// Workload is how long the workload ran (with the faults); Converge how long the system then
 	// took to pass the audit (or ConvergeTimeout when it never did).
 	Workload, Converge time.Duration
@@ -138,7 +147,8 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			return nil, err
 		}
 	}
-	r := &run{cfg: cfg, start: time.Now(), res: &Result{Seed: cfg.Seed, Faults: map[string]int{}, Dir: cfg.Dir}}
+	r := &run{cfg: cfg, start: time.Now(), res: &Result{Seed: cfg.Seed, Faults: map[string]int{},
+		Rotations: map[string]int{}, Dir: cfg.Dir}}
 	defer func() {
 		if stopErr := r.stop(); stopErr != nil {
 			err = errors.Join(err, stopErr)
@@ -155,6 +165,16 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	r.res.Namespaces, r.res.Claims, r.res.Accesses = len(plan.namespaces), plan.claims(), plan.accesses()
 	r.logf("seed %d: %d claims and %d accesses in %d namespaces", cfg.Seed, r.res.Claims, r.res.Accesses,
 		r.res.Namespaces)
+	for _, ns := range plan.namespaces {
+		for _, a := range ns.access {
+			switch {
+			case a.periodic && a.keep:
+				r.res.Rotations["accesses rotating every "+cfg.RotationPeriod.String()+" (kept)"]++
+			case a.periodic:
+				r.res.Rotations["accesses rotating every "+cfg.RotationPeriod.String()+" (deleted)"]++
+			}
+		}
+	}
 	if err := r.createStatic(ctx, plan); err != nil {
 		return r.res, err
 	}
@@ -163,11 +183,25 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	}
 	monkeyCtx, stopMonkey := context.WithCancel(ctx)
 	monkeyDone := make(chan error, 1)
+	r.firstRound = make(chan struct{})
 	go func() { monkeyDone <- r.monkey(monkeyCtx) }()
+	watchDone := make(chan struct{})
+	go func() { r.watchSecrets(monkeyCtx); close(watchDone) }()
 	workStart := time.Now()
 	workErr := r.work(ctx, plan)
+	if workErr == nil {
+		// A short run goes on until every kind of fault was injected once (the kills inside a
+		// rotation's calls wait for one), for at most firstRoundPatience.
+		select {
+		case <-r.firstRound:
+		case <-time.After(firstRoundPatience):
+			r.logf("not every kind of fault was injected %s after the workload", firstRoundPatience)
+		case <-ctx.Done():
+		}
+	}
 	stopMonkey()
 	monkeyErr := <-monkeyDone
+	<-watchDone
 	r.res.Workload = time.Since(workStart)
 	if err := errors.Join(workErr, monkeyErr); err != nil {
 		return r.res, err
@@ -186,7 +220,10 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	r.countDriverFaults()
 	r.res.Violations = r.histories(ctx, violations)
 	if cfg.SelfCheck && len(violations) == 0 {
-		if r.res.SelfCheck, err = r.selfCheck(ctx); err != nil {
+		tried := r.res.Rotations[replacedKeysTried] // the converged audit's, not the self-check's
+		r.res.SelfCheck, err = r.selfCheck(ctx)
+		r.res.Rotations[replacedKeysTried] = tried
+		if err != nil {
 			return r.res, err
 		}
 	}
@@ -206,6 +243,12 @@ func (c *Config) defaults() {
 	}
 	if c.ConvergeTimeout <= 0 {
 		c.ConvergeTimeout = d.ConvergeTimeout
+	}
+	if c.RotationPeriod <= 0 {
+		c.RotationPeriod = d.RotationPeriod
+	}
+	if c.RotationGracePeriod <= 0 {
+		c.RotationGracePeriod = d.RotationGracePeriod
 	}
 	if c.Faults.Interval <= 0 {
 		c.Faults.Interval = d.Faults.Interval
@@ -232,8 +275,24 @@ type run struct {
 	stateFile, journal string
 	ledger             ledger
 	timeline           timeline
-	// pauseKills counts the kills inside a call, to take the driver and the sidecar in turn.
-	pauseKills int
+	// pauseKills counts the kills inside a call, to take the driver and the sidecar in turn;
+	// insideKills counts them by method.
+	pauseKills  int
+	insideKills map[string]int
+	// firstRound is closed once the monkey has injected every kind of process fault (its first
+	// round); firstRoundDone says so to the monkey.
+	firstRound     chan struct{}
+	firstRoundDone bool
+	// asides are the kept accesses' rotations and refreshes, asked in the background; asideErrs
+	// their errors (under the ledger's lock).
+	asides    sync.WaitGroup
+	asideErrs []error
+}
+
+func (r *run) countRotation(what string) {
+	r.ledger.mu.Lock()
+	defer r.ledger.mu.Unlock()
+	r.res.Rotations[what]++
 }
 
 func (r *run) logf(format string, args ...any) {
@@ -250,8 +309,9 @@ func (r *run) setup(ctx context.Context) error {
 	r.endpoint = "unix://" + driverSocket
 	opts := localenv.Options{
 		Dir: r.cfg.Dir, RepoRoot: r.cfg.RepoRoot, BinDir: r.cfg.BinDir, ControllerManager: true,
-		SidecarArgs: []string{"--driver-timeout", r.cfg.DriverTimeout.String()},
-		Verbosity:   2,
+		SidecarArgs: []string{"--driver-timeout", r.cfg.DriverTimeout.String(),
+			"--rotation-grace-period", r.cfg.RotationGracePeriod.String()},
+		Verbosity: 2,
 	}
 	switch r.cfg.Driver {
 	case DriverMemory:
@@ -305,6 +365,8 @@ func (r *run) setup(ctx context.Context) error {
 		objects.BucketClass("chaos-delete", r.driverName, cosiapi.DeletionPolicyDelete),
 		objects.BucketClass("chaos-retain", r.driverName, cosiapi.DeletionPolicyRetain),
 		objects.BucketAccessClass("chaos", r.driverName, objects.MultiBucket),
+		objects.BucketAccessClass(rotatingClass, r.driverName, objects.MultiBucket, objects.AccessParameters(
+			map[string]string{cosiapi.ParameterRotationPeriod: r.cfg.RotationPeriod.String()})),
 	} {
 		if err := r.client.Create(ctx, o); err != nil {
 			return err
@@ -312,6 +374,13 @@ func (r *run) setup(ctx context.Context) error {
 	}
 	return r.env.StartCOSI(ctx)
 }
+
+// firstRoundPatience is how long a run waits, once the workload is done, for the monkey to inject
+// every kind of fault once.
+const firstRoundPatience = time.Minute
+
+// rotatingClass is the BucketAccessClass whose accesses' credentials rotate periodically.
+const rotatingClass = "chaos-rotating"
 
 // stop stops everything.
 func (r *run) stop() error {

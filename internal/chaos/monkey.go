@@ -17,6 +17,7 @@ import (
 var provisionerMethods = []string{
 	"DriverGenerateBucketId", "DriverCreateBucket", "DriverGetBucket", "DriverDeleteBucket",
 	"DriverGenerateBucketAccessId", "DriverGrantBucketAccess", "DriverRevokeBucketAccess",
+	"DriverRotateBucketAccessCredentials", "DriverRetireBucketAccessCredentials",
 }
 
 // retryableCodes are the codes KEP-1979 (and the sidecar) treat as "may still be in flight,
@@ -68,21 +69,36 @@ func (r *run) monkey(ctx context.Context) error {
 	type action struct {
 		weight int
 		do     func(context.Context, *rand.Rand) error
+		// landed reports whether the action has been injected as often as a run must (nil: it
+		// always lands); a kill inside a call may find no call to hold.
+		landed func() bool
+		// late retries an action that did not land after the others of the first round: the calls
+		// it waits for (rotations) come once the workload has provisioned accesses.
+		late bool
 	}
 	var actions []action
 	if f.Kills {
 		for _, c := range []*localenv.Component{r.env.Controller, r.env.Sidecar, r.env.Driver} {
-			actions = append(actions, action{2, func(ctx context.Context, rng *rand.Rand) error {
+			actions = append(actions, action{weight: 2, do: func(ctx context.Context, rng *rand.Rand) error {
 				return r.kill(ctx, c, "", downtime(rng))
 			}})
 		}
 	}
 	if f.Pauses {
-		actions = append(actions, action{pauseWeight, r.killInsideCall})
+		// Inside a call of any method, the driver and the sidecar in turn, twice in the first round;
+		// and inside each of the rotation's calls, which come only when a rotation runs.
+		actions = append(actions, action{weight: pauseWeight, do: func(ctx context.Context, rng *rand.Rand) error {
+			return r.killInsideCall(ctx, rng, "")
+		}, landed: func() bool { return r.pauseKills >= 2 }})
+		for _, m := range rotationMethods {
+			actions = append(actions, action{weight: 1, do: func(ctx context.Context, rng *rand.Rand) error {
+				return r.killInsideCall(ctx, rng, m)
+			}, landed: func() bool { return r.insideKills[m] > 0 }, late: true})
+		}
 	}
 	if f.ControlPlane {
 		for _, name := range []string{localenv.Etcd, localenv.KubeAPIServer} {
-			actions = append(actions, action{1, func(ctx context.Context, rng *rand.Rand) error {
+			actions = append(actions, action{weight: 1, do: func(ctx context.Context, rng *rand.Rand) error {
 				r.count("crash " + name)
 				r.timeline.addf(nil, "crash (kill -9) %s", name)
 				r.logf("crash %s", name)
@@ -91,6 +107,7 @@ func (r *run) monkey(ctx context.Context) error {
 		}
 	}
 	if len(actions) == 0 {
+		close(r.firstRound)
 		<-ctx.Done()
 		return nil
 	}
@@ -99,8 +116,8 @@ func (r *run) monkey(ctx context.Context) error {
 		total += a.weight
 	}
 	rng := r.rng(1)
-	// Every kind once first (kills inside a call twice: the driver, then the sidecar), in a
-	// random order, so that even a short run injects each; then at random by weight.
+	// Every kind once first (kills inside a call of any method twice: the driver, then the
+	// sidecar), in a random order, so that even a short run injects each; then at random by weight.
 	var first []int
 	for i, a := range actions {
 		first = append(first, i)
@@ -132,23 +149,32 @@ func (r *run) monkey(ctx context.Context) error {
 		}
 		// An action in progress finishes when the workload ends: it brings back what it killed.
 		err := actions[next].do(context.WithoutCancel(ctx), rng)
-		if errors.Is(err, errNotLanded) {
-			// Not injected (no call of the method came to hold): a kind not injected yet is tried
-			// again first, so that a short run still injects every kind.
-			if !r.injectedInside(actions[next].weight) {
-				first = append([]int{next}, first...)
+		switch a := actions[next]; {
+		case !errors.Is(err, errNotLanded):
+			if err != nil {
+				return err
 			}
-			continue
+		// Not injected (no call of the method came to hold): a kind not injected yet is tried
+		// again, so that a short run still injects every kind.
+		case a.landed == nil || a.landed():
+		case a.late:
+			first = append(first, next)
+		default:
+			first = append([]int{next}, first...)
 		}
-		if err != nil {
-			return err
+		if len(first) == 0 && !r.firstRoundDone {
+			r.firstRoundDone = true
+			close(r.firstRound)
 		}
 	}
 }
 
-// pauseWeight is the weight of kills inside a call among the process faults (a kill of one
-// process weighs 2, a crash of etcd or the API server 1).
+// pauseWeight is the weight of kills inside a call of any method among the process faults (a kill
+// of one process weighs 2, a crash of etcd or the API server 1, a kill inside a rotation's call 1).
 const pauseWeight = 5
+
+// rotationMethods are the calls of a credential rotation.
+var rotationMethods = []string{"DriverRotateBucketAccessCredentials", "DriverRetireBucketAccessCredentials"}
 
 // downtime is how long a killed process stays down.
 func downtime(rng *rand.Rand) time.Duration {
@@ -172,11 +198,14 @@ func (r *run) kill(ctx context.Context, c *localenv.Component, where string, dow
 	return nil
 }
 
-// killInsideCall holds a driver call inside the driver, before or after it acts, and kills the
-// driver or the sidecar while it is held: the crash lands between the two phases of a create or a
-// grant, or between a driver's action and its answer.
-func (r *run) killInsideCall(ctx context.Context, rng *rand.Rand) error {
-	method := provisionerMethods[rng.IntN(len(provisionerMethods))]
+// killInsideCall holds a call of method (a random one when empty) inside the driver, before or
+// after it acts, and kills the driver or the sidecar while it is held: the crash lands between the
+// two phases of a create or a grant, between a driver's action and its answer, or between the
+// steps of a rotation.
+func (r *run) killInsideCall(ctx context.Context, rng *rand.Rand, method string) error {
+	if method == "" {
+		method = provisionerMethods[rng.IntN(len(provisionerMethods))]
+	}
 	if method == "DriverGetBucket" {
 		method = "DriverCreateBucket" // rare (static claims only): the kill would seldom land
 	}
@@ -197,6 +226,10 @@ func (r *run) killInsideCall(ctx context.Context, rng *rand.Rand) error {
 		return errNotLanded
 	}
 	r.pauseKills++
+	if r.insideKills == nil {
+		r.insideKills = map[string]int{}
+	}
+	r.insideKills[method]++
 	when := "before"
 	if afterAct {
 		when = "after"
@@ -235,12 +268,6 @@ func (r *run) killInsideCall(ctx context.Context, rng *rand.Rand) error {
 
 // errNotLanded is a kill inside a call that found no call to hold: nothing was injected.
 var errNotLanded = errors.New("no call to hold")
-
-// injectedInside reports whether kills inside a call have been injected into both the driver and
-// the sidecar (weight tells the pause action from the others, which always land).
-func (r *run) injectedInside(weight int) bool {
-	return weight != pauseWeight || r.pauseKills >= 2
-}
 
 func (r *run) count(what string) {
 	r.ledger.mu.Lock()

@@ -3,6 +3,7 @@ package chaos
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -44,6 +45,13 @@ type accessPlan struct {
 	claims []int
 	keep   bool
 	order  order
+	// periodic puts the access in the class that rotates its credentials periodically.
+	periodic bool
+	// rotations and refreshes are when the admin asks for a rotation of the access's credentials
+	// (a new value of the annotation) and for a Secret refresh: for a kept access, that long after
+	// it was provisioned, while the faults run; for a deleted one, just before its deletion starts
+	// (a rotation then ends with the access, half-way).
+	rotations, refreshes []time.Duration
 }
 
 type namespacePlan struct {
@@ -58,6 +66,9 @@ type namespacePlan struct {
 	deleteWhole bool
 	// gap is the pause between the steps of the deletion.
 	gap time.Duration
+	// midRotation is the pause between the rotations asked of the accesses to be deleted and the
+	// deletion: shorter than the rotation's grace period, so that most are deleted half-way.
+	midRotation time.Duration
 }
 
 type plan struct{ namespaces []namespacePlan }
@@ -66,9 +77,57 @@ func newPlan(cfg Config) plan {
 	var p plan
 	for i := 0; i*cfg.PerNamespace < cfg.Claims; i++ {
 		n := min(cfg.PerNamespace, cfg.Claims-i*cfg.PerNamespace)
-		p.namespaces = append(p.namespaces, newNamespacePlan(seeded(cfg.Seed, uint64(1000+i)), i, n))
+		ns := newNamespacePlan(seeded(cfg.Seed, uint64(1000+i)), i, n)
+		// A stream of its own: the rotations leave the rest of the plan of a seed as it was.
+		planRotations(seeded(cfg.Seed, uint64(2000+i)), &ns)
+		p.namespaces = append(p.namespaces, ns)
+	}
+	// Periodic rotation runs to the end in every run, however small: two kept accesses at least
+	// rotate periodically.
+	periodic := 0
+	for i := range p.namespaces {
+		for j := range p.namespaces[i].access {
+			a := &p.namespaces[i].access[j]
+			if a.keep && (a.periodic || periodic < minPeriodicKept) {
+				if !a.periodic {
+					a.periodic = true
+				}
+				periodic++
+			}
+		}
 	}
 	return p
+}
+
+// minPeriodicKept is the least number of kept accesses of the class with periodic rotation.
+const minPeriodicKept = 2
+
+// planRotations chooses the accesses of the class with periodic rotation (20%; newPlan adds
+// kept ones where there are too few), and the rotations
+// and Secret refreshes the admin asks for: one or two rotations of 40% of the kept accesses and a
+// refresh of 25%, 0-8 s after they are provisioned; a rotation of 20% of the other accesses and a
+// refresh of 5%, just before their deletion.
+func planRotations(rng *rand.Rand, ns *namespacePlan) {
+	ns.midRotation = time.Duration(rng.IntN(2500)) * time.Millisecond
+	moment := func() time.Duration { return time.Duration(rng.IntN(8000)) * time.Millisecond }
+	for i := range ns.access {
+		a := &ns.access[i]
+		a.periodic = rng.Float64() < 0.2
+		rotate, refresh := 0.2, 0.05
+		if a.keep {
+			rotate, refresh = 0.4, 0.25
+		}
+		if rng.Float64() < rotate {
+			a.rotations = append(a.rotations, moment())
+			if a.keep && rng.IntN(2) == 0 {
+				a.rotations = append(a.rotations, moment())
+			}
+			slices.Sort(a.rotations)
+		}
+		if rng.Float64() < refresh {
+			a.refreshes = append(a.refreshes, moment())
+		}
+	}
 }
 
 func newNamespacePlan(rng *rand.Rand, index, claims int) namespacePlan {

@@ -57,6 +57,25 @@ func TestPlanCoversTheWorkload(t *testing.T) {
 			if len(a.claims) > 1 {
 				seen["multi-bucket"]++
 			}
+			if a.periodic {
+				seen["periodic rotation"]++
+				if a.keep {
+					seen["kept access rotating periodically"]++
+				}
+			}
+			switch {
+			case a.keep && len(a.rotations) == 2:
+				seen["kept access rotated twice"]++
+			case a.keep && len(a.rotations) == 1:
+				seen["kept access rotated once"]++
+			case len(a.rotations) > 0:
+				seen["access rotated before its deletion"]++
+			}
+			if len(a.refreshes) > 0 && a.keep {
+				seen["kept access refreshed"]++
+			} else if len(a.refreshes) > 0 {
+				seen["access refreshed before its deletion"]++
+			}
 			if a.keep {
 				seen["access kept"]++
 				for _, c := range a.claims {
@@ -72,7 +91,9 @@ func TestPlanCoversTheWorkload(t *testing.T) {
 	for _, want := range []string{
 		"namespace deleted whole", "deleted before provisioned", "static", "Retain", "Delete", "claim kept",
 		"retained Bucket released", "multi-bucket", "access kept", "access deleted before", "access deleted with",
-		"access deleted after",
+		"access deleted after", "periodic rotation", "kept access rotated twice", "kept access rotated once",
+		"access rotated before its deletion", "kept access refreshed", "access refreshed before its deletion",
+		"kept access rotating periodically",
 	} {
 		if seen[want] == 0 {
 			t.Errorf("no %s in the plan: %v", want, seen)
@@ -103,6 +124,11 @@ func TestFaultSpecs(t *testing.T) {
 			perMethod[f.Method] = 1
 		}
 		perMethod[f.Method] *= 1 - f.Rate
+	}
+	for _, m := range []string{"DriverRotateBucketAccessCredentials", "DriverRetireBucketAccessCredentials"} {
+		if _, ok := perMethod[m]; !ok {
+			t.Errorf("no faults for %s", m)
+		}
 	}
 	if len(perMethod) != len(provisionerMethods) || slow != 2*len(provisionerMethods) {
 		t.Errorf("faults for %d methods, %d slow ones", len(perMethod), slow)

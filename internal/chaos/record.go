@@ -6,8 +6,10 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
@@ -23,6 +25,8 @@ type ledger struct {
 	released map[string]string // bucket ID: Bucket name
 	// imported are the backend buckets created for static claims, before COSI saw them.
 	imported map[string]bool
+	// byUID finds an access's record by its UID.
+	byUID map[types.UID]*accessRecord
 }
 
 type claimRecord struct {
@@ -41,13 +45,17 @@ type accessRecord struct {
 	accountID string
 	// claims are the records of the claims the access reaches.
 	claims []*claimRecord
-	// keys are the keys seen in the access's Secrets, with the bucket each opened.
+	// keys are the keys seen in the access's Secrets, with the bucket each opened, in the order
+	// they were first seen: the order they were written in (a Secret is only ever written with a
+	// key newer than the one it holds).
 	keys []seenKey
 }
 
 type seenKey struct {
 	secret, bucketID string
 	creds            *cosiproto.CredentialInfo
+	// credentialID is the credential_id the Secret named (cosiapi.AnnotationCredentialID).
+	credentialID string
 }
 
 func (l *ledger) addClaim(c *claimRecord) {
@@ -60,6 +68,10 @@ func (l *ledger) addAccess(a *accessRecord) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.accesses = append(l.accesses, a)
+	if l.byUID == nil {
+		l.byUID = map[types.UID]*accessRecord{}
+	}
+	l.byUID[a.uid] = a
 }
 
 // update changes a record under the ledger's lock.
@@ -69,10 +81,34 @@ func (l *ledger) update(f func()) {
 	f()
 }
 
-// sawKey records a key seen in one of the access's Secrets.
-func (l *ledger) sawKey(a *accessRecord, k seenKey) {
+// sawAccounts records the account IDs of the ledger's accesses: a namespace's script records
+// them once its objects are provisioned, but not in a namespace whose deletions start before
+// anything is provisioned (its kept accesses are provisioned later): the audits record them.
+func (l *ledger) sawAccounts(accesses []cosiapi.BucketAccess) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	for _, a := range accesses {
+		if rec := l.byUID[a.UID]; rec != nil && rec.accountID == "" && a.Status.AccountID != "" {
+			rec.accountID = a.Status.AccountID
+		}
+	}
+}
+
+// sawSecrets records the keys in the Secrets of the ledger's accesses (labeled with their UIDs).
+func (l *ledger) sawSecrets(secrets []corev1.Secret) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range secrets {
+		a := l.byUID[types.UID(s.Labels[cosiapi.LabelBucketAccessUID])]
+		if a == nil || a.namespace != s.Namespace || len(s.Data[cosiapi.SecretKeyS3SecretAccessKey]) == 0 {
+			continue
+		}
+		l.sawKeyLocked(a, seenKey{secret: s.Name, bucketID: string(s.Data[cosiapi.SecretKeyS3BucketName]),
+			creds: secretCredentials(&s), credentialID: s.Annotations[cosiapi.AnnotationCredentialID]})
+	}
+}
+
+func (l *ledger) sawKeyLocked(a *accessRecord, k seenKey) {
 	for _, have := range a.keys {
 		if have.secret == k.secret && have.bucketID == k.bucketID &&
 			have.creds.GetS3().GetAccessSecretKey() == k.creds.GetS3().GetAccessSecretKey() {

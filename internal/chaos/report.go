@@ -42,6 +42,19 @@ func (r *run) countDriverFaults() {
 		if e.Took >= r.cfg.DriverTimeout*9/10 { // the ones the sidecar gave up on end at its deadline
 			r.res.Faults["driver call slower than --driver-timeout"]++
 		}
+		if !slices.Contains(rotationMethods, e.Method) {
+			continue
+		}
+		r.res.Rotations[e.Method+": calls"]++
+		switch {
+		case e.Injected:
+			r.res.Rotations[e.Method+": injected errors"]++
+		case e.Code == "OK":
+			r.res.Rotations[e.Method+": answered OK"]++
+		}
+		if e.Took >= r.cfg.DriverTimeout*9/10 {
+			r.res.Rotations[e.Method+": slower than --driver-timeout"]++
+		}
 	}
 }
 
@@ -183,6 +196,10 @@ func (res *Result) Print(w io.Writer) {
 	fmt.Fprintln(w, "faults injected:")
 	for _, k := range slices.Sorted(maps.Keys(res.Faults)) {
 		fmt.Fprintf(w, "  %6d  %s\n", res.Faults[k], k)
+	}
+	fmt.Fprintln(w, "credential rotation and Secret refresh:")
+	for _, k := range slices.Sorted(maps.Keys(res.Rotations)) {
+		fmt.Fprintf(w, "  %6d  %s\n", res.Rotations[k], k)
 	}
 	fmt.Fprintf(w, "violations: %d\n", len(res.Violations))
 	for _, v := range res.Violations {

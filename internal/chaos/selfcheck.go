@@ -2,16 +2,22 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/objects"
+	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
@@ -83,13 +89,27 @@ func (r *run) selfCheck(ctx context.Context) (map[string]bool, error) {
 			shared = c
 		}
 	}
-	var cut, minted, widened, lent *accessRecord
+	var cut, minted, widened, lent, rotated, stuck *accessRecord
+	var candidates []*accessRecord
 	for _, a := range r.ledger.accesses {
 		if !a.plan.keep || a.accountID == "" || len(a.keys) == 0 || slices.ContainsFunc(a.keys, func(k seenKey) bool {
 			return victim != nil && k.bucketID == victim.bucketID
 		}) {
 			continue
 		}
+		// The rotation plants first, for they take only an access that does not rotate
+		// periodically: a rotation that starts before the audit would hide the planted one (the
+		// audit checks replaced keys once no rotation runs). Any access does for the others.
+		switch {
+		case rotated == nil && !a.plan.periodic:
+			rotated = a
+		case stuck == nil && !a.plan.periodic:
+			stuck = a
+		default:
+			candidates = append(candidates, a)
+		}
+	}
+	for _, a := range candidates {
 		switch {
 		case cut == nil:
 			cut = a
@@ -104,7 +124,7 @@ func (r *run) selfCheck(ctx context.Context) (map[string]bool, error) {
 	r.ledger.mu.Unlock()
 	// A kept claim's bucket deleted in the backend.
 	if victim != nil {
-		if _, err := d.DriverDeleteBucket(ctx, &cosiproto.DriverDeleteBucketRequest{BucketId: victim.bucketID}); err != nil {
+		if err := r.backend.deleteBucket(ctx, d, victim.bucketID); err != nil {
 			return nil, err
 		}
 		want(CheckLostBucket, "backend bucket "+victim.bucketID)
@@ -146,6 +166,22 @@ func (r *run) selfCheck(ctx context.Context) (map[string]bool, error) {
 		}
 		want(CheckWideGrant, "BucketAccess "+widened.namespace+"/"+widened.plan.name)
 	}
+	// A kept access rotated behind COSI's back and its Secrets written with the new key, the key
+	// it replaced never retired: a rotation that ended without its last step.
+	if rotated != nil {
+		if err := r.plantRotated(ctx, d, rotated); err != nil {
+			return nil, err
+		}
+		want(CheckRotatedKey, "BucketAccess "+rotated.namespace+"/"+rotated.plan.name)
+	}
+	// A kept access's rotation stuck half-way in its grant record: its Secrets written, the
+	// retirement of the old key put off for a year.
+	if stuck != nil {
+		if err := r.plantStuckRotation(ctx, stuck); err != nil {
+			return nil, err
+		}
+		want(CheckRotation, "BucketAccess "+stuck.namespace+"/"+stuck.plan.name)
+	}
 	// A kept claim and a kept access that vanished (in the ledger only: the audit must notice that
 	// what it was told to keep is gone).
 	r.ledger.addClaim(&claimRecord{namespace: plantedNamespace, plan: claimPlan{name: "planted-kept", keep: true},
@@ -180,7 +216,9 @@ func (r *run) selfCheck(ctx context.Context) (map[string]bool, error) {
 		what string
 		got  bool
 	}{{"a kept claim with a backend bucket", victim != nil}, {"a second kept claim", twice != nil},
-		{"a third kept claim with a backend bucket", shared != nil}, {"four kept accesses with keys", lent != nil}} {
+		{"a third kept claim with a backend bucket", shared != nil},
+		{"six kept accesses with keys, two of them without periodic rotation", lent != nil && rotated != nil &&
+			stuck != nil}} {
 		if !c.got {
 			r.logf("self-check: no %s: fewer plants", c.what)
 		}
@@ -312,11 +350,14 @@ func (r *run) setBucketID(ctx context.Context, b *cosiapi.Bucket, id string) err
 }
 
 // grantRequest is the DriverGrantBucketAccess request the sidecar sends for a provisioned access
-// (KEY authentication, the S3 protocol: the workload's).
+// (KEY authentication, the S3 protocol: the workload's), without COSI's own parameters, which the
+// sidecar keeps from the driver (the rotation period).
 func grantRequest(a *cosiapi.BucketAccess) *cosiproto.DriverGrantBucketAccessRequest {
+	params := maps.Clone(a.Status.Parameters)
+	maps.DeleteFunc(params, func(k, _ string) bool { return strings.HasPrefix(k, cosiapi.GroupName+"/") })
 	req := &cosiproto.DriverGrantBucketAccessRequest{AccountId: a.Status.AccountID,
 		Protocol: cosiproto.ObjectProtocol_S3, AuthenticationType: cosiproto.AuthenticationType_KEY,
-		Parameters: a.Status.Parameters}
+		Parameters: params}
 	mode := func(m cosiapi.BucketAccessMode) cosiproto.AccessMode_Mode {
 		switch m {
 		case cosiapi.BucketAccessModeReadWrite:
@@ -338,4 +379,72 @@ func grantRequest(a *cosiapi.BucketAccess) *cosiproto.DriverGrantBucketAccessReq
 		}
 	}
 	return req
+}
+
+// plantRotated rotates the access's credentials through the driver, as the sidecar does, and
+// writes the new key into its Secrets, but never retires the key it replaced.
+func (r *run) plantRotated(ctx context.Context, d *driverclient.Client, a *accessRecord) error {
+	live := &cosiapi.BucketAccess{ObjectMeta: metav1.ObjectMeta{Namespace: a.namespace, Name: a.plan.name}}
+	if err := r.get(ctx, live); err != nil {
+		return err
+	}
+	var secrets []*corev1.Secret
+	for _, c := range live.Spec.BucketClaims {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: a.namespace, Name: c.AccessSecretName}}
+		if err := r.get(ctx, s); err != nil {
+			return err
+		}
+		secrets = append(secrets, s)
+	}
+	if len(secrets) == 0 {
+		return fmt.Errorf("planting a rotation: BucketAccess %s/%s has no Secrets", a.namespace, a.plan.name)
+	}
+	grant := grantRequest(live)
+	resp, err := d.DriverRotateBucketAccessCredentials(ctx, &cosiproto.DriverRotateBucketAccessCredentialsRequest{
+		AccountId: grant.AccountId, Buckets: grant.Buckets, Protocol: grant.Protocol,
+		AuthenticationType: grant.AuthenticationType, Parameters: grant.Parameters,
+		CredentialId: secrets[0].Annotations[cosiapi.AnnotationCredentialID],
+	})
+	if err != nil {
+		return fmt.Errorf("planting a rotation: %w", err)
+	}
+	for _, s := range secrets {
+		s.Data[cosiapi.SecretKeyS3AccessKeyID] = []byte(resp.GetCredentials().GetS3().GetAccessKeyId())
+		s.Data[cosiapi.SecretKeyS3SecretAccessKey] = []byte(resp.GetCredentials().GetS3().GetAccessSecretKey())
+		s.Annotations[cosiapi.AnnotationCredentialID] = resp.GetCredentialId()
+		if err := retry(ctx, "writing Secret "+s.Name, func(ctx context.Context) error {
+			return r.client.Update(ctx, s)
+		}); err != nil {
+			return fmt.Errorf("planting a rotation: %w", err)
+		}
+	}
+	return nil
+}
+
+// plantStuckRotation writes into the access's grant record a rotation whose Secrets were written
+// and whose retirement is a year away: the sidecar waits for it, and nothing finishes it.
+func (r *run) plantStuckRotation(ctx context.Context, a *accessRecord) error {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: grantNamespace,
+		Name: grantRecordPrefix + string(a.uid)}}
+	for {
+		if err := r.get(ctx, cm); err != nil {
+			return fmt.Errorf("planting a stuck rotation: %w", err)
+		}
+		var g map[string]any
+		if err := json.Unmarshal([]byte(cm.Data[grantDataKey]), &g); err != nil {
+			return fmt.Errorf("planting a stuck rotation: the grant record of %s/%s: %w", a.namespace, a.plan.name, err)
+		}
+		from, _ := g["credentialID"].(string)
+		g["rotation"] = map[string]any{"from": from, "to": "planted-to",
+			"written": metav1.NewTime(time.Now().Add(365 * 24 * time.Hour)).UTC().Format(time.RFC3339)}
+		data, err := json.Marshal(g)
+		if err != nil {
+			return err
+		}
+		cm.Data[grantDataKey] = string(data)
+		err = retry(ctx, "writing ConfigMap "+cm.Name, func(ctx context.Context) error { return r.client.Update(ctx, cm) })
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+	}
 }

@@ -2,8 +2,10 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,7 +88,16 @@ func (r *run) work(ctx context.Context, p plan) error {
 		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	// The kept accesses' rotations and refreshes still to be asked.
+	r.asides.Wait()
+	return errors.Join(append(errs, r.asideErrs...)...)
+}
+
+// asideErr records the error of a background request.
+func (r *run) asideErr(err error) {
+	r.ledger.mu.Lock()
+	defer r.ledger.mu.Unlock()
+	r.asideErrs = append(r.asideErrs, err)
 }
 
 // namespace runs one namespace's script: create its claims (and the Buckets the static ones
@@ -127,7 +138,11 @@ func (r *run) namespace(ctx context.Context, p namespacePlan) error {
 	accesses := make([]*accessRecord, len(p.access))
 	accessObjs := make([]*cosiapi.BucketAccess, len(p.access))
 	for i, ap := range p.access {
-		a := objects.BucketAccess(p.name, ap.name, "chaos")
+		class := "chaos"
+		if ap.periodic {
+			class = rotatingClass
+		}
+		a := objects.BucketAccess(p.name, ap.name, class)
 		rec := &accessRecord{namespace: p.name, plan: ap}
 		for _, ci := range ap.claims {
 			objects.Grant(p.claims[ci].name, ap.name+"-"+p.claims[ci].name, objects.ReadWrite)(a)
@@ -149,6 +164,9 @@ func (r *run) namespace(ctx context.Context, p namespacePlan) error {
 		return err
 	}
 	if err := r.observe(ctx, p.name, claims, accesses); err != nil {
+		return err
+	}
+	if err := r.askRotations(ctx, p, accesses, accessObjs); err != nil {
 		return err
 	}
 
@@ -332,20 +350,110 @@ func (r *run) observe(ctx context.Context, ns string, claims []*claimRecord, acc
 	for _, a := range al.Items {
 		account[a.UID] = a.Status.AccountID
 	}
-	byUID := map[types.UID]*accessRecord{}
 	for _, a := range accesses {
-		byUID[a.uid] = a
 		if id := account[a.uid]; id != "" {
 			r.ledger.update(func() { a.accountID = id })
 		}
 	}
-	for _, s := range sl.Items {
-		a := byUID[types.UID(s.Labels[cosiapi.LabelBucketAccessUID])]
-		if a == nil || len(s.Data[cosiapi.SecretKeyS3SecretAccessKey]) == 0 {
+	r.ledger.sawSecrets(sl.Items)
+	return nil
+}
+
+// watchSecrets records the keys of the access Secrets every 300 ms until ctx ends, so that the
+// keys that rotations and grants replace are known to the audit (a key held for less than that
+// may go unseen). The API server's crashes make lists fail: the next one records.
+func (r *run) watchSecrets(ctx context.Context) {
+	for ctx.Err() == nil {
+		var sl corev1.SecretList
+		listCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := r.client.List(listCtx, &sl, client.HasLabels{cosiapi.LabelBucketAccessUID})
+		cancel()
+		if err == nil {
+			r.ledger.sawSecrets(sl.Items)
+		}
+		sleep(ctx, 300*time.Millisecond)
+	}
+}
+
+// askRotations asks, as the admin, for the rotations and Secret refreshes the plan has for the
+// namespace's accesses: at once for the accesses to be deleted, which are then deleted
+// midRotation later, half-way through their rotation; at their moments for the kept ones, in the
+// background (the workload ends when they are asked).
+func (r *run) askRotations(
+	ctx context.Context, p namespacePlan, accesses []*accessRecord, objs []*cosiapi.BucketAccess,
+) error {
+	asked := false
+	for i, a := range accesses {
+		if a.plan.keep {
+			r.asides.Add(1)
+			go func() {
+				defer r.asides.Done()
+				start := time.Now()
+				for _, step := range a.plan.steps() {
+					sleep(ctx, time.Until(start.Add(step.at)))
+					if err := r.ask(ctx, a, objs[i], step.annotation, step.token); err != nil {
+						r.asideErr(fmt.Errorf("namespace %s: %w", p.name, err))
+						return
+					}
+				}
+			}()
 			continue
 		}
-		r.ledger.sawKey(a, seenKey{secret: s.Name, bucketID: string(s.Data[cosiapi.SecretKeyS3BucketName]),
-			creds: secretCredentials(&s)})
+		for _, step := range a.plan.steps() {
+			if err := r.ask(ctx, a, objs[i], step.annotation, step.token); err != nil {
+				return err
+			}
+			asked = true
+		}
+	}
+	if asked {
+		sleep(ctx, p.midRotation)
+	}
+	return nil
+}
+
+// rotationStep is one request of the admin: a new value of annotation.
+type rotationStep struct {
+	at                time.Duration
+	annotation, token string
+}
+
+// steps are the rotations and refreshes asked of the access, in order.
+func (a accessPlan) steps() []rotationStep {
+	var out []rotationStep
+	for i, at := range a.rotations {
+		out = append(out, rotationStep{at, cosiapi.AnnotationRotateCredentials, fmt.Sprintf("chaos-%d", i+1)})
+	}
+	for i, at := range a.refreshes {
+		out = append(out, rotationStep{at, cosiapi.AnnotationRefreshSecret, fmt.Sprintf("chaos-%d", i+1)})
+	}
+	slices.SortStableFunc(out, func(x, y rotationStep) int { return int(x.at - y.at) })
+	return out
+}
+
+// ask sets annotation to token on the access, as an admin does to ask for a rotation or a refresh.
+func (r *run) ask(ctx context.Context, a *accessRecord, obj *cosiapi.BucketAccess, annotation, token string) error {
+	what := "rotation"
+	if annotation == cosiapi.AnnotationRefreshSecret {
+		what = "Secret refresh"
+	}
+	state := "kept"
+	if !a.plan.keep {
+		state = "about to be deleted"
+	}
+	r.countRotation(fmt.Sprintf("%s asked by annotation (access %s)", what, state))
+	r.timeline.addf(a.subjects(), "admin asks for a %s of access %s/%s (%s=%s)", what, a.namespace, a.plan.name,
+		annotation, token)
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		annotation: token}}})
+	if err != nil {
+		return err
+	}
+	err = retry(ctx, "annotating "+obj.Name, func(ctx context.Context) error {
+		return r.client.Patch(ctx, obj.DeepCopy(), client.RawPatch(types.MergePatchType, body))
+	})
+	if err = client.IgnoreNotFound(err); err != nil {
+		return fmt.Errorf("annotating %s: %w", obj.Name, err)
 	}
 	return nil
 }

@@ -391,8 +391,9 @@ func (f *inFlight) has(uid types.UID) bool {
 // Secret write that fails after the grant (a ResourceQuota on Secrets, a policy webhook, a server
 // error, a tenant who made the Secret unwritable) is retried with the answer already obtained,
 // never with a new grant: a driver that issues a new key on every grant would otherwise mint keys
-// at the rate of the retries. The answer is dropped once the Secrets are written, or the access
-// is deleted; a sidecar that restarts meanwhile grants once more.
+// at the rate of the retries. The answer is dropped once the Secrets are written, the access is
+// deleted, or a rotation asks the driver for a new credential (which revokes the answer's key);
+// a sidecar that restarts meanwhile grants once more.
 type answers struct {
 	mu sync.Mutex
 	m  map[types.UID]answer

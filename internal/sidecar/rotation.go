@@ -252,6 +252,11 @@ func (r *BucketAccessReconciler) issueCredential(
 		rot.To = g.CredentialID
 		return false, r.Grants.store.update(ctx, cm, *g)
 	}
+	// A rotation revokes every credential of the account but From (IAM's, and the memory driver's
+	// rule): the answer of a grant whose record or status write failed, kept for its retry, would
+	// write a revoked key into the Secrets, and record it as the one to rotate from next. Forgotten
+	// before the call, which may act even when its answer is lost: the retry grants anew.
+	r.Grants.answers.forget(ba.UID)
 	req := g.rotateRequest(rot.From)
 	resp, err := r.Driver.DriverRotateBucketAccessCredentials(ctx, req)
 	if err != nil {

@@ -226,3 +226,66 @@ func TestRotationAskedDuringRotation(t *testing.T) {
 	}
 	deleteAccess(t, ba)
 }
+
+// TestRefreshRetriedAfterARotation: a refresh whose grant the driver answered but whose grant record
+// write was refused keeps the answer for its retry; a rotation of the access before the retry
+// revokes the key of that answer (the driver issues a key per grant and, as on IAM, a rotation
+// revokes every key but the one it rotates from). The retry must not write the revoked key into
+// the Secrets: they end with a key that works, and the next rotation succeeds. Found by the fault
+// suite (docs/reliability.md, finding 6), where the write was refused while RBAC was not loaded
+// after an API server restart; here a ValidatingAdmissionPolicy refuses it.
+func TestRefreshRetriedAfterARotation(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, memory.Config{
+		Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3}, NewKeyPerGrant: true,
+	})
+	h.stop()
+	opts := sidecarOptions(h.endpoint)
+	opts.RotationGracePeriod = time.Second
+	h.stop = testenv.StartSidecar(t, sidecarConfig, opts)
+
+	b := h.provisionedBucket(cosiapi.ProtocolS3)
+	ba := provisioned(t, h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b), accessConditions)
+	first := secret(t, ba, 0).Annotations[cosiapi.AnnotationCredentialID]
+
+	lift := testenv.RefuseUpdates(t, env.Client, sidecarNamespace, "cosi-grant-"+string(ba.UID))
+	askRefresh(t, ba, "refresh-1")
+	testenv.Eventually(t, func() error {
+		if got := secret(t, ba, 0).Annotations[cosiapi.AnnotationCredentialID]; got == first {
+			return fmt.Errorf("the Secret still holds credential %s", got)
+		}
+		return nil
+	}) // the grant's answer is in the Secrets ...
+	waitForEvent(t, ba, cosiapi.EventFailedRefresh+": Kubernetes API error") // ... its record refused
+	// The rotation is asked while the record is refused (its start is refused too), so that it
+	// runs before the refresh's retry, whichever reconcile comes first once the records are free.
+	askRotation(t, ba, "rotate-1")
+	waitForEvent(t, ba, cosiapi.EventFailedRotateCredentials+": Kubernetes API error")
+	lift()
+
+	rotated := rotationCondition(t, ba, cosiapi.ReasonRotated)
+	waitForEvent(t, ba, cosiapi.EventSecretsRefreshed+":")
+	backend := h.driver.Backend()
+	if !backend.Allowed(secretCredentials(t, ba, nil), b.Status.BucketID, memory.ObjectData, true) {
+		t.Error("after the rotation and the refresh, the Secret's key does not work")
+	}
+
+	askRotation(t, ba, "rotate-2")
+	testenv.Eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(ba), ba); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(ba.Status.Conditions, cosiapi.ConditionCredentialsRotated)
+		if c == nil || c.Message == rotated || c.Reason != cosiapi.ReasonRotated && c.Reason != cosiapi.ReasonRotationFailed {
+			return fmt.Errorf("the second rotation is not over: %+v", c)
+		}
+		if c.Reason == cosiapi.ReasonRotationFailed {
+			t.Errorf("the second rotation failed: %s", c.Message)
+		}
+		return nil
+	})
+	if !backend.Allowed(secretCredentials(t, ba, nil), b.Status.BucketID, memory.ObjectData, true) {
+		t.Error("after the second rotation, the Secret's key does not work")
+	}
+	deleteAccess(t, ba)
+}

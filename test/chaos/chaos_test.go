@@ -97,8 +97,30 @@ func runChaos(t *testing.T, driver string, claims int, interval time.Duration, b
 			t.Errorf("no fault %q was injected", kind)
 		}
 	}
+	// Rotations ran, and the faults hit their calls.
+	for _, m := range []string{"DriverRotateBucketAccessCredentials", "DriverRetireBucketAccessCredentials"} {
+		for _, what := range []string{"answered OK", "injected errors"} {
+			if res.Rotations[m+": "+what] == 0 {
+				t.Errorf("%s: no calls %s", m, what)
+			}
+		}
+		n := 0
+		for k, v := range res.Faults {
+			if strings.Contains(k, " inside "+m+" ") {
+				n += v
+			}
+		}
+		if n == 0 {
+			t.Errorf("no kill inside %s", m)
+		}
+	}
 	if len(res.SelfCheck) == 0 {
 		t.Error("the self-check did not run")
+	}
+	for _, check := range []string{chaos.CheckRotatedKey, chaos.CheckRotation} {
+		if !res.SelfCheck[check] {
+			t.Errorf("the self-check planted nothing for %q", check)
+		}
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/drivers/s3"
 	"github.com/kube-cosi/cosi/internal/localenv"
+	"github.com/kube-cosi/cosi/internal/sidecar"
 	"github.com/kube-cosi/cosi/internal/testenv"
 )
 
@@ -136,4 +137,66 @@ func consume(t *testing.T, ns, name, key string) error {
 		return fmt.Errorf("get with key %s: %q, %w", s.Data[cosiapi.SecretKeyS3AccessKeyID], got, err)
 	}
 	return nil
+}
+
+// TestRefreshRetriedAfterARotation: the S3 driver on IAM issues a new key at every grant, and a
+// rotation deletes every key of the user but the one it rotates from. A refresh whose grant
+// record write is refused keeps the driver's answer for its retry; a rotation that comes before
+// the retry deletes the answer's key. The retry must not write that key into the Secret: once both
+// are done, the Secret's key works (real S3 requests). internal/sidecar tests the same with the
+// memory driver (docs/reliability.md, finding 6).
+func TestRefreshRetriedAfterARotation(t *testing.T) {
+	ns := namespace(t)
+	bc := bucketClass(cosiapi.DeletionPolicyDelete, map[string]string{s3.ParamPurgeOnDelete: "true"})
+	bac := accessClass(false)
+	c := claim(ns, bc.Name)
+	create(t, bc, bac, c)
+	provisioned(t, c)
+	a := access(ns, bac.Name, readWrite, c)
+	create(t, a)
+	provisioned(t, a)
+	secretName := a.Spec.BucketClaims[0].AccessSecretName
+	_, _, s := secretClient(t, ns, secretName)
+	first := s.Annotations[cosiapi.AnnotationCredentialID]
+
+	lift := testenv.RefuseUpdates(t, env.Client, sidecar.DefaultGrantNamespace, "cosi-grant-"+string(a.UID))
+	annotate(t, a, cosiapi.AnnotationRefreshSecret, "e2e-refresh")
+	testenv.Eventually(t, func() error {
+		if _, _, s = secretClient(t, ns, secretName); s.Annotations[cosiapi.AnnotationCredentialID] == first {
+			return errorf("the Secret still holds credential %s", first)
+		}
+		return nil
+	})
+	event(t, a, cosiapi.EventFailedRefresh) // the grant record refused
+	// Asked while the record is refused, so that the rotation runs before the refresh's retry.
+	annotate(t, a, cosiapi.AnnotationRotateCredentials, "e2e-rotate")
+	event(t, a, cosiapi.EventFailedRotateCredentials)
+	lift()
+
+	testenv.Condition(t, waits, a, accessConditions, cosiapi.ConditionCredentialsRotated, metav1.ConditionTrue,
+		cosiapi.ReasonRotated)
+	event(t, a, cosiapi.EventSecretsRefreshed)
+	testenv.Eventually(t, func() error {
+		cl, bucket, s := secretClient(t, ns, secretName)
+		if err := put(cl, bucket, "after"); err != nil {
+			return errorf("put with the Secret's key %s: %w", s.Annotations[cosiapi.AnnotationCredentialID], err)
+		}
+		return nil
+	})
+	del(t, a)
+	waits.Gone(t, a)
+	del(t, c)
+	waits.Gone(t, c)
+}
+
+// annotate sets an annotation of the access, as an admin does.
+func annotate(t *testing.T, a *cosiapi.BucketAccess, key, value string) {
+	t.Helper()
+	testenv.Eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(a), a); err != nil {
+			return err
+		}
+		metav1.SetMetaDataAnnotation(&a.ObjectMeta, key, value)
+		return env.Client.Update(t.Context(), a)
+	})
 }

@@ -66,6 +66,12 @@ func serve(
 	case *cosiproto.DriverGrantBucketAccessRequest:
 		method = "DriverGrantBucketAccess"
 		handler = func(ctx context.Context, _ any) (any, error) { return d.DriverGrantBucketAccess(ctx, r) }
+	case *cosiproto.DriverRotateBucketAccessCredentialsRequest:
+		method = "DriverRotateBucketAccessCredentials"
+		handler = func(ctx context.Context, _ any) (any, error) { return d.DriverRotateBucketAccessCredentials(ctx, r) }
+	case *cosiproto.DriverRetireBucketAccessCredentialsRequest:
+		method = "DriverRetireBucketAccessCredentials"
+		handler = func(ctx context.Context, _ any) (any, error) { return d.DriverRetireBucketAccessCredentials(ctx, r) }
 	}
 	info := &grpc.UnaryServerInfo{FullMethod: "/cosi.v1alpha2.Provisioner/" + method}
 	for i := len(interceptors) - 1; i >= 0; i-- {
@@ -96,6 +102,60 @@ func TestFaultAfter(t *testing.T) {
 	entries, err := ReadJournal(strings.NewReader(journal.String()))
 	if err != nil || len(entries) != 1 || !entries[0].Injected || !entries[0].Acted {
 		t.Errorf("journal %+v, %v; want one injected failure after the driver acted", entries, err)
+	}
+}
+
+// The journal names the account of a rotation and a retirement, the credential each replaces or
+// revokes, and the credential a grant or a rotation issued (none of them secret), so that a fault
+// suite knows which keys a rotation replaced.
+func TestJournalRotation(t *testing.T) {
+	d, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var journal strings.Builder
+	j := &Journal{W: &journal}
+	ctx := t.Context()
+	if _, err := serve(ctx, d, &cosiproto.DriverCreateBucketRequest{BucketId: "b"}, j.Interceptor()); err != nil {
+		t.Fatal(err)
+	}
+	granted, err := serve(ctx, d, grantRequest("a", "b"), j.Interceptor())
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := granted.(*cosiproto.DriverGrantBucketAccessResponse).GetCredentialId()
+	rotated, err := serve(ctx, d, &cosiproto.DriverRotateBucketAccessCredentialsRequest{AccountId: "a",
+		Buckets: grantRequest("a", "b").GetBuckets(), Protocol: cosiproto.ObjectProtocol_S3,
+		AuthenticationType: cosiproto.AuthenticationType_KEY, CredentialId: from}, j.Interceptor())
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := rotated.(*cosiproto.DriverRotateBucketAccessCredentialsResponse).GetCredentialId()
+	if _, err := serve(ctx, d, &cosiproto.DriverRetireBucketAccessCredentialsRequest{AccountId: "a",
+		CredentialId: from}, j.Interceptor()); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := ReadJournal(strings.NewReader(journal.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []JournalEntry{
+		{Method: "DriverCreateBucket", Subject: "b", Code: "OK"},
+		{Method: "DriverGrantBucketAccess", Subject: "a", Code: "OK", Issued: from},
+		{Method: "DriverRotateBucketAccessCredentials", Subject: "a", Code: "OK", Credential: from, Issued: to},
+		{Method: "DriverRetireBucketAccessCredentials", Subject: "a", Code: "OK", Credential: from},
+	}
+	if len(entries) != len(want) {
+		t.Fatalf("journal %+v, want %+v", entries, want)
+	}
+	for i, e := range entries {
+		e.Time, e.Took = time.Time{}, 0
+		if e != want[i] {
+			t.Errorf("entry %d: %+v, want %+v", i, e, want[i])
+		}
+	}
+	if from == "" || to == "" || from == to {
+		t.Errorf("credentials %q and %q: want two different ones", from, to)
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
+
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // JournalEntry is one call the driver served.
@@ -27,6 +29,10 @@ type JournalEntry struct {
 	Acted    bool   `json:"acted,omitempty"`
 	// Took is how long the call took.
 	Took time.Duration `json:"took"`
+	// Credential is the credential_id a rotation replaces or a retirement revokes (the request's);
+	// Issued the credential_id a grant or a rotation answered with. Neither is secret.
+	Credential string `json:"credential,omitempty"`
+	Issued     string `json:"issued,omitempty"`
 }
 
 // Journal writes one JSON line per call to W, for a fault suite that shows what the driver was
@@ -50,6 +56,7 @@ func (j *Journal) Interceptor() grpc.UnaryServerInterceptor {
 			Code:    status.Code(err).String(),
 			Took:    time.Since(start),
 		}
+		e.Credential, e.Issued = credentialIDs(req, resp)
 		if msg := status.Convert(err).Message(); err != nil && strings.HasPrefix(msg, injectedPrefix) {
 			e.Injected, e.Acted = true, strings.HasSuffix(msg, injectedAfterSuffix)
 		}
@@ -61,6 +68,24 @@ func (j *Journal) Interceptor() grpc.UnaryServerInterceptor {
 		}
 		return resp, err
 	}
+}
+
+// credentialIDs returns the credential_id of a rotation's or a retirement's request, and the one a
+// grant's or a rotation's answer names.
+func credentialIDs(req, resp any) (credential, issued string) {
+	switch r := req.(type) {
+	case *cosiproto.DriverRotateBucketAccessCredentialsRequest:
+		credential = r.GetCredentialId()
+	case *cosiproto.DriverRetireBucketAccessCredentialsRequest:
+		credential = r.GetCredentialId()
+	}
+	switch r := resp.(type) {
+	case *cosiproto.DriverGrantBucketAccessResponse:
+		issued = r.GetCredentialId()
+	case *cosiproto.DriverRotateBucketAccessCredentialsResponse:
+		issued = r.GetCredentialId()
+	}
+	return credential, issued
 }
 
 // ReadJournal reads the entries of a journal; a line cut short by a crash is skipped.

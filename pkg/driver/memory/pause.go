@@ -129,6 +129,10 @@ func Subject(req any) string {
 		return r.GetAccountId()
 	case *cosiproto.DriverRevokeBucketAccessRequest:
 		return r.GetAccountId()
+	case *cosiproto.DriverRotateBucketAccessCredentialsRequest:
+		return r.GetAccountId()
+	case *cosiproto.DriverRetireBucketAccessCredentialsRequest:
+		return r.GetAccountId()
 	}
 	return ""
 }
