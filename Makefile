@@ -9,8 +9,8 @@ ROOT := $(abspath .)
 BIN := $(ROOT)/bin
 # Go modules of this repository that hold code and tests. api, proto and pkg are separate modules so
 # that drivers can import them without controller-runtime, client-go or a cloud SDK; pkg/sanity/s3probe
-# too, so that only the vendors who use it require the AWS SDK.
-MODULES := . api proto pkg pkg/sanity/s3probe
+# and pkg/sanity/azureprobe too, so that only the vendors who use them require the AWS or Azure SDK.
+MODULES := . api proto pkg pkg/sanity/s3probe pkg/sanity/azureprobe
 
 CONTROLLER_GEN := $(BIN)/controller-gen
 PROTOC_GEN_GO := $(BIN)/protoc-gen-go

@@ -115,6 +115,7 @@ require (
 replace (
 	github.com/kube-cosi/cosi/api => ./api
 	github.com/kube-cosi/cosi/pkg => ./pkg
+	github.com/kube-cosi/cosi/pkg/sanity/azureprobe => ./pkg/sanity/azureprobe
 	github.com/kube-cosi/cosi/pkg/sanity/s3probe => ./pkg/sanity/s3probe
 	github.com/kube-cosi/cosi/proto => ./proto
 )
