@@ -458,7 +458,7 @@ var cases = []Case{
 		p := t.protocols()[0]
 		granted, _ := t.createBucket(p)
 		other, otherResp := t.createBucket(p)
-		_, resp, err := t.grant(t.keyGrant(p, allModes, granted))
+		_, _, resp, err := t.widestGrant(p, granted)
 		t.ok(err, "grant")
 		creds := resp.GetCredentials()
 		if !t.allowed(p, creds, granted, bucketInfoFor(resp, granted), ObjectData, false) {
@@ -692,8 +692,7 @@ var cases = []Case{
 		p := t.protocols()[0]
 		id, _ := t.createBucket(p)
 		before := t.accounts()
-		g := t.keyGrant(p, allModes, id)
-		account, resp, err := t.grant(g)
+		g, account, resp, err := t.widestGrant(p, id)
 		t.ok(err, "grant")
 		creds, info := resp.GetCredentials(), bucketInfoFor(resp, id)
 		if !t.allowed(p, creds, id, info, ObjectData, false) {
@@ -721,8 +720,7 @@ var cases = []Case{
 		p := t.protocols()[0]
 		a, _ := t.createBucket(p)
 		b, _ := t.createBucket(p)
-		g := t.keyGrant(p, allModes, a, b)
-		account, resp, err := t.grant(g)
+		g, account, resp, err := t.widestGrant(p, a, b)
 		if status.Code(err) == codes.OutOfRange {
 			t.Skipf("the driver cannot give several buckets one credential (OutOfRange)")
 		}
