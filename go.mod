@@ -13,6 +13,7 @@ require (
 	github.com/go-logr/logr v1.4.4
 	github.com/kube-cosi/cosi/api v0.0.0
 	github.com/kube-cosi/cosi/pkg v0.0.0
+	github.com/kube-cosi/cosi/pkg/sanity/azureprobe v0.0.0
 	github.com/kube-cosi/cosi/pkg/sanity/s3probe v0.0.0
 	github.com/kube-cosi/cosi/proto v0.0.0
 	github.com/prometheus/client_golang v1.25.0
