@@ -154,6 +154,15 @@ func (t *T) grantAs(g grant, accountName string) (string, *cosiproto.DriverGrant
 	return id, resp, nil
 }
 
+// revokeNow revokes a granted access before the case ends (grant's cleanup revokes it again,
+// which must be OK), for the cases that grant many accesses to one bucket: a store may limit
+// them (Azure allows five stored access policies per container), and the suite holds no more
+// than five at a time.
+func (t *T) revokeNow(g grant, accountID string) {
+	_, err := t.s.prov.DriverRevokeBucketAccess(t.ctx, g.revokeRequest(accountID))
+	t.ok(err, "DriverRevokeBucketAccess")
+}
+
 // widestGrant grants Key access to the buckets with every mode READ_WRITE, or, when the driver
 // refuses that with InvalidArgument (KEP-1979's answer for a mode it cannot honour), with the
 // widest modes it accepts: without bucket metadata, then object data alone. The cases that look at
