@@ -9,15 +9,20 @@
 package azure
 
 import (
+	"context"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/service"
 	"github.com/go-logr/logr"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
@@ -147,6 +152,219 @@ func (d *Driver) logFailure(method string, errp *error) {
 		d.cfg.Logger.Error(be.cause, "storage account call failed",
 			"method", method, "code", be.st.Code().String(), "message", be.st.Message())
 	}
+}
+
+// DriverGetInfo returns the driver's name; it supports Azure only.
+func (d *Driver) DriverGetInfo(
+	context.Context,
+	*cosiproto.DriverGetInfoRequest,
+) (*cosiproto.DriverGetInfoResponse, error) {
+	return &cosiproto.DriverGetInfoResponse{
+		Name:               d.cfg.Name,
+		SupportedProtocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE},
+	}, nil
+}
+
+// bucketParams are parsed bucket parameters.
+type bucketParams struct {
+	purge bool
+}
+
+func parseBool(params map[string]string, key string) (bool, error) {
+	v, ok := params[key]
+	if !ok {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil || (v != "true" && v != "false") {
+		return false, status.Errorf(codes.InvalidArgument, "parameter %s must be \"true\" or \"false\", not %q", key, v)
+	}
+	return b, nil
+}
+
+func parseBucketParams(params map[string]string) (bucketParams, error) {
+	var p bucketParams
+	for k := range params {
+		if k != ParamPurgeOnDelete {
+			return p, status.Errorf(codes.InvalidArgument, "unknown bucket parameter %q (known: %s)", k, ParamPurgeOnDelete)
+		}
+	}
+	var err error
+	p.purge, err = parseBool(params, ParamPurgeOnDelete)
+	return p, err
+}
+
+func checkProtocols(protocols []cosiproto.ObjectProtocol_Type) error {
+	for _, p := range protocols {
+		if p != cosiproto.ObjectProtocol_AZURE {
+			return status.Errorf(codes.InvalidArgument, "protocol %v is not supported by this driver (Azure only)", p)
+		}
+	}
+	return nil
+}
+
+// bucketInfo is what workloads need besides the token: the storage account.
+func (d *Driver) bucketInfo() *cosiproto.ProtocolBucketInfo {
+	return &cosiproto.ProtocolBucketInfo{Azure: &cosiproto.AzureBucketInfo{StorageAccount: d.cfg.Credentials.Account()}}
+}
+
+// DriverGenerateBucketId derives the container name from the request name (see ContainerName).
+// It creates nothing; it fails with AlreadyExists when a container of that name exists that the
+// driver did not create.
+func (d *Driver) DriverGenerateBucketId(
+	ctx context.Context,
+	req *cosiproto.DriverGenerateBucketIdRequest,
+) (_ *cosiproto.DriverGenerateBucketIdResponse, err error) {
+	defer d.logFailure("DriverGenerateBucketId", &err)
+	if err := checkProtocols(req.GetProtocols()); err != nil {
+		return nil, err
+	}
+	if _, err := parseBucketParams(req.GetParameters()); err != nil {
+		return nil, err
+	}
+	id := ContainerName(d.cfg.ContainerNamePrefix, req.GetName())
+	c, err := d.container(id)
+	if err != nil {
+		return nil, err
+	}
+	props, err := c.GetProperties(ctx, nil)
+	switch {
+	case hasCode(err, bloberror.ContainerNotFound):
+	case err != nil:
+		return nil, toStatus(err, "looking up container %q", id)
+	case !d.owns(props.Metadata):
+		return nil, status.Errorf(codes.AlreadyExists, "container %q exists and was not created by this driver", id)
+	}
+	return &cosiproto.DriverGenerateBucketIdResponse{BucketId: id}, nil
+}
+
+// owns reports whether container metadata marks the container as this driver's. Metadata names
+// are case-insensitive.
+func (d *Driver) owns(metadata map[string]*string) bool {
+	for k, v := range metadata {
+		if strings.EqualFold(k, OwnerMetadata) && v != nil && *v == d.cfg.Name {
+			return true
+		}
+	}
+	return false
+}
+
+// DriverCreateBucket creates the container, marked as the driver's. An existing container the
+// driver created is returned as it is.
+func (d *Driver) DriverCreateBucket(
+	ctx context.Context,
+	req *cosiproto.DriverCreateBucketRequest,
+) (_ *cosiproto.DriverCreateBucketResponse, err error) {
+	defer d.logFailure("DriverCreateBucket", &err)
+	if err := checkProtocols(req.GetProtocols()); err != nil {
+		return nil, err
+	}
+	if _, err := parseBucketParams(req.GetParameters()); err != nil {
+		return nil, err
+	}
+	id := req.GetBucketId()
+	if err := checkContainerName(id); err != nil {
+		return nil, err
+	}
+	unlock := d.locks.lock(id)
+	defer unlock()
+	c, err := d.container(id)
+	if err != nil {
+		return nil, err
+	}
+	name := d.cfg.Name
+	// The mark is set with the creation, in one request: there is no container of the driver's
+	// without it.
+	_, err = c.Create(ctx, &container.CreateOptions{Metadata: map[string]*string{OwnerMetadata: &name}})
+	switch {
+	case err == nil:
+	case hasCode(err, bloberror.ContainerAlreadyExists):
+		props, err := c.GetProperties(ctx, nil)
+		if err != nil {
+			return nil, toStatus(err, "looking up container %q", id)
+		}
+		if !d.owns(props.Metadata) {
+			return nil, status.Errorf(codes.AlreadyExists, "container %q exists and was not created by this driver", id)
+		}
+	default:
+		return nil, toStatus(err, "creating container %q", id)
+	}
+	return &cosiproto.DriverCreateBucketResponse{Protocols: d.bucketInfo()}, nil
+}
+
+// DriverGetBucket finds an existing container for static provisioning, whoever created it:
+// NotFound when it does not exist.
+func (d *Driver) DriverGetBucket(
+	ctx context.Context,
+	req *cosiproto.DriverGetBucketRequest,
+) (_ *cosiproto.DriverGetBucketResponse, err error) {
+	defer d.logFailure("DriverGetBucket", &err)
+	if err := checkProtocols(req.GetProtocols()); err != nil {
+		return nil, err
+	}
+	if _, err := parseBucketParams(req.GetParameters()); err != nil {
+		return nil, err
+	}
+	id := req.GetBucketId()
+	if err := checkContainerName(id); err != nil {
+		return nil, err
+	}
+	c, err := d.container(id)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.GetProperties(ctx, nil); err != nil {
+		return nil, toStatus(err, "looking up container %q", id)
+	}
+	return &cosiproto.DriverGetBucketResponse{Protocols: d.bucketInfo()}, nil
+}
+
+// DriverDeleteBucket deletes the container. One that holds blobs is refused with
+// FailedPrecondition unless the parameter purgeOnDelete is "true" (Azure's Delete Container takes
+// the blobs with it, so the driver looks first). A missing container is already deleted.
+func (d *Driver) DriverDeleteBucket(
+	ctx context.Context,
+	req *cosiproto.DriverDeleteBucketRequest,
+) (_ *cosiproto.DriverDeleteBucketResponse, err error) {
+	defer d.logFailure("DriverDeleteBucket", &err)
+	p, err := parseBucketParams(req.GetParameters())
+	if err != nil {
+		return nil, err
+	}
+	id := req.GetBucketId()
+	if err := checkContainerName(id); err != nil {
+		return nil, err
+	}
+	unlock := d.locks.lock(id)
+	defer unlock()
+	c, err := d.container(id)
+	if err != nil {
+		return nil, err
+	}
+	if !p.purge {
+		one := int32(1)
+		page, err := c.NewListBlobsFlatPager(&container.ListBlobsFlatOptions{MaxResults: &one}).NextPage(ctx)
+		switch {
+		case hasCode(err, bloberror.ContainerNotFound):
+			return &cosiproto.DriverDeleteBucketResponse{}, nil
+		case err != nil:
+			return nil, toStatus(err, "listing container %q", id)
+		case page.Segment != nil && len(page.Segment.BlobItems) > 0:
+			return nil, status.Errorf(
+				codes.FailedPrecondition,
+				"container %q is not empty: nothing was deleted; "+
+					"delete its blobs, or set the bucket parameter %s to \"true\" to let the driver delete them",
+				id,
+				ParamPurgeOnDelete,
+			)
+		}
+	}
+	_, err = c.Delete(ctx, nil)
+	switch {
+	case err == nil, hasCode(err, bloberror.ContainerNotFound), hasCode(err, bloberror.ContainerBeingDeleted):
+		return &cosiproto.DriverDeleteBucketResponse{}, nil
+	}
+	return nil, toStatus(err, "deleting container %q", id)
 }
 
 // keyedMutex serializes work on one container: the sidecar may work on several accesses of one
