@@ -1,6 +1,7 @@
 package azure_test
 
 import (
+	"context"
 	"crypto/rand"
 	"net/url"
 	"slices"
@@ -67,7 +68,25 @@ func TestTokenModes(t *testing.T) {
 	}
 	grant(t, p, readWrite, nil, other) // the other container has accesses of its own
 
-	ro, wo, rw := grant(t, p, readOnly, nil, bucket), grant(t, p, writeOnly, nil, bucket), grant(t, p, readWrite, nil, bucket)
+	ro, wo, rw := grant(
+		t,
+		p,
+		readOnly,
+		nil,
+		bucket,
+	), grant(
+		t,
+		p,
+		writeOnly,
+		nil,
+		bucket,
+	), grant(
+		t,
+		p,
+		readWrite,
+		nil,
+		bucket,
+	)
 	if got, err := get(ctx, ro.client, "existing"); err != nil || got != "data" {
 		t.Errorf("READ_ONLY get: %q, %v", got, err)
 	}
@@ -145,7 +164,9 @@ func TestRevoke(t *testing.T) {
 	revoke(t, p, gone)
 	// Granted again under the same ID (a new policy), the old token works again: it is the
 	// same token. COSI never reuses an account ID, so this is the only way back.
-	if acl, err := a.admin.NewContainerClient(bucket).GetAccessPolicy(ctx, nil); err != nil || len(acl.SignedIdentifiers) != 1 {
+	if acl, err := a.admin.NewContainerClient(bucket).
+		GetAccessPolicy(ctx, nil); err != nil ||
+		len(acl.SignedIdentifiers) != 1 {
 		t.Errorf("policies after the revoke: %v, %v; want only the other access's", acl.SignedIdentifiers, err)
 	}
 	revoke(t, p, kept)
@@ -164,11 +185,13 @@ func TestExpiry(t *testing.T) {
 	before := time.Now()
 	acc := grant(t, p, readWrite, params, bucket)
 	expiry := acc.creds.GetAzure().GetExpiryTimestamp()
-	if expiry == nil || expiry.AsTime().Before(before.Add(time.Second)) || expiry.AsTime().After(time.Now().Add(2*time.Second)) {
+	if expiry == nil || expiry.AsTime().Before(before.Add(time.Second)) ||
+		expiry.AsTime().After(time.Now().Add(2*time.Second)) {
 		t.Fatalf("expiry %v, want about 2 seconds after the grant", expiry)
 	}
 	acl, err := a.admin.NewContainerClient(bucket).GetAccessPolicy(ctx, nil)
-	if err != nil || len(acl.SignedIdentifiers) != 1 || !acl.SignedIdentifiers[0].AccessPolicy.Expiry.Equal(expiry.AsTime()) {
+	if err != nil || len(acl.SignedIdentifiers) != 1 ||
+		!acl.SignedIdentifiers[0].AccessPolicy.Expiry.Equal(expiry.AsTime()) {
 		t.Fatalf("the container's policies %v (%v): want one, expiring at %v", acl.SignedIdentifiers, err, expiry.AsTime())
 	}
 	time.Sleep(time.Until(expiry.AsTime().Add(time.Second)))
@@ -232,7 +255,10 @@ func TestFiveAccessesPerContainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.ContainsFunc(acl.SignedIdentifiers, func(s *container.SignedIdentifier) bool { return *s.ID == "admins-own" }) {
+	if !slices.ContainsFunc(
+		acl.SignedIdentifiers,
+		func(s *container.SignedIdentifier) bool { return *s.ID == "admins-own" },
+	) {
 		t.Errorf("the admin's own policy is gone: %v", acl.SignedIdentifiers)
 	}
 }
@@ -250,7 +276,7 @@ func TestStaticImport(t *testing.T) {
 	if _, err := admin.Create(ctx, &container.CreateOptions{Access: &public}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = admin.Delete(ctx, nil) })
+	t.Cleanup(func() { _, _ = admin.Delete(context.Background(), nil) })
 	far := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
 	if _, err := admin.SetAccessPolicy(ctx, &container.SetAccessPolicyOptions{Access: &public,
 		ContainerACL: []*container.SignedIdentifier{
@@ -262,12 +288,20 @@ func TestStaticImport(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	get := &cosiproto.DriverGetBucketRequest{BucketId: name, Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE}}
+	get := &cosiproto.DriverGetBucketRequest{
+		BucketId:  name,
+		Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE},
+	}
 	resp, err := p.DriverGetBucket(ctx, get)
 	if err != nil || resp.GetProtocols().GetAzure().GetStorageAccount() != a.Account {
 		t.Fatalf("DriverGetBucket of an existing container: %v, %v", resp, err)
 	}
-	if _, err := p.DriverGetBucket(ctx, &cosiproto.DriverGetBucketRequest{BucketId: "missing-" + name}); status.Code(err) != codes.NotFound {
+	if _, err := p.DriverGetBucket(
+		ctx,
+		&cosiproto.DriverGetBucketRequest{BucketId: "missing-" + name},
+	); status.Code(
+		err,
+	) != codes.NotFound {
 		t.Errorf("DriverGetBucket of a missing container: %v, want NotFound", err)
 	}
 	acc := grant(t, p, readOnly, nil, name)
@@ -289,10 +323,20 @@ func TestStaticImport(t *testing.T) {
 
 	// The driver never takes a container it did not create for a new bucket of that name.
 	d := a.newDriver(t, "")
-	if _, err := d.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: name}); status.Code(err) != codes.AlreadyExists {
+	if _, err := d.DriverCreateBucket(
+		ctx,
+		&cosiproto.DriverCreateBucketRequest{BucketId: name},
+	); status.Code(
+		err,
+	) != codes.AlreadyExists {
 		t.Errorf("DriverCreateBucket of a container the driver did not create: %v, want AlreadyExists", err)
 	}
-	if _, err := d.DriverGenerateBucketId(ctx, &cosiproto.DriverGenerateBucketIdRequest{Name: name}); status.Code(err) != codes.AlreadyExists {
+	if _, err := d.DriverGenerateBucketId(
+		ctx,
+		&cosiproto.DriverGenerateBucketIdRequest{Name: name},
+	); status.Code(
+		err,
+	) != codes.AlreadyExists {
 		t.Errorf("DriverGenerateBucketId naming a container the driver did not create: %v, want AlreadyExists", err)
 	}
 }
@@ -331,7 +375,10 @@ func TestDeleteBucket(t *testing.T) {
 	}
 	purge := map[string]string{azure.ParamPurgeOnDelete: "true"}
 	for range 2 {
-		if _, err := p.DriverDeleteBucket(ctx, &cosiproto.DriverDeleteBucketRequest{BucketId: id, Parameters: purge}); err != nil {
+		if _, err := p.DriverDeleteBucket(
+			ctx,
+			&cosiproto.DriverDeleteBucketRequest{BucketId: id, Parameters: purge},
+		); err != nil {
 			t.Errorf("deleting with %s (repeated): %v", azure.ParamPurgeOnDelete, err)
 		}
 	}
@@ -381,10 +428,20 @@ func TestRefusals(t *testing.T) {
 		t.Errorf("ServiceAccount access: %v, want InvalidArgument", err)
 	}
 	acc := grant(t, p, readWrite, nil, bucket)
-	if _, err := p.DriverGrantBucketAccess(ctx, grantRequest(accessRequest(acc.id, readOnly, nil, bucket), acc.id)); status.Code(err) != codes.AlreadyExists {
+	if _, err := p.DriverGrantBucketAccess(
+		ctx,
+		grantRequest(accessRequest(acc.id, readOnly, nil, bucket), acc.id),
+	); status.Code(
+		err,
+	) != codes.AlreadyExists {
 		t.Errorf("a repeated grant with other modes: %v, want AlreadyExists", err)
 	}
-	if _, err := p.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: "Not_A-Container"}); status.Code(err) != codes.InvalidArgument {
+	if _, err := p.DriverCreateBucket(
+		ctx,
+		&cosiproto.DriverCreateBucketRequest{BucketId: "Not_A-Container"},
+	); status.Code(
+		err,
+	) != codes.InvalidArgument {
 		t.Errorf("DriverCreateBucket with an invalid container name: %v, want InvalidArgument", err)
 	}
 	missing := accessRequest("ba-y", readWrite, nil, "missing-"+bucket)
@@ -394,3 +451,32 @@ func TestRefusals(t *testing.T) {
 }
 
 func rand8() string { return strings.ToLower(rand.Text()[:8]) }
+
+// TestContainerNamePrefix checks that two clusters sharing an account, each with its own prefix,
+// get different containers for buckets of the same name.
+func TestContainerNamePrefix(t *testing.T) {
+	a := startAzurite(t)
+	ctx := t.Context()
+	name := "bc-" + rand8()
+	var ids []string
+	for _, prefix := range []string{"cluster-a-", "cluster-b-"} {
+		d := a.newDriver(t, prefix)
+		gen, err := d.DriverGenerateBucketId(ctx, &cosiproto.DriverGenerateBucketIdRequest{Name: name})
+		if err != nil || gen.GetBucketId() != prefix+name {
+			t.Fatalf("DriverGenerateBucketId with prefix %q: %v, %v; want %q", prefix, gen, err, prefix+name)
+		}
+		_, err = d.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: gen.GetBucketId()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, gen.GetBucketId())
+		t.Cleanup(func() {
+			_, _ = d.DriverDeleteBucket(context.Background(), &cosiproto.DriverDeleteBucketRequest{BucketId: gen.GetBucketId()})
+		})
+	}
+	for _, id := range ids {
+		if exists, err := a.probe.BucketExists(ctx, id); !exists || err != nil {
+			t.Errorf("container %q: exists %v, %v", id, exists, err)
+		}
+	}
+}

@@ -185,7 +185,10 @@ func accessRequest(
 	return req
 }
 
-func grantRequest(req *cosiproto.DriverGenerateBucketAccessIdRequest, id string) *cosiproto.DriverGrantBucketAccessRequest {
+func grantRequest(
+	req *cosiproto.DriverGenerateBucketAccessIdRequest,
+	id string,
+) *cosiproto.DriverGrantBucketAccessRequest {
 	return &cosiproto.DriverGrantBucketAccessRequest{
 		AccountId: id, Buckets: req.Buckets, Protocol: req.Protocol,
 		AuthenticationType: req.AuthenticationType, Parameters: req.Parameters,
@@ -258,7 +261,10 @@ func createBucket(t *testing.T, p cosiproto.ProvisionerClient) string {
 	t.Helper()
 	ctx := t.Context()
 	gen, err := p.DriverGenerateBucketId(ctx, &cosiproto.DriverGenerateBucketIdRequest{
-		Name: "bc-" + strings.ToLower(rand.Text()[:12]), Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE},
+		Name: "bc-" + strings.ToLower(
+			rand.Text()[:12],
+		),
+		Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE},
 	})
 	if err != nil {
 		t.Fatal(err)

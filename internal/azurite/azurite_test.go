@@ -66,7 +66,9 @@ func TestEmulator(t *testing.T) {
 	if _, err := c.NewContainerClient("kept").Create(ctx, nil); err != nil {
 		t.Fatalf("creating a container with the account's key: %v", err)
 	}
-	if _, err := c.NewContainerClient("kept").NewBlockBlobClient("blob").UploadBuffer(ctx, []byte("data"), nil); err != nil {
+	if _, err := c.NewContainerClient("kept").
+		NewBlockBlobClient("blob").
+		UploadBuffer(ctx, []byte("data"), nil); err != nil {
 		t.Fatalf("uploading a blob with the account's key: %v", err)
 	}
 	other := make([]byte, 64)
