@@ -41,9 +41,11 @@ help: ## Show the targets.
 
 ##@ Development
 
+# DRIVER=azure runs the Azure Blob driver against Azurite instead.
+DRIVER ?= s3
 .PHONY: run
-run: build $(KUBE_BINARIES) $(VERSITYGW) ## Run COSI locally (API server, object store, controller, sidecar, S3 driver) with a demo; Ctrl-C stops it. Data: .local/
-	$(BIN)/cosi-local --dir $(ROOT)/.local --repo $(ROOT) --bin $(BIN) $(RUN_FLAGS)
+run: build $(KUBE_BINARIES) $(if $(filter azure,$(DRIVER)),azurite,$(VERSITYGW)) ## Run COSI locally (API server, object store, controller, sidecar, S3 driver; DRIVER=azure: Azure Blob driver and Azurite) with a demo; Ctrl-C stops it. Data: .local/
+	$(BIN)/cosi-local --dir $(ROOT)/.local --repo $(ROOT) --bin $(BIN) --driver $(DRIVER) $(RUN_FLAGS)
 
 .PHONY: build
 build: ## Compile every module and build the commands into bin/.
