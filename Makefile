@@ -41,11 +41,12 @@ help: ## Show the targets.
 
 ##@ Development
 
-# DRIVER=azure runs the Azure Blob driver against Azurite instead.
+# DRIVER=azure runs the Azure Blob driver against Azurite instead, with its data in .local-azure/.
 DRIVER ?= s3
+RUN_DIR := $(ROOT)/.local$(if $(filter-out s3,$(DRIVER)),-$(DRIVER))
 .PHONY: run
-run: build $(KUBE_BINARIES) $(if $(filter azure,$(DRIVER)),azurite,$(VERSITYGW)) ## Run COSI locally (API server, object store, controller, sidecar, S3 driver; DRIVER=azure: Azure Blob driver and Azurite) with a demo; Ctrl-C stops it. Data: .local/
-	$(BIN)/cosi-local --dir $(ROOT)/.local --repo $(ROOT) --bin $(BIN) --driver $(DRIVER) $(RUN_FLAGS)
+run: build $(KUBE_BINARIES) $(if $(filter azure,$(DRIVER)),azurite,$(VERSITYGW)) ## Run COSI locally (API server, object store, controller, sidecar, S3 driver; DRIVER=azure: Azure Blob driver and Azurite) with a demo; Ctrl-C stops it. Data: .local/ (.local-azure/)
+	$(BIN)/cosi-local --dir $(RUN_DIR) --repo $(ROOT) --bin $(BIN) --driver $(DRIVER) $(RUN_FLAGS)
 
 .PHONY: build
 build: ## Compile every module and build the commands into bin/.
