@@ -29,7 +29,7 @@ func TestChartValues(t *testing.T) {
 	for _, c := range []struct {
 		name, chart string
 		set         []string
-		values      string // a values file of the repository, or ""
+		values      string   // a values file of the repository, or ""
 		kinds       []string // every kind rendered, sorted
 		check       func(t *testing.T, d *appsv1.Deployment)
 	}{{
@@ -114,7 +114,9 @@ func TestChartValues(t *testing.T) {
 			if drv.Image != "ghcr.io/kube-cosi/cosi-driver-azure:v9.9.9" {
 				t.Errorf("driver image %s, want the project's cosi-driver-azure", drv.Image)
 			}
-			for _, want := range []string{"--name=" + azure.DefaultName, "--credentials-file=/etc/cosi/credentials/credentials"} {
+			for _, want := range []string{
+				"--name=" + azure.DefaultName, "--credentials-file=/etc/cosi/credentials/credentials",
+			} {
 				if !slices.Contains(drv.Args, want) {
 					t.Errorf("driver args %v lack %s", drv.Args, want)
 				}
