@@ -9,8 +9,8 @@ ROOT := $(abspath .)
 BIN := $(ROOT)/bin
 # Go modules of this repository that hold code and tests. api, proto and pkg are separate modules so
 # that drivers can import them without controller-runtime, client-go or a cloud SDK; pkg/sanity/s3probe
-# too, so that only the vendors who use it require the AWS SDK.
-MODULES := . api proto pkg pkg/sanity/s3probe
+# and pkg/sanity/azureprobe too, so that only the vendors who use them require the AWS or Azure SDK.
+MODULES := . api proto pkg pkg/sanity/s3probe pkg/sanity/azureprobe
 
 CONTROLLER_GEN := $(BIN)/controller-gen
 PROTOC_GEN_GO := $(BIN)/protoc-gen-go
@@ -25,6 +25,10 @@ KUBE_VERSION := $(shell sed -n 's/^require k8s.io\/kubernetes \(v[0-9.]*\)$$/\1/
 KUBE_VERSION_PARTS := $(subst ., ,$(KUBE_VERSION:v%=%))
 KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) -X k8s.io/component-base/version.gitMajor=$(word 1,$(KUBE_VERSION_PARTS)) -X k8s.io/component-base/version.gitMinor=$(word 2,$(KUBE_VERSION_PARTS)) -X k8s.io/component-base/version.gitTreeState=clean
 VERSITYGW := $(BIN)/versitygw
+# Azurite, Microsoft's Azure Storage emulator (npm), for the Azure driver's tests and make run
+# DRIVER=azure. The stamp file records that this version is installed.
+AZURITE_VERSION := 3.37.0
+AZURITE_STAMP := $(BIN)/azurite/installed-$(AZURITE_VERSION)
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 GO_TEST_FLAGS ?= -race -count=1
@@ -37,9 +41,12 @@ help: ## Show the targets.
 
 ##@ Development
 
+# DRIVER=azure runs the Azure Blob driver against Azurite instead, with its data in .local-azure/.
+DRIVER ?= s3
+RUN_DIR := $(ROOT)/.local$(if $(filter-out s3,$(DRIVER)),-$(DRIVER))
 .PHONY: run
-run: build $(KUBE_BINARIES) $(VERSITYGW) ## Run COSI locally (API server, object store, controller, sidecar, S3 driver) with a demo; Ctrl-C stops it. Data: .local/
-	$(BIN)/cosi-local --dir $(ROOT)/.local --repo $(ROOT) --bin $(BIN) $(RUN_FLAGS)
+run: build $(KUBE_BINARIES) $(if $(filter azure,$(DRIVER)),azurite,$(VERSITYGW)) ## Run COSI locally (API server, object store, controller, sidecar, S3 driver; DRIVER=azure: Azure Blob driver and Azurite) with a demo; Ctrl-C stops it. Data: .local/ (.local-azure/)
+	$(BIN)/cosi-local --dir $(RUN_DIR) --repo $(ROOT) --bin $(BIN) --driver $(DRIVER) $(RUN_FLAGS)
 
 .PHONY: build
 build: ## Compile every module and build the commands into bin/.
@@ -117,7 +124,7 @@ lint-shell: shellcheck ## shellcheck the scripts in hack/.
 ##@ Test
 
 .PHONY: test
-test: build $(KUBE_BINARIES) $(VERSITYGW) ceph jq verify ## Run all tests, against a real kube-apiserver and etcd built from source and real object stores.
+test: build $(KUBE_BINARIES) $(VERSITYGW) ceph jq azurite verify ## Run all tests, against a real kube-apiserver and etcd built from source and real object stores.
 	@for m in $(MODULES); do (cd $$m && KUBEBUILDER_ASSETS=$(BIN) go test $(GO_TEST_FLAGS) ./...); done
 
 ##@ Release
@@ -184,6 +191,23 @@ $(VERSITYGW): hack/versitygw/go.mod hack/versitygw/go.sum
 .PHONY: ceph
 ceph: ## Install Ceph (mon, osd, radosgw) from Debian's packages for the rgw back-end's tests; tests say so and skip if it cannot be.
 	@hack/ceph/install.sh || echo "WARNING: Ceph could not be installed: the S3 driver's rgw back-end tests will be skipped" >&2
+
+.PHONY: azurite
+azurite: $(AZURITE_STAMP) ## Install Azurite (npm; Node.js from Debian packages if missing) into bin/azurite for the Azure driver; tests say so and skip if it cannot be.
+
+# --ignore-scripts: Azurite's blob service needs none of its dependencies' install scripts.
+$(AZURITE_STAMP):
+	@if ! command -v npm >/dev/null || ! command -v node >/dev/null; then \
+		echo "installing Node.js and npm from Debian packages (nodejs, npm)"; \
+		$(SUDO) apt-get install -y --no-install-recommends nodejs npm >/dev/null \
+		|| { $(SUDO) apt-get update >/dev/null && $(SUDO) apt-get install -y --no-install-recommends nodejs npm >/dev/null; } \
+		|| true; \
+	fi
+	@echo "installing Azurite $(AZURITE_VERSION) from npm into bin/azurite (about a minute the first time)"
+	@mkdir -p $(BIN)/azurite && rm -f $(BIN)/azurite/installed-*
+	@npm install --prefix $(BIN)/azurite --ignore-scripts --no-audit --no-fund --loglevel=error \
+		azurite@$(AZURITE_VERSION) >/dev/null && touch $@ \
+		|| echo "WARNING: Azurite could not be installed: the Azure driver's tests will be skipped" >&2
 
 .PHONY: protoc
 protoc: ## Install protoc and the protobuf well-known types from Debian packages if missing.

@@ -1,8 +1,9 @@
 // Command cosi-local runs COSI on this machine (make run): etcd, kube-apiserver and
 // kube-controller-manager, the CRDs and RBAC, the Versity S3 gateway as the object store, and
-// cosi-controller, cosi-sidecar and cosi-driver-s3 as processes. It then applies the demo from
-// examples/ (classes, a BucketClaim, a BucketAccess), shows the Secret COSI wrote, uses its
-// credentials to put and read back an object, and stays up until Ctrl-C. Everything lives under
+// cosi-controller, cosi-sidecar and cosi-driver-s3 as processes (with --driver azure: Azurite and
+// cosi-driver-azure). It then applies the demo from examples/ (classes, a BucketClaim, a
+// BucketAccess), shows the Secret COSI wrote, uses its credentials to put and read back an
+// object, and stays up until Ctrl-C. Everything lives under
 // --dir; a second start reuses it. The logic is internal/localenv's Run.
 package main
 
@@ -25,6 +26,17 @@ func main() {
 	flag.StringVar(&opts.BinDir, "bin", "bin", "directory of the binaries (make build)")
 	flag.StringVar(&opts.S3Address, "s3-address", "127.0.0.1:9070", "address of the S3 endpoint")
 	flag.StringVar(&opts.IAMAddress, "iam-address", "127.0.0.1:9071", "address of the IAM endpoint")
+	flag.StringVar(&opts.AzureAddress, "azure-address", "127.0.0.1:9072",
+		"address of Azurite's Blob service (--driver azure)")
+	flag.Func("driver", "driver: s3 (default), or azure (Azure Blob against Azurite; make azurite installs it)",
+		func(v string) error {
+			switch localenv.Driver(v) {
+			case localenv.DriverS3, localenv.DriverAzure:
+				opts.Driver = localenv.Driver(v)
+				return nil
+			}
+			return fmt.Errorf("%q is neither s3 nor azure", v)
+		})
 	flag.Func(
 		"store",
 		"object store: versity (default), or rgw (a throwaway Ceph RGW whose data does not survive a restart; "+

@@ -57,6 +57,7 @@ var Images = []Image{
 	{Name: "cosi-controller", Module: ".", Package: "./cmd/cosi-controller", Stamp: true},
 	{Name: "cosi-sidecar", Module: ".", Package: "./cmd/cosi-sidecar", Stamp: true},
 	{Name: "cosi-driver-s3", Module: ".", Package: "./cmd/cosi-driver-s3", Stamp: true},
+	{Name: "cosi-driver-azure", Module: ".", Package: "./cmd/cosi-driver-azure", Stamp: true},
 	{Name: "cosi-driver-memory", Module: ".", Package: "./cmd/cosi-driver-memory", Stamp: true},
 	{Name: "cosi-sanity", Module: "pkg", Package: "./cmd/cosi-sanity", Stamp: true, VersionVar: "main.version"},
 	// The Pod sandbox image of the node the cluster tests run on (containerd's sandbox_image).

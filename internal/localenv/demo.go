@@ -23,13 +23,22 @@ import (
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 )
 
-// demoFiles are applied in this order; the claim and access names are theirs.
+// demoFiles are applied in this order, from examples/ (examples/azure/ but the namespace for the
+// Azure driver); the claim and access names are theirs.
 var demoFiles = []string{
 	"namespace.yaml",
 	"bucketclass.yaml",
 	"bucketaccessclass.yaml",
 	"bucketclaim.yaml",
 	"bucketaccess.yaml",
+}
+
+// demoFile is the path of a demo file for the environment's driver.
+func demoFile(env *Env, repoRoot, f string) string {
+	if env.opts.Driver == DriverAzure && f != "namespace.yaml" {
+		return filepath.Join(repoRoot, "examples", "azure", f)
+	}
+	return filepath.Join(repoRoot, "examples", f)
 }
 
 const (
@@ -126,7 +135,7 @@ func runDemo(ctx context.Context, env *Env, repoRoot string, out io.Writer) erro
 // applyDemo applies demoFiles from examples/, in order.
 func applyDemo(ctx context.Context, env *Env, repoRoot string, out io.Writer) error {
 	for _, f := range demoFiles {
-		path := filepath.Join(repoRoot, "examples", f)
+		path := demoFile(env, repoRoot, f)
 		objs, err := ApplyFile(ctx, env.Client, path)
 		if err != nil {
 			return err
@@ -135,7 +144,8 @@ func applyDemo(ctx context.Context, env *Env, repoRoot string, out io.Writer) er
 		for _, o := range objs {
 			names = append(names, strings.ToLower(o.GetKind())+"/"+o.GetName())
 		}
-		fmt.Fprintf(out, "  applied examples/%-26s %s\n", f, strings.Join(names, ", "))
+		rel, _ := filepath.Rel(repoRoot, path)
+		fmt.Fprintf(out, "  applied %-35s %s\n", rel, strings.Join(names, ", "))
 	}
 	return nil
 }
@@ -196,15 +206,34 @@ func printSecret(out io.Writer, secret *corev1.Secret) {
 	slices.Sort(keys)
 	for _, k := range keys {
 		v := string(secret.Data[k])
-		if k == cosiapi.SecretKeyS3SecretAccessKey {
+		switch k {
+		case cosiapi.SecretKeyS3SecretAccessKey:
 			v = "****** (" + fmt.Sprint(len(v)) + " characters)"
+		case cosiapi.SecretKeyAzureSASToken:
+			v = maskSignature(v)
 		}
 		fmt.Fprintf(out, "    %-26s %s\n", k, v)
 	}
 }
 
+// maskSignature is a SAS token with its signature masked.
+func maskSignature(token string) string {
+	base, query, _ := strings.Cut(token, "?")
+	var parts []string
+	for _, p := range strings.Split(query, "&") {
+		if strings.HasPrefix(p, "sig=") {
+			p = "sig=******"
+		}
+		parts = append(parts, p)
+	}
+	return base + "?" + strings.Join(parts, "&")
+}
+
 // putAndGet puts an object with the Secret's credentials and reads it back.
 func putAndGet(ctx context.Context, secret *corev1.Secret, out io.Writer) error {
+	if string(secret.Data[cosiapi.SecretKeyProtocol]) == string(cosiapi.ProtocolAzure) {
+		return putAndGetBlob(ctx, secret, out)
+	}
 	s3c, bucket, err := S3Client(secret)
 	if err != nil {
 		return err
@@ -282,16 +311,22 @@ func printNext(out io.Writer, env *Env, repoRoot, dir string) {
 		return p
 	}
 	kc := rel(env.Kubeconfig)
+	more := fmt.Sprintf("kubectl --kubeconfig %[1]s apply -f %[2]s/bucketaccess-multi.yaml    (more in %[2]s/README.md)",
+		kc, rel(filepath.Join(repoRoot, "examples")))
+	if env.opts.Driver == DriverAzure {
+		more = fmt.Sprintf("kubectl --kubeconfig %s get secret -n cosi-demo photos-creds "+
+			"-o jsonpath='{.data.AZURE_STORAGE_SAS_TOKEN}' | base64 -d    (docs/drivers/azure.md)", kc)
+	}
 	fmt.Fprintf(out, `
 Try next:
   kubectl --kubeconfig %[1]s get bucketclaims,bucketaccesses -A      (bin/kubectl is built by make)
   kubectl --kubeconfig %[1]s get buckets -o wide
-  kubectl --kubeconfig %[1]s apply -f %[2]s/bucketaccess-multi.yaml    (more in %[2]s/README.md)
-  kubectl --kubeconfig %[1]s delete bucketaccess -n cosi-demo photos-writer   (revokes the key)
+  %[2]s
+  kubectl --kubeconfig %[1]s delete bucketaccess -n cosi-demo photos-writer   (revokes the credentials)
 Object store: %[3]s
 Logs: %[4]s/log/
 Stop with Ctrl-C; the next make run keeps the buckets and objects. Start fresh: rm -rf %[4]s
-`, kc, rel(filepath.Join(repoRoot, "examples")), storeSummary(env, rel), rel(dir))
+`, kc, more, storeSummary(env, rel), rel(dir))
 }
 
 // storeSummary says where the object store listens and where its admin credentials are.
@@ -306,6 +341,9 @@ func storeSummary(env *Env, rel func(string) string) string {
 		)
 	case env.RGW != nil:
 		return fmt.Sprintf("Ceph RGW %s, admin credentials in %s", env.RGW.Endpoint, rel(env.RGW.AdminEnvFile()))
+	case env.Azurite != nil:
+		return fmt.Sprintf("Azurite Blob service %s, account key in %s", env.Azurite.Endpoint,
+			rel(env.Azurite.AccountEnvFile()))
 	}
 	return "none"
 }
@@ -313,4 +351,32 @@ func storeSummary(env *Env, rel func(string) string) string {
 func mustGetwd() string {
 	wd, _ := os.Getwd()
 	return wd
+}
+
+// putAndGetBlob puts a blob with the Secret's SAS token and reads it back.
+func putAndGetBlob(ctx context.Context, secret *corev1.Secret, out io.Writer) error {
+	c, err := BlobContainerClient(secret)
+	if err != nil {
+		return err
+	}
+	name := "hello.txt"
+	body := "hello from COSI, " + time.Now().Format(time.RFC3339)
+	if _, err := c.NewBlockBlobClient(name).UploadBuffer(ctx, []byte(body), nil); err != nil {
+		return fmt.Errorf("putting blob %s with the Secret's SAS token: %w", name, err)
+	}
+	resp, err := c.NewBlobClient(name).DownloadStream(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("reading blob %s back: %w", name, err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(got, []byte(body)) {
+		return fmt.Errorf("read back %q, wrote %q", got, body)
+	}
+	u, _, _ := strings.Cut(c.URL(), "?")
+	fmt.Fprintf(out, "\n  ✓ with the Secret's SAS token: put %s/%s and read it back: %q\n", u, name, got)
+	return nil
 }

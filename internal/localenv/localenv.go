@@ -1,8 +1,8 @@
 // Package localenv runs the whole of COSI on one machine, as a cluster runs it: a real etcd and
 // kube-apiserver (the binaries this project builds) with the CRDs, an object store, and
 // cosi-controller, cosi-sidecar and a driver as child processes with the flags a Deployment would
-// give them. Options choose the driver (s3 or memory), the object store (Versity, Ceph RGW or
-// none) and the identities (each component bound only to its generated roles, or cluster admin).
+// give them. Options choose the driver (s3, azure or memory), the object store (Versity, Ceph
+// RGW, Azurite or none) and the identities (each component bound only to its generated roles, or cluster admin).
 // cosi-local (make run), cosi-bench and the end-to-end suite use it; internal/testenv uses its
 // API server for the tests that run COSI in process.
 package localenv
@@ -21,6 +21,7 @@ import (
 
 	"github.com/kube-cosi/cosi/drivers/s3"
 	"github.com/kube-cosi/cosi/internal/issuer"
+	"github.com/kube-cosi/cosi/internal/azurite"
 	"github.com/kube-cosi/cosi/internal/process"
 	"github.com/kube-cosi/cosi/internal/rgw"
 	"github.com/kube-cosi/cosi/internal/versity"
@@ -38,6 +39,8 @@ const (
 	DriverS3 Driver = "s3"
 	// DriverMemory is cosi-driver-memory: no object store, nothing on disk.
 	DriverMemory Driver = "memory"
+	// DriverAzure is cosi-driver-azure against Azurite's Blob service (docs/drivers/azure.md).
+	DriverAzure Driver = "azure"
 	// DriverV1alpha1S3 is cosi-driver-v1alpha1s3, the reference cosi.v1alpha1 driver, against
 	// Versity (docs/v1alpha1-drivers.md); the sidecar detects its protocol.
 	DriverV1alpha1S3 Driver = "v1alpha1s3"
@@ -52,6 +55,9 @@ const (
 	StoreVersity Store = "versity"
 	// StoreRGW is Ceph RGW started by hack/ceph/rgw.sh (make ceph installs Ceph).
 	StoreRGW Store = "rgw"
+	// StoreAzurite is Azurite, Microsoft's Azure Storage emulator (make azurite installs it; the
+	// default for DriverAzure).
+	StoreAzurite Store = "azurite"
 	// StoreNone runs no object store (the default for DriverMemory).
 	StoreNone Store = "none"
 )
@@ -88,6 +94,9 @@ type Options struct {
 	// S3Address and IAMAddress are Versity's host:port; empty means free ports. Fix them for an
 	// environment that is restarted: issued Secrets hold the S3 endpoint.
 	S3Address, IAMAddress string
+	// AzureAddress is Azurite's host:port; empty means a free port. Fix it for an environment
+	// that is restarted: issued tokens hold the Blob endpoint.
+	AzureAddress string
 	// Workers is the --workers of controller and sidecar; 0 leaves their default.
 	Workers int
 	// Metrics serves every COSI process's metrics on a free port (Component.MetricsAddress).
@@ -124,9 +133,11 @@ type Env struct {
 	*APIServer
 	// Kubeconfig is an admin kubeconfig for users (kubectl --kubeconfig).
 	Kubeconfig string
-	// Store is the Versity object store (StoreVersity), RGW the Ceph one (StoreRGW).
-	Store *versity.Store
-	RGW   *rgw.Cluster
+	// Store is the Versity object store (StoreVersity), RGW the Ceph one (StoreRGW), Azurite the
+	// Azure emulator (StoreAzurite).
+	Store   *versity.Store
+	RGW     *rgw.Cluster
+	Azurite *azurite.Emulator
 	// Controller, Sidecar and Driver are the COSI processes (after StartCOSI).
 	Controller, Sidecar, Driver *Component
 }
@@ -237,11 +248,16 @@ func (o *Options) defaults() error {
 	switch {
 	case o.Store == "" && (o.Driver == DriverS3 || o.Driver == DriverV1alpha1S3):
 		o.Store = StoreVersity
+	case o.Store == "" && o.Driver == DriverAzure:
+		o.Store = StoreAzurite
 	case o.Store == "":
 		o.Store = StoreNone
 	}
-	if o.Driver == DriverS3 && o.Store == StoreNone {
-		return errors.New("the s3 driver needs an object store")
+	if o.Driver == DriverS3 && (o.Store == StoreNone || o.Store == StoreAzurite) {
+		return errors.New("the s3 driver needs an S3 object store (versity or rgw)")
+	}
+	if o.Driver == DriverAzure && o.Store != StoreAzurite {
+		return errors.New("the azure driver runs against Azurite only")
 	}
 	if o.Driver == DriverV1alpha1S3 && o.Store != StoreVersity {
 		return errors.New("the v1alpha1s3 driver runs against Versity only")
@@ -325,6 +341,15 @@ func (e *Env) startStore(ctx context.Context) error {
 			e.RGW, err = rgw.Start(filepath.Join(e.opts.RepoRoot, "hack", "ceph", "rgw.sh"), dir)
 			return err
 		})
+	case StoreAzurite:
+		return e.step("object store: Azurite's Blob service", func() error {
+			var err error
+			e.Azurite, err = azurite.Start(ctx, azurite.Options{
+				Binary: azurite.Binary(e.opts.BinDir), Dir: filepath.Join(e.opts.Dir, "azurite"),
+				Address: e.opts.AzureAddress,
+			})
+			return err
+		})
 	case StoreNone:
 		return nil
 	}
@@ -391,6 +416,8 @@ func (e *Env) driverArgs() ([]string, error) {
 			"--credentials-file",
 			e.Store.RootEnvFile(),
 		)
+	case e.opts.Driver == DriverAzure:
+		args = append(args, "--blob-endpoint", e.Azurite.Endpoint, "--credentials-file", e.Azurite.AccountEnvFile())
 	case e.opts.Store == StoreVersity:
 		args = append(args, "--s3-endpoint", e.Store.S3Endpoint, "--accounts", "iam", "--iam-endpoint", e.Store.IAMEndpoint,
 			"--credentials-file", e.Store.RootEnvFile())
@@ -475,6 +502,9 @@ func (e *Env) Stop() error {
 	}
 	if e.RGW != nil {
 		errs = append(errs, e.RGW.Stop())
+	}
+	if e.Azurite != nil {
+		errs = append(errs, e.Azurite.Stop())
 	}
 	if e.APIServer != nil {
 		errs = append(errs, e.APIServer.Stop())

@@ -8,6 +8,9 @@ import (
 	"io"
 	"os"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/credentials/stscreds"
@@ -122,4 +125,22 @@ func WebIdentityCredentials(secret *corev1.Secret, tokenFile string) (aws.Creden
 	provider := stscreds.NewWebIdentityRoleProvider(sts.New(opts), string(d[cosiapi.SecretKeyS3RoleARN]),
 		stscreds.IdentityTokenFile(tokenFile))
 	return aws.NewCredentialsCache(provider), nil
+}
+
+// BlobContainerClient is a client of the container a BucketAccess Secret of the Azure protocol
+// opens: its AZURE_STORAGE_SAS_TOKEN is the container's URL with the SAS, all a workload needs.
+// It fails at once: a refused request is an answer, not something to retry.
+func BlobContainerClient(secret *corev1.Secret) (*container.Client, error) {
+	token := string(secret.Data[cosiapi.SecretKeyAzureSASToken])
+	if token == "" {
+		return nil, fmt.Errorf("secret %s/%s has no %s", secret.Namespace, secret.Name, cosiapi.SecretKeyAzureSASToken)
+	}
+	c, err := container.NewClientWithNoCredential(token, &container.ClientOptions{
+		ClientOptions: azcore.ClientOptions{Retry: policy.RetryOptions{MaxRetries: -1}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("secret %s/%s: %s is not a container URL with a SAS", secret.Namespace, secret.Name,
+			cosiapi.SecretKeyAzureSASToken)
+	}
+	return c, nil
 }

@@ -154,6 +154,39 @@ func (t *T) grantAs(g grant, accountName string) (string, *cosiproto.DriverGrant
 	return id, resp, nil
 }
 
+// revokeNow revokes a granted access before the case ends (grant's cleanup revokes it again,
+// which must be OK), for the cases that grant many accesses to one bucket: a store may limit
+// them (Azure allows five stored access policies per container), and the suite holds no more
+// than five at a time.
+func (t *T) revokeNow(g grant, accountID string) {
+	_, err := t.s.prov.DriverRevokeBucketAccess(t.ctx, g.revokeRequest(accountID))
+	t.ok(err, "DriverRevokeBucketAccess")
+}
+
+// widestGrant grants Key access to the buckets with every mode READ_WRITE, or, when the driver
+// refuses that with InvalidArgument (KEP-1979's answer for a mode it cannot honour), with the
+// widest modes it accepts: without bucket metadata, then object data alone. The cases that look at
+// every category after a grant use it, so that a driver that cannot grant one is not failed for
+// refusing it; the categories it did not grant must be denied all the same. It returns the grant
+// made (for its revoke request) and what grant returns.
+func (t *T) widestGrant(
+	protocol cosiproto.ObjectProtocol_Type, bucketIDs ...string,
+) (grant, string, *cosiproto.DriverGrantBucketAccessResponse, error) {
+	var (
+		g       grant
+		account string
+		resp    *cosiproto.DriverGrantBucketAccessResponse
+		err     error
+	)
+	for _, modes := range []*cosiproto.AccessModes{allModes, objectModes, readWrite} {
+		g = t.keyGrant(protocol, modes, bucketIDs...)
+		if account, resp, err = t.grant(g); status.Code(err) != codes.InvalidArgument {
+			break
+		}
+	}
+	return g, account, resp, err
+}
+
 // allowed asks the probe whether creds can access a bucket, or skips the case without a probe.
 func (t *T) allowed(
 	protocol cosiproto.ObjectProtocol_Type,
@@ -288,6 +321,10 @@ var (
 		ObjectData:     cosiproto.AccessMode_READ_WRITE,
 		ObjectMetadata: cosiproto.AccessMode_READ_WRITE,
 		BucketMetadata: cosiproto.AccessMode_READ_WRITE,
+	}
+	objectModes = &cosiproto.AccessModes{
+		ObjectData:     cosiproto.AccessMode_READ_WRITE,
+		ObjectMetadata: cosiproto.AccessMode_READ_WRITE,
 	}
 )
 

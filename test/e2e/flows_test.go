@@ -50,6 +50,11 @@ func TestInstall(t *testing.T) {
 	if err != nil || len(files) < 8 {
 		t.Fatalf("examples: %v %v", files, err)
 	}
+	azure, err := filepath.Glob(filepath.Join(env.RepoRoot, "examples", "azure", "*.yaml"))
+	if err != nil || len(azure) < 4 {
+		t.Fatalf("examples/azure: %v %v", azure, err)
+	}
+	files = append(files, azure...)
 	for _, f := range files {
 		objs, err := localenv.ReadManifests(f)
 		if err != nil {

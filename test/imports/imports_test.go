@@ -17,7 +17,7 @@ import (
 )
 
 // vendorForbidden are the module path prefixes a driver vendor must never inherit from the SDK.
-var vendorForbidden = []string{"k8s.io/", "sigs.k8s.io/", "github.com/aws/"}
+var vendorForbidden = []string{"k8s.io/", "sigs.k8s.io/", "github.com/aws/", "github.com/Azure/"}
 
 // v1alpha1Protocol reports whether dep is the published COSI v1alpha1 protocol module (its Go
 // package, or the module in go list -m output), the one sigs.k8s.io path the SDK may use: the
@@ -70,6 +70,8 @@ func TestImportHygiene(t *testing.T) {
 		// What a driver vendor imports and runs: the SDK, the reference driver, the conformance
 		// suite and its command (pkg/cmd/cosi-sanity), and their tests (a vendor may run them).
 		{"pkg", []string{"./..."}, true, vendorForbidden},
+		// The Azure probe brings the Azure SDK, and no Kubernetes or AWS module.
+		{"pkg/sanity/azureprobe", []string{"./..."}, true, []string{"k8s.io/", "sigs.k8s.io/", "github.com/aws/"}},
 		// A thin command over the SDK module (its tests build it with the repository's harness).
 		{".", []string{"./cmd/cosi-driver-memory"}, false, vendorForbidden},
 	}

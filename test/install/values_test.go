@@ -13,6 +13,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/kube-cosi/cosi/drivers/azure"
 	s3 "github.com/kube-cosi/cosi/drivers/s3"
 	"github.com/kube-cosi/cosi/internal/sidecar"
 )
@@ -28,6 +29,7 @@ func TestChartValues(t *testing.T) {
 	for _, c := range []struct {
 		name, chart string
 		set         []string
+		values      string   // a values file of the repository, or ""
 		kinds       []string // every kind rendered, sorted
 		check       func(t *testing.T, d *appsv1.Deployment)
 	}{{
@@ -100,9 +102,33 @@ func TestChartValues(t *testing.T) {
 				}
 			}
 		},
+	}, {
+		name: "the Azure Blob driver (the chart's examples/azure-values.yaml)", chart: "charts/cosi-driver",
+		values: "charts/cosi-driver/examples/azure-values.yaml", set: []string{"image.tag=v9.9.9"},
+		kinds: []string{
+			"ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role",
+			"RoleBinding", "Service", "ServiceAccount",
+		},
+		check: func(t *testing.T, d *appsv1.Deployment) {
+			drv := d.Spec.Template.Spec.Containers[0]
+			if drv.Image != "ghcr.io/kube-cosi/cosi-driver-azure:v9.9.9" {
+				t.Errorf("driver image %s, want the project's cosi-driver-azure", drv.Image)
+			}
+			for _, want := range []string{
+				"--name=" + azure.DefaultName, "--credentials-file=/etc/cosi/credentials/credentials",
+			} {
+				if !slices.Contains(drv.Args, want) {
+					t.Errorf("driver args %v lack %s", drv.Args, want)
+				}
+			}
+		},
 	}} {
 		t.Run(c.name, func(t *testing.T) {
-			rendering := helmTemplateIn(t, ns, c.chart, "v", "--set", strings.Join(c.set, ","))
+			args := []string{"--set", strings.Join(c.set, ",")}
+			if c.values != "" {
+				args = append(args, "-f", filepath.Join(env.RepoRoot, c.values))
+			}
+			rendering := helmTemplateIn(t, ns, c.chart, "v", args...)
 			var kinds []string
 			var d *appsv1.Deployment
 			for _, o := range decode(t, rendering) {

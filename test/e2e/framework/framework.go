@@ -1,7 +1,8 @@
 // Package framework holds what the end-to-end suites share: creating the objects a user writes,
 // waiting for what a user sees, and checking what issued credentials can do in the store. Each
-// suite (test/e2e for the v1alpha2 S3 driver, test/e2e/v1alpha1 for a v1alpha1 driver) starts its
-// own environment with testenv.RunSystem and wraps it with New.
+// suite (test/e2e for the v1alpha2 S3 driver, test/e2e/v1alpha1 for a v1alpha1 driver,
+// test/e2e/azure for the Azure Blob driver) starts its own environment with testenv.RunSystem and
+// wraps it with New.
 package framework
 
 import (
@@ -36,7 +37,8 @@ type Framework struct {
 	Env *localenv.Env
 	// Waits runs Eventually-style waits on Env's client.
 	Waits *testenv.Env
-	// Admin is an S3 client with the store's root credentials, to look at the store directly.
+	// Admin is an S3 client with the store's root credentials, to look at the store directly;
+	// nil for an environment without the Versity store (the Azure driver's).
 	Admin *awss3.Client
 
 	driverName, namespacePrefix string
@@ -45,14 +47,17 @@ type Framework struct {
 // New wraps a started environment whose classes name driverName; namespaces the suite creates
 // start with namespacePrefix.
 func New(e *localenv.Env, driverName, namespacePrefix string) *Framework {
-	return &Framework{
-		Env:   e,
-		Waits: &testenv.Env{APIServer: e.APIServer},
-		Admin: s3.NewS3Client(e.Store.S3Endpoint, "us-east-1",
-			credentials.NewStaticCredentialsProvider(e.Store.RootAccessKey, e.Store.RootSecretKey, ""), nil),
+	f := &Framework{
+		Env:             e,
+		Waits:           &testenv.Env{APIServer: e.APIServer},
 		driverName:      driverName,
 		namespacePrefix: namespacePrefix,
 	}
+	if e.Store != nil {
+		f.Admin = s3.NewS3Client(e.Store.S3Endpoint, "us-east-1",
+			credentials.NewStaticCredentialsProvider(e.Store.RootAccessKey, e.Store.RootSecretKey, ""), nil)
+	}
+	return f
 }
 
 // Unique is prefix with a random suffix, as a name.
