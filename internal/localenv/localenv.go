@@ -20,8 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kube-cosi/cosi/drivers/s3"
-	"github.com/kube-cosi/cosi/internal/issuer"
 	"github.com/kube-cosi/cosi/internal/azurite"
+	"github.com/kube-cosi/cosi/internal/issuer"
 	"github.com/kube-cosi/cosi/internal/process"
 	"github.com/kube-cosi/cosi/internal/rgw"
 	"github.com/kube-cosi/cosi/internal/versity"
