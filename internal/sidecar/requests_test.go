@@ -1,0 +1,131 @@
+package sidecar_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/testenv"
+	"github.com/kube-cosi/cosi/pkg/driver/memory"
+)
+
+// requestLog records the API requests a sidecar makes, as "VERB path" (no query).
+type requestLog struct {
+	mu   sync.Mutex
+	reqs []string
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// config returns cfg with every request recorded in the log.
+func (l *requestLog) config(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.Wrap(func(next http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			l.mu.Lock()
+			l.reqs = append(l.reqs, r.Method+" "+r.URL.Path)
+			l.mu.Unlock()
+			return next.RoundTrip(r)
+		})
+	})
+	return c
+}
+
+// count returns how many requests had the verb and the path.
+func (l *requestLog) count(verb, path string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, r := range l.reqs {
+		if r == verb+" "+path {
+			n++
+		}
+	}
+	return n
+}
+
+// controllerMetric sums the values of a controller-runtime metric for one controller, over the
+// process (every sidecar of the test binary).
+func controllerMetric(t *testing.T, metric, label, controller string) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, f := range families {
+		if f.GetName() != metric {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == controller {
+					sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return sum
+}
+
+// TestGrantRequests counts the API requests and reconciles of one grant that issue 21 took away;
+// each is one that the grant's guarantees do not need (the tests of those guarantees are named in
+// the rows). Not parallel: the reconcile counts are the process's, by controller name, and only
+// this test's sidecar runs while it does.
+func TestGrantRequests(t *testing.T) {
+	var log requestLog
+	h := newHarnessWith(t, memory.Config{}, log.config(sidecarConfig))
+	b := h.provisionedBucket(cosiapi.ProtocolS3)
+	const grantController = "sidecar-grant"
+	before := controllerMetric(t, "controller_runtime_reconcile_total", "controller", grantController)
+	ba := h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b)
+	provisioned(t, ba, accessConditions)
+	// The grant reconciler reconciles the record's creation; then nothing is left in its queue.
+	testenv.Eventually(t, func() error {
+		done := controllerMetric(t, "controller_runtime_reconcile_total", "controller", grantController) - before
+		depth := controllerMetric(t, "workqueue_depth", "name", grantController)
+		active := controllerMetric(t, "controller_runtime_active_workers", "controller", grantController)
+		if done < 1 || depth > 0 || active > 0 {
+			return fmt.Errorf("grant reconciler: %v reconciles, %v queued, %v running", done, depth, active)
+		}
+		return nil
+	})
+	grantReconciles := controllerMetric(t, "controller_runtime_reconcile_total", "controller", grantController) - before
+
+	record := "/api/v1/namespaces/" + sidecarNamespace + "/configmaps/cosi-grant-" + string(ba.UID)
+	access := "/apis/" + cosiapi.SchemeGroupVersion.String() + "/namespaces/" + ba.Namespace + "/bucketaccesses/" + ba.Name
+	for _, c := range []struct {
+		what string
+		got  float64
+		want float64
+	}{
+		// The grant reconciler decides "the access exists" from the cache, and reads the record
+		// uncached only when the access is gone (TestAccessDeletedWithoutFinalizerIsRevoked,
+		// TestAttackAccessVanishesDuringSlowGrant in test/adversarial). Writing the credential
+		// updates the copy the record's creation returned, locked to it.
+		{"uncached GETs of the grant record", float64(log.count(http.MethodGet, record)), 0},
+		// One live read before granting (no grant from a stale cache); the result is patched on
+		// the copy phase 1 returned, read again only on a conflict
+		// (TestResultIsWrittenOverAConcurrentWrite).
+		{"uncached GETs of the access", float64(log.count(http.MethodGet, access)), 1},
+		// The record's creation; not the access's finalizer, which cannot orphan a grant.
+		{"grant reconciles", grantReconciles, 1},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: %v, want %v", c.what, c.got, c.want)
+		}
+	}
+	if t.Failed() {
+		log.mu.Lock()
+		t.Logf("requests:\n%s", strings.Join(log.reqs, "\n"))
+		log.mu.Unlock()
+	}
+}
