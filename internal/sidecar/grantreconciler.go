@@ -158,11 +158,14 @@ func (r *GrantReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	return reconcile.Result{}, nil
 }
 
-// accessGoing passes the access changes that may leave a grant to revoke: its finalizers, and its
-// deletion.
+// accessGoing passes the access changes that may leave a grant to revoke: the removal of one of
+// its finalizers (by a tenant, say), and its deletion. Not the addition of a finalizer (the
+// controller's, on every new access) nor the start of a deletion that finalizers hold: the access
+// is still there after either, and the deletion that follows wakes the reconciler.
 var accessGoing = predicate.Funcs{
 	CreateFunc: func(event.CreateEvent) bool { return false },
 	UpdateFunc: func(e event.UpdateEvent) bool {
-		return !slices.Equal(e.ObjectOld.GetFinalizers(), e.ObjectNew.GetFinalizers())
+		kept := e.ObjectNew.GetFinalizers()
+		return slices.ContainsFunc(e.ObjectOld.GetFinalizers(), func(f string) bool { return !slices.Contains(kept, f) })
 	},
 }
