@@ -7,7 +7,10 @@ import (
 	"sync"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
@@ -127,5 +130,38 @@ func TestGrantRequests(t *testing.T) {
 		log.mu.Lock()
 		t.Logf("requests:\n%s", strings.Join(log.reqs, "\n"))
 		log.mu.Unlock()
+	}
+}
+
+// TestResultIsWrittenOverAConcurrentWrite: the grant's result is patched on the copy of the access
+// that phase 1 returned, locked to its version, so a write that lands during the grant (here a
+// condition of someone else's) makes that patch conflict; the result is then written on a fresh
+// copy, the other write kept, and the driver not asked again.
+func TestResultIsWrittenOverAConcurrentWrite(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, memory.Config{})
+	b := h.provisionedBucket(cosiapi.ProtocolS3)
+	h.faults.Pause("DriverGrantBucketAccess", false)
+	ba := h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b)
+	if _, ok := h.faults.WaitPaused(t.Context()); !ok {
+		t.Fatal("no grant held")
+	}
+	const otherCondition = "ExampleChecked"
+	testenv.Eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(ba), ba); err != nil {
+			return err
+		}
+		meta.SetStatusCondition(&ba.Status.Conditions, metav1.Condition{
+			Type: otherCondition, Status: metav1.ConditionTrue, Reason: "Example", Message: "set during the grant",
+		})
+		return env.Client.Status().Update(t.Context(), ba)
+	})
+	h.faults.Release()
+	provisioned(t, ba, accessConditions)
+	if !meta.IsStatusConditionTrue(ba.Status.Conditions, otherCondition) {
+		t.Errorf("the condition written during the grant is gone: %+v", ba.Status.Conditions)
+	}
+	if n := h.calls.Count("DriverGrantBucketAccess"); n != 1 {
+		t.Errorf("DriverGrantBucketAccess called %d times, want 1", n)
 	}
 }
