@@ -1,14 +1,17 @@
 package sidecar_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -163,5 +166,54 @@ func TestResultIsWrittenOverAConcurrentWrite(t *testing.T) {
 	}
 	if n := h.calls.Count("DriverGrantBucketAccess"); n != 1 {
 		t.Errorf("DriverGrantBucketAccess called %d times, want 1", n)
+	}
+}
+
+// TestCredentialIsRecordedOverAConcurrentWrite: the credential a grant wrote into the Secrets is
+// recorded on the copy of the grant record that its creation returned, locked to its version, so
+// a write to the record that lands during the grant (here a label) makes that update conflict;
+// the record is then read again and updated, the other write kept.
+func TestCredentialIsRecordedOverAConcurrentWrite(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, memory.Config{})
+	b := h.provisionedBucket(cosiapi.ProtocolS3)
+	h.faults.Pause("DriverGrantBucketAccess", false)
+	ba := h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b)
+	if _, ok := h.faults.WaitPaused(t.Context()); !ok {
+		t.Fatal("no grant held")
+	}
+	record := &corev1.ConfigMap{}
+	key := types.NamespacedName{Namespace: sidecarNamespace, Name: "cosi-grant-" + string(ba.UID)}
+	const label = "example.com/checked"
+	testenv.Eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), key, record); err != nil {
+			return err
+		}
+		record.Labels[label] = "true"
+		return env.Client.Update(t.Context(), record)
+	})
+	h.faults.Release()
+	provisioned(t, ba, accessConditions)
+	want := secret(t, ba, 0).Annotations[cosiapi.AnnotationCredentialID]
+	if want == "" {
+		t.Fatal("the Secret names no credential")
+	}
+	testenv.Eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), key, record); err != nil {
+			return err
+		}
+		var g struct {
+			CredentialID string `json:"credentialID"`
+		}
+		if err := json.Unmarshal([]byte(record.Data["grant.json"]), &g); err != nil {
+			return err
+		}
+		if g.CredentialID != want {
+			return fmt.Errorf("the record names credential %q, the Secret %q", g.CredentialID, want)
+		}
+		return nil
+	})
+	if record.Labels[label] != "true" {
+		t.Errorf("the label written during the grant is gone: %v", record.Labels)
 	}
 }
