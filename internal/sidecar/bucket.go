@@ -359,7 +359,8 @@ func (r *BucketReconciler) migrateLegacyGrant(ctx context.Context, bucket *cosia
 			return nil
 		}
 		existing.BucketNames = append(existing.BucketNames, bucket.Name)
-		return r.Grants.store.put(ctx, *existing)
+		_, err := r.Grants.store.put(ctx, *existing)
+		return err
 	}
 	resp, err := r.Driver.DriverGenerateBucketAccessId(ctx, g.generateRequest())
 	if err != nil {
@@ -382,5 +383,6 @@ func (r *BucketReconciler) migrateLegacyGrant(ctx context.Context, bucket *cosia
 		g.Namespace, g.Name, g.SecretNames = live.Namespace, live.Name, secretNames(live)
 	}
 	g.BucketNames = []string{bucket.Name}
-	return r.Grants.store.put(ctx, g)
+	_, err = r.Grants.store.put(ctx, g)
+	return err
 }

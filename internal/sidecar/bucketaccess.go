@@ -278,7 +278,8 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 			rec.BucketInfo[b.Name] = b.Status.BucketInfo
 		}
 	}
-	if err := r.Grants.store.put(ctx, rec); err != nil {
+	written, err := r.Grants.store.put(ctx, rec)
+	if err != nil {
 		return err
 	}
 
@@ -306,7 +307,7 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 	if err := r.writeSecrets(ctx, ba, buckets, req.protocol, resp); err != nil {
 		return err
 	}
-	if err := r.Grants.store.recordCredential(ctx, ba.UID, resp.GetCredentialId()); err != nil {
+	if err := r.Grants.store.recordCredential(ctx, written, resp.GetCredentialId()); err != nil {
 		return err
 	}
 	if err := r.recordGranted(ctx, ba); err != nil {
