@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
@@ -246,4 +248,45 @@ func TestCredentialIsRecordedOverAConcurrentWrite(t *testing.T) {
 	if record.Labels[label] != "true" {
 		t.Errorf("the label written during the grant is gone: %v", record.Labels)
 	}
+}
+
+// TestRevokeReleasesASecretWithAnotherFinalizer: a Secret of the access that someone else holds
+// with a finalizer of their own is released all the same when the access goes (COSI's finalizer
+// removed, the Secret deleted), and goes once the other finalizer does; one without COSI's
+// finalizer is deleted too.
+func TestRevokeReleasesASecretWithAnotherFinalizer(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, memory.Config{})
+	b1, b2 := h.provisionedBucket(cosiapi.ProtocolS3), h.provisionedBucket(cosiapi.ProtocolS3)
+	ba := provisioned(t, h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b1, b2), accessConditions)
+	const hold = "example.com/hold"
+	held, bare := secret(t, ba, 0), secret(t, ba, 1)
+	testenv.Eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(held), held); err != nil {
+			return err
+		}
+		controllerutil.AddFinalizer(held, hold)
+		return env.Client.Update(t.Context(), held)
+	})
+	testenv.Eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(bare), bare); err != nil {
+			return err
+		}
+		controllerutil.RemoveFinalizer(bare, cosiapi.FinalizerProtection)
+		return env.Client.Update(t.Context(), bare)
+	})
+	deleteAccess(t, ba)
+	env.Gone(t, bare)
+	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(held), held); err != nil {
+		t.Fatal(err)
+	}
+	if held.DeletionTimestamp == nil || !slices.Equal(held.Finalizers, []string{hold}) {
+		t.Fatalf("Secret %s: deletion %v, finalizers %v; want deleted, held by %s only",
+			held.Name, held.DeletionTimestamp, held.Finalizers, hold)
+	}
+	controllerutil.RemoveFinalizer(held, hold)
+	if err := env.Client.Update(t.Context(), held); err != nil {
+		t.Fatal(err)
+	}
+	env.Gone(t, held)
 }
