@@ -78,9 +78,12 @@ func (l *requestLog) dump(t *testing.T) {
 	t.Logf("requests:\n%s", strings.Join(lines, "\n"))
 }
 
-// controllerMetric sums the values of a controller-runtime metric for one controller, over the
-// process (every sidecar of the test binary).
-func controllerMetric(t *testing.T, metric, label, controller string) float64 {
+// grantController is the GrantReconciler's name in metrics.
+const grantController = "sidecar-grant"
+
+// grantMetric sums the values of a controller-runtime metric for the GrantReconciler, over the
+// process (every sidecar of the test binary); label names the controller in the metric.
+func grantMetric(t *testing.T, metric, label string) float64 {
 	t.Helper()
 	families, err := metrics.Registry.Gather()
 	if err != nil {
@@ -93,7 +96,7 @@ func controllerMetric(t *testing.T, metric, label, controller string) float64 {
 		}
 		for _, m := range f.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == controller {
+				if l.GetName() == label && l.GetValue() == grantController {
 					sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 				}
 			}
@@ -110,21 +113,20 @@ func TestGrantRequests(t *testing.T) {
 	var log requestLog
 	h := newHarnessWith(t, memory.Config{}, log.config(sidecarConfig))
 	b := h.provisionedBucket(cosiapi.ProtocolS3)
-	const grantController = "sidecar-grant"
-	before := controllerMetric(t, "controller_runtime_reconcile_total", "controller", grantController)
+	before := grantMetric(t, "controller_runtime_reconcile_total", "controller")
 	ba := h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b)
 	provisioned(t, ba, accessConditions)
 	// The grant reconciler reconciles the record's creation; then nothing is left in its queue.
 	testenv.Eventually(t, func() error {
-		done := controllerMetric(t, "controller_runtime_reconcile_total", "controller", grantController) - before
-		depth := controllerMetric(t, "workqueue_depth", "name", grantController)
-		active := controllerMetric(t, "controller_runtime_active_workers", "controller", grantController)
+		done := grantMetric(t, "controller_runtime_reconcile_total", "controller") - before
+		depth := grantMetric(t, "workqueue_depth", "name")
+		active := grantMetric(t, "controller_runtime_active_workers", "controller")
 		if done < 1 || depth > 0 || active > 0 {
 			return fmt.Errorf("grant reconciler: %v reconciles, %v queued, %v running", done, depth, active)
 		}
 		return nil
 	})
-	grantReconciles := controllerMetric(t, "controller_runtime_reconcile_total", "controller", grantController) - before
+	grantReconciles := grantMetric(t, "controller_runtime_reconcile_total", "controller") - before
 
 	record := "/api/v1/namespaces/" + sidecarNamespace + "/configmaps/cosi-grant-" + string(ba.UID)
 	access := "/apis/" + cosiapi.SchemeGroupVersion.String() + "/namespaces/" + ba.Namespace + "/bucketaccesses/" + ba.Name
@@ -162,7 +164,9 @@ func TestGrantRequests(t *testing.T) {
 	if n := log.count(http.MethodDelete, secret, ""); n != 1 {
 		t.Errorf("deletions of the Secret: %d, want 1", n)
 	}
-	env.Gone(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ba.Namespace, Name: ba.Spec.BucketClaims[0].AccessSecretName}})
+	env.Gone(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{
+		Namespace: ba.Namespace, Name: ba.Spec.BucketClaims[0].AccessSecretName,
+	}})
 	if t.Failed() {
 		log.dump(t)
 	}
