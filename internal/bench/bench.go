@@ -67,6 +67,9 @@ type SizeResult struct {
 	// CPUCores is the CPU used during the claims and accesses phases, in cores (CPU seconds per
 	// second of wall time), by process; "total" sums them.
 	CPUCores map[string]float64 `json:"cpuCores"`
+	// APIServerCPU is the kube-apiserver's CPU seconds per 1,000 objects in each phase (the
+	// benchmark's own writes and watches included, the same for every COSI build).
+	APIServerCPU phaseFigures `json:"apiServerCPUPer1000"`
 }
 
 // RunResult is one run.
@@ -412,6 +415,8 @@ type sizeRun struct {
 	accessesDone     scrapes // once the accesses are provisioned
 	cpu0             map[string]float64
 	wall0            time.Time
+	accessesCPU0     map[string]float64 // before the accesses
+	deletionCPU0     map[string]float64 // before the deletion
 	claims, accesses []client.Object
 	claimUIDs        []types.UID
 	accessUIDs       []types.UID
@@ -430,6 +435,7 @@ func (m *sizeRun) provisionClaims(ctx context.Context) error {
 		return err
 	}
 	m.sr.ClaimsPerSec, m.sr.ClaimP50, m.sr.ClaimP90, m.sr.ClaimP99 = latency(starts, done)
+	m.sr.APIServerCPU.Claims = m.apiServerCPU(m.cpu0)
 	time.Sleep(500 * time.Millisecond) // let the last status writes land before counting
 	if m.claimsDone, err = m.scrape(ctx); err != nil {
 		return err
@@ -485,11 +491,13 @@ func (m *sizeRun) provisionAccesses(ctx context.Context) error {
 		return err
 	}
 	m.accessesStart = before
+	m.accessesCPU0 = childCPU()
 	var starts, done []time.Time
 	if m.accesses, m.accessUIDs, starts, done, err = m.provision(ctx, "accesses", accessObject); err != nil {
 		return err
 	}
 	m.sr.AccessesPerSec, m.sr.AccessP50, m.sr.AccessP90, m.sr.AccessP99 = latency(starts, done)
+	m.sr.APIServerCPU.Accesses = m.apiServerCPU(m.accessesCPU0)
 	m.sr.CPUCores = cpuCores(m.cpu0, childCPU(), time.Since(m.wall0)-2500*time.Millisecond) // minus the pauses
 	time.Sleep(500 * time.Millisecond)
 	after, err := m.scrape(ctx)
@@ -528,6 +536,7 @@ func (m *sizeRun) provisionAccesses(ctx context.Context) error {
 // whole measurement.
 func (m *sizeRun) deleteAll(ctx context.Context) error {
 	start := time.Now()
+	m.deletionCPU0 = childCPU()
 	all := append(append([]client.Object{}, m.accesses...), m.claims...)
 	if err := m.parallel(
 		len(all),
@@ -543,6 +552,7 @@ func (m *sizeRun) deleteAll(ctx context.Context) error {
 		return err
 	}
 	m.sr.DriverEmptyAfter = time.Since(start).Seconds()
+	m.sr.APIServerCPU.Deletion = m.apiServerCPU(m.deletionCPU0)
 	end, err := m.scrape(ctx)
 	if err != nil {
 		return err
@@ -620,6 +630,11 @@ func (s *system) waitDriverEmpty(ctx context.Context) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return fmt.Errorf("the driver still holds buckets or accounts after 10 minutes")
+}
+
+// apiServerCPU is the kube-apiserver's CPU seconds since the reading before, per 1,000 objects.
+func (m *sizeRun) apiServerCPU(before map[string]float64) float64 {
+	return (childCPU()["kube-apiserver"] - before["kube-apiserver"]) / float64(m.n) * 1000
 }
 
 // cpuCores turns two CPU readings into cores used over wall.

@@ -176,6 +176,12 @@ func (s *summary) sizeRows(i, n int) {
 	)
 	add(p+"delete all → driver empty", "s", size(func(s SizeResult) float64 { return s.DriverEmptyAfter }), "", nil)
 	add(p+"409 conflicts (whole cycle)", "responses", size(func(s SizeResult) float64 { return s.Conflicts }), "", nil)
+	add(p+"API server CPU per 1,000 claims", "CPU-s",
+		size(func(s SizeResult) float64 { return s.APIServerCPU.Claims }), "", nil)
+	add(p+"API server CPU per 1,000 accesses", "CPU-s",
+		size(func(s SizeResult) float64 { return s.APIServerCPU.Accesses }), "", nil)
+	add(p+"API server CPU per 1,000 deleted claim + access pairs", "CPU-s",
+		size(func(s SizeResult) float64 { return s.APIServerCPU.Deletion }), "", nil)
 	procs := []string{
 		"total", "kube-apiserver", "etcd", "cosi-controller", "cosi-sidecar", "cosi-driver-memory", "cosi-bench",
 	}

@@ -148,7 +148,16 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		// Provisioned: no second DriverCreateBucket; its information is refreshed at intervals.
 		return r.refreshBucket(ctx, bucket)
 	}
-	return r.result(bucket, cosiapi.EventFailedCreateBucket, r.provision(ctx, bucket))
+	if err := r.provision(ctx, bucket); err != nil {
+		return r.result(bucket, cosiapi.EventFailedCreateBucket, err)
+	}
+	if r.RefreshInterval > 0 && conditions.IsTrue(bucket, cosiapi.ConditionProvisioned) {
+		// The driver has just answered: its information is asked again an interval from now,
+		// whether or not anything wakes the Bucket before.
+		r.refreshes.done(bucket.UID)
+		return reconcile.Result{RequeueAfter: r.RefreshInterval}, nil
+	}
+	return reconcile.Result{}, nil
 }
 
 // result reports a failed Kubernetes API call as an event and hands the error to
@@ -350,7 +359,8 @@ func (r *BucketReconciler) migrateLegacyGrant(ctx context.Context, bucket *cosia
 			return nil
 		}
 		existing.BucketNames = append(existing.BucketNames, bucket.Name)
-		return r.Grants.store.put(ctx, *existing)
+		_, err := r.Grants.store.put(ctx, *existing)
+		return err
 	}
 	resp, err := r.Driver.DriverGenerateBucketAccessId(ctx, g.generateRequest())
 	if err != nil {
@@ -373,5 +383,6 @@ func (r *BucketReconciler) migrateLegacyGrant(ctx context.Context, bucket *cosia
 		g.Namespace, g.Name, g.SecretNames = live.Namespace, live.Name, secretNames(live)
 	}
 	g.BucketNames = []string{bucket.Name}
-	return r.Grants.store.put(ctx, g)
+	_, err = r.Grants.store.put(ctx, g)
+	return err
 }

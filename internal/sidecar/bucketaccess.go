@@ -278,7 +278,8 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 			rec.BucketInfo[b.Name] = b.Status.BucketInfo
 		}
 	}
-	if err := r.Grants.store.put(ctx, rec); err != nil {
+	written, err := r.Grants.store.put(ctx, rec)
+	if err != nil {
 		return err
 	}
 
@@ -306,7 +307,7 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 	if err := r.writeSecrets(ctx, ba, buckets, req.protocol, resp); err != nil {
 		return err
 	}
-	if err := r.Grants.store.recordCredential(ctx, ba.UID, resp.GetCredentialId()); err != nil {
+	if err := r.Grants.store.recordCredential(ctx, written, resp.GetCredentialId()); err != nil {
 		return err
 	}
 	if err := r.recordGranted(ctx, ba); err != nil {
@@ -542,12 +543,18 @@ func (r *BucketAccessReconciler) secretUnwritable(
 
 // recordGranted records the grant in status. Once the driver has answered, the result is written
 // whatever else changed the object meanwhile (a tenant's label, the controller's condition): a
-// conflict here is retried on a fresh copy, never by granting again.
+// conflict here is retried on a fresh copy, never by granting again. The first patch is made on
+// ba as it is, locked to its version: the copy that phase 1's patch returned, unless this grant
+// had no phase 1 (then it may be the cache's, and a stale one conflicts).
 func (r *BucketAccessReconciler) recordGranted(ctx context.Context, ba *cosiapi.BucketAccess) error {
+	fresh := true
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ba), ba); err != nil {
-			return err
+		if !fresh {
+			if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ba), ba); err != nil {
+				return err
+			}
 		}
+		fresh = false
 		status := r.record.status(ba)
 		conditions.MarkTrue(ba, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioned, "access granted; Secrets written")
 		conditions.MarkFalse(ba, cosiapi.ConditionProvisionFailed, cosiapi.ReasonDriverSucceeded, "")

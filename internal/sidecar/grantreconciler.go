@@ -48,14 +48,27 @@ func (b *grantBook) accessGone(ctx context.Context, g grantRecord) (bool, error)
 // would have (KEP-1979 "Deleting a BucketAccess" step 3: Secrets first, then the revocation), and
 // removes the record. It reports false, doing nothing, while the access exists. A grant in flight
 // for the access is waited for: revoked first, it would leave the account it then creates.
+//
+// The cached record names the access (its namespace, name and UID never change), and the cache
+// answers "the access exists" without a request, as accessGone does: the access's going wakes the
+// GrantReconciler again. Only an access confirmed gone costs the uncached read of the record
+// that the revocation acts on.
 func (b *grantBook) revokeOrphan(ctx context.Context, uid types.UID) (revoked bool, err error) {
+	cached := b.store.cached(ctx, uid)
+	if cached != nil {
+		if gone, err := b.accessGone(ctx, *cached); err != nil || !gone {
+			return false, err
+		}
+	}
 	g, cm, err := b.store.get(ctx, uid) // uncached: another reconcile may have revoked it already
 	if err != nil || g == nil {
 		return g == nil && err == nil, err
 	}
-	gone, err := b.accessGone(ctx, *g)
-	if err != nil || !gone {
-		return false, err
+	if cached == nil || cached.Namespace != g.Namespace || cached.Name != g.Name {
+		gone, err := b.accessGone(ctx, *g)
+		if err != nil || !gone {
+			return false, err
+		}
 	}
 	if b.inFlight.has(uid) {
 		return false, errRequeue("a grant for a deleted BucketAccess is in flight; revoking it when it ends")
@@ -145,11 +158,14 @@ func (r *GrantReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	return reconcile.Result{}, nil
 }
 
-// accessGoing passes the access changes that may leave a grant to revoke: its finalizers, and its
-// deletion.
+// accessGoing passes the access changes that may leave a grant to revoke: the removal of one of
+// its finalizers (by a tenant, say), and its deletion. Not the addition of a finalizer (the
+// controller's, on every new access) nor the start of a deletion that finalizers hold: the access
+// is still there after either, and the deletion that follows wakes the reconciler.
 var accessGoing = predicate.Funcs{
 	CreateFunc: func(event.CreateEvent) bool { return false },
 	UpdateFunc: func(e event.UpdateEvent) bool {
-		return !slices.Equal(e.ObjectOld.GetFinalizers(), e.ObjectNew.GetFinalizers())
+		kept := e.ObjectNew.GetFinalizers()
+		return slices.ContainsFunc(e.ObjectOld.GetFinalizers(), func(f string) bool { return !slices.Contains(kept, f) })
 	},
 }

@@ -204,10 +204,11 @@ var GrantsByBucket = index.Field{Object: &corev1.ConfigMap{}, Name: "grant.bucke
 // put writes the record, before the driver is asked. It is written on every grant, never skipped
 // because a cached copy shows it: the copy may predate a revocation that removed it. The create
 // answers, uncached, whether the record exists; an existing one is updated only if it differs.
-func (s grantStore) put(ctx context.Context, g grantRecord) error {
+// It returns the record as the API server has it after the write (or the read).
+func (s grantStore) put(ctx context.Context, g grantRecord) (*corev1.ConfigMap, error) {
 	value, err := json.Marshal(g)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
@@ -218,30 +219,30 @@ func (s grantStore) put(ctx context.Context, g grantRecord) error {
 	}
 	err = s.client.Create(ctx, cm)
 	if !apierrors.IsAlreadyExists(err) {
-		return err
+		return cm, err
 	}
 	existing := &corev1.ConfigMap{}
 	if err := s.reader.Get(ctx, client.ObjectKeyFromObject(cm), existing); err != nil {
-		return err
+		return nil, err
 	}
 	if have, err := parseGrantRecord(existing); err == nil && existing.Labels[cosiapi.LabelGrantDriver] == s.driver {
 		g.rotationState = have.rotationState
 		if value, err = json.Marshal(g); err != nil {
-			return err
+			return nil, err
 		}
 		cm.Data[grantDataKey] = string(value)
 	}
 	if existing.Data[grantDataKey] == string(value) && existing.Labels[cosiapi.LabelGrantDriver] == s.driver {
-		return nil
+		return existing, nil
 	}
 	// Another driver's record of the same access is that driver's to revoke with: never
 	// overwritten (sidecars of several drivers may share a namespace).
 	if owner := existing.Labels[cosiapi.LabelGrantDriver]; owner != "" && owner != s.driver {
-		return fmt.Errorf("grant record %s/%s belongs to driver %q, not %q", s.namespace, cm.Name, owner, s.driver)
+		return nil, fmt.Errorf("grant record %s/%s belongs to driver %q, not %q", s.namespace, cm.Name, owner, s.driver)
 	}
 	existing.Labels = cm.Labels
 	existing.Data = cm.Data
-	return s.client.Update(ctx, existing) // locked to the version read
+	return existing, s.client.Update(ctx, existing) // locked to the version read
 }
 
 // update writes g over the record cm that get returned, locked to the version read: a record
@@ -261,12 +262,20 @@ func (s grantStore) update(ctx context.Context, cm *corev1.ConfigMap, g grantRec
 	return s.client.Update(ctx, cm)
 }
 
-// recordCredential records the credential that a grant wrote into the Secrets of the access.
-func (s grantStore) recordCredential(ctx context.Context, uid types.UID, credentialID string) error {
-	if g := s.cached(ctx, uid); g != nil && g.CredentialID == credentialID {
-		return nil
+// recordCredential records the credential that a grant wrote into the Secrets of the access, on
+// written, the record as put returned it before the grant, locked to its version: a record that
+// changed since (a rotation, an admin) is read again, uncached, and updated on that copy.
+func (s grantStore) recordCredential(ctx context.Context, written *corev1.ConfigMap, credentialID string) error {
+	if g, err := parseGrantRecord(written); err == nil {
+		if g.CredentialID == credentialID {
+			return nil
+		}
+		g.CredentialID, g.PeriodFrom = credentialID, ptr.To(metav1.Now())
+		if err := s.update(ctx, written, g); !apierrors.IsConflict(err) {
+			return err
+		}
 	}
-	g, cm, err := s.get(ctx, uid)
+	g, cm, err := s.get(ctx, grantRecordUID(written.Name))
 	if err != nil || g == nil || g.CredentialID == credentialID {
 		return err
 	}

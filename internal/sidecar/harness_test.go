@@ -62,11 +62,19 @@ type harness struct {
 	faults   *memory.Faults
 	calls    *memory.Calls
 	stop     func()
+	// config is what the sidecar connects with: sidecarConfig unless a test counts requests.
+	config *rest.Config
 }
 
 func newHarness(t *testing.T, cfg memory.Config) *harness {
 	t.Helper()
-	h := &harness{t: t, faults: &memory.Faults{}, calls: &memory.Calls{}}
+	return newHarnessWith(t, cfg, sidecarConfig)
+}
+
+// newHarnessWith is newHarness with a sidecar that connects with config.
+func newHarnessWith(t *testing.T, cfg memory.Config, config *rest.Config) *harness {
+	t.Helper()
+	h := &harness{t: t, faults: &memory.Faults{}, calls: &memory.Calls{}, config: config}
 	h.name = fmt.Sprintf("memory-%d.sidecar-test.cosi.io", driverCounter.Add(1))
 	cfg.Name = h.name
 	var err error
@@ -88,7 +96,7 @@ func sidecarOptions(endpoint string) sidecar.Options { return testenv.SidecarOpt
 
 // startSidecar runs the sidecar until stop is called or the test ends.
 func (h *harness) startSidecar() {
-	h.stop = testenv.StartSidecar(h.t, sidecarConfig, sidecarOptions(h.endpoint))
+	h.stop = testenv.StartSidecar(h.t, h.config, sidecarOptions(h.endpoint))
 }
 
 var objCounter atomic.Int64

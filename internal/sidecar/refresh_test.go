@@ -102,3 +102,22 @@ func TestSecretRefresh(t *testing.T) {
 	}
 	deleteAccess(t, ba)
 }
+
+// TestBucketInfoRefreshedWithoutAnEvent: a provisioned Bucket's information is asked of the
+// driver again at every refresh interval from its provisioning on, also when nothing else wakes
+// its reconciler (no access, no edit).
+func TestBucketInfoRefreshedWithoutAnEvent(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3}})
+	b := h.provisionedBucket(cosiapi.ProtocolS3)
+	h.driver.MoveS3("https://s3-moved.memory.invalid", "memory-2", "")
+	testenv.Eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
+			return err
+		}
+		if got := b.Status.BucketInfo["COSI_S3_ENDPOINT_URL"]; got != "https://s3-moved.memory.invalid" {
+			return fmt.Errorf("Bucket status.bucketInfo endpoint %q, want the moved one", got)
+		}
+		return nil
+	})
+}

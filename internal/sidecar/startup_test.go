@@ -27,7 +27,7 @@ func TestDriverDownAtStartup(t *testing.T) {
 	t.Parallel()
 	t.Run("the sidecar waits for a driver that starts later", func(t *testing.T) {
 		t.Parallel()
-		h := &harness{t: t, faults: &memory.Faults{}, calls: &memory.Calls{}}
+		h := &harness{t: t, faults: &memory.Faults{}, calls: &memory.Calls{}, config: sidecarConfig}
 		h.name = fmt.Sprintf("memory-%d.sidecar-test.cosi.io", driverCounter.Add(1))
 		var err error
 		if h.driver, err = memory.New(memory.Config{Name: h.name}); err != nil {
@@ -125,7 +125,7 @@ func freeAddress(t *testing.T) string {
 // answers; the KEP's sidecar metrics carry the driver name.
 func TestLeaderElectionHealthAndMetrics(t *testing.T) {
 	t.Parallel()
-	h := &harness{t: t, faults: &memory.Faults{}, calls: &memory.Calls{}}
+	h := &harness{t: t, faults: &memory.Faults{}, calls: &memory.Calls{}, config: sidecarConfig}
 	h.name = fmt.Sprintf("memory-%d.sidecar-test.cosi.io", driverCounter.Add(1))
 	var err error
 	if h.driver, err = memory.New(memory.Config{Name: h.name}); err != nil {
