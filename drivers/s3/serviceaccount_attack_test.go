@@ -1,0 +1,369 @@
+package s3_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/iam"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/aws-sdk-go-v2/service/sts"
+	"github.com/go-logr/logr"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kube-cosi/cosi/drivers/s3"
+	"github.com/kube-cosi/cosi/internal/localenv"
+	cosiproto "github.com/kube-cosi/cosi/proto"
+)
+
+// exchange presents token, as it is, at the STS endpoint of creds for the role of creds
+// (AssumeRoleWithWebIdentity), with duration seconds of session when it is not zero, while the
+// issuer is published.
+func (k *keyless) exchange(
+	ctx context.Context, creds *cosiproto.CredentialInfo, token string, duration int32,
+) (aws.Credentials, error) {
+	client := sts.New(sts.Options{
+		Region: "us-east-1", BaseEndpoint: aws.String(creds.GetS3().GetStsEndpoint()), RetryMaxAttempts: 1,
+	})
+	in := &sts.AssumeRoleWithWebIdentityInput{
+		RoleArn: aws.String(creds.GetS3().GetRoleArn()), RoleSessionName: aws.String("cosi-attack"),
+		WebIdentityToken: aws.String(token),
+	}
+	if duration != 0 {
+		in.DurationSeconds = aws.Int32(duration)
+	}
+	var got aws.Credentials
+	err := k.front.Serve(ctx, func(ctx context.Context) error {
+		out, err := client.AssumeRoleWithWebIdentity(ctx, in)
+		if err != nil {
+			return err
+		}
+		c := out.Credentials
+		got = aws.Credentials{
+			AccessKeyID: aws.ToString(c.AccessKeyId), SecretAccessKey: aws.ToString(c.SecretAccessKey),
+			SessionToken: aws.ToString(c.SessionToken),
+		}
+		return nil
+	})
+	return got, err
+}
+
+// TestServiceAccountSubjectsDoNotCollide grants namespace N-x ServiceAccount y-z and exchanges
+// tokens whose subjects differ from the granted one only around a separator, or by a prefix or a
+// suffix: namespace N-x-y ServiceAccount z (the same characters, the colon moved), the name's
+// prefix y, and the longer names y-z-w and y-z.w. The trust policy compares the whole subject
+// (StringEquals), so each is refused.
+func TestServiceAccountSubjectsDoNotCollide(t *testing.T) {
+	b, k := keylessBackend(t)
+	_, p := serve(t, k.driver(t, b), logr.Discard())
+	ctx := t.Context()
+	bucket := createBucket(t, p, nil)
+	ns := uniqueName("team")
+	req := saGrant(uniqueName("ba"), ns+"-x", "y-z", readWriteData, bucket)
+	resp, err := p.DriverGrantBucketAccess(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = p.DriverRevokeBucketAccess(context.Background(), saRevoke(req)) })
+	for _, sa := range [][2]string{{ns + "-x-y", "z"}, {ns + "-x", "y"}, {ns + "-x", "y-z-w"}, {ns + "-x", "y-z.w"}} {
+		if _, err := k.assume(t, resp.GetCredentials(), sa[0], sa[1], s3.DefaultName); err == nil {
+			t.Errorf("a token of %s/%s opened the role of %s/y-z", sa[0], sa[1], ns+"-x")
+		}
+	}
+	if _, err := k.assume(t, resp.GetCredentials(), ns+"-x", "y-z", s3.DefaultName); err != nil {
+		t.Errorf("the granted ServiceAccount's own token: %v", err)
+	}
+}
+
+// TestServiceAccountForgedTokens exchanges tokens signed with the API server's own ServiceAccount
+// key but with claims the TokenRequest API would not issue now: expired, not valid yet, of
+// another issuer, and with two audiences. Each is refused. So is a token with the right claims
+// signed by another key under the API server's key ID. The same signer's token with the right
+// claims opens the role: the refusals are the claims', not the signing's; the same claims
+// unsigned (alg none) do not.
+func TestServiceAccountForgedTokens(t *testing.T) {
+	b, k := keylessBackend(t)
+	_, p := serve(t, k.driver(t, b), logr.Discard())
+	ctx := t.Context()
+	bucket := createBucket(t, p, nil)
+	ns := uniqueName("team")
+	req := saGrant(uniqueName("ba"), ns, "app", readWriteData, bucket)
+	resp, err := p.DriverGrantBucketAccess(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = p.DriverRevokeBucketAccess(context.Background(), saRevoke(req)) })
+	now := time.Now().Unix()
+	claims := func(change func(c map[string]any)) map[string]any {
+		c := map[string]any{
+			"iss": k.front.URL, "sub": "system:serviceaccount:" + ns + ":app", "aud": []string{s3.DefaultName},
+			"iat": now - 60, "nbf": now - 60, "exp": now + 600,
+		}
+		if change != nil {
+			change(c)
+		}
+		return c
+	}
+	for what, c := range map[string]map[string]any{
+		// Versity allows five minutes of clock skew past exp, as AWS does.
+		"expired an hour ago":   claims(func(c map[string]any) { c["iat"], c["nbf"], c["exp"] = now-7200, now-7200, now-3600 }),
+		"valid from in an hour": claims(func(c map[string]any) { c["nbf"] = now + 3600 }),
+		"of another issuer":     claims(func(c map[string]any) { c["iss"] = "https://issuer.example.com" }),
+		"for two audiences":     claims(func(c map[string]any) { c["aud"] = []string{s3.DefaultName, "other"} }),
+		"without iat":           claims(func(c map[string]any) { delete(c, "iat") }),
+	} {
+		token, err := k.api.SignServiceAccountToken(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := k.exchange(ctx, resp.GetCredentials(), token, 0); err == nil {
+			t.Errorf("a token %s opened the role", what)
+		}
+	}
+	token, err := k.api.SignServiceAccountToken(claims(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.exchange(ctx, resp.GetCredentials(), token, 0); err != nil {
+		t.Fatalf("a token of the API server's key with the right claims: %v", err)
+	}
+	other, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	header, err := base64.RawURLEncoding.DecodeString(strings.Split(token, ".")[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kid struct{ Kid string }
+	if err := json.Unmarshal(header, &kid); err != nil || kid.Kid == "" {
+		t.Fatalf("the header of the API server's token %s: no kid (%v)", header, err)
+	}
+	forged, err := localenv.SignToken(other, kid.Kid, claims(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.exchange(ctx, resp.GetCredentials(), forged, 0); err == nil {
+		t.Errorf("a token signed by another key under the API server's key ID opened the role")
+	}
+	unsigned := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none","kid":"`+kid.Kid+`"}`)) + "." +
+		strings.Split(token, ".")[1] + "."
+	if _, err := k.exchange(ctx, resp.GetCredentials(), unsigned, 0); err == nil {
+		t.Errorf("an unsigned token (alg none) with the right claims opened the role")
+	}
+}
+
+// TestServiceAccountSessionCannotWidenItself uses a ReadWrite session of a ServiceAccount
+// access against everything beyond its mode that would widen or outlast it: the bucket's policy
+// and ACL, an object ACL, and the IAM service itself (its own role's policy and trust, a user
+// with a key of its own); and asks for a twelve-hour session, beyond the role's hour.
+func TestServiceAccountSessionCannotWidenItself(t *testing.T) {
+	b, k := keylessBackend(t)
+	_, p := serve(t, k.driver(t, b), logr.Discard())
+	ctx := t.Context()
+	bucket := createBucket(t, p, map[string]string{s3.ParamPurgeOnDelete: "true"})
+	ns := uniqueName("team")
+	req := saGrant(uniqueName("ba"), ns, "app", readWriteData, bucket)
+	resp, err := p.DriverGrantBucketAccess(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = p.DriverRevokeBucketAccess(context.Background(), saRevoke(req)) })
+	token, err := k.api.ServiceAccountToken(ctx, ns, "app", s3.DefaultName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.exchange(ctx, resp.GetCredentials(), token, 12*3600); err == nil {
+		t.Errorf("a twelve-hour session was issued for a role of at most one hour")
+	}
+	session, err := k.exchange(ctx, resp.GetCredentials(), token, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw := sessionAccess(session, resp.GetBuckets()[0].GetBucketInfo())
+	expect(t, "put", true, put(rw, bucket, "obj"))
+	policy := `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":"*","Action":"s3:GetObject",` +
+		`"Resource":"arn:aws:s3:::` + bucket + `/*"}]}`
+	_, err = rw.client.PutBucketPolicy(ctx, &awss3.PutBucketPolicyInput{Bucket: aws.String(bucket), Policy: &policy})
+	expect(t, "PutBucketPolicy", false, err)
+	_, err = rw.client.DeleteBucketPolicy(ctx, &awss3.DeleteBucketPolicyInput{Bucket: aws.String(bucket)})
+	expect(t, "DeleteBucketPolicy", false, err)
+	_, err = rw.client.PutBucketAcl(ctx, &awss3.PutBucketAclInput{Bucket: aws.String(bucket),
+		ACL: s3types.BucketCannedACLPublicReadWrite})
+	expect(t, "PutBucketAcl", false, err)
+	_, err = rw.client.PutObjectAcl(ctx, &awss3.PutObjectAclInput{Bucket: aws.String(bucket), Key: aws.String("obj"),
+		ACL: s3types.ObjectCannedACLPublicRead})
+	expect(t, "PutObjectAcl", false, err)
+	_, err = rw.client.PutBucketVersioning(ctx, &awss3.PutBucketVersioningInput{Bucket: aws.String(bucket),
+		VersioningConfiguration: &s3types.VersioningConfiguration{Status: s3types.BucketVersioningStatusSuspended}})
+	expect(t, "PutBucketVersioning", false, err)
+
+	roleName := resp.GetCredentials().GetS3().GetRoleArn()[strings.LastIndex(resp.GetCredentials().GetS3().GetRoleArn(),
+		"/")+1:]
+	ic := iam.New(iam.Options{Region: "us-east-1", BaseEndpoint: aws.String(versityStore.IAMEndpoint),
+		Credentials: credentials.NewStaticCredentialsProvider(session.AccessKeyID, session.SecretAccessKey,
+			session.SessionToken), RetryMaxAttempts: 1})
+	everything := `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"*","Resource":"*"}]}`
+	for what, call := range map[string]func() error{
+		"PutRolePolicy on its own role": func() error {
+			_, err := ic.PutRolePolicy(ctx, &iam.PutRolePolicyInput{RoleName: &roleName,
+				PolicyName: aws.String("cosi-bucket-access"), PolicyDocument: &everything})
+			return err
+		},
+		"UpdateAssumeRolePolicy on its own role": func() error {
+			trust := `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"AWS":"*"},` +
+				`"Action":"sts:AssumeRole"}]}`
+			_, err := ic.UpdateAssumeRolePolicy(ctx, &iam.UpdateAssumeRolePolicyInput{RoleName: &roleName,
+				PolicyDocument: &trust})
+			return err
+		},
+		"DeleteRolePolicy on its own role": func() error {
+			_, err := ic.DeleteRolePolicy(ctx, &iam.DeleteRolePolicyInput{RoleName: &roleName,
+				PolicyName: aws.String("cosi-bucket-access")})
+			return err
+		},
+		"CreateUser": func() error {
+			_, err := ic.CreateUser(ctx, &iam.CreateUserInput{UserName: aws.String(uniqueName("mine"))})
+			return err
+		},
+		"AddClientIDToOpenIDConnectProvider": func() error {
+			out, err := ic.ListOpenIDConnectProviders(ctx, &iam.ListOpenIDConnectProvidersInput{})
+			if err != nil {
+				return err
+			}
+			for _, pr := range out.OpenIDConnectProviderList {
+				if _, err := ic.AddClientIDToOpenIDConnectProvider(ctx, &iam.AddClientIDToOpenIDConnectProviderInput{
+					OpenIDConnectProviderArn: pr.Arn, ClientID: aws.String("sts.amazonaws.com"),
+				}); err == nil {
+					return nil
+				}
+			}
+			return errors.New("refused")
+		},
+	} {
+		if err := call(); err == nil {
+			t.Errorf("the session's %s succeeded", what)
+		}
+	}
+	expect(t, "put after the refused calls", true, put(rw, bucket, "still"))
+}
+
+// TestServiceAccountInterruptedGrant leaves a role as a driver stopped between CreateRole and
+// PutRolePolicy would: its trust, no policy. The ServiceAccount's session opens nothing then; the
+// repeated grant completes it; a revoke of such a role deletes it.
+func TestServiceAccountInterruptedGrant(t *testing.T) {
+	b, k := keylessBackend(t)
+	_, p := serve(t, k.driver(t, b), logr.Discard())
+	ctx := t.Context()
+	bucket := createBucket(t, p, map[string]string{s3.ParamPurgeOnDelete: "true"})
+	ns := uniqueName("team")
+	req := saGrant(uniqueName("ba"), ns, "app", readWriteData, bucket)
+	resp, err := p.DriverGrantBucketAccess(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = p.DriverRevokeBucketAccess(context.Background(), saRevoke(req)) })
+	admin := iam.New(iam.Options{Region: "us-east-1", Credentials: b.creds,
+		BaseEndpoint: aws.String(versityStore.IAMEndpoint)})
+	if _, err := admin.DeleteRolePolicy(ctx, &iam.DeleteRolePolicyInput{RoleName: aws.String(req.GetAccountId()),
+		PolicyName: aws.String("cosi-bucket-access")}); err != nil {
+		t.Fatal(err)
+	}
+	session, err := k.assume(t, resp.GetCredentials(), ns, "app", s3.DefaultName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	half := sessionAccess(session, resp.GetBuckets()[0].GetBucketInfo())
+	expect(t, "put with the session of a role without its policy", false, put(half, bucket, "half"))
+	expect(t, "list with the session of a role without its policy", false, list(half, bucket))
+	if _, err := p.DriverGrantBucketAccess(ctx, req); err != nil {
+		t.Fatalf("the repeated grant: %v", err)
+	}
+	expect(t, "put once the repeated grant completed the role", true, put(half, bucket, "whole"))
+
+	if _, err := admin.DeleteRolePolicy(ctx, &iam.DeleteRolePolicyInput{RoleName: aws.String(req.GetAccountId()),
+		PolicyName: aws.String("cosi-bucket-access")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DriverRevokeBucketAccess(ctx, saRevoke(req)); err != nil {
+		t.Fatalf("revoking a role without its policy: %v", err)
+	}
+	if _, err := k.assume(t, resp.GetCredentials(), ns, "app", s3.DefaultName); err == nil {
+		t.Errorf("the token opened a role revoked half-granted")
+	}
+}
+
+// TestServiceAccountTokenOutlivesItsObjects pins what docs/drivers/s3.md says a token can still
+// do once its objects are gone: the IAM service verifies a token offline (signature, issuer,
+// audience, subject, expiry), and knows nothing of the ServiceAccount's or the Pod's UID. So a
+// token of a ServiceAccount deleted and created again under its name, and a token bound to a Pod
+// that has been deleted, still open the role until they expire. The API server itself would
+// refuse both. If this test fails because the IAM service refuses them, the docs are to be
+// updated.
+func TestServiceAccountTokenOutlivesItsObjects(t *testing.T) {
+	b, k := keylessBackend(t)
+	_, p := serve(t, k.driver(t, b), logr.Discard())
+	ctx := t.Context()
+	bucket := createBucket(t, p, nil)
+	ns := uniqueName("team")
+	req := saGrant(uniqueName("ba"), ns, "app", readWriteData, bucket)
+	resp, err := p.DriverGrantBucketAccess(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = p.DriverRevokeBucketAccess(context.Background(), saRevoke(req)) })
+	c := k.api.Client
+	old, err := k.api.ServiceAccountToken(ctx, ns, "app", s3.DefaultName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"}}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(sa), sa); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "workload"},
+		Spec:       corev1.PodSpec{ServiceAccountName: "app", Containers: []corev1.Container{{Name: "c", Image: "none"}}},
+	}
+	if err := c.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	tenMinutes := int64(600)
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		Audiences: []string{s3.DefaultName}, ExpirationSeconds: &tenMinutes,
+		BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+	}}
+	if err := c.SubResource("token").Create(ctx, sa, tr); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.exchange(ctx, resp.GetCredentials(), tr.Status.Token, 0); err != nil {
+		t.Errorf("the token of a deleted Pod was refused (%v): docs/drivers/s3.md says it opens the role until "+
+			"it expires", err)
+	}
+	if err := c.Delete(ctx, sa); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.api.ServiceAccountToken(ctx, ns, "app", s3.DefaultName); err != nil { // created again
+		t.Fatal(err)
+	}
+	if _, err := k.exchange(ctx, resp.GetCredentials(), old, 0); err != nil {
+		t.Errorf("the token of a deleted ServiceAccount was refused (%v): docs/drivers/s3.md says it opens the "+
+			"role until it expires", err)
+	}
+}
