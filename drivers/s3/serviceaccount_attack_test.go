@@ -61,6 +61,58 @@ func (k *keyless) exchange(
 	return got, err
 }
 
+// TestServiceAccountRevokeWhateverTheType revokes an access with the other authentication type
+// than it was granted with. The type in a revoke comes from the sidecar's grant record, which a
+// grant rewrites from BucketAccess.status.authenticationType: whoever may write status (loose
+// RBAC) changes it, and the next grant fails (AlreadyExists) but leaves the record saying so. The
+// identity must go whatever the request says: a role whose access is gone would keep opening the
+// buckets to the ServiceAccount's tokens, and a key user would keep a key that never expires.
+func TestServiceAccountRevokeWhateverTheType(t *testing.T) {
+	b, k := keylessBackend(t)
+	_, p := serve(t, k.driver(t, b), logr.Discard())
+	ctx := t.Context()
+	bucket := createBucket(t, p, nil)
+	ns := uniqueName("team")
+
+	saReq := saGrant(uniqueName("ba"), ns, "app", readWriteData, bucket)
+	resp, err := p.DriverGrantBucketAccess(ctx, saReq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	asKey := saRevoke(saReq)
+	asKey.AuthenticationType, asKey.ServiceAccount = cosiproto.AuthenticationType_KEY, nil
+	if _, err := p.DriverRevokeBucketAccess(ctx, asKey); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.assume(t, resp.GetCredentials(), ns, "app", s3.DefaultName); err == nil {
+		t.Errorf("the ServiceAccount's token opened the role after a revoke of the access as a key access")
+	}
+
+	key := grant(t, p, readWriteData, bucket)
+	expect(t, "put with the key", true, put(key, bucket, "key"))
+	asSA := &cosiproto.DriverRevokeBucketAccessRequest{
+		AccountId: key.id, Protocol: cosiproto.ObjectProtocol_S3,
+		AuthenticationType: cosiproto.AuthenticationType_SERVICE_ACCOUNT,
+		ServiceAccount:     &cosiproto.ServiceAccount{Namespace: ns, Name: "app"},
+		Buckets:            []*cosiproto.DriverRevokeBucketAccessRequest_Bucket{{BucketId: bucket}},
+	}
+	if _, err := p.DriverRevokeBucketAccess(ctx, asSA); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, "put with the key after a revoke of the access as a ServiceAccount access", false,
+		put(key, bucket, "after"))
+
+	ids, err := b.newAccount().List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if strings.HasSuffix(id, saReq.GetAccountId()) || strings.HasSuffix(id, key.id) {
+			t.Errorf("identity %q still exists after its access was revoked", id)
+		}
+	}
+}
+
 // TestServiceAccountSubjectsDoNotCollide grants namespace N-x ServiceAccount y-z and exchanges
 // tokens whose subjects differ from the granted one only around a separator, or by a prefix or a
 // suffix: namespace N-x-y ServiceAccount z (the same characters, the colon moved), the name's
