@@ -686,8 +686,9 @@ func (d *Driver) checkLockHeaders(ctx context.Context, g bucketGrant) error {
 	return nil
 }
 
-// DriverRevokeBucketAccess deletes the access's key, policy and identity (for ServiceAccount
-// authentication: its role and the role's policy).
+// DriverRevokeBucketAccess deletes the access's key, policy and identity: its user and its role
+// (ServiceAccount authentication) with their policies, whichever the request's authentication
+// type names.
 func (d *Driver) DriverRevokeBucketAccess(
 	ctx context.Context,
 	req *cosiproto.DriverRevokeBucketAccessRequest,
@@ -714,15 +715,16 @@ func (d *Driver) DriverRevokeBucketAccess(
 	}
 	unlock := d.locks.lock("account/" + id)
 	defer unlock()
-	if req.GetAuthenticationType() == cosiproto.AuthenticationType_SERVICE_ACCOUNT {
-		// Whether or not ServiceAccount authentication is still enabled: a role granted before must
-		// go. A back-end without roles never granted one.
-		if roles, ok := d.cfg.Accounts.(RoleAccounts); ok {
-			if err := roles.RevokeRole(ctx, id); err != nil {
-				return nil, err
-			}
+	// Both kinds of identity, whatever authentication type the request names: one account ID is
+	// one identity (a grant of the other kind is AlreadyExists), and the type comes from what the
+	// sidecar recorded from BucketAccess status, which whoever may write status changes. Trusting
+	// it would leave a role that keeps opening the buckets to the ServiceAccount's tokens, or a
+	// user whose key never expires. The role goes whether or not ServiceAccount authentication is
+	// still enabled; a back-end without roles never granted one.
+	if roles, ok := d.cfg.Accounts.(RoleAccounts); ok {
+		if err := roles.RevokeRole(ctx, id); err != nil {
+			return nil, err
 		}
-		return &cosiproto.DriverRevokeBucketAccessResponse{}, nil
 	}
 	if err := d.cfg.Accounts.Revoke(ctx, id, buckets); err != nil {
 		return nil, err
