@@ -716,11 +716,11 @@ func (d *Driver) DriverRevokeBucketAccess(
 	unlock := d.locks.lock("account/" + id)
 	defer unlock()
 	// Both kinds of identity, whatever authentication type the request names: one account ID is
-	// one identity (a grant of the other kind is AlreadyExists), and the type comes from what the
-	// sidecar recorded from BucketAccess status, which whoever may write status changes. Trusting
-	// it would leave a role that keeps opening the buckets to the ServiceAccount's tokens, or a
-	// user whose key never expires. The role goes whether or not ServiceAccount authentication is
-	// still enabled; a back-end without roles never granted one.
+	// one identity (a grant of the other kind is AlreadyExists), so nothing else can be deleted,
+	// and a revoke whose type is not the grant's (a sidecar's record lost or restored, another
+	// sidecar) would otherwise leave a role that keeps opening the buckets to the ServiceAccount's
+	// tokens, or a user whose key never expires. The role goes whether or not ServiceAccount
+	// authentication is still enabled; a back-end without roles never granted one.
 	if roles, ok := d.cfg.Accounts.(RoleAccounts); ok {
 		if err := roles.RevokeRole(ctx, id); err != nil {
 			return nil, err

@@ -62,11 +62,11 @@ func (k *keyless) exchange(
 }
 
 // TestServiceAccountRevokeWhateverTheType revokes an access with the other authentication type
-// than it was granted with. The type in a revoke comes from the sidecar's grant record, which a
-// grant rewrites from BucketAccess.status.authenticationType: whoever may write status (loose
-// RBAC) changes it, and the next grant fails (AlreadyExists) but leaves the record saying so. The
-// identity must go whatever the request says: a role whose access is gone would keep opening the
-// buckets to the ServiceAccount's tokens, and a key user would keep a key that never expires.
+// than it was granted with. This sidecar sends the type it recorded from
+// BucketAccess.status.authenticationType, which cannot change once set; but a revoke must not
+// depend on it: a record lost or restored, or another sidecar, would leave a role that keeps
+// opening the buckets to the ServiceAccount's tokens, or a key user whose key never expires. One
+// account ID is one identity, so the driver deletes whichever exists.
 func TestServiceAccountRevokeWhateverTheType(t *testing.T) {
 	b, k := keylessBackend(t)
 	_, p := serve(t, k.driver(t, b), logr.Discard())
