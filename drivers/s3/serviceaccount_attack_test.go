@@ -19,6 +19,8 @@ import (
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/aws-sdk-go-v2/service/sts"
 	"github.com/go-logr/logr"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -417,5 +419,52 @@ func TestServiceAccountTokenOutlivesItsObjects(t *testing.T) {
 	if _, err := k.exchange(ctx, resp.GetCredentials(), old, 0); err != nil {
 		t.Errorf("the token of a deleted ServiceAccount was refused (%v): docs/drivers/s3.md says it opens the "+
 			"role until it expires", err)
+	}
+}
+
+// TestServiceAccountRotation asks to rotate and retire credentials of a ServiceAccount access:
+// InvalidArgument saying there is no key, and, asked as a key access, no key is created for the
+// account; retiring changes nothing. The role still opens for the ServiceAccount afterwards.
+func TestServiceAccountRotation(t *testing.T) {
+	b, k := keylessBackend(t)
+	_, p := serve(t, k.driver(t, b), logr.Discard())
+	ctx := t.Context()
+	bucket := createBucket(t, p, nil)
+	ns := uniqueName("team")
+	req := saGrant(uniqueName("ba"), ns, "app", readWriteData, bucket)
+	resp, err := p.DriverGrantBucketAccess(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = p.DriverRevokeBucketAccess(context.Background(), saRevoke(req)) })
+	rot := &cosiproto.DriverRotateBucketAccessCredentialsRequest{
+		AccountId: req.GetAccountId(), Buckets: req.GetBuckets(), Protocol: req.GetProtocol(),
+		AuthenticationType: req.GetAuthenticationType(), ServiceAccount: req.GetServiceAccount(),
+		CredentialId: "AKIAANYTHING", // the SDK refuses a request without one (InvalidArgument) first
+	}
+	_, err = p.DriverRotateBucketAccessCredentials(ctx, rot)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "ServiceAccount") {
+		t.Errorf("rotating a ServiceAccount access: %v, want InvalidArgument saying it is a ServiceAccount access", err)
+	}
+	rot.AuthenticationType, rot.ServiceAccount = cosiproto.AuthenticationType_KEY, nil
+	if out, err := p.DriverRotateBucketAccessCredentials(ctx, rot); err == nil {
+		t.Errorf("rotating a ServiceAccount access as a key access issued credential %q", out.GetCredentialId())
+	}
+	if _, err := p.DriverRetireBucketAccessCredentials(ctx, &cosiproto.DriverRetireBucketAccessCredentialsRequest{
+		AccountId: req.GetAccountId(), CredentialId: "AKIAANYTHING", Protocol: req.GetProtocol(),
+	}); err != nil {
+		t.Errorf("retiring a credential of a ServiceAccount access: %v, want OK (nothing to retire)", err)
+	}
+	ids, err := b.newAccount().List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if id == req.GetAccountId() {
+			t.Errorf("a user %q exists next to the role after the rotation requests", id)
+		}
+	}
+	if _, err := k.assume(t, resp.GetCredentials(), ns, "app", s3.DefaultName); err != nil {
+		t.Errorf("the ServiceAccount's token after the rotation requests: %v", err)
 	}
 }
