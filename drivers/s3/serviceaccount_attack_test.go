@@ -468,3 +468,50 @@ func TestServiceAccountRotation(t *testing.T) {
 		t.Errorf("the ServiceAccount's token after the rotation requests: %v", err)
 	}
 }
+
+// TestServiceAccountNamesAreNotPatterns grants to ServiceAccount names and namespaces that would
+// widen or break the trust policy if they reached it: IAM wildcards, a policy variable, quotes, a
+// colon (the subject's separator), non-ASCII, upper case, white space, and names one character
+// too long. Each is InvalidArgument naming the field, and no identity is created.
+func TestServiceAccountNamesAreNotPatterns(t *testing.T) {
+	b, k := keylessBackend(t)
+	_, p := serve(t, k.driver(t, b), logr.Discard())
+	ctx := t.Context()
+	bucket := createBucket(t, p, nil)
+	var ids []string
+	for _, tc := range []struct{ namespace, name, field string }{
+		{"team", "*", "service_account.name"},
+		{"team", "?", "service_account.name"},
+		{"team", "app*", "service_account.name"},
+		{"team", "a?p", "service_account.name"},
+		{"team", "${aws:username}", "service_account.name"},
+		{"team", `app"`, "service_account.name"},
+		{"team", "app:x", "service_account.name"},
+		{"team", "äpp", "service_account.name"},
+		{"team", "App", "service_account.name"},
+		{"team", "app ", "service_account.name"},
+		{"team", strings.Repeat("a", 254), "service_account"}, // the SDK's length check comes first
+		{"*", "app", "service_account.namespace"},
+		{"te:am", "app", "service_account.namespace"},
+		{"team.x", "app", "service_account.namespace"},
+		{strings.Repeat("a", 64), "app", "service_account.namespace"},
+	} {
+		req := saGrant(uniqueName("ba"), tc.namespace, tc.name, readWriteData, bucket)
+		ids = append(ids, req.GetAccountId())
+		_, err := p.DriverGrantBucketAccess(ctx, req)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tc.field) {
+			t.Errorf("a grant to %q/%q: %v, want InvalidArgument naming %s", tc.namespace, tc.name, err, tc.field)
+		}
+	}
+	listed, err := b.newAccount().List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range listed {
+		for _, refused := range ids {
+			if strings.HasSuffix(id, refused) {
+				t.Errorf("identity %q exists after its grant was refused", id)
+			}
+		}
+	}
+}
