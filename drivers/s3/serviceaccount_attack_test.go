@@ -173,7 +173,9 @@ func TestServiceAccountForgedTokens(t *testing.T) {
 	}
 	for what, c := range map[string]map[string]any{
 		// Versity allows five minutes of clock skew past exp, as AWS does.
-		"expired an hour ago":   claims(func(c map[string]any) { c["iat"], c["nbf"], c["exp"] = now-7200, now-7200, now-3600 }),
+		"expired an hour ago": claims(func(c map[string]any) {
+			c["iat"], c["nbf"], c["exp"] = now-7200, now-7200, now-3600
+		}),
 		"valid from in an hour": claims(func(c map[string]any) { c["nbf"] = now + 3600 }),
 		"of another issuer":     claims(func(c map[string]any) { c["iss"] = "https://issuer.example.com" }),
 		"for two audiences":     claims(func(c map[string]any) { c["aud"] = []string{s3.DefaultName, "other"} }),
