@@ -32,10 +32,10 @@ import (
 )
 
 // exchange presents token, as it is, at the STS endpoint of creds for the role of creds
-// (AssumeRoleWithWebIdentity), with duration seconds of session when it is not zero, while the
-// issuer is published.
+// (AssumeRoleWithWebIdentity), with duration seconds of session when it is not zero and the
+// session policy sessionPolicy when it is not empty, while the issuer is published.
 func (k *keyless) exchange(
-	ctx context.Context, creds *cosiproto.CredentialInfo, token string, duration int32,
+	ctx context.Context, creds *cosiproto.CredentialInfo, token string, duration int32, sessionPolicy string,
 ) (aws.Credentials, error) {
 	client := sts.New(sts.Options{
 		Region: "us-east-1", BaseEndpoint: aws.String(creds.GetS3().GetStsEndpoint()), RetryMaxAttempts: 1,
@@ -46,6 +46,9 @@ func (k *keyless) exchange(
 	}
 	if duration != 0 {
 		in.DurationSeconds = aws.Int32(duration)
+	}
+	if sessionPolicy != "" {
+		in.Policy = aws.String(sessionPolicy)
 	}
 	var got aws.Credentials
 	err := k.front.Serve(ctx, func(ctx context.Context) error {
@@ -185,7 +188,7 @@ func TestServiceAccountForgedTokens(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := k.exchange(ctx, resp.GetCredentials(), token, 0); err == nil {
+		if _, err := k.exchange(ctx, resp.GetCredentials(), token, 0, ""); err == nil {
 			t.Errorf("a token %s opened the role", what)
 		}
 	}
@@ -193,7 +196,7 @@ func TestServiceAccountForgedTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := k.exchange(ctx, resp.GetCredentials(), token, 0); err != nil {
+	if _, err := k.exchange(ctx, resp.GetCredentials(), token, 0, ""); err != nil {
 		t.Fatalf("a token of the API server's key with the right claims: %v", err)
 	}
 	other, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -212,12 +215,12 @@ func TestServiceAccountForgedTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := k.exchange(ctx, resp.GetCredentials(), forged, 0); err == nil {
+	if _, err := k.exchange(ctx, resp.GetCredentials(), forged, 0, ""); err == nil {
 		t.Errorf("a token signed by another key under the API server's key ID opened the role")
 	}
 	unsigned := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none","kid":"`+kid.Kid+`"}`)) + "." +
 		strings.Split(token, ".")[1] + "."
-	if _, err := k.exchange(ctx, resp.GetCredentials(), unsigned, 0); err == nil {
+	if _, err := k.exchange(ctx, resp.GetCredentials(), unsigned, 0, ""); err == nil {
 		t.Errorf("an unsigned token (alg none) with the right claims opened the role")
 	}
 }
@@ -225,7 +228,8 @@ func TestServiceAccountForgedTokens(t *testing.T) {
 // TestServiceAccountSessionCannotWidenItself uses a ReadWrite session of a ServiceAccount
 // access against everything beyond its mode that would widen or outlast it: the bucket's policy
 // and ACL, an object ACL, and the IAM service itself (its own role's policy and trust, a user
-// with a key of its own); and asks for a twelve-hour session, beyond the role's hour.
+// with a key of its own); asks for a twelve-hour session, beyond the role's hour; and, with a
+// ReadOnly access, a session policy allowing all of S3.
 func TestServiceAccountSessionCannotWidenItself(t *testing.T) {
 	b, k := keylessBackend(t)
 	_, p := serve(t, k.driver(t, b), logr.Discard())
@@ -242,10 +246,10 @@ func TestServiceAccountSessionCannotWidenItself(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := k.exchange(ctx, resp.GetCredentials(), token, 12*3600); err == nil {
+	if _, err := k.exchange(ctx, resp.GetCredentials(), token, 12*3600, ""); err == nil {
 		t.Errorf("a twelve-hour session was issued for a role of at most one hour")
 	}
-	session, err := k.exchange(ctx, resp.GetCredentials(), token, 0)
+	session, err := k.exchange(ctx, resp.GetCredentials(), token, 0, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,6 +270,31 @@ func TestServiceAccountSessionCannotWidenItself(t *testing.T) {
 	_, err = rw.client.PutBucketVersioning(ctx, &awss3.PutBucketVersioningInput{Bucket: aws.String(bucket),
 		VersioningConfiguration: &s3types.VersioningConfiguration{Status: s3types.BucketVersioningStatusSuspended}})
 	expect(t, "PutBucketVersioning", false, err)
+
+	// A session policy only narrows the role (AWS: the intersection): asking for everything gets
+	// no more than the role, here with a ReadOnly access.
+	other := createBucket(t, p, map[string]string{s3.ParamPurgeOnDelete: "true"})
+	roReq := saGrant(uniqueName("ba"), ns, "reader", &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_ONLY},
+		bucket)
+	roResp, err := p.DriverGrantBucketAccess(ctx, roReq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = p.DriverRevokeBucketAccess(context.Background(), saRevoke(roReq)) })
+	roToken, err := k.api.ServiceAccountToken(ctx, ns, "reader", s3.DefaultName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	allOfS3 := `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:*","Resource":"*"}]}`
+	if wide, err := k.exchange(ctx, roResp.GetCredentials(), roToken, 0, allOfS3); err == nil {
+		ro := sessionAccess(wide, roResp.GetBuckets()[0].GetBucketInfo())
+		expect(t, "get with a session policy of all of S3", true, get(ro, bucket, "obj"))
+		expect(t, "put with a ReadOnly role and a session policy of all of S3", false, put(ro, bucket, "wide"))
+		expect(t, "put into another bucket with a session policy of all of S3", false, put(ro, other, "wide"))
+		expect(t, "get from another bucket with a session policy of all of S3", false, get(ro, other, "x"))
+	} else {
+		t.Logf("the IAM service refused the session policy: %v", err)
+	}
 
 	roleName := resp.GetCredentials().GetS3().GetRoleArn()[strings.LastIndex(resp.GetCredentials().GetS3().GetRoleArn(),
 		"/")+1:]
@@ -408,7 +437,7 @@ func TestServiceAccountTokenOutlivesItsObjects(t *testing.T) {
 	if err := c.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := k.exchange(ctx, resp.GetCredentials(), tr.Status.Token, 0); err != nil {
+	if _, err := k.exchange(ctx, resp.GetCredentials(), tr.Status.Token, 0, ""); err != nil {
 		t.Errorf("the token of a deleted Pod was refused (%v): docs/drivers/s3.md says it opens the role until "+
 			"it expires", err)
 	}
@@ -418,7 +447,7 @@ func TestServiceAccountTokenOutlivesItsObjects(t *testing.T) {
 	if _, err := k.api.ServiceAccountToken(ctx, ns, "app", s3.DefaultName); err != nil { // created again
 		t.Fatal(err)
 	}
-	if _, err := k.exchange(ctx, resp.GetCredentials(), old, 0); err != nil {
+	if _, err := k.exchange(ctx, resp.GetCredentials(), old, 0, ""); err != nil {
 		t.Errorf("the token of a deleted ServiceAccount was refused (%v): docs/drivers/s3.md says it opens the "+
 			"role until it expires", err)
 	}
