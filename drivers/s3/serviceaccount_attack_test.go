@@ -546,3 +546,46 @@ func TestServiceAccountNamesAreNotPatterns(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceAccountAudienceOfAnotherDriver runs two drivers on one IAM service and issuer with
+// different audiences: they share the issuer's OIDC provider, whose client ID list then names
+// both audiences. A token of the ServiceAccount for the other driver's audience still does not
+// open this driver's role (the trust policy's aud condition), and the other way round.
+func TestServiceAccountAudienceOfAnotherDriver(t *testing.T) {
+	b, k := keylessBackend(t)
+	_, p := serve(t, k.driver(t, b), logr.Discard())
+	d2, err := s3.New(s3.Config{
+		Name: "other.cosi.example.com", Endpoint: b.s3Endpoint, Credentials: b.creds, Accounts: b.newAccount(),
+		ServiceAccounts: &s3.ServiceAccountAuth{
+			Issuer: k.front.URL, IssuerThumbprints: []string{k.front.Thumbprint}, STSEndpoint: versityStore.IAMEndpoint,
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, p2 := serve(t, d2, logr.Discard())
+	ctx := t.Context()
+	bucket := createBucket(t, p, nil)
+	ns := uniqueName("team")
+	req := saGrant(uniqueName("ba"), ns, "app", readWriteData, bucket)
+	resp, err := p.DriverGrantBucketAccess(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = p.DriverRevokeBucketAccess(context.Background(), saRevoke(req)) })
+	req2 := saGrant(uniqueName("ba"), ns, "app", readWriteData, bucket)
+	resp2, err := p2.DriverGrantBucketAccess(ctx, req2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = p2.DriverRevokeBucketAccess(context.Background(), saRevoke(req2)) })
+	if _, err := k.assume(t, resp.GetCredentials(), ns, "app", "other.cosi.example.com"); err == nil {
+		t.Errorf("a token for the other driver's audience opened this driver's role")
+	}
+	if _, err := k.assume(t, resp2.GetCredentials(), ns, "app", s3.DefaultName); err == nil {
+		t.Errorf("a token for this driver's audience opened the other driver's role")
+	}
+	if _, err := k.assume(t, resp2.GetCredentials(), ns, "app", "other.cosi.example.com"); err != nil {
+		t.Errorf("the other driver's own token: %v", err)
+	}
+}
