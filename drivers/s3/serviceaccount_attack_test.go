@@ -589,3 +589,48 @@ func TestServiceAccountAudienceOfAnotherDriver(t *testing.T) {
 		t.Errorf("the other driver's own token: %v", err)
 	}
 }
+
+// TestServiceAccountAudienceIsNotTheAPIServers: the token the kubelet mounts into every Pod
+// (kube-api-access, a TokenRequest without audiences) is for the API server's audiences, which
+// default to the issuer, and workloads send it to the API server and to whatever asks for it. It
+// must not open a role: with the driver's audience it does not, and a driver configured with an
+// audience of the API server (the issuer, or https://kubernetes.default.svc[.cluster.local], the
+// usual --api-audiences) refuses to start. Configured so before, it granted roles that the
+// token of every Pod of the ServiceAccount opened.
+func TestServiceAccountAudienceIsNotTheAPIServers(t *testing.T) {
+	b, k := keylessBackend(t)
+	_, p := serve(t, k.driver(t, b), logr.Discard())
+	ctx := t.Context()
+	bucket := createBucket(t, p, nil)
+	ns := uniqueName("team")
+	req := saGrant(uniqueName("ba"), ns, "app", readWriteData, bucket)
+	resp, err := p.DriverGrantBucketAccess(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = p.DriverRevokeBucketAccess(context.Background(), saRevoke(req)) })
+	if _, err := k.api.ServiceAccountToken(ctx, ns, "app", s3.DefaultName); err != nil { // creates the ServiceAccount
+		t.Fatal(err)
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"}}
+	tr := &authenticationv1.TokenRequest{}
+	if err := k.api.Client.SubResource("token").Create(ctx, sa, tr); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.exchange(ctx, resp.GetCredentials(), tr.Status.Token, 0, ""); err == nil {
+		t.Errorf("a token for the API server's audiences opened the role")
+	}
+
+	for _, audience := range []string{
+		k.front.URL, "https://kubernetes.default.svc", "https://kubernetes.default.svc.cluster.local",
+	} {
+		_, err := s3.New(s3.Config{
+			Endpoint: b.s3Endpoint, Credentials: b.creds, Accounts: b.newAccount(),
+			ServiceAccounts: &s3.ServiceAccountAuth{Issuer: k.front.URL, Audience: audience,
+				IssuerThumbprints: []string{k.front.Thumbprint}, STSEndpoint: versityStore.IAMEndpoint},
+		})
+		if err == nil || !strings.Contains(err.Error(), "audience") {
+			t.Errorf("a driver with the API server's audience %q: %v, want an error naming the audience", audience, err)
+		}
+	}
+}
