@@ -670,3 +670,22 @@ func TestServiceAccountSessionAfterRevoke(t *testing.T) {
 	expect(t, "put with a session of the revoked role", false, put(old, bucket, "after"))
 	expect(t, "delete with a session of the revoked role", false, del(old, bucket, "obj"))
 }
+
+// TestKeyAccessesWithoutRoleRights runs a driver without ServiceAccount authentication as an
+// admin with the IAM rights docs/drivers/s3.md lists for key accesses only (users, their keys and
+// policies; no role or OIDC provider rights): key grants, rotations and revokes work. The
+// ServiceAccount checks a key access makes (is the account a role?) must not need role rights
+// that nobody gave it.
+func TestKeyAccessesWithoutRoleRights(t *testing.T) {
+	const userRights = `{"Version":"2012-10-17","Statement":[` +
+		`{"Effect":"Allow","Action":["iam:*User","iam:*UserPolicy","iam:ListUsers","iam:*AccessKey","iam:ListAccessKeys",` +
+		`"iam:TagUser","iam:ListUserTags","iam:ListUserPolicies"],"Resource":["*"]},` +
+		`{"Effect":"Allow","Action":["s3:*"],"Resource":["arn:aws:s3:::lim-*","arn:aws:s3:::lim-*/*"]}]}`
+	_, _, k := limitedAdmin(t, userRights)
+	_, p := limitedDriver(t, k, logr.Discard())
+	bucket := createBucket(t, p, nil)
+	a := grant(t, p, readWriteData, bucket)
+	expect(t, "put with the key", true, put(a, bucket, "obj"))
+	revoke(t, p, a)
+	expect(t, "put with the key after revoke", false, put(a, bucket, "after"))
+}
