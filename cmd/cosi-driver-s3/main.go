@@ -52,7 +52,8 @@ func main() {
 		"(kube-apiserver --service-account-issuer), https://host[/path]: enables authenticationType ServiceAccount "+
 		"with --accounts=iam (off when empty)")
 	flag.StringVar(&sa.Audience, "service-account-audience", "", "audience of the ServiceAccount tokens "+
-		"workloads present (their projected token's audience; default the driver name)")
+		"workloads present (their projected token's audience; default the driver name; never an audience of the "+
+		"API server, which every Pod's API token has)")
 	flag.StringVar(&sa.TokenFile, "service-account-token-file", s3.DefaultTokenFile, "where workloads mount their "+
 		"projected ServiceAccount token (AWS_WEB_IDENTITY_TOKEN_FILE in their Secret)")
 	flag.StringVar(&cfg.Name, "name", s3.DefaultName, "driver name")

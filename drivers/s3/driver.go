@@ -136,6 +136,14 @@ type publicACLIgnorer interface {
 	ignorePublicACLsOnNewBuckets() bool
 }
 
+// roleUser is implemented by account back-ends that make key accesses check for roles (that the
+// account is not the role of a ServiceAccount access) only while roles are in use: New tells them
+// whether ServiceAccount authentication is enabled. Without it the admin identity needs, and may
+// have, no role rights at all.
+type roleUser interface {
+	useRoles(bool)
+}
+
 // lockHeadersUnchecked is implemented by account back-ends whose store lets a key with
 // s3:PutObject lock what it uploads, with the x-amz-object-lock-* headers, whatever the policy
 // says: Ceph RGW 16 checks such an upload against s3:PutObject alone and puts no object-lock
@@ -175,6 +183,9 @@ func New(cfg Config) (*Driver, error) {
 				"(the iam back-end)")
 		}
 		cfg.ServiceAccounts = &sa
+	}
+	if r, ok := cfg.Accounts.(roleUser); ok {
+		r.useRoles(cfg.ServiceAccounts != nil)
 	}
 	d := &Driver{cfg: cfg, s3: NewS3Client(cfg.Endpoint, cfg.Region, cfg.Credentials, cfg.HTTPClient)}
 	if i, ok := cfg.Accounts.(publicACLIgnorer); ok {
@@ -686,8 +697,9 @@ func (d *Driver) checkLockHeaders(ctx context.Context, g bucketGrant) error {
 	return nil
 }
 
-// DriverRevokeBucketAccess deletes the access's key, policy and identity (for ServiceAccount
-// authentication: its role and the role's policy).
+// DriverRevokeBucketAccess deletes the access's key, policy and identity: its user and its role
+// (ServiceAccount authentication) with their policies, whichever the request's authentication
+// type names.
 func (d *Driver) DriverRevokeBucketAccess(
 	ctx context.Context,
 	req *cosiproto.DriverRevokeBucketAccessRequest,
@@ -714,15 +726,19 @@ func (d *Driver) DriverRevokeBucketAccess(
 	}
 	unlock := d.locks.lock("account/" + id)
 	defer unlock()
-	if req.GetAuthenticationType() == cosiproto.AuthenticationType_SERVICE_ACCOUNT {
-		// Whether or not ServiceAccount authentication is still enabled: a role granted before must
-		// go. A back-end without roles never granted one.
-		if roles, ok := d.cfg.Accounts.(RoleAccounts); ok {
-			if err := roles.RevokeRole(ctx, id); err != nil {
-				return nil, err
-			}
+	// Both kinds of identity, whatever authentication type the request names: one account ID is
+	// one identity (a grant of the other kind is AlreadyExists), so nothing else can be deleted,
+	// and a revoke whose type is not the grant's (a sidecar's record lost or restored, another
+	// sidecar) would otherwise leave a role that keeps opening the buckets to the ServiceAccount's
+	// tokens, or a user whose key never expires. The role of a ServiceAccount access goes whether
+	// or not ServiceAccount authentication is still enabled; a key access's revoke looks for a
+	// role only while it is (the admin identity has role rights only then); a back-end without
+	// roles never granted one.
+	saRevoke := req.GetAuthenticationType() == cosiproto.AuthenticationType_SERVICE_ACCOUNT
+	if roles, ok := d.cfg.Accounts.(RoleAccounts); ok && (saRevoke || d.cfg.ServiceAccounts != nil) {
+		if err := roles.RevokeRole(ctx, id); err != nil {
+			return nil, err
 		}
-		return &cosiproto.DriverRevokeBucketAccessResponse{}, nil
 	}
 	if err := d.cfg.Accounts.Revoke(ctx, id, buckets); err != nil {
 		return nil, err

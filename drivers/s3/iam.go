@@ -36,7 +36,12 @@ type IAMAccounts struct {
 	// may have; a grant that needs more is refused with OutOfRange before anything is created.
 	// Zero means MaxInlinePolicySize, AWS's limit (the Versity IAM service has the same).
 	MaxPolicySize int
+	// roles is set by New when the driver serves ServiceAccount authentication: only then do key
+	// grants check that the account is not a role (which needs iam:GetRole).
+	roles bool
 }
+
+func (a *IAMAccounts) useRoles(on bool) { a.roles = on }
 
 // NewIAMAccounts returns an IAM back-end for the IAM endpoint (empty means AWS's).
 func NewIAMAccounts(endpoint string, creds aws.CredentialsProvider, httpClient *http.Client) *IAMAccounts {
@@ -61,8 +66,10 @@ func (a *IAMAccounts) Grant(ctx context.Context, id string, grants []bucketGrant
 		return Key{}, err
 	}
 
-	if err := a.checkNoRole(ctx, id); err != nil {
-		return Key{}, err
+	if a.roles {
+		if err := a.checkNoRole(ctx, id); err != nil {
+			return Key{}, err
+		}
 	}
 	_, err = a.client.CreateUser(ctx, &iam.CreateUserInput{UserName: aws.String(id), Path: aws.String(IAMPath)})
 	switch {

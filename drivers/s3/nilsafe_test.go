@@ -72,6 +72,7 @@ func TestNonConformantIAM(t *testing.T) {
 			return err
 		}, "without the key"},
 		{"GetRole without the role (key grant)", false, nil, func(a *IAMAccounts) error {
+			a.useRoles(true) // as New does with ServiceAccount authentication
 			_, err := a.Grant(t.Context(), "ba-1", grants)
 			return err
 		}, "without the role"},

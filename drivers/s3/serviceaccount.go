@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -29,7 +30,8 @@ type ServiceAccountAuth struct {
 	// Required.
 	Issuer string
 	// Audience is the audience of the tokens workloads present (their projected token volume's
-	// audience); empty means the driver's name.
+	// audience); empty means the driver's name. An audience of the API server (the issuer,
+	// https://kubernetes.default.svc[.cluster.local]) is refused: every Pod's API token has it.
 	Audience string
 	// IssuerThumbprints are the hex SHA-1 thumbprints of the certificate at the top of the
 	// issuer's TLS chain, for an issuer whose certificate no public CA signed. Empty lets the IAM
@@ -42,6 +44,11 @@ type ServiceAccountAuth struct {
 	// DefaultTokenFile.
 	TokenFile string
 }
+
+// apiServerAudiences are the audiences clusters commonly give the API server (--api-audiences;
+// the default is the issuer, refused as well): EKS's and kubeadm-style clusters'.
+var apiServerAudiences = []string{"https://kubernetes.default.svc", "https://kubernetes.default.svc.cluster.local",
+	"kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
 
 // check validates a and fills in its defaults; name is the driver's name.
 func (a *ServiceAccountAuth) check(name string) error {
@@ -63,6 +70,13 @@ func (a *ServiceAccountAuth) check(name string) error {
 	}
 	if a.Audience == "" {
 		a.Audience = name
+	}
+	if a.Audience == a.Issuer || slices.Contains(apiServerAudiences, a.Audience) {
+		// The token the kubelet mounts into every Pod (kube-api-access) is for these, and
+		// workloads send it to the API server and to whoever asks for one: it would open the roles.
+		return fmt.Errorf("s3: the ServiceAccount audience %q is an audience of the API server (its --api-audiences "+
+			"default to the issuer): every Pod's API token would open the roles; use an audience of its own, such as "+
+			"the driver's name", a.Audience)
 	}
 	if a.TokenFile == "" {
 		a.TokenFile = DefaultTokenFile

@@ -300,7 +300,7 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 		}
 		if err := driver.ValidateGrantResponse(grantReq, resp); err != nil {
 			return r.record.invalidAnswer(ctx, ba, cosiapi.ReasonProvisioningFailed,
-				"DriverGrantBucketAccess returned an incomplete answer: "+err.Error())
+				"DriverGrantBucketAccess returned an incomplete or invalid answer: "+err.Error())
 		}
 		r.Grants.answers.put(ba.UID, string(key), resp)
 	}

@@ -227,6 +227,10 @@ func (r *BucketAccessReconciler) startRotation(
 		if err := r.Grants.store.update(ctx, cm, *g); err != nil {
 			return err
 		}
+		if ba.Status.AuthenticationType == cosiapi.AuthenticationTypeServiceAccount {
+			return r.rotationUnsupported(ctx, ba, "a ServiceAccount access has no key to rotate: its workloads get "+
+				"short-lived credentials themselves, as their ServiceAccount")
+		}
 		return r.rotationUnsupported(ctx, ba,
 			"the driver named no credential_id when it granted this access: its credentials cannot rotate")
 	}

@@ -289,3 +289,29 @@ func TestRefreshRetriedAfterARotation(t *testing.T) {
 	}
 	deleteAccess(t, ba)
 }
+
+// TestRotationOfServiceAccountAccess: a rotation asked of a ServiceAccount access ends at once,
+// its condition saying that such an access has no key to rotate, without asking the driver; the
+// access stays provisioned.
+func TestRotationOfServiceAccountAccess(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3}})
+	b := h.provisionedBucket(cosiapi.ProtocolS3)
+	ba := provisioned(t, h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeServiceAccount, b), accessConditions)
+
+	askRotation(t, ba, "now")
+	if msg := rotationCondition(t, ba, cosiapi.ReasonRotationUnsupported); !strings.Contains(msg, "ServiceAccount") {
+		t.Errorf("condition message %q does not say that a ServiceAccount access has no key to rotate", msg)
+	}
+	waitForEvent(t, ba, cosiapi.EventRotationUnsupported+":")
+	if n := h.calls.Count("DriverRotateBucketAccessCredentials"); n != 0 {
+		t.Errorf("%d DriverRotateBucketAccessCredentials calls, want none", n)
+	}
+	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(ba), ba); err != nil {
+		t.Fatal(err)
+	}
+	c := meta.FindStatusCondition(ba.Status.Conditions, cosiapi.ConditionProvisioned)
+	if c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Provisioned = %+v, want True", c)
+	}
+}

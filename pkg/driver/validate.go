@@ -310,7 +310,8 @@ func ValidateBucketInfo(
 
 // ValidateGrantResponse checks a DriverGrantBucketAccess response against its request: one entry
 // per requested bucket with the fields workloads need for the protocol, and, for KEY
-// authentication, complete credentials for the protocol. Messages never include credential values.
+// authentication, complete credentials for the protocol; for SERVICE_ACCOUNT authentication, no
+// key or token at all. Messages never include credential values.
 func ValidateGrantResponse(
 	req *cosiproto.DriverGrantBucketAccessRequest,
 	resp *cosiproto.DriverGrantBucketAccessResponse,
@@ -336,6 +337,29 @@ func ValidateGrantResponse(
 	}
 	if req.GetAuthenticationType() == cosiproto.AuthenticationType_KEY {
 		return checkCredentials(req.GetProtocol(), resp.GetCredentials())
+	}
+	return checkKeyless(resp.GetCredentials())
+}
+
+// checkKeyless returns an error naming the first field of creds that holds a key or token: the
+// answer to a ServiceAccount grant has none (its workloads authenticate as their ServiceAccount),
+// and the sidecar would write it into a Secret where nobody rotates or expects one.
+func checkKeyless(creds *cosiproto.CredentialInfo) error {
+	s3, az, gcs := creds.GetS3(), creds.GetAzure(), creds.GetGcs()
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{"s3.access_secret_key", s3.GetAccessSecretKey() != ""},
+		{"s3.access_key_id", s3.GetAccessKeyId() != ""},
+		{"azure.access_token", az.GetAccessToken() != ""},
+		{"gcs.private_key", gcs.GetPrivateKey() != ""},
+		{"gcs.hmac_secret", gcs.GetHmacSecret() != ""},
+		{"gcs.hmac_access_id", gcs.GetHmacAccessId() != ""},
+	} {
+		if f.set {
+			return fmt.Errorf("credentials.%s: a ServiceAccount grant returns no key or token", f.name)
+		}
 	}
 	return nil
 }

@@ -187,6 +187,54 @@ func TestValidateGrantResponse(t *testing.T) {
 	}
 }
 
+// TestValidateServiceAccountGrantResponse checks that the answer to a ServiceAccount grant
+// carries no secret: the sidecar would write it into the Secret of a keyless access, where
+// nobody expects one (no rotation, no revocation of it, "no key anywhere in the cluster").
+func TestValidateServiceAccountGrantResponse(t *testing.T) {
+	req := validGrant()
+	req.AuthenticationType = cosiproto.AuthenticationType_SERVICE_ACCOUNT
+	req.ServiceAccount = &cosiproto.ServiceAccount{Namespace: "team", Name: "app"}
+	buckets := []*cosiproto.DriverGrantBucketAccessResponse_BucketInfo{{BucketId: "bc-1",
+		BucketInfo: &cosiproto.ProtocolBucketInfo{
+			S3: &cosiproto.S3BucketInfo{BucketName: "bc-1", Endpoint: "https://s3.example.com", Region: "us-east-1"}}}}
+	for _, tc := range []struct {
+		name    string
+		creds   *cosiproto.CredentialInfo
+		wantErr string
+	}{
+		{"no credentials", nil, ""},
+		{"a role", &cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{RoleArn: "arn:aws:iam::1:role/r",
+			WebIdentityTokenFile: "/var/run/token", StsEndpoint: "https://sts.example.com"}}, ""},
+		{"an S3 key", &cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{AccessKeyId: "AK",
+			AccessSecretKey: "SECRETVALUE"}}, "access_secret_key"},
+		{"an S3 key ID alone", &cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{AccessKeyId: "AK"}},
+			"access_key_id"},
+		{"an Azure token", &cosiproto.CredentialInfo{Azure: &cosiproto.AzureCredentials{AccessToken: "SECRETVALUE"}},
+			"access_token"},
+		{"a GCS private key", &cosiproto.CredentialInfo{Gcs: &cosiproto.GcsCredentials{PrivateKey: "SECRETVALUE"}},
+			"private_key"},
+		{"a GCS HMAC secret", &cosiproto.CredentialInfo{Gcs: &cosiproto.GcsCredentials{HmacAccessId: "id",
+			HmacSecret: "SECRETVALUE"}}, "hmac_secret"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := ValidateGrantResponse(req, &cosiproto.DriverGrantBucketAccessResponse{Buckets: buckets,
+				Credentials: tc.creds})
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("got %v, want an error naming %q", err, tc.wantErr)
+			}
+			if strings.Contains(err.Error(), "SECRETVALUE") {
+				t.Errorf("the error shows a credential: %v", err)
+			}
+		})
+	}
+}
+
 func TestValidateDriverName(t *testing.T) {
 	for name, valid := range map[string]bool{
 		"s3.example.com": true, "memory": true, "A-1.b": true,
