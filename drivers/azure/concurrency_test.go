@@ -1,0 +1,160 @@
+package azure_test
+
+import (
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kube-cosi/cosi/drivers/azure"
+	cosiproto "github.com/kube-cosi/cosi/proto"
+)
+
+// newDriverWith returns a driver for the account that calls it through client.
+func (a *account) newDriverWith(t *testing.T, client *http.Client) *azure.Driver {
+	t.Helper()
+	creds, err := azure.StaticCredentials(a.Account, a.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := azure.New(azure.Config{Endpoint: a.Endpoint, Credentials: creds, HTTPClient: client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// pauseAfterACLRead is a transport that, once armed, holds the answer to the next Get Container
+// ACL until the test lets it go: a driver stopped between reading a container's stored access
+// policies and writing them back.
+type pauseAfterACLRead struct {
+	mu      sync.Mutex
+	armed   bool
+	read    chan struct{}
+	proceed chan struct{}
+}
+
+func newPauseAfterACLRead() *pauseAfterACLRead {
+	return &pauseAfterACLRead{read: make(chan struct{}), proceed: make(chan struct{})}
+}
+
+func (p *pauseAfterACLRead) arm() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.armed = true
+}
+
+func (p *pauseAfterACLRead) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil || req.Method != http.MethodGet || req.URL.Query().Get("comp") != "acl" {
+		return resp, err
+	}
+	p.mu.Lock()
+	pause := p.armed
+	p.armed = false
+	p.mu.Unlock()
+	if pause {
+		close(p.read)
+		<-p.proceed
+	}
+	return resp, err
+}
+
+// noticeConflicts is a transport that reports, once, an answer of HTTP 409 or 412: the account
+// refusing a request because another writer holds the container.
+type noticeConflicts struct {
+	once     sync.Once
+	conflict chan struct{}
+}
+
+func (n *noticeConflicts) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err == nil && (resp.StatusCode == http.StatusConflict || resp.StatusCode == http.StatusPreconditionFailed) {
+		n.once.Do(func() { close(n.conflict) })
+	}
+	return resp, err
+}
+
+// TestTwoDriversOneContainer checks two drivers changing one container's stored access policies
+// at once: two replicas of the driver around a leader change, or two clusters that imported the
+// same container. Each reads the container's policies and writes them back with its change; the
+// driver's own lock serializes only its own calls. Driver A reads the policies, then driver B
+// revokes an access, then A writes the policies it read with its new access added: the revoked
+// policy must not come back, nor its token work again.
+func TestTwoDriversOneContainer(t *testing.T) {
+	a := startAzurite(t)
+	ctx := t.Context()
+	pause := newPauseAfterACLRead()
+	conflicts := &noticeConflicts{conflict: make(chan struct{})}
+	_, pa := serve(t, a.newDriverWith(t, &http.Client{Transport: pause}), logr.Discard())
+	_, pb := serve(t, a.newDriverWith(t, &http.Client{Transport: conflicts}), logr.Discard())
+	bucket := createBucket(t, pb)
+	revoked := grant(t, pb, readWrite, nil, bucket)
+	if err := put(ctx, revoked.client, "blob", "x"); err != nil {
+		t.Fatal(err)
+	}
+
+	// A grants a new access and stops after reading the policies.
+	pause.arm()
+	req := accessRequest("ba-concurrent-grant", readWrite, nil, bucket)
+	granted := make(chan error, 1)
+	go func() {
+		_, err := pa.DriverGrantBucketAccess(ctx, grantRequest(req, req.AccountName))
+		granted <- err
+	}()
+	<-pause.read
+
+	// B revokes the first access meanwhile; retried while the driver answers Unavailable, as the
+	// sidecar retries it.
+	revokeDone := make(chan error, 1)
+	go func() {
+		for {
+			_, err := pb.DriverRevokeBucketAccess(ctx, &cosiproto.DriverRevokeBucketAccessRequest{
+				AccountId: revoked.id, Protocol: cosiproto.ObjectProtocol_AZURE,
+				AuthenticationType: cosiproto.AuthenticationType_KEY,
+				Buckets:            []*cosiproto.DriverRevokeBucketAccessRequest_Bucket{{BucketId: bucket}},
+			})
+			if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
+				revokeDone <- err
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	var revokeErr error
+	revokeFinished := false
+	select {
+	case revokeErr = <-revokeDone: // B did not wait for A
+		revokeFinished = true
+	case <-conflicts.conflict: // B found the container held by A
+	}
+	close(pause.proceed)
+	if err := <-granted; err != nil {
+		t.Fatalf("driver A's grant: %v", err)
+	}
+	if !revokeFinished {
+		revokeErr = <-revokeDone
+	}
+	if revokeErr != nil {
+		t.Fatalf("driver B's revoke: %v", revokeErr)
+	}
+
+	if err := put(ctx, revoked.client, "blob", "after revoke"); !refused(err) {
+		t.Errorf("put with the revoked token, after another driver's grant: %v, want refused (403)", err)
+	}
+	acl, err := a.admin.NewContainerClient(bucket).GetAccessPolicy(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, s := range acl.SignedIdentifiers {
+		ids = append(ids, *s.ID)
+	}
+	if len(ids) != 1 || ids[0] != req.AccountName {
+		t.Errorf("the container's stored access policies: %v, want only [%s]", ids, req.AccountName)
+	}
+}
