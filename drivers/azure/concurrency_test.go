@@ -2,10 +2,12 @@ package azure_test
 
 import (
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/lease"
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -157,4 +159,49 @@ func TestTwoDriversOneContainer(t *testing.T) {
 	if len(ids) != 1 || ids[0] != req.AccountName {
 		t.Errorf("the container's stored access policies: %v, want only [%s]", ids, req.AccountName)
 	}
+}
+
+// TestLeasedContainer checks grants and revokes on a container that someone else leased: with an
+// infinite lease (an owner protecting an imported container from deletion, which the driver never
+// takes) they work and leave the lease alone; with a lease of a fixed duration (another driver
+// changing the policies) they are Unavailable, retried, until it is released.
+func TestLeasedContainer(t *testing.T) {
+	a := startAzurite(t)
+	ctx := t.Context()
+	_, p := serve(t, a.newDriver(t, ""), logr.Discard())
+	bucket := createBucket(t, p)
+	owner, err := lease.NewContainerClient(a.admin.NewContainerClient(bucket), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owner.AcquireLease(ctx, -1, nil); err != nil {
+		t.Fatal(err)
+	}
+	acc := grant(t, p, readWrite, nil, bucket)
+	if err := put(ctx, acc.client, "blob", "x"); err != nil {
+		t.Errorf("put with a token for a container with an infinite lease: %v", err)
+	}
+	revoke(t, p, acc)
+	if err := put(ctx, acc.client, "blob", "y"); !refused(err) {
+		t.Errorf("put with a revoked token: %v, want refused (403)", err)
+	}
+	props, err := a.admin.NewContainerClient(bucket).GetProperties(ctx, nil)
+	if err != nil || props.LeaseDuration == nil || *props.LeaseDuration != lease.DurationTypeInfinite {
+		t.Errorf("the owner's lease after a grant and a revoke: %v, %v; want infinite", props.LeaseDuration, err)
+	}
+	if _, err := owner.ReleaseLease(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := owner.AcquireLease(ctx, azure.PolicyLeaseSeconds, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tryGrant(t, p, readWrite, nil, bucket)
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "lease") {
+		t.Errorf("a grant while another writer holds the container's lease: %v, want Unavailable naming the lease", err)
+	}
+	if _, err := owner.ReleaseLease(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	grant(t, p, readWrite, nil, bucket)
 }
