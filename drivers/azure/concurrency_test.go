@@ -1,6 +1,7 @@
 package azure_test
 
 import (
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -204,4 +205,68 @@ func TestLeasedContainer(t *testing.T) {
 		t.Fatal(err)
 	}
 	grant(t, p, readWrite, nil, bucket)
+}
+
+// TestConcurrentGrants checks the limit of five accesses per container with grants at once, from
+// one driver and from two (retried while Unavailable, as the sidecar does): exactly five are
+// granted, the others are ResourceExhausted, and the container's policies are exactly those of the
+// five granted, whose tokens all work.
+func TestConcurrentGrants(t *testing.T) {
+	a := startAzurite(t)
+	ctx := t.Context()
+	_, p1 := serve(t, a.newDriver(t, ""), logr.Discard())
+	_, p2 := serve(t, a.newDriver(t, ""), logr.Discard())
+	for _, drivers := range [][]cosiproto.ProvisionerClient{{p1}, {p1, p2}} {
+		bucket := createBucket(t, p1)
+		const tries = 2 * azure.MaxStoredAccessPolicies
+		type result struct {
+			id    string
+			token string
+			err   error
+		}
+		results := make(chan result, tries)
+		for i := range tries {
+			p := drivers[i%len(drivers)]
+			go func() {
+				req := accessRequest("ba-concurrent-"+rand8(), readWrite, nil, bucket)
+				for {
+					resp, err := p.DriverGrantBucketAccess(ctx, grantRequest(req, req.AccountName))
+					if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
+						results <- result{req.AccountName, resp.GetCredentials().GetAzure().GetAccessToken(), err}
+						return
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}()
+		}
+		granted := map[string]bool{}
+		for range tries {
+			r := <-results
+			switch {
+			case r.err == nil:
+				granted[r.id] = true
+				if err := put(ctx, workloadClient(t, r.token), "blob-"+r.id, "x"); err != nil {
+					t.Errorf("%d drivers: put with the token of granted access %s: %v", len(drivers), r.id, err)
+				}
+			case status.Code(r.err) != codes.ResourceExhausted:
+				t.Errorf("%d drivers: grant: %v, want OK or ResourceExhausted", len(drivers), r.err)
+			}
+		}
+		if len(granted) != azure.MaxStoredAccessPolicies {
+			t.Errorf("%d drivers: %d of %d concurrent grants succeeded, want %d", len(drivers), len(granted), tries,
+				azure.MaxStoredAccessPolicies)
+		}
+		acl, err := a.admin.NewContainerClient(bucket).GetAccessPolicy(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		policies := map[string]bool{}
+		for _, s := range acl.SignedIdentifiers {
+			policies[*s.ID] = true
+		}
+		if !maps.Equal(policies, granted) {
+			t.Errorf("%d drivers: the container's policies %v, want those of the granted accesses %v", len(drivers),
+				policies, granted)
+		}
+	}
 }
