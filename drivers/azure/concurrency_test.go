@@ -1,8 +1,10 @@
 package azure_test
 
 import (
+	"context"
 	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -268,5 +270,85 @@ func TestConcurrentGrants(t *testing.T) {
 			t.Errorf("%d drivers: the container's policies %v, want those of the granted accesses %v", len(drivers),
 				policies, granted)
 		}
+	}
+}
+
+// cancelAfterACLWrite is a transport that, once armed, cancels the call after the next Set
+// Container ACL took effect, before its answer reaches the driver: a driver stopped between writing
+// an access's policy and answering the grant.
+type cancelAfterACLWrite struct {
+	mu     sync.Mutex
+	cancel context.CancelFunc
+}
+
+func (c *cancelAfterACLWrite) arm(cancel context.CancelFunc) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cancel = cancel
+}
+
+func (c *cancelAfterACLWrite) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil || req.Method != http.MethodPut || req.URL.Query().Get("comp") != "acl" {
+		return resp, err
+	}
+	c.mu.Lock()
+	cancel := c.cancel
+	c.cancel = nil
+	c.mu.Unlock()
+	if cancel == nil {
+		return resp, err
+	}
+	_ = resp.Body.Close()
+	cancel()
+	return nil, context.Canceled
+}
+
+// TestGrantInterrupted checks a grant stopped after its policy was written and before it answered:
+// the policy is there, owned by no Secret yet; the grant repeated (the sidecar's retry, which
+// recorded the access before asking) answers at once, neither Unavailable for the lease the
+// stopped grant held nor with a second policy, and the token works; the revoke removes the policy.
+func TestGrantInterrupted(t *testing.T) {
+	a := startAzurite(t)
+	ctx := t.Context()
+	interrupt := &cancelAfterACLWrite{}
+	d := a.newDriverWith(t, &http.Client{Transport: interrupt})
+	_, p := serve(t, a.newDriver(t, ""), logr.Discard())
+	bucket := createBucket(t, p)
+	req := accessRequest("ba-interrupted", readWrite, nil, bucket)
+	callCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	interrupt.arm(cancel)
+	if _, err := d.DriverGrantBucketAccess(callCtx, grantRequest(req, req.AccountName)); err == nil {
+		t.Fatal("the interrupted grant answered")
+	}
+	policies := func() []string {
+		t.Helper()
+		acl, err := a.admin.NewContainerClient(bucket).GetAccessPolicy(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, s := range acl.SignedIdentifiers {
+			ids = append(ids, *s.ID)
+		}
+		return ids
+	}
+	if got := policies(); !slices.Equal(got, []string{req.AccountName}) {
+		t.Fatalf("policies after the interrupted grant: %v, want [%s]", got, req.AccountName)
+	}
+	resp, err := d.DriverGrantBucketAccess(ctx, grantRequest(req, req.AccountName))
+	if err != nil {
+		t.Fatalf("the grant repeated: %v", err)
+	}
+	if err := put(ctx, workloadClient(t, resp.GetCredentials().GetAzure().GetAccessToken()), "blob", "x"); err != nil {
+		t.Errorf("put with the token of the repeated grant: %v", err)
+	}
+	if got := policies(); !slices.Equal(got, []string{req.AccountName}) {
+		t.Errorf("policies after the repeated grant: %v, want [%s]", got, req.AccountName)
+	}
+	revoke(t, p, &access{id: req.AccountName, bucket: bucket})
+	if got := policies(); len(got) != 0 {
+		t.Errorf("policies after the revoke: %v, want none", got)
 	}
 }
