@@ -167,7 +167,8 @@ func TestTwoDriversOneContainer(t *testing.T) {
 // TestLeasedContainer checks grants and revokes on a container that someone else leased: with an
 // infinite lease (an owner protecting an imported container from deletion, which the driver never
 // takes) they work and leave the lease alone; with a lease of a fixed duration (another driver
-// changing the policies) they are Unavailable, retried, until it is released.
+// changing the policies) they are Unavailable, retried, until it is released. Deleting a leased
+// container is Unavailable too.
 func TestLeasedContainer(t *testing.T) {
 	a := startAzurite(t)
 	ctx := t.Context()
@@ -191,6 +192,11 @@ func TestLeasedContainer(t *testing.T) {
 	props, err := a.admin.NewContainerClient(bucket).GetProperties(ctx, nil)
 	if err != nil || props.LeaseDuration == nil || *props.LeaseDuration != lease.DurationTypeInfinite {
 		t.Errorf("the owner's lease after a grant and a revoke: %v, %v; want infinite", props.LeaseDuration, err)
+	}
+	_, err = p.DriverDeleteBucket(ctx, &cosiproto.DriverDeleteBucketRequest{
+		BucketId: bucket, Parameters: map[string]string{azure.ParamPurgeOnDelete: "true"}})
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "lease") {
+		t.Errorf("deleting a container with its owner's lease: %v, want Unavailable naming the lease", err)
 	}
 	if _, err := owner.ReleaseLease(ctx, nil); err != nil {
 		t.Fatal(err)
