@@ -8,6 +8,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/lease"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/sas"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -184,6 +185,11 @@ func (d *Driver) DriverGrantBucketAccess(
 	if err != nil {
 		return nil, err
 	}
+	leaseID, release, err := d.holdPolicies(ctx, c, bucket)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	acl, err := c.GetAccessPolicy(ctx, nil)
 	if err != nil {
 		return nil, toStatus(err, "reading the stored access policies of container %q", bucket)
@@ -211,7 +217,7 @@ func (d *Driver) DriverGrantBucketAccess(
 		})
 	}
 	if write {
-		if err := d.setPolicies(ctx, c, acl, ids); err != nil {
+		if err := setPolicies(ctx, c, leaseID, acl, ids); err != nil {
 			return nil, toStatus(err, "writing the stored access policies of container %q", bucket)
 		}
 	}
@@ -232,12 +238,67 @@ func (d *Driver) DriverGrantBucketAccess(
 }
 
 // setPolicies writes the container's stored access policies, keeping its public access level
-// (Set Container ACL sets both; without the level it would make a public container private).
-func (d *Driver) setPolicies(
-	ctx context.Context, c *container.Client, acl container.GetAccessPolicyResponse, ids []*container.SignedIdentifier,
+// (Set Container ACL sets both; without the level it would make a public container private). With
+// leaseID (holdPolicies) it fails unless the driver still holds the container's lease.
+func setPolicies(
+	ctx context.Context, c *container.Client, leaseID *string,
+	acl container.GetAccessPolicyResponse, ids []*container.SignedIdentifier,
 ) error {
-	_, err := c.SetAccessPolicy(ctx, &container.SetAccessPolicyOptions{Access: acl.BlobPublicAccess, ContainerACL: ids})
+	opts := &container.SetAccessPolicyOptions{Access: acl.BlobPublicAccess, ContainerACL: ids}
+	if leaseID != nil {
+		opts.AccessConditions = &container.AccessConditions{
+			LeaseAccessConditions: &container.LeaseAccessConditions{LeaseID: leaseID},
+		}
+	}
+	_, err := c.SetAccessPolicy(ctx, opts)
 	return err
+}
+
+// PolicyLeaseSeconds is how long the driver leases a container while it changes the container's
+// stored access policies: Azure's shortest lease. The driver releases it as soon as it is done; one
+// that stops holding it blocks the others no longer than that.
+const PolicyLeaseSeconds = 15
+
+// releaseTimeout bounds giving a lease back, also when the call that took it was cancelled.
+const releaseTimeout = 10 * time.Second
+
+// holdPolicies leases container c (bucket) while the driver changes its stored access policies:
+// Set Container ACL replaces all of them, so a change is a read and a write, and two drivers each
+// writing back what they read would undo each other's change, bringing back a policy that was
+// deleted and so a revoked token (two replicas around a leader change, or two clusters that
+// imported one container; the driver's lock orders only its own calls). Whoever takes the lease
+// first goes first; the write names the lease, so it fails if the lease expired meanwhile. A
+// container leased by someone else is Unavailable (retried), except one with an infinite lease,
+// which the driver never takes: its owner's (protecting an imported container from deletion),
+// which it leaves alone and changes the policies without a lease. The container missing is
+// NotFound. release gives the lease back.
+func (d *Driver) holdPolicies(ctx context.Context, c *container.Client, bucket string) (*string, func(), error) {
+	lc, err := lease.NewContainerClient(c, nil) // a new random lease ID
+	if err != nil {
+		return nil, nil, status.Errorf(codes.Internal, "leasing container %q: %v", bucket, err)
+	}
+	_, err = lc.AcquireLease(ctx, PolicyLeaseSeconds, nil)
+	switch {
+	case err == nil:
+		release := func() {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+			defer cancel()
+			if _, err := lc.ReleaseLease(ctx, nil); err != nil {
+				d.cfg.Logger.Error(err, "releasing the lease of a container: it expires on its own",
+					"container", bucket, "seconds", PolicyLeaseSeconds)
+			}
+		}
+		return lc.LeaseID(), release, nil
+	case hasCode(err, bloberror.LeaseAlreadyPresent):
+		props, perr := c.GetProperties(ctx, nil)
+		if perr != nil {
+			return nil, nil, toStatus(perr, "looking up the lease of container %q", bucket)
+		}
+		if props.LeaseDuration != nil && *props.LeaseDuration == lease.DurationTypeInfinite {
+			return nil, func() {}, nil
+		}
+	}
+	return nil, nil, toStatus(err, "leasing container %q to change its stored access policies", bucket)
 }
 
 // token is the service SAS bound to the stored access policy id of container name, with the
@@ -294,6 +355,14 @@ func (d *Driver) revoke(ctx context.Context, bucket, id string) error {
 	if err != nil {
 		return err
 	}
+	leaseID, release, err := d.holdPolicies(ctx, c, bucket)
+	switch {
+	case status.Code(err) == codes.NotFound:
+		return nil
+	case err != nil:
+		return err
+	}
+	defer release()
 	acl, err := c.GetAccessPolicy(ctx, nil)
 	switch {
 	case hasCode(err, bloberror.ContainerNotFound):
@@ -306,7 +375,7 @@ func (d *Driver) revoke(ctx context.Context, bucket, id string) error {
 	if len(ids) == len(acl.SignedIdentifiers) {
 		return nil
 	}
-	err = d.setPolicies(ctx, c, acl, ids)
+	err = setPolicies(ctx, c, leaseID, acl, ids)
 	if err != nil && !hasCode(err, bloberror.ContainerNotFound) {
 		return toStatus(err, "writing the stored access policies of container %q", bucket)
 	}

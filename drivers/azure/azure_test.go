@@ -251,6 +251,9 @@ func TestFiveAccessesPerContainer(t *testing.T) {
 	if err := put(ctx, sixth.client, "blob", "x"); err != nil {
 		t.Errorf("the access granted once another was revoked: %v", err)
 	}
+	if err := put(ctx, granted[0].client, "blob", "y"); !refused(err) {
+		t.Errorf("the revoked token, once another access took its place: %v, want refused (403)", err)
+	}
 	acl, err := admin.GetAccessPolicy(ctx, nil)
 	if err != nil {
 		t.Fatal(err)

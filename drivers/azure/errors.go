@@ -47,6 +47,14 @@ var adminAuthCodes = map[bloberror.Code]bool{
 	bloberror.AccountIsDisabled: true, bloberror.ContainerDisabled: true,
 }
 
+// leaseCodes are the account's answers that mean someone else holds the container's lease: another
+// driver changing its stored access policies (holdPolicies), for a few seconds, or its owner.
+var leaseCodes = map[bloberror.Code]bool{
+	bloberror.LeaseAlreadyPresent: true, bloberror.LeaseIDMissing: true, bloberror.LeaseLost: true,
+	bloberror.LeaseIDMismatchWithContainerOperation: true, bloberror.LeaseNotPresentWithContainerOperation: true,
+	bloberror.LeaseIsBreakingAndCannotBeAcquired: true,
+}
+
 // toStatus turns a Blob service error into the gRPC status the COSI spec names, with what failed
 // (format, args) and the account's error code in the message.
 func toStatus(err error, format string, args ...any) error {
@@ -69,6 +77,10 @@ func toStatus(err error, format string, args ...any) error {
 	case re != nil && re.ErrorCode == string(bloberror.ContainerBeingDeleted):
 		// Azure takes a while to delete a container; its name is free again afterwards.
 		code, hint = codes.Unavailable, ": a container of that name is being deleted (the call is retried)"
+	case re != nil && leaseCodes[bloberror.Code(re.ErrorCode)]:
+		code = codes.Unavailable
+		hint = ": the container's lease is held by another driver changing its stored access policies, " +
+			"or by its owner (the call is retried)"
 	case re != nil && (adminAuthCodes[bloberror.Code(re.ErrorCode)] || re.StatusCode == http.StatusForbidden):
 		code = codes.Unavailable
 		hint = ": the storage account refused the driver's own key; " +
