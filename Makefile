@@ -31,7 +31,7 @@ AZURITE_VERSION := 3.37.0
 AZURITE_STAMP := $(BIN)/azurite/installed-$(AZURITE_VERSION)
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-GO_TEST_FLAGS ?= -race -count=1
+GO_TEST_FLAGS ?= -race -count=1 -timeout 30m
 
 ##@ General
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -34,6 +35,22 @@ type driverWatch struct {
 	reader    client.Reader
 	namespace string
 	grace     time.Duration
+
+	// leases keeps each driver's Lease answer for leaseAnswerTTL: many objects that wait for
+	// one driver cost one GET, not one each.
+	mu     sync.Mutex
+	leases map[string]leaseAnswer
+}
+
+// leaseAnswerTTL is how long a Lease's answer is reused.
+const leaseAnswerTTL = 5 * time.Second
+
+// leaseAnswer is what a driver's Lease said at a time.
+type leaseAnswer struct {
+	at      time.Time
+	why     string // "" when a sidecar may serve the driver
+	missing bool   // the Lease does not exist
+	again   time.Duration
 }
 
 // sidecarLeaseName is sidecar.LeaseName (a test checks that they agree; the controller does not
@@ -61,7 +78,7 @@ func (w *driverWatch) check(ctx context.Context, claim *cosiapi.BucketClaim, b *
 		controllerutil.ContainsFinalizer(b, cosiapi.FinalizerProtection) || len(b.Status.Conditions) > 0 {
 		return 0
 	}
-	why, again := w.unserved(ctx, b.Spec.DriverName, b.CreationTimestamp.Time)
+	why, _, again := w.unserved(ctx, b.Spec.DriverName, b.CreationTimestamp.Time)
 	if why != "" {
 		conditions.MarkUnknown(claim, cosiapi.ConditionProvisioned, cosiapi.ReasonWaitingForDriver, fmt.Sprintf(
 			"no sidecar serves driver %s: its Lease %s; Bucket %s is provisioned as soon as a sidecar of the "+
@@ -78,7 +95,12 @@ func (w *driverWatch) checkAccess(ctx context.Context, ba *cosiapi.BucketAccess)
 	if w == nil || !untouchedBySidecar(ba) {
 		return 0
 	}
-	why, again := w.unserved(ctx, ba.Status.DriverName, ba.CreationTimestamp.Time)
+	why, missing, again := w.unserved(ctx, ba.Status.DriverName, ba.CreationTimestamp.Time)
+	if missing {
+		// Its Buckets were provisioned by a sidecar of the driver: with no Lease at all, the
+		// sidecars run without leader election, and one that is busy cannot be told from none.
+		return 0
+	}
 	if why != "" {
 		conditions.MarkUnknown(ba, cosiapi.ConditionProvisioned, cosiapi.ReasonWaitingForDriver, fmt.Sprintf(
 			"no sidecar serves driver %s: its Lease %s; the access is granted as soon as a sidecar of the "+
@@ -103,33 +125,53 @@ func untouchedBySidecar(ba *cosiapi.BucketAccess) bool {
 const handedOffMessage = "handed off to driver "
 
 // unserved tells why no sidecar serves driver ("" when one may: its Lease is held and fresh, the
-// Lease cannot be read, or the object is younger than the grace period), and when to look again.
-func (w *driverWatch) unserved(ctx context.Context, driver string, created time.Time) (string, time.Duration) {
+// Lease cannot be read, or the object is younger than the grace period), whether the Lease does
+// not exist at all, and when to look again.
+func (w *driverWatch) unserved(ctx context.Context, driver string, created time.Time) (string, bool, time.Duration) {
 	if age := time.Since(created); age < w.grace {
-		return "", w.grace - age + time.Second
+		return "", false, w.grace - age + time.Second
 	}
+	w.mu.Lock()
+	a, ok := w.leases[driver]
+	w.mu.Unlock()
+	if !ok || time.Since(a.at) > leaseAnswerTTL {
+		a = w.readLease(ctx, driver)
+		w.mu.Lock()
+		if w.leases == nil {
+			w.leases = map[string]leaseAnswer{}
+		}
+		w.leases[driver] = a
+		w.mu.Unlock()
+	}
+	return a.why, a.missing, a.again
+}
+
+// readLease reads the Lease of driver's sidecars.
+func (w *driverWatch) readLease(ctx context.Context, driver string) leaseAnswer {
+	now := time.Now()
 	name := sidecarLeaseName(driver)
 	lease := &coordinationv1.Lease{}
 	err := w.reader.Get(ctx, types.NamespacedName{Namespace: w.namespace, Name: name}, lease)
 	var why string
 	switch {
 	case apierrors.IsNotFound(err):
-		why = "does not exist"
+		return leaseAnswer{at: now, why: w.namespace + "/" + name + " does not exist", missing: true,
+			again: driverRecheck}
 	case apierrors.IsForbidden(err):
 		// Cannot tell (no Role to read Leases there): say nothing rather than something wrong.
-		return "", 0
+		return leaseAnswer{at: now}
 	case err != nil:
-		return "", driverRecheck // cannot tell now; the status stays what it was
+		return leaseAnswer{at: now, again: driverRecheck} // cannot tell now; the status stays what it was
 	case lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "":
 		why = "is held by nobody"
 	case lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil:
 		why = "was never renewed"
 	default:
 		expiry := lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
-		if time.Now().Before(expiry) {
-			return "", driverRecheck // a sidecar runs; it has not picked the object up yet
+		if now.Before(expiry) {
+			return leaseAnswer{at: now, again: driverRecheck} // a sidecar runs; it has not acted yet
 		}
 		why = "expired at " + expiry.UTC().Format(time.RFC3339)
 	}
-	return w.namespace + "/" + name + " " + why, driverRecheck
+	return leaseAnswer{at: now, why: w.namespace + "/" + name + " " + why, again: driverRecheck}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -108,7 +109,12 @@ func TestDescribeNoSidecarForAccess(t *testing.T) {
 	aclass := objects.BucketAccessClass(unique("accessclass"), nobody)
 	ba := objects.BucketAccess(namespace, unique("access"), aclass.Name,
 		objects.Grant(claim.Name, unique("creds"), objects.ReadWrite))
-	create(t, b, claim, aclass, ba)
+	// The Lease a sidecar with leader election leaves when it stops: released. (With no Lease at
+	// all the sidecars run without leader election, and the controller says nothing of accesses.)
+	empty := ""
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: cosiNamespace, Name: nobody + "-cosi-sidecar"},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &empty}}
+	create(t, lease, b, claim, aclass, ba)
 	visible(t, ba, accessConds(ba), cosiapi.ConditionProvisioned, cosiapi.ReasonWaitingForDriver,
 		cosiapi.EventWaitingForDriver, "no sidecar serves driver "+nobody,
 		"Lease "+cosiNamespace+"/"+nobody+"-cosi-sidecar")

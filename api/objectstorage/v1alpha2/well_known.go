@@ -197,8 +197,9 @@ const (
 	// that is not deployed, is down, or is misspelt. Set by the Controller, which looks again every
 	// 30 seconds and as soon as a sidecar reports on the Bucket; it is replaced by what the sidecar
 	// reports. Not set when the Lease cannot be read. Sidecars deployed without leader election
-	// hold no Lease: a Bucket or access they have not acted on within the grace period is reported
-	// as waiting for a driver too, until they act.
+	// hold no Lease: a Bucket they have not acted on within the grace period is reported as
+	// waiting for a driver too, until they act; an access only when its driver's Lease exists and
+	// is not held (a sidecar with leader election stopped), since its Buckets' sidecar ran.
 	ReasonWaitingForDriver = "WaitingForDriver"
 	// ReasonInvalidReference (ResourcesValidated=False): a referenced object is invalid, missing
 	// after provisioning, bound elsewhere, or being deleted. The Controller also writes it on a
