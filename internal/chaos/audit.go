@@ -43,6 +43,9 @@ const (
 	// CheckRotation: a rotation left half-way in a grant record, one asked by annotation and never
 	// started, a Secret refresh asked and never done, or a rotation that failed.
 	CheckRotation = "rotation not finished"
+	// CheckGrantRecord: a kept access's grant record, no rotation in progress, that does not name
+	// the credential its Secrets hold, or that cannot be read.
+	CheckGrantRecord = "grant record out of step"
 )
 
 // The sidecar's grant records (internal/sidecar, grants.go): ConfigMaps named for the access's UID,

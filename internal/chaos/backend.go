@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
+	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -157,6 +159,27 @@ type s3Backend struct {
 	// converging audit asks again every second.
 	mu      sync.Mutex
 	refused map[string]bool
+	// failing are the access key IDs whose next request is answered with a 500 (failNext).
+	failing map[string]bool
+}
+
+// failNext has the next request that tries the key answered with a 500, as a gateway that
+// restarts would answer (the self-check).
+func (b *s3Backend) failNext(accessKeyID string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.failing[accessKeyID] = true
+}
+
+// internalError answers every request with the S3 error InternalError (HTTP 500).
+type internalError struct{}
+
+func (internalError) Do(req *http.Request) (*http.Response, error) {
+	const body = `<?xml version="1.0" encoding="UTF-8"?>` +
+		`<Error><Code>InternalError</Code><Message>We encountered an internal error. Please try again.</Message></Error>`
+	return &http.Response{StatusCode: http.StatusInternalServerError, Status: "500 Internal Server Error",
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Request: req, ContentLength: int64(len(body)),
+		Header: http.Header{"Content-Type": {"application/xml"}}, Body: io.NopCloser(strings.NewReader(body))}, nil
 }
 
 func newS3Backend(store *versity.Store) *s3Backend {
@@ -166,7 +189,7 @@ func newS3Backend(store *versity.Store) *s3Backend {
 		iam:   s3.NewIAMAccounts(store.IAMEndpoint, creds, nil),
 		iamAdmin: iam.New(iam.Options{Region: "us-east-1", Credentials: creds,
 			BaseEndpoint: aws.String(store.IAMEndpoint)}),
-		refused: map[string]bool{},
+		refused: map[string]bool{}, failing: map[string]bool{},
 	}
 }
 
@@ -197,19 +220,24 @@ func (b *s3Backend) allowed(
 	key := fmt.Sprintf("%s/%s/%s/%v", creds.GetS3().GetAccessKeyId(), creds.GetS3().GetAccessSecretKey(), bucketID,
 		write)
 	b.mu.Lock()
-	refused := b.refused[key]
+	refused, failing := b.refused[key], b.failing[creds.GetS3().GetAccessKeyId()]
+	delete(b.failing, creds.GetS3().GetAccessKeyId())
 	b.mu.Unlock()
 	if refused {
 		return false, nil
 	}
-	c := awss3.New(awss3.Options{
+	opts := awss3.Options{
 		BaseEndpoint: b.admin.Options().BaseEndpoint, Region: "us-east-1", UsePathStyle: true,
 		Credentials: credentials.NewStaticCredentialsProvider(creds.GetS3().GetAccessKeyId(),
 			creds.GetS3().GetAccessSecretKey(), ""),
 		RetryMaxAttempts:           1,
 		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
 		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
-	})
+	}
+	if failing {
+		opts.HTTPClient = internalError{}
+	}
+	c := awss3.New(opts)
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var err error
