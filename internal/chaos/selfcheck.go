@@ -533,9 +533,21 @@ func (r *run) plantRotations(
 		}
 		want(CheckGrantRecord, name(retired))
 	}
-	// Rotated, its answer lost: the driver issued a key that no Secret holds and no record names.
+	// Rotated twice in a row, the first rotation's key written into the Secrets and the record,
+	// the second's answer lost: the driver issued a key that no Secret holds and no record names,
+	// in the same second as the Secrets' key (IAM dates keys to the second).
 	if lost != nil {
+		secrets, _, resp, err := r.rotateBehind(ctx, d, lost)
+		if err != nil {
+			return err
+		}
+		if err := r.writeRotated(ctx, secrets, resp, true); err != nil {
+			return err
+		}
 		if _, _, _, err := r.rotateBehind(ctx, d, lost); err != nil {
+			return err
+		}
+		if err := r.editRecord(ctx, lost, func(g map[string]any) { g["credentialID"] = resp.GetCredentialId() }); err != nil {
 			return err
 		}
 		want(CheckStrayKey, name(lost))
