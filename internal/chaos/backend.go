@@ -59,6 +59,10 @@ type backendState struct {
 	keys func(ctx context.Context, account string) ([]backendKey, error)
 	// keyID names the key of creds, as keys does.
 	keyID func(creds *cosiproto.CredentialInfo) string
+	// credentialID is the credential_id that the driver names the key of creds by: the audit
+	// tells keys apart by their material, never by the Secrets' annotation, which anyone who can
+	// write the Secret can change.
+	credentialID func(creds *cosiproto.CredentialInfo) string
 	// reach returns the buckets that the account's grants name; "*" for any.
 	reach func(ctx context.Context, account string) ([]string, error)
 }
@@ -88,7 +92,8 @@ func (m memoryBackend) snapshot(context.Context) (*backendState, error) {
 			sum := sha256.Sum256([]byte(creds.GetS3().GetAccessKeyId() + "\x00" + creds.GetS3().GetAccessSecretKey()))
 			return hex.EncodeToString(sum[:8])
 		},
-		reach: func(_ context.Context, account string) ([]string, error) { return b.AccountBuckets(account), nil },
+		reach:        func(_ context.Context, account string) ([]string, error) { return b.AccountBuckets(account), nil },
+		credentialID: b.CredentialID,
 	}
 	st.keys = func(_ context.Context, account string) ([]backendKey, error) {
 		creds := b.AccountKeys(account)
@@ -194,8 +199,10 @@ func newS3Backend(store *versity.Store) *s3Backend {
 }
 
 func (b *s3Backend) snapshot(ctx context.Context) (*backendState, error) {
+	// The S3 driver names a key by its access key ID (drivers/s3, rotation.go).
+	accessKeyID := func(creds *cosiproto.CredentialInfo) string { return creds.GetS3().GetAccessKeyId() }
 	st := &backendState{buckets: map[string]bool{}, allowed: b.allowed, keys: b.keys, reach: b.reach,
-		keyID: func(creds *cosiproto.CredentialInfo) string { return creds.GetS3().GetAccessKeyId() }}
+		keyID: accessKeyID, credentialID: accessKeyID}
 	out, err := b.admin.ListBuckets(ctx, &awss3.ListBucketsInput{})
 	if err != nil {
 		return nil, fmt.Errorf("listing the store's buckets: %w", err)

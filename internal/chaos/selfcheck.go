@@ -547,7 +547,7 @@ func (r *run) plantRotations(
 		if _, _, _, err := r.rotateBehind(ctx, d, lost); err != nil {
 			return err
 		}
-		if err := r.editRecord(ctx, lost, func(g map[string]any) { g["credentialID"] = resp.GetCredentialId() }); err != nil {
+		if err := r.recordCredential(ctx, lost, resp.GetCredentialId()); err != nil {
 			return err
 		}
 		want(CheckStrayKey, name(lost))
@@ -569,14 +569,14 @@ func (r *run) plantRotations(
 		if err != nil {
 			return err
 		}
-		if err := r.editRecord(ctx, ahead, func(g map[string]any) { g["credentialID"] = resp.GetCredentialId() }); err != nil {
+		if err := r.recordCredential(ctx, ahead, resp.GetCredentialId()); err != nil {
 			return err
 		}
 		want(CheckStrayKey, name(ahead))
 	}
 	// A grant record naming a credential that the driver never issued.
 	if never != nil {
-		if err := r.editRecord(ctx, never, func(g map[string]any) { g["credentialID"] = "planted-never-issued" }); err != nil {
+		if err := r.recordCredential(ctx, never, "planted-never-issued"); err != nil {
 			return err
 		}
 		want(CheckGrantRecord, name(never))
@@ -619,6 +619,12 @@ func (r *run) thirdKey(ctx context.Context, d *driverclient.Client, a *accessRec
 		return false, err
 	}
 	return true, nil
+}
+
+// recordCredential has the access's grant record name the credential, as the sidecar records the
+// one it wrote into the Secrets.
+func (r *run) recordCredential(ctx context.Context, a *accessRecord, id string) error {
+	return r.editRecord(ctx, a, func(g map[string]any) { g["credentialID"] = id })
 }
 
 // editRecord changes the access's grant record, behind the sidecar's back.
