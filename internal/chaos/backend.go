@@ -22,6 +22,7 @@ import (
 	iamtypes "github.com/aws/aws-sdk-go-v2/service/iam/types"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/drivers/s3"
@@ -160,8 +161,10 @@ type s3Backend struct {
 	iam   *s3.IAMAccounts
 	// iamAdmin asks the IAM service what the driver's own client does not: keys and policies.
 	iamAdmin *iam.Client
-	// refused remembers the keys the store refused: a deleted key does not come back, and the
-	// converging audit asks again every second.
+	// refused remembers the keys the store said it does not know (InvalidAccessKeyId): a deleted
+	// key does not come back (COSI never makes a key Inactive), and the converging audit asks
+	// again every second. Any other refusal may be transient (a 500 from a gateway or IAM service
+	// that restarts, a policy not yet written) and is asked again.
 	mu      sync.Mutex
 	refused map[string]bool
 	// failing are the access key IDs whose next request is answered with a 500 (failNext).
@@ -217,7 +220,8 @@ func (b *s3Backend) snapshot(ctx context.Context) (*backendState, error) {
 }
 
 // allowed tries the key: a read lists the bucket, a write puts an object. The store's refusal is
-// an answer; a request that got none (a connection error) is an error.
+// an answer. A server error (5xx: a gateway or IAM service that restarts) is none: the request is
+// tried again, a few times; a request that got no answer is an error.
 func (b *s3Backend) allowed(
 	ctx context.Context,
 	creds *cosiproto.CredentialInfo,
@@ -227,12 +231,38 @@ func (b *s3Backend) allowed(
 	key := fmt.Sprintf("%s/%s/%s/%v", creds.GetS3().GetAccessKeyId(), creds.GetS3().GetAccessSecretKey(), bucketID,
 		write)
 	b.mu.Lock()
-	refused, failing := b.refused[key], b.failing[creds.GetS3().GetAccessKeyId()]
-	delete(b.failing, creds.GetS3().GetAccessKeyId())
+	refused := b.refused[key]
 	b.mu.Unlock()
 	if refused {
 		return false, nil
 	}
+	var err error
+	for attempt := range 5 {
+		if attempt > 0 {
+			sleep(ctx, time.Duration(attempt)*200*time.Millisecond)
+		}
+		if err = b.try(ctx, creds, bucketID, write); !serverError(err) {
+			break
+		}
+	}
+	var apiErr smithy.APIError
+	switch {
+	case err == nil:
+		return true, nil
+	case serverError(err):
+	case errors.As(err, &apiErr):
+		if apiErr.ErrorCode() == "InvalidAccessKeyId" {
+			b.mu.Lock()
+			b.refused[key] = true
+			b.mu.Unlock()
+		}
+		return false, nil
+	}
+	return false, fmt.Errorf("trying key %s on bucket %s: %w", creds.GetS3().GetAccessKeyId(), bucketID, err)
+}
+
+// try sends one request with the key.
+func (b *s3Backend) try(ctx context.Context, creds *cosiproto.CredentialInfo, bucketID string, write bool) error {
 	opts := awss3.Options{
 		BaseEndpoint: b.admin.Options().BaseEndpoint, Region: "us-east-1", UsePathStyle: true,
 		Credentials: credentials.NewStaticCredentialsProvider(creds.GetS3().GetAccessKeyId(),
@@ -241,9 +271,12 @@ func (b *s3Backend) allowed(
 		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
 		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
 	}
-	if failing {
+	b.mu.Lock()
+	if b.failing[creds.GetS3().GetAccessKeyId()] {
+		delete(b.failing, creds.GetS3().GetAccessKeyId())
 		opts.HTTPClient = internalError{}
 	}
+	b.mu.Unlock()
 	c := awss3.New(opts)
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -254,17 +287,13 @@ func (b *s3Backend) allowed(
 	} else {
 		_, err = c.ListObjectsV2(ctx, &awss3.ListObjectsV2Input{Bucket: aws.String(bucketID), MaxKeys: aws.Int32(1)})
 	}
-	var apiErr smithy.APIError
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.As(err, &apiErr):
-		b.mu.Lock()
-		b.refused[key] = true
-		b.mu.Unlock()
-		return false, nil
-	}
-	return false, fmt.Errorf("trying key %s on bucket %s: %w", creds.GetS3().GetAccessKeyId(), bucketID, err)
+	return err
+}
+
+// serverError reports whether the store answered with a server error (HTTP 5xx).
+func serverError(err error) bool {
+	var resp *smithyhttp.ResponseError
+	return errors.As(err, &resp) && resp.HTTPStatusCode() >= http.StatusInternalServerError
 }
 
 // importBuckets creates the buckets with the store's root credentials, as an admin does.
