@@ -97,6 +97,9 @@ type world struct {
 	// rotatedFrom are, by account, the credentials that a rotation replaced: the driver issued
 	// another for the account in their place (DriverRotateBucketAccessCredentials acted).
 	rotatedFrom map[string]map[string]bool
+	// issued is when the call that issued each credential started (the first, if several
+	// answered with it), its answer lost or not, by credential ID.
+	issued map[string]time.Time
 }
 
 // grantView is what the audit reads of a grant record (internal/sidecar, grants.go and
@@ -175,8 +178,11 @@ func (r *run) look(ctx context.Context) (*world, error) {
 	}
 	w.store, w.bucketIDs = st, st.buckets
 	w.created, w.deleted = map[string]bool{}, map[string]bool{}
-	w.rotatedFrom = map[string]map[string]bool{}
+	w.rotatedFrom, w.issued = map[string]map[string]bool{}, map[string]time.Time{}
 	for _, e := range r.readJournal() {
+		if t, ok := w.issued[e.Issued]; e.Issued != "" && (!ok || e.Time.Before(t)) {
+			w.issued[e.Issued] = e.Time
+		}
 		acted := e.Code == "OK" || e.Acted
 		switch {
 		case e.Method == "DriverCreateBucket" && acted:
@@ -667,9 +673,8 @@ func checkReach(ctx context.Context, w *world, inStore map[string]bool) ([]Viola
 // hold, and besides it the driver keeps at most one previous key (the S3 driver on IAM, the
 // memory driver's NewKeyPerGrant), so that a key a workload already holds keeps working. A key
 // newer than the Secrets' was minted for no one (a late grant, a rotation whose answer was lost):
-// it opens the buckets, and no object accounts for it. IAM dates a key to the second: a key of
-// the same second as the Secrets' counts as newer unless a Secret of the access held it (then it
-// was the Secrets' before).
+// it opens the buckets, and no object accounts for it. IAM dates a key to the second: of two keys
+// of the same second, the one whose driver call started later (the journal's) is the newer.
 func checkKeys(ctx context.Context, w *world, a *accessRecord, live *cosiapi.BucketAccess) ([]Violation, error) {
 	keys, err := w.store.keys(ctx, live.Status.AccountID)
 	if err != nil {
@@ -681,29 +686,19 @@ func checkKeys(ctx context.Context, w *world, a *accessRecord, live *cosiapi.Buc
 			held[w.store.keyID(secretCredentials(&s))] = true
 		}
 	}
-	seen := map[string]bool{}
-	for _, k := range a.keys {
-		seen[w.store.keyID(k.creds)] = true
-	}
-	var newestHeld time.Time
-	for _, k := range keys {
-		if held[k.id] && k.created.After(newestHeld) {
-			newestHeld = k.created
+	var newestHeld *backendKey
+	for i, k := range keys {
+		if held[k.id] && (newestHeld == nil || w.newer(k, *newestHeld)) {
+			newestHeld = &keys[i]
 		}
 	}
 	var out []Violation
 	name := "BucketAccess " + a.namespace + "/" + a.plan.name
 	for _, k := range keys {
-		switch {
-		case held[k.id]:
-		case k.created.After(newestHeld):
+		if !held[k.id] && (newestHeld == nil || w.newer(k, *newestHeld)) {
 			out = append(out, Violation{Check: CheckStrayKey, Object: name, Detail: fmt.Sprintf(
 				"its account %s has a key (%s) newer than the one its Secrets hold", live.Status.AccountID, k.name),
 				subjects: a.subjects()})
-		case k.created.Equal(newestHeld) && !seen[k.id]:
-			out = append(out, Violation{Check: CheckStrayKey, Object: name, Detail: fmt.Sprintf(
-				"its account %s has a key (%s) of the same second as the one its Secrets hold, that no Secret held",
-				live.Status.AccountID, k.name), subjects: a.subjects()})
 		}
 	}
 	if len(keys) > 2 {
@@ -712,6 +707,18 @@ func checkKeys(ctx context.Context, w *world, a *accessRecord, live *cosiapi.Buc
 			len(keys)), subjects: a.subjects()})
 	}
 	return out, nil
+}
+
+// newer reports whether the key k was created after the key than: by the store's dates, and, when
+// they are of the same second, by the start of the driver calls that issued them, when the
+// journal has both.
+func (w *world) newer(k, than backendKey) bool {
+	if !k.created.Equal(than.created) {
+		return k.created.After(than.created)
+	}
+	tk, ok := w.issued[k.credential]
+	tthan, ok2 := w.issued[than.credential]
+	return ok && ok2 && tk.After(tthan)
 }
 
 // checkKeptSecrets checks that each Secret of a kept access holds a key that opens its bucket.

@@ -70,9 +70,10 @@ type backendState struct {
 
 // backendKey is one key of an account.
 type backendKey struct {
-	// id is compared with backendState.keyID; name is what the report shows (never the secret).
-	id, name string
-	created  time.Time
+	// id is compared with backendState.keyID; name is what the report shows (never the secret);
+	// credential is the credential ID the driver names it by (backendState.credentialID).
+	id, name, credential string
+	created              time.Time
 }
 
 // memoryBackend is cosi-driver-memory's state file, read as the driver reads it after a restart.
@@ -101,7 +102,7 @@ func (m memoryBackend) snapshot(context.Context) (*backendState, error) {
 		var out []backendKey
 		for i, c := range creds {
 			out = append(out, backendKey{id: st.keyID(c), name: [...]string{"its key", "its previous key"}[min(i, 1)],
-				created: time.Unix(int64(len(creds)-i), 0)})
+				credential: b.CredentialID(c), created: time.Unix(int64(len(creds)-i), 0)})
 		}
 		return out, nil
 	}
@@ -351,7 +352,7 @@ func (b *s3Backend) keys(ctx context.Context, user string) ([]backendKey, error)
 			continue
 		}
 		id := aws.ToString(k.AccessKeyId)
-		keys = append(keys, backendKey{id: id, name: id, created: aws.ToTime(k.CreateDate)})
+		keys = append(keys, backendKey{id: id, name: id, credential: id, created: aws.ToTime(k.CreateDate)})
 	}
 	return keys, nil
 }
