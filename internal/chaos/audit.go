@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // The checks of the audit, as the report names them.
@@ -43,6 +42,9 @@ const (
 	// CheckRotation: a rotation left half-way in a grant record, one asked by annotation and never
 	// started, a Secret refresh asked and never done, or a rotation that failed.
 	CheckRotation = "rotation not finished"
+	// CheckGrantRecord: a kept access's grant record, no rotation in progress, that does not name
+	// the credential its Secrets hold, or that cannot be read.
+	CheckGrantRecord = "grant record out of step"
 )
 
 // The sidecar's grant records (internal/sidecar, grants.go): ConfigMaps named for the access's UID,
@@ -88,11 +90,16 @@ type world struct {
 	// created are the buckets the driver created (it answered a DriverCreateBucket, or acted
 	// before an injected failure), deleted those it was asked to delete and did.
 	created, deleted map[string]bool
-	// records are the grant records of the sidecar's namespace, by their access's UID.
-	records map[types.UID]grantView
+	// records are the grant records of the sidecar's namespace, by their access's UID;
+	// unreadable, those that cannot be read, with the reason.
+	records    map[types.UID]grantView
+	unreadable map[types.UID]error
 	// rotatedFrom are, by account, the credentials that a rotation replaced: the driver issued
 	// another for the account in their place (DriverRotateBucketAccessCredentials acted).
 	rotatedFrom map[string]map[string]bool
+	// issued is when the call that issued each credential started (the first, if several
+	// answered with it), its answer lost or not, by credential ID.
+	issued map[string]time.Time
 }
 
 // grantView is what the audit reads of a grant record (internal/sidecar, grants.go and
@@ -171,8 +178,11 @@ func (r *run) look(ctx context.Context) (*world, error) {
 	}
 	w.store, w.bucketIDs = st, st.buckets
 	w.created, w.deleted = map[string]bool{}, map[string]bool{}
-	w.rotatedFrom = map[string]map[string]bool{}
+	w.rotatedFrom, w.issued = map[string]map[string]bool{}, map[string]time.Time{}
 	for _, e := range r.readJournal() {
+		if t, ok := w.issued[e.Issued]; e.Issued != "" && (!ok || e.Time.Before(t)) {
+			w.issued[e.Issued] = e.Time
+		}
 		acted := e.Code == "OK" || e.Acted
 		switch {
 		case e.Method == "DriverCreateBucket" && acted:
@@ -186,12 +196,18 @@ func (r *run) look(ctx context.Context) (*world, error) {
 			w.rotatedFrom[e.Subject][e.Credential] = true
 		}
 	}
-	w.records = map[types.UID]grantView{}
+	w.records, w.unreadable = map[types.UID]grantView{}, map[types.UID]error{}
 	for _, cm := range w.grants {
-		var g grantView
-		if cm.Namespace == grantNamespace && json.Unmarshal([]byte(cm.Data[grantDataKey]), &g) == nil {
-			w.records[types.UID(strings.TrimPrefix(cm.Name, grantRecordPrefix))] = g
+		if cm.Namespace != grantNamespace {
+			continue
 		}
+		uid := types.UID(strings.TrimPrefix(cm.Name, grantRecordPrefix))
+		var g grantView
+		if err := json.Unmarshal([]byte(cm.Data[grantDataKey]), &g); err != nil {
+			w.unreadable[uid] = err
+			continue
+		}
+		w.records[uid] = g
 	}
 	r.ledger.sawAccounts(al.Items)
 	r.ledger.sawSecrets(w.secrets)
@@ -403,6 +419,11 @@ func (r *run) audit(ctx context.Context) ([]Violation, error) {
 		}
 	}
 	r.res.Rotations[replacedKeysTried] = replaced
+	for _, a := range r.ledger.accesses {
+		if live := w.accesses[a.uid]; a.plan.keep && live != nil {
+			out = append(out, checkGrantRecord(w, a, live)...)
+		}
+	}
 
 	// Secrets and grant records: none without its access.
 	out = append(out, checkSecrets(w)...)
@@ -533,20 +554,21 @@ func checkRotations(w *world) []Violation {
 // the key each rotated from, and every key its Secrets held before it (a rotation replaces the
 // access's credentials, not only the newest: the S3 driver deletes the others on IAM). The newest
 // key a rotation replaced is the last one, in the order seen, that the driver rotated from and
-// that no Secret holds now; the access has no rotation in progress.
+// that no Secret holds now; the access has no rotation in progress. Keys are told apart by the
+// credential ID of their material (backendState.credentialID), not by the Secrets' annotation: a
+// Secret written with a new key under the old annotation must not hide the old key.
 func checkRotatedKeys(
 	ctx context.Context, w *world, a *accessRecord, live *cosiapi.BucketAccess,
 ) (_ []Violation, tried int, _ error) {
 	current := map[string]bool{}
 	for _, s := range w.secrets {
 		if s.Namespace == live.Namespace && s.Labels[cosiapi.LabelBucketAccessUID] == string(live.UID) {
-			current[s.Annotations[cosiapi.AnnotationCredentialID]] = true
-			current[keyMaterial(secretCredentials(&s))] = true
+			current[w.store.credentialID(secretCredentials(&s))] = true
 		}
 	}
 	replaced := -1
 	for i, k := range a.keys {
-		if k.credentialID != "" && !current[k.credentialID] && w.rotatedFrom[live.Status.AccountID][k.credentialID] {
+		if id := w.store.credentialID(k.creds); !current[id] && w.rotatedFrom[live.Status.AccountID][id] {
 			replaced = i
 		}
 	}
@@ -555,7 +577,7 @@ func checkRotatedKeys(
 	}
 	var out []Violation
 	for _, k := range a.keys[:replaced+1] {
-		if current[k.credentialID] || current[keyMaterial(k.creds)] {
+		if current[w.store.credentialID(k.creds)] {
 			continue
 		}
 		tried++
@@ -566,21 +588,56 @@ func checkRotatedKeys(
 		if allowed {
 			out = append(out, Violation{Check: CheckRotatedKey, Object: "BucketAccess " + a.namespace + "/" + a.plan.name,
 				Detail: fmt.Sprintf("the key %s (credential %s) that Secret %s held before the rotation from credential "+
-					"%s still reads bucket %s", k.creds.GetS3().GetAccessKeyId(), k.credentialID, k.secret,
-					a.keys[replaced].credentialID, k.bucketID), subjects: a.subjects()})
+					"%s still reads bucket %s", k.creds.GetS3().GetAccessKeyId(), w.store.credentialID(k.creds), k.secret,
+					w.store.credentialID(a.keys[replaced].creds), k.bucketID), subjects: a.subjects()})
 		}
 	}
 	return out, tried, nil
 }
 
+// checkGrantRecord checks a kept access's grant record against its Secrets: it can be read, and,
+// with no rotation in progress, it names the credential that every Secret of the access holds
+// (by the credential ID of the Secret's key), as the Secret's own annotation does. The sidecar
+// rotates from the credential the record names and retires it: a record that names a retired
+// key, or one never issued, fails the next rotation; one that names another working key has it
+// retired while the Secrets' key stays.
+func checkGrantRecord(w *world, a *accessRecord, live *cosiapi.BucketAccess) []Violation {
+	add := func(detail string) []Violation {
+		return []Violation{{Check: CheckGrantRecord, Object: "BucketAccess " + a.namespace + "/" + a.plan.name,
+			Detail: detail, subjects: a.subjects()}}
+	}
+	if err := w.unreadable[live.UID]; err != nil {
+		return add("its grant record cannot be read: " + err.Error())
+	}
+	g, ok := w.records[live.UID]
+	if !ok || g.Rotation != nil || live.Status.AccountID == "" {
+		return nil // no record yet (not provisioned), or a rotation in progress: checked elsewhere
+	}
+	for _, ref := range live.Spec.BucketClaims {
+		for i := range w.secrets {
+			s := &w.secrets[i]
+			if s.Namespace != live.Namespace || s.Name != string(ref.AccessSecretName) ||
+				s.Labels[cosiapi.LabelBucketAccessUID] != string(live.UID) ||
+				len(s.Data[cosiapi.SecretKeyS3SecretAccessKey]) == 0 {
+				continue
+			}
+			id := w.store.credentialID(secretCredentials(s))
+			if g.CredentialID != id {
+				return add(fmt.Sprintf("its grant record names credential %q; its Secret %s holds credential %s",
+					g.CredentialID, s.Name, id))
+			}
+			if note := s.Annotations[cosiapi.AnnotationCredentialID]; note != id {
+				return add(fmt.Sprintf("its Secret %s holds credential %s, and its annotation %s names %q", s.Name, id,
+					cosiapi.AnnotationCredentialID, note))
+			}
+		}
+	}
+	return nil
+}
+
 // replacedKeysTried counts, in Result.Rotations, the keys that kept accesses' rotations replaced
 // and that the last audit tried.
 const replacedKeysTried = "keys replaced by a completed rotation, tried by the last audit"
-
-// keyMaterial names a key by its ID and secret, for comparing keys (never shown).
-func keyMaterial(creds *cosiproto.CredentialInfo) string {
-	return "key\x00" + creds.GetS3().GetAccessKeyId() + "\x00" + creds.GetS3().GetAccessSecretKey()
-}
 
 // checkReach finds the accounts that reach buckets their access does not: every live access's
 // account, by what the store grants it.
@@ -615,8 +672,9 @@ func checkReach(ctx context.Context, w *world, inStore map[string]bool) ([]Viola
 // checkKeys checks the keys of a kept access's account: the newest must be the one its Secrets
 // hold, and besides it the driver keeps at most one previous key (the S3 driver on IAM, the
 // memory driver's NewKeyPerGrant), so that a key a workload already holds keeps working. A key
-// newer than the Secrets' was minted for no one (a late grant): it opens the buckets, and no
-// object accounts for it.
+// newer than the Secrets' was minted for no one (a late grant, a rotation whose answer was lost):
+// it opens the buckets, and no object accounts for it. IAM dates a key to the second: of two keys
+// of the same second, the one whose driver call started later (the journal's) is the newer.
 func checkKeys(ctx context.Context, w *world, a *accessRecord, live *cosiapi.BucketAccess) ([]Violation, error) {
 	keys, err := w.store.keys(ctx, live.Status.AccountID)
 	if err != nil {
@@ -628,16 +686,16 @@ func checkKeys(ctx context.Context, w *world, a *accessRecord, live *cosiapi.Buc
 			held[w.store.keyID(secretCredentials(&s))] = true
 		}
 	}
-	var newestHeld time.Time
-	for _, k := range keys {
-		if held[k.id] && k.created.After(newestHeld) {
-			newestHeld = k.created
+	var newestHeld *backendKey
+	for i, k := range keys {
+		if held[k.id] && (newestHeld == nil || w.newer(k, *newestHeld)) {
+			newestHeld = &keys[i]
 		}
 	}
 	var out []Violation
 	name := "BucketAccess " + a.namespace + "/" + a.plan.name
 	for _, k := range keys {
-		if !held[k.id] && k.created.After(newestHeld) {
+		if !held[k.id] && (newestHeld == nil || w.newer(k, *newestHeld)) {
 			out = append(out, Violation{Check: CheckStrayKey, Object: name, Detail: fmt.Sprintf(
 				"its account %s has a key (%s) newer than the one its Secrets hold", live.Status.AccountID, k.name),
 				subjects: a.subjects()})
@@ -649,6 +707,18 @@ func checkKeys(ctx context.Context, w *world, a *accessRecord, live *cosiapi.Buc
 			len(keys)), subjects: a.subjects()})
 	}
 	return out, nil
+}
+
+// newer reports whether the key k was created after the key than: by the store's dates, and, when
+// they are of the same second, by the start of the driver calls that issued them, when the
+// journal has both.
+func (w *world) newer(k, than backendKey) bool {
+	if !k.created.Equal(than.created) {
+		return k.created.After(than.created)
+	}
+	tk, ok := w.issued[k.credential]
+	tthan, ok2 := w.issued[than.credential]
+	return ok && ok2 && tk.After(tthan)
 }
 
 // checkKeptSecrets checks that each Secret of a kept access holds a key that opens its bucket.

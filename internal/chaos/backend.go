@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
+	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -20,6 +22,7 @@ import (
 	iamtypes "github.com/aws/aws-sdk-go-v2/service/iam/types"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/drivers/s3"
@@ -57,15 +60,20 @@ type backendState struct {
 	keys func(ctx context.Context, account string) ([]backendKey, error)
 	// keyID names the key of creds, as keys does.
 	keyID func(creds *cosiproto.CredentialInfo) string
+	// credentialID is the credential_id that the driver names the key of creds by: the audit
+	// tells keys apart by their material, never by the Secrets' annotation, which anyone who can
+	// write the Secret can change.
+	credentialID func(creds *cosiproto.CredentialInfo) string
 	// reach returns the buckets that the account's grants name; "*" for any.
 	reach func(ctx context.Context, account string) ([]string, error)
 }
 
 // backendKey is one key of an account.
 type backendKey struct {
-	// id is compared with backendState.keyID; name is what the report shows (never the secret).
-	id, name string
-	created  time.Time
+	// id is compared with backendState.keyID; name is what the report shows (never the secret);
+	// credential is the credential ID the driver names it by (backendState.credentialID).
+	id, name, credential string
+	created              time.Time
 }
 
 // memoryBackend is cosi-driver-memory's state file, read as the driver reads it after a restart.
@@ -86,14 +94,15 @@ func (m memoryBackend) snapshot(context.Context) (*backendState, error) {
 			sum := sha256.Sum256([]byte(creds.GetS3().GetAccessKeyId() + "\x00" + creds.GetS3().GetAccessSecretKey()))
 			return hex.EncodeToString(sum[:8])
 		},
-		reach: func(_ context.Context, account string) ([]string, error) { return b.AccountBuckets(account), nil },
+		reach:        func(_ context.Context, account string) ([]string, error) { return b.AccountBuckets(account), nil },
+		credentialID: b.CredentialID,
 	}
 	st.keys = func(_ context.Context, account string) ([]backendKey, error) {
 		creds := b.AccountKeys(account)
 		var out []backendKey
 		for i, c := range creds {
 			out = append(out, backendKey{id: st.keyID(c), name: [...]string{"its key", "its previous key"}[min(i, 1)],
-				created: time.Unix(int64(len(creds)-i), 0)})
+				credential: b.CredentialID(c), created: time.Unix(int64(len(creds)-i), 0)})
 		}
 		return out, nil
 	}
@@ -153,10 +162,33 @@ type s3Backend struct {
 	iam   *s3.IAMAccounts
 	// iamAdmin asks the IAM service what the driver's own client does not: keys and policies.
 	iamAdmin *iam.Client
-	// refused remembers the keys the store refused: a deleted key does not come back, and the
-	// converging audit asks again every second.
+	// refused remembers the keys the store said it does not know (InvalidAccessKeyId): a deleted
+	// key does not come back (COSI never makes a key Inactive), and the converging audit asks
+	// again every second. Any other refusal may be transient (a 500 from a gateway or IAM service
+	// that restarts, a policy not yet written) and is asked again.
 	mu      sync.Mutex
 	refused map[string]bool
+	// failing are the access key IDs whose next request is answered with a 500 (failNext).
+	failing map[string]bool
+}
+
+// failNext has the next request that tries the key answered with a 500, as a gateway that
+// restarts would answer (the self-check).
+func (b *s3Backend) failNext(accessKeyID string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.failing[accessKeyID] = true
+}
+
+// internalError answers every request with the S3 error InternalError (HTTP 500).
+type internalError struct{}
+
+func (internalError) Do(req *http.Request) (*http.Response, error) {
+	const body = `<?xml version="1.0" encoding="UTF-8"?>` +
+		`<Error><Code>InternalError</Code><Message>We encountered an internal error. Please try again.</Message></Error>`
+	return &http.Response{StatusCode: http.StatusInternalServerError, Status: "500 Internal Server Error",
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Request: req, ContentLength: int64(len(body)),
+		Header: http.Header{"Content-Type": {"application/xml"}}, Body: io.NopCloser(strings.NewReader(body))}, nil
 }
 
 func newS3Backend(store *versity.Store) *s3Backend {
@@ -166,13 +198,15 @@ func newS3Backend(store *versity.Store) *s3Backend {
 		iam:   s3.NewIAMAccounts(store.IAMEndpoint, creds, nil),
 		iamAdmin: iam.New(iam.Options{Region: "us-east-1", Credentials: creds,
 			BaseEndpoint: aws.String(store.IAMEndpoint)}),
-		refused: map[string]bool{},
+		refused: map[string]bool{}, failing: map[string]bool{},
 	}
 }
 
 func (b *s3Backend) snapshot(ctx context.Context) (*backendState, error) {
+	// The S3 driver names a key by its access key ID (drivers/s3, rotation.go).
+	accessKeyID := func(creds *cosiproto.CredentialInfo) string { return creds.GetS3().GetAccessKeyId() }
 	st := &backendState{buckets: map[string]bool{}, allowed: b.allowed, keys: b.keys, reach: b.reach,
-		keyID: func(creds *cosiproto.CredentialInfo) string { return creds.GetS3().GetAccessKeyId() }}
+		keyID: accessKeyID, credentialID: accessKeyID}
 	out, err := b.admin.ListBuckets(ctx, &awss3.ListBucketsInput{})
 	if err != nil {
 		return nil, fmt.Errorf("listing the store's buckets: %w", err)
@@ -187,7 +221,8 @@ func (b *s3Backend) snapshot(ctx context.Context) (*backendState, error) {
 }
 
 // allowed tries the key: a read lists the bucket, a write puts an object. The store's refusal is
-// an answer; a request that got none (a connection error) is an error.
+// an answer. A server error (5xx: a gateway or IAM service that restarts) is none: the request is
+// tried again, a few times; a request that got no answer is an error.
 func (b *s3Backend) allowed(
 	ctx context.Context,
 	creds *cosiproto.CredentialInfo,
@@ -202,14 +237,48 @@ func (b *s3Backend) allowed(
 	if refused {
 		return false, nil
 	}
-	c := awss3.New(awss3.Options{
+	var err error
+	for attempt := range 5 {
+		if attempt > 0 {
+			sleep(ctx, time.Duration(attempt)*200*time.Millisecond)
+		}
+		if err = b.try(ctx, creds, bucketID, write); !serverError(err) {
+			break
+		}
+	}
+	var apiErr smithy.APIError
+	switch {
+	case err == nil:
+		return true, nil
+	case serverError(err):
+	case errors.As(err, &apiErr):
+		if apiErr.ErrorCode() == "InvalidAccessKeyId" {
+			b.mu.Lock()
+			b.refused[key] = true
+			b.mu.Unlock()
+		}
+		return false, nil
+	}
+	return false, fmt.Errorf("trying key %s on bucket %s: %w", creds.GetS3().GetAccessKeyId(), bucketID, err)
+}
+
+// try sends one request with the key.
+func (b *s3Backend) try(ctx context.Context, creds *cosiproto.CredentialInfo, bucketID string, write bool) error {
+	opts := awss3.Options{
 		BaseEndpoint: b.admin.Options().BaseEndpoint, Region: "us-east-1", UsePathStyle: true,
 		Credentials: credentials.NewStaticCredentialsProvider(creds.GetS3().GetAccessKeyId(),
 			creds.GetS3().GetAccessSecretKey(), ""),
 		RetryMaxAttempts:           1,
 		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
 		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
-	})
+	}
+	b.mu.Lock()
+	if b.failing[creds.GetS3().GetAccessKeyId()] {
+		delete(b.failing, creds.GetS3().GetAccessKeyId())
+		opts.HTTPClient = internalError{}
+	}
+	b.mu.Unlock()
+	c := awss3.New(opts)
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var err error
@@ -219,17 +288,13 @@ func (b *s3Backend) allowed(
 	} else {
 		_, err = c.ListObjectsV2(ctx, &awss3.ListObjectsV2Input{Bucket: aws.String(bucketID), MaxKeys: aws.Int32(1)})
 	}
-	var apiErr smithy.APIError
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.As(err, &apiErr):
-		b.mu.Lock()
-		b.refused[key] = true
-		b.mu.Unlock()
-		return false, nil
-	}
-	return false, fmt.Errorf("trying key %s on bucket %s: %w", creds.GetS3().GetAccessKeyId(), bucketID, err)
+	return err
+}
+
+// serverError reports whether the store answered with a server error (HTTP 5xx).
+func serverError(err error) bool {
+	var resp *smithyhttp.ResponseError
+	return errors.As(err, &resp) && resp.HTTPStatusCode() >= http.StatusInternalServerError
 }
 
 // importBuckets creates the buckets with the store's root credentials, as an admin does.
@@ -287,7 +352,7 @@ func (b *s3Backend) keys(ctx context.Context, user string) ([]backendKey, error)
 			continue
 		}
 		id := aws.ToString(k.AccessKeyId)
-		keys = append(keys, backendKey{id: id, name: id, created: aws.ToTime(k.CreateDate)})
+		keys = append(keys, backendKey{id: id, name: id, credential: id, created: aws.ToTime(k.CreateDate)})
 	}
 	return keys, nil
 }

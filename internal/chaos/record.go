@@ -54,8 +54,6 @@ type accessRecord struct {
 type seenKey struct {
 	secret, bucketID string
 	creds            *cosiproto.CredentialInfo
-	// credentialID is the credential_id the Secret named (cosiapi.AnnotationCredentialID).
-	credentialID string
 }
 
 func (l *ledger) addClaim(c *claimRecord) {
@@ -104,7 +102,7 @@ func (l *ledger) sawSecrets(secrets []corev1.Secret) {
 			continue
 		}
 		l.sawKeyLocked(a, seenKey{secret: s.Name, bucketID: string(s.Data[cosiapi.SecretKeyS3BucketName]),
-			creds: secretCredentials(&s), credentialID: s.Annotations[cosiapi.AnnotationCredentialID]})
+			creds: secretCredentials(&s)})
 	}
 }
 

@@ -15,6 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/iam"
+
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/objects"
 	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
@@ -68,6 +71,9 @@ func (r *run) selfCheck(ctx context.Context) (map[string]bool, error) {
 		uid: "planted-deleted-uid", keys: []seenKey{{secret: "planted", bucketID: "planted-orphan",
 			creds: grant.GetCredentials()}}})
 	want(CheckLiveKey, "BucketAccess "+plantedNamespace+"/planted-deleted")
+	if err := r.plantFlakyRefusal(ctx, d, want); err != nil {
+		return nil, err
+	}
 	// A backend bucket that only a Bucket of another driver names: it does not account for it.
 	if _, err := d.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: "planted-foreign",
 		Protocols: s3}); err != nil {
@@ -89,39 +95,58 @@ func (r *run) selfCheck(ctx context.Context) (map[string]bool, error) {
 			shared = c
 		}
 	}
-	var cut, minted, widened, lent, rotated, stuck *accessRecord
-	var candidates []*accessRecord
-	for _, a := range r.ledger.accesses {
-		if !a.plan.keep || a.accountID == "" || len(a.keys) == 0 || slices.ContainsFunc(a.keys, func(k seenKey) bool {
-			return victim != nil && k.bucketID == victim.bucketID
-		}) {
-			continue
+	// The kept accesses with keys, each used by one plant, taken in the order of the slots. The
+	// rotation plants take only an access that does not rotate periodically: a rotation that
+	// starts before the audit would hide the planted one (the audit checks replaced keys once no
+	// rotation runs). Any access does for the others.
+	var cut, minted, widened, lent, rotated, stuck, stale, retired, lost, corrupt, ahead, never, third *accessRecord
+	slots := []struct {
+		a        **accessRecord
+		periodic bool // a periodic access will do
+	}{{&rotated, false}, {&stuck, false}, {&cut, true}, {&minted, true}, {&widened, true}, {&lent, true},
+		{&stale, false}, {&retired, false}, {&lost, false}, {&corrupt, false}, {&ahead, false}, {&never, false},
+		{&third, false}}
+	fill := func(accesses []*accessRecord) (empty int) {
+		for _, a := range accesses {
+			if !a.plan.keep || a.accountID == "" || len(a.keys) == 0 || slices.ContainsFunc(a.keys, func(k seenKey) bool {
+				return victim != nil && k.bucketID == victim.bucketID
+			}) {
+				continue
+			}
+			for _, s := range slots {
+				if *s.a == nil && (s.periodic || !a.plan.periodic) {
+					*s.a = a
+					break
+				}
+			}
 		}
-		// The rotation plants first, for they take only an access that does not rotate
-		// periodically: a rotation that starts before the audit would hide the planted one (the
-		// audit checks replaced keys once no rotation runs). Any access does for the others.
-		switch {
-		case rotated == nil && !a.plan.periodic:
-			rotated = a
-		case stuck == nil && !a.plan.periodic:
-			stuck = a
-		default:
-			candidates = append(candidates, a)
+		for _, s := range slots {
+			if *s.a == nil {
+				empty++
+			}
 		}
+		return empty
 	}
-	for _, a := range candidates {
-		switch {
-		case cut == nil:
-			cut = a
-		case minted == nil:
-			minted = a
-		case widened == nil:
-			widened = a
-		case lent == nil:
-			lent = a
+	empty := fill(r.ledger.accesses)
+	var host *claimRecord
+	for _, c := range r.ledger.claims {
+		if c.plan.keep && c.uid != "" && c.bucketID != "" && c != victim && c.namespace != plantedNamespace &&
+			(host == nil || host == twice || host == shared) {
+			host = c
 		}
 	}
 	r.ledger.mu.Unlock()
+	// A run that kept fewer accesses than the plants take gets accesses of the self-check's own,
+	// to a kept claim: COSI provisions them, after convergence.
+	if empty > 0 && host != nil {
+		more, err := r.plantVictims(ctx, host, empty)
+		if err != nil {
+			return nil, err
+		}
+		r.ledger.mu.Lock()
+		fill(more)
+		r.ledger.mu.Unlock()
+	}
 	// A kept claim's bucket deleted in the backend.
 	if victim != nil {
 		if err := r.backend.deleteBucket(ctx, d, victim.bucketID); err != nil {
@@ -182,6 +207,9 @@ func (r *run) selfCheck(ctx context.Context) (map[string]bool, error) {
 		}
 		want(CheckRotation, "BucketAccess "+stuck.namespace+"/"+stuck.plan.name)
 	}
+	if err := r.plantRotations(ctx, d, want, stale, retired, lost, corrupt, ahead, never, third); err != nil {
+		return nil, err
+	}
 	// A kept claim and a kept access that vanished (in the ledger only: the audit must notice that
 	// what it was told to keep is gone).
 	r.ledger.addClaim(&claimRecord{namespace: plantedNamespace, plan: claimPlan{name: "planted-kept", keep: true},
@@ -217,8 +245,7 @@ func (r *run) selfCheck(ctx context.Context) (map[string]bool, error) {
 		got  bool
 	}{{"a kept claim with a backend bucket", victim != nil}, {"a second kept claim", twice != nil},
 		{"a third kept claim with a backend bucket", shared != nil},
-		{"six kept accesses with keys, two of them without periodic rotation", lent != nil && rotated != nil &&
-			stuck != nil}} {
+		{"kept accesses with keys for every plant", third != nil && lent != nil}} {
 		if !c.got {
 			r.logf("self-check: no %s: fewer plants", c.what)
 		}
@@ -230,6 +257,29 @@ func (r *run) selfCheck(ctx context.Context) (map[string]bool, error) {
 			len(plants), missed, violations)
 	}
 	return found, nil
+}
+
+// plantVictims creates n BucketAccesses to the claim, of the class without periodic rotation, and
+// waits until COSI provisioned them (or provisionPatience passed).
+func (r *run) plantVictims(ctx context.Context, host *claimRecord, n int) ([]*accessRecord, error) {
+	var out []*accessRecord
+	for i := range n {
+		name := fmt.Sprintf("planted-victim-%d", i)
+		a := objects.BucketAccess(host.namespace, name, "chaos")
+		objects.Grant(host.plan.name, name+"-"+host.plan.name, objects.ReadWrite)(a)
+		if err := r.create(ctx, a); err != nil {
+			return nil, err
+		}
+		rec := &accessRecord{namespace: host.namespace, plan: accessPlan{name: name, keep: true}, uid: a.UID,
+			claims: []*claimRecord{host}}
+		r.ledger.addAccess(rec)
+		r.timeline.addf(rec.subjects(), "self-check: created access %s/%s", host.namespace, name)
+		out = append(out, rec)
+	}
+	if err := r.waitProvisioned(ctx, host.namespace, nil, out); err != nil {
+		return nil, err
+	}
+	return out, r.observe(ctx, host.namespace, nil, out)
 }
 
 // plantObjects plants what is wrong on the API's side: Secrets, grant records, Bucket objects
@@ -384,20 +434,34 @@ func grantRequest(a *cosiapi.BucketAccess) *cosiproto.DriverGrantBucketAccessReq
 // plantRotated rotates the access's credentials through the driver, as the sidecar does, and
 // writes the new key into its Secrets, but never retires the key it replaced.
 func (r *run) plantRotated(ctx context.Context, d *driverclient.Client, a *accessRecord) error {
+	secrets, _, resp, err := r.rotateBehind(ctx, d, a)
+	if err != nil {
+		return err
+	}
+	return r.writeRotated(ctx, secrets, resp, true)
+}
+
+// rotateBehind rotates the access's credentials through the driver, as the sidecar does, from
+// the credential its first Secret names; it returns the access's Secrets, its grant request and
+// the driver's answer.
+func (r *run) rotateBehind(ctx context.Context, d *driverclient.Client, a *accessRecord) (
+	[]*corev1.Secret, *cosiproto.DriverGrantBucketAccessRequest, *cosiproto.DriverRotateBucketAccessCredentialsResponse,
+	error,
+) {
 	live := &cosiapi.BucketAccess{ObjectMeta: metav1.ObjectMeta{Namespace: a.namespace, Name: a.plan.name}}
 	if err := r.get(ctx, live); err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	var secrets []*corev1.Secret
 	for _, c := range live.Spec.BucketClaims {
 		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: a.namespace, Name: c.AccessSecretName}}
 		if err := r.get(ctx, s); err != nil {
-			return err
+			return nil, nil, nil, err
 		}
 		secrets = append(secrets, s)
 	}
 	if len(secrets) == 0 {
-		return fmt.Errorf("planting a rotation: BucketAccess %s/%s has no Secrets", a.namespace, a.plan.name)
+		return nil, nil, nil, fmt.Errorf("planting a rotation: BucketAccess %s/%s has no Secrets", a.namespace, a.plan.name)
 	}
 	grant := grantRequest(live)
 	resp, err := d.DriverRotateBucketAccessCredentials(ctx, &cosiproto.DriverRotateBucketAccessCredentialsRequest{
@@ -406,12 +470,23 @@ func (r *run) plantRotated(ctx context.Context, d *driverclient.Client, a *acces
 		CredentialId: secrets[0].Annotations[cosiapi.AnnotationCredentialID],
 	})
 	if err != nil {
-		return fmt.Errorf("planting a rotation: %w", err)
+		return nil, nil, nil, fmt.Errorf("planting a rotation: %w", err)
 	}
+	return secrets, grant, resp, nil
+}
+
+// writeRotated writes the rotation's new key into the Secrets, and its credential ID into their
+// annotation if annotate.
+func (r *run) writeRotated(
+	ctx context.Context, secrets []*corev1.Secret, resp *cosiproto.DriverRotateBucketAccessCredentialsResponse,
+	annotate bool,
+) error {
 	for _, s := range secrets {
 		s.Data[cosiapi.SecretKeyS3AccessKeyID] = []byte(resp.GetCredentials().GetS3().GetAccessKeyId())
 		s.Data[cosiapi.SecretKeyS3SecretAccessKey] = []byte(resp.GetCredentials().GetS3().GetAccessSecretKey())
-		s.Annotations[cosiapi.AnnotationCredentialID] = resp.GetCredentialId()
+		if annotate {
+			s.Annotations[cosiapi.AnnotationCredentialID] = resp.GetCredentialId()
+		}
 		if err := retry(ctx, "writing Secret "+s.Name, func(ctx context.Context) error {
 			return r.client.Update(ctx, s)
 		}); err != nil {
@@ -421,22 +496,153 @@ func (r *run) plantRotated(ctx context.Context, d *driverclient.Client, a *acces
 	return nil
 }
 
-// plantStuckRotation writes into the access's grant record a rotation whose Secrets were written
-// and whose retirement is a year away: the sidecar waits for it, and nothing finishes it.
-func (r *run) plantStuckRotation(ctx context.Context, a *accessRecord) error {
+// plantRotations plants the leaks of a rotation that went wrong behind the audit's back
+// ("Attack on the audit", the rotation's): each access given is one victim, and may be nil.
+func (r *run) plantRotations(
+	ctx context.Context, d *driverclient.Client, want func(check, object string),
+	stale, retired, lost, corrupt, ahead, never, third *accessRecord,
+) error {
+	name := func(a *accessRecord) string { return "BucketAccess " + a.namespace + "/" + a.plan.name }
+	// Rotated, the Secrets written with the new key but their credential-id annotation left naming
+	// the key it replaced, which is never retired.
+	if stale != nil {
+		secrets, _, resp, err := r.rotateBehind(ctx, d, stale)
+		if err != nil {
+			return err
+		}
+		if err := r.writeRotated(ctx, secrets, resp, false); err != nil {
+			return err
+		}
+		want(CheckRotatedKey, name(stale))
+	}
+	// Rotated, the Secrets written, the key it replaced retired, and the grant record still naming
+	// that key: the record's last write lost. The next rotation would rotate from a retired key.
+	if retired != nil {
+		secrets, grant, resp, err := r.rotateBehind(ctx, d, retired)
+		if err != nil {
+			return err
+		}
+		from := secrets[0].Annotations[cosiapi.AnnotationCredentialID]
+		if err := r.writeRotated(ctx, secrets, resp, true); err != nil {
+			return err
+		}
+		if _, err := d.DriverRetireBucketAccessCredentials(ctx, &cosiproto.DriverRetireBucketAccessCredentialsRequest{
+			AccountId: grant.AccountId, CredentialId: from, Protocol: grant.Protocol, Parameters: grant.Parameters,
+		}); err != nil {
+			return fmt.Errorf("planting a retired credential: %w", err)
+		}
+		want(CheckGrantRecord, name(retired))
+	}
+	// Rotated twice in a row, the first rotation's key written into the Secrets and the record,
+	// the second's answer lost: the driver issued a key that no Secret holds and no record names,
+	// in the same second as the Secrets' key (IAM dates keys to the second).
+	if lost != nil {
+		secrets, _, resp, err := r.rotateBehind(ctx, d, lost)
+		if err != nil {
+			return err
+		}
+		if err := r.writeRotated(ctx, secrets, resp, true); err != nil {
+			return err
+		}
+		if _, _, _, err := r.rotateBehind(ctx, d, lost); err != nil {
+			return err
+		}
+		if err := r.recordCredential(ctx, lost, resp.GetCredentialId()); err != nil {
+			return err
+		}
+		want(CheckStrayKey, name(lost))
+	}
+	// A grant record holding a rotation whose Secrets were written at a moment that cannot be read:
+	// neither the sidecar nor the audit can read the record.
+	if corrupt != nil {
+		if err := r.editRecord(ctx, corrupt, func(g map[string]any) {
+			g["rotation"] = map[string]any{"from": g["credentialID"], "to": "planted-to", "written": "soon"}
+		}); err != nil {
+			return err
+		}
+		want(CheckGrantRecord, name(corrupt))
+	}
+	// Rotated, the grant record naming the new key, the Secrets still holding the one it replaced,
+	// never retired: the Secrets' write lost, the record's done.
+	if ahead != nil {
+		_, _, resp, err := r.rotateBehind(ctx, d, ahead)
+		if err != nil {
+			return err
+		}
+		if err := r.recordCredential(ctx, ahead, resp.GetCredentialId()); err != nil {
+			return err
+		}
+		want(CheckStrayKey, name(ahead))
+	}
+	// A grant record naming a credential that the driver never issued.
+	if never != nil {
+		if err := r.recordCredential(ctx, never, "planted-never-issued"); err != nil {
+			return err
+		}
+		want(CheckGrantRecord, name(never))
+	}
+	// A third key: on IAM, created by the admin (the IAM service may refuse it: AWS and Versity
+	// allow two keys per user); the memory driver's, by a rotation and a grant whose answers were
+	// lost.
+	if third != nil {
+		planted, err := r.thirdKey(ctx, d, third)
+		if err != nil {
+			return err
+		}
+		if planted {
+			want(CheckStrayKey, name(third))
+		}
+	}
+	return nil
+}
+
+// thirdKey gives the access's account a third key; planted is false when the store refuses even
+// a second one. On IAM the admin creates them (the IAM service refuses a third: AWS and Versity
+// allow two keys per user; the second is planted then); the memory driver's come from a rotation
+// and a grant whose answers were lost.
+func (r *run) thirdKey(ctx context.Context, d *driverclient.Client, a *accessRecord) (planted bool, _ error) {
+	if s3b, ok := r.backend.(*s3Backend); ok {
+		// A second later than the Secrets' key: IAM dates keys to the second, and the journal
+		// does not know the admin's keys.
+		sleep(ctx, time.Second)
+		for i := range 2 {
+			_, err := s3b.iamAdmin.CreateAccessKey(ctx, &iam.CreateAccessKeyInput{UserName: aws.String(a.accountID)})
+			if err != nil {
+				r.logf("self-check: IAM user %s refuses key %d: %v", a.accountID, i+2, err)
+				return i > 0, nil
+			}
+		}
+		return true, nil
+	}
+	_, grant, _, err := r.rotateBehind(ctx, d, a)
+	if err != nil {
+		return false, err
+	}
+	if _, err := d.DriverGrantBucketAccess(ctx, grant); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// recordCredential has the access's grant record name the credential, as the sidecar records the
+// one it wrote into the Secrets.
+func (r *run) recordCredential(ctx context.Context, a *accessRecord, id string) error {
+	return r.editRecord(ctx, a, func(g map[string]any) { g["credentialID"] = id })
+}
+
+// editRecord changes the access's grant record, behind the sidecar's back.
+func (r *run) editRecord(ctx context.Context, a *accessRecord, edit func(g map[string]any)) error {
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: grantNamespace,
 		Name: grantRecordPrefix + string(a.uid)}}
 	for {
 		if err := r.get(ctx, cm); err != nil {
-			return fmt.Errorf("planting a stuck rotation: %w", err)
+			return fmt.Errorf("planting in a grant record: %w", err)
 		}
 		var g map[string]any
 		if err := json.Unmarshal([]byte(cm.Data[grantDataKey]), &g); err != nil {
-			return fmt.Errorf("planting a stuck rotation: the grant record of %s/%s: %w", a.namespace, a.plan.name, err)
+			return fmt.Errorf("planting in the grant record of %s/%s: %w", a.namespace, a.plan.name, err)
 		}
-		from, _ := g["credentialID"].(string)
-		g["rotation"] = map[string]any{"from": from, "to": "planted-to",
-			"written": metav1.NewTime(time.Now().Add(365 * 24 * time.Hour)).UTC().Format(time.RFC3339)}
+		edit(g)
 		data, err := json.Marshal(g)
 		if err != nil {
 			return err
@@ -447,4 +653,43 @@ func (r *run) plantStuckRotation(ctx context.Context, a *accessRecord) error {
 			return err
 		}
 	}
+}
+
+// plantFlakyRefusal (S3) plants an account's key as a deleted access's, and has the next S3
+// request that tries it answered with a 500, as a restarting gateway would; then it audits once,
+// so that the audit the self-check checks is the second to try the key.
+func (r *run) plantFlakyRefusal(ctx context.Context, d *driverclient.Client, want func(check, object string)) error {
+	s3b, ok := r.backend.(*s3Backend)
+	if !ok {
+		return nil // the memory backend answers from the driver's state
+	}
+	grant, err := d.DriverGrantBucketAccess(ctx, &cosiproto.DriverGrantBucketAccessRequest{
+		AccountId: "planted-flaky", Protocol: cosiproto.ObjectProtocol_S3,
+		AuthenticationType: cosiproto.AuthenticationType_KEY,
+		Buckets: []*cosiproto.AccessedBucket{{BucketId: "planted-orphan",
+			AccessModes: &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_ONLY}}},
+	})
+	if err != nil {
+		return err
+	}
+	want(CheckOrphanAccount, "backend account planted-flaky")
+	r.ledger.addAccess(&accessRecord{namespace: plantedNamespace, plan: accessPlan{name: "planted-flaky"},
+		uid: "planted-flaky-uid", keys: []seenKey{{secret: "planted-flaky", bucketID: "planted-orphan",
+			creds: grant.GetCredentials()}}})
+	s3b.failNext(grant.GetCredentials().GetS3().GetAccessKeyId())
+	if _, err := r.audit(ctx); err != nil {
+		return err
+	}
+	want(CheckLiveKey, "BucketAccess "+plantedNamespace+"/planted-flaky")
+	return nil
+}
+
+// plantStuckRotation writes into the access's grant record a rotation whose Secrets were written
+// and whose retirement is a year away: the sidecar waits for it, and nothing finishes it.
+func (r *run) plantStuckRotation(ctx context.Context, a *accessRecord) error {
+	return r.editRecord(ctx, a, func(g map[string]any) {
+		from, _ := g["credentialID"].(string)
+		g["rotation"] = map[string]any{"from": from, "to": "planted-to",
+			"written": metav1.NewTime(time.Now().Add(365 * 24 * time.Hour)).UTC().Format(time.RFC3339)}
+	})
 }

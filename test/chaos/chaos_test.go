@@ -117,7 +117,7 @@ func runChaos(t *testing.T, driver string, claims int, interval time.Duration, b
 	if len(res.SelfCheck) == 0 {
 		t.Error("the self-check did not run")
 	}
-	for _, check := range []string{chaos.CheckRotatedKey, chaos.CheckRotation} {
+	for _, check := range []string{chaos.CheckRotatedKey, chaos.CheckRotation, chaos.CheckGrantRecord} {
 		if !res.SelfCheck[check] {
 			t.Errorf("the self-check planted nothing for %q", check)
 		}

@@ -79,6 +79,13 @@ func (b Backend) AccountKeys(accountID string) []*cosiproto.CredentialInfo {
 	return keys
 }
 
+// CredentialID returns the credential_id that the driver names the key creds by (in the answers
+// of DriverGrantBucketAccess and DriverRotateBucketAccessCredentials), whether it still works or
+// not.
+func (Backend) CredentialID(creds *cosiproto.CredentialInfo) string {
+	return credentialID(creds.GetS3().GetAccessSecretKey())
+}
+
 // Allowed reports whether creds open bucketID for reading (write false) or writing (write true)
 // data of the category: the credentials must belong to a live account that was granted the
 // bucket with a mode allowing it. Unrequested categories are denied: least privilege.

@@ -170,12 +170,14 @@ func (f *Faults) Interceptor() grpc.UnaryServerInterceptor {
 		if err := f.hold(ctx, method, false, req); err != nil {
 			return nil, err
 		}
+		// A failure after the driver acted goes with the driver's answer: gRPC sends only the error,
+		// and the journal (an interceptor before this one) records what the driver issued.
 		resp, err := handler(ctx, req)
 		if herr := f.hold(ctx, method, true, req); herr != nil && err == nil {
-			return nil, herr
+			return resp, herr
 		}
 		if failing && err == nil {
-			return nil, status.Errorf(fault.Code, injectedPrefix+"%s fails with %v"+injectedAfterSuffix, method, fault.Code)
+			return resp, status.Errorf(fault.Code, injectedPrefix+"%s fails with %v"+injectedAfterSuffix, method, fault.Code)
 		}
 		return resp, err
 	}

@@ -105,6 +105,43 @@ func TestFaultAfter(t *testing.T) {
 	}
 }
 
+// A rotation whose answer a fault loses after the driver acted: the journal names the credential
+// it issued all the same, so that a fault suite can order the keys of an account by the calls that
+// issued them, the lost ones included.
+func TestJournalIssuedLost(t *testing.T) {
+	d, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := d.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	granted, err := d.DriverGrantBucketAccess(ctx, grantRequest("a", "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f Faults
+	var journal strings.Builder
+	j := &Journal{W: &journal}
+	f.Set(0, Fault{Method: "DriverRotateBucketAccessCredentials", Code: codes.Unavailable, Count: 1, After: true})
+	_, err = serve(ctx, d, &cosiproto.DriverRotateBucketAccessCredentialsRequest{AccountId: "a",
+		Buckets: grantRequest("a", "b").GetBuckets(), Protocol: cosiproto.ObjectProtocol_S3,
+		AuthenticationType: cosiproto.AuthenticationType_KEY, CredentialId: granted.GetCredentialId()},
+		j.Interceptor(), f.Interceptor())
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("got %v, want the injected Unavailable", err)
+	}
+	keys := d.Backend().AccountKeys("a")
+	entries, err := ReadJournal(strings.NewReader(journal.String()))
+	if err != nil || len(entries) != 1 || len(keys) != 2 {
+		t.Fatalf("journal %+v, %v, %d keys; want one entry and two keys", entries, err, len(keys))
+	}
+	if issued := d.Backend().CredentialID(keys[0]); entries[0].Issued != issued || !entries[0].Acted {
+		t.Errorf("journal %+v; want the lost rotation, acted, with the credential it issued (%s)", entries[0], issued)
+	}
+}
+
 // The journal names the account of a rotation and a retirement, the credential each replaces or
 // revokes, and the credential a grant or a rotation issued (none of them secret), so that a fault
 // suite knows which keys a rotation replaced.

@@ -145,3 +145,37 @@ func TestRotationDropsOtherKeys(t *testing.T) {
 		t.Errorf("the account holds %d keys after the rotation, want 1", len(keys))
 	}
 }
+
+// The credential_id that the backend gives a key is the one the driver's answers named it by,
+// for a granted key and a rotated one: an audit tells keys apart by it.
+func TestBackendCredentialID(t *testing.T) {
+	ctx := t.Context()
+	d, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	granted, err := d.DriverGrantBucketAccess(ctx, grantRequest("a", "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rotated, err := d.DriverRotateBucketAccessCredentials(ctx, &cosiproto.DriverRotateBucketAccessCredentialsRequest{
+		AccountId: "a", Buckets: grantRequest("a", "b").GetBuckets(), Protocol: cosiproto.ObjectProtocol_S3,
+		AuthenticationType: cosiproto.AuthenticationType_KEY, CredentialId: granted.GetCredentialId(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := d.Backend()
+	if got := b.CredentialID(granted.GetCredentials()); got != granted.GetCredentialId() {
+		t.Errorf("the granted key: CredentialID %q, the grant named %q", got, granted.GetCredentialId())
+	}
+	if got := b.CredentialID(rotated.GetCredentials()); got != rotated.GetCredentialId() {
+		t.Errorf("the rotated key: CredentialID %q, the rotation named %q", got, rotated.GetCredentialId())
+	}
+	if b.CredentialID(granted.GetCredentials()) == b.CredentialID(rotated.GetCredentials()) {
+		t.Error("two keys with the same CredentialID")
+	}
+}
