@@ -179,7 +179,7 @@ func (d *Driver) DriverGrantBucketAccess(
 		expiry = time.Now().UTC().Add(params.expiry).Truncate(time.Second)
 	}
 
-	unlock := d.locks.lock(bucket)
+	unlock := d.locks.Lock(bucket)
 	defer unlock()
 	c, err := d.container(bucket)
 	if err != nil {
@@ -349,7 +349,7 @@ func (d *Driver) DriverRevokeBucketAccess(
 }
 
 func (d *Driver) revoke(ctx context.Context, bucket, id string) error {
-	unlock := d.locks.lock(bucket)
+	unlock := d.locks.Lock(bucket)
 	defer unlock()
 	c, err := d.container(bucket)
 	if err != nil {

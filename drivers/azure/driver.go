@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
@@ -24,6 +23,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kube-cosi/cosi/pkg/driver"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
@@ -98,7 +98,7 @@ type Driver struct {
 
 	cfg     Config
 	service *service.Client
-	locks   keyedMutex
+	locks   driver.KeyedMutex
 }
 
 // New returns a driver. It does no I/O.
@@ -266,7 +266,7 @@ func (d *Driver) DriverCreateBucket(
 	if err := checkContainerName(id); err != nil {
 		return nil, err
 	}
-	unlock := d.locks.lock(id)
+	unlock := d.locks.Lock(id)
 	defer unlock()
 	c, err := d.container(id)
 	if err != nil {
@@ -335,7 +335,7 @@ func (d *Driver) DriverDeleteBucket(
 	if err := checkContainerName(id); err != nil {
 		return nil, err
 	}
-	unlock := d.locks.lock(id)
+	unlock := d.locks.Lock(id)
 	defer unlock()
 	c, err := d.container(id)
 	if err != nil {
@@ -365,40 +365,4 @@ func (d *Driver) DriverDeleteBucket(
 		return &cosiproto.DriverDeleteBucketResponse{}, nil
 	}
 	return nil, toStatus(err, "deleting container %q", id)
-}
-
-// keyedMutex serializes work on one container: the sidecar may work on several accesses of one
-// bucket at once, and a read-modify-write of the container's access policy must not lose an
-// update.
-type keyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]*keyLock
-}
-
-type keyLock struct {
-	sync.Mutex
-	users int
-}
-
-func (k *keyedMutex) lock(key string) (unlock func()) {
-	k.mu.Lock()
-	if k.locks == nil {
-		k.locks = map[string]*keyLock{}
-	}
-	l, ok := k.locks[key]
-	if !ok {
-		l = &keyLock{}
-		k.locks[key] = l
-	}
-	l.users++
-	k.mu.Unlock()
-	l.Lock()
-	return func() {
-		l.Unlock()
-		k.mu.Lock()
-		if l.users--; l.users == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
-	}
 }

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -125,7 +124,7 @@ type Driver struct {
 	// lockHeadersUnchecked: see the interface of that name.
 	lockHeadersUnchecked bool
 
-	locks keyedMutex
+	locks driver.KeyedMutex
 }
 
 // publicACLIgnorer is implemented by account back-ends whose store lets a key that may write
@@ -354,7 +353,7 @@ func (d *Driver) DriverCreateBucket(
 	if err := checkBucketID(id); err != nil {
 		return nil, err
 	}
-	unlock := d.locks.lock("bucket/" + id)
+	unlock := d.locks.Lock("bucket/" + id)
 	defer unlock()
 
 	in := &s3.CreateBucketInput{Bucket: aws.String(id)}
@@ -491,7 +490,7 @@ func (d *Driver) DriverDeleteBucket(
 	if err := checkBucketID(id); err != nil {
 		return nil, err
 	}
-	unlock := d.locks.lock("bucket/" + id)
+	unlock := d.locks.Lock("bucket/" + id)
 	defer unlock()
 
 	if p.purge {
@@ -640,7 +639,7 @@ func (d *Driver) DriverGrantBucketAccess(
 		)
 	}
 
-	unlock := d.locks.lock("account/" + id)
+	unlock := d.locks.Lock("account/" + id)
 	defer unlock()
 	if params.subject != "" {
 		sa := d.cfg.ServiceAccounts
@@ -724,7 +723,7 @@ func (d *Driver) DriverRevokeBucketAccess(
 		}
 		buckets = append(buckets, b.GetBucketId())
 	}
-	unlock := d.locks.lock("account/" + id)
+	unlock := d.locks.Lock("account/" + id)
 	defer unlock()
 	// Both kinds of identity, whatever authentication type the request names: one account ID is
 	// one identity (a grant of the other kind is AlreadyExists), so nothing else can be deleted,
@@ -744,39 +743,4 @@ func (d *Driver) DriverRevokeBucketAccess(
 		return nil, err
 	}
 	return &cosiproto.DriverRevokeBucketAccessResponse{}, nil
-}
-
-// keyedMutex serializes work on one bucket or account: the sidecar may work on several accesses
-// of one bucket at once, and read-modify-write of a bucket policy must not lose an update.
-type keyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]*keyLock
-}
-
-type keyLock struct {
-	sync.Mutex
-	users int
-}
-
-func (k *keyedMutex) lock(key string) (unlock func()) {
-	k.mu.Lock()
-	if k.locks == nil {
-		k.locks = map[string]*keyLock{}
-	}
-	l, ok := k.locks[key]
-	if !ok {
-		l = &keyLock{}
-		k.locks[key] = l
-	}
-	l.users++
-	k.mu.Unlock()
-	l.Lock()
-	return func() {
-		l.Unlock()
-		k.mu.Lock()
-		if l.users--; l.users == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
-	}
 }

@@ -21,6 +21,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/kube-cosi/cosi/pkg/driver"
 )
 
 // rgwUnknownActions are actions of the access-mode table that Ceph RGW (16, Debian bookworm)
@@ -45,7 +47,7 @@ type RGWAccounts struct {
 	s3                          *s3.Client
 	signer                      *v4.Signer
 	// locks serializes read-modify-write of each bucket's policy.
-	locks keyedMutex
+	locks driver.KeyedMutex
 }
 
 // NewRGWAccounts returns an RGW back-end using the Admin Ops API at endpoint+adminPath and
@@ -505,7 +507,7 @@ func (a *RGWAccounts) readPolicy(ctx context.Context, bucket string) (*rawPolicy
 // gives the account's statements are the driver's (see owned); every other statement and field is
 // kept as it is.
 func (a *RGWAccounts) setStatements(ctx context.Context, bucket, id string, stmts []Statement) error {
-	unlock := a.locks.lock(bucket)
+	unlock := a.locks.Lock(bucket)
 	defer unlock()
 	read, err := a.readPolicy(ctx, bucket)
 	if apiCode(err) == "NoSuchBucket" && len(stmts) == 0 {

@@ -66,7 +66,7 @@ func (d *Driver) DriverRotateBucketAccessCredentials(
 			BucketId: b.GetBucketId(), BucketInfo: d.bucketInfo(b.GetBucketId(), region),
 		})
 	}
-	unlock := d.locks.lock("account/" + id)
+	unlock := d.locks.Lock("account/" + id)
 	defer unlock()
 	key, err := rot.Rotate(ctx, id, req.GetCredentialId())
 	if err != nil {
@@ -93,7 +93,7 @@ func (d *Driver) DriverRetireBucketAccessCredentials(
 	if !validAccountName(id) {
 		return &cosiproto.DriverRetireBucketAccessCredentialsResponse{}, nil // never created
 	}
-	unlock := d.locks.lock("account/" + id)
+	unlock := d.locks.Lock("account/" + id)
 	defer unlock()
 	if err := rot.Retire(ctx, id, req.GetCredentialId()); err != nil {
 		return nil, err
