@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
@@ -120,4 +121,60 @@ func TestBucketInfoRefreshedWithoutAnEvent(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestCredentialsRenewedBeforeExpiry: credentials that expire (an Azure SAS token with
+// sasExpiry) are written again from a new grant before they expire, with nothing asking for it
+// (no annotation, no Secret check due), also by a sidecar restarted in between; the token stays
+// the same and keeps working past the expiry the Secret first said.
+func TestCredentialsRenewedBeforeExpiry(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE}})
+	b := h.provisionedBucket(cosiapi.ProtocolAzure)
+	ba := provisioned(t, h.accessWith(map[string]string{memory.ParamSASExpiry: "12s"},
+		cosiapi.ProtocolAzure, cosiapi.AuthenticationTypeKey, b), accessConditions)
+	expiryOf := func(s *corev1.Secret) time.Time {
+		t.Helper()
+		at, err := time.Parse(time.RFC3339, string(s.Data[cosiapi.SecretKeyAzureSASTokenExpiry]))
+		if err != nil {
+			t.Fatalf("%s: %v", cosiapi.SecretKeyAzureSASTokenExpiry, err)
+		}
+		return at
+	}
+	s := secret(t, ba, 0)
+	first, token := expiryOf(s), string(s.Data[cosiapi.SecretKeyAzureSASToken])
+	creds := credentialsFrom(ba.Spec.Protocol, s)
+
+	// Renewed once, then the sidecar restarts: the next renewal comes from the grant record.
+	renewedAfter := func(after time.Time) time.Time {
+		t.Helper()
+		var got time.Time
+		testenv.Eventually(t, func() error {
+			s := secret(t, ba, 0)
+			if got = expiryOf(s); !got.After(after) {
+				return fmt.Errorf("the Secret's token expires at %s, not renewed", got.Format(time.RFC3339))
+			}
+			if string(s.Data[cosiapi.SecretKeyAzureSASToken]) != token {
+				return fmt.Errorf("the renewal changed the token")
+			}
+			return nil
+		})
+		return got
+	}
+	second := renewedAfter(first)
+	waitForEvent(t, ba, cosiapi.EventSecretsRefreshed+": renewed before the credentials' expiry")
+	h.stop()
+	h.startSidecar()
+	renewedAfter(second)
+
+	if now := time.Now(); !now.After(first) {
+		t.Fatalf("renewed twice before the first expiry (%s) passed: the renewals came too early", first)
+	}
+	if !h.driver.Backend().Allowed(creds, b.Status.BucketID, memory.ObjectData, true) {
+		t.Error("the token stopped working past the expiry the Secret first said")
+	}
+	if n := h.calls.Count("DriverGrantBucketAccess"); n < 3 {
+		t.Errorf("%d DriverGrantBucketAccess calls, want 3 or more: the grant and a renewal each", n)
+	}
+	deleteAccess(t, ba)
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"maps"
 	"slices"
+	"time"
 
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
@@ -93,7 +94,7 @@ func (b Backend) Allowed(creds *cosiproto.CredentialInfo, bucketID string, categ
 	b.d.mu.Lock()
 	defer b.d.mu.Unlock()
 	_, acct := b.accountOf(creds)
-	return acct != nil && b.allows(acct, bucketID, category, write)
+	return acct != nil && !acct.expired(time.Now()) && b.allows(acct, bucketID, category, write)
 }
 
 // AllowedServiceAccount is Allowed for a workload that runs as the Kubernetes ServiceAccount

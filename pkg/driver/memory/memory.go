@@ -295,6 +295,14 @@ func (d *Driver) DriverGrantBucketAccess(
 			*acct = old
 			return nil, err
 		}
+	case acct.Parameters[ParamSASExpiry] != "":
+		// A repeated grant renews the token: its expiry moves, the token stays.
+		old := acct.Renewed
+		acct.Renewed = time.Now()
+		if err := d.save(); err != nil {
+			acct.Renewed = old
+			return nil, err
+		}
 	}
 
 	resp := &cosiproto.DriverGrantBucketAccessResponse{}
@@ -461,13 +469,35 @@ func (a *account) keyCredentials(id string, k key) *cosiproto.CredentialInfo {
 		return &cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{AccessKeyId: keyID, AccessSecretKey: k.Secret}}
 	case cosiproto.ObjectProtocol_AZURE:
 		creds := &cosiproto.AzureCredentials{AccessToken: "sv=memory&sig=" + k.Secret}
-		if expiry, err := time.ParseDuration(a.Parameters[ParamSASExpiry]); err == nil {
-			creds.ExpiryTimestamp = timestamppb.New(a.Created.Add(expiry))
+		if expiry, ok := a.expiry(); ok {
+			creds.ExpiryTimestamp = timestamppb.New(expiry)
 		}
 		return &cosiproto.CredentialInfo{Azure: creds}
 	default:
 		return &cosiproto.CredentialInfo{Gcs: &cosiproto.GcsCredentials{HmacAccessId: keyID, HmacSecret: k.Secret}}
 	}
+}
+
+// expiry is when the account's Azure token expires: ParamSASExpiry after its grant, or after the
+// repeated grant that last renewed it; ok is false when it does not expire.
+func (a *account) expiry() (time.Time, bool) {
+	if a.Protocol != cosiproto.ObjectProtocol_AZURE {
+		return time.Time{}, false
+	}
+	d, err := time.ParseDuration(a.Parameters[ParamSASExpiry])
+	if err != nil {
+		return time.Time{}, false
+	}
+	if a.Renewed.After(a.Created) {
+		return a.Renewed.Add(d), true
+	}
+	return a.Created.Add(d), true
+}
+
+// expired reports whether the account's token had expired at now: its requests are refused.
+func (a *account) expired(now time.Time) bool {
+	expiry, ok := a.expiry()
+	return ok && !now.Before(expiry)
 }
 
 func sortedProtocols(protocols []cosiproto.ObjectProtocol_Type) []cosiproto.ObjectProtocol_Type {

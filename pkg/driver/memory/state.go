@@ -57,6 +57,9 @@ type account struct {
 	// Previous is the key before the newest, still valid (Config.NewKeyPerGrant).
 	Previous string    `json:"previous,omitempty"`
 	Created  time.Time `json:"created"`
+	// Renewed is when a repeated grant last renewed the account's Azure token: its expiry
+	// (ParamSASExpiry) counts from then, as the Azure driver's stored access policy does.
+	Renewed time.Time `json:"renewed,omitzero"`
 	// Older are keys that a rotation replaced as the account's current key and that are not
 	// retired yet: they keep working.
 	Older []key `json:"older,omitempty"`
