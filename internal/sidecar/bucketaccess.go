@@ -170,16 +170,17 @@ func (r *BucketAccessReconciler) Reconcile(ctx context.Context, req reconcile.Re
 	if conditions.IsTrue(ba, cosiapi.ConditionProvisioned) {
 		return r.check(ctx, ba)
 	}
-	if err := r.grant(ctx, ba, false); err != nil {
+	renewAt, err := r.grant(ctx, ba, false)
+	if err != nil {
 		return r.result(ba, cosiapi.EventFailedGrantAccess, err)
 	}
-	// Granted, or waiting for a watched object: the Secrets' checks, and the rotation period,
-	// start from here.
+	// Granted, or waiting for a watched object: the Secrets' checks, the rotation period and the
+	// renewal of credentials that expire start from here.
 	next := r.SecretCheckInterval
 	if p, err := parseAccessParameters(ba.Status.Parameters); err == nil && p.rotationPeriod > 0 {
 		next = min(next, p.rotationPeriod)
 	}
-	return reconcile.Result{RequeueAfter: next}, nil
+	return reconcile.Result{RequeueAfter: sooner(next, until(renewAt))}, nil
 }
 
 // result reports a failed Kubernetes API call as an event and hands the error to
@@ -216,10 +217,12 @@ func (r *BucketAccessReconciler) check(ctx context.Context, ba *cosiapi.BucketAc
 		return r.result(ba, cosiapi.EventFailedGrantAccess, err)
 	}
 	if !intact {
-		if err := r.grant(ctx, ba, true); err != nil {
+		renewAt, err := r.grant(ctx, ba, true)
+		if err != nil {
 			r.checkMetric.WithLabelValues(r.Info.GetName(), secretCheckFailed).Inc()
 			return r.result(ba, cosiapi.EventFailedGrantAccess, err)
 		}
+		rotating = sooner(rotating, until(renewAt))
 		r.checkMetric.WithLabelValues(r.Info.GetName(), secretCheckRewritten).Inc()
 	} else {
 		r.checkMetric.WithLabelValues(r.Info.GetName(), secretCheckIntact).Inc()
@@ -238,12 +241,14 @@ func sooner(wait, other time.Duration) time.Duration {
 
 // grant provisions the access in two phases and writes its Secrets (KEP-1979 "Generating Bucket
 // Access Credentials", sidecar steps). again is set when the Secrets of a provisioned access are
-// written anew (check); otherwise the access is granted only if it is not provisioned yet.
-func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAccess, again bool) error {
+// written anew (check); otherwise the access is granted only if it is not provisioned yet. It
+// returns when the credentials it wrote are renewed (renewal), zero when they do not expire or
+// nothing was written.
+func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAccess, again bool) (time.Time, error) {
 	// COSI's own parameters are checked before the driver is asked anything: an invalid one is
 	// final, and nothing is granted until the access changes.
 	if _, err := parseAccessParameters(ba.Status.Parameters); err != nil {
-		return r.record.invalid(ctx, ba, cosiapi.ReasonInvalidParameter, err.Error())
+		return time.Time{}, r.record.invalid(ctx, ba, cosiapi.ReasonInvalidParameter, err.Error())
 	}
 	// Counted in flight first, then the access confirmed uncached: a Bucket's reconcile revokes a
 	// recorded grant only when the access is gone (uncached) and no grant for it is in flight, so
@@ -252,7 +257,7 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 	defer done()
 	buckets, held, ready, err := r.prepareGrant(ctx, ba, again)
 	if err != nil || !ready {
-		return err
+		return time.Time{}, err
 	}
 	req := newGrantRequest(ba, buckets)
 	switch {
@@ -260,11 +265,11 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 		// Phase 1: get the account ID and persist it (with the bucket IDs, for the revocation)
 		// before anything exists in the backend.
 		if err := r.generateAccountID(ctx, ba, buckets, req); err != nil {
-			return err
+			return time.Time{}, err
 		}
 	case !r.grantRecorded(ctx, ba):
 		if err := r.checkAccountID(ctx, ba, req); err != nil {
-			return err
+			return time.Time{}, err
 		}
 	}
 	// Recorded before the driver is asked: whatever happens to the BucketAccess or its Buckets
@@ -280,14 +285,14 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 	}
 	written, err := r.Grants.store.put(ctx, rec)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 
 	// Phase 2, unless the driver already answered this request and only the Secrets are missing.
 	grantReq := req.grant(ba.Status.AccountID)
 	key, err := proto.MarshalOptions{Deterministic: true}.Marshal(grantReq)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	resp := r.Grants.answers.get(ba.UID, string(key))
 	if resp == nil {
@@ -296,25 +301,27 @@ func (r *BucketAccessReconciler) grant(ctx context.Context, ba *cosiapi.BucketAc
 			callCtx = v1alpha1.WithNoCredentialsHeld(ctx)
 		}
 		if resp, err = r.Driver.DriverGrantBucketAccess(callCtx, grantReq); err != nil {
-			return r.record.failed(ctx, ba, rpcError{"DriverGrantBucketAccess", err}, cosiapi.EventFailedGrantAccess)
+			return time.Time{}, r.record.failed(ctx, ba, rpcError{"DriverGrantBucketAccess", err},
+				cosiapi.EventFailedGrantAccess)
 		}
 		if err := driver.ValidateGrantResponse(grantReq, resp); err != nil {
-			return r.record.invalidAnswer(ctx, ba, cosiapi.ReasonProvisioningFailed,
+			return time.Time{}, r.record.invalidAnswer(ctx, ba, cosiapi.ReasonProvisioningFailed,
 				"DriverGrantBucketAccess returned an incomplete or invalid answer: "+err.Error())
 		}
 		r.Grants.answers.put(ba.UID, string(key), resp)
 	}
 	if err := r.writeSecrets(ctx, ba, buckets, req.protocol, resp); err != nil {
-		return err
+		return time.Time{}, err
 	}
-	if err := r.Grants.store.recordCredential(ctx, written, resp.GetCredentialId()); err != nil {
-		return err
+	now, expiry := metav1.Now(), credentialsExpiry(resp.GetCredentials())
+	if err := r.Grants.store.recordCredential(ctx, written, resp.GetCredentialId(), now, expiry); err != nil {
+		return time.Time{}, err
 	}
 	if err := r.recordGranted(ctx, ba); err != nil {
-		return err
+		return time.Time{}, err
 	}
 	r.Grants.answers.forget(ba.UID)
-	return nil
+	return renewal(&now, expiry), nil
 }
 
 // grantRecorded reports whether the cache holds the access's grant record with its account ID.

@@ -262,25 +262,47 @@ func (s grantStore) update(ctx context.Context, cm *corev1.ConfigMap, g grantRec
 	return s.client.Update(ctx, cm)
 }
 
-// recordCredential records the credential that a grant wrote into the Secrets of the access, on
-// written, the record as put returned it before the grant, locked to its version: a record that
-// changed since (a rotation, an admin) is read again, uncached, and updated on that copy.
-func (s grantStore) recordCredential(ctx context.Context, written *corev1.ConfigMap, credentialID string) error {
+// recordCredential records the credential that a grant wrote into the Secrets of the access at
+// now, and when it expires (nil: it does not), on written, the record as put returned it before
+// the grant, locked to its version: a record that changed since (a rotation, an admin) is read
+// again, uncached, and updated on that copy. Nothing is written when the record says it already.
+func (s grantStore) recordCredential(
+	ctx context.Context, written *corev1.ConfigMap, credentialID string, now metav1.Time, expiry *metav1.Time,
+) error {
 	if g, err := parseGrantRecord(written); err == nil {
-		if g.CredentialID == credentialID {
+		if !g.holdCredential(credentialID, now, expiry) {
 			return nil
 		}
-		g.CredentialID, g.PeriodFrom = credentialID, ptr.To(metav1.Now())
 		if err := s.update(ctx, written, g); !apierrors.IsConflict(err) {
 			return err
 		}
 	}
 	g, cm, err := s.get(ctx, grantRecordUID(written.Name))
-	if err != nil || g == nil || g.CredentialID == credentialID {
+	if err != nil || g == nil || !g.holdCredential(credentialID, now, expiry) {
 		return err
 	}
-	g.CredentialID, g.PeriodFrom = credentialID, ptr.To(metav1.Now())
 	return s.update(ctx, cm, *g)
+}
+
+// holdCredential records that the Secrets hold credentialID, written at now and expiring at
+// expiry, and reports whether that changed the record. A new credential starts the rotation
+// period; credentials that expire start their lifetime at each grant that wrote them (a
+// repeated grant may move the expiry, as the Azure driver's does).
+func (g *grantRecord) holdCredential(credentialID string, now metav1.Time, expiry *metav1.Time) bool {
+	changed := false
+	if g.CredentialID != credentialID {
+		g.CredentialID, g.PeriodFrom = credentialID, ptr.To(now)
+		changed = true
+	}
+	switch {
+	case expiry != nil:
+		g.Expiry, g.ExpiryFrom = expiry, ptr.To(now)
+		changed = true
+	case g.Expiry != nil || g.ExpiryFrom != nil:
+		g.Expiry, g.ExpiryFrom = nil, nil
+		changed = true
+	}
+	return changed
 }
 
 // get returns the record of the access, read uncached, or nil.

@@ -10,7 +10,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
@@ -35,6 +37,10 @@ import (
 //     again from a new DriverGrantBucketAccess answer: what only a grant answers (certificate
 //     authority, SAS token expiry) is refreshed too. A Secret whose data did not change is not
 //     written.
+//   - before credentials expire: when the driver's answer says when the credentials expire (an
+//     Azure SAS token's expiry), the Secrets are written again from a new grant once four fifths
+//     of their lifetime passed, as the kubelet renews projected ServiceAccount tokens. The grant
+//     record keeps the expiry and when the Secrets got it, so a restart does not lose the moment.
 
 // refreshBucket asks the driver for a provisioned Bucket's information again, once per
 // RefreshInterval, and records it in status when it changed. A failed call leaves the status as
@@ -89,9 +95,10 @@ func (r *BucketReconciler) refreshBucketInfo(ctx context.Context, bucket *cosiap
 }
 
 // refresh rewrites the access's Secrets when the driver's answer changed: on demand
-// (AnnotationRefreshSecret), or when a Bucket's information changed since the Secrets were
-// written. It returns a wait while a rotation in progress holds it back. Nothing is read from
-// the API server or written when there is nothing to refresh: the decision is made on the cache.
+// (AnnotationRefreshSecret), before the credentials they hold expire, or when a Bucket's
+// information changed since the Secrets were written. It returns when to look again: while a
+// rotation in progress holds it back, or at the credentials' renewal. Nothing is read from the
+// API server or written when there is nothing to refresh: the decision is made on the cache.
 func (r *BucketAccessReconciler) refresh(ctx context.Context, ba *cosiapi.BucketAccess) (time.Duration, error) {
 	g, _ := r.Grants.store.cachedRecord(ctx, ba.UID)
 	if g == nil || g.AccountID != ba.Status.AccountID {
@@ -99,16 +106,91 @@ func (r *BucketAccessReconciler) refresh(ctx context.Context, ba *cosiapi.Bucket
 	}
 	token := ba.Annotations[cosiapi.AnnotationRefreshSecret]
 	asked := token != "" && token != g.RefreshToken
+	renewAt := renewal(g.ExpiryFrom, g.Expiry)
+	due := !renewAt.IsZero() && !time.Now().Before(renewAt)
 	changed := r.changedBuckets(ctx, ba, g)
 	switch {
-	case !asked && len(changed) == 0:
-		return 0, nil
+	case !asked && !due && len(changed) == 0:
+		return until(renewAt), nil
 	case g.Rotation != nil:
 		return requeueDelay, nil // the rotation writes the Secrets; refreshed once it is done
 	case asked:
-		return 0, r.refreshAsked(ctx, ba, token)
+		renewAt, err := r.refreshAsked(ctx, ba, token)
+		return until(renewAt), err
+	case due:
+		// A grant writes the Buckets' information too: a change waits for nothing more.
+		return r.renew(ctx, ba)
 	}
-	return 0, r.refreshBucketInfo(ctx, ba, changed)
+	return until(renewAt), r.refreshBucketInfo(ctx, ba, changed)
+}
+
+// renewal is when credentials written at from and expiring at expiry are written again: once four
+// fifths of their lifetime passed, and not sooner than requeueDelay after from, so that a driver
+// whose new credentials do not expire later is not asked in a loop. Zero when they do not expire,
+// or had expired when written (a new grant then waits for an admin's AnnotationRefreshSecret).
+func renewal(from, expiry *metav1.Time) time.Time {
+	if from == nil || expiry == nil || !expiry.After(from.Time) {
+		return time.Time{}
+	}
+	at := from.Add(expiry.Sub(from.Time) * 4 / 5)
+	if earliest := from.Add(requeueDelay); at.Before(earliest) {
+		at = earliest
+	}
+	return at
+}
+
+// until is the wait until t, zero (no wait) when t is; at least a millisecond otherwise.
+func until(t time.Time) time.Duration {
+	if t.IsZero() {
+		return 0
+	}
+	return max(time.Until(t), time.Millisecond)
+}
+
+// credentialsExpiry is when the credentials of a driver's answer expire; nil when they do not.
+func credentialsExpiry(creds *cosiproto.CredentialInfo) *metav1.Time {
+	ts := creds.GetAzure().GetExpiryTimestamp()
+	if ts == nil {
+		return nil
+	}
+	return ptr.To(metav1.NewTime(ts.AsTime()))
+}
+
+// renew writes the access's Secrets again from a new grant, before the credentials they hold
+// expire. The record is read uncached first: the cache may not show the last renewal yet, and
+// renewing twice would ask the driver for nothing.
+func (r *BucketAccessReconciler) renew(ctx context.Context, ba *cosiapi.BucketAccess) (time.Duration, error) {
+	g, _, err := r.Grants.store.get(ctx, ba.UID)
+	if err != nil || g == nil || g.Rotation != nil {
+		return requeueDelay, err
+	}
+	renewAt := renewal(g.ExpiryFrom, g.Expiry)
+	if renewAt.IsZero() || time.Now().Before(renewAt) {
+		return until(renewAt), nil
+	}
+	old := g.Expiry.UTC().Format(time.RFC3339)
+	next, err := r.grant(ctx, ba, true)
+	if err != nil {
+		return 0, err
+	}
+	g, _, err = r.Grants.store.get(ctx, ba.UID)
+	if err != nil || g == nil {
+		return until(next), err
+	}
+	switch {
+	case g.Expiry == nil:
+		r.Recorder.Eventf(ba, nil, corev1.EventTypeNormal, cosiapi.EventSecretsRefreshed, "Refresh",
+			"renewed before the credentials' expiry at %s: the new credentials do not expire", old)
+	case g.Expiry.UTC().Format(time.RFC3339) > old:
+		r.Recorder.Eventf(ba, nil, corev1.EventTypeNormal, cosiapi.EventSecretsRefreshed, "Refresh",
+			"renewed before the credentials' expiry at %s: the new credentials expire at %s", old,
+			g.Expiry.UTC().Format(time.RFC3339))
+	default:
+		r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, cosiapi.EventFailedRefresh, "Refresh",
+			"the driver's new credentials still expire at %s: renewing again at %s", old,
+			next.UTC().Format(time.RFC3339))
+	}
+	return until(next), nil
 }
 
 // changedBuckets returns, by name, the Buckets of the access whose information (from the cache)
@@ -130,31 +212,38 @@ func (r *BucketAccessReconciler) changedBuckets(
 	return changed
 }
 
-// refreshAsked writes the Secrets again from a new grant, and records the request handled.
-func (r *BucketAccessReconciler) refreshAsked(ctx context.Context, ba *cosiapi.BucketAccess, token string) error {
+// refreshAsked writes the Secrets again from a new grant, and records the request handled. It
+// returns when the credentials it wrote are renewed (renewal), zero when they do not expire.
+func (r *BucketAccessReconciler) refreshAsked(
+	ctx context.Context, ba *cosiapi.BucketAccess, token string,
+) (time.Time, error) {
 	g, _, err := r.Grants.store.get(ctx, ba.UID)
 	if err != nil || g == nil || g.RefreshToken == token {
-		return err
+		if g != nil {
+			return renewal(g.ExpiryFrom, g.Expiry), err
+		}
+		return time.Time{}, err
 	}
 	before, err := r.secretData(ctx, ba)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
-	if err := r.grant(ctx, ba, true); err != nil {
-		return err
+	renewAt, err := r.grant(ctx, ba, true)
+	if err != nil {
+		return time.Time{}, err
 	}
 	// The grant rewrote the record (with the Buckets' information it was made with): read again.
 	g, cm, err := r.Grants.store.get(ctx, ba.UID)
 	if err != nil || g == nil {
-		return err
+		return renewAt, err
 	}
 	g.RefreshToken = token
 	if err := r.Grants.store.update(ctx, cm, *g); err != nil {
-		return err
+		return time.Time{}, err
 	}
 	after, err := r.secretData(ctx, ba)
 	if err != nil {
-		return err
+		return renewAt, err
 	}
 	var keys []string
 	for name, data := range after {
@@ -169,7 +258,7 @@ func (r *BucketAccessReconciler) refreshAsked(ctx context.Context, ba *cosiapi.B
 	}
 	r.Recorder.Eventf(ba, nil, corev1.EventTypeNormal, cosiapi.EventSecretsRefreshed, "Refresh", "%s",
 		conditions.Truncate(msg))
-	return nil
+	return renewAt, nil
 }
 
 // secretData returns the data of the access's own Secrets, by name.

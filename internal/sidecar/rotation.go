@@ -63,6 +63,12 @@ type rotationState struct {
 	PeriodFrom *metav1.Time `json:"periodFrom,omitempty"`
 	// Rotation is the rotation in progress.
 	Rotation *rotation `json:"rotation,omitempty"`
+	// Expiry is when the credentials the Secrets hold expire, as the driver's answer said (an
+	// Azure SAS token's expiry); nil when they do not. ExpiryFrom is when the grant that answered
+	// wrote them. The Secrets are written again from a new grant once four fifths of that
+	// lifetime passed (renewal, refresh.go).
+	Expiry     *metav1.Time `json:"expiry,omitempty"`
+	ExpiryFrom *metav1.Time `json:"expiryFrom,omitempty"`
 }
 
 // rotation is one rotation in progress.
@@ -326,10 +332,13 @@ func (r *BucketAccessReconciler) writeRotated(
 	ctx context.Context, ba *cosiapi.BucketAccess, g *grantRecord, cm *corev1.ConfigMap,
 ) (time.Duration, error) {
 	rot := g.Rotation
+	var expiry *metav1.Time // of the new credential, when the driver's answer is at hand
+	answered := false
 	if resp := r.rotations.get(ba.UID, rot.To); resp != nil {
 		if wait, err := r.writeAnswer(ctx, ba, resp); err != nil || wait > 0 {
 			return wait, err
 		}
+		expiry, answered = credentialsExpiry(resp.GetCredentials()), true
 	} else {
 		copied, wait, err := r.copyRotated(ctx, ba, rot.To)
 		if err != nil || wait > 0 {
@@ -349,6 +358,12 @@ func (r *BucketAccessReconciler) writeRotated(
 	now := metav1.Now()
 	rot.Written = &now
 	g.CredentialID, g.PeriodFrom = rot.To, &now
+	if answered {
+		g.Expiry, g.ExpiryFrom = expiry, &now
+		if expiry == nil {
+			g.ExpiryFrom = nil
+		}
+	}
 	if err := r.Grants.store.update(ctx, cm, *g); err != nil {
 		return 0, err
 	}
