@@ -40,6 +40,12 @@ func (r *run) faultSpecs() []string {
 		}
 	}
 	if f.ErrorRate > 0 {
+		// The rotation's calls come late and few in a small run (a few dozen, some of them while
+		// the driver is down): the first of each after the faults are set fails, so that every
+		// run injects an error into them, however its calls interleave.
+		for _, m := range rotationMethods {
+			specs = append(specs, m+"=Unavailable:x1")
+		}
 		// Faults are tried in turn, each with its rate: 2 x len(codes) of them make ErrorRate.
 		n := float64(2 * len(retryableCodes))
 		rate := 1 - math.Pow(1-f.ErrorRate, 1/n)

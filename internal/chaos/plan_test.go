@@ -3,6 +3,7 @@ package chaos
 import (
 	"math"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -106,7 +107,7 @@ func TestFaultSpecs(t *testing.T) {
 	r := &run{cfg: DefaultConfig(1)}
 	r.cfg.Faults.LateRate = 0.01
 	perMethod := map[string]float64{}
-	slow := 0
+	slow, firsts := 0, 0
 	for _, spec := range r.faultSpecs() {
 		f, err := memory.ParseFault(spec)
 		if err != nil {
@@ -117,6 +118,14 @@ func TestFaultSpecs(t *testing.T) {
 			if f.Delay <= r.cfg.DriverTimeout {
 				t.Errorf("%s: not beyond the driver timeout %v", spec, r.cfg.DriverTimeout)
 			}
+			continue
+		}
+		if f.Count > 0 {
+			// The first call of a rotation's method fails, then the rates apply.
+			if !slices.Contains(rotationMethods, f.Method) || f.Count != 1 {
+				t.Errorf("%s: a counted fault of a method other than the rotation's", spec)
+			}
+			firsts++
 			continue
 		}
 		// Faults are tried in turn: the chance that none hits is the product.
@@ -130,8 +139,9 @@ func TestFaultSpecs(t *testing.T) {
 			t.Errorf("no faults for %s", m)
 		}
 	}
-	if len(perMethod) != len(provisionerMethods) || slow != 2*len(provisionerMethods) {
-		t.Errorf("faults for %d methods, %d slow ones", len(perMethod), slow)
+	if len(perMethod) != len(provisionerMethods) || slow != 2*len(provisionerMethods) ||
+		firsts != len(rotationMethods) {
+		t.Errorf("faults for %d methods, %d slow ones, %d first calls", len(perMethod), slow, firsts)
 	}
 	for m, none := range perMethod {
 		if got := 1 - none; math.Abs(got-r.cfg.Faults.ErrorRate) > 1e-9 {
