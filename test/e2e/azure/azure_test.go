@@ -353,3 +353,47 @@ func noSignatureInLogs(t *testing.T, s *corev1.Secret) {
 		}
 	}
 }
+
+// A token with sasExpiry is renewed by the sidecar before it expires, with nothing asking for it:
+// the Secret's expiry moves, the token in it stays, and Azurite accepts it after the expiry the
+// Secret first said.
+func TestExpiryRenewed(t *testing.T) {
+	requireAzurite(t)
+	ns := fw.Namespace(t)
+	class := fw.BucketClass(cosiapi.DeletionPolicyDelete, map[string]string{azure.ParamPurgeOnDelete: "true"})
+	ac := accessClass(map[string]string{azure.ParamSASExpiry: "15s"})
+	c := claim(ns, class.Name)
+	fw.Create(t, class, ac, c)
+	fw.Provisioned(t, c)
+	a := access(ns, ac.Name, readWrite, c)
+	fw.Create(t, a)
+	fw.Provisioned(t, a)
+	s := secret(t, a)
+	token := string(s.Data[cosiapi.SecretKeyAzureSASToken])
+	first, err := time.Parse(time.RFC3339, string(s.Data[cosiapi.SecretKeyAzureSASTokenExpiry]))
+	if err != nil {
+		t.Fatalf("%s: %v", cosiapi.SecretKeyAzureSASTokenExpiry, err)
+	}
+	testenv.Eventually(t, func() error {
+		s := secret(t, a)
+		got, err := time.Parse(time.RFC3339, string(s.Data[cosiapi.SecretKeyAzureSASTokenExpiry]))
+		if err != nil || !got.After(first) {
+			return fmt.Errorf("the Secret's token expires at %s (%v), not renewed", got, err)
+		}
+		if string(s.Data[cosiapi.SecretKeyAzureSASToken]) != token {
+			return errors.New("the renewal changed the token")
+		}
+		return nil
+	})
+	// Past the first expiry, the token works.
+	for time.Now().Before(first.Add(2 * time.Second)) {
+		time.Sleep(500 * time.Millisecond)
+	}
+	if err := put(t, tokenClient(t, secret(t, a)), "after-expiry"); err != nil {
+		t.Errorf("put with the renewed token past its first expiry: %v", err)
+	}
+	fw.Delete(t, a)
+	fw.Waits.Gone(t, a)
+	fw.Delete(t, c)
+	fw.Waits.Gone(t, c)
+}
