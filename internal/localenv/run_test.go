@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kube-cosi/cosi/internal/issuer"
+	"github.com/kube-cosi/cosi/internal/process"
 )
 
 // make run (Run with cosi-local's options) sets up ServiceAccount authentication: it publishes the
@@ -28,6 +29,10 @@ func TestRunServiceAccount(t *testing.T) {
 	}
 	opts := RunOptions{Options: MakeRunOptions(), Demo: true, ExitAfterDemo: true}
 	opts.Dir, opts.RepoRoot, opts.BinDir = t.TempDir(), repo, filepath.Join(repo, "bin")
+	// Fixed across the two runs, as cosi-local's are: the Secrets name the store's endpoints.
+	if err := process.FreeAddresses(&opts.S3Address, &opts.IAMAddress); err != nil {
+		t.Fatal(err)
+	}
 	issuerLine := regexp.MustCompile(`ServiceAccount authentication: issuer (https://\S+) published`)
 	var first string
 	for run := range 2 {
@@ -37,6 +42,9 @@ func TestRunServiceAccount(t *testing.T) {
 		cancel()
 		if err != nil {
 			t.Fatalf("run %d: %v\n%s", run+1, err, out.String())
+		}
+		if run == 1 {
+			t.Logf("run 2:\n%s", out.String())
 		}
 		m := issuerLine.FindStringSubmatch(out.String())
 		if m == nil {
