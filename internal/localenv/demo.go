@@ -96,7 +96,7 @@ func Run(ctx context.Context, opts RunOptions, out, errOut io.Writer) error {
 		}
 	}()
 	if opts.Issuer != nil {
-		stop, err := publishIssuer(ctx, opts.Issuer, out)
+		stop, err := PublishIssuer(ctx, opts.Issuer, out)
 		if err != nil {
 			return err
 		}
@@ -177,10 +177,11 @@ func runIssuer(opts *RunOptions, out io.Writer) error {
 	return nil
 }
 
-// publishIssuer serves the front until ctx ends or stop is called, and returns once it listens.
+// PublishIssuer serves the front until ctx ends or stop is called, and returns once it listens:
+// what make run does while it runs (and test/docs/runnable, which runs as make run).
 // The front's address is one per machine: while another process publishes its issuer there (a
 // test), it waits.
-func publishIssuer(ctx context.Context, front *issuer.Front, out io.Writer) (stop func(), err error) {
+func PublishIssuer(ctx context.Context, front *issuer.Front, out io.Writer) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	listening, done := make(chan struct{}), make(chan error, 1)
 	go func() {
