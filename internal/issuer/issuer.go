@@ -263,7 +263,9 @@ func parseCA(certPEM, keyPEM []byte) (*x509.Certificate, *ecdsa.PrivateKey, erro
 
 // serving makes a serving certificate for ip signed by ca, valid for validity, and returns it
 // with ca after it.
-func serving(ip net.IP, ca *x509.Certificate, caKey *ecdsa.PrivateKey, validity time.Duration) (tls.Certificate, error) {
+func serving(
+	ip net.IP, ca *x509.Certificate, caKey *ecdsa.PrivateKey, validity time.Duration,
+) (tls.Certificate, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return tls.Certificate{}, err

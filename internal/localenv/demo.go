@@ -193,7 +193,9 @@ func PublishIssuer(ctx context.Context, front *issuer.Front, out io.Writer) (sto
 	}()
 	stop = func() {
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			fmt.Fprintf(out, "publishing the ServiceAccount issuer: %v\n", err)
+		}
 	}
 	select {
 	case <-listening:

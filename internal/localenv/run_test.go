@@ -66,7 +66,8 @@ func TestRunServiceAccount(t *testing.T) {
 		// The keyless Secret, as the demo prints it: no key.
 		_, secret, _ := strings.Cut(out.String(), "Secret cosi-demo/photos-app-creds")
 		secret, _, _ = strings.Cut(secret, "\n\n")
-		if secret == "" || strings.Contains(secret, "AWS_ACCESS_KEY_ID") || strings.Contains(secret, "AWS_SECRET_ACCESS_KEY") {
+		if secret == "" || strings.Contains(secret, "AWS_ACCESS_KEY_ID") ||
+			strings.Contains(secret, "AWS_SECRET_ACCESS_KEY") {
 			t.Errorf("run %d: the Secret of the keyless access, as printed: %q", run+1, secret)
 		}
 	}

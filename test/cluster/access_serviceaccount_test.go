@@ -117,11 +117,15 @@ func TestServiceAccountPod(t *testing.T) {
 		if err := front.Serve(ctx, func(context.Context) error {
 			var ok bool
 			var err error
-			if put, ok, err = keylessApp(keylessSA, "put", "summary", "written without a key"); err != nil || !ok {
-				return fmt.Errorf("the put failed (%v): %s", err, put)
+			if put, ok, err = keylessApp(keylessSA, "put", "summary", "written without a key"); err != nil {
+				return fmt.Errorf("the put: %w", err)
+			} else if !ok {
+				return fmt.Errorf("the put failed: %s", put)
 			}
-			if got, ok, err = keylessApp(keylessSA, "get", "summary"); err != nil || !ok {
-				return fmt.Errorf("the get failed (%v): %s", err, got)
+			if got, ok, err = keylessApp(keylessSA, "get", "summary"); err != nil {
+				return fmt.Errorf("the get: %w", err)
+			} else if !ok {
+				return fmt.Errorf("the get failed: %s", got)
 			}
 			return nil
 		}); err != nil {
@@ -260,13 +264,18 @@ func keylessApp(sa string, args ...string) (out string, ok bool, err error) {
 	defer cancel()
 	for {
 		p, err := cs.CoreV1().Pods(keylessTenant).Get(wait, name, metav1.GetOptions{})
-		if err == nil && (p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed) {
-			logs, lerr := tryCommand(nil, "kubectl", "-n", keylessTenant, "logs", name)
-			return strings.TrimSpace(string(logs)), p.Status.Phase == corev1.PodSucceeded, lerr
+		phase := corev1.PodUnknown
+		if err == nil {
+			phase = p.Status.Phase
+		}
+		if phase == corev1.PodSucceeded || phase == corev1.PodFailed {
+			logs, lerr := tryCommand("kubectl", "-n", keylessTenant, "logs", name)
+			return strings.TrimSpace(string(logs)), phase == corev1.PodSucceeded, lerr
 		}
 		select {
 		case <-wait.Done():
-			return "", false, fmt.Errorf("Pod %s/%s has not completed after 2 minutes (%v)", keylessTenant, name, err)
+			return "", false, fmt.Errorf("Pod %s/%s has not completed after 2 minutes (phase %s)",
+				keylessTenant, name, phase)
 		case <-time.After(300 * time.Millisecond):
 		}
 	}
