@@ -68,6 +68,11 @@ type Options struct {
 	ImagesDirs []string
 	// Progress receives one line per step; nil discards them.
 	Progress io.Writer
+	// ServiceAccountIssuer, when set, is the API server's --service-account-issuer (the iss of
+	// its ServiceAccount tokens) and ServiceAccountJWKSURI its --service-account-jwks-uri: an
+	// issuer published where an object store's IAM service fetches it (internal/issuer's Front).
+	// Empty: https://kubernetes.default.svc.cluster.local, which nothing outside verifies.
+	ServiceAccountIssuer, ServiceAccountJWKSURI string
 }
 
 // Node is a running node.
@@ -336,12 +341,18 @@ func (n *Node) startControlPlane(ctx context.Context) error {
 	if n.clientset, err = kubernetes.NewForConfig(n.Config); err != nil {
 		return err
 	}
-	api := n.proc("kube-apiserver", []string{
+	issuer := "https://kubernetes.default.svc.cluster.local"
+	var jwksURI []string
+	if n.opts.ServiceAccountIssuer != "" {
+		issuer = n.opts.ServiceAccountIssuer
+		jwksURI = []string{"--service-account-jwks-uri", n.opts.ServiceAccountJWKSURI}
+	}
+	api := n.proc("kube-apiserver", append([]string{
 		"--etcd-servers", "http://" + etcdClient,
 		"--bind-address", n.IP, "--advertise-address", n.IP, "--secure-port", port,
 		"--tls-cert-file", pki.path("apiserver.crt"), "--tls-private-key-file", pki.path("apiserver.key"),
 		"--client-ca-file", pki.path("ca.crt"),
-		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+		"--service-account-issuer", issuer,
 		"--service-account-key-file", pki.path("sa.pub"), "--service-account-signing-key-file", pki.path("sa.key"),
 		"--service-cluster-ip-range", serviceSubnet,
 		"--authorization-mode", "Node,RBAC",
@@ -353,7 +364,7 @@ func (n *Node) startControlPlane(ctx context.Context) error {
 		"--kubelet-client-certificate", pki.path("apiserver-kubelet-client.crt"),
 		"--kubelet-client-key", pki.path("apiserver-kubelet-client.key"),
 		"--kubelet-preferred-address-types", "InternalIP,Hostname",
-	}, n.healthy("/readyz"))
+	}, jwksURI...), n.healthy("/readyz"))
 	return api.Start(ctx)
 }
 

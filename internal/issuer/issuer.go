@@ -86,6 +86,65 @@ type Front struct {
 // New prepares a front on this machine's first usable address (Address), with a fresh path and
 // a fresh CA. It listens on nothing until Serve.
 func New() (*Front, error) {
+	ca, caKey, err := newCA(24 * time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	return front("/cosi-"+strings.ToLower(rand.Text()[:12]), ca, caKey, 24*time.Hour)
+}
+
+// Load is New for a front that outlives its process (make run): its path and CA are kept in dir
+// (made if missing, files of the owner only) and reused, so that the issuer's URL and thumbprint,
+// which the object store's OIDC provider and every role the driver made trust, stay the same
+// from one start to the next on the same address. The serving certificate is made anew for the
+// current address.
+func Load(dir string) (*Front, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("issuer: %w", err)
+	}
+	pathFile, caFile, keyFile := filepath.Join(dir, "path"), filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key")
+	path, pathErr := os.ReadFile(pathFile)
+	caPEM, caErr := os.ReadFile(caFile)
+	keyPEM, keyErr := os.ReadFile(keyFile)
+	if pathErr == nil && caErr == nil && keyErr == nil {
+		ca, caKey, err := parseCA(caPEM, keyPEM)
+		if err != nil {
+			return nil, fmt.Errorf("issuer: %s: %w (remove the directory to start with a new issuer)", dir, err)
+		}
+		return front(strings.TrimSpace(string(path)), ca, caKey, 365*24*time.Hour)
+	}
+	for _, err := range []error{pathErr, caErr, keyErr} {
+		if !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("issuer: %w", err)
+		}
+	}
+	ca, caKey, err := newCA(10 * 365 * 24 * time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	f, err := front("/cosi-"+strings.ToLower(rand.Text()[:12]), ca, caKey, 365*24*time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	der, err := x509.MarshalECPrivateKey(caKey)
+	if err != nil {
+		return nil, fmt.Errorf("issuer: %w", err)
+	}
+	for file, data := range map[string][]byte{
+		pathFile: []byte(f.path + "\n"),
+		caFile:   f.CA,
+		keyFile:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}),
+	} {
+		if err := os.WriteFile(file, data, 0o600); err != nil {
+			return nil, fmt.Errorf("issuer: %w", err)
+		}
+	}
+	return f, nil
+}
+
+// front is a front on this machine's first usable address at path, serving a certificate signed
+// by ca, valid for validity.
+func front(path string, ca *x509.Certificate, caKey *ecdsa.PrivateKey, validity time.Duration) (*Front, error) {
 	ip, err := Address()
 	if err != nil {
 		return nil, err
@@ -94,7 +153,7 @@ func New() (*Front, error) {
 	if err := checkListen(address); err != nil {
 		return nil, err
 	}
-	cert, ca, err := certificate(ip)
+	cert, err := serving(ip, ca, caKey, validity)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +162,6 @@ func New() (*Front, error) {
 	if ip.To4() == nil {
 		host = "[" + host + "]"
 	}
-	path := "/cosi-" + strings.ToLower(rand.Text()[:12])
 	url := "https://" + host + path
 	return &Front{
 		URL:        url,
@@ -155,43 +213,82 @@ func checkListen(address string) error {
 	return fmt.Errorf("%w: listening on %s: %w", ErrUnavailable, address, err)
 }
 
-// certificate makes a CA and a serving certificate for ip signed by it, valid for a day. The
-// front presents both, so that the CA is the top of its chain: the certificate the IAM service's
-// thumbprint pins.
-func certificate(ip net.IP) (tls.Certificate, *x509.Certificate, error) {
+// newCA makes a CA valid for validity. The front presents it after its serving certificate, so
+// that the CA is the top of its chain: the certificate the IAM service's thumbprint pins.
+func newCA(validity time.Duration) (*x509.Certificate, *ecdsa.PrivateKey, error) {
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return tls.Certificate{}, nil, err
+		return nil, nil, err
 	}
 	now := time.Now()
 	caTemplate := &x509.Certificate{
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "cosi test issuer CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(validity),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
 	}
 	caDER, err := x509.CreateCertificate(rand.Reader, caTemplate, caTemplate, &caKey.PublicKey, caKey)
 	if err != nil {
-		return tls.Certificate{}, nil, err
+		return nil, nil, err
 	}
 	ca, err := x509.ParseCertificate(caDER)
 	if err != nil {
-		return tls.Certificate{}, nil, err
+		return nil, nil, err
 	}
+	return ca, caKey, nil
+}
+
+// parseCA reads a CA newCA made and Load saved.
+func parseCA(certPEM, keyPEM []byte) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	cb, _ := pem.Decode(certPEM)
+	kb, _ := pem.Decode(keyPEM)
+	if cb == nil || kb == nil {
+		return nil, nil, errors.New("the CA certificate or key is not PEM")
+	}
+	ca, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, nil, err
+	}
+	key, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !key.PublicKey.Equal(ca.PublicKey) {
+		return nil, nil, errors.New("the CA key does not match its certificate")
+	}
+	if time.Now().After(ca.NotAfter) {
+		return nil, nil, fmt.Errorf("the CA expired on %s", ca.NotAfter.Format(time.DateOnly))
+	}
+	return ca, key, nil
+}
+
+// serving makes a serving certificate for ip signed by ca, valid for validity, and returns it
+// with ca after it.
+func serving(
+	ip net.IP, ca *x509.Certificate, caKey *ecdsa.PrivateKey, validity time.Duration,
+) (tls.Certificate, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return tls.Certificate{}, nil, err
+		return tls.Certificate{}, err
+	}
+	now := time.Now()
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return tls.Certificate{}, err
 	}
 	leaf := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: ip.String()},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		SerialNumber: serial, Subject: pkix.Name{CommonName: ip.String()},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(validity),
 		IPAddresses: []net.IP{ip}, KeyUsage: x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
+	if leaf.NotAfter.After(ca.NotAfter) {
+		leaf.NotAfter = ca.NotAfter
+	}
 	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
 	if err != nil {
-		return tls.Certificate{}, nil, err
+		return tls.Certificate{}, err
 	}
-	return tls.Certificate{Certificate: [][]byte{leafDER, caDER}, PrivateKey: key}, ca, nil
+	return tls.Certificate{Certificate: [][]byte{leafDER, ca.Raw}, PrivateKey: key}, nil
 }
 
 // SetBackend names the API server whose documents the front serves: cfg's host, verified with

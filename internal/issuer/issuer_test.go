@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -147,5 +148,52 @@ func TestServeTakesTurns(t *testing.T) {
 	}
 	if err := second.Serve(ctx, func(context.Context) error { served = true; return nil }); err != nil || !served {
 		t.Errorf("the second front after the first: served %v, err %v", served, err)
+	}
+}
+
+// TestLoadKeepsTheIssuer loads a front from a directory twice, as two runs of make run do: the
+// second has the first's URL, thumbprint and CA (the OIDC provider and the roles the driver made
+// trust them), and its serving certificate is signed by that CA for the front's address. The
+// directory's files are the owner's only.
+func TestLoadKeepsTheIssuer(t *testing.T) {
+	dir := t.TempDir()
+	first, err := issuer.Load(dir)
+	if errors.Is(err, issuer.ErrUnavailable) {
+		t.Skipf("no ServiceAccount issuer the IAM service would fetch can be published here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := issuer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.URL != second.URL || first.JWKSURI != second.JWKSURI || first.Thumbprint != second.Thumbprint ||
+		string(first.CA) != string(second.CA) {
+		t.Errorf("a second Load: %s %s %s, want the first's %s %s %s", second.URL, second.JWKSURI, second.Thumbprint,
+			first.URL, first.JWKSURI, first.Thumbprint)
+	}
+	if other := newFront(t); other.URL == first.URL || other.Thumbprint == first.Thumbprint {
+		t.Errorf("New has Load's URL %s or thumbprint %s", other.URL, other.Thumbprint)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		info, err := e.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Mode().Perm()&0o077 != 0 {
+			t.Errorf("%s has mode %v, want the owner's only", e.Name(), info.Mode().Perm())
+		}
+	}
+	// The front serves with a certificate of its CA, for its address.
+	if err := second.Serve(t.Context(), func(ctx context.Context) error {
+		_, err := getJSON(ctx, client(t, second), second.URL+issuer.DiscoveryPath, &map[string]any{})
+		return err
+	}); err != nil {
+		t.Errorf("a client that trusts only the loaded CA: %v", err)
 	}
 }

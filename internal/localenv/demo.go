@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/issuer"
 )
 
 // demoFiles are applied in this order, from examples/ (examples/azure/ but the namespace for the
@@ -46,6 +47,12 @@ const (
 	demoClaim     = "photos"
 	demoAccess    = "photos-writer"
 	demoSecret    = "photos-creds"
+	// The keyless part of the demo (ServiceAccount authentication), with the issuer: its file,
+	// and the ServiceAccount, BucketAccess and Secret the file names.
+	keylessFile   = "bucketaccess-serviceaccount.yaml"
+	keylessSA     = "photos-app"
+	keylessAccess = "photos-app"
+	keylessSecret = "photos-app-creds"
 )
 
 // RunOptions configure Run.
@@ -75,6 +82,9 @@ func Run(ctx context.Context, opts RunOptions, out, errOut io.Writer) error {
 		fmt.Fprintf(out, "Starting COSI locally; data and logs go to %s\n", opts.Dir)
 	}
 	opts.Progress = func(step string, took time.Duration) { fmt.Fprintf(out, "  ✓ %-70s %6.1fs\n", step, took.Seconds()) }
+	if err := runIssuer(&opts, out); err != nil {
+		return err
+	}
 	env, err := Start(ctx, opts.Options)
 	if err != nil {
 		return err
@@ -85,6 +95,15 @@ func Run(ctx context.Context, opts RunOptions, out, errOut io.Writer) error {
 			fmt.Fprintln(errOut, "cosi-local: stopping:", err)
 		}
 	}()
+	if opts.Issuer != nil {
+		stop, err := PublishIssuer(ctx, opts.Issuer, out)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		fmt.Fprintf(out, "ServiceAccount authentication: issuer %s published on port %d while COSI runs "+
+			"(its path and CA in %s)\n", opts.Issuer.URL, issuer.Port, filepath.Join(opts.Dir, "issuer"))
+	}
 	fmt.Fprintf(
 		out,
 		"COSI is running (%.1fs). kubectl --kubeconfig %s get crd\n",
@@ -129,7 +148,135 @@ func runDemo(ctx context.Context, env *Env, repoRoot string, out io.Writer) erro
 		return err
 	}
 	printSecret(out, secret)
-	return putAndGet(ctx, secret, out)
+	if err := putAndGet(ctx, secret, out); err != nil {
+		return err
+	}
+	if env.opts.Issuer == nil || env.opts.Driver != DriverS3 || env.opts.Store != StoreVersity {
+		return nil
+	}
+	return keylessDemo(ctx, env, repoRoot, out)
+}
+
+// runIssuer sets up ServiceAccount authentication for make run, unless opts has an issuer
+// already or its driver and store have none: an issuer front whose path and CA are kept in
+// opts.Dir/issuer. Where the machine cannot publish one, it says why and goes on without.
+func runIssuer(opts *RunOptions, out io.Writer) error {
+	if opts.Issuer != nil || (opts.Driver != "" && opts.Driver != DriverS3) ||
+		(opts.Store != "" && opts.Store != StoreVersity) {
+		return nil
+	}
+	front, err := issuer.Load(filepath.Join(opts.Dir, "issuer"))
+	if errors.Is(err, issuer.ErrUnavailable) {
+		fmt.Fprintf(out, "ServiceAccount authentication: off: %v\n", err)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	opts.Issuer = front
+	return nil
+}
+
+// PublishIssuer serves the front until ctx ends or stop is called, and returns once it listens:
+// what make run does while it runs (and test/docs/runnable, which runs as make run).
+// The front's address is one per machine: while another process publishes its issuer there (a
+// test), it waits.
+func PublishIssuer(ctx context.Context, front *issuer.Front, out io.Writer) (stop func(), err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	listening, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- front.Serve(ctx, func(ctx context.Context) error {
+			close(listening)
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	stop = func() {
+		cancel()
+		if err := <-done; err != nil {
+			fmt.Fprintf(out, "publishing the ServiceAccount issuer: %v\n", err)
+		}
+	}
+	select {
+	case <-listening:
+		return stop, nil
+	case <-time.After(2 * time.Second):
+		fmt.Fprintf(out, "  (waiting for port %d: another process publishes its issuer there)\n", issuer.Port)
+	}
+	select {
+	case <-listening:
+		return stop, nil
+	case err := <-done:
+		cancel()
+		return nil, fmt.Errorf("publishing the ServiceAccount issuer: %w", err)
+	}
+}
+
+// keylessDemo is the demo's ServiceAccount authentication: it applies examples/
+// bucketaccess-serviceaccount.yaml (a class of authenticationType ServiceAccount, the
+// ServiceAccount photos-app, an access of it to the demo's claim), shows the Secret (a role, no
+// key), and with a token of the ServiceAccount from the TokenRequest API, as the kubelet projects
+// into a Pod, exchanges it for the role (AssumeRoleWithWebIdentity) and puts and reads an object.
+func keylessDemo(ctx context.Context, env *Env, repoRoot string, out io.Writer) error {
+	fmt.Fprintln(out, "\nKeyless: an access for a ServiceAccount, no key (authenticationType ServiceAccount)")
+	path := filepath.Join(repoRoot, "examples", keylessFile)
+	objs, err := ApplyFile(ctx, env.Client, path)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, o := range objs {
+		names = append(names, strings.ToLower(o.GetKind())+"/"+o.GetName())
+	}
+	fmt.Fprintf(out, "  applied %-35s %s\n", filepath.Join("examples", keylessFile), strings.Join(names, ", "))
+	step := time.Now()
+	access := &cosiapi.BucketAccess{}
+	if err := waitProvisioned(ctx, out, env.Client, types.NamespacedName{Namespace: demoNamespace, Name: keylessAccess},
+		access, func() []metav1.Condition { return access.Status.Conditions }); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "  ✓ BucketAccess %s/%s Provisioned %6.1fs\n", demoNamespace, keylessAccess,
+		time.Since(step).Seconds())
+	secret := &corev1.Secret{}
+	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: demoNamespace, Name: keylessSecret},
+		secret); err != nil {
+		return err
+	}
+	printSecret(out, secret)
+	audience := env.opts.DriverName
+	if audience == "" {
+		audience = DriverName
+	}
+	token, err := env.ServiceAccountToken(ctx, demoNamespace, keylessSA, audience)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "cosi-demo-token")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	file := filepath.Join(dir, "token")
+	if err := os.WriteFile(file, []byte(token), 0o600); err != nil {
+		return err
+	}
+	creds, err := WebIdentityCredentials(secret, file)
+	if err != nil {
+		return err
+	}
+	s3c, bucket, err := S3ClientWith(secret, creds)
+	if err != nil {
+		return err
+	}
+	key, body := "hello-keyless.txt", "hello from a ServiceAccount, "+time.Now().Format(time.RFC3339)
+	if err := putAndRead(ctx, s3c, bucket, key, body); err != nil {
+		return fmt.Errorf("with a token of ServiceAccount %s/%s: %w", demoNamespace, keylessSA, err)
+	}
+	fmt.Fprintf(out, "\n  ✓ with a token of ServiceAccount %s/%s and no key: put s3://%s/%s and read it back: %q\n",
+		demoNamespace, keylessSA, bucket, key, body)
+	fmt.Fprintf(out, "    (the token, for audience %s, exchanged at %s for temporary credentials of the role)\n",
+		audience, secret.Data[cosiapi.SecretKeyS3STSEndpointURL])
+	return nil
 }
 
 // applyDemo applies demoFiles from examples/, in order.
@@ -198,7 +345,7 @@ func waitDemoProvisioned(ctx context.Context, env *Env, out io.Writer) error {
 
 // printSecret shows the Secret's keys, the secret key masked.
 func printSecret(out io.Writer, secret *corev1.Secret) {
-	fmt.Fprintf(out, "\n  Secret %s/%s (what a Pod gets with envFrom):\n", demoNamespace, demoSecret)
+	fmt.Fprintf(out, "\n  Secret %s/%s (what a Pod gets with envFrom):\n", secret.Namespace, secret.Name)
 	keys := make([]string, 0, len(secret.Data))
 	for k := range secret.Data {
 		keys = append(keys, k)
@@ -212,7 +359,7 @@ func printSecret(out io.Writer, secret *corev1.Secret) {
 		case cosiapi.SecretKeyAzureSASToken:
 			v = maskSignature(v)
 		}
-		fmt.Fprintf(out, "    %-26s %s\n", k, v)
+		fmt.Fprintf(out, "    %-28s %s\n", k, v)
 	}
 }
 
@@ -240,11 +387,20 @@ func putAndGet(ctx context.Context, secret *corev1.Secret, out io.Writer) error 
 	}
 	key := "hello.txt"
 	body := "hello from COSI, " + time.Now().Format(time.RFC3339)
+	if err := putAndRead(ctx, s3c, bucket, key, body); err != nil {
+		return fmt.Errorf("with the Secret's credentials: %w", err)
+	}
+	fmt.Fprintf(out, "\n  ✓ with the Secret's credentials: put s3://%s/%s and read it back: %q\n", bucket, key, body)
+	return nil
+}
+
+// putAndRead puts body as bucket/key and reads it back.
+func putAndRead(ctx context.Context, s3c *awss3.Client, bucket, key, body string) error {
 	if _, err := s3c.PutObject(
 		ctx,
 		&awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader(body)},
 	); err != nil {
-		return fmt.Errorf("putting s3://%s/%s with the Secret's credentials: %w", bucket, key, err)
+		return fmt.Errorf("putting s3://%s/%s: %w", bucket, key, err)
 	}
 	obj, err := s3c.GetObject(ctx, &awss3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
 	if err != nil {
@@ -258,7 +414,6 @@ func putAndGet(ctx context.Context, secret *corev1.Secret, out io.Writer) error 
 	if !bytes.Equal(got, []byte(body)) {
 		return fmt.Errorf("read back %q, wrote %q", got, body)
 	}
-	fmt.Fprintf(out, "\n  ✓ with the Secret's credentials: put s3://%s/%s and read it back: %q\n", bucket, key, got)
 	return nil
 }
 

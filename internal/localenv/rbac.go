@@ -151,6 +151,12 @@ const IssuerDiscoveryBinding = "cosi:service-account-issuer-discovery"
 // ServiceAccounts may read them; the IAM service that verifies workloads' tokens has no
 // Kubernetes credentials.
 func (a *APIServer) AllowIssuerDiscovery(ctx context.Context) error {
+	return AllowIssuerDiscovery(ctx, a.Client)
+}
+
+// AllowIssuerDiscovery is APIServer.AllowIssuerDiscovery for any API server, as c (a cluster
+// admin) reaches it: the cluster tier's node.
+func AllowIssuerDiscovery(ctx context.Context, c client.Client) error {
 	binding := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: IssuerDiscoveryBinding},
 		RoleRef: rbacv1.RoleRef{
@@ -158,7 +164,7 @@ func (a *APIServer) AllowIssuerDiscovery(ctx context.Context) error {
 		},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:unauthenticated"}},
 	}
-	if err := a.Client.Create(ctx, binding); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := c.Create(ctx, binding); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("allowing anonymous issuer discovery: %w", err)
 	}
 	return nil

@@ -362,7 +362,6 @@ func uninstallHelm(t *testing.T, tenant string) {
 	})
 	for _, release := range []string{"s3", "cosi"} {
 		if _, err := tryCommand(
-			nil,
 			"helm",
 			"uninstall",
 			release,

@@ -35,21 +35,18 @@ const (
 // command runs bin/<name> (kubectl, helm) as the cluster admin and returns its standard output.
 func command(t *testing.T, name string, args ...string) []byte {
 	t.Helper()
-	out, err := tryCommand(nil, name, args...)
+	out, err := tryCommand(name, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return out
 }
 
-func tryCommand(stdin []byte, name string, args ...string) ([]byte, error) {
+func tryCommand(name string, args ...string) ([]byte, error) {
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(filepath.Join(bin, name), args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+node.Kubeconfig)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if stdin != nil {
-		cmd.Stdin = bytes.NewReader(stdin)
-	}
 	if err := cmd.Run(); err != nil {
 		return stdout.Bytes(), fmt.Errorf(
 			"%s %s: %w\n%s%s",

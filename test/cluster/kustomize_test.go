@@ -103,7 +103,6 @@ func TestKustomize(t *testing.T) {
 		command(t, "kubectl", "apply", "--server-side", "--force-conflicts", "-k", cosi)
 		eventually(t, time.Minute, "the CRDs are established", func(context.Context) error {
 			_, err := tryCommand(
-				nil,
 				"kubectl",
 				"wait",
 				"--for=condition=Established",

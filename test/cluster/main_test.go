@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kube-cosi/cosi/internal/cluster"
+	"github.com/kube-cosi/cosi/internal/issuer"
 	"github.com/kube-cosi/cosi/internal/localenv"
 	"github.com/kube-cosi/cosi/internal/scheme"
 )
@@ -40,6 +41,10 @@ var (
 	repo, bin string
 	// skipReason is why the node cannot run here; every test skips with it.
 	skipReason string
+	// front publishes the node's ServiceAccount issuer for the store's IAM service (the API
+	// server's --service-account-issuer is its URL); noIssuer says why there is none here.
+	front    *issuer.Front
+	noIssuer error
 )
 
 func TestMain(m *testing.M) {
@@ -83,7 +88,13 @@ func run(m *testing.M) int {
 	if dirs := os.Getenv("COSI_CLUSTER_IMAGES"); dirs != "" {
 		images = strings.Split(dirs, ",") // images built elsewhere (bin/image build --out DIR)
 	}
-	node, err = cluster.Start(ctx, cluster.Options{Dir: dir, BinDir: bin, Progress: os.Stdout, ImagesDirs: images})
+	opts := cluster.Options{Dir: dir, BinDir: bin, Progress: os.Stdout, ImagesDirs: images}
+	// The issuer the store's IAM service verifies ServiceAccount tokens against; without one the
+	// ServiceAccount stories skip, saying why.
+	if front, noIssuer = issuer.New(); noIssuer == nil {
+		opts.ServiceAccountIssuer, opts.ServiceAccountJWKSURI = front.URL, front.JWKSURI
+	}
+	node, err = cluster.Start(ctx, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "test/cluster: the node did not start:", err)
 		return 1
@@ -102,6 +113,16 @@ func run(m *testing.M) int {
 		if cs, err = kubernetes.NewForConfig(node.Config); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
+		}
+		if front != nil {
+			if err := front.SetBackend(node.Config); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			if err := localenv.AllowIssuerDiscovery(ctx, c); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
 		}
 		for _, name := range []string{"cosi-controller", "cosi-sidecar", "cosi-driver-s3", "versitygw", "cosi-test-app"} {
 			if node.Images[name] == "" {

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -17,26 +18,45 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kube-cosi/cosi/internal/issuer"
 	"github.com/kube-cosi/cosi/internal/localenv"
 	"github.com/kube-cosi/cosi/internal/testenv"
 )
 
-// Marker is the line before a shell block that the docs test runs.
-const Marker = "<!-- runnable -->"
+// Marker is the line before a shell block that the docs test runs. IssuerMarker marks a block
+// that needs ServiceAccount authentication (make run's published issuer): it runs where the
+// machine can publish one, and is skipped, saying why, elsewhere.
+const (
+	Marker       = "<!-- runnable -->"
+	IssuerMarker = "<!-- runnable: issuer -->"
+)
 
 var (
 	env  *localenv.Env
 	repo string
+	// noIssuer says why the environment has no ServiceAccount issuer (make run says it too).
+	noIssuer error
 )
 
 func TestMain(m *testing.M) {
 	// As make run (localenv.MakeRunOptions), then the demo from examples/.
 	opts := localenv.MakeRunOptions()
+	// make run publishes the issuer while it runs: so does this test, for the package's life.
+	var front *issuer.Front
+	if front, noIssuer = issuer.New(); noIssuer == nil {
+		opts.Issuer = front
+	}
 	testenv.RunSystem(m, opts, func(ctx context.Context, e *localenv.Env) error {
 		env = e
 		var err error
 		if repo, err = localenv.RepoRoot(); err != nil {
 			return err
+		}
+		if front != nil {
+			// Stops when RunSystem's context ends, after the tests.
+			if _, err := localenv.PublishIssuer(ctx, front, io.Discard); err != nil {
+				return err
+			}
 		}
 		var out bytes.Buffer
 		if err := localenv.Demo(ctx, e, repo, &out); err != nil {
@@ -52,6 +72,8 @@ type Block struct {
 	Line int
 	// Script is the block's text, without the fences.
 	Script string
+	// NeedsIssuer: the block is marked with IssuerMarker.
+	NeedsIssuer bool
 }
 
 // Blocks returns the runnable blocks of a Markdown document: each fenced sh or bash block whose
@@ -61,7 +83,7 @@ func Blocks(doc string) ([]Block, error) {
 	var blocks []Block
 	sc := bufio.NewScanner(strings.NewReader(doc))
 	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	marked, markLine, line := false, 0, 0
+	marked, markLine, line, needsIssuer := false, 0, 0, false
 	var cur *Block
 	var body []string
 	for sc.Scan() {
@@ -86,18 +108,18 @@ func Blocks(doc string) ([]Block, error) {
 				continue
 			}
 			body = append(body, sc.Text())
-		case text == Marker:
+		case text == Marker || text == IssuerMarker:
 			if marked {
 				return nil, fmt.Errorf("line %d: %s twice, without a shell block after line %d", line, Marker, markLine)
 			}
-			marked, markLine = true, line
+			marked, markLine, needsIssuer = true, line, text == IssuerMarker
 		case marked && text == "":
 		case marked:
 			if lang, ok := strings.CutPrefix(text, "```"); !ok || (lang != "sh" && lang != "bash") {
 				return nil, fmt.Errorf("line %d: %s is followed by %q, not a ```sh or ```bash block",
 					markLine, Marker, text)
 			}
-			cur, marked = &Block{Line: line}, false
+			cur, marked = &Block{Line: line, NeedsIssuer: needsIssuer}, false
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -131,6 +153,11 @@ func TestBlocks(t *testing.T) {
 		{
 			name: "an example in an indented code block",
 			doc:  "text\n\n    " + Marker + "\n    ```sh\n    kubectl get ns\n    ```\n",
+		},
+		{
+			name: "needs the issuer",
+			doc:  IssuerMarker + "\n```sh\ntrue\n```\n" + Marker + "\n```sh\nfalse\n```\n",
+			want: []Block{{Line: 2, Script: "true\n", NeedsIssuer: true}, {Line: 6, Script: "false\n"}},
 		},
 		{name: "marker before yaml", doc: Marker + "\n```yaml\na: b\n```\n", wantErr: "not a ```sh"},
 		{name: "marker before text", doc: Marker + "\nsome text\n", wantErr: "not a ```sh"},
@@ -194,6 +221,10 @@ func TestDocsRun(t *testing.T) {
 		total += len(blocks)
 		t.Run(file, func(t *testing.T) {
 			for _, b := range blocks {
+				if b.NeedsIssuer && noIssuer != nil {
+					t.Logf("%s:%d: skipped, no ServiceAccount issuer here (as make run says): %v", file, b.Line, noIssuer)
+					continue
+				}
 				out, err := run(t.Context(), b.Script)
 				if err != nil {
 					t.Fatalf("%s:%d: the runnable block failed: %v\n--- block\n%s--- output\n%s", file, b.Line, err, b.Script, out)
