@@ -112,8 +112,10 @@ func (r *BucketAccessReconciler) refresh(ctx context.Context, ba *cosiapi.Bucket
 	switch {
 	case !asked && !due && len(changed) == 0:
 		return until(renewAt), nil
-	case g.Rotation != nil:
-		return requeueDelay, nil // the rotation writes the Secrets; refreshed once it is done
+	case g.Rotation != nil && !(due && g.Rotation.Written != nil):
+		// The rotation writes the Secrets; refreshed once it is done. Its grace period does not
+		// hold back a renewal: it may outlast the credentials, which the Secrets already hold.
+		return requeueDelay, nil
 	case asked:
 		renewAt, err := r.refreshAsked(ctx, ba, token)
 		return until(renewAt), err
@@ -161,7 +163,7 @@ func credentialsExpiry(creds *cosiproto.CredentialInfo) *metav1.Time {
 // renewing twice would ask the driver for nothing.
 func (r *BucketAccessReconciler) renew(ctx context.Context, ba *cosiapi.BucketAccess) (time.Duration, error) {
 	g, _, err := r.Grants.store.get(ctx, ba.UID)
-	if err != nil || g == nil || g.Rotation != nil {
+	if err != nil || g == nil || g.Rotation != nil && g.Rotation.Written == nil {
 		return requeueDelay, err
 	}
 	renewAt := renewal(g.ExpiryFrom, g.Expiry)
