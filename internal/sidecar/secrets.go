@@ -212,8 +212,8 @@ func (r *BucketAccessReconciler) secretsIntact(ctx context.Context, ba *cosiapi.
 		if state != slotOurs || !dataComplete(s, ba.Status.AuthenticationType) {
 			return false, nil
 		}
-		_, ok := s.Data[cosiapi.SecretKeyAzureSASTokenExpiry]
-		expire = expire || ok
+		// Empty when the token does not expire (the KEP).
+		expire = expire || len(s.Data[cosiapi.SecretKeyAzureSASTokenExpiry]) > 0
 	}
 	if !expire || r.Grants.store.cached(ctx, ba.UID) != nil {
 		return true, nil
