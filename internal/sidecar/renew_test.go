@@ -10,7 +10,10 @@ import (
 
 	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/testenv"
@@ -235,4 +238,41 @@ func TestRenewalAfterGrantRecordDeleted(t *testing.T) {
 		t.Error("the token in the Secret does not work")
 	}
 	deleteAccess(t, ba)
+}
+
+// TestRenewalWaitsForAnUnprovisionedBucket: a renewal due while a Bucket of the access is not
+// provisioned (being provisioned again) asks the driver nothing and says nothing false (no "the
+// driver's new credentials still expire" event: the driver was not asked), and renews once the
+// Bucket is provisioned again.
+func TestRenewalWaitsForAnUnprovisionedBucket(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE}})
+	b := h.provisionedBucket(cosiapi.ProtocolAzure)
+	ba := h.azureAccess("8s", b)
+	first := sasExpiryOf(t, secret(t, ba, 0))
+	// The Bucket's reconcile provisions it again, held in the driver.
+	h.faults.Pause("DriverCreateBucket", false)
+	testenv.Eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
+			return err
+		}
+		meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: cosiapi.ConditionProvisioned,
+			Status: metav1.ConditionUnknown, Reason: cosiapi.ReasonProvisioning, Message: "again"})
+		return env.Client.Status().Update(t.Context(), b)
+	})
+	grants := h.calls.Count("DriverGrantBucketAccess")
+	testenv.Never(t, 12*time.Second, func() error {
+		for _, e := range events(t, ba) {
+			if strings.HasPrefix(e, cosiapi.EventFailedRefresh+":") {
+				return fmt.Errorf("event %q though the driver was not asked", e)
+			}
+		}
+		return nil
+	})
+	if n := h.calls.Count("DriverGrantBucketAccess"); n != grants {
+		t.Errorf("%d DriverGrantBucketAccess calls while the Bucket was not provisioned", n-grants)
+	}
+	h.faults.Release()
+	provisioned(t, b, bucketConditions)
+	waitRenewedAfter(t, ba, 0, first)
 }
