@@ -250,8 +250,8 @@ func TestRenewalWaitsForAnUnprovisionedBucket(t *testing.T) {
 	b := h.provisionedBucket(cosiapi.ProtocolAzure)
 	ba := h.azureAccess("8s", b)
 	first := sasExpiryOf(t, secret(t, ba, 0))
-	// The Bucket's reconcile provisions it again, held in the driver.
-	h.faults.Pause("DriverCreateBucket", false)
+	// The Bucket's reconcile provisions it again, failing until the fault is cleared.
+	h.faults.Set(0, memory.Fault{Method: "DriverCreateBucket", Code: codes.Unavailable})
 	testenv.Eventually(t, func() error {
 		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
 			return err
@@ -272,7 +272,7 @@ func TestRenewalWaitsForAnUnprovisionedBucket(t *testing.T) {
 	if n := h.calls.Count("DriverGrantBucketAccess"); n != grants {
 		t.Errorf("%d DriverGrantBucketAccess calls while the Bucket was not provisioned", n-grants)
 	}
-	h.faults.Release()
+	h.faults.Set(0)
 	provisioned(t, b, bucketConditions)
 	waitRenewedAfter(t, ba, 0, first)
 }
