@@ -247,11 +247,16 @@ func TestRenewalAfterGrantRecordDeleted(t *testing.T) {
 func TestRenewalWaitsForAnUnprovisionedBucket(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE}})
+	h.stop()
+	opts := sidecarOptions(h.endpoint)
+	opts.DriverTimeout = 2 * time.Minute // the held DriverCreateBucket below is not given up
+	h.stop = testenv.StartSidecar(t, sidecarConfig, opts)
 	b := h.provisionedBucket(cosiapi.ProtocolAzure)
 	ba := h.azureAccess("8s", b)
 	first := sasExpiryOf(t, secret(t, ba, 0))
-	// The Bucket's reconcile provisions it again, failing until the fault is cleared.
-	h.faults.Set(0, memory.Fault{Method: "DriverCreateBucket", Code: codes.Unavailable})
+	// The Bucket is provisioned again, its DriverCreateBucket held in the driver.
+	h.faults.Pause("DriverCreateBucket", false)
+	t.Cleanup(h.faults.Release)
 	testenv.Eventually(t, func() error {
 		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
 			return err
@@ -260,6 +265,11 @@ func TestRenewalWaitsForAnUnprovisionedBucket(t *testing.T) {
 			Status: metav1.ConditionUnknown, Reason: cosiapi.ReasonProvisioning, Message: "again"})
 		return env.Client.Status().Update(t.Context(), b)
 	})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if _, ok := h.faults.WaitPaused(ctx); !ok {
+		t.Fatal("the Bucket is not provisioned again")
+	}
 	grants := h.calls.Count("DriverGrantBucketAccess")
 	testenv.Never(t, 12*time.Second, func() error {
 		for _, e := range events(t, ba) {
@@ -272,7 +282,7 @@ func TestRenewalWaitsForAnUnprovisionedBucket(t *testing.T) {
 	if n := h.calls.Count("DriverGrantBucketAccess"); n != grants {
 		t.Errorf("%d DriverGrantBucketAccess calls while the Bucket was not provisioned", n-grants)
 	}
-	h.faults.Set(0)
+	h.faults.Release()
 	provisioned(t, b, bucketConditions)
 	waitRenewedAfter(t, ba, 0, first)
 }
