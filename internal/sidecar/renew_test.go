@@ -286,3 +286,58 @@ func TestRenewalWaitsForAnUnprovisionedBucket(t *testing.T) {
 	provisioned(t, b, bucketConditions)
 	waitRenewedAfter(t, ba, 0, first)
 }
+
+// TestRenewalOfEverySecret: an access to two Buckets has both its Secrets renewed, with the same
+// token, also when an admin's refresh request and a Secret the tenant deleted come at the same
+// time as the renewal.
+func TestRenewalOfEverySecret(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE}})
+	b1, b2 := h.provisionedBucket(cosiapi.ProtocolAzure), h.provisionedBucket(cosiapi.ProtocolAzure)
+	ba := h.azureAccess("10s", b1, b2)
+	first := sasExpiryOf(t, secret(t, ba, 0))
+	token := string(secret(t, ba, 0).Data[cosiapi.SecretKeyAzureSASToken])
+	second := waitRenewedAfter(t, ba, 1, first)
+	waitRenewedAfter(t, ba, 0, first)
+	// Next renewal: asked for and a Secret deleted around its time.
+	time.Sleep(time.Until(second.Add(-3 * time.Second)))
+	askRefresh(t, ba, "with-renewal")
+	if err := env.Client.Delete(t.Context(), secret(t, ba, 1)); err != nil {
+		t.Fatal(err)
+	}
+	waitRenewedAfter(t, ba, 0, second)
+	waitRenewedAfter(t, ba, 1, second)
+	for i := range 2 {
+		s := secret(t, ba, i)
+		if got := string(s.Data[cosiapi.SecretKeyAzureSASToken]); got != token {
+			t.Errorf("Secret %d holds another token", i)
+		}
+		creds := credentialsFrom(ba.Spec.Protocol, s)
+		for _, b := range []*cosiapi.Bucket{b1, b2} {
+			if !h.driver.Backend().Allowed(creds, b.Status.BucketID, memory.ObjectData, false) {
+				t.Errorf("the token of Secret %d does not open Bucket %s", i, b.Name)
+			}
+		}
+	}
+	noSecretInEvents(t, ba, token)
+	deleteAccess(t, ba)
+}
+
+// TestRenewalFailingDriverIsBounded: a driver that fails every renewal is retried with backoff,
+// not in a loop; the access stays provisioned.
+func TestRenewalFailingDriverIsBounded(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE}})
+	b := h.provisionedBucket(cosiapi.ProtocolAzure)
+	ba := h.azureAccess("6s", b)
+	h.faults.Set(0, memory.Fault{Method: "DriverGrantBucketAccess", Code: codes.Unavailable})
+	start := h.calls.Count("DriverGrantBucketAccess")
+	time.Sleep(20 * time.Second)
+	// Backoff from 5ms doubling: about 12 calls in 20s; 30 is a loop.
+	if n := h.calls.Count("DriverGrantBucketAccess") - start; n > 30 {
+		t.Errorf("%d DriverGrantBucketAccess calls in 20s: the failing renewal loops", n)
+	}
+	provisioned(t, ba, accessConditions)
+	h.faults.Set(0)
+	deleteAccess(t, ba)
+}
