@@ -112,9 +112,12 @@ func (r *BucketAccessReconciler) refresh(ctx context.Context, ba *cosiapi.Bucket
 	switch {
 	case !asked && !due && len(changed) == 0:
 		return until(renewAt), nil
-	case g.Rotation != nil && !(due && g.Rotation.Written != nil):
+	case g.Rotation != nil:
 		// The rotation writes the Secrets; refreshed once it is done. Its grace period does not
 		// hold back a renewal: it may outlast the credentials, which the Secrets already hold.
+		if due && g.Rotation.Written != nil {
+			return r.renew(ctx, ba)
+		}
 		return requeueDelay, nil
 	case asked:
 		renewAt, err := r.refreshAsked(ctx, ba, token)
