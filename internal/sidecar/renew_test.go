@@ -156,41 +156,46 @@ func findCondition(ba *cosiapi.BucketAccess, typ string) *metav1.Condition {
 	return &ba.Status.Conditions[i]
 }
 
-// TestRenewalOfDeletedAccess: an access deleted while its renewal's grant is in the driver is
-// revoked once that grant is done, and never granted again: no account is left behind.
+// TestRenewalOfDeletedAccess: an access deleted while its renewal's grant is in the driver (before
+// or after the driver acted) is revoked once that grant is done, and never granted again: no account is left behind.
 func TestRenewalOfDeletedAccess(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE}})
-	b := h.provisionedBucket(cosiapi.ProtocolAzure)
-	ba := h.azureAccess("8s", b)
-	account := ba.Status.AccountID
-	h.faults.Pause("DriverGrantBucketAccess", true)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	if _, ok := h.faults.WaitPaused(ctx); !ok {
-		t.Fatal("no renewal reached the driver")
+	for _, after := range []bool{false, true} {
+		t.Run(fmt.Sprintf("after=%t", after), func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE}})
+			b := h.provisionedBucket(cosiapi.ProtocolAzure)
+			ba := h.azureAccess("8s", b)
+			account := ba.Status.AccountID
+			h.faults.Pause("DriverGrantBucketAccess", after)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			if _, ok := h.faults.WaitPaused(ctx); !ok {
+				t.Fatal("no renewal reached the driver")
+			}
+			if err := env.Client.Delete(t.Context(), ba); err != nil {
+				t.Fatal(err)
+			}
+			h.faults.Release()
+			deleteAccess(t, ba)
+			testenv.Eventually(t, func() error {
+				if slices.Contains(h.driver.Backend().Accounts(), account) {
+					return fmt.Errorf("account %s still exists after its access was deleted", account)
+				}
+				return nil
+			})
+			n := h.calls.Count("DriverGrantBucketAccess")
+			testenv.Never(t, 10*time.Second, func() error {
+				if got := h.calls.Count("DriverGrantBucketAccess"); got != n {
+					return fmt.Errorf("%d DriverGrantBucketAccess calls after the access was deleted", got-n)
+				}
+				if slices.Contains(h.driver.Backend().Accounts(), account) {
+					return fmt.Errorf("account %s granted again after its access was deleted", account)
+				}
+				return nil
+			})
+		})
 	}
-	if err := env.Client.Delete(t.Context(), ba); err != nil {
-		t.Fatal(err)
-	}
-	h.faults.Release()
-	deleteAccess(t, ba)
-	testenv.Eventually(t, func() error {
-		if slices.Contains(h.driver.Backend().Accounts(), account) {
-			return fmt.Errorf("account %s still exists after its access was deleted", account)
-		}
-		return nil
-	})
-	n := h.calls.Count("DriverGrantBucketAccess")
-	testenv.Never(t, 10*time.Second, func() error {
-		if got := h.calls.Count("DriverGrantBucketAccess"); got != n {
-			return fmt.Errorf("%d DriverGrantBucketAccess calls after the access was deleted", got-n)
-		}
-		if slices.Contains(h.driver.Backend().Accounts(), account) {
-			return fmt.Errorf("account %s granted again after its access was deleted", account)
-		}
-		return nil
-	})
 }
 
 // TestRenewalAfterSidecarStoppedMidRenewal: a sidecar that stops while the renewal's grant is in
