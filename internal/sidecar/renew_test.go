@@ -346,3 +346,38 @@ func TestRenewalFailingDriverIsBounded(t *testing.T) {
 	h.faults.Set(0)
 	deleteAccess(t, ba)
 }
+
+// TestRenewalAfterRecordWritesFailed: a renewal whose grant record cannot be written (refused,
+// as by a policy webhook or RBAC not loaded after an API server restart) keeps the driver's answer
+// for its retries; once the writes succeed again, after that answer's credentials expired, the
+// Secrets get credentials that work, and the renewals go on.
+func TestRenewalAfterRecordWritesFailed(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE}})
+	b := h.provisionedBucket(cosiapi.ProtocolAzure)
+	ba := h.azureAccess("8s", b)
+	grants := h.calls.Count("DriverGrantBucketAccess")
+	lift := testenv.RefuseUpdates(t, env.Client, sidecarNamespace, "cosi-grant-"+string(ba.UID))
+	testenv.Eventually(t, func() error {
+		if n := h.calls.Count("DriverGrantBucketAccess"); n == grants {
+			return fmt.Errorf("no renewal yet")
+		}
+		return nil
+	})
+	waitForEvent(t, ba, cosiapi.EventFailedRefresh+": Kubernetes API error")
+	// The renewal's token expires meanwhile.
+	time.Sleep(10 * time.Second)
+	lift()
+	testenv.Eventually(t, func() error {
+		s := secret(t, ba, 0)
+		creds := credentialsFrom(ba.Spec.Protocol, s)
+		if !h.driver.Backend().Allowed(creds, b.Status.BucketID, memory.ObjectData, true) {
+			return fmt.Errorf("the token in the Secret (expiry %s) does not work",
+				s.Data[cosiapi.SecretKeyAzureSASTokenExpiry])
+		}
+		return nil
+	})
+	// And renewed from there.
+	waitRenewedAfter(t, ba, 0, sasExpiryOf(t, secret(t, ba, 0)))
+	deleteAccess(t, ba)
+}
