@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -424,7 +425,9 @@ func (f *inFlight) has(uid types.UID) bool {
 // never with a new grant: a driver that issues a new key on every grant would otherwise mint keys
 // at the rate of the retries. The answer is dropped once the Secrets are written, the access is
 // deleted, or a rotation asks the driver for a new credential (which revokes the answer's key);
-// a sidecar that restarts meanwhile grants once more.
+// a sidecar that restarts meanwhile grants once more. An answer whose credentials are due for
+// renewal (renewal, counted from the answer) is dropped too: written after a long outage, it
+// would put credentials that expire, or expired, into the Secrets, and record them as renewed.
 type answers struct {
 	mu sync.Mutex
 	m  map[types.UID]answer
@@ -435,15 +438,22 @@ type answer struct {
 	// account, other buckets or parameters) is granted again.
 	request string
 	resp    *cosiproto.DriverGrantBucketAccessResponse
+	// at is when the driver answered.
+	at metav1.Time
 }
 
 func (a *answers) get(uid types.UID, request string) *cosiproto.DriverGrantBucketAccessResponse {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if got, ok := a.m[uid]; ok && got.request == request {
-		return got.resp
+	got, ok := a.m[uid]
+	if !ok || got.request != request {
+		return nil
 	}
-	return nil
+	if at := renewal(&got.at, credentialsExpiry(got.resp.GetCredentials())); !at.IsZero() && !time.Now().Before(at) {
+		delete(a.m, uid)
+		return nil
+	}
+	return got.resp
 }
 
 func (a *answers) put(uid types.UID, request string, resp *cosiproto.DriverGrantBucketAccessResponse) {
@@ -452,7 +462,7 @@ func (a *answers) put(uid types.UID, request string, resp *cosiproto.DriverGrant
 	if a.m == nil {
 		a.m = map[types.UID]answer{}
 	}
-	a.m[uid] = answer{request: request, resp: resp}
+	a.m[uid] = answer{request: request, resp: resp, at: metav1.Now()}
 }
 
 func (a *answers) forget(uid types.UID) {

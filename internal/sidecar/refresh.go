@@ -113,7 +113,12 @@ func (r *BucketAccessReconciler) refresh(ctx context.Context, ba *cosiapi.Bucket
 	case !asked && !due && len(changed) == 0:
 		return until(renewAt), nil
 	case g.Rotation != nil:
-		return requeueDelay, nil // the rotation writes the Secrets; refreshed once it is done
+		// The rotation writes the Secrets; refreshed once it is done. Its grace period does not
+		// hold back a renewal: it may outlast the credentials, which the Secrets already hold.
+		if due && g.Rotation.Written != nil {
+			return r.renew(ctx, ba)
+		}
+		return requeueDelay, nil
 	case asked:
 		renewAt, err := r.refreshAsked(ctx, ba, token)
 		return until(renewAt), err
@@ -161,14 +166,14 @@ func credentialsExpiry(creds *cosiproto.CredentialInfo) *metav1.Time {
 // renewing twice would ask the driver for nothing.
 func (r *BucketAccessReconciler) renew(ctx context.Context, ba *cosiapi.BucketAccess) (time.Duration, error) {
 	g, _, err := r.Grants.store.get(ctx, ba.UID)
-	if err != nil || g == nil || g.Rotation != nil {
+	if err != nil || g == nil || g.Rotation != nil && g.Rotation.Written == nil {
 		return requeueDelay, err
 	}
 	renewAt := renewal(g.ExpiryFrom, g.Expiry)
 	if renewAt.IsZero() || time.Now().Before(renewAt) {
 		return until(renewAt), nil
 	}
-	old := g.Expiry.UTC().Format(time.RFC3339)
+	old, from := g.Expiry.UTC().Format(time.RFC3339), g.ExpiryFrom
 	next, err := r.grant(ctx, ba, true)
 	if err != nil {
 		return 0, err
@@ -176,6 +181,12 @@ func (r *BucketAccessReconciler) renew(ctx context.Context, ba *cosiapi.BucketAc
 	g, _, err = r.Grants.store.get(ctx, ba.UID)
 	if err != nil || g == nil {
 		return until(next), err
+	}
+	// A grant that wrote the Secrets recorded when (renewals are requeueDelay apart, more than
+	// the record's precision); one that did not (a Bucket being provisioned again, the access
+	// going) asked the driver nothing: looked at again later, or when the objects change.
+	if g.ExpiryFrom != nil && g.ExpiryFrom.Equal(from) {
+		return requeueDelay, nil
 	}
 	switch {
 	case g.Expiry == nil:
@@ -185,6 +196,10 @@ func (r *BucketAccessReconciler) renew(ctx context.Context, ba *cosiapi.BucketAc
 		r.Recorder.Eventf(ba, nil, corev1.EventTypeNormal, cosiapi.EventSecretsRefreshed, "Refresh",
 			"renewed before the credentials' expiry at %s: the new credentials expire at %s", old,
 			g.Expiry.UTC().Format(time.RFC3339))
+	case next.IsZero():
+		r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, cosiapi.EventFailedRefresh, "Refresh",
+			"the driver's new credentials expired already, at %s: not renewed again until an admin sets a new "+
+				"value of annotation %s", g.Expiry.UTC().Format(time.RFC3339), cosiapi.AnnotationRefreshSecret)
 	default:
 		r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, cosiapi.EventFailedRefresh, "Refresh",
 			"the driver's new credentials still expire at %s: renewing again at %s", old,

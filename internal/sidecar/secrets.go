@@ -199,8 +199,11 @@ func (r *BucketAccessReconciler) secretsReady(
 }
 
 // secretsIntact reports whether every Secret of the access exists, is the access's own, is not
-// being deleted, and has its data.
+// being deleted, and has its data. Credentials that expire count as lost too when the access's
+// grant record is gone (deleted by hand): only the record says when to renew them, and the grant
+// that writes them again records them anew.
 func (r *BucketAccessReconciler) secretsIntact(ctx context.Context, ba *cosiapi.BucketAccess) (bool, error) {
+	expire := false
 	for _, claim := range ba.Spec.BucketClaims {
 		state, s, err := r.probeSecret(ctx, ba, claim.AccessSecretName)
 		if err != nil {
@@ -209,8 +212,15 @@ func (r *BucketAccessReconciler) secretsIntact(ctx context.Context, ba *cosiapi.
 		if state != slotOurs || !dataComplete(s, ba.Status.AuthenticationType) {
 			return false, nil
 		}
+		// Empty when the token does not expire (the KEP).
+		expire = expire || len(s.Data[cosiapi.SecretKeyAzureSASTokenExpiry]) > 0
 	}
-	return true, nil
+	if !expire || r.Grants.store.cached(ctx, ba.UID) != nil {
+		return true, nil
+	}
+	// The cache may not show a record just written: confirmed uncached.
+	g, _, err := r.Grants.store.get(ctx, ba.UID)
+	return g != nil, err
 }
 
 // dataComplete reports whether the Secret holds every data key COSI wrote into it: a Secret that
