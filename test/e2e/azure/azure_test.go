@@ -377,8 +377,11 @@ func TestExpiryRenewed(t *testing.T) {
 	testenv.Eventually(t, func() error {
 		s := secret(t, a)
 		got, err := time.Parse(time.RFC3339, string(s.Data[cosiapi.SecretKeyAzureSASTokenExpiry]))
-		if err != nil || !got.After(first) {
-			return fmt.Errorf("the Secret's token expires at %s (%v), not renewed", got, err)
+		if err != nil {
+			return fmt.Errorf("%s: %w", cosiapi.SecretKeyAzureSASTokenExpiry, err)
+		}
+		if !got.After(first) {
+			return fmt.Errorf("the Secret's token expires at %s, not renewed", got)
 		}
 		if string(s.Data[cosiapi.SecretKeyAzureSASToken]) != token {
 			return errors.New("the renewal changed the token")
