@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -60,7 +61,7 @@ type ScaleResult struct {
 	APIServerRSS, EtcdRSS               float64
 	ControllerBytesPerSet, SidecarBytes float64 // (RSS - RSS before any object) / N, bytes
 	// EtcdDBMiB is the size of etcd's database file; EtcdObjects the API server's count of the
-	// objects it stores (apiserver_storage_objects, all resources).
+	// objects it stores (apiserver_resource_objects, all resources, as last updated).
 	EtcdDBMiB   float64 `json:"etcdDBMiB"`
 	EtcdObjects float64 `json:"etcdObjects"`
 	// QuietSec of quiet: the reconciles (by "component controller") and COSI's API requests
@@ -188,10 +189,22 @@ func (s *system) scale(ctx context.Context) (ScaleRun, error) {
 			return run, fmt.Errorf("scale at N=%d: %w", n, err)
 		}
 		done = n
+		s.writePartial(run)
 		s.cfg.logf("scale: N=%d: controller %.0f MiB, sidecar %.0f MiB, caught up after restart in %.1f s",
 			n, r.ControllerRSS, r.SidecarRSS, r.CaughtUpSec)
 	}
 	return run, nil
+}
+
+// writePartial writes the sizes measured so far next to the JSON file, so that a run stopped or
+// broken at a larger size keeps them.
+func (s *system) writePartial(run ScaleRun) {
+	if s.cfg.JSON == "" {
+		return
+	}
+	if data, err := json.MarshalIndent(run, "", "  "); err == nil {
+		_ = os.WriteFile(s.cfg.JSON+".scale-partial", data, 0o644)
+	}
 }
 
 // scaleTo provisions claims and accesses from..n-1 and measures size n.
@@ -264,7 +277,12 @@ func (s *system) measureMemory(r *ScaleResult, m scrapes, run ScaleRun) error {
 	if fi, err := os.Stat(filepath.Join(s.dir, "etcd", "member", "snap", "db")); err == nil {
 		r.EtcdDBMiB = float64(fi.Size()) / (1 << 20)
 	}
-	r.EtcdObjects = m.api.sum("apiserver_storage_objects", nil)
+	// apiserver_resource_objects replaces apiserver_storage_objects (deprecated) in newer API
+	// servers; the API server updates it every minute or so.
+	r.EtcdObjects = m.api.sum("apiserver_resource_objects", nil)
+	if r.EtcdObjects == 0 {
+		r.EtcdObjects = m.api.sum("apiserver_storage_objects", nil)
+	}
 	return nil
 }
 
