@@ -6,7 +6,8 @@ import (
 )
 
 func TestParseSizes(t *testing.T) {
-	if got, err := parseSizes("-scale", " 3000, 10000 ,20000"); err != nil || !slices.Equal(got, []int{3000, 10000, 20000}) {
+	got, err := parseSizes("-scale", " 3000, 10000 ,20000")
+	if err != nil || !slices.Equal(got, []int{3000, 10000, 20000}) {
 		t.Errorf("parseSizes = %v, %v", got, err)
 	}
 	if got, err := parseSizes("-n", ""); err != nil || got != nil {

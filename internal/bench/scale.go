@@ -98,7 +98,7 @@ func Writes(counts map[string]float64) (all, unscheduled float64) {
 			continue
 		}
 		all += v
-		if !(verb == "PATCH" && strings.HasPrefix(rest, "secrets ")) {
+		if verb != "PATCH" || !strings.HasPrefix(rest, "secrets ") {
 			unscheduled += v
 		}
 	}
@@ -519,7 +519,8 @@ var scaleSeries = []struct {
 	name, unit, target string
 	get                func(ScaleResult) float64
 }{
-	{"controller RSS, peak while provisioning", "MiB", "< 600", func(r ScaleResult) float64 { return r.ControllerPeakRSS }},
+	{"controller RSS, peak while provisioning", "MiB", "< 600",
+		func(r ScaleResult) float64 { return r.ControllerPeakRSS }},
 	{"controller RSS, steady", "MiB", "< 600", func(r ScaleResult) float64 { return r.ControllerRSS }},
 	{"controller Go heap in use, steady", "MiB", "", func(r ScaleResult) float64 { return r.ControllerHeap }},
 	{"controller RSS after a restart, caught up", "MiB", "< 600",
