@@ -81,6 +81,9 @@ type ScaleResult struct {
 	RestartSidecarRSS    float64            `json:"restartSidecarRSS"`
 	RestartControllerHWM float64            `json:"restartControllerPeakRSS"`
 	RestartSidecarHWM    float64            `json:"restartSidecarPeakRSS"`
+	// RestartCPU is the CPU seconds each process used during the catch-up, by command name
+	// (cosi-controller, cosi-sidecar, kube-apiserver, etcd, ...).
+	RestartCPU map[string]float64 `json:"restartCPU"`
 }
 
 // ScaleRun is the scale phase of one run: the RSS before any object, then each size.
@@ -302,6 +305,7 @@ func (s *system) restartToCaughtUp(ctx context.Context, r *ScaleResult) error {
 	for _, c := range scaleControllers {
 		want[c] = float64(r.N)
 	}
+	cpu0 := childCPU()
 	start := time.Now()
 	for _, p := range []*localenv.Component{s.env.Sidecar, s.env.Controller} {
 		if err := p.Start(ctx); err != nil {
@@ -328,6 +332,7 @@ func (s *system) restartToCaughtUp(ctx context.Context, r *ScaleResult) error {
 		}
 	}
 	r.CaughtUpSec = time.Since(start).Seconds()
+	r.RestartCPU = cpuDelta(cpu0, childCPU())
 	r.RestartControllerRSS, _ = rss(s.env.Controller.Pid())
 	r.RestartSidecarRSS, _ = rss(s.env.Sidecar.Pid())
 	_, r.RestartControllerHWM, _, _ = procStats(s.env.Controller.Pid())
@@ -340,6 +345,16 @@ func (s *system) restartToCaughtUp(ctx context.Context, r *ScaleResult) error {
 	r.RestartRequests = cosiRequests(before, m)
 	r.RestartDriverCalls = driverCalls(before.driver, m.driver)
 	return nil
+}
+
+// cpuDelta returns the CPU seconds used between two childCPU readings, by command name; a process
+// started in between counts from zero.
+func cpuDelta(before, after map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for name, v := range after {
+		out[name] = v - before[name]
+	}
+	return out
 }
 
 // scrape0 scrapes the API server and the driver only (controller and sidecar are stopped).
@@ -607,6 +622,10 @@ func printScale(w io.Writer, i int, run ScaleRun) {
 	})
 	row("restart: driver calls changing the store / GetBucket", func(r ScaleResult) string {
 		return fmt.Sprintf("%.0f / %.0f", MutatingCalls(r.RestartDriverCalls), r.RestartDriverCalls["DriverGetBucket"])
+	})
+	row("restart: CPU-s controller / sidecar / kube-apiserver", func(r ScaleResult) string {
+		c := r.RestartCPU
+		return num(c["cosi-controller"]) + " / " + num(c["cosi-sidecar"]) + " / " + num(c["kube-apiserver"])
 	})
 	row("restart: RSS MiB controller / sidecar (peak)", func(r ScaleResult) string {
 		return fmt.Sprintf("%s (%s) / %s (%s)", num(r.RestartControllerRSS), num(r.RestartControllerHWM),

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"maps"
 	"math"
 	"testing"
 )
@@ -103,5 +104,16 @@ func TestScaleFits(t *testing.T) {
 				t.Errorf("caught-up fit %+v, at 100,000 %v", f, f.At(100000))
 			}
 		}
+	}
+}
+
+// The catch-up's CPU: controller and sidecar are stopped when the reading before is taken, so
+// their new processes count from zero; the others count from the reading before.
+func TestCPUDelta(t *testing.T) {
+	got := cpuDelta(map[string]float64{"kube-apiserver": 100, "etcd": 7},
+		map[string]float64{"kube-apiserver": 130, "etcd": 8, "cosi-controller": 3, "cosi-sidecar": 4})
+	want := map[string]float64{"kube-apiserver": 30, "etcd": 1, "cosi-controller": 3, "cosi-sidecar": 4}
+	if !maps.Equal(got, want) {
+		t.Errorf("cpuDelta = %v, want %v", got, want)
 	}
 }
