@@ -10,8 +10,10 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -53,16 +55,23 @@ func main() {
 		"claims, with one access each, deleted all at once as a namespace's deletion does (0 skips)",
 	)
 	flag.IntVar(&cfg.RSSClaims, "rss", 10000, "claims (Buckets) provisioned before measuring memory (0 skips)")
+	scale := flag.String("scale", "",
+		"sizes the scale phase reaches in turn, e.g. 3000,10000,20000: claims with one access each, kept (empty skips)")
+	flag.DurationVar(&cfg.ScaleQuiet, "scale-quiet", 10*time.Second,
+		"quiet time at each scale size in which reconciles and requests are counted")
 	flag.StringVar(&cfg.JSON, "json", "", "write the results as JSON to this file")
 	version.AddFlag(flag.CommandLine)
 	flag.Parse()
-	for _, s := range strings.Split(*sizes, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n <= 0 {
-			fmt.Fprintf(os.Stderr, "cosi-bench: -n: %q is not a positive number\n", s)
-			os.Exit(2)
-		}
-		cfg.Sizes = append(cfg.Sizes, n)
+	var err2 error
+	if cfg.Sizes, err2 = parseSizes("-n", *sizes); err2 == nil {
+		cfg.ScaleSizes, err2 = parseSizes("-scale", *scale)
+	}
+	if err2 == nil && !slices.IsSorted(cfg.ScaleSizes) {
+		err2 = fmt.Errorf("-scale: %q: the sizes are reached in turn, smallest first", *scale)
+	}
+	if err2 != nil {
+		fmt.Fprintln(os.Stderr, "cosi-bench:", err2)
+		os.Exit(2)
 	}
 	// The benchmark's own watches log nothing worth reading; progress goes to standard error.
 	ctrl.SetLogger(logr.Discard())
@@ -72,4 +81,20 @@ func main() {
 		fmt.Fprintln(os.Stderr, "cosi-bench:", err)
 		os.Exit(1)
 	}
+}
+
+// parseSizes parses a comma-separated list of positive numbers; an empty list is none.
+func parseSizes(flagName, list string) ([]int, error) {
+	if strings.TrimSpace(list) == "" {
+		return nil, nil
+	}
+	var out []int
+	for _, s := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%s: %q is not a positive number", flagName, s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }

@@ -36,8 +36,13 @@ type Config struct {
 	// NamespaceDeletionSize is the number of claims, with one access each, deleted all at once
 	// as a namespace's deletion does (0: skip).
 	NamespaceDeletionSize int
-	JSON                  string
-	Log                   io.Writer
+	// ScaleSizes are the sizes (claims, each with one access) the scale phase reaches in turn,
+	// keeping the objects of the sizes before (none: skip); ScaleQuiet is how long it counts
+	// reconciles and requests while nothing changes, at each size.
+	ScaleSizes []int
+	ScaleQuiet time.Duration
+	JSON       string
+	Log        io.Writer
 }
 
 // SizeResult is one throughput measurement with N claims and N accesses.
@@ -83,9 +88,10 @@ type RunResult struct {
 	// meanwhile, per claim.
 	NamespaceDeletionSec                                      float64
 	NamespaceDeletionAccessLists, NamespaceDeletionAccessGets float64
-	ControllerCPU, SidecarCPU                                 float64 // seconds
-	ControllerPeakRSS, SidecarPeakRSS                         float64 // MiB, during the throughput phases
-	ControllerRSS, SidecarRSS                                 float64 // MiB, with RSSClaims claims provisioned
+	ControllerCPU, SidecarCPU                                 float64   // seconds
+	ControllerPeakRSS, SidecarPeakRSS                         float64   // MiB, during the throughput phases
+	ControllerRSS, SidecarRSS                                 float64   // MiB, with RSSClaims claims provisioned
+	Scale                                                     *ScaleRun `json:",omitempty"`
 }
 
 func (c Config) logf(format string, args ...any) {
@@ -109,6 +115,11 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 	printSummary(out, cfg, summary)
 	bs := breakdowns(cfg, runs)
 	printBreakdowns(out, bs)
+	for i, r := range runs {
+		if r.Scale != nil {
+			printScale(out, i+1, *r.Scale)
+		}
+	}
 	if cfg.JSON != "" {
 		data, err := json.MarshalIndent(
 			map[string]any{"config": cfg, "summary": summary, "breakdown": bs, "runs": runs}, "", "  ")
@@ -168,6 +179,16 @@ func runOnce(ctx context.Context, cfg Config) (r RunResult, err error) {
 	if cfg.RSSClaims > 0 {
 		cfg.logf("memory with %d claims and Buckets", cfg.RSSClaims)
 		if err := s.memory(ctx, &r); err != nil {
+			return r, err
+		}
+	}
+	if len(cfg.ScaleSizes) > 0 {
+		sr, err := s.scale(ctx)
+		r.Scale = &sr
+		if err != nil {
+			// What was measured before it broke is reported: where it broke is a result.
+			cfg.logf("scale: %v", err)
+			printScale(os.Stdout, 0, sr)
 			return r, err
 		}
 	}

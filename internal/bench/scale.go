@@ -1,0 +1,671 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kube-cosi/cosi/internal/localenv"
+)
+
+// The scale phase (-scale): claims with one access each (Buckets, grant records and Secrets
+// with them) are provisioned by the real processes up to each size in turn, the earlier sizes'
+// objects kept; at each size it measures the memory of controller and sidecar (peak while
+// provisioning, steady after), of the API server and etcd, etcd's database, the reconciles and
+// requests while quiet, and a restart of controller and sidecar to "caught up". See
+// docs/benchmark.md, "Scale".
+
+// scaleControllers are the reconcilers of controller and sidecar, each of which reconciles every
+// object of its kind once after a start (its informer lists them): claims, Buckets, accesses, and
+// the sidecar's grant records (one per access).
+var scaleControllers = []string{
+	"controller bucketclaim", "controller bucket", "controller bucketaccess",
+	"sidecar sidecar-bucket", "sidecar sidecar-bucketaccess", "sidecar sidecar-grant",
+}
+
+// mutatingDriverCalls are the driver calls that change the object store; DriverGetBucket is the
+// sidecar's scheduled refresh of a Bucket's information (every Secret check interval), not a
+// catch-up call.
+var mutatingDriverCalls = []string{
+	"DriverCreateBucket", "DriverDeleteBucket", "DriverGrantBucketAccess", "DriverRevokeBucketAccess",
+}
+
+// ScaleResult is the scale phase at one size: N claims, N Buckets, N accesses, N grant records and
+// N Secrets (an "object set" is one of each).
+type ScaleResult struct {
+	N int `json:"n"`
+	// Load is the 1-minute load average when the size was reached (the machine is shared).
+	Load float64 `json:"load"`
+	// ProvisionSec is the time to provision this size's new claims and accesses, and the rates.
+	ProvisionSec   float64 `json:"provisionSec"`
+	ClaimsPerSec   float64 `json:"claimsPerSec"`
+	AccessesPerSec float64 `json:"accessesPerSec"`
+	// Memory in MiB: the peak RSS sampled while this size's objects were provisioned, the RSS
+	// and the Go heap in use after the quiet period.
+	ControllerPeakRSS, SidecarPeakRSS   float64
+	ControllerRSS, SidecarRSS           float64
+	ControllerHeap, SidecarHeap         float64
+	APIServerRSS, EtcdRSS               float64
+	ControllerBytesPerSet, SidecarBytes float64 // (RSS - RSS before any object) / N, bytes
+	// EtcdDBMiB is the size of etcd's database file; EtcdObjects the API server's count of the
+	// objects it stores (apiserver_resource_objects, all resources, as last updated).
+	EtcdDBMiB   float64 `json:"etcdDBMiB"`
+	EtcdObjects float64 `json:"etcdObjects"`
+	// QuietSec of quiet: the reconciles (by "component controller") and COSI's API requests
+	// (by "VERB resource[/sub] code") meanwhile.
+	QuietSec        float64            `json:"quietSec"`
+	QuietReconciles map[string]float64 `json:"quietReconciles"`
+	QuietRequests   map[string]float64 `json:"quietRequests"`
+	// Restart: controller and sidecar stopped with SIGTERM and started again; CaughtUpSec is the
+	// time from the start until every reconciler has reconciled every object of its kind once
+	// and the work queues are empty. Its reconciles, COSI's API requests and the driver's calls
+	// by method meanwhile, and the memory of the new processes when caught up.
+	CaughtUpSec          float64            `json:"caughtUpSec"`
+	RestartReconciles    map[string]float64 `json:"restartReconciles"`
+	RestartRequests      map[string]float64 `json:"restartRequests"`
+	RestartDriverCalls   map[string]float64 `json:"restartDriverCalls"`
+	RestartControllerRSS float64            `json:"restartControllerRSS"`
+	RestartSidecarRSS    float64            `json:"restartSidecarRSS"`
+	RestartControllerHWM float64            `json:"restartControllerPeakRSS"`
+	RestartSidecarHWM    float64            `json:"restartSidecarPeakRSS"`
+	// RestartCPU is the CPU seconds each process used during the catch-up, by command name
+	// (cosi-controller, cosi-sidecar, kube-apiserver, etcd, ...).
+	RestartCPU map[string]float64 `json:"restartCPU"`
+}
+
+// ScaleRun is the scale phase of one run: the RSS before any object, then each size.
+type ScaleRun struct {
+	ControllerBaseRSS, SidecarBaseRSS float64
+	Sizes                             []ScaleResult
+}
+
+// Writes returns the writes of counts (by "VERB resource[/sub] code") and, of them, the writes
+// that are not scheduled Secret checks (PATCH secrets, every Secret check interval per access).
+func Writes(counts map[string]float64) (all, unscheduled float64) {
+	for k, v := range counts {
+		verb, rest, _ := strings.Cut(k, " ")
+		if !(request{Verb: verb}).isWrite() {
+			continue
+		}
+		all += v
+		if verb != "PATCH" || !strings.HasPrefix(rest, "secrets ") {
+			unscheduled += v
+		}
+	}
+	return all, unscheduled
+}
+
+// MutatingCalls sums the driver calls by method that change the object store.
+func MutatingCalls(calls map[string]float64) float64 {
+	total := 0.0
+	for _, m := range mutatingDriverCalls {
+		total += calls[m]
+	}
+	return total
+}
+
+// caughtUp says whether every reconciler in want has reconciled at least want's count, and no
+// work queue holds anything.
+func caughtUp(reconciled, want map[string]float64, queued float64) bool {
+	if queued > 0 {
+		return false
+	}
+	for k, n := range want {
+		if reconciled[k] < n {
+			return false
+		}
+	}
+	return true
+}
+
+// bytesPer returns (rss - base) MiB per object, in bytes.
+func bytesPer(rss, base float64, n int) float64 {
+	if n == 0 {
+		return 0
+	}
+	return (rss - base) * (1 << 20) / float64(n)
+}
+
+// Fit is a least-squares line y = Intercept + Slope·x.
+type Fit struct {
+	Intercept, Slope float64
+}
+
+// At returns the line's value at x.
+func (f Fit) At(x float64) float64 { return f.Intercept + f.Slope*x }
+
+// linearFit fits a line to the points (x[i], y[i]); with fewer than two distinct x it is flat at
+// the mean.
+func linearFit(x, y []float64) Fit {
+	n := float64(len(x))
+	if n == 0 {
+		return Fit{}
+	}
+	var sx, sy, sxx, sxy float64
+	for i := range x {
+		sx += x[i]
+		sy += y[i]
+		sxx += x[i] * x[i]
+		sxy += x[i] * y[i]
+	}
+	d := n*sxx - sx*sx
+	if d == 0 {
+		return Fit{Intercept: sy / n}
+	}
+	slope := (n*sxy - sx*sy) / d
+	return Fit{Intercept: (sy - slope*sx) / n, Slope: slope}
+}
+
+// scale runs the scale phase: each size of cfg.ScaleSizes reached in turn in one namespace.
+func (s *system) scale(ctx context.Context) (ScaleRun, error) {
+	var run ScaleRun
+	const ns = "scale"
+	if err := s.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return run, err
+	}
+	var err error
+	if run.ControllerBaseRSS, err = rss(s.env.Controller.Pid()); err != nil {
+		return run, err
+	}
+	if run.SidecarBaseRSS, err = rss(s.env.Sidecar.Pid()); err != nil {
+		return run, err
+	}
+	done := 0
+	for _, n := range s.cfg.ScaleSizes {
+		s.cfg.logf("scale: %d claims and accesses (%d new)", n, n-done)
+		r, err := s.scaleTo(ctx, ns, done, n, run)
+		run.Sizes = append(run.Sizes, r)
+		if err != nil {
+			return run, fmt.Errorf("scale at N=%d: %w", n, err)
+		}
+		done = n
+		s.writePartial(run)
+		s.cfg.logf("scale: N=%d: controller %.0f MiB, sidecar %.0f MiB, caught up after restart in %.1f s",
+			n, r.ControllerRSS, r.SidecarRSS, r.CaughtUpSec)
+	}
+	return run, nil
+}
+
+// writePartial writes the sizes measured so far next to the JSON file, so that a run stopped or
+// broken at a larger size keeps them.
+func (s *system) writePartial(run ScaleRun) {
+	if s.cfg.JSON == "" {
+		return
+	}
+	if data, err := json.MarshalIndent(run, "", "  "); err == nil {
+		_ = os.WriteFile(s.cfg.JSON+".scale-partial", data, 0o644)
+	}
+}
+
+// scaleTo provisions claims and accesses from..n-1 and measures size n.
+func (s *system) scaleTo(ctx context.Context, ns string, from, n int, run ScaleRun) (ScaleResult, error) {
+	r := ScaleResult{N: n}
+	peaks := s.samplePeaks()
+	start := time.Now()
+	for _, newObj := range []func(string, int) client.Object{claimObject, accessObject} {
+		objs := make([]client.Object, n-from)
+		for i := range objs {
+			objs[i] = newObj(ns, from+i)
+		}
+		t0 := time.Now()
+		uids, _, err := s.create(ctx, objs)
+		if err != nil {
+			peaks.stop()
+			return r, err
+		}
+		if err := s.watch.waitAll(ctx, uids, time.Duration(len(uids))*200*time.Millisecond+2*time.Minute); err != nil {
+			peaks.stop()
+			return r, err
+		}
+		rate := float64(len(uids)) / time.Since(t0).Seconds()
+		if r.ClaimsPerSec == 0 {
+			r.ClaimsPerSec = rate
+		} else {
+			r.AccessesPerSec = rate
+		}
+	}
+	r.ProvisionSec = time.Since(start).Seconds()
+	r.ControllerPeakRSS, r.SidecarPeakRSS = peaks.stop()
+	r.Load = loadAverage()
+
+	// Quiet: a second for the last status writes, then the count.
+	time.Sleep(time.Second)
+	before, err := s.scrape(ctx)
+	if err != nil {
+		return r, err
+	}
+	time.Sleep(s.cfg.ScaleQuiet)
+	after, err := s.scrape(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.QuietSec = s.cfg.ScaleQuiet.Seconds()
+	r.QuietReconciles = componentReconciles(before, after)
+	r.QuietRequests = cosiRequests(before, after)
+	if err := s.measureMemory(&r, after, run); err != nil {
+		return r, err
+	}
+	return r, s.restartToCaughtUp(ctx, &r)
+}
+
+// measureMemory records the memory of every process and etcd's size, with m the processes' last
+// scrape.
+func (s *system) measureMemory(r *ScaleResult, m scrapes, run ScaleRun) error {
+	var err error
+	if r.ControllerRSS, err = rss(s.env.Controller.Pid()); err != nil {
+		return err
+	}
+	if r.SidecarRSS, err = rss(s.env.Sidecar.Pid()); err != nil {
+		return err
+	}
+	r.ControllerHeap = m.controller.sum("go_memstats_heap_inuse_bytes", nil) / (1 << 20)
+	r.SidecarHeap = m.sidecar.sum("go_memstats_heap_inuse_bytes", nil) / (1 << 20)
+	r.ControllerBytesPerSet = bytesPer(r.ControllerRSS, run.ControllerBaseRSS, r.N)
+	r.SidecarBytes = bytesPer(r.SidecarRSS, run.SidecarBaseRSS, r.N)
+	byName := childRSS()
+	r.APIServerRSS, r.EtcdRSS = byName["kube-apiserver"], byName["etcd"]
+	if fi, err := os.Stat(filepath.Join(s.dir, "etcd", "member", "snap", "db")); err == nil {
+		r.EtcdDBMiB = float64(fi.Size()) / (1 << 20)
+	}
+	// apiserver_resource_objects replaces apiserver_storage_objects (deprecated) in newer API
+	// servers; the API server updates it every minute or so.
+	r.EtcdObjects = m.api.sum("apiserver_resource_objects", nil)
+	if r.EtcdObjects == 0 {
+		r.EtcdObjects = m.api.sum("apiserver_storage_objects", nil)
+	}
+	return nil
+}
+
+// restartToCaughtUp stops controller and sidecar (SIGTERM), starts them again, and measures until
+// every reconciler has reconciled each object of its kind once.
+func (s *system) restartToCaughtUp(ctx context.Context, r *ScaleResult) error {
+	for _, p := range []*localenv.Component{s.env.Controller, s.env.Sidecar} {
+		if err := p.Stop(); err != nil {
+			return err
+		}
+	}
+	before, err := s.scrape0(ctx)
+	if err != nil {
+		return err
+	}
+	want := map[string]float64{}
+	for _, c := range scaleControllers {
+		want[c] = float64(r.N)
+	}
+	cpu0 := childCPU()
+	start := time.Now()
+	for _, p := range []*localenv.Component{s.env.Sidecar, s.env.Controller} {
+		if err := p.Start(ctx); err != nil {
+			return err
+		}
+	}
+	deadline := start.Add(30 * time.Minute)
+	var m scrapes
+	for {
+		if m, err = s.scrape(ctx); err == nil {
+			reconciled := componentReconciles(scrapes{}, m)
+			queued := m.controller.sum("workqueue_depth", nil) + m.sidecar.sum("workqueue_depth", nil)
+			if caughtUp(reconciled, want, queued) {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not caught up %v after the restart", deadline.Sub(start))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	r.CaughtUpSec = time.Since(start).Seconds()
+	r.RestartCPU = cpuDelta(cpu0, childCPU())
+	r.RestartControllerRSS, _ = rss(s.env.Controller.Pid())
+	r.RestartSidecarRSS, _ = rss(s.env.Sidecar.Pid())
+	_, r.RestartControllerHWM, _, _ = procStats(s.env.Controller.Pid())
+	_, r.RestartSidecarHWM, _, _ = procStats(s.env.Sidecar.Pid())
+	time.Sleep(time.Second) // the last requests of the catch-up land
+	if m, err = s.scrape(ctx); err != nil {
+		return err
+	}
+	r.RestartReconciles = componentReconciles(scrapes{}, m)
+	r.RestartRequests = cosiRequests(before, m)
+	r.RestartDriverCalls = driverCalls(before.driver, m.driver)
+	return nil
+}
+
+// cpuDelta returns the CPU seconds used between two childCPU readings, by command name; a process
+// started in between counts from zero.
+func cpuDelta(before, after map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for name, v := range after {
+		out[name] = v - before[name]
+	}
+	return out
+}
+
+// scrape0 scrapes the API server and the driver only (controller and sidecar are stopped).
+func (s *system) scrape0(ctx context.Context) (m scrapes, err error) {
+	if m.api, err = scrapeAPIServer(ctx, s.rest); err != nil {
+		return m, err
+	}
+	m.bench = s.requests.snapshot()
+	m.driver, err = scrapeHTTP(ctx, s.env.Driver.MetricsAddress)
+	return m, err
+}
+
+// componentReconciles returns the reconciles between two scrapes by "component controller".
+func componentReconciles(before, after scrapes) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range reconcilesByController(before.controller, after.controller) {
+		out["controller "+k] = v
+	}
+	for k, v := range reconcilesByController(before.sidecar, after.sidecar) {
+		out["sidecar "+k] = v
+	}
+	return out
+}
+
+// cosiRequests returns COSI's API requests between two scrapes (the API server's minus the
+// benchmark's own) by "VERB resource[/sub] code".
+func cosiRequests(before, after scrapes) map[string]float64 {
+	out := map[string]float64{}
+	for r, v := range apiRequests(after.api).minus(apiRequests(before.api)).minus(after.bench.minus(before.bench)) {
+		out[r.String()] = v
+	}
+	return out
+}
+
+// driverCalls returns the driver's calls between two scrapes by method, errors included.
+func driverCalls(before, after metrics) map[string]float64 {
+	out := map[string]float64{}
+	for _, m := range []struct {
+		ms   metrics
+		sign float64
+	}{{after, 1}, {before, -1}} {
+		for _, metric := range m.ms["cosi_driver_operation_duration_seconds"].GetMetric() {
+			for _, l := range metric.GetLabel() {
+				if l.GetName() == "method_name" {
+					out[l.GetValue()] += m.sign * float64(metric.GetHistogram().GetSampleCount())
+				}
+			}
+		}
+	}
+	for k, v := range out {
+		if v == 0 {
+			delete(out, k)
+		}
+	}
+	return out
+}
+
+// peakSampler samples the RSS of controller and sidecar every second until stopped.
+type peakSampler struct {
+	stopCh              chan struct{}
+	wg                  sync.WaitGroup
+	controller, sidecar float64
+}
+
+func (s *system) samplePeaks() *peakSampler {
+	p := &peakSampler{stopCh: make(chan struct{})}
+	sample := func() {
+		if v, err := rss(s.env.Controller.Pid()); err == nil {
+			p.controller = max(p.controller, v)
+		}
+		if v, err := rss(s.env.Sidecar.Pid()); err == nil {
+			p.sidecar = max(p.sidecar, v)
+		}
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			sample()
+			select {
+			case <-p.stopCh:
+				sample()
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	return p
+}
+
+// stop stops the sampling and returns the peaks of controller and sidecar, in MiB.
+func (p *peakSampler) stop() (controller, sidecar float64) {
+	close(p.stopCh)
+	p.wg.Wait()
+	return p.controller, p.sidecar
+}
+
+// rss returns a process's resident memory in MiB.
+func rss(pid int) (float64, error) {
+	_, _, v, err := procStats(pid)
+	return v, err
+}
+
+// childRSS returns the resident memory in MiB of this process's children by command name.
+func childRSS() map[string]float64 {
+	out := map[string]float64{}
+	self := os.Getpid()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return out
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		name, ppid, ok := procParent(pid)
+		if !ok || ppid != self {
+			continue
+		}
+		if v, err := rss(pid); err == nil {
+			out[name] += v
+		}
+	}
+	return out
+}
+
+// procParent returns a process's command name and parent.
+func procParent(pid int) (name string, ppid int, ok bool) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "", 0, false
+	}
+	s := string(stat)
+	open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || closing < 0 {
+		return "", 0, false
+	}
+	fields := strings.Fields(s[closing+2:])
+	ppid, _ = strconv.Atoi(fields[1])
+	return s[open+1 : closing], ppid, true
+}
+
+// loadAverage returns the 1-minute load average.
+func loadAverage() float64 {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(strings.Fields(string(data))[0], 64)
+	return v
+}
+
+// waitAll waits until every uid is provisioned, checking a few times a second (the object counts
+// here are large).
+func (w *watcher) waitAll(ctx context.Context, uids []types.UID, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		_, n := w.times(w.provisioned, uids)
+		if n == len(uids) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d objects provisioned after %v", n, len(uids), timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// scaleSeries are the figures of the scale phase fitted against N and extrapolated, with the
+// issue's target where it has one.
+var scaleSeries = []struct {
+	name, unit, target string
+	get                func(ScaleResult) float64
+}{
+	{"controller RSS, peak while provisioning", "MiB", "< 600",
+		func(r ScaleResult) float64 { return r.ControllerPeakRSS }},
+	{"controller RSS, steady", "MiB", "< 600", func(r ScaleResult) float64 { return r.ControllerRSS }},
+	{"controller Go heap in use, steady", "MiB", "", func(r ScaleResult) float64 { return r.ControllerHeap }},
+	{"controller RSS after a restart, caught up", "MiB", "< 600",
+		func(r ScaleResult) float64 { return r.RestartControllerRSS }},
+	{"sidecar RSS, peak while provisioning", "MiB", "< 600", func(r ScaleResult) float64 { return r.SidecarPeakRSS }},
+	{"sidecar RSS, steady", "MiB", "< 600", func(r ScaleResult) float64 { return r.SidecarRSS }},
+	{"sidecar Go heap in use, steady", "MiB", "", func(r ScaleResult) float64 { return r.SidecarHeap }},
+	{"sidecar RSS after a restart, caught up", "MiB", "< 600", func(r ScaleResult) float64 { return r.RestartSidecarRSS }},
+	{"restart → caught up", "s", "< 60", func(r ScaleResult) float64 { return r.CaughtUpSec }},
+	{"kube-apiserver RSS", "MiB", "", func(r ScaleResult) float64 { return r.APIServerRSS }},
+	{"etcd RSS", "MiB", "", func(r ScaleResult) float64 { return r.EtcdRSS }},
+	{"etcd database", "MiB", "< 8192 (quota)", func(r ScaleResult) float64 { return r.EtcdDBMiB }},
+}
+
+// ScaleFits fits each series of scaleSeries against N over sizes.
+func ScaleFits(sizes []ScaleResult) []Fit {
+	x := make([]float64, len(sizes))
+	for i, r := range sizes {
+		x[i] = float64(r.N)
+	}
+	out := make([]Fit, len(scaleSeries))
+	for j, s := range scaleSeries {
+		y := make([]float64, len(sizes))
+		for i, r := range sizes {
+			y[i] = s.get(r)
+		}
+		out[j] = linearFit(x, y)
+	}
+	return out
+}
+
+// printScale prints the scale phase of run i (0: a run that broke) and the fits extrapolated to
+// 100,000.
+func printScale(w io.Writer, i int, run ScaleRun) {
+	if i > 0 {
+		fmt.Fprintf(w, "\nScale, run %d (an object set: claim + Bucket + access + grant record + Secret)\n\n", i)
+	} else {
+		fmt.Fprintf(w, "\nScale, as far as it went\n\n")
+	}
+	fmt.Fprintf(w, "RSS before any object: controller %.0f MiB, sidecar %.0f MiB\n\n",
+		run.ControllerBaseRSS, run.SidecarBaseRSS)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	row := func(name string, f func(ScaleResult) string) {
+		fmt.Fprint(tw, name+"\t")
+		for _, r := range run.Sizes {
+			fmt.Fprint(tw, f(r)+"\t")
+		}
+		fmt.Fprintln(tw)
+	}
+	v := func(get func(ScaleResult) float64) func(ScaleResult) string {
+		return func(r ScaleResult) string { return num(get(r)) }
+	}
+	row("N (object sets)", func(r ScaleResult) string { return strconv.Itoa(r.N) })
+	row("load average (1 min)", v(func(r ScaleResult) float64 { return r.Load }))
+	row("claims/s, accesses/s (this step)", func(r ScaleResult) string {
+		return num(r.ClaimsPerSec) + " / " + num(r.AccessesPerSec)
+	})
+	row("controller RSS MiB: peak / steady / heap", func(r ScaleResult) string {
+		return num(r.ControllerPeakRSS) + " / " + num(r.ControllerRSS) + " / " + num(r.ControllerHeap)
+	})
+	row("sidecar RSS MiB: peak / steady / heap", func(r ScaleResult) string {
+		return num(r.SidecarPeakRSS) + " / " + num(r.SidecarRSS) + " / " + num(r.SidecarHeap)
+	})
+	row("bytes per object set: controller / sidecar", func(r ScaleResult) string {
+		return fmt.Sprintf("%.0f / %.0f", r.ControllerBytesPerSet, r.SidecarBytes)
+	})
+	row("kube-apiserver / etcd RSS MiB", func(r ScaleResult) string {
+		return num(r.APIServerRSS) + " / " + num(r.EtcdRSS)
+	})
+	row("etcd db MiB / objects stored", func(r ScaleResult) string {
+		return num(r.EtcdDBMiB) + " / " + strconv.Itoa(int(r.EtcdObjects))
+	})
+	row("quiet: reconciles / COSI writes (unscheduled)", func(r ScaleResult) string {
+		all, un := Writes(r.QuietRequests)
+		return fmt.Sprintf("%.0f in %.0f s / %.0f (%.0f)", sum(r.QuietReconciles), r.QuietSec, all, un)
+	})
+	row("restart → caught up s", v(func(r ScaleResult) float64 { return r.CaughtUpSec }))
+	row("restart: reconciles per object set", func(r ScaleResult) string {
+		return num(sum(r.RestartReconciles) / float64(r.N))
+	})
+	row("restart: COSI writes (unscheduled)", func(r ScaleResult) string {
+		all, un := Writes(r.RestartRequests)
+		return fmt.Sprintf("%.0f (%.0f)", all, un)
+	})
+	row("restart: driver calls changing the store / GetBucket", func(r ScaleResult) string {
+		return fmt.Sprintf("%.0f / %.0f", MutatingCalls(r.RestartDriverCalls), r.RestartDriverCalls["DriverGetBucket"])
+	})
+	row("restart: CPU-s controller / sidecar / kube-apiserver", func(r ScaleResult) string {
+		c := r.RestartCPU
+		return num(c["cosi-controller"]) + " / " + num(c["cosi-sidecar"]) + " / " + num(c["kube-apiserver"])
+	})
+	row("restart: RSS MiB controller / sidecar (peak)", func(r ScaleResult) string {
+		return fmt.Sprintf("%s (%s) / %s (%s)", num(r.RestartControllerRSS), num(r.RestartControllerHWM),
+			num(r.RestartSidecarRSS), num(r.RestartSidecarHWM))
+	})
+	tw.Flush()
+	for _, r := range run.Sizes {
+		fmt.Fprintf(w, "\nN=%d: quiet reconciles %v; quiet requests %v\n", r.N, r.QuietReconciles, r.QuietRequests)
+		fmt.Fprintf(w, "N=%d: restart reconciles %v; restart requests %v; driver calls %v\n",
+			r.N, r.RestartReconciles, r.RestartRequests, r.RestartDriverCalls)
+	}
+	if len(run.Sizes) < 2 {
+		return
+	}
+	fmt.Fprintf(w, "\nLeast-squares fit y = a + b·N over N = %v, extrapolated to 100,000\n\n", scaleNs(run.Sizes))
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "FIGURE\ta\tb PER OBJECT SET\tAT 100,000\tUNIT\tTARGET")
+	for j, f := range ScaleFits(run.Sizes) {
+		s := scaleSeries[j]
+		per := fmt.Sprintf("%.4g", f.Slope)
+		if s.unit == "MiB" {
+			per = fmt.Sprintf("%.0f bytes", f.Slope*(1<<20))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.name, num(f.Intercept), per, num(f.At(100000)), s.unit, s.target)
+	}
+	tw.Flush()
+}
+
+func scaleNs(sizes []ScaleResult) []int {
+	out := make([]int, len(sizes))
+	for i, r := range sizes {
+		out[i] = r.N
+	}
+	return out
+}
+
+func sum(m map[string]float64) float64 {
+	total := 0.0
+	for _, v := range m {
+		total += v
+	}
+	return total
+}

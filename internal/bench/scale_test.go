@@ -1,0 +1,119 @@
+package bench
+
+import (
+	"maps"
+	"math"
+	"testing"
+)
+
+// The fit the 100,000 figures are extrapolated with: exact on points on a line, the mean when
+// there is nothing to fit a slope to.
+func TestLinearFit(t *testing.T) {
+	f := linearFit([]float64{3000, 10000, 20000}, []float64{50 + 3000*0.01, 50 + 10000*0.01, 50 + 20000*0.01})
+	if math.Abs(f.Intercept-50) > 1e-9 || math.Abs(f.Slope-0.01) > 1e-12 {
+		t.Errorf("fit of points on y = 50 + 0.01x: %+v", f)
+	}
+	if got := f.At(100000); math.Abs(got-1050) > 1e-6 {
+		t.Errorf("at 100,000: %v, want 1050", got)
+	}
+	// Least squares through (0,0), (1,1), (2,3): slope 1.5, intercept -1/6.
+	f = linearFit([]float64{0, 1, 2}, []float64{0, 1, 3})
+	if math.Abs(f.Slope-1.5) > 1e-12 || math.Abs(f.Intercept+1.0/6) > 1e-12 {
+		t.Errorf("least squares of (0,0) (1,1) (2,3): %+v", f)
+	}
+	if f := linearFit([]float64{5, 5}, []float64{1, 3}); f.Slope != 0 || f.Intercept != 2 {
+		t.Errorf("one size only: %+v, want flat at the mean 2", f)
+	}
+	if f := linearFit(nil, nil); f != (Fit{}) {
+		t.Errorf("no points: %+v", f)
+	}
+}
+
+// Bytes per object set are the growth over the memory before any object.
+func TestBytesPer(t *testing.T) {
+	if got := bytesPer(150, 50, 1000); got != 100*(1<<20)/1000.0 {
+		t.Errorf("bytesPer(150, 50, 1000) = %v", got)
+	}
+	if got := bytesPer(150, 50, 0); got != 0 {
+		t.Errorf("no objects: %v", got)
+	}
+}
+
+// The writes of a catch-up are all writes; the unscheduled ones leave out the Secret checks,
+// which come every Secret check interval whether or not anything restarted.
+func TestWrites(t *testing.T) {
+	all, unscheduled := Writes(map[string]float64{
+		"PATCH secrets 200":               40,
+		"PATCH bucketaccesses/status 200": 2,
+		"POST configmaps 201":             1,
+		"GET bucketaccesses 200":          100,
+		"LIST secrets 200":                3,
+		"PUT leases 200":                  4,
+		"WATCH buckets 200":               1,
+	})
+	if all != 47 || unscheduled != 7 {
+		t.Errorf("writes %v, unscheduled %v; want 47 and 7", all, unscheduled)
+	}
+}
+
+func TestMutatingCalls(t *testing.T) {
+	got := MutatingCalls(map[string]float64{
+		"DriverGetInfo": 4, "DriverGetBucket": 30, "DriverCreateBucket": 1, "DriverRevokeBucketAccess": 2,
+	})
+	if got != 3 {
+		t.Errorf("MutatingCalls = %v, want 3 (create and revoke; not GetInfo, not GetBucket)", got)
+	}
+}
+
+// Caught up: every reconciler at its count (more is fine: an object changed meanwhile) and
+// nothing queued.
+func TestCaughtUp(t *testing.T) {
+	want := map[string]float64{"controller bucketclaim": 10, "sidecar sidecar-grant": 10}
+	for _, tc := range []struct {
+		name       string
+		reconciled map[string]float64
+		queued     float64
+		ok         bool
+	}{
+		{"all done", map[string]float64{"controller bucketclaim": 10, "sidecar sidecar-grant": 11}, 0, true},
+		{"one short", map[string]float64{"controller bucketclaim": 10, "sidecar sidecar-grant": 9}, 0, false},
+		{"one absent", map[string]float64{"controller bucketclaim": 10}, 0, false},
+		{"queue not empty", map[string]float64{"controller bucketclaim": 10, "sidecar sidecar-grant": 10}, 1, false},
+	} {
+		if got := caughtUp(tc.reconciled, want, tc.queued); got != tc.ok {
+			t.Errorf("%s: caughtUp = %v, want %v", tc.name, got, tc.ok)
+		}
+	}
+}
+
+// The fits are per figure, over the sizes, in the order of scaleSeries.
+func TestScaleFits(t *testing.T) {
+	sizes := []ScaleResult{
+		{N: 1000, ControllerRSS: 60, CaughtUpSec: 2},
+		{N: 3000, ControllerRSS: 80, CaughtUpSec: 6},
+	}
+	fits := ScaleFits(sizes)
+	for j, s := range scaleSeries {
+		switch s.name {
+		case "controller RSS, steady":
+			if f := fits[j]; math.Abs(f.Slope-0.01) > 1e-12 || math.Abs(f.At(100000)-1050) > 1e-6 {
+				t.Errorf("controller RSS fit %+v", f)
+			}
+		case "restart → caught up":
+			if f := fits[j]; math.Abs(f.At(100000)-200) > 1e-6 {
+				t.Errorf("caught-up fit %+v, at 100,000 %v", f, f.At(100000))
+			}
+		}
+	}
+}
+
+// The catch-up's CPU: controller and sidecar are stopped when the reading before is taken, so
+// their new processes count from zero; the others count from the reading before.
+func TestCPUDelta(t *testing.T) {
+	got := cpuDelta(map[string]float64{"kube-apiserver": 100, "etcd": 7},
+		map[string]float64{"kube-apiserver": 130, "etcd": 8, "cosi-controller": 3, "cosi-sidecar": 4})
+	want := map[string]float64{"kube-apiserver": 30, "etcd": 1, "cosi-controller": 3, "cosi-sidecar": 4}
+	if !maps.Equal(got, want) {
+		t.Errorf("cpuDelta = %v, want %v", got, want)
+	}
+}
