@@ -1,15 +1,14 @@
 package azure
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
+
+	"github.com/kube-cosi/cosi/pkg/driver"
 )
 
 // Environment variables and file keys of the storage account's name and Shared Key: the names
@@ -93,7 +92,7 @@ func (c *Credentials) current() (*azblob.SharedKeyCredential, error) {
 	if err != nil {
 		return nil, &credentialsError{err}
 	}
-	if !os.SameFile(c.read, info) || !c.read.ModTime().Equal(info.ModTime()) || c.read.Size() != info.Size() {
+	if driver.FileChanged(c.read, info) {
 		account, key, err := parseCredentialsFile(c.path)
 		if err != nil {
 			// c.read stays: the file is looked at again on the next call (it may be mid-write).
@@ -128,22 +127,9 @@ func (e *credentialsError) Error() string { return "reading the account credenti
 func (e *credentialsError) Unwrap() error { return e.err }
 
 func parseCredentialsFile(file string) (account, key string, err error) {
-	data, err := os.ReadFile(file)
+	values, err := driver.ReadEnvFile(file)
 	if err != nil {
 		return "", "", err
-	}
-	values := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		k, v, ok := strings.Cut(strings.TrimPrefix(line, "export "), "=")
-		if !ok {
-			return "", "", fmt.Errorf("%s line %d: want KEY=VALUE", file, n)
-		}
-		values[strings.TrimSpace(k)] = strings.Trim(strings.TrimSpace(v), `"'`)
 	}
 	return pickCredentials(func(k string) string { return values[k] }, file)
 }

@@ -1,17 +1,16 @@
 package s3
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+
+	"github.com/kube-cosi/cosi/pkg/driver"
 )
 
 // Environment variables and file keys for the admin credentials.
@@ -87,8 +86,7 @@ func (f *fileCredentials) Retrieve(context.Context) (aws.Credentials, error) {
 	if err != nil {
 		return aws.Credentials{}, &credentialsError{err}
 	}
-	if f.read == nil || !os.SameFile(f.read, info) || !f.read.ModTime().Equal(info.ModTime()) ||
-		f.read.Size() != info.Size() {
+	if driver.FileChanged(f.read, info) {
 		id, secret, err := parseCredentialsFile(f.path)
 		if err != nil {
 			// Keep f.read: the file is looked at again on the next call (it may be mid-write).
@@ -103,22 +101,9 @@ func (f *fileCredentials) Retrieve(context.Context) (aws.Credentials, error) {
 }
 
 func parseCredentialsFile(file string) (id, secret string, err error) {
-	data, err := os.ReadFile(file)
+	values, err := driver.ReadEnvFile(file)
 	if err != nil {
 		return "", "", err
-	}
-	values := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		k, v, ok := strings.Cut(strings.TrimPrefix(line, "export "), "=")
-		if !ok {
-			return "", "", fmt.Errorf("%s line %d: want KEY=VALUE", file, n)
-		}
-		values[strings.TrimSpace(k)] = strings.Trim(strings.TrimSpace(v), `"'`)
 	}
 	return pickCredentials(func(k string) string { return values[k] }, file)
 }
