@@ -59,6 +59,11 @@ func main() {
 		"sizes the scale phase reaches in turn, e.g. 3000,10000,20000: claims with one access each, kept (empty skips)")
 	flag.DurationVar(&cfg.ScaleQuiet, "scale-quiet", 10*time.Second,
 		"quiet time at each scale size in which reconciles and requests are counted")
+	flag.StringVar(&cfg.Profiles, "profiles", "",
+		"directory for the Go profiles of controller and sidecar in the scale phase (heap when quiet and after "+
+			"the restart, CPU during the catch-up; empty: none)")
+	flag.DurationVar(&cfg.ProfileCPU, "profile-cpu", 20*time.Second,
+		"length of the CPU profile taken from the restart's start (with -profiles)")
 	flag.StringVar(&cfg.JSON, "json", "", "write the results as JSON to this file")
 	version.AddFlag(flag.CommandLine)
 	flag.Parse()

@@ -28,10 +28,12 @@ func main() {
 		"to system:auth-delegator)")
 	flag.StringVar(&opts.HealthAddress, "health-probe-bind-address", serving.DefaultHealthAddress,
 		`address of /healthz and /readyz ("0" disables); loopback unless set, e.g. :8081 for the kubelet's probes`)
+	flag.StringVar(&opts.PprofAddress, serving.PprofFlag, "", serving.PprofUsage)
 	version.AddFlag(flag.CommandLine)
 	flag.Parse() // also --kubeconfig, registered by controller-runtime
 
 	log := common.Logger()
+	common.LimitMemory(log)
 	cfg, err := common.KubeConfig("cosi-controller")
 	if err != nil {
 		log.Error(err, "no Kubernetes configuration")

@@ -42,6 +42,7 @@ func main() {
 		"to system:auth-delegator)")
 	flag.StringVar(&opts.HealthAddress, "health-probe-bind-address", serving.DefaultHealthAddress,
 		`address of /healthz and /readyz ("0" disables); loopback unless set, e.g. :8081 for the kubelet's probes`)
+	flag.StringVar(&opts.PprofAddress, serving.PprofFlag, "", serving.PprofUsage)
 	flag.StringVar(&opts.DriverProtocol, "driver-protocol", "",
 		`the driver's protocol, "v1alpha2" or "v1alpha1" (default: detected at start-up; docs/v1alpha1-drivers.md)`)
 	flag.Func(
@@ -54,6 +55,7 @@ func main() {
 	flag.Parse() // also --kubeconfig, registered by controller-runtime
 
 	log := common.Logger()
+	common.LimitMemory(log)
 	cfg, err := common.KubeConfig("cosi-sidecar")
 	if err != nil {
 		log.Error(err, "no Kubernetes configuration")

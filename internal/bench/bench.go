@@ -41,6 +41,11 @@ type Config struct {
 	// reconciles and requests while nothing changes, at each size.
 	ScaleSizes []int
 	ScaleQuiet time.Duration
+	// Profiles, when set, is a directory for Go profiles of controller and sidecar taken in the
+	// scale phase: the heap at each size when quiet and after the restart's catch-up, and the
+	// CPU during the catch-up's first ProfileCPU.
+	Profiles   string
+	ProfileCPU time.Duration
 	JSON       string
 	Log        io.Writer
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -258,6 +259,7 @@ func (s *system) scaleTo(ctx context.Context, ns string, from, n int, run ScaleR
 	if err := s.measureMemory(&r, after, run); err != nil {
 		return r, err
 	}
+	s.profiles(ctx, n, "quiet", "heap?gc=1")
 	return r, s.restartToCaughtUp(ctx, &r)
 }
 
@@ -312,6 +314,11 @@ func (s *system) restartToCaughtUp(ctx context.Context, r *ScaleResult) error {
 			return err
 		}
 	}
+	cpu := make(chan struct{})
+	go func() {
+		defer close(cpu)
+		s.profiles(ctx, r.N, "catchup", fmt.Sprintf("profile?seconds=%d", int(s.cfg.ProfileCPU.Seconds())))
+	}()
 	deadline := start.Add(30 * time.Minute)
 	var m scrapes
 	for {
@@ -344,7 +351,51 @@ func (s *system) restartToCaughtUp(ctx context.Context, r *ScaleResult) error {
 	r.RestartReconciles = componentReconciles(scrapes{}, m)
 	r.RestartRequests = cosiRequests(before, m)
 	r.RestartDriverCalls = driverCalls(before.driver, m.driver)
+	s.profiles(ctx, r.N, "caughtup", "heap?gc=1")
+	<-cpu
 	return nil
+}
+
+// profiles saves the Go profile at /debug/pprof/<what> of controller and sidecar as
+// <Profiles>/<component>-<n>-<name>.pprof (with Config.Profiles; a failure is logged, the
+// measurement goes on).
+func (s *system) profiles(ctx context.Context, n int, name, what string) {
+	if s.cfg.Profiles == "" || strings.HasPrefix(what, "profile") && s.cfg.ProfileCPU <= 0 {
+		return
+	}
+	var wg sync.WaitGroup
+	for _, c := range []*localenv.Component{s.env.Controller, s.env.Sidecar} {
+		wg.Go(func() {
+			file := filepath.Join(s.cfg.Profiles, fmt.Sprintf("%s-%d-%s.pprof", c.Name, n, name))
+			if err := saveProfile(ctx, "http://"+c.PprofAddress+"/debug/pprof/"+what, file); err != nil {
+				s.cfg.logf("profile %s: %v", file, err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func saveProfile(ctx context.Context, url, file string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(file, data, 0o644)
 }
 
 // cpuDelta returns the CPU seconds used between two childCPU readings, by command name; a process

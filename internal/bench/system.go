@@ -53,6 +53,7 @@ func startSystem(ctx context.Context, cfg Config) (*system, error) {
 		Identities: localenv.Admin,
 		Workers:    cfg.Workers,
 		Metrics:    true,
+		Pprof:      cfg.Profiles != "",
 	}); err != nil {
 		return nil, fmt.Errorf("starting the API server: %w", err)
 	}

@@ -40,6 +40,8 @@ type Options struct {
 	// /metrics over HTTPS to authorized clients only (serving.Metrics).
 	MetricsAddress, HealthAddress string
 	MetricsSecure                 bool
+	// PprofAddress serves the Go profiles (/debug/pprof); "" or "0" is off.
+	PprofAddress string
 	// SkipNameValidation allows several controllers in one process (tests).
 	SkipNameValidation bool
 	// DriverGrace is how long a new Bucket may wait for a sidecar before the controller checks
@@ -60,6 +62,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 		Cache:                         cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
 		Metrics:                       serving.Metrics(opts.MetricsAddress, opts.MetricsSecure),
 		HealthProbeBindAddress:        serving.Health(opts.HealthAddress),
+		PprofBindAddress:              opts.PprofAddress,
 		LeaderElection:                opts.LeaderElection,
 		LeaderElectionID:              LeaseName,
 		LeaderElectionNamespace:       opts.LeaderElectionNamespace,

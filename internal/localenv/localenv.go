@@ -101,6 +101,9 @@ type Options struct {
 	Workers int
 	// Metrics serves every COSI process's metrics on a free port (Component.MetricsAddress).
 	Metrics bool
+	// Pprof serves the Go profiles of controller and sidecar on a free port
+	// (Component.PprofAddress).
+	Pprof bool
 	// LeaderElection makes the controller and the sidecar elect their leaders with Leases in
 	// cosi-system, as deployed (and export leader_election_master_status); off, each is leader.
 	LeaderElection bool
@@ -147,6 +150,9 @@ type Component struct {
 	*process.Process
 	// MetricsAddress serves its Prometheus metrics (with Options.Metrics).
 	MetricsAddress string
+	// PprofAddress serves its Go profiles at /debug/pprof/ (controller and sidecar, with
+	// Options.Pprof).
+	PprofAddress string
 }
 
 // Start starts everything and returns when the controller and the sidecar are ready.
@@ -457,10 +463,18 @@ func (e *Env) manager(name string, args ...string) (*Component, error) {
 	if !e.opts.Metrics {
 		args = append(args, "--metrics-bind-address", "0")
 	}
+	pprof := ""
+	if e.opts.Pprof {
+		if pprof, err = process.FreeAddress(); err != nil {
+			return nil, err
+		}
+		args = append(args, "--pprof-bind-address", pprof)
+	}
 	c, err := e.component(name, "--metrics-bind-address", args)
 	if err != nil {
 		return nil, err
 	}
+	c.PprofAddress = pprof
 	c.Ready = process.HTTPReady("http://" + health + "/readyz")
 	return c, nil
 }

@@ -47,6 +47,14 @@ func Metrics(addr string, secure bool) metricsserver.Options {
 	return o
 }
 
+// PprofFlag is the flag of the Go profiling endpoints (/debug/pprof), off by default: a profile
+// names no object or Secret, but it shows the process's code paths and costs CPU while taken.
+const PprofFlag = "pprof-bind-address"
+
+// PprofUsage is PprofFlag's help text.
+const PprofUsage = `address of the Go profiles at /debug/pprof/ ("" or "0": off, the default), e.g. 127.0.0.1:8082; ` +
+	`see docs/benchmark.md, "Profiles"`
+
 // Health is the address of the health probes: addr, or DefaultHealthAddress when empty ("0"
 // disables them).
 func Health(addr string) string {

@@ -63,6 +63,8 @@ type Options struct {
 	// /metrics over HTTPS to authorized clients only (serving.Metrics).
 	MetricsAddress, HealthAddress string
 	MetricsSecure                 bool
+	// PprofAddress serves the Go profiles (/debug/pprof); "" or "0" is off.
+	PprofAddress string
 	// SkipNameValidation allows several sidecars in one process (tests).
 	SkipNameValidation bool
 	// RotationGracePeriod is how long the credential a rotation replaced keeps working after the
@@ -143,6 +145,7 @@ func newManager(
 		GracefulShutdownTimeout:       ptr.To(shutdownTimeout),
 		Metrics:                       serving.Metrics(opts.MetricsAddress, opts.MetricsSecure),
 		HealthProbeBindAddress:        serving.Health(opts.HealthAddress),
+		PprofBindAddress:              opts.PprofAddress,
 		LeaderElection:                opts.LeaderElection,
 		LeaderElectionID:              LeaseName(info.GetName()),
 		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
