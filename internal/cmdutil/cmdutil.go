@@ -6,6 +6,9 @@ import (
 	"flag"
 	"log/slog"
 	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
@@ -15,9 +18,10 @@ import (
 
 // Flags are the shared flags. Register them before flag.Parse.
 type Flags struct {
-	qps       float64
-	burst     int
-	verbosity int
+	qps         float64
+	burst       int
+	verbosity   int
+	memoryRatio float64
 }
 
 // Register registers the shared flags on the command line.
@@ -26,6 +30,9 @@ func Register(verbosityHelp string) *Flags {
 	flag.Float64Var(&f.qps, "kube-api-qps", 500, "queries per second to the API server (client-side limit)")
 	flag.IntVar(&f.burst, "kube-api-burst", 1000, "burst of queries to the API server (client-side limit)")
 	flag.IntVar(&f.verbosity, "v", 0, verbosityHelp)
+	flag.Float64Var(&f.memoryRatio, "memory-limit-ratio", DefaultMemoryLimitRatio,
+		"share of the container's memory limit (cgroup) the Go runtime keeps its memory under; 0: no limit; "+
+			"GOMEMLIMIT, when set, takes precedence")
 	return f
 }
 
@@ -38,6 +45,10 @@ func (f *Flags) Logger() logr.Logger {
 	return log
 }
 
+// LimitMemory sets the Go memory limit from the container's with --memory-limit-ratio
+// (SetMemoryLimit).
+func (f *Flags) LimitMemory(log logr.Logger) int64 { return SetMemoryLimit(f.memoryRatio, log) }
+
 // KubeConfig returns the Kubernetes client configuration (--kubeconfig, in-cluster, or
 // $KUBECONFIG) with the chosen limits.
 func (f *Flags) KubeConfig(userAgent string) (*rest.Config, error) {
@@ -48,4 +59,57 @@ func (f *Flags) KubeConfig(userAgent string) (*rest.Config, error) {
 	cfg.QPS, cfg.Burst = float32(f.qps), f.burst
 	cfg.UserAgent = userAgent
 	return cfg, nil
+}
+
+// DefaultMemoryLimitRatio is the share of the container's memory limit the Go runtime keeps its
+// memory under (SetMemoryLimit): the rest is for what the runtime does not count (thread stacks
+// outside the heap, the binary's text) and a margin before the kernel kills the process.
+const DefaultMemoryLimitRatio = 0.9
+
+// cgroupMemoryFiles are where a container sees its memory limit: cgroup v2, then v1.
+var cgroupMemoryFiles = []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}
+
+// SetMemoryLimit sets the Go runtime's soft memory limit to ratio × the container's memory limit,
+// so that the garbage collector works harder as the process nears the limit instead of letting
+// its heap double past it (a start lists every object of the cluster at once). It does nothing
+// when GOMEMLIMIT is set (the operator chose), ratio is 0 or less, or there is no limit. It
+// returns the limit set (0: none) and logs it.
+func SetMemoryLimit(ratio float64, log logr.Logger) int64 {
+	return setMemoryLimit(ratio, cgroupMemoryFiles, log)
+}
+
+func setMemoryLimit(ratio float64, files []string, log logr.Logger) int64 {
+	if os.Getenv("GOMEMLIMIT") != "" || ratio <= 0 {
+		return 0
+	}
+	container, file := containerMemoryLimit(files)
+	if container <= 0 {
+		return 0
+	}
+	limit := int64(float64(container) * min(ratio, 1))
+	debug.SetMemoryLimit(limit)
+	log.Info("Go memory limit set from the container's", "limitBytes", limit, "containerLimitBytes", container,
+		"ratio", ratio, "from", file)
+	return limit
+}
+
+// containerMemoryLimit returns the first memory limit found in files, and the file; 0 when none
+// sets one ("max" in cgroup v2, a value near the largest int64 in v1).
+func containerMemoryLimit(files []string) (int64, string) {
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		v := strings.TrimSpace(string(data))
+		if v == "max" {
+			return 0, f
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 || n >= 1<<62 {
+			return 0, f
+		}
+		return n, f
+	}
+	return 0, ""
 }

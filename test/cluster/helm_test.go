@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/cmdutil"
 	"github.com/kube-cosi/cosi/internal/controller"
 	"github.com/kube-cosi/cosi/internal/sidecar"
 )
@@ -137,7 +138,7 @@ func TestHelm(t *testing.T) {
 			"app.kubernetes.io/name=cosi-controller": "cosi-controller",
 			"app.kubernetes.io/instance=s3":          "s3-cosi-driver",
 		} {
-			pods, err := podsOf(ctx, cosiNamespace, selector)
+			pods, err := podsOf(ctx, selector)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -154,6 +155,21 @@ func TestHelm(t *testing.T) {
 						sa,
 					)
 				}
+			}
+		}
+	})
+
+	step(t, "controller and sidecar keep their Go memory under the container's limit", func(t *testing.T) {
+		for selector, container := range map[string]string{
+			"app.kubernetes.io/name=cosi-controller": "controller",
+			"app.kubernetes.io/instance=s3":          "sidecar",
+		} {
+			pods, err := podsOf(ctx, selector)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range pods {
+				memoryLimitLogged(t, p, container)
 			}
 		}
 	})
@@ -225,7 +241,7 @@ func TestHelm(t *testing.T) {
 		waitDeployment(t, "cosi-controller")
 		waitDeployment(t, "s3-cosi-driver")
 		for _, selector := range []string{"app.kubernetes.io/name=cosi-controller", "app.kubernetes.io/instance=s3"} {
-			pods, err := podsOf(ctx, cosiNamespace, selector)
+			pods, err := podsOf(ctx, selector)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -270,6 +286,40 @@ func TestHelm(t *testing.T) {
 		provision(t, tenant, "after-reinstall")
 		assertKept(t, tenant, before)
 	})
+}
+
+// memoryLimitLogged checks that the named container of Pod p logged the Go memory limit it set:
+// 0.9 of its container's memory limit, as the kernel shows it to the container.
+func memoryLimitLogged(t *testing.T, p corev1.Pod, container string) {
+	t.Helper()
+	var limit int64
+	for _, ctr := range p.Spec.Containers {
+		if ctr.Name == container {
+			limit = ctr.Resources.Limits.Memory().Value()
+		}
+	}
+	if limit == 0 {
+		t.Fatalf("Pod %s: no container %q with a memory limit", p.Name, container)
+	}
+	logs := string(command(t, "kubectl", "-n", p.Namespace, "logs", p.Name, "-c", container))
+	for line := range strings.Lines(logs) {
+		var entry struct {
+			Msg       string `json:"msg"`
+			Limit     int64  `json:"limitBytes"`
+			Container int64  `json:"containerLimitBytes"`
+		}
+		if json.Unmarshal([]byte(line), &entry) != nil || entry.Msg != "Go memory limit set from the container's" {
+			continue
+		}
+		if entry.Container != limit || entry.Limit != int64(float64(limit)*cmdutil.DefaultMemoryLimitRatio) {
+			t.Errorf("Pod %s container %s: Go memory limit %d of container limit %d, want %.1f of %d", p.Name,
+				container, entry.Limit, entry.Container, cmdutil.DefaultMemoryLimitRatio, limit)
+		}
+		t.Logf("Pod %s container %s: Go memory limit %d bytes (container limit %d)", p.Name, container, entry.Limit,
+			entry.Container)
+		return
+	}
+	t.Errorf("Pod %s container %s logged no Go memory limit", p.Name, container)
 }
 
 func holder(ctx context.Context, lease string) string {

@@ -344,9 +344,9 @@ func app(t *testing.T, namespace string, args ...string) string {
 	return strings.TrimSpace(logs)
 }
 
-// podsOf lists the Pods of a Deployment's app.kubernetes.io/name label that are not being deleted.
-func podsOf(ctx context.Context, namespace, selector string) ([]corev1.Pod, error) {
-	list, err := cs.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+// podsOf lists the Pods in the COSI namespace that selector selects and are not being deleted.
+func podsOf(ctx context.Context, selector string) ([]corev1.Pod, error) {
+	list, err := cs.CoreV1().Pods(cosiNamespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		return nil, err
 	}

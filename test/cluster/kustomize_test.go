@@ -131,7 +131,7 @@ func TestKustomize(t *testing.T) {
 			"app.kubernetes.io/name=cosi-controller": "cosi-controller",
 			"app.kubernetes.io/instance=s3":          "s3-cosi-driver",
 		} {
-			pods, err := podsOf(ctx, cosiNamespace, selector)
+			pods, err := podsOf(ctx, selector)
 			if err != nil {
 				t.Fatal(err)
 			}
