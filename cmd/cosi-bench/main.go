@@ -64,6 +64,8 @@ func main() {
 			"the restart, CPU during the catch-up; empty: none)")
 	flag.DurationVar(&cfg.ProfileCPU, "profile-cpu", 20*time.Second,
 		"length of the CPU profile taken from the restart's start (with -profiles)")
+	flag.StringVar(&cfg.RestartMemoryLimit, "restart-memlimit", "",
+		"GOMEMLIMIT (e.g. 400MiB) of controller and sidecar in one more restart at each scale size (empty: none)")
 	flag.StringVar(&cfg.JSON, "json", "", "write the results as JSON to this file")
 	version.AddFlag(flag.CommandLine)
 	flag.Parse()

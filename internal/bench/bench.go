@@ -46,8 +46,11 @@ type Config struct {
 	// CPU during the catch-up's first ProfileCPU.
 	Profiles   string
 	ProfileCPU time.Duration
-	JSON       string
-	Log        io.Writer
+	// RestartMemoryLimit, when set, is a GOMEMLIMIT for one more restart at each scale size,
+	// before the usual one: what the Go memory limit does to the catch-up's memory and time.
+	RestartMemoryLimit string
+	JSON               string
+	Log                io.Writer
 }
 
 // SizeResult is one throughput measurement with N claims and N accesses.

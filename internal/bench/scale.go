@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -85,6 +86,8 @@ type ScaleResult struct {
 	// RestartCPU is the CPU seconds each process used during the catch-up, by command name
 	// (cosi-controller, cosi-sidecar, kube-apiserver, etcd, ...).
 	RestartCPU map[string]float64 `json:"restartCPU"`
+	// LimitedRestart is a restart before that one with GOMEMLIMIT=Config.RestartMemoryLimit.
+	LimitedRestart *RestartFigures `json:"limitedRestart,omitempty"`
 }
 
 // ScaleRun is the scale phase of one run: the RSS before any object, then each size.
@@ -260,6 +263,14 @@ func (s *system) scaleTo(ctx context.Context, ns string, from, n int, run ScaleR
 		return r, err
 	}
 	s.profiles(ctx, n, "quiet", "heap?gc=1")
+	if s.cfg.RestartMemoryLimit != "" {
+		// First, so that the next size is provisioned by processes started as in a cluster.
+		f, _, _, err := s.restart(ctx, n, []string{"GOMEMLIMIT=" + s.cfg.RestartMemoryLimit})
+		if err != nil {
+			return r, fmt.Errorf("restart with GOMEMLIMIT=%s: %w", s.cfg.RestartMemoryLimit, err)
+		}
+		r.LimitedRestart = &f
+	}
 	return r, s.restartToCaughtUp(ctx, &r)
 }
 
@@ -294,33 +305,72 @@ func (s *system) measureMemory(r *ScaleResult, m scrapes, run ScaleRun) error {
 // restartToCaughtUp stops controller and sidecar (SIGTERM), starts them again, and measures until
 // every reconciler has reconciled each object of its kind once.
 func (s *system) restartToCaughtUp(ctx context.Context, r *ScaleResult) error {
-	for _, p := range []*localenv.Component{s.env.Controller, s.env.Sidecar} {
-		if err := p.Stop(); err != nil {
-			return err
-		}
-	}
-	before, err := s.scrape0(ctx)
+	f, before, m, err := s.restart(ctx, r.N, nil)
 	if err != nil {
 		return err
 	}
+	r.CaughtUpSec, r.RestartCPU = f.CaughtUpSec, f.CPU
+	r.RestartControllerRSS, r.RestartSidecarRSS = f.ControllerRSS, f.SidecarRSS
+	r.RestartControllerHWM, r.RestartSidecarHWM = f.ControllerPeakRSS, f.SidecarPeakRSS
+	r.RestartReconciles = componentReconciles(scrapes{}, m)
+	r.RestartRequests = cosiRequests(before, m)
+	r.RestartDriverCalls = driverCalls(before.driver, m.driver)
+	return nil
+}
+
+// RestartFigures are what a restart of controller and sidecar to caught up took.
+type RestartFigures struct {
+	// GoMemLimit is the GOMEMLIMIT the processes ran with ("": none).
+	GoMemLimit  string  `json:"goMemLimit,omitempty"`
+	CaughtUpSec float64 `json:"caughtUpSec"`
+	// CPU is the CPU seconds each process used, by command name.
+	CPU map[string]float64 `json:"cpu"`
+	// RSS of the new processes when caught up, and their peak (VmHWM) since their start, MiB.
+	ControllerRSS, SidecarRSS         float64
+	ControllerPeakRSS, SidecarPeakRSS float64
+}
+
+// restart stops controller and sidecar (SIGTERM), starts them again with env added to their
+// environment, waits until caught up and returns its figures and the processes' scrapes before
+// the start and when caught up.
+func (s *system) restart(ctx context.Context, n int, env []string) (f RestartFigures, before, m scrapes, err error) {
+	managers := []*localenv.Component{s.env.Sidecar, s.env.Controller}
+	for _, p := range managers {
+		if err := p.Stop(); err != nil {
+			return f, before, m, err
+		}
+		p.Env = nil
+		if len(env) > 0 {
+			p.Env = append(os.Environ(), env...)
+		}
+	}
+	defer func() {
+		for _, p := range managers {
+			p.Env = nil // the next start runs as the first did
+		}
+	}()
+	if before, err = s.scrape0(ctx); err != nil {
+		return f, before, m, err
+	}
 	want := map[string]float64{}
 	for _, c := range scaleControllers {
-		want[c] = float64(r.N)
+		want[c] = float64(n)
 	}
 	cpu0 := childCPU()
 	start := time.Now()
-	for _, p := range []*localenv.Component{s.env.Sidecar, s.env.Controller} {
+	for _, p := range managers {
 		if err := p.Start(ctx); err != nil {
-			return err
+			return f, before, m, err
 		}
 	}
 	cpu := make(chan struct{})
 	go func() {
 		defer close(cpu)
-		s.profiles(ctx, r.N, "catchup", fmt.Sprintf("profile?seconds=%d", int(s.cfg.ProfileCPU.Seconds())))
+		if len(env) == 0 {
+			s.profiles(ctx, n, "catchup", fmt.Sprintf("profile?seconds=%d", int(s.cfg.ProfileCPU.Seconds())))
+		}
 	}()
 	deadline := start.Add(30 * time.Minute)
-	var m scrapes
 	for {
 		if m, err = s.scrape(ctx); err == nil {
 			reconciled := componentReconciles(scrapes{}, m)
@@ -330,30 +380,34 @@ func (s *system) restartToCaughtUp(ctx context.Context, r *ScaleResult) error {
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("not caught up %v after the restart", deadline.Sub(start))
+			return f, before, m, fmt.Errorf("not caught up %v after the restart", deadline.Sub(start))
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return f, before, m, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	r.CaughtUpSec = time.Since(start).Seconds()
-	r.RestartCPU = cpuDelta(cpu0, childCPU())
-	r.RestartControllerRSS, _ = rss(s.env.Controller.Pid())
-	r.RestartSidecarRSS, _ = rss(s.env.Sidecar.Pid())
-	_, r.RestartControllerHWM, _, _ = procStats(s.env.Controller.Pid())
-	_, r.RestartSidecarHWM, _, _ = procStats(s.env.Sidecar.Pid())
+	f.CaughtUpSec = time.Since(start).Seconds()
+	f.CPU = cpuDelta(cpu0, childCPU())
+	f.ControllerRSS, _ = rss(s.env.Controller.Pid())
+	f.SidecarRSS, _ = rss(s.env.Sidecar.Pid())
+	_, f.ControllerPeakRSS, _, _ = procStats(s.env.Controller.Pid())
+	_, f.SidecarPeakRSS, _, _ = procStats(s.env.Sidecar.Pid())
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "GOMEMLIMIT="); ok {
+			f.GoMemLimit = v
+		}
+	}
 	time.Sleep(time.Second) // the last requests of the catch-up land
 	if m, err = s.scrape(ctx); err != nil {
-		return err
+		return f, before, m, err
 	}
-	r.RestartReconciles = componentReconciles(scrapes{}, m)
-	r.RestartRequests = cosiRequests(before, m)
-	r.RestartDriverCalls = driverCalls(before.driver, m.driver)
-	s.profiles(ctx, r.N, "caughtup", "heap?gc=1")
+	if len(env) == 0 {
+		s.profiles(ctx, n, "caughtup", "heap?gc=1")
+	}
 	<-cpu
-	return nil
+	return f, before, m, nil
 }
 
 // profiles saves the Go profile at /debug/pprof/<what> of controller and sidecar as
@@ -682,6 +736,25 @@ func printScale(w io.Writer, i int, run ScaleRun) {
 		return fmt.Sprintf("%s (%s) / %s (%s)", num(r.RestartControllerRSS), num(r.RestartControllerHWM),
 			num(r.RestartSidecarRSS), num(r.RestartSidecarHWM))
 	})
+	if slices.ContainsFunc(run.Sizes, func(r ScaleResult) bool { return r.LimitedRestart != nil }) {
+		limited := func(f func(RestartFigures) string) func(ScaleResult) string {
+			return func(r ScaleResult) string {
+				if r.LimitedRestart == nil {
+					return "-"
+				}
+				return f(*r.LimitedRestart)
+			}
+		}
+		row("restart with GOMEMLIMIT", limited(func(f RestartFigures) string { return f.GoMemLimit }))
+		row("  → caught up s", limited(func(f RestartFigures) string { return num(f.CaughtUpSec) }))
+		row("  CPU-s controller / sidecar / kube-apiserver", limited(func(f RestartFigures) string {
+			return num(f.CPU["cosi-controller"]) + " / " + num(f.CPU["cosi-sidecar"]) + " / " + num(f.CPU["kube-apiserver"])
+		}))
+		row("  RSS MiB controller / sidecar (peak)", limited(func(f RestartFigures) string {
+			return fmt.Sprintf("%s (%s) / %s (%s)", num(f.ControllerRSS), num(f.ControllerPeakRSS), num(f.SidecarRSS),
+				num(f.SidecarPeakRSS))
+		}))
+	}
 	tw.Flush()
 	for _, r := range run.Sizes {
 		fmt.Fprintf(w, "\nN=%d: quiet reconciles %v; quiet requests %v\n", r.N, r.QuietReconciles, r.QuietRequests)
