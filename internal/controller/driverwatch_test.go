@@ -298,8 +298,12 @@ func TestWaitingForDriverAfterARestart(t *testing.T) {
 	testenv.Condition(t, api, granted, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue,
 		cosiapi.ReasonProvisioned)
 
-	// A sidecar of the driver starts and acts: what it reports replaces the wait.
+	// A sidecar of the driver starts: the claim no longer says that none serves it (the access
+	// does until the sidecar acts: its WaitingForDriver is the sidecar's to replace). Then the
+	// sidecar acts: what it reports replaces the wait.
 	sidecarLease(t, api, driver, "sidecar-0")
+	testenv.Condition(t, api, waiting, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionUnknown,
+		cosiapi.ReasonProvisioning)
 	actOnBucket(t, api, waitingBucket)
 	actOnAccess(t, api, ba)
 	testenv.Condition(t, api, waiting, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue,
