@@ -89,8 +89,9 @@ func (r *BucketClaimReconciler) SetupWithManager(mgr ctrl.Manager, opts controll
 	return b.Complete(r)
 }
 
-// stillWaiting is waiting.still for claims: the driver check (driverWatch.check) on the cached
-// claim and Bucket. A claim that went, or whose Bucket a sidecar picked up, no longer waits.
+// stillWaiting is waiting.still for claims: the status the claim's reconcile would write from the
+// cached claim and Bucket (mirror, driverWatch.check). A claim that went, or whose Bucket a
+// sidecar picked up, no longer waits.
 func (r *BucketClaimReconciler) stillWaiting(ctx context.Context, key types.NamespacedName) (bool, time.Duration) {
 	claim := &cosiapi.BucketClaim{}
 	if err := r.Client.Get(ctx, key, claim); err != nil {
@@ -106,7 +107,13 @@ func (r *BucketClaimReconciler) stillWaiting(ctx context.Context, key types.Name
 		// reconcile decides.
 		return true, 0
 	}
+	// What the claim's reconcile would write: its Bucket's status (bind), then the check. A
+	// sidecar that runs and has not acted yet takes back WaitingForDriver.
 	marked := claim.DeepCopy()
+	if ref := b.Spec.BucketClaimRef; ref.Namespace == claim.Namespace && ref.Name == claim.Name &&
+		ref.UID == claim.UID {
+		mirror(marked, b)
+	}
 	again := r.Drivers.check(ctx, marked, b)
 	if conditions.Changed(claim.Status.Conditions, marked.Status.Conditions) {
 		return true, 0
