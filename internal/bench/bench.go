@@ -61,7 +61,7 @@ type SizeResult struct {
 	IdleReconciles                  float64 `json:"idleReconciles"` // reconciles in 2 s of quiet after provisioning
 	// DeferredReconciles and DeferredRequests are the reconciles and COSI's API requests per claim
 	// with its access from the end of the accesses phase until the controller's grace period
-	// (controller.DefaultDriverGrace) plus 2 s has passed since the last access was created: the
+	// (controller.DefaultDriverGrace) plus 2 s has passed since the last access was provisioned: the
 	// work scheduled by provisioning that the phases, which stop counting 0.5 s after the last
 	// object is provisioned, leave out. DeferredByController breaks the reconciles down by
 	// "component controller".
@@ -442,12 +442,12 @@ type sizeRun struct {
 	timeout time.Duration
 	sr      SizeResult
 
-	start            scrapes // before the claims
-	claimsDone       scrapes // once the claims are provisioned
-	accessesStart    scrapes // before the accesses
-	accessesDone     scrapes // once the accesses are provisioned
-	deletionStart    scrapes // once the deferred work is counted
-	lastAccess       time.Time
+	start            scrapes   // before the claims
+	claimsDone       scrapes   // once the claims are provisioned
+	accessesStart    scrapes   // before the accesses
+	accessesDone     scrapes   // once the accesses are provisioned
+	deletionStart    scrapes   // once the deferred work is counted
+	lastAccess       time.Time // when the last access was provisioned
 	cpu0             map[string]float64
 	wall0            time.Time
 	accessesCPU0     map[string]float64 // before the accesses
@@ -532,7 +532,7 @@ func (m *sizeRun) provisionAccesses(ctx context.Context) error {
 		return err
 	}
 	m.sr.AccessesPerSec, m.sr.AccessP50, m.sr.AccessP90, m.sr.AccessP99 = latency(starts, done)
-	for _, t := range starts {
+	for _, t := range done {
 		if t.After(m.lastAccess) {
 			m.lastAccess = t
 		}
@@ -571,12 +571,13 @@ func (m *sizeRun) provisionAccesses(ctx context.Context) error {
 	return nil
 }
 
-// deferredWait is how long after the last access's creation deferred stops counting.
+// deferredWait is how long after the last access was provisioned deferred stops counting.
 const deferredWait = controller.DefaultDriverGrace + 2*time.Second
 
 // deferred counts the work that provisioning scheduled for later (DeferredReconciles): it waits
-// until the controller's grace period plus 2 s has passed since the last access was created, the
-// latest time at which a check scheduled at an access's hand-off comes due.
+// until the controller's grace period plus 2 s has passed since the last access was provisioned,
+// after the latest time at which a check scheduled at a claim's binding or an access's hand-off
+// comes due (both precede provisioning).
 func (m *sizeRun) deferred(ctx context.Context) error {
 	time.Sleep(time.Until(m.lastAccess.Add(deferredWait)))
 	after, err := m.scrape(ctx)
