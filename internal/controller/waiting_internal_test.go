@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -108,4 +110,33 @@ func TestWaitsForgetObjects(t *testing.T) {
 	}
 	testenv.Eventually(t, waits(accesses.waits, 0))
 	testenv.Eventually(t, waits(claims.waits, 0))
+}
+
+// The looks come due in time order; a later time never postpones an earlier look, an earlier one
+// advances it, and a removed object is not looked at.
+func TestWaitingOrder(t *testing.T) {
+	w := newWaiting(nil)
+	a, b, c := types.NamespacedName{Name: "a"}, types.NamespacedName{Name: "b"}, types.NamespacedName{Name: "c"}
+	now := time.Now()
+	w.add(a, 3*time.Hour)
+	w.add(b, time.Hour)
+	w.add(c, 4*time.Hour)
+	w.add(a, 5*time.Hour) // kept at 3 h
+	w.add(c, 2*time.Hour) // advanced to 2 h
+	w.remove(b)
+	if n, looks := w.len(); n != 2 || looks != 2 {
+		t.Fatalf("%d objects, %d looks; want 2, 2", n, looks)
+	}
+	keys, next := w.next(now.Add(150 * time.Minute))
+	if !slices.Equal(keys, []types.NamespacedName{c}) || next.Before(now.Add(3*time.Hour)) ||
+		next.After(now.Add(3*time.Hour+time.Minute)) {
+		t.Errorf("due at 2.5 h: %v, next at %v; want [c], next at 3 h", keys, next.Sub(now))
+	}
+	keys, next = w.next(now.Add(6 * time.Hour))
+	if !slices.Equal(keys, []types.NamespacedName{a}) || !next.IsZero() {
+		t.Errorf("due at 6 h: %v, next at %v; want [a], none", keys, next)
+	}
+	if n, looks := w.len(); n != 0 || looks != 0 {
+		t.Errorf("%d objects, %d looks left; want none", n, looks)
+	}
 }
