@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/controller"
 	"github.com/kube-cosi/cosi/internal/objects"
 )
 
@@ -66,9 +67,18 @@ type SizeResult struct {
 	GrantRPCs                       float64 `json:"grantCallsPerAccess"`
 	SecretsWithData                 int     `json:"secretsWithData"`
 	IdleReconciles                  float64 `json:"idleReconciles"` // reconciles in 2 s of quiet after provisioning
-	DeletionsPerSec                 float64 `json:"deletionsPerSec"`
-	DriverEmptyAfter                float64 `json:"driverEmptyAfterSec"`
-	Conflicts                       float64 `json:"conflicts"`
+	// DeferredReconciles and DeferredRequests are the reconciles and COSI's API requests per claim
+	// with its access from the end of the accesses phase until the controller's grace period
+	// (controller.DefaultDriverGrace) plus 2 s has passed since the last access was provisioned: the
+	// work scheduled by provisioning that the phases, which stop counting 0.5 s after the last
+	// object is provisioned, leave out. DeferredByController breaks the reconciles down by
+	// "component controller".
+	DeferredReconciles   float64            `json:"deferredReconciles"`
+	DeferredRequests     float64            `json:"deferredRequests"`
+	DeferredByController map[string]float64 `json:"deferredReconcilesByController,omitempty"`
+	DeletionsPerSec      float64            `json:"deletionsPerSec"`
+	DriverEmptyAfter     float64            `json:"driverEmptyAfterSec"`
+	Conflicts            float64            `json:"conflicts"`
 	// Requests are COSI's API requests (the API server's, minus the benchmark's own) by
 	// "VERB resource[/subresource] code", per object in each phase.
 	Requests map[string]phaseFigures `json:"requests"`
@@ -422,7 +432,9 @@ func (s *system) throughput(ctx context.Context, n int) (SizeResult, error) {
 	if err := s.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: m.ns}}); err != nil {
 		return m.sr, err
 	}
-	for _, phase := range []func(context.Context) error{m.provisionClaims, m.idle, m.provisionAccesses, m.deleteAll} {
+	for _, phase := range []func(context.Context) error{
+		m.provisionClaims, m.idle, m.provisionAccesses, m.deferred, m.deleteAll,
+	} {
 		if err := phase(ctx); err != nil {
 			return m.sr, err
 		}
@@ -438,10 +450,12 @@ type sizeRun struct {
 	timeout time.Duration
 	sr      SizeResult
 
-	start            scrapes // before the claims
-	claimsDone       scrapes // once the claims are provisioned
-	accessesStart    scrapes // before the accesses
-	accessesDone     scrapes // once the accesses are provisioned
+	start            scrapes   // before the claims
+	claimsDone       scrapes   // once the claims are provisioned
+	accessesStart    scrapes   // before the accesses
+	accessesDone     scrapes   // once the accesses are provisioned
+	deletionStart    scrapes   // once the deferred work is counted
+	lastAccess       time.Time // when the last access was provisioned
 	cpu0             map[string]float64
 	wall0            time.Time
 	accessesCPU0     map[string]float64 // before the accesses
@@ -526,6 +540,11 @@ func (m *sizeRun) provisionAccesses(ctx context.Context) error {
 		return err
 	}
 	m.sr.AccessesPerSec, m.sr.AccessP50, m.sr.AccessP90, m.sr.AccessP99 = latency(starts, done)
+	for _, t := range done {
+		if t.After(m.lastAccess) {
+			m.lastAccess = t
+		}
+	}
 	m.sr.APIServerCPU.Accesses = m.apiServerCPU(m.accessesCPU0)
 	m.sr.CPUCores = cpuCores(m.cpu0, childCPU(), time.Since(m.wall0)-2500*time.Millisecond) // minus the pauses
 	time.Sleep(500 * time.Millisecond)
@@ -533,7 +552,7 @@ func (m *sizeRun) provisionAccesses(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m.accessesDone = after
+	m.accessesDone, m.deletionStart = after, after
 	cosi := m.record(before, after, func(f *phaseFigures, v float64) { f.Accesses = v })
 	m.sr.AccessRequests = cosi.sum(func(request) bool { return true }) / float64(m.n)
 	m.sr.AccessWrites = cosi.sum(request.isWrite) / float64(m.n)
@@ -557,6 +576,39 @@ func (m *sizeRun) provisionAccesses(ctx context.Context) error {
 			m.sr.SecretsWithData++
 		}
 	}
+	return nil
+}
+
+// deferredWait is how long after the last access was provisioned deferred stops counting.
+const deferredWait = controller.DefaultDriverGrace + 2*time.Second
+
+// deferred counts the work that provisioning scheduled for later (DeferredReconciles): it waits
+// until the controller's grace period plus 2 s has passed since the last access was provisioned,
+// after the latest time at which a check scheduled at a claim's binding or an access's hand-off
+// comes due (both precede provisioning).
+func (m *sizeRun) deferred(ctx context.Context) error {
+	time.Sleep(time.Until(m.lastAccess.Add(deferredWait)))
+	after, err := m.scrape(ctx)
+	if err != nil {
+		return err
+	}
+	before := m.accessesDone
+	cosi := apiRequests(after.api).minus(apiRequests(before.api)).minus(after.bench.minus(before.bench))
+	m.sr.DeferredRequests = cosi.sum(func(request) bool { return true }) / float64(m.n)
+	m.sr.DeferredReconciles = reconciles(
+		[2]metrics{before.sidecar, after.sidecar},
+		[2]metrics{before.controller, after.controller},
+	) / float64(m.n)
+	m.sr.DeferredByController = map[string]float64{}
+	for _, c := range []struct {
+		name          string
+		before, after metrics
+	}{{"controller", before.controller, after.controller}, {"sidecar", before.sidecar, after.sidecar}} {
+		for name, v := range reconcilesByController(c.before, c.after) {
+			m.sr.DeferredByController[c.name+" "+name] = v / float64(m.n)
+		}
+	}
+	m.deletionStart = after
 	return nil
 }
 
@@ -587,7 +639,7 @@ func (m *sizeRun) deleteAll(ctx context.Context) error {
 		return err
 	}
 	m.sr.Conflicts = conflicts(m.start.api, end.api)
-	m.record(m.accessesDone, end, func(f *phaseFigures, v float64) { f.Deletion = v })
+	m.record(m.deletionStart, end, func(f *phaseFigures, v float64) { f.Deletion = v })
 	return nil
 }
 

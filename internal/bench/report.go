@@ -153,6 +153,11 @@ func (s *summary) sizeRows(i, n int) {
 		size(func(s SizeResult) float64 { return s.AccessWrites }), "≤ 6", func(m float64) bool { return m <= 6 })
 	add(p+"reconciles per access (controller + sidecar)", "reconciles",
 		size(func(s SizeResult) float64 { return s.AccessReconciles }), "≤ 3", func(m float64) bool { return m <= 3 })
+	add(p+fmt.Sprintf("deferred reconciles per claim + access (until %v after the last is provisioned)", deferredWait),
+		"reconciles",
+		size(func(s SizeResult) float64 { return s.DeferredReconciles }), "", nil)
+	add(p+"deferred COSI API requests per claim + access", "requests",
+		size(func(s SizeResult) float64 { return s.DeferredRequests }), "", nil)
 	add(
 		p+"DriverGrantBucketAccess per access",
 		"calls",

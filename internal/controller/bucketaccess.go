@@ -51,6 +51,8 @@ type BucketAccessReconciler struct {
 
 	// log reports what the watches cannot return: their map functions' errors.
 	log logr.Logger
+	// waits holds the handed-off accesses that wait for a sidecar (nil when Drivers is).
+	waits *waiting
 }
 
 // The conditions the controller writes on BucketAccesses: all of them until the hand-off; after
@@ -71,7 +73,7 @@ var (
 func (r *BucketAccessReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
 	r.log = mgr.GetLogger().WithValues("controller", "bucketaccess")
 	wake := predicate.Or[client.Object](predicates.SpecOrLifecycleChanged, predicates.ProtectionRemoved, deletingChanged)
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("bucketaccess").
 		For(&cosiapi.BucketAccess{}, builder.WithPredicates(wake)).
 		// A claim's changes matter to the accesses not handed off yet; its removal also to those
@@ -84,8 +86,32 @@ func (r *BucketAccessReconciler) SetupWithManager(mgr ctrl.Manager, opts control
 		// A Bucket bound to a claim (its claim reference's UID set) wakes the accesses waiting for it.
 		Watches(&cosiapi.Bucket{}, handler.EnqueueRequestsFromMapFunc(r.accessesOfBucket),
 			builder.WithPredicates(bucketBindingChanged)).
-		WithOptions(opts).
-		Complete(r)
+		WithOptions(opts)
+	if r.Drivers != nil {
+		r.waits = newWaiting(r.stillWaiting)
+		b = b.WatchesRawSource(r.waits.source())
+	}
+	return b.Complete(r)
+}
+
+// stillWaiting is waiting.still for accesses: the driver check (driverWatch.checkAccess) on the
+// cached access. An access that went, or that a sidecar acted on, no longer waits.
+func (r *BucketAccessReconciler) stillWaiting(ctx context.Context, key types.NamespacedName) (bool, time.Duration) {
+	ba := &cosiapi.BucketAccess{}
+	if err := r.Client.Get(ctx, key, ba); err != nil {
+		return !apierrors.IsNotFound(err), 0
+	}
+	if ba.Status.DriverName == "" {
+		// Only handed-off accesses wait: the cache lags behind the hand-off. The reconcile
+		// decides.
+		return true, 0
+	}
+	marked := ba.DeepCopy()
+	again := r.Drivers.checkAccess(ctx, marked)
+	if conditions.Changed(ba.Status.Conditions, marked.Status.Conditions) {
+		return true, 0
+	}
+	return false, again
 }
 
 // deletingChanged passes the changes of a deleting access that decide whether its deletion may
@@ -168,21 +194,30 @@ func (r *BucketAccessReconciler) list(
 func (r *BucketAccessReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	ba := &cosiapi.BucketAccess{}
 	if err := r.Client.Get(ctx, req.NamespacedName, ba); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.waits.remove(req.NamespacedName)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if ba.DeletionTimestamp != nil {
+		r.waits.remove(req.NamespacedName)
 		return requeue.ResultWithEvent(r.Recorder, ba, cosiapi.EventFailedRevokeAccess, r.delete(ctx, ba))
 	}
 	again, err := r.reconcile(ctx, ba)
 	res, err := requeue.ResultWithEvent(r.Recorder, ba, cosiapi.EventFailedGrantAccess, err)
-	if err == nil && res.IsZero() && again > 0 {
-		res.RequeueAfter = again
+	switch {
+	case err != nil: // its retry decides
+	case again > 0:
+		r.waits.add(req.NamespacedName, again)
+	default:
+		r.waits.remove(req.NamespacedName)
 	}
 	return res, err
 }
 
 // reconcile protects the access and hands it off. It returns when to look again at a handed-off
-// access that waits for something it cannot watch (a sidecar of its driver).
+// access that waits for something it cannot watch (a sidecar of its driver): waits looks then,
+// and reconciles the access only if it still waits.
 func (r *BucketAccessReconciler) reconcile(ctx context.Context, ba *cosiapi.BucketAccess) (time.Duration, error) {
 	// The finalizer first, on every reconcile: it is put back when a tenant removed it, and the
 	// status patch below is based on the current version.

@@ -60,6 +60,8 @@ type BucketClaimReconciler struct {
 
 	// log reports what the watches cannot return: their map functions' errors.
 	log logr.Logger
+	// waits holds the claims whose Bucket waits for a sidecar (nil when Drivers is).
+	waits *waiting
 }
 
 // SetupWithManager registers the reconciler and its watches: a claim waits for its Bucket and its
@@ -70,7 +72,7 @@ func (r *BucketClaimReconciler) SetupWithManager(mgr ctrl.Manager, opts controll
 		predicate.And[client.Object](predicates.SpecOrLifecycleChanged, predicate.Not(r.referencePublished())),
 		predicates.ProtectionRemoved,
 	)
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("bucketclaim").
 		For(&cosiapi.BucketClaim{}, builder.WithPredicates(wake)).
 		Watches(&cosiapi.Bucket{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfBucket),
@@ -79,8 +81,44 @@ func (r *BucketClaimReconciler) SetupWithManager(mgr ctrl.Manager, opts controll
 		// The reference annotation follows the accesses: created, deleting, finalizer gone, gone.
 		Watches(&cosiapi.BucketAccess{}, handler.EnqueueRequestsFromMapFunc(claimsOfAccess),
 			builder.WithPredicates(accessReferenceChanged)).
-		WithOptions(opts).
-		Complete(r)
+		WithOptions(opts)
+	if r.Drivers != nil {
+		r.waits = newWaiting(r.stillWaiting)
+		b = b.WatchesRawSource(r.waits.source())
+	}
+	return b.Complete(r)
+}
+
+// stillWaiting is waiting.still for claims: the status the claim's reconcile would write from the
+// cached claim and Bucket (mirror, driverWatch.check). A claim that went, or whose Bucket a
+// sidecar picked up, no longer waits.
+func (r *BucketClaimReconciler) stillWaiting(ctx context.Context, key types.NamespacedName) (bool, time.Duration) {
+	claim := &cosiapi.BucketClaim{}
+	if err := r.Client.Get(ctx, key, claim); err != nil {
+		return !apierrors.IsNotFound(err), 0
+	}
+	name := claim.Status.BoundBucketName
+	if claim.Spec.ExistingBucketName != "" {
+		name = claim.Spec.ExistingBucketName
+	}
+	b := &cosiapi.Bucket{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, b); name == "" || err != nil {
+		// Not in the cache, which lags behind the reconcile that added the claim: the
+		// reconcile decides.
+		return true, 0
+	}
+	// What the claim's reconcile would write: its Bucket's status (bind), then the check. A
+	// sidecar that runs and has not acted yet takes back WaitingForDriver.
+	marked := claim.DeepCopy()
+	if ref := b.Spec.BucketClaimRef; ref.Namespace == claim.Namespace && ref.Name == claim.Name &&
+		ref.UID == claim.UID {
+		mirror(marked, b)
+	}
+	again := r.Drivers.check(ctx, marked, b)
+	if conditions.Changed(claim.Status.Conditions, marked.Status.Conditions) {
+		return true, 0
+	}
+	return false, again
 }
 
 // referencePublished matches the update that only adds has-bucketaccess-references to a claim
@@ -186,21 +224,30 @@ func (r *BucketClaimReconciler) claimsOfClass(ctx context.Context, o client.Obje
 func (r *BucketClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	claim := &cosiapi.BucketClaim{}
 	if err := r.Client.Get(ctx, req.NamespacedName, claim); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.waits.remove(req.NamespacedName)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if claim.DeletionTimestamp != nil {
+		r.waits.remove(req.NamespacedName)
 		return requeue.ResultWithEvent(r.Recorder, claim, cosiapi.EventFailedDeleteBucket, r.delete(ctx, claim))
 	}
 	again, err := r.reconcile(ctx, claim)
 	res, err := requeue.ResultWithEvent(r.Recorder, claim, cosiapi.EventFailedCreateBucket, err)
-	if err == nil && res.IsZero() && again > 0 {
-		res.RequeueAfter = again
+	switch {
+	case err != nil: // its retry decides
+	case again > 0:
+		r.waits.add(req.NamespacedName, again)
+	default:
+		r.waits.remove(req.NamespacedName)
 	}
 	return res, err
 }
 
 // reconcile protects the claim, publishes its references, binds it and mirrors its Bucket. It
-// returns when to look again at a claim that waits for something it cannot watch (a sidecar).
+// returns when to look again at a claim that waits for something it cannot watch (a sidecar):
+// waits looks then, and reconciles the claim only if it still waits.
 func (r *BucketClaimReconciler) reconcile(ctx context.Context, claim *cosiapi.BucketClaim) (time.Duration, error) {
 	// Put back, on every reconcile, what a tenant may have removed.
 	if err := patch.AddFinalizer(ctx, r.Client, claim); err != nil {

@@ -54,7 +54,25 @@ const LeaseName = "cosi-controller"
 
 // Run reconciles until ctx is done.
 func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) error {
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	mgr, err := newManager(cfg, opts, log)
+	if err != nil {
+		return err
+	}
+	if err := Setup(ctx, mgr, opts); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	return mgr.Start(ctx)
+}
+
+// newManager returns the controller's manager, before Setup.
+func newManager(cfg *rest.Config, opts Options, log logr.Logger) (ctrl.Manager, error) {
+	return ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme.New(),
 		Logger: log,
 		// No object's managedFields in the cache: COSI never reads them, and they would take much
@@ -75,26 +93,21 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 			UsePriorityQueue: ptr.To(false),
 		},
 	})
-	if err != nil {
-		return err
-	}
-	if err := Setup(ctx, mgr, opts); err != nil {
-		return err
-	}
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return err
-	}
-	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
-		return err
-	}
-	return mgr.Start(ctx)
 }
 
 // Setup registers the indexes and reconcilers with a manager.
 func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
+	_, _, err := setup(ctx, mgr, opts)
+	return err
+}
+
+// setup is Setup; it returns the claim and access reconcilers (tests look at their waits).
+func setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*BucketClaimReconciler, *BucketAccessReconciler,
+	error,
+) {
 	if err := index.Register(ctx, mgr.GetFieldIndexer(), index.ClaimsByClass, index.ClaimsByExistingBucket,
 		index.AccessesByClaim, index.AccessesByClass, index.AccessesByBucket); err != nil {
-		return err
+		return nil, nil, err
 	}
 	metrics := newMetrics()
 	registerObjectMetrics(mgr.GetClient())
@@ -109,13 +122,13 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	claims := &BucketClaimReconciler{Client: c, APIReader: reader, Recorder: recorder, Metrics: metrics,
 		Drivers: drivers}
 	if err := claims.SetupWithManager(mgr, copts); err != nil {
-		return err
+		return nil, nil, err
 	}
 	accesses := &BucketAccessReconciler{Client: c, APIReader: reader, Recorder: recorder, Metrics: metrics,
 		Drivers: drivers}
 	if err := accesses.SetupWithManager(mgr, copts); err != nil {
-		return err
+		return nil, nil, err
 	}
-	return (&BucketReconciler{Client: c, APIReader: reader, Recorder: recorder, Metrics: metrics}).SetupWithManager(mgr,
-		copts)
+	return claims, accesses, (&BucketReconciler{Client: c, APIReader: reader, Recorder: recorder,
+		Metrics: metrics}).SetupWithManager(mgr, copts)
 }

@@ -24,13 +24,14 @@ import (
 const DefaultDriverGrace = 30 * time.Second
 
 // driverRecheck is how often the controller looks again for a sidecar of a driver no sidecar
-// serves. A sidecar that picks the Bucket up wakes the claim sooner (its status changes).
+// serves. It looks from its cache (waiting): an object that a sidecar picked up in the meantime,
+// or whose WaitingForDriver condition would not change, is not reconciled.
 const driverRecheck = 30 * time.Second
 
 // driverWatch tells whether a sidecar serves a driver: the sidecars of a driver elect a leader
 // with the Lease sidecarLeaseName(driver) in the COSI namespace, which the controller's Role may
-// read. It is read live (a GET per claim that waits, every driverRecheck), not cached: the
-// controller may not watch Leases cluster-wide, and only unserved claims ask.
+// read. It is read live (a GET per driver with objects that wait, at most every leaseAnswerTTL),
+// not cached: the controller may not watch Leases cluster-wide, and only unserved objects ask.
 type driverWatch struct {
 	reader    client.Reader
 	namespace string
