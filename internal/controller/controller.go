@@ -47,6 +47,9 @@ type Options struct {
 	// DriverGrace is how long a new Bucket may wait for a sidecar before the controller checks
 	// that one serves its driver (ReasonWaitingForDriver); 0 means DefaultDriverGrace.
 	DriverGrace time.Duration
+	// DriverRecheck is how often the controller looks again for a sidecar of a driver that none
+	// serves; 0 means DefaultDriverRecheck.
+	DriverRecheck time.Duration
 }
 
 // LeaseName is the leader election Lease of the controller.
@@ -118,7 +121,11 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*BucketClaimRec
 	if grace <= 0 {
 		grace = DefaultDriverGrace
 	}
-	drivers := &driverWatch{reader: reader, namespace: leaseNamespace(opts), grace: grace}
+	recheck := opts.DriverRecheck
+	if recheck <= 0 {
+		recheck = DefaultDriverRecheck
+	}
+	drivers := &driverWatch{reader: reader, namespace: leaseNamespace(opts), grace: grace, recheck: recheck}
 	claims := &BucketClaimReconciler{Client: c, APIReader: reader, Recorder: recorder, Metrics: metrics,
 		Drivers: drivers}
 	if err := claims.SetupWithManager(mgr, copts); err != nil {

@@ -23,10 +23,10 @@ import (
 // controller looks for one (driverWatch).
 const DefaultDriverGrace = 30 * time.Second
 
-// driverRecheck is how often the controller looks again for a sidecar of a driver no sidecar
-// serves. It looks from its cache (waiting): an object that a sidecar picked up in the meantime,
-// or whose WaitingForDriver condition would not change, is not reconciled.
-const driverRecheck = 30 * time.Second
+// DefaultDriverRecheck is how often the controller looks again for a sidecar of a driver no
+// sidecar serves (Options.DriverRecheck). It looks from its cache (waiting): an object that a
+// sidecar picked up in the meantime, or whose WaitingForDriver condition would not change, is not reconciled.
+const DefaultDriverRecheck = 30 * time.Second
 
 // driverWatch tells whether a sidecar serves a driver: the sidecars of a driver elect a leader
 // with the Lease sidecarLeaseName(driver) in the COSI namespace, which the controller's Role may
@@ -36,6 +36,7 @@ type driverWatch struct {
 	reader    client.Reader
 	namespace string
 	grace     time.Duration
+	recheck   time.Duration // DefaultDriverRecheck unless a test sets it
 
 	// leases keeps each driver's Lease answer for leaseAnswerTTL: many objects that wait for
 	// one driver cost one GET, not one each.
@@ -157,12 +158,12 @@ func (w *driverWatch) readLease(ctx context.Context, driver string) leaseAnswer 
 	switch {
 	case apierrors.IsNotFound(err):
 		return leaseAnswer{at: now, why: w.namespace + "/" + name + " does not exist", missing: true,
-			again: driverRecheck}
+			again: w.recheck}
 	case apierrors.IsForbidden(err):
 		// Cannot tell (no Role to read Leases there): say nothing rather than something wrong.
 		return leaseAnswer{at: now}
 	case err != nil:
-		return leaseAnswer{at: now, again: driverRecheck} // cannot tell now; the status stays what it was
+		return leaseAnswer{at: now, again: w.recheck} // cannot tell now; the status stays what it was
 	case lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "":
 		why = "is held by nobody"
 	case lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil:
@@ -170,9 +171,9 @@ func (w *driverWatch) readLease(ctx context.Context, driver string) leaseAnswer 
 	default:
 		expiry := lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
 		if now.Before(expiry) {
-			return leaseAnswer{at: now, again: driverRecheck} // a sidecar runs; it has not acted yet
+			return leaseAnswer{at: now, again: w.recheck} // a sidecar runs; it has not acted yet
 		}
 		why = "expired at " + expiry.UTC().Format(time.RFC3339)
 	}
-	return leaseAnswer{at: now, why: w.namespace + "/" + name + " " + why, again: driverRecheck}
+	return leaseAnswer{at: now, why: w.namespace + "/" + name + " " + why, again: w.recheck}
 }

@@ -284,7 +284,8 @@ func TestWaitingForDriverAfterARestart(t *testing.T) {
 	handedOff(t, api, ba)
 	stop()
 
-	runController(t, api, controller.Options{DriverGrace: time.Second, LeaderElection: true}, logr.Discard())
+	opts := controller.Options{DriverGrace: time.Second, DriverRecheck: 2 * time.Second, LeaderElection: true}
+	runController(t, api, opts, logr.Discard())
 	for _, got := range []metav1.Condition{
 		testenv.Condition(t, api, waiting, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionUnknown,
 			cosiapi.ReasonWaitingForDriver),
