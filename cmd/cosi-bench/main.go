@@ -59,6 +59,8 @@ func main() {
 		"sizes the scale phase reaches in turn, e.g. 3000,10000,20000: claims with one access each, kept (empty skips)")
 	flag.DurationVar(&cfg.ScaleQuiet, "scale-quiet", 10*time.Second,
 		"quiet time at each scale size in which reconciles and requests are counted")
+	flag.DurationVar(&cfg.SecretCheckInterval, "secret-check-interval", 0,
+		"the sidecar's --secret-check-interval (0 leaves its default, 10m)")
 	flag.StringVar(&cfg.JSON, "json", "", "write the results as JSON to this file")
 	version.AddFlag(flag.CommandLine)
 	flag.Parse()

@@ -41,8 +41,11 @@ type Config struct {
 	// reconciles and requests while nothing changes, at each size.
 	ScaleSizes []int
 	ScaleQuiet time.Duration
-	JSON       string
-	Log        io.Writer
+	// SecretCheckInterval is the sidecar's --secret-check-interval; zero leaves its default. A
+	// short one makes the scale phase's quiet period show how the Secret checks are spread.
+	SecretCheckInterval time.Duration
+	JSON                string
+	Log                 io.Writer
 }
 
 // SizeResult is one throughput measurement with N claims and N accesses.

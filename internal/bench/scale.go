@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,6 +70,10 @@ type ScaleResult struct {
 	QuietSec        float64            `json:"quietSec"`
 	QuietReconciles map[string]float64 `json:"quietReconciles"`
 	QuietRequests   map[string]float64 `json:"quietRequests"`
+	// QuietSecretPatches are COSI's PATCH secrets (the Secret checks) in each second of the quiet
+	// period, against N/CheckIntervalSec due on average (the sidecar's --secret-check-interval).
+	QuietSecretPatches []float64 `json:"quietSecretPatches"`
+	CheckIntervalSec   float64   `json:"checkIntervalSec"`
 	// Restart: controller and sidecar stopped with SIGTERM and started again; CaughtUpSec is the
 	// time from the start until every reconciler has reconciled every object of its kind once
 	// and the work queues are empty. Its reconciles, COSI's API requests and the driver's calls
@@ -247,18 +252,59 @@ func (s *system) scaleTo(ctx context.Context, ns string, from, n int, run ScaleR
 	if err != nil {
 		return r, err
 	}
-	time.Sleep(s.cfg.ScaleQuiet)
+	if r.QuietSecretPatches, err = s.secretPatchesPerSecond(ctx, s.cfg.ScaleQuiet); err != nil {
+		return r, err
+	}
 	after, err := s.scrape(ctx)
 	if err != nil {
 		return r, err
 	}
 	r.QuietSec = s.cfg.ScaleQuiet.Seconds()
+	r.CheckIntervalSec = s.cfg.SecretCheckInterval.Seconds()
+	if r.CheckIntervalSec == 0 {
+		r.CheckIntervalSec = defaultSecretCheckInterval.Seconds()
+	}
 	r.QuietReconciles = componentReconciles(before, after)
 	r.QuietRequests = cosiRequests(before, after)
 	if err := s.measureMemory(&r, after, run); err != nil {
 		return r, err
 	}
 	return r, s.restartToCaughtUp(ctx, &r)
+}
+
+// defaultSecretCheckInterval is the sidecar's default --secret-check-interval.
+const defaultSecretCheckInterval = 10 * time.Minute
+
+// secretPatchesPerSecond counts COSI's PATCH secrets in each second for d, from the API server's
+// metrics scraped every second.
+func (s *system) secretPatchesPerSecond(ctx context.Context, d time.Duration) ([]float64, error) {
+	sample := func() (requestCounts, time.Time, error) {
+		bench := s.requests.snapshot()
+		m, err := scrapeAPIServer(ctx, s.rest)
+		return apiRequests(m).minus(bench), time.Now(), err
+	}
+	prev, at, err := sample()
+	if err != nil {
+		return nil, err
+	}
+	var out []float64
+	for end := at.Add(d); at.Before(end); {
+		select {
+		case <-ctx.Done():
+			return out, ctx.Err()
+		case <-time.After(time.Until(at.Add(time.Second))):
+		}
+		next, nextAt, err := sample()
+		if err != nil {
+			return out, err
+		}
+		n := next.minus(prev).sum(func(r request) bool {
+			return r.Verb == "PATCH" && r.Resource == "secrets" && r.Subresource == ""
+		})
+		out = append(out, n/nextAt.Sub(at).Seconds())
+		prev, at = next, nextAt
+	}
+	return out, nil
 }
 
 // measureMemory records the memory of every process and etcd's size, with m the processes' last
@@ -611,6 +657,15 @@ func printScale(w io.Writer, i int, run ScaleRun) {
 	row("quiet: reconciles / COSI writes (unscheduled)", func(r ScaleResult) string {
 		all, un := Writes(r.QuietRequests)
 		return fmt.Sprintf("%.0f in %.0f s / %.0f (%.0f)", sum(r.QuietReconciles), r.QuietSec, all, un)
+	})
+	row("quiet: PATCH secrets/s peak second / mean (N/interval)", func(r ScaleResult) string {
+		all := 0.0
+		for _, n := range r.QuietSecretPatches {
+			all += n
+		}
+		mean := all / float64(max(len(r.QuietSecretPatches), 1))
+		return fmt.Sprintf("%.0f / %.0f (%.0f)", slices.Max(append([]float64{0}, r.QuietSecretPatches...)), mean,
+			float64(r.N)/max(r.CheckIntervalSec, 1))
 	})
 	row("restart → caught up s", v(func(r ScaleResult) float64 { return r.CaughtUpSec }))
 	row("restart: reconciles per object set", func(r ScaleResult) string {
