@@ -125,3 +125,73 @@ func TestSecretChecksForget(t *testing.T) {
 		t.Errorf("%d checks and %d places left after every access was forgotten", len(c.last), len(c.slots))
 	}
 }
+
+// TestSecretChecksHeldUp: when the sidecar is held up for 10 s while a backlog is spread, the
+// places that passed meanwhile do not run together: at most running's burst runs at once, the
+// others take new places, and every check still runs, at most checkRateFactor × N/interval per
+// second (plus the burst) in any second.
+func TestSecretChecksHeldUp(t *testing.T) {
+	const n, interval, held = 1200, time.Minute, 10 * time.Second
+	const limit, burst = checkRateFactor * n / 60, checkRateFactor * n / 60 / checkBurstPerSecond // 40/s, 4
+	const runningBurst = 2*burst + 1
+	var c secretChecks
+	all := uids(n)
+	for _, uid := range all {
+		c.doneAt(uid, epoch.Add(-interval))
+	}
+	next := map[types.UID]time.Time{}
+	var ran []time.Time
+	for _, uid := range all {
+		if wait := c.dueAt(uid, interval, epoch); wait > 0 {
+			next[uid] = epoch.Add(wait)
+		} else {
+			ran = append(ran, epoch)
+		}
+	}
+	// Held up: every place before epoch+held is reached then, at once.
+	resumed := epoch.Add(held)
+	atOnce := 0
+	for _, uid := range all {
+		if at, ok := next[uid]; ok && at.Before(resumed) {
+			if wait := c.dueAt(uid, interval, resumed); wait > 0 {
+				next[uid] = resumed.Add(wait)
+			} else {
+				atOnce++
+				ran = append(ran, resumed)
+				delete(next, uid)
+			}
+		}
+	}
+	if atOnce > runningBurst {
+		t.Errorf("%d checks ran at once after the sidecar was held up, want at most %d", atOnce, runningBurst)
+	}
+	// Then on time: each check is reconciled at its place, in order, until all ran.
+	for len(next) > 0 {
+		uid := all[0]
+		for u, at := range next {
+			if at.Before(next[uid]) || next[uid].IsZero() {
+				uid = u
+			}
+		}
+		at := next[uid]
+		if wait := c.dueAt(uid, interval, at); wait > 0 {
+			next[uid] = at.Add(wait)
+			continue
+		}
+		ran = append(ran, at)
+		delete(next, uid)
+	}
+	if len(ran) != n {
+		t.Fatalf("%d checks ran, want %d", len(ran), n)
+	}
+	slices.SortFunc(ran, time.Time.Compare)
+	for i := range ran {
+		j, _ := slices.BinarySearchFunc(ran, ran[i].Add(time.Second), time.Time.Compare)
+		if j-i > limit+runningBurst {
+			t.Fatalf("%d checks in the second from %v, want at most %d", j-i, ran[i].Sub(epoch), limit+runningBurst)
+		}
+	}
+	if last := ran[len(ran)-1].Sub(epoch); last > interval/checkRateFactor+held {
+		t.Errorf("the last check ran %v after it was due, want at most interval/%d + %v", last, checkRateFactor, held)
+	}
+}
