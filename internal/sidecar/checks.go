@@ -16,7 +16,8 @@ import (
 // granting wait in the work queue behind the grants and then run back to back (hundreds of PATCH
 // per second after provisioning 20,000 accesses; docs/benchmark.md, "Scale"). A token bucket
 // spreads them: they run at most checkRateFactor times their average rate, and a check that finds
-// no token keeps its place (a reservation) and runs at its time. Grants, the Secrets of new
+// no token keeps its place (a reservation) and runs at its time; places that pass together while
+// the sidecar is held up do not run together (a second token bucket counts the checks that run). Grants, the Secrets of new
 // grants, rotations and refreshes that someone asked for are not limited: only the scheduled
 // checks are.
 
@@ -41,9 +42,12 @@ type secretChecks struct {
 	mu   sync.Mutex
 	last map[types.UID]time.Time
 	// slots are the times of the checks that came due when no token was left: each runs then,
-	// without taking another token.
-	slots   map[types.UID]time.Time
-	limiter *rate.Limiter
+	// without taking another place.
+	slots map[types.UID]time.Time
+	// places gives each check that falls due its time; running limits the checks that run: places
+	// that passed together, while the sidecar was held up (a busy machine, a long reconcile), do
+	// not all run at once: those beyond running's burst take a new place.
+	places, running *rate.Limiter
 }
 
 // due returns how long until the object's check runs; zero or less means now, and the check
@@ -65,18 +69,24 @@ func (c *secretChecks) dueAt(uid types.UID, interval time.Duration, now time.Tim
 	if wait := last.Add(interval).Sub(now); wait > 0 {
 		return wait
 	}
-	if slot, ok := c.slots[uid]; ok {
-		if wait := slot.Sub(now); wait > 0 {
-			return wait // woken before its time (an event): the place is kept
+	c.setLimit(interval, now)
+	slot, ok := c.slots[uid]
+	if ok && slot.After(now) {
+		return slot.Sub(now) // woken before its time (an event): the place is kept
+	}
+	if !ok {
+		if wait := c.places.ReserveN(now, 1).DelayFrom(now); wait > 0 {
+			c.slots[uid] = now.Add(wait)
+			return wait
 		}
-		delete(c.slots, uid)
+	}
+	delete(c.slots, uid)
+	if c.running.AllowN(now, 1) {
 		return 0
 	}
-	c.setLimit(interval, now)
-	wait := c.limiter.ReserveN(now, 1).DelayFrom(now)
-	if wait > 0 {
-		c.slots[uid] = now.Add(wait)
-	}
+	// Its place passed together with others': a new one, after the places given already.
+	wait := max(c.places.ReserveN(now, 1).DelayFrom(now), time.Duration(float64(time.Second)/float64(c.places.Limit())))
+	c.slots[uid] = now.Add(wait)
 	return wait
 }
 
@@ -84,13 +94,18 @@ func (c *secretChecks) dueAt(uid types.UID, interval time.Duration, now time.Tim
 func (c *secretChecks) setLimit(interval time.Duration, now time.Time) {
 	limit := rate.Limit(max(checkRateFactor*float64(len(c.last))/interval.Seconds(), minCheckRate))
 	burst := max(1, int(limit/checkBurstPerSecond))
-	if c.limiter == nil {
-		c.limiter = rate.NewLimiter(limit, burst)
+	// running's burst is larger, so that a check run a little late does not cost the next one
+	// its place.
+	runningBurst := 2*burst + 1
+	if c.places == nil {
+		c.places, c.running = rate.NewLimiter(limit, burst), rate.NewLimiter(limit, runningBurst)
 		return
 	}
-	if c.limiter.Limit() != limit {
-		c.limiter.SetLimitAt(now, limit)
-		c.limiter.SetBurstAt(now, burst)
+	if c.places.Limit() != limit {
+		c.places.SetLimitAt(now, limit)
+		c.places.SetBurstAt(now, burst)
+		c.running.SetLimitAt(now, limit)
+		c.running.SetBurstAt(now, runningBurst)
 	}
 }
 
