@@ -17,9 +17,9 @@ import (
 // per second after provisioning 20,000 accesses; docs/benchmark.md, "Scale"). A token bucket
 // spreads them: they run at most checkRateFactor times their average rate, and a check that finds
 // no token keeps its place (a reservation) and runs at its time; places that pass together while
-// the sidecar is held up do not run together (a second token bucket counts the checks that run). Grants, the Secrets of new
-// grants, rotations and refreshes that someone asked for are not limited: only the scheduled
-// checks are.
+// the sidecar is held up do not run together (a second token bucket counts the checks that run).
+// Grants, the Secrets of new grants, rotations and refreshes that someone asked for are not
+// limited: only the scheduled checks are.
 
 const (
 	// checkRateFactor is how much faster than their average rate (N/interval) checks may run. In
