@@ -66,6 +66,8 @@ func main() {
 		"length of the CPU profile taken from the restart's start (with -profiles)")
 	flag.StringVar(&cfg.RestartMemoryLimit, "restart-memlimit", "",
 		"GOMEMLIMIT (e.g. 400MiB) of controller and sidecar in one more restart at each scale size (empty: none)")
+	flag.DurationVar(&cfg.SecretCheckInterval, "secret-check-interval", 0,
+		"the sidecar's --secret-check-interval (0 leaves its default, 10m)")
 	flag.StringVar(&cfg.JSON, "json", "", "write the results as JSON to this file")
 	version.AddFlag(flag.CommandLine)
 	flag.Parse()

@@ -50,8 +50,11 @@ type Config struct {
 	// RestartMemoryLimit, when set, is a GOMEMLIMIT for one more restart at each scale size,
 	// before the usual one: what the Go memory limit does to the catch-up's memory and time.
 	RestartMemoryLimit string
-	JSON               string
-	Log                io.Writer
+	// SecretCheckInterval is the sidecar's --secret-check-interval; zero leaves its default. A
+	// short one makes the scale phase's quiet period show how the Secret checks are spread.
+	SecretCheckInterval time.Duration
+	JSON                string
+	Log                 io.Writer
 }
 
 // SizeResult is one throughput measurement with N claims and N accesses.

@@ -71,6 +71,11 @@ type ScaleResult struct {
 	QuietSec        float64            `json:"quietSec"`
 	QuietReconciles map[string]float64 `json:"quietReconciles"`
 	QuietRequests   map[string]float64 `json:"quietRequests"`
+	// QuietSecretPatches are COSI's PATCH secrets (the Secret checks) per second in each second
+	// from the end of provisioning to the end of the quiet period, against N/CheckIntervalSec due
+	// on average (the sidecar's --secret-check-interval).
+	QuietSecretPatches []float64 `json:"quietSecretPatches"`
+	CheckIntervalSec   float64   `json:"checkIntervalSec"`
 	// Restart: controller and sidecar stopped with SIGTERM and started again; CaughtUpSec is the
 	// time from the start until every reconciler has reconciled every object of its kind once
 	// and the work queues are empty. Its reconciles, COSI's API requests and the driver's calls
@@ -245,7 +250,18 @@ func (s *system) scaleTo(ctx context.Context, ns string, from, n int, run ScaleR
 	r.ControllerPeakRSS, r.SidecarPeakRSS = peaks.stop()
 	r.Load = loadAverage()
 
-	// Quiet: a second for the last status writes, then the count.
+	// Quiet: a second for the last status writes, then the count. The PATCH secrets are counted
+	// in each second from the end of provisioning: the Secret checks that fell due meanwhile run
+	// as soon as the work queue has room, which can be before the last access is seen provisioned.
+	type perSecond struct {
+		n   []float64
+		err error
+	}
+	patches := make(chan perSecond, 1)
+	go func() {
+		n, err := s.secretPatchesPerSecond(ctx, time.Second+s.cfg.ScaleQuiet)
+		patches <- perSecond{n, err}
+	}()
 	time.Sleep(time.Second)
 	before, err := s.scrape(ctx)
 	if err != nil {
@@ -253,10 +269,19 @@ func (s *system) scaleTo(ctx context.Context, ns string, from, n int, run ScaleR
 	}
 	time.Sleep(s.cfg.ScaleQuiet)
 	after, err := s.scrape(ctx)
+	p := <-patches
+	if p.err != nil {
+		return r, p.err
+	}
+	r.QuietSecretPatches = p.n
 	if err != nil {
 		return r, err
 	}
 	r.QuietSec = s.cfg.ScaleQuiet.Seconds()
+	r.CheckIntervalSec = s.cfg.SecretCheckInterval.Seconds()
+	if r.CheckIntervalSec == 0 {
+		r.CheckIntervalSec = defaultSecretCheckInterval.Seconds()
+	}
 	r.QuietReconciles = componentReconciles(before, after)
 	r.QuietRequests = cosiRequests(before, after)
 	if err := s.measureMemory(&r, after, run); err != nil {
@@ -272,6 +297,41 @@ func (s *system) scaleTo(ctx context.Context, ns string, from, n int, run ScaleR
 		r.LimitedRestart = &f
 	}
 	return r, s.restartToCaughtUp(ctx, &r)
+}
+
+// defaultSecretCheckInterval is the sidecar's default --secret-check-interval.
+const defaultSecretCheckInterval = 10 * time.Minute
+
+// secretPatchesPerSecond counts COSI's PATCH secrets in each second for d, from the API server's
+// metrics scraped every second.
+func (s *system) secretPatchesPerSecond(ctx context.Context, d time.Duration) ([]float64, error) {
+	sample := func() (requestCounts, time.Time, error) {
+		bench := s.requests.snapshot()
+		m, err := scrapeAPIServer(ctx, s.rest)
+		return apiRequests(m).minus(bench), time.Now(), err
+	}
+	prev, at, err := sample()
+	if err != nil {
+		return nil, err
+	}
+	var out []float64
+	for end := at.Add(d); at.Before(end); {
+		select {
+		case <-ctx.Done():
+			return out, ctx.Err()
+		case <-time.After(time.Until(at.Add(time.Second))):
+		}
+		next, nextAt, err := sample()
+		if err != nil {
+			return out, err
+		}
+		n := next.minus(prev).sum(func(r request) bool {
+			return r.Verb == "PATCH" && r.Resource == "secrets" && r.Subresource == ""
+		})
+		out = append(out, n/nextAt.Sub(at).Seconds())
+		prev, at = next, nextAt
+	}
+	return out, nil
 }
 
 // measureMemory records the memory of every process and etcd's size, with m the processes' last
@@ -716,6 +776,15 @@ func printScale(w io.Writer, i int, run ScaleRun) {
 	row("quiet: reconciles / COSI writes (unscheduled)", func(r ScaleResult) string {
 		all, un := Writes(r.QuietRequests)
 		return fmt.Sprintf("%.0f in %.0f s / %.0f (%.0f)", sum(r.QuietReconciles), r.QuietSec, all, un)
+	})
+	row("end of provisioning + quiet: PATCH secrets/s, peak second / mean (N/interval)", func(r ScaleResult) string {
+		all := 0.0
+		for _, n := range r.QuietSecretPatches {
+			all += n
+		}
+		mean := all / float64(max(len(r.QuietSecretPatches), 1))
+		return fmt.Sprintf("%.0f / %.0f (%.0f)", slices.Max(append([]float64{0}, r.QuietSecretPatches...)), mean,
+			float64(r.N)/max(r.CheckIntervalSec, 1))
 	})
 	row("restart → caught up s", v(func(r ScaleResult) float64 { return r.CaughtUpSec }))
 	row("restart: reconciles per object set", func(r ScaleResult) string {

@@ -37,6 +37,14 @@ type system struct {
 	watch *watcher
 }
 
+// sidecarArgs are the sidecar's flags that cfg sets.
+func sidecarArgs(cfg Config) []string {
+	if cfg.SecretCheckInterval <= 0 {
+		return nil
+	}
+	return []string{"--secret-check-interval", cfg.SecretCheckInterval.String()}
+}
+
 // startSystem starts the API server and the watches; env.StartCOSI starts COSI.
 func startSystem(ctx context.Context, cfg Config) (*system, error) {
 	s := &system{cfg: cfg}
@@ -45,15 +53,16 @@ func startSystem(ctx context.Context, cfg Config) (*system, error) {
 		return nil, err
 	}
 	if s.env, err = localenv.New(ctx, localenv.Options{
-		Dir:        s.dir,
-		RepoRoot:   cfg.RepoRoot,
-		BinDir:     cfg.BinDir,
-		Driver:     localenv.DriverMemory,
-		DriverName: driverName,
-		Identities: localenv.Admin,
-		Workers:    cfg.Workers,
-		Metrics:    true,
-		Pprof:      cfg.Profiles != "",
+		Dir:         s.dir,
+		RepoRoot:    cfg.RepoRoot,
+		BinDir:      cfg.BinDir,
+		Driver:      localenv.DriverMemory,
+		DriverName:  driverName,
+		Identities:  localenv.Admin,
+		Workers:     cfg.Workers,
+		Metrics:     true,
+		SidecarArgs: sidecarArgs(cfg),
+		Pprof:       cfg.Profiles != "",
 	}); err != nil {
 		return nil, fmt.Errorf("starting the API server: %w", err)
 	}

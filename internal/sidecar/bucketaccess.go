@@ -191,10 +191,11 @@ func (r *BucketAccessReconciler) result(ba *cosiapi.BucketAccess, reason string,
 }
 
 // check looks after a provisioned access: its finalizer is put back if someone removed it, and its
-// Secrets are checked every SecretCheckInterval (the sidecar cannot watch Secrets). A lost or
-// deleted Secret is written again, with one more DriverGrantBucketAccess: drivers return the
-// access's credentials again for the same account (memory), or issue a new key and keep the
-// newest previous one (S3 on IAM), so the key that workloads still hold stays valid.
+// Secrets are checked every SecretCheckInterval (the sidecar cannot watch Secrets), spread by a
+// rate limit when many fall due together (checks.go). A lost or deleted Secret is written again,
+// with one more DriverGrantBucketAccess: drivers return the access's credentials again for the
+// same account (memory), or issue a new key and keep the newest previous one (S3 on IAM), so the
+// key that workloads still hold stays valid.
 func (r *BucketAccessReconciler) check(ctx context.Context, ba *cosiapi.BucketAccess) (reconcile.Result, error) {
 	if err := patch.AddFinalizer(ctx, r.Client, ba); err != nil {
 		return r.result(ba, cosiapi.EventFailedGrantAccess, err)

@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kube-cosi/cosi/internal/lookup"
@@ -91,46 +88,6 @@ type requeueError struct{ msg string }
 func (e requeueError) Error() string { return e.msg }
 
 func errRequeue(msg string) error { return requeueError{msg} }
-
-// secretChecks schedules the checks of provisioned accesses' Secrets: each access is checked once
-// per interval, and the first checks after a start are spread over the interval, so that a
-// restarted sidecar does not check every Secret of the cluster at once.
-type secretChecks struct {
-	mu   sync.Mutex
-	last map[types.UID]time.Time
-}
-
-// due returns how long until the access's Secrets are due to be checked; zero or less means now.
-func (c *secretChecks) due(uid types.UID, interval time.Duration) time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.last == nil {
-		c.last = map[types.UID]time.Time{}
-	}
-	last, ok := c.last[uid]
-	if !ok {
-		// Not seen since the start: as if checked at a random moment of the last interval.
-		last = time.Now().Add(-rand.N(interval))
-		c.last[uid] = last
-	}
-	return time.Until(last.Add(interval))
-}
-
-// done records that the access's Secrets were checked (or written) now.
-func (c *secretChecks) done(uid types.UID) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.last == nil {
-		c.last = map[types.UID]time.Time{}
-	}
-	c.last[uid] = time.Now()
-}
-
-func (c *secretChecks) forget(uid types.UID) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.last, uid)
-}
 
 // operationTimeout bounds a reconcile that outlives a shutdown.
 const operationTimeout = 2 * time.Minute

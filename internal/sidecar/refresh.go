@@ -43,9 +43,9 @@ import (
 //     record keeps the expiry and when the Secrets got it, so a restart does not lose the moment.
 
 // refreshBucket asks the driver for a provisioned Bucket's information again, once per
-// RefreshInterval, and records it in status when it changed. A failed call leaves the status as
-// it is (a Warning event says why) and is tried again at the next interval: the Bucket stays
-// provisioned.
+// RefreshInterval (spread by a rate limit like the Secret checks, checks.go), and records it in
+// status when it changed. A failed call leaves the status as it is (a Warning event says why) and
+// is tried again at the next interval: the Bucket stays provisioned.
 func (r *BucketReconciler) refreshBucket(ctx context.Context, bucket *cosiapi.Bucket) (reconcile.Result, error) {
 	if r.RefreshInterval <= 0 {
 		return reconcile.Result{}, nil

@@ -1,0 +1,135 @@
+package sidecar
+
+import (
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Scheduled checks: each provisioned access's Secrets are checked (a PATCH per Secret), and each
+// provisioned Bucket's information is asked of the driver again, once per interval
+// (--secret-check-interval). Their total is one per object per interval, N/interval per second,
+// but they fall due together when they could not run: checks that came due while every worker was
+// granting wait in the work queue behind the grants and then run back to back (hundreds of PATCH
+// per second after provisioning 20,000 accesses; docs/benchmark.md, "Scale"). A token bucket
+// spreads them: they run at most checkRateFactor times their average rate, and a check that finds
+// no token keeps its place (a reservation) and runs at its time; places that pass together while
+// the sidecar is held up do not run together (a second token bucket counts the checks that run).
+// Grants, the Secrets of new grants, rotations and refreshes that someone asked for are not
+// limited: only the scheduled checks are.
+
+const (
+	// checkRateFactor is how much faster than their average rate (N/interval) checks may run. In
+	// steady state they use 1/checkRateFactor of it and rarely wait; a backlog of all N checks
+	// drains in interval/checkRateFactor, so no check runs later than that after its due time.
+	checkRateFactor = 2
+	// minCheckRate is the rate below which checks are never held back (checks per second): a
+	// handful of checks is no burst, and a sidecar that has just started, and so knows few
+	// objects yet, does not hold back the first checks of the many it is about to learn about.
+	minCheckRate = 10
+	// checkBurstPerSecond: the bucket holds a tenth of a second's checks (at least one).
+	checkBurstPerSecond = 10
+)
+
+// secretChecks schedules the checks of provisioned objects: each object is checked once per
+// interval, the first checks after a start are spread over the interval, so that a restarted
+// sidecar does not check every Secret of the cluster at once, and checks that fall due together
+// are spread at checkRateFactor × N/interval.
+type secretChecks struct {
+	mu   sync.Mutex
+	last map[types.UID]time.Time
+	// slots are the times of the checks that came due when no token was left: each runs then,
+	// without taking another place.
+	slots map[types.UID]time.Time
+	// places gives each check that falls due its time; running limits the checks that run: places
+	// that passed together, while the sidecar was held up (a busy machine, a long reconcile), do
+	// not all run at once: those beyond running's burst take a new place.
+	places, running *rate.Limiter
+}
+
+// due returns how long until the object's check runs; zero or less means now, and the check
+// must then be made (it took its place in the rate limit).
+func (c *secretChecks) due(uid types.UID, interval time.Duration) time.Duration {
+	return c.dueAt(uid, interval, time.Now())
+}
+
+func (c *secretChecks) dueAt(uid types.UID, interval time.Duration, now time.Time) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.init()
+	last, ok := c.last[uid]
+	if !ok {
+		// Not seen since the start: as if checked at a random moment of the last interval.
+		last = now.Add(-rand.N(interval))
+		c.last[uid] = last
+	}
+	if wait := last.Add(interval).Sub(now); wait > 0 {
+		return wait
+	}
+	c.setLimit(interval, now)
+	slot, ok := c.slots[uid]
+	if ok && slot.After(now) {
+		return slot.Sub(now) // woken before its time (an event): the place is kept
+	}
+	if !ok {
+		if wait := c.places.ReserveN(now, 1).DelayFrom(now); wait > 0 {
+			c.slots[uid] = now.Add(wait)
+			return wait
+		}
+	}
+	delete(c.slots, uid)
+	if c.running.AllowN(now, 1) {
+		return 0
+	}
+	// Its place passed together with others': a new one, after the places given already.
+	wait := max(c.places.ReserveN(now, 1).DelayFrom(now), time.Duration(float64(time.Second)/float64(c.places.Limit())))
+	c.slots[uid] = now.Add(wait)
+	return wait
+}
+
+// setLimit sets the rate to checkRateFactor × the objects known / interval, at least minCheckRate.
+func (c *secretChecks) setLimit(interval time.Duration, now time.Time) {
+	limit := rate.Limit(max(checkRateFactor*float64(len(c.last))/interval.Seconds(), minCheckRate))
+	burst := max(1, int(limit/checkBurstPerSecond))
+	// running's burst is larger, so that a check run a little late does not cost the next one
+	// its place.
+	runningBurst := 2*burst + 1
+	if c.places == nil {
+		c.places, c.running = rate.NewLimiter(limit, burst), rate.NewLimiter(limit, runningBurst)
+		return
+	}
+	if c.places.Limit() != limit {
+		c.places.SetLimitAt(now, limit)
+		c.places.SetBurstAt(now, burst)
+		c.running.SetLimitAt(now, limit)
+		c.running.SetBurstAt(now, runningBurst)
+	}
+}
+
+// done records that the object was checked (or its Secrets written) now.
+func (c *secretChecks) done(uid types.UID) { c.doneAt(uid, time.Now()) }
+
+func (c *secretChecks) doneAt(uid types.UID, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.init()
+	c.last[uid] = now
+	delete(c.slots, uid)
+}
+
+func (c *secretChecks) forget(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.last, uid)
+	delete(c.slots, uid)
+}
+
+func (c *secretChecks) init() {
+	if c.last == nil {
+		c.last = map[types.UID]time.Time{}
+		c.slots = map[types.UID]time.Time{}
+	}
+}
