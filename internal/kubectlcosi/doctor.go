@@ -459,10 +459,10 @@ func (c *Command) checkSecrets(ctx context.Context, r *DoctorReport) error {
 			case s == nil || s.Labels[cosiapi.LabelBucketAccessUID] != string(ba.UID):
 				problems = append(problems, fmt.Sprintf("Secret %s of BucketAccess %s is missing; the sidecar "+
 					"writes it again at its next check (at the latest at %s)", key, ba.Name,
-					clock(c.Now().Add(c.SecretCheckInterval), c.Now())))
+					clock(checkDeadline(c.Now(), c.SecretCheckInterval), c.Now())))
 			case s.DeletionTimestamp != nil:
 				now := c.Now()
-				at := s.DeletionTimestamp.Add(c.checkInterval(s.Annotations))
+				at := checkDeadline(s.DeletionTimestamp.Time, c.checkInterval(s.Annotations))
 				next := "writes it again at its next check (at the latest at " + clock(at, now) + ")"
 				if at.Before(now) {
 					next = "should have written it again at its check by " + clock(at, now) + " and did not: is the " +

@@ -561,17 +561,25 @@ func (c *Command) diagnoseAccess(a *accessLink) (Diagnosis, bool) {
 	return Diagnosis{}, true
 }
 
+// checkDeadline is when the sidecar's Secret check of an access writes a Secret lost at from again
+// at the latest: its next check is due within interval, and the sidecar's rate limit on checks
+// may hold a due check for up to half an interval more (after heavy provisioning; docs/sidecar.md,
+// "Checks are spread").
+func checkDeadline(from time.Time, interval time.Duration) time.Time {
+	return from.Add(interval + interval/2)
+}
+
 // diagnoseSecret says what is wrong with a Secret of a provisioned access.
 func (c *Command) diagnoseSecret(ba *cosiapi.BucketAccess, s *secretLink) (Diagnosis, bool) {
-	// latest says when the sidecar's next Secret check writes the Secret again at the latest: one
-	// interval after from. When that time has passed, the check did not happen: an admin looks.
+	// latest says when the sidecar's next Secret check writes the Secret again at the latest
+	// (checkDeadline). When that time has passed, the check did not happen: an admin looks.
 	latest := func(d Diagnosis, from time.Time) Diagnosis {
 		interval := c.SecretCheckInterval
 		if s.secret != nil {
 			interval = c.checkInterval(s.secret.Annotations)
 		}
 		now := c.Now()
-		at := from.Add(interval)
+		at := checkDeadline(from, interval)
 		if at.Before(now) {
 			d.Who, d.Action = WhoAdmin, fmt.Sprintf("check that a sidecar of driver %s runs (kubectl cosi doctor)",
 				ba.Status.DriverName)

@@ -151,7 +151,8 @@ func TestStatusAccessRefusedByClass(t *testing.T) {
 
 // TestStatusSecretDeleted: a tenant deletes the Secret of a granted access. COSI's finalizer keeps
 // it until the sidecar's next Secret check (every secretCheckInterval): the report says when that
-// is at the latest, from the interval the sidecar wrote on the Secret.
+// is at the latest, from the interval the sidecar wrote on the Secret (and the half interval its
+// rate limit on checks may add).
 func TestStatusSecretDeleted(t *testing.T) {
 	_, ba := healthy(t)
 	secret := &corev1.Secret{}
@@ -171,7 +172,7 @@ func TestStatusSecretDeleted(t *testing.T) {
 		}
 		return nil
 	})
-	latest := secret.DeletionTimestamp.Add(secretCheckInterval).Local().Format("15:04")
+	latest := secret.DeletionTimestamp.Add(secretCheckInterval * 3 / 2).Local().Format("15:04")
 	for _, cfg := range []*rest.Config{env.Config, viewer} {
 		r := status(t, cfg, "access", ba.Name)
 		for _, want := range []string{
