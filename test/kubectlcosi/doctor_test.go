@@ -126,7 +126,7 @@ func TestDoctor(t *testing.T) {
 			{"secrets", kubectlcosi.CheckWarning, "Secret " + namespace + "/" + secret + " of BucketAccess " + ba.Name +
 				" was deleted"},
 			{"secrets", kubectlcosi.CheckWarning, "(at the latest at " +
-				deleted(t, secret).Add(secretCheckInterval * 3 / 2).Local().Format("15:04") + ")"},
+				deleted(t, secret).Add(secretCheckInterval*3/2).Local().Format("15:04") + ")"},
 		} {
 			if err := expectCheck(r, want[0], want[1], want[2]); err != nil {
 				return err
