@@ -1,0 +1,103 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/objects"
+	"github.com/kube-cosi/cosi/internal/testenv"
+)
+
+// flakyLeases is the API reader, whose Lease reads fail (429, as the API server's priority and
+// fairness answers under load) while fail is set.
+type flakyLeases struct {
+	client.Reader
+	fail atomic.Bool
+}
+
+func (f *flakyLeases) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*coordinationv1.Lease); ok && f.fail.Load() {
+		return apierrors.NewTooManyRequests("the test refuses Lease reads", 1)
+	}
+	return f.Reader.Get(ctx, key, obj, opts...)
+}
+
+// A claim that waits for a sidecar keeps saying so while its driver's Lease cannot be read for a
+// while (readLease: "cannot tell now; the status stays what it was"): it does not flip to
+// Provisioning and back at each failed read.
+func TestWaitingForDriverKeptWhileTheLeaseCannotBeRead(t *testing.T) {
+	t.Parallel()
+	api, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = api.Stop() })
+	ctx := t.Context()
+	const ns = "apps"
+	for _, n := range []string{"cosi-system", ns} {
+		if err := api.CreateNamespace(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const recheck = 2 * time.Second
+	opts := Options{Workers: 2, MetricsAddress: "0", HealthAddress: "0", SkipNameValidation: true,
+		LeaderElectionNamespace: "cosi-system", DriverGrace: time.Second, DriverRecheck: recheck}
+	mgr, err := newManager(api.Config, opts, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	claims, _, err := setup(runCtx, mgr, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flaky := &flakyLeases{Reader: claims.Drivers.reader}
+	claims.Drivers.reader = flaky
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(runCtx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("controller: %v", err)
+		}
+	})
+
+	driver := "flaky.controller-test.cosi.io"
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "cosi-system", Name: sidecarLeaseName(driver)},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("")}}
+	class := objects.BucketClass("class", driver, cosiapi.DeletionPolicyDelete)
+	claim := objects.BucketClaim(ns, "claim", class.Name, objects.S3)
+	for _, o := range []client.Object{lease, class, claim} {
+		if err := api.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waits := func() error {
+		if err := api.Client.Get(ctx, client.ObjectKeyFromObject(claim), claim); err != nil {
+			return err
+		}
+		if c := meta.FindStatusCondition(claim.Status.Conditions, cosiapi.ConditionProvisioned); c == nil ||
+			c.Reason != cosiapi.ReasonWaitingForDriver {
+			return fmt.Errorf("Provisioned %+v, want WaitingForDriver", c)
+		}
+		return nil
+	}
+	testenv.Eventually(t, waits)
+	flaky.fail.Store(true)
+	testenv.Never(t, leaseAnswerTTL+3*recheck, waits)
+	flaky.fail.Store(false)
+	testenv.Never(t, leaseAnswerTTL+2*recheck, waits)
+}
