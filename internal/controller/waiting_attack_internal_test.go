@@ -28,7 +28,9 @@ type flakyLeases struct {
 	fail atomic.Bool
 }
 
-func (f *flakyLeases) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+func (f *flakyLeases) Get(
+	ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption,
+) error {
 	if _, ok := obj.(*coordinationv1.Lease); ok && f.fail.Load() {
 		return apierrors.NewTooManyRequests("the test refuses Lease reads", 1)
 	}
