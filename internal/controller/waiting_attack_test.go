@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -192,4 +193,37 @@ func TestWaitingForDriverFollowsTheLease(t *testing.T) {
 		return nil
 	})
 	t.Logf("reconciles: claim %d, access %d", count.of("bucketclaim", waiting), count.of("bucketaccess", ba))
+}
+
+// A tenant's claim that names a Bucket bound to another claim is refused (ProvisioningFailed), and
+// stays refused: the Bucket's driver having no sidecar is none of its business, and is not
+// reported on it as a wait (WaitingForDriver would say it is provisioned as soon as a sidecar runs).
+func TestWaitingForDriverNotOnAClaimRefusedABucket(t *testing.T) {
+	t.Parallel()
+	api := ownAPIServer(t)
+	const recheck = 2 * time.Second
+	runController(t, api, controller.Options{DriverGrace: time.Second, DriverRecheck: recheck}, logr.Discard())
+	driver := uniqueName("refused") + ".controller-test.cosi.io"
+	sidecarLease(t, api, driver, "")
+	b := objects.Bucket(uniqueName("static"), driver, cosiapi.DeletionPolicyRetain,
+		objects.ClaimedBy(testNamespace, "owner", ""), func(b *cosiapi.Bucket) { b.Spec.ExistingBucketID = "legacy" })
+	intruder := &cosiapi.BucketClaim{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("claim"), Namespace: testNamespace},
+		Spec: cosiapi.BucketClaimSpec{ExistingBucketName: b.Name}}
+	for _, o := range []client.Object{b, intruder} {
+		if err := api.Client.Create(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Condition(t, api, intruder, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse,
+		cosiapi.ReasonInvalidReference)
+	testenv.Never(t, time.Second+3*recheck, func() error {
+		c, err := provisioned(t, api, intruder)
+		if err != nil {
+			return err
+		}
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != cosiapi.ReasonProvisioningFailed {
+			return fmt.Errorf("Provisioned %+v, want False (ProvisioningFailed)", c)
+		}
+		return nil
+	})
 }
