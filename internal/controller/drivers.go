@@ -73,7 +73,7 @@ func leaseNamespace(opts Options) string {
 	return "cosi-system"
 }
 
-// check marks the claim WaitingForDriver when its Bucket was not picked up by any sidecar (no
+// check marks the claim WaitingForDriver when its Bucket, bound to it, was not picked up by any sidecar (no
 // finalizer, no condition: a sidecar adds both before its first driver call) for longer than the
 // grace period and nobody holds the driver's Lease. prev is the claim's Provisioned condition
 // before its Bucket was mirrored: a WaitingForDriver is kept while the Lease cannot be read, so
@@ -85,6 +85,10 @@ func (w *driverWatch) check(
 	if w == nil || b == nil || b.DeletionTimestamp != nil || claim.DeletionTimestamp != nil ||
 		controllerutil.ContainsFinalizer(b, cosiapi.FinalizerProtection) || len(b.Status.Conditions) > 0 {
 		return 0
+	}
+	if ref := b.Spec.BucketClaimRef; ref.Namespace != claim.Namespace || ref.Name != claim.Name ||
+		(ref.UID != "" && ref.UID != claim.UID) {
+		return 0 // bound to another claim: this one is refused (bind), it does not wait
 	}
 	a := w.unserved(ctx, b.Spec.DriverName, b.CreationTimestamp.Time)
 	switch {
