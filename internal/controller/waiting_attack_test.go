@@ -227,3 +227,46 @@ func TestWaitingForDriverNotOnAClaimRefusedABucket(t *testing.T) {
 		return nil
 	})
 }
+
+// The leader hands a claim and an access off, and stops while its driver's Lease is still fresh;
+// the standby takes over, and marks both when the Lease expires.
+func TestWaitingForDriverAfterATakeover(t *testing.T) {
+	t.Parallel()
+	api := ownAPIServer(t)
+	opts := controller.Options{DriverGrace: time.Second, DriverRecheck: 2 * time.Second, LeaderElection: true}
+	stopLeader := runController(t, api, opts, logr.Discard())
+	driver := uniqueName("takeover") + ".controller-test.cosi.io"
+	leaseRenewed(t, api, driver, "sidecar-0", time.Now(), 20*time.Second)
+
+	class := objects.BucketClass(uniqueName("class"), driver, cosiapi.DeletionPolicyDelete)
+	aclass := objects.BucketAccessClass(uniqueName("accessclass"), driver)
+	granted := objects.BucketClaim(testNamespace, uniqueName("claim"), class.Name, objects.S3)
+	waiting := objects.BucketClaim(testNamespace, uniqueName("claim"), class.Name, objects.S3)
+	for _, o := range []client.Object{class, aclass, granted, waiting} {
+		if err := api.Client.Create(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	actOnBucket(t, api, bindingOf(t, api, granted))
+	bindingOf(t, api, waiting)
+	ba := objects.BucketAccess(testNamespace, uniqueName("access"), aclass.Name,
+		objects.Grant(granted.Name, uniqueName("creds"), objects.ReadWrite))
+	if err := api.Client.Create(t.Context(), ba); err != nil {
+		t.Fatal(err)
+	}
+	handedOff(t, api, ba)
+	runController(t, api, opts, logr.Discard()) // the standby
+	stopLeader()
+	for _, o := range []client.Object{waiting, ba} {
+		testenv.Eventually(t, func() error {
+			c, err := provisioned(t, api, o)
+			if err != nil {
+				return err
+			}
+			if c == nil || c.Reason != cosiapi.ReasonWaitingForDriver || !strings.Contains(c.Message, "expired at") {
+				return fmt.Errorf("%s: Provisioned %+v, want WaitingForDriver (expired)", o.GetName(), c)
+			}
+			return nil
+		})
+	}
+}
