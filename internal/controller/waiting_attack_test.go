@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -268,5 +269,62 @@ func TestWaitingForDriverAfterATakeover(t *testing.T) {
 			}
 			return nil
 		})
+	}
+}
+
+// Many claims of two drivers, one served and one not: only the unserved driver's claims say
+// WaitingForDriver, and none of them is reconciled again while nothing changes.
+func TestWaitingForDriverManyClaimsTwoDrivers(t *testing.T) {
+	t.Parallel()
+	api := ownAPIServer(t)
+	count := newReconciles()
+	const recheck = 2 * time.Second
+	runController(t, api, controller.Options{DriverGrace: time.Second, DriverRecheck: recheck}, count.logger())
+	served, unserved := uniqueName("served")+".controller-test.cosi.io", uniqueName("unserved")+".controller-test.cosi.io"
+	sidecarLease(t, api, served, "sidecar-0")
+	sidecarLease(t, api, unserved, "")
+	var all []*cosiapi.BucketClaim
+	for _, driver := range []string{served, unserved} {
+		class := objects.BucketClass(uniqueName("class"), driver, cosiapi.DeletionPolicyDelete)
+		if err := api.Client.Create(t.Context(), class); err != nil {
+			t.Fatal(err)
+		}
+		for range 20 {
+			c := objects.BucketClaim(testNamespace, uniqueName("claim"), class.Name, objects.S3)
+			if err := api.Client.Create(t.Context(), c); err != nil {
+				t.Fatal(err)
+			}
+			all = append(all, c)
+		}
+	}
+	for i, c := range all {
+		reason := cosiapi.ReasonProvisioning
+		if i >= 20 {
+			reason = cosiapi.ReasonWaitingForDriver
+		}
+		testenv.Condition(t, api, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionUnknown, reason)
+	}
+	counts := func() []int {
+		var n []int
+		for _, c := range all {
+			n = append(n, count.of("bucketclaim", c))
+		}
+		return n
+	}
+	before := counts()
+	testenv.Never(t, 3*recheck+time.Second, func() error {
+		for i, c := range all[:20] {
+			got, err := provisioned(t, api, c)
+			if err != nil {
+				return err
+			}
+			if got == nil || got.Reason != cosiapi.ReasonProvisioning {
+				return fmt.Errorf("claim %d of the served driver: Provisioned %+v", i, got)
+			}
+		}
+		return nil
+	})
+	if after := counts(); !slices.Equal(before, after) {
+		t.Errorf("reconciled while nothing changed: %v → %v", before, after)
 	}
 }
