@@ -110,11 +110,12 @@ func (r *BucketClaimReconciler) stillWaiting(ctx context.Context, key types.Name
 	// What the claim's reconcile would write: its Bucket's status (bind), then the check. A
 	// sidecar that runs and has not acted yet takes back WaitingForDriver.
 	marked := claim.DeepCopy()
+	prev := provisionedBefore(claim)
 	if ref := b.Spec.BucketClaimRef; ref.Namespace == claim.Namespace && ref.Name == claim.Name &&
 		ref.UID == claim.UID {
 		mirror(marked, b)
 	}
-	again := r.Drivers.check(ctx, marked, b)
+	again := r.Drivers.check(ctx, marked, b, prev)
 	if conditions.Changed(claim.Status.Conditions, marked.Status.Conditions) {
 		return true, 0
 	}
@@ -264,10 +265,11 @@ func (r *BucketClaimReconciler) reconcile(ctx context.Context, claim *cosiapi.Bu
 	}
 	var again time.Duration
 	if bucket != nil {
+		prev := provisionedBefore(claim)
 		if err := r.bind(ctx, claim, bucket); err != nil {
 			return 0, err
 		}
-		again = r.Drivers.check(ctx, claim, bucket)
+		again = r.Drivers.check(ctx, claim, bucket, prev)
 	}
 	return again, r.patchStatus(ctx, status, claim, bucket)
 }
@@ -451,6 +453,16 @@ func mirror(claim *cosiapi.BucketClaim, bucket *cosiapi.Bucket) {
 		conditions.MarkFalse(claim, cosiapi.ConditionResourcesValidated, cosiapi.ReasonUnsupportedProtocol,
 			fmt.Sprintf("Bucket %s supports %v; the claim requires %v", bucket.Name, bucket.Status.Protocols, missing))
 	}
+}
+
+// provisionedBefore returns a copy of the claim's Provisioned condition, before mirroring its
+// Bucket changes it (driverWatch.check), or nil.
+func provisionedBefore(claim *cosiapi.BucketClaim) *metav1.Condition {
+	if c := conditions.Get(claim, cosiapi.ConditionProvisioned); c != nil {
+		prev := *c
+		return &prev
+	}
+	return nil
 }
 
 // wasProvisioned reports whether the claim mirrored a provisioning outcome of its Bucket.

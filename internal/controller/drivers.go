@@ -52,6 +52,7 @@ type leaseAnswer struct {
 	at      time.Time
 	why     string // "" when a sidecar may serve the driver
 	missing bool   // the Lease does not exist
+	unknown bool   // the Lease could not be read: what the objects say stays as it is
 	again   time.Duration
 }
 
@@ -72,21 +73,33 @@ func leaseNamespace(opts Options) string {
 	return "cosi-system"
 }
 
-// check marks the claim WaitingForDriver when its Bucket was not picked up by any sidecar (no
+// check marks the claim WaitingForDriver when its Bucket, bound to it, was not picked up by any sidecar (no
 // finalizer, no condition: a sidecar adds both before its first driver call) for longer than the
-// grace period and nobody holds the driver's Lease. It returns when to look again (0: no need).
-func (w *driverWatch) check(ctx context.Context, claim *cosiapi.BucketClaim, b *cosiapi.Bucket) time.Duration {
+// grace period and nobody holds the driver's Lease. prev is the claim's Provisioned condition
+// before its Bucket was mirrored: a WaitingForDriver is kept while the Lease cannot be read, so
+// that a failed read does not flip the claim to Provisioning and back. It returns when to look
+// again (0: no need).
+func (w *driverWatch) check(
+	ctx context.Context, claim *cosiapi.BucketClaim, b *cosiapi.Bucket, prev *metav1.Condition,
+) time.Duration {
 	if w == nil || b == nil || b.DeletionTimestamp != nil || claim.DeletionTimestamp != nil ||
 		controllerutil.ContainsFinalizer(b, cosiapi.FinalizerProtection) || len(b.Status.Conditions) > 0 {
 		return 0
 	}
-	why, _, again := w.unserved(ctx, b.Spec.DriverName, b.CreationTimestamp.Time)
-	if why != "" {
+	if ref := b.Spec.BucketClaimRef; ref.Namespace != claim.Namespace || ref.Name != claim.Name ||
+		(ref.UID != "" && ref.UID != claim.UID) {
+		return 0 // bound to another claim: this one is refused (bind), it does not wait
+	}
+	a := w.unserved(ctx, b.Spec.DriverName, b.CreationTimestamp.Time)
+	switch {
+	case a.why != "":
 		conditions.MarkUnknown(claim, cosiapi.ConditionProvisioned, cosiapi.ReasonWaitingForDriver, fmt.Sprintf(
 			"no sidecar serves driver %s: its Lease %s; Bucket %s is provisioned as soon as a sidecar of the "+
-				"driver runs", b.Spec.DriverName, why, b.Name))
+				"driver runs", b.Spec.DriverName, a.why, b.Name))
+	case a.unknown && prev != nil && prev.Reason == cosiapi.ReasonWaitingForDriver:
+		conditions.Set(claim, cosiapi.ConditionProvisioned, prev.Status, prev.Reason, prev.Message)
 	}
-	return again
+	return a.again
 }
 
 // checkAccess marks a handed-off access WaitingForDriver when no sidecar has acted on it
@@ -97,18 +110,18 @@ func (w *driverWatch) checkAccess(ctx context.Context, ba *cosiapi.BucketAccess)
 	if w == nil || !untouchedBySidecar(ba) {
 		return 0
 	}
-	why, missing, again := w.unserved(ctx, ba.Status.DriverName, ba.CreationTimestamp.Time)
-	if missing {
+	a := w.unserved(ctx, ba.Status.DriverName, ba.CreationTimestamp.Time)
+	if a.missing {
 		// Its Buckets were provisioned by a sidecar of the driver: with no Lease at all, the
 		// sidecars run without leader election, and one that is busy cannot be told from none.
 		return 0
 	}
-	if why != "" {
+	if a.why != "" {
 		conditions.MarkUnknown(ba, cosiapi.ConditionProvisioned, cosiapi.ReasonWaitingForDriver, fmt.Sprintf(
 			"no sidecar serves driver %s: its Lease %s; the access is granted as soon as a sidecar of the "+
-				"driver runs", ba.Status.DriverName, why))
+				"driver runs", ba.Status.DriverName, a.why))
 	}
-	return again
+	return a.again
 }
 
 // untouchedBySidecar reports whether no sidecar has acted on a handed-off access yet: no account
@@ -126,12 +139,12 @@ func untouchedBySidecar(ba *cosiapi.BucketAccess) bool {
 // handedOffMessage starts the Provisioned message of a hand-off.
 const handedOffMessage = "handed off to driver "
 
-// unserved tells why no sidecar serves driver ("" when one may: its Lease is held and fresh, the
-// Lease cannot be read, or the object is younger than the grace period), whether the Lease does
-// not exist at all, and when to look again.
-func (w *driverWatch) unserved(ctx context.Context, driver string, created time.Time) (string, bool, time.Duration) {
+// unserved tells why no sidecar serves driver (why "" when one may: its Lease is held and fresh,
+// the Lease cannot be read, or the object is younger than the grace period), whether the Lease
+// does not exist at all or could not be read, and when to look again.
+func (w *driverWatch) unserved(ctx context.Context, driver string, created time.Time) leaseAnswer {
 	if age := time.Since(created); age < w.grace {
-		return "", false, w.grace - age + time.Second
+		return leaseAnswer{again: w.grace - age + time.Second}
 	}
 	w.mu.Lock()
 	a, ok := w.leases[driver]
@@ -145,7 +158,7 @@ func (w *driverWatch) unserved(ctx context.Context, driver string, created time.
 		w.leases[driver] = a
 		w.mu.Unlock()
 	}
-	return a.why, a.missing, a.again
+	return a
 }
 
 // readLease reads the Lease of driver's sidecars.
@@ -163,7 +176,7 @@ func (w *driverWatch) readLease(ctx context.Context, driver string) leaseAnswer 
 		// Cannot tell (no Role to read Leases there): say nothing rather than something wrong.
 		return leaseAnswer{at: now}
 	case err != nil:
-		return leaseAnswer{at: now, again: w.recheck} // cannot tell now; the status stays what it was
+		return leaseAnswer{at: now, unknown: true, again: w.recheck} // cannot tell now; the status stays what it was
 	case lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "":
 		why = "is held by nobody"
 	case lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil:

@@ -1,0 +1,202 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/objects"
+	"github.com/kube-cosi/cosi/internal/testenv"
+)
+
+// flakyLeases is the API reader, whose Lease reads fail (429, as the API server's priority and
+// fairness answers under load) while fail is set.
+type flakyLeases struct {
+	client.Reader
+	fail atomic.Bool
+}
+
+func (f *flakyLeases) Get(
+	ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption,
+) error {
+	if _, ok := obj.(*coordinationv1.Lease); ok && f.fail.Load() {
+		return apierrors.NewTooManyRequests("the test refuses Lease reads", 1)
+	}
+	return f.Reader.Get(ctx, key, obj, opts...)
+}
+
+// A claim that waits for a sidecar keeps saying so while its driver's Lease cannot be read for a
+// while (readLease: "cannot tell now; the status stays what it was"): it does not flip to
+// Provisioning and back at each failed read.
+func TestWaitingForDriverKeptWhileTheLeaseCannotBeRead(t *testing.T) {
+	t.Parallel()
+	api, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = api.Stop() })
+	ctx := t.Context()
+	const ns = "apps"
+	for _, n := range []string{"cosi-system", ns} {
+		if err := api.CreateNamespace(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const recheck = 2 * time.Second
+	opts := Options{Workers: 2, MetricsAddress: "0", HealthAddress: "0", SkipNameValidation: true,
+		LeaderElectionNamespace: "cosi-system", DriverGrace: time.Second, DriverRecheck: recheck}
+	mgr, err := newManager(api.Config, opts, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	claims, _, err := setup(runCtx, mgr, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flaky := &flakyLeases{Reader: claims.Drivers.reader}
+	claims.Drivers.reader = flaky
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(runCtx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("controller: %v", err)
+		}
+	})
+
+	driver := "flaky.controller-test.cosi.io"
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "cosi-system", Name: sidecarLeaseName(driver)},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("")}}
+	class := objects.BucketClass("class", driver, cosiapi.DeletionPolicyDelete)
+	claim := objects.BucketClaim(ns, "claim", class.Name, objects.S3)
+	for _, o := range []client.Object{lease, class, claim} {
+		if err := api.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waits := func() error {
+		if err := api.Client.Get(ctx, client.ObjectKeyFromObject(claim), claim); err != nil {
+			return err
+		}
+		if c := meta.FindStatusCondition(claim.Status.Conditions, cosiapi.ConditionProvisioned); c == nil ||
+			c.Reason != cosiapi.ReasonWaitingForDriver {
+			return fmt.Errorf("Provisioned %+v, want WaitingForDriver", c)
+		}
+		return nil
+	}
+	testenv.Eventually(t, waits)
+	flaky.fail.Store(true)
+	testenv.Never(t, leaseAnswerTTL+3*recheck, waits)
+	flaky.fail.Store(false)
+	testenv.Never(t, leaseAnswerTTL+2*recheck, waits)
+}
+
+// Objects deleted and created again under the same name, a claim whose Bucket an admin deletes,
+// an access whose claim goes: the waits hold one entry per waiting object, and none once all
+// are gone.
+func TestWaitsForgetRecreatedObjects(t *testing.T) {
+	t.Parallel()
+	api, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = api.Stop() })
+	ctx := t.Context()
+	const ns = "apps"
+	for _, n := range []string{"cosi-system", ns} {
+		if err := api.CreateNamespace(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := Options{Workers: 2, MetricsAddress: "0", HealthAddress: "0", SkipNameValidation: true,
+		LeaderElectionNamespace: "cosi-system", DriverGrace: time.Hour}
+	mgr, err := newManager(api.Config, opts, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	claims, accesses, err := setup(runCtx, mgr, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(runCtx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("controller: %v", err)
+		}
+	})
+	waits := func(w *waiting, want int) func() error {
+		return func() error {
+			if n, looks := w.len(); n != want || looks != want {
+				return fmt.Errorf("%d objects wait, %d looks are due; want %d", n, looks, want)
+			}
+			return nil
+		}
+	}
+	driver := "recreated.controller-test.cosi.io"
+	class := objects.BucketClass("class", driver, cosiapi.DeletionPolicyDelete)
+	aclass := objects.BucketAccessClass("accessclass", driver)
+	if err := api.Client.Create(ctx, class); err != nil {
+		t.Fatal(err)
+	}
+	if err := api.Client.Create(ctx, aclass); err != nil {
+		t.Fatal(err)
+	}
+	claim := func() *cosiapi.BucketClaim { return objects.BucketClaim(ns, "claim", class.Name, objects.S3) }
+	access := func() *cosiapi.BucketAccess {
+		return objects.BucketAccess(ns, "access", aclass.Name, objects.Grant("claim", "creds", objects.ReadWrite))
+	}
+	for range 3 {
+		c, ba := claim(), access()
+		for _, o := range []client.Object{c, ba} {
+			if err := api.Client.Create(ctx, o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		testenv.Eventually(t, waits(claims.waits, 1))
+		testenv.Eventually(t, waits(accesses.waits, 1))
+		// An admin deletes the claim's Bucket (no sidecar protects it): the claim creates it again.
+		if err := api.Client.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
+			t.Fatal(err)
+		}
+		b := &cosiapi.Bucket{ObjectMeta: metav1.ObjectMeta{Name: c.Status.BoundBucketName}}
+		if err := api.Client.Delete(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, func() error {
+			if err := api.Client.Get(ctx, client.ObjectKeyFromObject(b), b); err != nil {
+				return err
+			}
+			if b.DeletionTimestamp != nil {
+				return fmt.Errorf("Bucket %s not created again yet", b.Name)
+			}
+			return nil
+		})
+		testenv.Eventually(t, waits(claims.waits, 1))
+		// The claim goes first, then the access.
+		for _, o := range []client.Object{c, ba} {
+			if err := api.Client.Delete(ctx, o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		api.Gone(t, ba)
+		api.Gone(t, c)
+		testenv.Eventually(t, waits(accesses.waits, 0))
+		testenv.Eventually(t, waits(claims.waits, 0))
+	}
+}
