@@ -47,6 +47,9 @@ type driverWatch struct {
 // leaseAnswerTTL is how long a Lease's answer is reused.
 const leaseAnswerTTL = 5 * time.Second
 
+// leaseReadTimeout bounds a Lease read; one that times out is "cannot tell now".
+var leaseReadTimeout = 10 * time.Second
+
 // leaseAnswer is what a driver's Lease said at a time.
 type leaseAnswer struct {
 	at      time.Time
@@ -166,6 +169,9 @@ func (w *driverWatch) readLease(ctx context.Context, driver string) leaseAnswer 
 	now := time.Now()
 	name := sidecarLeaseName(driver)
 	lease := &coordinationv1.Lease{}
+	// Bounded: every look of a kind waits for this answer, and a read that hangs must not stop them.
+	ctx, cancel := context.WithTimeout(ctx, leaseReadTimeout)
+	defer cancel()
 	err := w.reader.Get(ctx, types.NamespacedName{Namespace: w.namespace, Name: name}, lease)
 	var why string
 	switch {

@@ -200,3 +200,26 @@ func TestWaitsForgetRecreatedObjects(t *testing.T) {
 		testenv.Eventually(t, waits(claims.waits, 0))
 	}
 }
+
+// hungLeases is a reader whose Lease reads hang until their context ends.
+type hungLeases struct{ client.Reader }
+
+func (hungLeases) Get(ctx context.Context, _ client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	if _, ok := obj.(*coordinationv1.Lease); !ok {
+		return errors.New("only Leases are read here")
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A Lease read that hangs ends with readLease's own timeout as "cannot tell now", so that the looks
+// waiting for its answer go on.
+func TestLeaseReadThatHangsIsCannotTell(t *testing.T) {
+	defer func(d time.Duration) { leaseReadTimeout = d }(leaseReadTimeout)
+	leaseReadTimeout = 50 * time.Millisecond
+	w := &driverWatch{reader: hungLeases{}, namespace: "cosi-system", grace: time.Second, recheck: time.Minute}
+	a := w.readLease(t.Context(), "hung.example.com")
+	if !a.unknown || a.why != "" || a.again != time.Minute {
+		t.Fatalf("a hung Lease read answered %+v, want cannot tell now (unknown, look again in a minute)", a)
+	}
+}
