@@ -1,0 +1,46 @@
+package sidecar
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	cosiproto "github.com/kube-cosi/cosi/proto"
+)
+
+// TestSecretChecksAccessVanished: an access that vanished without the sidecar seeing its deletion
+// (a tenant removed its finalizers and deleted it before the sidecar's next reconcile; the
+// GrantReconciler revokes its grant) leaves no check behind. Otherwise each such access, which a
+// tenant can create and delete without end, stays in the checks' memory and raises their rate.
+func TestSecretChecksAccessVanished(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := cosiapi.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	ba := &cosiapi.BucketAccess{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "ba", UID: "uid-ba"},
+		Status:     cosiapi.BucketAccessStatus{DriverName: "d"},
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(ba).Build()
+	r := &BucketAccessReconciler{Client: c, Info: &cosiproto.DriverGetInfoResponse{Name: "d"}}
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ba)}
+	if _, err := r.Reconcile(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	r.checks.done(ba.UID) // granted: its Secrets are checked from now on
+	if err := c.Delete(t.Context(), ba); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.checks.last[types.UID("uid-ba")]; ok || len(r.checks.last) != 0 {
+		t.Errorf("the vanished access is still scheduled for checks: %d tracked", len(r.checks.last))
+	}
+}
