@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -127,11 +128,15 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	defer cancel()
 	bucket := &cosiapi.Bucket{}
 	if err := r.Client.Get(ctx, req.NamespacedName, bucket); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.refreshes.gone(req.NamespacedName) // gone without its deletion seen: no refresh left behind
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if bucket.Spec.DriverName != r.Info.GetName() {
 		return reconcile.Result{}, nil
 	}
+	r.refreshes.named(req.NamespacedName, bucket.UID)
 	// Grants recorded on the Bucket by an earlier version move to the grant records.
 	if err := r.migrateLegacyGrants(ctx, bucket); err != nil {
 		return r.result(bucket, cosiapi.EventFailedRevokeAccess, err)

@@ -155,11 +155,15 @@ func (r *BucketAccessReconciler) Reconcile(ctx context.Context, req reconcile.Re
 	defer cancel()
 	ba := &cosiapi.BucketAccess{}
 	if err := r.Client.Get(ctx, req.NamespacedName, ba); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.checks.gone(req.NamespacedName) // gone without its deletion seen: no check left behind
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if ba.Status.DriverName != r.Info.GetName() {
 		return reconcile.Result{}, nil // not handed off to this driver (yet)
 	}
+	r.checks.named(req.NamespacedName, ba.UID)
 	if ba.DeletionTimestamp != nil {
 		r.checks.forget(ba.UID)
 		return r.result(ba, cosiapi.EventFailedRevokeAccess, r.delete(ctx, ba))

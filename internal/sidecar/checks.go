@@ -48,6 +48,32 @@ type secretChecks struct {
 	// that passed together, while the sidecar was held up (a busy machine, a long reconcile), do
 	// not all run at once: those beyond running's burst take a new place.
 	places, running *rate.Limiter
+	// names and uids pair the objects' names with their UIDs, so that an object gone without the
+	// sidecar seeing its deletion (a tenant removed an access's finalizers and deleted it) is
+	// forgotten when its reconcile finds no object under the name: otherwise it would stay in last
+	// for good, and raise the rate.
+	names map[types.NamespacedName]types.UID
+	uids  map[types.UID]types.NamespacedName
+}
+
+// named records the name of an object whose checks may be scheduled.
+func (c *secretChecks) named(key types.NamespacedName, uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.init()
+	if old, ok := c.names[key]; ok && old != uid {
+		c.forgetLocked(old) // the name holds a new object: the old one is gone
+	}
+	c.names[key], c.uids[uid] = uid, key
+}
+
+// gone forgets the object last seen under the name (its reconcile found none).
+func (c *secretChecks) gone(key types.NamespacedName) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if uid, ok := c.names[key]; ok {
+		c.forgetLocked(uid)
+	}
 }
 
 // due returns how long until the object's check runs; zero or less means now, and the check
@@ -123,13 +149,23 @@ func (c *secretChecks) doneAt(uid types.UID, now time.Time) {
 func (c *secretChecks) forget(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.forgetLocked(uid)
+}
+
+func (c *secretChecks) forgetLocked(uid types.UID) {
 	delete(c.last, uid)
 	delete(c.slots, uid)
+	if key, ok := c.uids[uid]; ok {
+		delete(c.uids, uid)
+		delete(c.names, key)
+	}
 }
 
 func (c *secretChecks) init() {
 	if c.last == nil {
 		c.last = map[types.UID]time.Time{}
 		c.slots = map[types.UID]time.Time{}
+		c.names = map[types.NamespacedName]types.UID{}
+		c.uids = map[types.UID]types.NamespacedName{}
 	}
 }

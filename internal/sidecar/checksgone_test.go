@@ -44,3 +44,22 @@ func TestSecretChecksAccessVanished(t *testing.T) {
 		t.Errorf("the vanished access is still scheduled for checks: %d tracked", len(r.checks.last))
 	}
 }
+
+// TestSecretChecksNameReused: an access deleted and created again under the same name, whose
+// deletion the sidecar did not see, leaves no check of the old UID behind.
+func TestSecretChecksNameReused(t *testing.T) {
+	var c secretChecks
+	key := types.NamespacedName{Namespace: "tenant", Name: "ba"}
+	c.named(key, "old")
+	c.doneAt("old", epoch)
+	c.named(key, "new")
+	c.doneAt("new", epoch)
+	if _, ok := c.last["old"]; ok || len(c.last) != 1 || len(c.names) != 1 || len(c.uids) != 1 {
+		t.Errorf("after the name was reused: %d checks, %d names, %d UIDs tracked, want 1 each",
+			len(c.last), len(c.names), len(c.uids))
+	}
+	c.forget("new")
+	if len(c.last) != 0 || len(c.names) != 0 || len(c.uids) != 0 {
+		t.Errorf("after forget: %d checks, %d names, %d UIDs tracked", len(c.last), len(c.names), len(c.uids))
+	}
+}
