@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -61,5 +62,34 @@ func TestSecretChecksNameReused(t *testing.T) {
 	c.forget("new")
 	if len(c.last) != 0 || len(c.names) != 0 || len(c.uids) != 0 {
 		t.Errorf("after forget: %d checks, %d names, %d UIDs tracked", len(c.last), len(c.names), len(c.uids))
+	}
+}
+
+// TestSecretChecksDeletedBacklog: one tenant's accesses that all fell due together (created at
+// once, they come due together an interval later) take their places, then are deleted. The
+// places they held do not delay the other tenants' checks: a check that falls due afterwards
+// still runs within interval/checkRateFactor, although the rate fell with the accesses
+// (600 + 10 accesses checked every minute: 20 per second; 10 left: 10 per second, the least).
+func TestSecretChecksDeletedBacklog(t *testing.T) {
+	const interval = time.Minute
+	var c secretChecks
+	all := uids(610)
+	mine, others := all[:600], all[600:]
+	for _, uid := range mine {
+		c.doneAt(uid, epoch.Add(-interval))
+	}
+	for _, uid := range others {
+		c.doneAt(uid, epoch.Add(2*time.Second-interval))
+	}
+	for _, uid := range mine {
+		c.dueAt(uid, interval, epoch)
+	}
+	for _, uid := range mine {
+		c.forget(uid)
+	}
+	for _, uid := range others {
+		if wait := c.dueAt(uid, interval, epoch.Add(2*time.Second)); wait > interval/checkRateFactor {
+			t.Errorf("%s, due now, runs in %v, want at most %v", uid, wait, interval/checkRateFactor)
+		}
 	}
 }
