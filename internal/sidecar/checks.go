@@ -48,6 +48,12 @@ type secretChecks struct {
 	// that passed together, while the sidecar was held up (a busy machine, a long reconcile), do
 	// not all run at once: those beyond running's burst take a new place.
 	places, running *rate.Limiter
+	// dropped counts the places given up (their objects were forgotten, or checked before their
+	// time) since places was last rebuilt. They stay spent in places: when they outnumber the
+	// places kept, places is rebuilt with the places kept only, so that the checks of accesses a
+	// tenant created and deleted together do not delay the others' (with the rate fallen with
+	// them, their places would take longer than interval/checkRateFactor to pass).
+	dropped int
 	// names and uids pair the objects' names with their UIDs, so that an object gone without the
 	// sidecar seeing its deletion (a tenant removed an access's finalizers and deleted it) is
 	// forgotten when its reconcile finds no object under the name: otherwise it would stay in last
@@ -133,6 +139,14 @@ func (c *secretChecks) setLimit(interval time.Duration, now time.Time) {
 		c.running.SetLimitAt(now, limit)
 		c.running.SetBurstAt(now, runningBurst)
 	}
+	if c.dropped > burst && c.dropped > len(c.slots)/2 {
+		c.places, c.dropped = rate.NewLimiter(limit, burst), 0
+		for _, slot := range c.slots {
+			if slot.After(now) {
+				c.places.ReserveN(now, 1)
+			}
+		}
+	}
 }
 
 // done records that the object was checked (or its Secrets written) now.
@@ -143,7 +157,15 @@ func (c *secretChecks) doneAt(uid types.UID, now time.Time) {
 	defer c.mu.Unlock()
 	c.init()
 	c.last[uid] = now
-	delete(c.slots, uid)
+	c.dropSlot(uid)
+}
+
+// dropSlot gives up the object's place, if it has one.
+func (c *secretChecks) dropSlot(uid types.UID) {
+	if _, ok := c.slots[uid]; ok {
+		delete(c.slots, uid)
+		c.dropped++
+	}
 }
 
 func (c *secretChecks) forget(uid types.UID) {
@@ -154,7 +176,7 @@ func (c *secretChecks) forget(uid types.UID) {
 
 func (c *secretChecks) forgetLocked(uid types.UID) {
 	delete(c.last, uid)
-	delete(c.slots, uid)
+	c.dropSlot(uid)
 	if key, ok := c.uids[uid]; ok {
 		delete(c.uids, uid)
 		delete(c.names, key)
