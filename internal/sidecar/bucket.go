@@ -136,7 +136,6 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if bucket.Spec.DriverName != r.Info.GetName() {
 		return reconcile.Result{}, nil
 	}
-	r.refreshes.named(req.NamespacedName, bucket.UID)
 	// Grants recorded on the Bucket by an earlier version move to the grant records.
 	if err := r.migrateLegacyGrants(ctx, bucket); err != nil {
 		return r.result(bucket, cosiapi.EventFailedRevokeAccess, err)
@@ -160,6 +159,7 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		// The driver has just answered: its information is asked again an interval from now,
 		// whether or not anything wakes the Bucket before.
 		r.refreshes.done(bucket.UID)
+		r.refreshes.named(req.NamespacedName, bucket.UID)
 		return reconcile.Result{RequeueAfter: r.RefreshInterval}, nil
 	}
 	return reconcile.Result{}, nil

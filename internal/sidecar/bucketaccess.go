@@ -163,7 +163,6 @@ func (r *BucketAccessReconciler) Reconcile(ctx context.Context, req reconcile.Re
 	if ba.Status.DriverName != r.Info.GetName() {
 		return reconcile.Result{}, nil // not handed off to this driver (yet)
 	}
-	r.checks.named(req.NamespacedName, ba.UID)
 	if ba.DeletionTimestamp != nil {
 		r.checks.forget(ba.UID)
 		return r.result(ba, cosiapi.EventFailedRevokeAccess, r.delete(ctx, ba))
@@ -213,7 +212,9 @@ func (r *BucketAccessReconciler) check(ctx context.Context, ba *cosiapi.BucketAc
 		return r.result(ba, cosiapi.EventFailedRefresh, err)
 	}
 	rotating = sooner(rotating, refreshing)
-	if wait := r.checks.due(ba.UID, r.SecretCheckInterval); wait > 0 {
+	wait := r.checks.due(ba.UID, r.SecretCheckInterval)
+	r.checks.named(client.ObjectKeyFromObject(ba), ba.UID)
+	if wait > 0 {
 		return reconcile.Result{RequeueAfter: sooner(wait, rotating)}, nil
 	}
 	intact, err := r.secretsIntact(ctx, ba)
@@ -577,6 +578,7 @@ func (r *BucketAccessReconciler) recordGranted(ctx context.Context, ba *cosiapi.
 		return lookup.IgnoreGone(err)
 	}
 	r.checks.done(ba.UID)
+	r.checks.named(client.ObjectKeyFromObject(ba), ba.UID)
 	return nil
 }
 

@@ -62,7 +62,7 @@ type secretChecks struct {
 	uids  map[types.UID]types.NamespacedName
 }
 
-// named records the name of an object whose checks may be scheduled.
+// named records the name of an object whose checks are scheduled (after due or done).
 func (c *secretChecks) named(key types.NamespacedName, uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

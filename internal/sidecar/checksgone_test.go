@@ -34,7 +34,8 @@ func TestSecretChecksAccessVanished(t *testing.T) {
 	if _, err := r.Reconcile(t.Context(), req); err != nil {
 		t.Fatal(err)
 	}
-	r.checks.done(ba.UID) // granted: its Secrets are checked from now on
+	r.checks.done(ba.UID) // granted: its Secrets are checked from now on (grant)
+	r.checks.named(req.NamespacedName, ba.UID)
 	if err := c.Delete(t.Context(), ba); err != nil {
 		t.Fatal(err)
 	}
