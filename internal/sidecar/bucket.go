@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -127,6 +128,9 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	defer cancel()
 	bucket := &cosiapi.Bucket{}
 	if err := r.Client.Get(ctx, req.NamespacedName, bucket); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.refreshes.gone(req.NamespacedName) // gone without its deletion seen: no refresh left behind
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if bucket.Spec.DriverName != r.Info.GetName() {
@@ -155,6 +159,7 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		// The driver has just answered: its information is asked again an interval from now,
 		// whether or not anything wakes the Bucket before.
 		r.refreshes.done(bucket.UID)
+		r.refreshes.named(req.NamespacedName, bucket.UID)
 		return reconcile.Result{RequeueAfter: r.RefreshInterval}, nil
 	}
 	return reconcile.Result{}, nil

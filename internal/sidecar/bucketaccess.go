@@ -155,6 +155,9 @@ func (r *BucketAccessReconciler) Reconcile(ctx context.Context, req reconcile.Re
 	defer cancel()
 	ba := &cosiapi.BucketAccess{}
 	if err := r.Client.Get(ctx, req.NamespacedName, ba); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.checks.gone(req.NamespacedName) // gone without its deletion seen: no check left behind
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if ba.Status.DriverName != r.Info.GetName() {
@@ -209,19 +212,21 @@ func (r *BucketAccessReconciler) check(ctx context.Context, ba *cosiapi.BucketAc
 		return r.result(ba, cosiapi.EventFailedRefresh, err)
 	}
 	rotating = sooner(rotating, refreshing)
-	if wait := r.checks.due(ba.UID, r.SecretCheckInterval); wait > 0 {
+	wait := r.checks.due(ba.UID, r.SecretCheckInterval)
+	r.checks.named(client.ObjectKeyFromObject(ba), ba.UID)
+	if wait > 0 {
 		return reconcile.Result{RequeueAfter: sooner(wait, rotating)}, nil
 	}
 	intact, err := r.secretsIntact(ctx, ba)
 	if err != nil {
 		r.checkMetric.WithLabelValues(r.Info.GetName(), secretCheckFailed).Inc()
-		return r.result(ba, cosiapi.EventFailedGrantAccess, err)
+		return r.checkFailed(ba, err)
 	}
 	if !intact {
 		renewAt, err := r.grant(ctx, ba, true)
 		if err != nil {
 			r.checkMetric.WithLabelValues(r.Info.GetName(), secretCheckFailed).Inc()
-			return r.result(ba, cosiapi.EventFailedGrantAccess, err)
+			return r.checkFailed(ba, err)
 		}
 		rotating = sooner(rotating, until(renewAt))
 		r.checkMetric.WithLabelValues(r.Info.GetName(), secretCheckRewritten).Inc()
@@ -230,6 +235,19 @@ func (r *BucketAccessReconciler) check(ctx context.Context, ba *cosiapi.BucketAc
 	}
 	r.checks.done(ba.UID)
 	return reconcile.Result{RequeueAfter: sooner(r.checks.due(ba.UID, r.SecretCheckInterval), rotating)}, nil
+}
+
+// checkFailed is the result of a failed check. An error that retrying soon does not fix (a
+// driver's InvalidArgument) does not end the checks: the next runs an interval later, when the
+// driver may answer again; a terminal error would leave a lost Secret lost until a restart.
+func (r *BucketAccessReconciler) checkFailed(ba *cosiapi.BucketAccess, err error) (reconcile.Result, error) {
+	res, err := r.result(ba, cosiapi.EventFailedGrantAccess, err)
+	if errors.Is(err, reconcile.TerminalError(nil)) {
+		r.log.Error(err, "checking the Secrets of a BucketAccess; checked again at the next interval",
+			"bucketAccess", client.ObjectKeyFromObject(ba))
+		return reconcile.Result{RequeueAfter: r.SecretCheckInterval}, nil
+	}
+	return res, err
 }
 
 // sooner is the shorter of two waits, zero meaning none.
@@ -573,6 +591,7 @@ func (r *BucketAccessReconciler) recordGranted(ctx context.Context, ba *cosiapi.
 		return lookup.IgnoreGone(err)
 	}
 	r.checks.done(ba.UID)
+	r.checks.named(client.ObjectKeyFromObject(ba), ba.UID)
 	return nil
 }
 

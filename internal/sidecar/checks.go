@@ -48,6 +48,38 @@ type secretChecks struct {
 	// that passed together, while the sidecar was held up (a busy machine, a long reconcile), do
 	// not all run at once: those beyond running's burst take a new place.
 	places, running *rate.Limiter
+	// dropped counts the places given up (their objects were forgotten, or checked before their
+	// time) since places was last rebuilt. They stay spent in places: when they outnumber the
+	// places kept, places is rebuilt with the places kept only, so that the checks of accesses a
+	// tenant created and deleted together do not delay the others' (with the rate fallen with
+	// them, their places would take longer than interval/checkRateFactor to pass).
+	dropped int
+	// names and uids pair the objects' names with their UIDs, so that an object gone without the
+	// sidecar seeing its deletion (a tenant removed an access's finalizers and deleted it) is
+	// forgotten when its reconcile finds no object under the name: otherwise it would stay in last
+	// for good, and raise the rate.
+	names map[types.NamespacedName]types.UID
+	uids  map[types.UID]types.NamespacedName
+}
+
+// named records the name of an object whose checks are scheduled (after due or done).
+func (c *secretChecks) named(key types.NamespacedName, uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.init()
+	if old, ok := c.names[key]; ok && old != uid {
+		c.forgetLocked(old) // the name holds a new object: the old one is gone
+	}
+	c.names[key], c.uids[uid] = uid, key
+}
+
+// gone forgets the object last seen under the name (its reconcile found none).
+func (c *secretChecks) gone(key types.NamespacedName) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if uid, ok := c.names[key]; ok {
+		c.forgetLocked(uid)
+	}
 }
 
 // due returns how long until the object's check runs; zero or less means now, and the check
@@ -107,6 +139,14 @@ func (c *secretChecks) setLimit(interval time.Duration, now time.Time) {
 		c.running.SetLimitAt(now, limit)
 		c.running.SetBurstAt(now, runningBurst)
 	}
+	if c.dropped > burst && c.dropped > len(c.slots)/2 {
+		c.places, c.dropped = rate.NewLimiter(limit, burst), 0
+		for _, slot := range c.slots {
+			if slot.After(now) {
+				c.places.ReserveN(now, 1)
+			}
+		}
+	}
 }
 
 // done records that the object was checked (or its Secrets written) now.
@@ -117,19 +157,37 @@ func (c *secretChecks) doneAt(uid types.UID, now time.Time) {
 	defer c.mu.Unlock()
 	c.init()
 	c.last[uid] = now
-	delete(c.slots, uid)
+	c.dropSlot(uid)
+}
+
+// dropSlot gives up the object's place, if it has one.
+func (c *secretChecks) dropSlot(uid types.UID) {
+	if _, ok := c.slots[uid]; ok {
+		delete(c.slots, uid)
+		c.dropped++
+	}
 }
 
 func (c *secretChecks) forget(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.forgetLocked(uid)
+}
+
+func (c *secretChecks) forgetLocked(uid types.UID) {
 	delete(c.last, uid)
-	delete(c.slots, uid)
+	c.dropSlot(uid)
+	if key, ok := c.uids[uid]; ok {
+		delete(c.uids, uid)
+		delete(c.names, key)
+	}
 }
 
 func (c *secretChecks) init() {
 	if c.last == nil {
 		c.last = map[types.UID]time.Time{}
 		c.slots = map[types.UID]time.Time{}
+		c.names = map[types.NamespacedName]types.UID{}
+		c.uids = map[types.UID]types.NamespacedName{}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
@@ -50,7 +51,9 @@ func (r *BucketReconciler) refreshBucket(ctx context.Context, bucket *cosiapi.Bu
 	if r.RefreshInterval <= 0 {
 		return reconcile.Result{}, nil
 	}
-	if wait := r.refreshes.due(bucket.UID, r.RefreshInterval); wait > 0 {
+	wait := r.refreshes.due(bucket.UID, r.RefreshInterval)
+	r.refreshes.named(client.ObjectKeyFromObject(bucket), bucket.UID)
+	if wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
 	err := r.refreshBucketInfo(ctx, bucket)

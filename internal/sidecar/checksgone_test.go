@@ -1,0 +1,96 @@
+package sidecar
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	cosiproto "github.com/kube-cosi/cosi/proto"
+)
+
+// TestSecretChecksAccessVanished: an access that vanished without the sidecar seeing its deletion
+// (a tenant removed its finalizers and deleted it before the sidecar's next reconcile; the
+// GrantReconciler revokes its grant) leaves no check behind. Otherwise each such access, which a
+// tenant can create and delete without end, stays in the checks' memory and raises their rate.
+func TestSecretChecksAccessVanished(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := cosiapi.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	ba := &cosiapi.BucketAccess{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "ba", UID: "uid-ba"},
+		Status:     cosiapi.BucketAccessStatus{DriverName: "d"},
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(ba).Build()
+	r := &BucketAccessReconciler{Client: c, Info: &cosiproto.DriverGetInfoResponse{Name: "d"}}
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ba)}
+	if _, err := r.Reconcile(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	r.checks.done(ba.UID) // granted: its Secrets are checked from now on (grant)
+	r.checks.named(req.NamespacedName, ba.UID)
+	if err := c.Delete(t.Context(), ba); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.checks.last[types.UID("uid-ba")]; ok || len(r.checks.last) != 0 {
+		t.Errorf("the vanished access is still scheduled for checks: %d tracked", len(r.checks.last))
+	}
+}
+
+// TestSecretChecksNameReused: an access deleted and created again under the same name, whose
+// deletion the sidecar did not see, leaves no check of the old UID behind.
+func TestSecretChecksNameReused(t *testing.T) {
+	var c secretChecks
+	key := types.NamespacedName{Namespace: "tenant", Name: "ba"}
+	c.named(key, "old")
+	c.doneAt("old", epoch)
+	c.named(key, "new")
+	c.doneAt("new", epoch)
+	if _, ok := c.last["old"]; ok || len(c.last) != 1 || len(c.names) != 1 || len(c.uids) != 1 {
+		t.Errorf("after the name was reused: %d checks, %d names, %d UIDs tracked, want 1 each",
+			len(c.last), len(c.names), len(c.uids))
+	}
+	c.forget("new")
+	if len(c.last) != 0 || len(c.names) != 0 || len(c.uids) != 0 {
+		t.Errorf("after forget: %d checks, %d names, %d UIDs tracked", len(c.last), len(c.names), len(c.uids))
+	}
+}
+
+// TestSecretChecksDeletedBacklog: one tenant's accesses that all fell due together (created at
+// once, they come due together an interval later) take their places, then are deleted. The
+// places they held do not delay the other tenants' checks: a check that falls due afterwards
+// still runs within interval/checkRateFactor, although the rate fell with the accesses
+// (600 + 10 accesses checked every minute: 20 per second; 10 left: 10 per second, the least).
+func TestSecretChecksDeletedBacklog(t *testing.T) {
+	const interval = time.Minute
+	var c secretChecks
+	all := uids(610)
+	mine, others := all[:600], all[600:]
+	for _, uid := range mine {
+		c.doneAt(uid, epoch.Add(-interval))
+	}
+	for _, uid := range others {
+		c.doneAt(uid, epoch.Add(2*time.Second-interval))
+	}
+	for _, uid := range mine {
+		c.dueAt(uid, interval, epoch)
+	}
+	for _, uid := range mine {
+		c.forget(uid)
+	}
+	for _, uid := range others {
+		if wait := c.dueAt(uid, interval, epoch.Add(2*time.Second)); wait > interval/checkRateFactor {
+			t.Errorf("%s, due now, runs in %v, want at most %v", uid, wait, interval/checkRateFactor)
+		}
+	}
+}
