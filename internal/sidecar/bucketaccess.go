@@ -220,13 +220,13 @@ func (r *BucketAccessReconciler) check(ctx context.Context, ba *cosiapi.BucketAc
 	intact, err := r.secretsIntact(ctx, ba)
 	if err != nil {
 		r.checkMetric.WithLabelValues(r.Info.GetName(), secretCheckFailed).Inc()
-		return r.checkFailed(ba, err)
+		return r.result(ba, cosiapi.EventFailedGrantAccess, err)
 	}
 	if !intact {
 		renewAt, err := r.grant(ctx, ba, true)
 		if err != nil {
 			r.checkMetric.WithLabelValues(r.Info.GetName(), secretCheckFailed).Inc()
-			return r.checkFailed(ba, err)
+			return r.result(ba, cosiapi.EventFailedGrantAccess, err)
 		}
 		rotating = sooner(rotating, until(renewAt))
 		r.checkMetric.WithLabelValues(r.Info.GetName(), secretCheckRewritten).Inc()
@@ -235,19 +235,6 @@ func (r *BucketAccessReconciler) check(ctx context.Context, ba *cosiapi.BucketAc
 	}
 	r.checks.done(ba.UID)
 	return reconcile.Result{RequeueAfter: sooner(r.checks.due(ba.UID, r.SecretCheckInterval), rotating)}, nil
-}
-
-// checkFailed is the result of a failed check. An error that retrying soon does not fix (a
-// driver's InvalidArgument) does not end the checks: the next runs an interval later, when the
-// driver may answer again; a terminal error would leave a lost Secret lost until a restart.
-func (r *BucketAccessReconciler) checkFailed(ba *cosiapi.BucketAccess, err error) (reconcile.Result, error) {
-	res, err := r.result(ba, cosiapi.EventFailedGrantAccess, err)
-	if errors.Is(err, reconcile.TerminalError(nil)) {
-		r.log.Error(err, "checking the Secrets of a BucketAccess; checked again at the next interval",
-			"bucketAccess", client.ObjectKeyFromObject(ba))
-		return reconcile.Result{RequeueAfter: r.SecretCheckInterval}, nil
-	}
-	return res, err
 }
 
 // sooner is the shorter of two waits, zero meaning none.
