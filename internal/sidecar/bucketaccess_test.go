@@ -515,35 +515,3 @@ func TestAnotherDriversGrantRecordIsNotOverwritten(t *testing.T) {
 		return nil
 	})
 }
-
-// TestLostSecretAfterRefusedGrant: a lost Secret whose rewrite the driver refused once with a code
-// that retrying does not fix (InvalidArgument) is still checked at the next interval, and written
-// again once the driver answers: a refused rewrite does not end the access's checks for good.
-func TestLostSecretAfterRefusedGrant(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t, memory.Config{})
-	ba := provisioned(
-		t,
-		h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, h.provisionedBucket(cosiapi.ProtocolS3)),
-		accessConditions,
-	)
-	s := secret(t, ba, 0)
-	grants := h.calls.Count("DriverGrantBucketAccess")
-	h.faults.Set(0, memory.Fault{Method: "DriverGrantBucketAccess", Code: 3 /* InvalidArgument */, Count: 1})
-	if err := env.Client.Delete(t.Context(), s); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, func() error {
-		again := &corev1.Secret{}
-		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(s), again); err != nil {
-			return err
-		}
-		if again.UID == s.UID {
-			return fmt.Errorf("not written again yet")
-		}
-		return nil
-	})
-	if n := h.calls.Count("DriverGrantBucketAccess") - grants; n < 2 {
-		t.Errorf("%d grants since the Secret was lost, want the refused one and the rewrite", n)
-	}
-}
