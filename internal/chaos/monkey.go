@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/kube-cosi/cosi/internal/localenv"
@@ -225,10 +226,16 @@ func (r *run) killInsideCall(ctx context.Context, rng *rand.Rand, method string)
 	if err := r.control.Pause(ctx, method, afterAct); err != nil {
 		return nil //nolint:nilerr // the driver is down (a crash of the API server took long): skip
 	}
-	held, ok, err := r.control.WaitPaused(ctx, 5*time.Second)
+	// A rotation's calls come only when a rotation runs (every 15 s for the periodic class, more
+	// seldom when faults fail them): wait longer than one period for one.
+	wait := 5 * time.Second
+	if slices.Contains(rotationMethods, method) {
+		wait = rotationHoldWait
+	}
+	held, ok, err := r.control.WaitPaused(ctx, wait)
 	if err != nil || !ok {
 		_ = r.control.Release(ctx)
-		r.timeline.addf(nil, "holding %s: no call came within 5 s", method)
+		r.timeline.addf(nil, "holding %s: no call came within %s", method, wait)
 		return errNotLanded
 	}
 	r.pauseKills++
@@ -271,6 +278,9 @@ func (r *run) killInsideCall(ctx context.Context, rng *rand.Rand, method string)
 	}
 	return r.setFaults(ctx, true)
 }
+
+// rotationHoldWait is how long a kill inside a rotation's call waits for one to hold.
+const rotationHoldWait = 20 * time.Second
 
 // errNotLanded is a kill inside a call that found no call to hold: nothing was injected.
 var errNotLanded = errors.New("no call to hold")
