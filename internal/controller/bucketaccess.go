@@ -136,7 +136,7 @@ var bucketBindingChanged = predicate.Funcs{
 
 func (r *BucketAccessReconciler) accessesOfBucket(ctx context.Context, o client.Object) []reconcile.Request {
 	ref := o.(*cosiapi.Bucket).Spec.BucketClaimRef
-	return r.list(ctx, client.MatchingFields{index.AccessesByClaim.Name: index.ClaimKey(ref.Namespace, ref.Name)}, true)
+	return r.list(ctx, index.AccessesByClaim, index.ClaimKey(ref.Namespace, ref.Name), true)
 }
 
 // claimChanged passes claim changes an access waits for: creation, binding, protocols, deletion.
@@ -158,27 +158,25 @@ var claimRemoved = predicate.Funcs{
 }
 
 func (r *BucketAccessReconciler) accessesOfClaim(ctx context.Context, o client.Object) []reconcile.Request {
-	return r.list(ctx, client.MatchingFields{index.AccessesByClaim.Name: index.ClaimKey(o.GetNamespace(), o.GetName())},
-		false)
+	return r.list(ctx, index.AccessesByClaim, index.ClaimKey(o.GetNamespace(), o.GetName()), false)
 }
 
 // waitingAccessesOfClaim maps a claim to its accesses not handed off: a handed-off access reads
 // nothing of its claims but whether they exist.
 func (r *BucketAccessReconciler) waitingAccessesOfClaim(ctx context.Context, o client.Object) []reconcile.Request {
-	return r.list(ctx, client.MatchingFields{index.AccessesByClaim.Name: index.ClaimKey(o.GetNamespace(), o.GetName())},
-		true)
+	return r.list(ctx, index.AccessesByClaim, index.ClaimKey(o.GetNamespace(), o.GetName()), true)
 }
 
 func (r *BucketAccessReconciler) accessesOfClass(ctx context.Context, o client.Object) []reconcile.Request {
-	return r.list(ctx, client.MatchingFields{index.AccessesByClass.Name: o.GetName()}, true)
+	return r.list(ctx, index.AccessesByClass, o.GetName(), true)
 }
 
 func (r *BucketAccessReconciler) list(
-	ctx context.Context, sel client.MatchingFields, notHandedOff bool,
+	ctx context.Context, field index.Field, value string, notHandedOff bool,
 ) []reconcile.Request {
 	var list cosiapi.BucketAccessList
-	if err := r.Client.List(ctx, &list, sel); err != nil {
-		r.log.Error(err, "listing BucketAccesses to wake", "selector", sel)
+	if err := field.List(ctx, r.Client, &list, "", value); err != nil {
+		r.log.Error(err, "listing BucketAccesses to wake", "index", field.Name, "value", value)
 		return nil
 	}
 	var reqs []reconcile.Request

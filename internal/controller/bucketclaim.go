@@ -170,7 +170,7 @@ func (r *BucketClaimReconciler) claimsOfBucket(ctx context.Context, o client.Obj
 		{NamespacedName: types.NamespacedName{Namespace: b.Spec.BucketClaimRef.Namespace, Name: b.Spec.BucketClaimRef.Name}},
 	}
 	var claims cosiapi.BucketClaimList
-	if err := r.Client.List(ctx, &claims, client.MatchingFields{index.ClaimsByExistingBucket.Name: b.Name}); err != nil {
+	if err := index.ClaimsByExistingBucket.List(ctx, r.Client, &claims, "", b.Name); err != nil {
 		// A list from the cache fails only when the index is missing: a programming error.
 		r.log.Error(err, "listing the static claims of a Bucket", "bucket", b.Name)
 	}
@@ -208,7 +208,7 @@ func claimsOfAccess(_ context.Context, o client.Object) []reconcile.Request {
 // claimsOfClass maps a BucketClass to the claims waiting for it.
 func (r *BucketClaimReconciler) claimsOfClass(ctx context.Context, o client.Object) []reconcile.Request {
 	var claims cosiapi.BucketClaimList
-	if err := r.Client.List(ctx, &claims, client.MatchingFields{index.ClaimsByClass.Name: o.GetName()}); err != nil {
+	if err := index.ClaimsByClass.List(ctx, r.Client, &claims, "", o.GetName()); err != nil {
 		r.log.Error(err, "listing the claims of a BucketClass", "bucketClass", o.GetName())
 		return nil
 	}

@@ -108,7 +108,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 func setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*BucketClaimReconciler, *BucketAccessReconciler,
 	error,
 ) {
-	if err := index.Register(ctx, mgr.GetFieldIndexer(), index.ClaimsByClass, index.ClaimsByExistingBucket,
+	if err := index.Register(ctx, mgr.GetCache(), index.ClaimsByClass, index.ClaimsByExistingBucket,
 		index.AccessesByClaim, index.AccessesByClass, index.AccessesByBucket); err != nil {
 		return nil, nil, err
 	}

@@ -68,8 +68,7 @@ func namesBucket(ba *cosiapi.BucketAccess, bucket string) bool {
 // holders.
 func referencingAccesses(ctx context.Context, c client.Reader, claim *cosiapi.BucketClaim) ([]string, error) {
 	var list cosiapi.BucketAccessList
-	if err := c.List(ctx, &list, client.InNamespace(claim.Namespace),
-		client.MatchingFields{index.AccessesByClaim.Name: index.ClaimKey(claim.Namespace, claim.Name)}); err != nil {
+	if err := index.AccessesByClaim.List(ctx, c, &list, "", index.ClaimKey(claim.Namespace, claim.Name)); err != nil {
 		return nil, err
 	}
 	var names []string
@@ -120,13 +119,12 @@ func holders(
 ) ([]string, error) {
 	var candidates []cosiapi.BucketAccess
 	var list cosiapi.BucketAccessList
-	if err := c.List(ctx, &list, client.InNamespace(namespace),
-		client.MatchingFields{index.AccessesByClaim.Name: index.ClaimKey(namespace, claim)}); err != nil {
+	if err := index.AccessesByClaim.List(ctx, c, &list, "", index.ClaimKey(namespace, claim)); err != nil {
 		return nil, err
 	}
 	candidates = append(candidates, list.Items...)
 	if bucket != "" {
-		if err := c.List(ctx, &list, client.MatchingFields{index.AccessesByBucket.Name: bucket}); err != nil {
+		if err := index.AccessesByBucket.List(ctx, c, &list, "", bucket); err != nil {
 			return nil, err
 		}
 		candidates = append(candidates, list.Items...)

@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
@@ -16,34 +18,100 @@ type Field struct {
 	Object  client.Object
 	Name    string
 	Extract client.IndexerFunc
+	// InNamespace says that every lookup of this index names a namespace (client.InNamespace);
+	// otherwise no lookup does. Each object is indexed in that one form only (see Register).
+	InNamespace bool
 }
 
-// Register adds the indexes to a manager's field indexer (mgr.GetFieldIndexer()).
-func Register(ctx context.Context, indexer client.FieldIndexer, fields ...Field) error {
+// Register adds the indexes to a manager's cache (mgr.GetCache()), under the names
+// controller-runtime's cached List looks up for client.MatchingFields.
+//
+// controller-runtime's own IndexField keeps every value of a namespaced object twice: under its
+// namespace and under "all namespaces", so that a lookup can be made either way. Each of COSI's
+// lookups is made one way only, and a value that is an object's own (a UID, a Bucket's name, a
+// claim's key) costs a whole set in each form: about a tenth of a process's memory at scale.
+// Here each value is kept in the one form the field's lookups use (Field.InNamespace): a lookup
+// made the other way finds nothing, which the tests of each lookup would show. Empty values are
+// not indexed: no lookup asks for one (a claim's existing Bucket is empty on every dynamic
+// claim, which would put them all in one set).
+func Register(ctx context.Context, informers cache.Informers, fields ...Field) error {
 	for _, f := range fields {
-		if err := indexer.IndexField(ctx, f.Object, f.Name, f.Extract); err != nil {
+		informer, err := informers.GetInformer(ctx, f.Object, cache.BlockUntilSynced(false))
+		if err != nil {
+			return fmt.Errorf("index %s: %w", f.Name, err)
+		}
+		if err := informer.AddIndexers(toolscache.Indexers{fieldIndexName(f.Name): f.indexFunc}); err != nil {
 			return fmt.Errorf("index %s: %w", f.Name, err)
 		}
 	}
 	return nil
 }
 
+// List lists into list the objects of the cache r whose field has the value: in namespace when
+// the field's lookups name one (InNamespace), else in every namespace (namespace ""). A lookup
+// made the other way would find nothing, since each value is indexed in one form (Register): it
+// is an error instead. opts may add label selectors; they must not name a namespace.
+func (f Field) List(
+	ctx context.Context, r client.Reader, list client.ObjectList, namespace, value string, opts ...client.ListOption,
+) error {
+	if (namespace != "") != f.InNamespace {
+		return fmt.Errorf("index %s looked up in namespace %q: its lookups are %s", f.Name, namespace,
+			map[bool]string{true: "in one namespace", false: "in every namespace"}[f.InNamespace])
+	}
+	opts = append(opts, client.InNamespace(namespace), client.MatchingFields{f.Name: value})
+	return r.List(ctx, list, opts...)
+}
+
+// indexFunc returns the index keys of an object: each value, prefixed as controller-runtime's
+// cached List prefixes the value it looks up (its namespace, or "all namespaces").
+func (f Field) indexFunc(raw any) ([]string, error) {
+	obj, ok := raw.(client.Object)
+	if !ok {
+		return nil, fmt.Errorf("index %s: %T is not an object", f.Name, raw)
+	}
+	ns := allNamespaces
+	if f.InNamespace {
+		ns = obj.GetNamespace()
+	}
+	var keys []string
+	for _, v := range f.Extract(obj) {
+		if v != "" {
+			keys = append(keys, ns+"/"+v)
+		}
+	}
+	return keys, nil
+}
+
+// fieldIndexName and allNamespaces are controller-runtime's names (pkg/cache/internal: FieldIndexName,
+// KeyToNamespacedKey), which its cached List uses to find a client.MatchingFields value.
+func fieldIndexName(field string) string { return "field:" + field }
+
+const allNamespaces = "__all_namespaces"
+
 // ClaimsByClass indexes BucketClaims by their BucketClass.
-var ClaimsByClass = Field{&cosiapi.BucketClaim{}, "spec.bucketClassName", func(o client.Object) []string {
-	return []string{o.(*cosiapi.BucketClaim).Spec.BucketClassName}
-}}
+var ClaimsByClass = Field{
+	Object: &cosiapi.BucketClaim{},
+	Name:   "spec.bucketClassName",
+	Extract: func(o client.Object) []string {
+		return []string{o.(*cosiapi.BucketClaim).Spec.BucketClassName}
+	},
+}
 
 // ClaimsByExistingBucket indexes static BucketClaims by the Bucket they name.
-var ClaimsByExistingBucket = Field{&cosiapi.BucketClaim{}, "spec.existingBucketName", func(o client.Object) []string {
-	return []string{o.(*cosiapi.BucketClaim).Spec.ExistingBucketName}
-}}
+var ClaimsByExistingBucket = Field{
+	Object: &cosiapi.BucketClaim{},
+	Name:   "spec.existingBucketName",
+	Extract: func(o client.Object) []string {
+		return []string{o.(*cosiapi.BucketClaim).Spec.ExistingBucketName}
+	},
+}
 
 // AccessesByClaim indexes BucketAccesses by the claims they name, as "<namespace>/<claim name>"
 // (ClaimKey).
 var AccessesByClaim = Field{
-	&cosiapi.BucketAccess{},
-	"spec.bucketClaims.bucketClaimName",
-	func(o client.Object) []string {
+	Object: &cosiapi.BucketAccess{},
+	Name:   "spec.bucketClaims.bucketClaimName",
+	Extract: func(o client.Object) []string {
 		ba := o.(*cosiapi.BucketAccess)
 		keys := make([]string, 0, len(ba.Spec.BucketClaims))
 		for _, c := range ba.Spec.BucketClaims {
@@ -57,15 +125,19 @@ var AccessesByClaim = Field{
 func ClaimKey(namespace, name string) string { return namespace + "/" + name }
 
 // AccessesByClass indexes BucketAccesses by their BucketAccessClass.
-var AccessesByClass = Field{&cosiapi.BucketAccess{}, "spec.bucketAccessClassName", func(o client.Object) []string {
-	return []string{o.(*cosiapi.BucketAccess).Spec.BucketAccessClassName}
-}}
+var AccessesByClass = Field{
+	Object: &cosiapi.BucketAccess{},
+	Name:   "spec.bucketAccessClassName",
+	Extract: func(o client.Object) []string {
+		return []string{o.(*cosiapi.BucketAccess).Spec.BucketAccessClassName}
+	},
+}
 
 // AccessesByBucket indexes BucketAccesses by the Buckets they were handed off for.
 var AccessesByBucket = Field{
-	&cosiapi.BucketAccess{},
-	"status.accessedBuckets.bucketName",
-	func(o client.Object) []string {
+	Object: &cosiapi.BucketAccess{},
+	Name:   "status.accessedBuckets.bucketName",
+	Extract: func(o client.Object) []string {
 		var names []string
 		for _, b := range o.(*cosiapi.BucketAccess).Status.AccessedBuckets {
 			names = append(names, b.BucketName)
@@ -76,6 +148,10 @@ var AccessesByBucket = Field{
 
 // AccessesByUID indexes BucketAccesses by their UID: a grant recorded by an earlier version names
 // its access by UID, and the name it also names may have been written by someone else.
-var AccessesByUID = Field{&cosiapi.BucketAccess{}, "metadata.uid", func(o client.Object) []string {
-	return []string{string(o.GetUID())}
-}}
+var AccessesByUID = Field{
+	Object: &cosiapi.BucketAccess{},
+	Name:   "metadata.uid",
+	Extract: func(o client.Object) []string {
+		return []string{string(o.GetUID())}
+	},
+}

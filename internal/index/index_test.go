@@ -1,8 +1,13 @@
 package index_test
 
 import (
+	"bytes"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -57,5 +62,37 @@ func TestNamesAreUnique(t *testing.T) {
 			t.Errorf("index %s of %T registered twice", f.Name, f.Object)
 		}
 		seen[key] = true
+	}
+}
+
+// TestLookupsGoThroughFieldList: each value is indexed in one form (Register), so a cached lookup
+// written as client.MatchingFields, with or without client.InNamespace, could silently find
+// nothing; Field.List refuses the wrong form. No code outside this package writes one; the field
+// selectors kubectl cosi sends to the API server are not index lookups.
+func TestLookupsGoThroughFieldList(t *testing.T) {
+	allowed := map[string]bool{"internal/kubectlcosi/report.go": true}
+	root := filepath.Join("..", "..")
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || rel == "bin" || rel == filepath.Join("internal", "index")) {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || filepath.Ext(path) != ".go" || strings.HasSuffix(path, "_test.go") || allowed[rel] {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if bytes.Contains(src, []byte("MatchingFields{")) {
+			t.Errorf("%s: a cached lookup by client.MatchingFields: use the index's Field.List", rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

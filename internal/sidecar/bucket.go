@@ -380,7 +380,7 @@ func (r *BucketReconciler) migrateLegacyGrant(ctx context.Context, bucket *cosia
 	// The account is the access's; the name and Secrets of the access are taken from the live
 	// access with the UID, if there is one, not from the annotation.
 	var list cosiapi.BucketAccessList
-	if err := r.Client.List(ctx, &list, client.MatchingFields{index.AccessesByUID.Name: string(g.UID)}); err != nil {
+	if err := index.AccessesByUID.List(ctx, r.Client, &list, "", string(g.UID)); err != nil {
 		return err
 	}
 	if len(list.Items) == 1 {

@@ -138,7 +138,7 @@ var bucketReadinessChanged = predicate.Funcs{
 
 func (r *BucketAccessReconciler) accessesForBucket(ctx context.Context, o client.Object) []reconcile.Request {
 	var list cosiapi.BucketAccessList
-	if err := r.Client.List(ctx, &list, client.MatchingFields{index.AccessesByBucket.Name: o.GetName()}); err != nil {
+	if err := index.AccessesByBucket.List(ctx, r.Client, &list, "", o.GetName()); err != nil {
 		r.log.Error(err, "listing the accesses of a Bucket", "bucket", o.GetName())
 		return nil
 	}

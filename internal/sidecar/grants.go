@@ -193,7 +193,7 @@ func parseGrantRecord(cm *corev1.ConfigMap) (grantRecord, error) {
 }
 
 // GrantsByBucket indexes the grant records by the names of their Buckets.
-var GrantsByBucket = index.Field{Object: &corev1.ConfigMap{}, Name: "grant.bucketNames",
+var GrantsByBucket = index.Field{Object: &corev1.ConfigMap{}, Name: "grant.bucketNames", InNamespace: true,
 	Extract: func(o client.Object) []string {
 		g, err := parseGrantRecord(o.(*corev1.ConfigMap))
 		if err != nil {
@@ -355,9 +355,8 @@ func (s grantStore) remove(ctx context.Context, cm *corev1.ConfigMap) error {
 // forBucket returns the records of the grants on a Bucket, from the cache, by access UID.
 func (s grantStore) forBucket(ctx context.Context, bucketName string) (map[types.UID]grantRecord, error) {
 	var list corev1.ConfigMapList
-	if err := s.client.List(ctx, &list, client.InNamespace(s.namespace),
-		client.MatchingLabels{cosiapi.LabelGrantDriver: s.driver},
-		client.MatchingFields{GrantsByBucket.Name: bucketName}); err != nil {
+	if err := GrantsByBucket.List(ctx, s.client, &list, s.namespace, bucketName,
+		client.MatchingLabels{cosiapi.LabelGrantDriver: s.driver}); err != nil {
 		return nil, err
 	}
 	out := map[types.UID]grantRecord{}

@@ -169,7 +169,7 @@ func setup(
 	store grantStore, opts Options,
 ) error {
 	if err := index.Register(
-		ctx, mgr.GetFieldIndexer(), GrantsByBucket, index.AccessesByBucket, index.AccessesByUID,
+		ctx, mgr.GetCache(), GrantsByBucket, index.AccessesByBucket, index.AccessesByUID,
 	); err != nil {
 		return err
 	}

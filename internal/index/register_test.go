@@ -1,0 +1,180 @@
+package index_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/index"
+	"github.com/kube-cosi/cosi/internal/objects"
+	"github.com/kube-cosi/cosi/internal/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	testenv.Run(m, func(ctx context.Context, e *testenv.Env) error {
+		env = e
+		for _, ns := range []string{"index-a", "index-b"} {
+			if err := env.CreateNamespace(ctx, ns); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// startCache starts a cache of the API server with the indexes registered, and waits for it.
+func startCache(t *testing.T, fields ...index.Field) cache.Cache {
+	t.Helper()
+	c, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	if err := index.Register(ctx, c, fields...); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	if !c.WaitForCacheSync(ctx) {
+		t.Fatal("cache did not sync")
+	}
+	return c
+}
+
+// indexKeys returns the keys an index of an informer holds.
+func indexKeys(t *testing.T, c cache.Cache, obj client.Object, name string) []string {
+	t.Helper()
+	inf, err := c.GetInformer(t.Context(), obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := inf.(toolscache.SharedIndexInformer).GetIndexer().ListIndexFuncValues("field:" + name)
+	slices.Sort(keys)
+	return keys
+}
+
+// names returns the namespace/name of each item of a list.
+func names(t *testing.T, list client.ObjectList) []string {
+	t.Helper()
+	items, err := apimeta.ExtractList(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, o := range items {
+		o := o.(client.Object)
+		out = append(out, o.GetNamespace()+"/"+o.GetName())
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestRegisterOneFormPerValue: the cluster-wide lookups COSI makes find the objects of every
+// namespace, and each value is kept once, in the form those lookups use (controller-runtime's
+// IndexField keeps every value of a namespaced object twice), and an empty value not at all.
+func TestRegisterOneFormPerValue(t *testing.T) {
+	ctx := t.Context()
+	for _, ns := range []string{"index-a", "index-b"} {
+		dynamic := objects.BucketClaim(ns, "dynamic", "bc", objects.S3)
+		static := objects.BucketClaim(ns, "static", "", objects.S3)
+		static.Spec.ExistingBucketName = "existing-" + ns
+		access := objects.BucketAccess(ns, "access", "ac", objects.Grant("dynamic", "creds", objects.ReadWrite))
+		for _, o := range []client.Object{dynamic, static, access} {
+			if err := env.Client.Create(ctx, o); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = env.Client.Delete(context.Background(), o) })
+		}
+	}
+	c := startCache(t, index.ClaimsByClass, index.ClaimsByExistingBucket, index.AccessesByClaim,
+		index.AccessesByClass)
+
+	for _, tc := range []struct {
+		list  client.ObjectList
+		field index.Field
+		value string
+		want  []string
+	}{
+		{&cosiapi.BucketClaimList{}, index.ClaimsByClass, "bc", []string{"index-a/dynamic", "index-b/dynamic"}},
+		{&cosiapi.BucketClaimList{}, index.ClaimsByExistingBucket, "existing-index-b", []string{"index-b/static"}},
+		{&cosiapi.BucketAccessList{}, index.AccessesByClaim, index.ClaimKey("index-a", "dynamic"),
+			[]string{"index-a/access"}},
+		{&cosiapi.BucketAccessList{}, index.AccessesByClass, "ac", []string{"index-a/access", "index-b/access"}},
+	} {
+		testenv.Eventually(t, func() error {
+			if err := c.List(ctx, tc.list, client.MatchingFields{tc.field.Name: tc.value}); err != nil {
+				return err
+			}
+			if got := names(t, tc.list); !slices.Equal(got, tc.want) {
+				return fmt.Errorf("%s=%s: %v, want %v", tc.field.Name, tc.value, got, tc.want)
+			}
+			return nil
+		})
+	}
+
+	for _, tc := range []struct {
+		obj   client.Object
+		field index.Field
+		want  []string
+	}{
+		{&cosiapi.BucketClaim{}, index.ClaimsByClass, []string{"__all_namespaces/bc"}},
+		{&cosiapi.BucketClaim{}, index.ClaimsByExistingBucket,
+			[]string{"__all_namespaces/existing-index-a", "__all_namespaces/existing-index-b"}},
+		{&cosiapi.BucketAccess{}, index.AccessesByClaim,
+			[]string{"__all_namespaces/index-a/dynamic", "__all_namespaces/index-b/dynamic"}},
+		{&cosiapi.BucketAccess{}, index.AccessesByClass, []string{"__all_namespaces/ac"}},
+	} {
+		if got := indexKeys(t, c, tc.obj, tc.field.Name); !slices.Equal(got, tc.want) {
+			t.Errorf("index %s holds %v, want %v", tc.field.Name, got, tc.want)
+		}
+	}
+}
+
+// TestRegisterInNamespace: a field whose lookups name a namespace keeps each value under the
+// object's namespace only, and a lookup finds that namespace's objects only.
+func TestRegisterInNamespace(t *testing.T) {
+	ctx := t.Context()
+	byColour := index.Field{Object: &corev1.ConfigMap{}, Name: "data.colour", InNamespace: true,
+		Extract: func(o client.Object) []string { return []string{o.(*corev1.ConfigMap).Data["colour"]} }}
+	for _, ns := range []string{"index-a", "index-b"} {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "colour"},
+			Data: map[string]string{"colour": "blue"}}
+		if err := env.Client.Create(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), cm) })
+	}
+	c := startCache(t, byColour)
+	testenv.Eventually(t, func() error {
+		var list corev1.ConfigMapList
+		err := c.List(ctx, &list, client.InNamespace("index-b"), client.MatchingFields{byColour.Name: "blue"})
+		if err != nil {
+			return err
+		}
+		if got, want := names(t, &list), []string{"index-b/colour"}; !slices.Equal(got, want) {
+			return fmt.Errorf("%v, want %v", got, want)
+		}
+		return nil
+	})
+	got, want := indexKeys(t, c, &corev1.ConfigMap{}, byColour.Name), []string{"index-a/blue", "index-b/blue"}
+	if !slices.Equal(got, want) {
+		t.Errorf("index holds %v, want %v", got, want)
+	}
+}
