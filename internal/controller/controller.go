@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 
+	"github.com/kube-cosi/cosi/internal/cachemem"
 	"github.com/kube-cosi/cosi/internal/index"
 	"github.com/kube-cosi/cosi/internal/requeue"
 	"github.com/kube-cosi/cosi/internal/scheme"
@@ -78,9 +79,9 @@ func newManager(cfg *rest.Config, opts Options, log logr.Logger) (ctrl.Manager, 
 	return ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme.New(),
 		Logger: log,
-		// No object's managedFields in the cache: COSI never reads them, and they would take much
-		// of its memory.
-		Cache:                         cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		// No object's managedFields in the cache, and the strings objects repeat shared
+		// (internal/cachemem).
+		Cache:                         cache.Options{DefaultTransform: cachemem.Transform()},
 		Metrics:                       serving.Metrics(opts.MetricsAddress, opts.MetricsSecure),
 		HealthProbeBindAddress:        serving.Health(opts.HealthAddress),
 		PprofBindAddress:              opts.PprofAddress,

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/cachemem"
 	"github.com/kube-cosi/cosi/internal/index"
 	"github.com/kube-cosi/cosi/internal/requeue"
 	"github.com/kube-cosi/cosi/internal/scheme"
@@ -132,11 +133,11 @@ func newManager(
 	return ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme.New(),
 		Logger: log,
-		// No object's managedFields in the cache: COSI never reads them, and they would take much
-		// of its memory. No Secret is cached either: the sidecar may not read Secrets. Of
+		// No object's managedFields in the cache, and the strings objects repeat shared
+		// (internal/cachemem). No Secret is cached: the sidecar may not read Secrets. Of
 		// ConfigMaps, only the driver's grant records.
 		Cache: cache.Options{
-			DefaultTransform: cache.TransformStripManagedFields(),
+			DefaultTransform: cachemem.Transform(),
 			ByObject: map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {
 				Namespaces: map[string]cache.Config{store.namespace: {}},
 				Label:      labels.SelectorFromSet(labels.Set{cosiapi.LabelGrantDriver: store.driver}),

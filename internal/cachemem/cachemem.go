@@ -1,0 +1,138 @@
+// Package cachemem holds what the controller's and the sidecar's caches do to each object before
+// keeping it: drop its managed fields and share the strings many objects repeat.
+//
+// An informer decodes every object into strings of its own: 100,000 Buckets hold 100,000 copies
+// of the driver's name, of each condition's type, reason and message, of each bucketInfo key and of
+// the namespace of each claim. Objects in a cache are read-only (a Get returns a copy), and Go
+// strings are immutable, so objects may share one copy of each: Transform gives each such field
+// the canonical copy (package unique) of its value. Values that are each object's own (names,
+// UIDs, resource versions, timestamps) are left as decoded: sharing them saves nothing.
+package cachemem
+
+import (
+	"unique"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+)
+
+// Transform is the caches' DefaultTransform: no managed fields (COSI never reads them, and they
+// would take much of its memory), and the repeated strings shared (Share).
+func Transform() toolscache.TransformFunc {
+	strip := cache.TransformStripManagedFields()
+	return func(in any) (any, error) {
+		out, err := strip(in)
+		if err != nil {
+			return out, err
+		}
+		Share(out)
+		return out, nil
+	}
+}
+
+// Share replaces the strings of obj that many objects repeat with their canonical copies. Objects
+// of other types (classes: few of them) are left alone.
+func Share(obj any) {
+	switch o := obj.(type) {
+	case *cosiapi.BucketClaim:
+		meta(&o.TypeMeta, &o.ObjectMeta)
+		str(&o.Spec.BucketClassName)
+		strs(o.Spec.Protocols)
+		strs(o.Status.Protocols)
+		conditions(o.Status.Conditions)
+	case *cosiapi.Bucket:
+		meta(&o.TypeMeta, &o.ObjectMeta)
+		str(&o.Spec.DriverName)
+		str(&o.Spec.DeletionPolicy)
+		strs(o.Spec.Protocols)
+		o.Spec.Parameters = stringMap(o.Spec.Parameters)
+		str(&o.Spec.BucketClaimRef.Namespace)
+		strs(o.Status.Protocols)
+		o.Status.BucketInfo = stringMap(o.Status.BucketInfo)
+		conditions(o.Status.Conditions)
+	case *cosiapi.BucketAccess:
+		meta(&o.TypeMeta, &o.ObjectMeta)
+		for i := range o.Spec.BucketClaims {
+			m := &o.Spec.BucketClaims[i].AccessModes
+			str(&m.ObjectData)
+			str(&m.ObjectMetadata)
+			str(&m.BucketMetadata)
+		}
+		str(&o.Spec.BucketAccessClassName)
+		str(&o.Spec.Protocol)
+		str(&o.Spec.ServiceAccountName)
+		str(&o.Status.DriverName)
+		str(&o.Status.AuthenticationType)
+		o.Status.Parameters = stringMap(o.Status.Parameters)
+		conditions(o.Status.Conditions)
+	case *corev1.ConfigMap:
+		meta(&o.TypeMeta, &o.ObjectMeta)
+		o.Data = stringMap(o.Data)
+	case *coordinationv1.Lease:
+		meta(&o.TypeMeta, &o.ObjectMeta)
+		if o.Spec.HolderIdentity != nil {
+			str(o.Spec.HolderIdentity)
+		}
+	}
+}
+
+// meta shares the type and the metadata fields objects repeat: not the name, UID, resource
+// version or generate name.
+func meta(t *metav1.TypeMeta, m *metav1.ObjectMeta) {
+	str(&t.APIVersion)
+	str(&t.Kind)
+	str(&m.Namespace)
+	m.Labels = stringMap(m.Labels)
+	m.Annotations = stringMap(m.Annotations)
+	strs(m.Finalizers)
+	for i := range m.OwnerReferences {
+		str(&m.OwnerReferences[i].APIVersion)
+		str(&m.OwnerReferences[i].Kind)
+	}
+}
+
+func conditions(cs []metav1.Condition) {
+	for i := range cs {
+		str(&cs[i].Type)
+		str(&cs[i].Status)
+		str(&cs[i].Reason)
+		str(&cs[i].Message)
+	}
+}
+
+// maxShared is the longest string shared: a longer one (a kubectl last-applied annotation, a
+// long message) is more likely each object's own, and would be copied for nothing.
+const maxShared = 256
+
+// str replaces *s with the canonical copy of its value.
+func str[T ~string](s *T) {
+	if n := len(*s); n > 0 && n <= maxShared {
+		*s = T(unique.Make(string(*s)).Value())
+	}
+}
+
+func strs[T ~string](s []T) {
+	for i := range s {
+		str(&s[i])
+	}
+}
+
+// stringMap returns m with its keys and values shared: a new map, since a key cannot be replaced
+// in place.
+func stringMap(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return m
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		str(&k)
+		str(&v)
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,133 @@
+package cachemem_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"testing"
+	"unsafe"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/cachemem"
+)
+
+var (
+	uuidRE = regexp.MustCompile(`([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4})[0-9a-f]{8}`)
+	nameRE = regexp.MustCompile(`"(claim|access|creds)-[0-9]+"`)
+	// the names inside the grant record's JSON
+	quotedNameRE = regexp.MustCompile(`\\"(access|creds)-[0-9]+\\"`)
+)
+
+// objectSet decodes the objects of one claim and access as the bench's API server served them
+// (testdata: a BucketClaim, its Bucket, a BucketAccess and the sidecar's grant record), with the
+// UIDs and names of set i, each decoded into strings of its own as an informer decodes them.
+func objectSet(t testing.TB, i int) []client.Object {
+	t.Helper()
+	set, err := decodeSet(i)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
+func decodeSet(i int) ([]client.Object, error) {
+	set := []client.Object{&cosiapi.BucketClaim{}, &cosiapi.Bucket{}, &cosiapi.BucketAccess{}, &corev1.ConfigMap{}}
+	for n, file := range []string{"claim", "bucket", "access", "grant"} {
+		data, err := os.ReadFile(filepath.Join("testdata", file+".json"))
+		if err != nil {
+			return nil, err
+		}
+		data = uuidRE.ReplaceAll(data, fmt.Appendf(nil, "${1}%08x", i))
+		data = nameRE.ReplaceAll(data, fmt.Appendf(nil, `"${1}-%d"`, i))
+		data = quotedNameRE.ReplaceAll(data, fmt.Appendf(nil, `\"${1}-%d\"`, i))
+		if err := json.Unmarshal(data, set[n]); err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+	}
+	return set, nil
+}
+
+func TestShareKeepsEveryValue(t *testing.T) {
+	for _, obj := range objectSet(t, 1) {
+		obj.SetLabels(map[string]string{"team": "a", "tier": "gold"})
+		obj.SetAnnotations(map[string]string{"note": "x"})
+		before := obj.DeepCopyObject()
+		cachemem.Share(obj)
+		if !reflect.DeepEqual(before, obj) {
+			t.Errorf("%T changed:\n%+v\nwant\n%+v", obj, obj, before)
+		}
+	}
+}
+
+// same says whether two strings share their bytes.
+func same(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
+
+// TestShareSharesRepeatedStrings: two object sets decoded apart share the strings they repeat
+// after Share, not before, and keep the strings that are each object's own.
+func TestShareSharesRepeatedStrings(t *testing.T) {
+	a, b := objectSet(t, 1), objectSet(t, 2)
+	pairs := func() [][2]string {
+		ca, cb := a[0].(*cosiapi.BucketClaim), b[0].(*cosiapi.BucketClaim)
+		ba, bb := a[1].(*cosiapi.Bucket), b[1].(*cosiapi.Bucket)
+		xa, xb := a[2].(*cosiapi.BucketAccess), b[2].(*cosiapi.BucketAccess)
+		ga, gb := a[3].(*corev1.ConfigMap), b[3].(*corev1.ConfigMap)
+		return [][2]string{
+			{ca.Namespace, cb.Namespace},
+			{ca.Finalizers[0], cb.Finalizers[0]},
+			{ca.Spec.BucketClassName, cb.Spec.BucketClassName},
+			{string(ca.Spec.Protocols[0]), string(cb.Spec.Protocols[0])},
+			{ca.Status.Conditions[1].Message, cb.Status.Conditions[1].Message},
+			{ca.Status.Conditions[2].Reason, cb.Status.Conditions[2].Reason},
+			{string(ca.Status.Conditions[2].Status), string(cb.Status.Conditions[2].Status)},
+			{ba.Spec.DriverName, bb.Spec.DriverName},
+			{string(ba.Spec.DeletionPolicy), string(bb.Spec.DeletionPolicy)},
+			{ba.Spec.BucketClaimRef.Namespace, bb.Spec.BucketClaimRef.Namespace},
+			{ba.Status.BucketInfo["COSI_S3_ENDPOINT_URL"], bb.Status.BucketInfo["COSI_S3_ENDPOINT_URL"]},
+			{xa.Spec.BucketAccessClassName, xb.Spec.BucketAccessClassName},
+			{string(xa.Spec.BucketClaims[0].AccessModes.ObjectData), string(xb.Spec.BucketClaims[0].AccessModes.ObjectData)},
+			{xa.Status.DriverName, xb.Status.DriverName},
+			{string(xa.Status.AuthenticationType), string(xb.Status.AuthenticationType)},
+			{xa.Status.Conditions[0].Type, xb.Status.Conditions[0].Type},
+			{ga.Namespace, gb.Namespace},
+			{ga.Labels[cosiapi.LabelGrantDriver], gb.Labels[cosiapi.LabelGrantDriver]},
+		}
+	}
+	for i, p := range pairs() {
+		if p[0] != p[1] {
+			t.Fatalf("pair %d: %q and %q: the test data differ", i, p[0], p[1])
+		}
+		if same(p[0], p[1]) {
+			t.Fatalf("pair %d (%q) shared before Share: the test cannot tell", i, p[0])
+		}
+	}
+	for _, o := range append(a, b...) {
+		cachemem.Share(o)
+	}
+	for i, p := range pairs() {
+		if !same(p[0], p[1]) {
+			t.Errorf("pair %d (%q) not shared", i, p[0])
+		}
+	}
+	if a[1].GetName() == b[1].GetName() {
+		t.Fatal("the two sets have one Bucket name")
+	}
+}
+
+func TestTransformDropsManagedFields(t *testing.T) {
+	obj := objectSet(t, 1)[0]
+	obj.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "kubectl"}})
+	out, err := cachemem.Transform()(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mf := out.(client.Object).GetManagedFields(); mf != nil {
+		t.Errorf("managed fields kept: %v", mf)
+	}
+}

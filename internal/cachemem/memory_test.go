@@ -1,0 +1,190 @@
+package cachemem_test
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/cachemem"
+	"github.com/kube-cosi/cosi/internal/index"
+	"github.com/kube-cosi/cosi/internal/sidecar"
+	"github.com/kube-cosi/cosi/internal/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	testenv.Run(m, func(_ context.Context, e *testenv.Env) error {
+		env = e
+		return nil
+	})
+}
+
+// memorySets is how many object sets BenchmarkCacheMemory caches.
+const memorySets = 1000
+
+var createSets = sync.OnceValue(func() error {
+	ctx := context.Background()
+	for _, ns := range []string{"scale", "cosi-system"} {
+		if err := env.CreateNamespace(ctx, ns); err != nil {
+			return err
+		}
+	}
+	for i := range memorySets {
+		set, err := decodeSet(i)
+		if err != nil {
+			return err
+		}
+		for _, obj := range set {
+			status := statusOf(obj)
+			obj.SetResourceVersion("")
+			obj.SetUID("")
+			if err := env.Client.Create(ctx, obj); err != nil {
+				return err
+			}
+			if status != nil {
+				status(obj)
+				if err := env.Client.Status().Update(ctx, obj); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+})
+
+// statusOf returns what puts back the status of obj, which a create drops, or nil.
+func statusOf(obj client.Object) func(client.Object) {
+	switch o := obj.(type) {
+	case *cosiapi.BucketClaim:
+		s := o.Status
+		return func(obj client.Object) { obj.(*cosiapi.BucketClaim).Status = s }
+	case *cosiapi.Bucket:
+		s := o.Status
+		return func(obj client.Object) { obj.(*cosiapi.Bucket).Status = s }
+	case *cosiapi.BucketAccess:
+		s := o.Status
+		return func(obj client.Object) { obj.(*cosiapi.BucketAccess).Status = s }
+	}
+	return nil
+}
+
+// BenchmarkCacheMemory measures the Go heap a controller-runtime cache of a real API server takes
+// per object set (a claim, its Bucket, an access and its grant record, as the bench provisions
+// them) with every index of the controller and the sidecar: as controller-runtime indexes and
+// keeps objects by default (IndexField, managed fields dropped), and as COSI's caches do
+// (index.Register, cachemem.Transform). One cache holds the objects of both processes; each
+// process holds its share.
+//
+//	go test -run '^$' -bench CacheMemory -benchtime 3x ./internal/cachemem
+func BenchmarkCacheMemory(b *testing.B) {
+	if err := createSets(); err != nil {
+		b.Fatal(err)
+	}
+	fields := []index.Field{index.ClaimsByClass, index.ClaimsByExistingBucket, index.AccessesByClaim,
+		index.AccessesByClass, index.AccessesByBucket, index.AccessesByUID, sidecar.GrantsByBucket}
+	strip := func() cache.Options { return cache.Options{DefaultTransform: cache.TransformStripManagedFields()} }
+	share := func() cache.Options { return cache.Options{DefaultTransform: cachemem.Transform()} }
+	twoForms := func(ctx context.Context, c cache.Cache) error {
+		for _, f := range fields {
+			if err := c.IndexField(ctx, f.Object, f.Name, f.Extract); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	oneForm := func(ctx context.Context, c cache.Cache) error { return index.Register(ctx, c, fields...) }
+	for _, tc := range []struct {
+		name      string
+		transform func() cache.Options
+		register  func(ctx context.Context, c cache.Cache) error
+	}{
+		{"controller-runtime", strip, twoForms},
+		{"one-form-indexes", strip, oneForm},
+		{"shared-strings", share, twoForms},
+		{"cosi", share, oneForm},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			var total float64
+			for b.Loop() {
+				total += cachedBytes(b, tc.transform(), tc.register)
+			}
+			b.ReportMetric(total/float64(b.N)/memorySets, "B/set")
+		})
+	}
+}
+
+// cachedBytes starts a cache of the four kinds, waits until it holds every object, and returns
+// the Go heap it added, measured after collections.
+func cachedBytes(
+	b *testing.B, opts cache.Options, register func(ctx context.Context, c cache.Cache) error,
+) float64 {
+	b.Helper()
+	opts.Scheme = env.Scheme
+	before := heapInUse()
+	c, err := cache.New(env.Config, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := register(ctx, c); err != nil {
+		b.Fatal(err)
+	}
+	lists := []client.ObjectList{&cosiapi.BucketClaimList{}, &cosiapi.BucketList{}, &cosiapi.BucketAccessList{},
+		&corev1.ConfigMapList{}}
+	for _, l := range lists {
+		if _, err := c.GetInformer(ctx, exampleOf(l)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Start(ctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		b.Fatal("cache did not sync")
+	}
+	for _, l := range lists {
+		if err := c.List(ctx, l); err != nil {
+			b.Fatal(err)
+		}
+		if n := meta.LenList(l); n < memorySets {
+			b.Fatalf("%T: %d items, want %d", l, n, memorySets)
+		}
+	}
+	after := heapInUse() // the lists' copies are garbage by now
+
+	runtime.KeepAlive(c)
+	cancel()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	return after - before
+}
+
+func exampleOf(l client.ObjectList) client.Object {
+	switch l.(type) {
+	case *cosiapi.BucketClaimList:
+		return &cosiapi.BucketClaim{}
+	case *cosiapi.BucketList:
+		return &cosiapi.Bucket{}
+	case *cosiapi.BucketAccessList:
+		return &cosiapi.BucketAccess{}
+	}
+	return &corev1.ConfigMap{}
+}
+
+// heapInUse returns the bytes of live heap after two collections.
+func heapInUse() float64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return float64(m.HeapAlloc)
+}
