@@ -131,3 +131,26 @@ func TestTransformDropsManagedFields(t *testing.T) {
 		t.Errorf("managed fields kept: %v", mf)
 	}
 }
+
+// TestTransformTwice: client-go may transform an object twice (a watch-list's initial objects go
+// through the reflector's temporary store and then through its queue's Replace): the second
+// pass changes nothing.
+func TestTransformTwice(t *testing.T) {
+	transform := cachemem.Transform()
+	for _, obj := range objectSet(t, 1) {
+		obj.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "kubectl"}})
+		obj.SetLabels(map[string]string{"team": "a"})
+		once, err := transform(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := once.(client.Object).DeepCopyObject()
+		twice, err := transform(once)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(want, twice) {
+			t.Errorf("%T changed by a second transform:\n%+v\nwant\n%+v", twice, twice, want)
+		}
+	}
+}

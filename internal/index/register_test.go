@@ -178,3 +178,92 @@ func TestRegisterInNamespace(t *testing.T) {
 		t.Errorf("index holds %v, want %v", got, want)
 	}
 }
+
+// TestRegisterFollowsChanges: a value that changes moves the object to the new value's key, in
+// either form, and a deleted object leaves no key behind (client-go removes the keys the old
+// object had: nothing in Register may compute them differently).
+func TestRegisterFollowsChanges(t *testing.T) {
+	ctx := t.Context()
+	shade := func(o client.Object) []string { return []string{o.(*corev1.ConfigMap).Data["shade"]} }
+	byShade := index.Field{Object: &corev1.ConfigMap{}, Name: "data.shade", Extract: shade}
+	byShadeHere := index.Field{Object: &corev1.ConfigMap{}, Name: "data.shade.here", InNamespace: true,
+		Extract: shade}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "index-a", Name: "shade"},
+		Data: map[string]string{"shade": "red"}}
+	if err := env.Client.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), cm) })
+	c := startCache(t, byShade, byShadeHere)
+
+	// lookups returns what each form finds for each shade.
+	lookups := func() (map[string][]string, error) {
+		out := map[string][]string{}
+		for _, v := range []string{"red", "green"} {
+			for _, l := range []struct {
+				f  index.Field
+				ns string
+			}{{byShade, ""}, {byShadeHere, "index-a"}} {
+				var list corev1.ConfigMapList
+				if err := l.f.List(ctx, c, &list, l.ns, v); err != nil {
+					return nil, err
+				}
+				out[l.f.Name+"="+v] = names(t, &list)
+			}
+		}
+		return out, nil
+	}
+	expect := func(red, green []string) {
+		t.Helper()
+		want := map[string][]string{"data.shade=red": red, "data.shade.here=red": red,
+			"data.shade=green": green, "data.shade.here=green": green}
+		testenv.Eventually(t, func() error {
+			got, err := lookups()
+			if err != nil {
+				return err
+			}
+			for k, w := range want {
+				if !slices.Equal(got[k], w) {
+					return fmt.Errorf("%s: %v, want %v", k, got[k], w)
+				}
+			}
+			return nil
+		})
+	}
+	keys := func(wantAll, wantHere []string) {
+		t.Helper()
+		if got := indexKeys(t, c, &corev1.ConfigMap{}, byShade.Name); !slices.Equal(got, wantAll) {
+			t.Errorf("index %s holds %v, want %v", byShade.Name, got, wantAll)
+		}
+		if got := indexKeys(t, c, &corev1.ConfigMap{}, byShadeHere.Name); !slices.Equal(got, wantHere) {
+			t.Errorf("index %s holds %v, want %v", byShadeHere.Name, got, wantHere)
+		}
+	}
+	expect([]string{"index-a/shade"}, nil)
+	keys([]string{"__all_namespaces/red"}, []string{"index-a/red"})
+
+	cm.Data["shade"] = "green"
+	if err := env.Client.Update(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	expect(nil, []string{"index-a/shade"})
+	keys([]string{"__all_namespaces/green"}, []string{"index-a/green"})
+
+	cm.Data["shade"] = ""
+	if err := env.Client.Update(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	expect(nil, nil)
+	keys(nil, nil)
+
+	cm.Data["shade"] = "red"
+	if err := env.Client.Update(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	expect([]string{"index-a/shade"}, nil)
+	if err := env.Client.Delete(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	expect(nil, nil)
+	keys(nil, nil)
+}

@@ -351,3 +351,31 @@ func TestRestartBetweenPhases(t *testing.T) {
 		t.Errorf("backend buckets %v, want exactly [%s]", got, b.Status.BucketID)
 	}
 }
+
+// TestDeletionWaitsForTheGrantsOnIt: a Bucket released for deletion while an access still holds a
+// grant on it waits, naming the access, and is deprovisioned once the access is gone. The grants
+// are found through the grant records' index (GrantsByBucket, looked up in the grant namespace of
+// the sidecar's own cache, which keeps only its driver's records): a lookup that found nothing
+// would deprovision a bucket whose key is still handed out.
+func TestDeletionWaitsForTheGrantsOnIt(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, memory.Config{})
+	a, b := h.provisionedBucket(cosiapi.ProtocolS3), h.provisionedBucket(cosiapi.ProtocolS3)
+	ba := provisioned(t, h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, a, b), accessConditions)
+
+	deleteAsController(t, b)
+	c := testenv.Condition(t, env, b, bucketConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue,
+		cosiapi.ReasonDeletionBlocked)
+	if want := ba.Namespace + "/" + ba.Name; !strings.Contains(c.Message, want) {
+		t.Errorf("the condition does not name the access %s: %q", want, c.Message)
+	}
+	if n := h.calls.Count("DriverDeleteBucket"); n != 0 {
+		t.Errorf("DriverDeleteBucket called %d times while an access holds the bucket", n)
+	}
+
+	deleteAccess(t, ba)
+	env.Gone(t, b)
+	if h.driver.Backend().BucketExists(b.Name) {
+		t.Error("the backend bucket exists after deletion")
+	}
+}
