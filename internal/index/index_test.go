@@ -2,6 +2,7 @@ package index_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io/fs"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
@@ -94,5 +96,59 @@ func TestLookupsGoThroughFieldList(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// listRecorder is a client.Reader that records the options of each List.
+type listRecorder struct {
+	client.Reader
+	lists []client.ListOptions
+}
+
+func (r *listRecorder) List(_ context.Context, _ client.ObjectList, opts ...client.ListOption) error {
+	var o client.ListOptions
+	o.ApplyOptions(opts)
+	r.lists = append(r.lists, o)
+	return nil
+}
+
+// TestListRefusesTheOtherForm: a lookup made in the form its field does not keep would find
+// nothing, or, with the namespace or a field given in the options (client.InNamespace, as the
+// lookups were written before each value was kept in one form), would silently have them
+// replaced: Field.List refuses each before the reader is asked.
+func TestListRefusesTheOtherForm(t *testing.T) {
+	here := index.Field{Object: &cosiapi.BucketAccess{}, Name: "here", InNamespace: true}
+	for _, tc := range []struct {
+		name      string
+		field     index.Field
+		namespace string
+		opts      []client.ListOption
+	}{
+		{"a namespace for a cluster-wide field", index.AccessesByClass, "ns", nil},
+		{"no namespace for a field in one namespace", here, "", nil},
+		{"a namespace in the options", index.AccessesByClass, "", []client.ListOption{client.InNamespace("ns")}},
+		{"another namespace in the options", here, "ns", []client.ListOption{client.InNamespace("other")}},
+		{"a field in the options", index.AccessesByClass, "",
+			[]client.ListOption{client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("a", "b")}}},
+	} {
+		r := &listRecorder{}
+		err := tc.field.List(t.Context(), r, &cosiapi.BucketAccessList{}, tc.namespace, "v", tc.opts...)
+		if err == nil || len(r.lists) != 0 {
+			t.Errorf("%s: error %v, %d lists asked, want an error and none", tc.name, err, len(r.lists))
+		}
+	}
+
+	r := &listRecorder{}
+	labels := client.MatchingLabels{"team": "a"}
+	if err := here.List(t.Context(), r, &cosiapi.BucketAccessList{}, "ns", "v", labels); err != nil {
+		t.Fatal(err)
+	}
+	if err := index.AccessesByClass.List(t.Context(), r, &cosiapi.BucketAccessList{}, "", "v"); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.lists) != 2 || r.lists[0].Namespace != "ns" || r.lists[0].FieldSelector.String() != "here=v" ||
+		r.lists[0].LabelSelector.String() != "team=a" || r.lists[1].Namespace != "" ||
+		r.lists[1].FieldSelector.String() != index.AccessesByClass.Name+"=v" {
+		t.Errorf("lists asked: %+v", r.lists)
 	}
 }
