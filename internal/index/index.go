@@ -50,13 +50,21 @@ func Register(ctx context.Context, informers cache.Informers, fields ...Field) e
 // List lists into list the objects of the cache r whose field has the value: in namespace when
 // the field's lookups name one (InNamespace), else in every namespace (namespace ""). A lookup
 // made the other way would find nothing, since each value is indexed in one form (Register): it
-// is an error instead. opts may add label selectors; they must not name a namespace.
+// is an error instead. opts may add label selectors; a namespace or field selector in them
+// (which List would silently replace by its own) is an error too.
 func (f Field) List(
 	ctx context.Context, r client.Reader, list client.ObjectList, namespace, value string, opts ...client.ListOption,
 ) error {
 	if (namespace != "") != f.InNamespace {
 		return fmt.Errorf("index %s looked up in namespace %q: its lookups are %s", f.Name, namespace,
 			map[bool]string{true: "in one namespace", false: "in every namespace"}[f.InNamespace])
+	}
+	var given client.ListOptions
+	given.ApplyOptions(opts)
+	if given.Namespace != "" || given.FieldSelector != nil {
+		return fmt.Errorf("index %s looked up with namespace %q and fields %v in its options: "+
+			"the namespace is an argument of Field.List, and an index lookup selects by one field",
+			f.Name, given.Namespace, given.FieldSelector)
 	}
 	opts = append(opts, client.InNamespace(namespace), client.MatchingFields{f.Name: value})
 	return r.List(ctx, list, opts...)
