@@ -89,8 +89,10 @@ func TestLookupsGoThroughFieldList(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if bytes.Contains(src, []byte("MatchingFields{")) {
-			t.Errorf("%s: a cached lookup by client.MatchingFields: use the index's Field.List", rel)
+		for _, sel := range []string{"MatchingFields{", "MatchingFieldsSelector{", "FieldSelector:"} {
+			if bytes.Contains(src, []byte(sel)) {
+				t.Errorf("%s: a cached lookup by a field selector (%s): use the index's Field.List", rel, sel)
+			}
 		}
 		return nil
 	})
