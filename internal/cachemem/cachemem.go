@@ -5,14 +5,17 @@
 // of the driver's name, of each condition's type, reason and message, of each bucketInfo key and of
 // the namespace of each claim. Objects in a cache are read-only (a Get returns a copy), and Go
 // strings are immutable, so objects may share one copy of each: Transform gives each such field
-// the canonical copy (package unique) of its value. Values that are each object's own (names,
-// UIDs, resource versions, timestamps) are left as decoded: sharing them saves nothing.
+// the copy package unique holds of its value. Nothing keeps the handles, so package unique
+// forgets each copy at the next garbage collection (objects keep theirs) and makes a new one
+// after it: sharing is among the objects decoded between two collections (a catch-up decodes
+// most objects within a few), and values a tenant makes up (labels, annotations) take no memory
+// beyond their objects'. Values that are each object's own (names, UIDs, resource
+// versions, timestamps) are left as decoded: sharing them saves nothing.
 package cachemem
 
 import (
 	"unique"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -73,11 +76,6 @@ func Share(obj any) {
 	case *corev1.ConfigMap:
 		meta(&o.TypeMeta, &o.ObjectMeta)
 		o.Data = stringMap(o.Data)
-	case *coordinationv1.Lease:
-		meta(&o.TypeMeta, &o.ObjectMeta)
-		if o.Spec.HolderIdentity != nil {
-			str(o.Spec.HolderIdentity)
-		}
 	}
 }
 
