@@ -157,6 +157,10 @@ BENCH_FLAGS ?=
 bench: build $(KUBE_BINARIES) ## Measure throughput, latency, writes and memory (cosi-bench; about 20 minutes). BENCH_FLAGS=-h lists options.
 	$(BIN)/cosi-bench -json $(BIN)/bench.json $(BENCH_FLAGS)
 
+.PHONY: bench-cache
+bench-cache: $(KUBE_BINARIES) ## Measure a cache's Go heap per object set, as controller-runtime keeps objects and as COSI does (about a minute).
+	KUBEBUILDER_ASSETS=$(BIN) go test -run '^$$' -bench CacheMemory -benchtime 3x ./internal/cachemem
+
 ##@ Fault suite
 
 CHAOS_FLAGS ?= -n 1100 -self-check

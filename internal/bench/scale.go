@@ -98,7 +98,12 @@ type ScaleResult struct {
 // ScaleRun is the scale phase of one run: the RSS before any object, then each size.
 type ScaleRun struct {
 	ControllerBaseRSS, SidecarBaseRSS float64
-	Sizes                             []ScaleResult
+	// Sizes are the sizes measured in full.
+	Sizes []ScaleResult
+	// BrokeAt is the size that could not be reached or measured, and BrokeError why (what
+	// stopped it: a timeout, an API server that failed, an interrupt).
+	BrokeAt    int    `json:",omitempty"`
+	BrokeError string `json:",omitempty"`
 }
 
 // Writes returns the writes of counts (by "VERB resource[/sub] code") and, of them, the writes
@@ -196,10 +201,13 @@ func (s *system) scale(ctx context.Context) (ScaleRun, error) {
 	for _, n := range s.cfg.ScaleSizes {
 		s.cfg.logf("scale: %d claims and accesses (%d new)", n, n-done)
 		r, err := s.scaleTo(ctx, ns, done, n, run)
-		run.Sizes = append(run.Sizes, r)
 		if err != nil {
+			// Not in Sizes: a size measured in part would bend the fits.
+			run.BrokeAt, run.BrokeError = n, err.Error()
+			s.writePartial(run)
 			return run, fmt.Errorf("scale at N=%d: %w", n, err)
 		}
+		run.Sizes = append(run.Sizes, r)
 		done = n
 		s.writePartial(run)
 		s.cfg.logf("scale: N=%d: controller %.0f MiB, sidecar %.0f MiB, caught up after restart in %.1f s",
@@ -742,6 +750,9 @@ func printScale(w io.Writer, i int, run ScaleRun) {
 	}
 	fmt.Fprintf(w, "RSS before any object: controller %.0f MiB, sidecar %.0f MiB\n\n",
 		run.ControllerBaseRSS, run.SidecarBaseRSS)
+	if run.BrokeAt > 0 {
+		fmt.Fprintf(w, "Not reached: N=%d (%s); the sizes below were measured in full\n\n", run.BrokeAt, run.BrokeError)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	row := func(name string, f func(ScaleResult) string) {
 		fmt.Fprint(tw, name+"\t")

@@ -3,6 +3,7 @@ package bench
 import (
 	"maps"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -115,5 +116,22 @@ func TestCPUDelta(t *testing.T) {
 	want := map[string]float64{"kube-apiserver": 30, "etcd": 1, "cosi-controller": 3, "cosi-sidecar": 4}
 	if !maps.Equal(got, want) {
 		t.Errorf("cpuDelta = %v, want %v", got, want)
+	}
+}
+
+// A run that broke says at which size, and shows and fits only the sizes measured in full.
+func TestPrintScaleBroke(t *testing.T) {
+	run := ScaleRun{
+		Sizes:      []ScaleResult{{N: 40000, ControllerRSS: 683}, {N: 60000, ControllerRSS: 1073}},
+		BrokeAt:    80000,
+		BrokeError: "context canceled",
+	}
+	var out strings.Builder
+	printScale(&out, 0, run)
+	if !strings.Contains(out.String(), "Not reached: N=80000 (context canceled)") {
+		t.Errorf("no break in:\n%s", out.String())
+	}
+	if strings.Count(out.String(), "80000") != 1 {
+		t.Errorf("the size not reached is shown as measured:\n%s", out.String())
 	}
 }
