@@ -197,23 +197,39 @@ func (s *system) scale(ctx context.Context) (ScaleRun, error) {
 	if run.SidecarBaseRSS, err = rss(s.env.Sidecar.Pid()); err != nil {
 		return run, err
 	}
-	done := 0
-	for _, n := range s.cfg.ScaleSizes {
-		s.cfg.logf("scale: %d claims and accesses (%d new)", n, n-done)
-		r, err := s.scaleTo(ctx, ns, done, n, run)
+	err = run.reach(s.cfg.ScaleSizes, func(from, n int) (ScaleResult, error) {
+		s.cfg.logf("scale: %d claims and accesses (%d new)", n, n-from)
+		return s.scaleTo(ctx, ns, from, n, run)
+	}, func(run ScaleRun) {
+		s.writePartial(run)
+		if run.BrokeAt == 0 {
+			last := run.Sizes[len(run.Sizes)-1]
+			s.cfg.logf("scale: N=%d: controller %.0f MiB, sidecar %.0f MiB, caught up after restart in %.1f s",
+				last.N, last.ControllerRSS, last.SidecarRSS, last.CaughtUpSec)
+		}
+	})
+	return run, err
+}
+
+// reach measures each size in turn (measure provisions from..n-1 and measures n) and calls
+// measured after each, and after the size that could not be reached or measured. That size is
+// BrokeAt, not in Sizes: a size measured in part would bend the fits.
+func (run *ScaleRun) reach(
+	sizes []int, measure func(from, n int) (ScaleResult, error), measured func(ScaleRun),
+) error {
+	from := 0
+	for _, n := range sizes {
+		r, err := measure(from, n)
 		if err != nil {
-			// Not in Sizes: a size measured in part would bend the fits.
 			run.BrokeAt, run.BrokeError = n, err.Error()
-			s.writePartial(run)
-			return run, fmt.Errorf("scale at N=%d: %w", n, err)
+			measured(*run)
+			return fmt.Errorf("scale at N=%d: %w", n, err)
 		}
 		run.Sizes = append(run.Sizes, r)
-		done = n
-		s.writePartial(run)
-		s.cfg.logf("scale: N=%d: controller %.0f MiB, sidecar %.0f MiB, caught up after restart in %.1f s",
-			n, r.ControllerRSS, r.SidecarRSS, r.CaughtUpSec)
+		from = n
+		measured(*run)
 	}
-	return run, nil
+	return nil
 }
 
 // writePartial writes the sizes measured so far next to the JSON file, so that a run stopped or

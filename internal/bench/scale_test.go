@@ -1,8 +1,11 @@
 package bench
 
 import (
+	"context"
+	"errors"
 	"maps"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -133,5 +136,28 @@ func TestPrintScaleBroke(t *testing.T) {
 	}
 	if strings.Count(out.String(), "80000") != 1 {
 		t.Errorf("the size not reached is shown as measured:\n%s", out.String())
+	}
+}
+
+// A size that could not be reached is where the run stopped, not a size measured: the
+// 40,000/60,000/80,000 run interrupted at 80,000 had its zero row fitted.
+func TestReachStopsAtTheBreak(t *testing.T) {
+	var run ScaleRun
+	var calls []int
+	err := run.reach([]int{10, 20, 30, 40}, func(from, n int) (ScaleResult, error) {
+		calls = append(calls, from)
+		if n == 30 {
+			return ScaleResult{N: n}, context.Canceled
+		}
+		return ScaleResult{N: n, ControllerRSS: float64(n)}, nil
+	}, func(ScaleRun) {})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("error %v", err)
+	}
+	if len(run.Sizes) != 2 || run.Sizes[1].N != 20 || run.BrokeAt != 30 || run.BrokeError != "context canceled" {
+		t.Errorf("run %+v", run)
+	}
+	if !slices.Equal(calls, []int{0, 10, 20}) {
+		t.Errorf("measured from %v", calls)
 	}
 }
