@@ -38,8 +38,8 @@ func Transform() toolscache.TransformFunc {
 	}
 }
 
-// Share replaces the strings of obj that many objects repeat with their canonical copies. Objects
-// of other types (classes: few of them) are left alone.
+// Share replaces the strings of obj that many objects repeat with the copies package unique
+// holds. Objects of other types (classes: few of them) are left alone.
 func Share(obj any) {
 	switch o := obj.(type) {
 	case *cosiapi.BucketClaim:
