@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -42,40 +41,15 @@ func (f *flakyLeases) Get(
 // Provisioning and back at each failed read.
 func TestWaitingForDriverKeptWhileTheLeaseCannotBeRead(t *testing.T) {
 	t.Parallel()
-	api, err := testenv.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = api.Stop() })
-	ctx := t.Context()
 	const ns = "apps"
-	for _, n := range []string{"cosi-system", ns} {
-		if err := api.CreateNamespace(ctx, n); err != nil {
-			t.Fatal(err)
-		}
-	}
 	const recheck = 2 * time.Second
-	opts := Options{Workers: 2, MetricsAddress: "0", HealthAddress: "0", SkipNameValidation: true,
-		LeaderElectionNamespace: "cosi-system", DriverGrace: time.Second, DriverRecheck: recheck}
-	mgr, err := newManager(api.Config, opts, logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	claims, _, err := setup(runCtx, mgr, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	flaky := &flakyLeases{Reader: claims.Drivers.reader}
-	claims.Drivers.reader = flaky
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(runCtx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("controller: %v", err)
-		}
-	})
+	var flaky *flakyLeases
+	api, _, _ := startWaitsController(t, ns, Options{DriverGrace: time.Second, DriverRecheck: recheck},
+		func(claims *BucketClaimReconciler) {
+			flaky = &flakyLeases{Reader: claims.Drivers.reader}
+			claims.Drivers.reader = flaky
+		})
+	ctx := t.Context()
 
 	driver := "flaky.controller-test.cosi.io"
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "cosi-system", Name: sidecarLeaseName(driver)},
@@ -109,37 +83,9 @@ func TestWaitingForDriverKeptWhileTheLeaseCannotBeRead(t *testing.T) {
 // are gone.
 func TestWaitsForgetRecreatedObjects(t *testing.T) {
 	t.Parallel()
-	api, err := testenv.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = api.Stop() })
-	ctx := t.Context()
 	const ns = "apps"
-	for _, n := range []string{"cosi-system", ns} {
-		if err := api.CreateNamespace(ctx, n); err != nil {
-			t.Fatal(err)
-		}
-	}
-	opts := Options{Workers: 2, MetricsAddress: "0", HealthAddress: "0", SkipNameValidation: true,
-		LeaderElectionNamespace: "cosi-system", DriverGrace: time.Hour}
-	mgr, err := newManager(api.Config, opts, logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	claims, accesses, err := setup(runCtx, mgr, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(runCtx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("controller: %v", err)
-		}
-	})
+	api, claims, accesses := startWaitsController(t, ns, Options{DriverGrace: time.Hour}, nil)
+	ctx := t.Context()
 	waits := func(w *waiting, want int) func() error {
 		return func() error {
 			if n, looks := w.len(); n != want || looks != want {

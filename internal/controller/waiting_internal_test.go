@@ -25,38 +25,10 @@ import (
 // leaves when a sidecar picks its Bucket up: at 100,000 objects, nothing stays behind.
 func TestWaitsForgetObjects(t *testing.T) {
 	t.Parallel()
-	api, err := testenv.Start() // an API server of its own, for a controller whose waits the test reads
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = api.Stop() })
-	ctx := t.Context()
-	const ns = "apps"
-	for _, n := range []string{"cosi-system", ns} {
-		if err := api.CreateNamespace(ctx, n); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// The grace period does not end during the test: every handed-off object waits.
-	opts := Options{Workers: 2, MetricsAddress: "0", HealthAddress: "0", SkipNameValidation: true,
-		LeaderElectionNamespace: "cosi-system", DriverGrace: time.Hour}
-	mgr, err := newManager(api.Config, opts, logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	claims, accesses, err := setup(runCtx, mgr, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(runCtx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("controller: %v", err)
-		}
-	})
+	const ns = "apps"
+	api, claims, accesses := startWaitsController(t, ns, Options{DriverGrace: time.Hour}, nil)
+	ctx := t.Context()
 
 	driver := "waits.controller-test.cosi.io"
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "cosi-system", Name: sidecarLeaseName(driver)},
@@ -139,4 +111,48 @@ func TestWaitingOrder(t *testing.T) {
 	if n, looks := w.len(); n != 0 || looks != 0 {
 		t.Errorf("%d objects, %d looks left; want none", n, looks)
 	}
+}
+
+// startWaitsController starts an API server of its own (the test reads the waits of the
+// controller on it) with the namespaces cosi-system and ns, and a controller with opts and two
+// workers; before, when not nil, runs between the reconcilers' setup and the start. The
+// controller stops when the test ends.
+func startWaitsController(
+	t *testing.T, ns string, opts Options, before func(*BucketClaimReconciler),
+) (*testenv.Env, *BucketClaimReconciler, *BucketAccessReconciler) {
+	t.Helper()
+	api, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = api.Stop() })
+	for _, n := range []string{"cosi-system", ns} {
+		if err := api.CreateNamespace(t.Context(), n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts.Workers, opts.MetricsAddress, opts.HealthAddress = 2, "0", "0"
+	opts.SkipNameValidation, opts.LeaderElectionNamespace = true, "cosi-system"
+	mgr, err := newManager(api.Config, opts, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	claims, accesses, err := setup(runCtx, mgr, opts)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if before != nil {
+		before(claims)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(runCtx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("controller: %v", err)
+		}
+	})
+	return api, claims, accesses
 }
