@@ -178,6 +178,38 @@ func actOnBucket(t *testing.T, api *testenv.Env, b *cosiapi.Bucket) {
 	})
 }
 
+// servedAndWaiting creates a BucketClass and a BucketAccessClass of driver, a claim whose Bucket a
+// sidecar acted on with an access handed off for it, and a claim whose Bucket no sidecar acted
+// on.
+func servedAndWaiting(t *testing.T, api *testenv.Env, driver string) served {
+	t.Helper()
+	class := objects.BucketClass(uniqueName("class"), driver, cosiapi.DeletionPolicyDelete)
+	aclass := objects.BucketAccessClass(uniqueName("accessclass"), driver)
+	granted := objects.BucketClaim(testNamespace, uniqueName("claim"), class.Name, objects.S3)
+	waiting := objects.BucketClaim(testNamespace, uniqueName("claim"), class.Name, objects.S3)
+	for _, o := range []client.Object{class, aclass, granted, waiting} {
+		if err := api.Client.Create(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	actOnBucket(t, api, bindingOf(t, api, granted))
+	waitingBucket := bindingOf(t, api, waiting)
+	ba := objects.BucketAccess(testNamespace, uniqueName("access"), aclass.Name,
+		objects.Grant(granted.Name, uniqueName("creds"), objects.ReadWrite))
+	if err := api.Client.Create(t.Context(), ba); err != nil {
+		t.Fatal(err)
+	}
+	handedOff(t, api, ba)
+	return served{granted: granted, waiting: waiting, waitingBucket: waitingBucket, access: ba}
+}
+
+// served is what servedAndWaiting created.
+type served struct {
+	granted, waiting *cosiapi.BucketClaim
+	waitingBucket    *cosiapi.Bucket
+	access           *cosiapi.BucketAccess
+}
+
 // handedOff waits until the controller handed the access off to its driver.
 func handedOff(t *testing.T, api *testenv.Env, ba *cosiapi.BucketAccess) {
 	t.Helper()
@@ -266,22 +298,9 @@ func TestWaitingForDriverAfterARestart(t *testing.T) {
 
 	// The first controller's grace period does not end while it runs.
 	stop := runController(t, api, controller.Options{DriverGrace: time.Hour}, logr.Discard())
-	class := objects.BucketClass(uniqueName("class"), driver, cosiapi.DeletionPolicyDelete)
-	aclass := objects.BucketAccessClass(uniqueName("accessclass"), driver)
-	granted := objects.BucketClaim(testNamespace, uniqueName("claim"), class.Name, objects.S3)
-	waiting := objects.BucketClaim(testNamespace, uniqueName("claim"), class.Name, objects.S3)
-	ba := objects.BucketAccess(testNamespace, uniqueName("access"), aclass.Name,
-		objects.Grant(granted.Name, uniqueName("creds"), objects.ReadWrite))
-	for _, o := range []client.Object{class, aclass, granted, waiting, ba} {
-		if err := api.Client.Create(t.Context(), o); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// The sidecar provisioned the access's Bucket, then stopped.
-	b := bindingOf(t, api, granted)
-	actOnBucket(t, api, b)
-	waitingBucket := bindingOf(t, api, waiting)
-	handedOff(t, api, ba)
+	objs := servedAndWaiting(t, api, driver)
+	granted, waiting, waitingBucket, ba := objs.granted, objs.waiting, objs.waitingBucket, objs.access
 	stop()
 
 	opts := controller.Options{DriverGrace: time.Second, DriverRecheck: 2 * time.Second, LeaderElection: true}

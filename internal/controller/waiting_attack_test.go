@@ -68,23 +68,8 @@ func TestWaitingForDriverFollowsTheLease(t *testing.T) {
 	// A sidecar holds the Lease, and stops renewing it: it expires in 8 s.
 	leaseRenewed(t, api, driver, "sidecar-0", time.Now(), 8*time.Second)
 
-	class := objects.BucketClass(uniqueName("class"), driver, cosiapi.DeletionPolicyDelete)
-	aclass := objects.BucketAccessClass(uniqueName("accessclass"), driver)
-	granted := objects.BucketClaim(testNamespace, uniqueName("claim"), class.Name, objects.S3)
-	waiting := objects.BucketClaim(testNamespace, uniqueName("claim"), class.Name, objects.S3)
-	for _, o := range []client.Object{class, aclass, granted, waiting} {
-		if err := api.Client.Create(t.Context(), o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	actOnBucket(t, api, bindingOf(t, api, granted))
-	bindingOf(t, api, waiting)
-	ba := objects.BucketAccess(testNamespace, uniqueName("access"), aclass.Name,
-		objects.Grant(granted.Name, uniqueName("creds"), objects.ReadWrite))
-	if err := api.Client.Create(t.Context(), ba); err != nil {
-		t.Fatal(err)
-	}
-	handedOff(t, api, ba)
+	objs := servedAndWaiting(t, api, driver)
+	waiting, ba := objs.waiting, objs.access
 
 	// Expired.
 	for _, o := range []client.Object{waiting, ba} {
@@ -239,23 +224,8 @@ func TestWaitingForDriverAfterATakeover(t *testing.T) {
 	driver := uniqueName("takeover") + ".controller-test.cosi.io"
 	leaseRenewed(t, api, driver, "sidecar-0", time.Now(), 20*time.Second)
 
-	class := objects.BucketClass(uniqueName("class"), driver, cosiapi.DeletionPolicyDelete)
-	aclass := objects.BucketAccessClass(uniqueName("accessclass"), driver)
-	granted := objects.BucketClaim(testNamespace, uniqueName("claim"), class.Name, objects.S3)
-	waiting := objects.BucketClaim(testNamespace, uniqueName("claim"), class.Name, objects.S3)
-	for _, o := range []client.Object{class, aclass, granted, waiting} {
-		if err := api.Client.Create(t.Context(), o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	actOnBucket(t, api, bindingOf(t, api, granted))
-	bindingOf(t, api, waiting)
-	ba := objects.BucketAccess(testNamespace, uniqueName("access"), aclass.Name,
-		objects.Grant(granted.Name, uniqueName("creds"), objects.ReadWrite))
-	if err := api.Client.Create(t.Context(), ba); err != nil {
-		t.Fatal(err)
-	}
-	handedOff(t, api, ba)
+	objs := servedAndWaiting(t, api, driver)
+	waiting, ba := objs.waiting, objs.access
 	runController(t, api, opts, logr.Discard()) // the standby
 	stopLeader()
 	for _, o := range []client.Object{waiting, ba} {
