@@ -3,6 +3,7 @@ package cachemem_test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -121,6 +122,57 @@ func TestShareSharesRepeatedStrings(t *testing.T) {
 	}
 	if a[1].GetName() == b[1].GetName() {
 		t.Fatal("the two sets have one Bucket name")
+	}
+	// Maps both sets repeat whole are one map.
+	for i, m := range [][2]map[string]string{
+		{a[0].GetAnnotations(), b[0].GetAnnotations()},
+		{a[3].GetLabels(), b[3].GetLabels()},
+	} {
+		if len(m[0]) == 0 || reflect.ValueOf(m[0]).UnsafePointer() != reflect.ValueOf(m[1]).UnsafePointer() {
+			t.Errorf("map %d (%v) not shared", i, m[0])
+		}
+	}
+	// Within an object, a value equal to the name is the name's copy.
+	for _, set := range [][]client.Object{a, b} {
+		bucket, access := set[1].(*cosiapi.Bucket), set[2].(*cosiapi.BucketAccess)
+		if !same(bucket.Status.BucketID, bucket.Name) || !same(bucket.Status.BucketInfo["COSI_S3_BUCKET_NAME"], bucket.Name) {
+			t.Errorf("Bucket %s: bucketID and bucketInfo not the name's copy", bucket.Name)
+		}
+		ab := access.Status.AccessedBuckets[0]
+		if !same(ab.BucketID, ab.BucketName) {
+			t.Errorf("access %s: bucketID not bucketName's copy", access.Name)
+		}
+	}
+}
+
+// TestShareKeepsMapsApart: maps that would have one id if NUL were a separator still keep their
+// own values, and maps beyond what is held for sharing keep theirs.
+func TestShareKeepsMapsApart(t *testing.T) {
+	var objs []client.Object
+	var want []map[string]string
+	for i := range 3000 {
+		ann := map[string]string{"a": fmt.Sprint(i)}
+		switch i {
+		case 1:
+			ann = map[string]string{"a": "\x00b\x00c"}
+		case 2:
+			ann = map[string]string{"a": "", "b": "c"}
+		}
+		obj := objectSet(t, 1)[0]
+		obj.SetAnnotations(ann)
+		want = append(want, maps.Clone(ann))
+		objs = append(objs, obj)
+	}
+	for i, obj := range objs {
+		cachemem.Share(obj)
+		if got := obj.GetAnnotations(); !maps.Equal(got, want[i]) {
+			t.Fatalf("object %d: annotations %q, want %q", i, got, want[i])
+		}
+	}
+	for i, obj := range objs {
+		if got := obj.GetAnnotations(); !maps.Equal(got, want[i]) {
+			t.Fatalf("object %d, after the others: annotations %q, want %q", i, got, want[i])
+		}
 	}
 }
 
