@@ -14,6 +14,10 @@
 package cachemem
 
 import (
+	"maps"
+	"slices"
+	"strings"
+	"sync"
 	"unique"
 
 	corev1 "k8s.io/api/core/v1"
@@ -53,10 +57,17 @@ func Share(obj any) {
 		str(&o.Spec.DriverName)
 		str(&o.Spec.DeletionPolicy)
 		strs(o.Spec.Protocols)
-		o.Spec.Parameters = stringMap(o.Spec.Parameters)
+		o.Spec.Parameters = sharedMap(o.Spec.Parameters)
 		str(&o.Spec.BucketClaimRef.Namespace)
 		strs(o.Status.Protocols)
+		// A driver's bucket ID and the bucket name in bucketInfo are often the Bucket's name.
+		own(o.Name, &o.Status.BucketID)
 		o.Status.BucketInfo = stringMap(o.Status.BucketInfo)
+		for k, v := range o.Status.BucketInfo {
+			if v == o.Name {
+				o.Status.BucketInfo[k] = o.Name
+			}
+		}
 		conditions(o.Status.Conditions)
 	case *cosiapi.BucketAccess:
 		meta(&o.TypeMeta, &o.ObjectMeta)
@@ -69,9 +80,13 @@ func Share(obj any) {
 		str(&o.Spec.BucketAccessClassName)
 		str(&o.Spec.Protocol)
 		str(&o.Spec.ServiceAccountName)
+		for i := range o.Status.AccessedBuckets {
+			b := &o.Status.AccessedBuckets[i]
+			own(b.BucketName, &b.BucketID)
+		}
 		str(&o.Status.DriverName)
 		str(&o.Status.AuthenticationType)
-		o.Status.Parameters = stringMap(o.Status.Parameters)
+		o.Status.Parameters = sharedMap(o.Status.Parameters)
 		conditions(o.Status.Conditions)
 	case *corev1.ConfigMap:
 		meta(&o.TypeMeta, &o.ObjectMeta)
@@ -85,8 +100,8 @@ func meta(t *metav1.TypeMeta, m *metav1.ObjectMeta) {
 	str(&t.APIVersion)
 	str(&t.Kind)
 	str(&m.Namespace)
-	m.Labels = stringMap(m.Labels)
-	m.Annotations = stringMap(m.Annotations)
+	m.Labels = sharedMap(m.Labels)
+	m.Annotations = sharedMap(m.Annotations)
 	strs(m.Finalizers)
 	for i := range m.OwnerReferences {
 		str(&m.OwnerReferences[i].APIVersion)
@@ -120,6 +135,13 @@ func strs[T ~string](s []T) {
 	}
 }
 
+// own replaces *s with owner when they are equal: one copy for both.
+func own(owner string, s *string) {
+	if *s == owner {
+		*s = owner
+	}
+}
+
 // stringMap returns m with its keys and values shared: a new map, since a key cannot be replaced
 // in place.
 func stringMap(m map[string]string) map[string]string {
@@ -133,4 +155,63 @@ func stringMap(m map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// Maps many objects repeat whole (the grant records' label, the has-bucketaccess-references
+// annotation of every claim an access uses, a class's parameters copied to each Bucket and access)
+// are shared too: even a map of one entry takes about 300 bytes. A map cannot be made immutable,
+// but a cached object is never written to: a reader gets a deep copy (controller-runtime's cache
+// reader copies every object it returns), and event handlers only read.
+const (
+	// maxSharedMap is the most entries a shared map has; larger ones are more likely each object's
+	// own.
+	maxSharedMap = 8
+	// maxSharedMaps bounds the maps held for sharing: when it is reached they are all let go, so
+	// that maps a tenant makes up cannot hold memory (objects keep theirs).
+	maxSharedMaps = 1024
+)
+
+var sharedMaps = struct {
+	sync.Mutex
+	m map[string]map[string]string
+}{m: map[string]map[string]string{}}
+
+// sharedMap returns the map held for sharing that equals m, holding m (its strings shared) if
+// none does. Maps with more than maxSharedMap entries or a key or value longer than maxShared are
+// only given shared strings (stringMap).
+func sharedMap(m map[string]string) map[string]string {
+	if len(m) == 0 || len(m) > maxSharedMap {
+		return stringMap(m)
+	}
+	keys := make([]string, 0, len(m))
+	size := 0
+	for k, v := range m {
+		if len(k) > maxShared || len(v) > maxShared {
+			return stringMap(m)
+		}
+		keys = append(keys, k)
+		size += len(k) + len(v) + 2
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	b.Grow(size)
+	for _, k := range keys {
+		b.WriteString(k)
+		b.WriteByte(0)
+		b.WriteString(m[k])
+		b.WriteByte(0)
+	}
+	id := b.String()
+	sharedMaps.Lock()
+	defer sharedMaps.Unlock()
+	// A value may hold a NUL, so two maps may have one id: a held map is only returned equal.
+	if held, ok := sharedMaps.m[id]; ok && maps.Equal(held, m) {
+		return held
+	}
+	if len(sharedMaps.m) >= maxSharedMaps {
+		clear(sharedMaps.m)
+	}
+	held := stringMap(m)
+	sharedMaps.m[id] = held
+	return held
 }
