@@ -51,7 +51,7 @@ func Share(obj any) {
 		str(&o.Spec.BucketClassName)
 		strs(o.Spec.Protocols)
 		strs(o.Status.Protocols)
-		conditions(o.Status.Conditions)
+		o.Status.Conditions = conditions(o.Status.Conditions)
 	case *cosiapi.Bucket:
 		meta(&o.TypeMeta, &o.ObjectMeta)
 		str(&o.Spec.DriverName)
@@ -68,7 +68,7 @@ func Share(obj any) {
 				o.Status.BucketInfo[k] = o.Name
 			}
 		}
-		conditions(o.Status.Conditions)
+		o.Status.Conditions = conditions(o.Status.Conditions)
 	case *cosiapi.BucketAccess:
 		meta(&o.TypeMeta, &o.ObjectMeta)
 		for i := range o.Spec.BucketClaims {
@@ -87,7 +87,7 @@ func Share(obj any) {
 		str(&o.Status.DriverName)
 		str(&o.Status.AuthenticationType)
 		o.Status.Parameters = sharedMap(o.Status.Parameters)
-		conditions(o.Status.Conditions)
+		o.Status.Conditions = conditions(o.Status.Conditions)
 	case *corev1.ConfigMap:
 		meta(&o.TypeMeta, &o.ObjectMeta)
 		o.Data = stringMap(o.Data)
@@ -109,13 +109,19 @@ func meta(t *metav1.TypeMeta, m *metav1.ObjectMeta) {
 	}
 }
 
-func conditions(cs []metav1.Condition) {
+// conditions shares the conditions' strings and returns them without spare capacity: a decoder
+// grows a slice by doubling, so three conditions (COSI's objects have three) take the room of four.
+func conditions(cs []metav1.Condition) []metav1.Condition {
+	if cap(cs) > len(cs) {
+		cs = slices.Clone(cs)
+	}
 	for i := range cs {
 		str(&cs[i].Type)
 		str(&cs[i].Status)
 		str(&cs[i].Reason)
 		str(&cs[i].Message)
 	}
+	return cs
 }
 
 // maxShared is the longest string shared: a longer one (a kubectl last-applied annotation, a

@@ -210,3 +210,27 @@ func TestTransformTwice(t *testing.T) {
 		}
 	}
 }
+
+// TestShareClipsConditions: a decoder leaves room for a fourth condition after three; Share gives
+// the conditions no spare room.
+func TestShareClipsConditions(t *testing.T) {
+	set := objectSet(t, 1)
+	conds := func() [][]metav1.Condition {
+		return [][]metav1.Condition{
+			set[0].(*cosiapi.BucketClaim).Status.Conditions,
+			set[1].(*cosiapi.Bucket).Status.Conditions,
+			set[2].(*cosiapi.BucketAccess).Status.Conditions,
+		}
+	}
+	if c := conds()[0]; cap(c) == len(c) {
+		t.Fatalf("decoded conditions have no spare room (%d): the test cannot tell", cap(c))
+	}
+	for _, o := range set {
+		cachemem.Share(o)
+	}
+	for i, c := range conds() {
+		if len(c) != 3 || cap(c) != len(c) {
+			t.Errorf("object %d: %d conditions with room for %d", i, len(c), cap(c))
+		}
+	}
+}
