@@ -13,6 +13,7 @@ import (
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/cachemem"
+	"github.com/kube-cosi/cosi/internal/controller"
 	"github.com/kube-cosi/cosi/internal/index"
 	"github.com/kube-cosi/cosi/internal/sidecar"
 	"github.com/kube-cosi/cosi/internal/testenv"
@@ -101,30 +102,45 @@ func BenchmarkCacheMemory(b *testing.B) {
 		return nil
 	}
 	oneForm := func(ctx context.Context, c cache.Cache) error { return index.Register(ctx, c, fields...) }
+	all := []client.ObjectList{&cosiapi.BucketClaimList{}, &cosiapi.BucketList{}, &cosiapi.BucketAccessList{},
+		&corev1.ConfigMapList{}}
+	// Each process's own cache: its kinds, its indexes (controller.setup, sidecar.setup) and its
+	// transform.
+	controllerCache := func(ctx context.Context, c cache.Cache) error {
+		return index.Register(ctx, c, index.ClaimsByClass, index.ClaimsByExistingBucket, index.AccessesByClaim,
+			index.AccessesByClass, index.AccessesByBucket)
+	}
+	sidecarCache := func(ctx context.Context, c cache.Cache) error {
+		return index.Register(ctx, c, sidecar.GrantsByBucket, index.AccessesByBucket, index.AccessesByUID)
+	}
 	for _, tc := range []struct {
 		name      string
 		transform func() cache.Options
 		register  func(ctx context.Context, c cache.Cache) error
+		lists     []client.ObjectList
 	}{
-		{"controller-runtime", strip, twoForms},
-		{"one-form-indexes", strip, oneForm},
-		{"shared-strings", share, twoForms},
-		{"cosi", share, oneForm},
+		{"controller-runtime", strip, twoForms, all},
+		{"one-form-indexes", strip, oneForm, all},
+		{"shared-strings", share, twoForms, all},
+		{"cosi", share, oneForm, all},
+		{"controller", controller.CacheOptions, controllerCache, all[:3]},
+		{"sidecar", share, sidecarCache, all[1:]},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			var total float64
 			for b.Loop() {
-				total += cachedBytes(b, tc.transform(), tc.register)
+				total += cachedBytes(b, tc.transform(), tc.register, tc.lists)
 			}
 			b.ReportMetric(total/float64(b.N)/memorySets, "B/set")
 		})
 	}
 }
 
-// cachedBytes starts a cache of the four kinds, waits until it holds every object, and returns
+// cachedBytes starts a cache of the lists' kinds, waits until it holds every object, and returns
 // the Go heap it added, measured after collections.
 func cachedBytes(
 	b *testing.B, opts cache.Options, register func(ctx context.Context, c cache.Cache) error,
+	lists []client.ObjectList,
 ) float64 {
 	b.Helper()
 	opts.Scheme = env.Scheme
@@ -138,8 +154,6 @@ func cachedBytes(
 	if err := register(ctx, c); err != nil {
 		b.Fatal(err)
 	}
-	lists := []client.ObjectList{&cosiapi.BucketClaimList{}, &cosiapi.BucketList{}, &cosiapi.BucketAccessList{},
-		&corev1.ConfigMapList{}}
 	for _, l := range lists {
 		if _, err := c.GetInformer(ctx, exampleOf(l)); err != nil {
 			b.Fatal(err)
@@ -151,6 +165,7 @@ func cachedBytes(
 		b.Fatal("cache did not sync")
 	}
 	for _, l := range lists {
+		l := l.DeepCopyObject().(client.ObjectList) // the lists given stay empty
 		if err := c.List(ctx, l); err != nil {
 			b.Fatal(err)
 		}

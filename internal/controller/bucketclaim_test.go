@@ -776,3 +776,41 @@ func TestClaimDeletionIsCountedOnce(t *testing.T) {
 		return nil
 	})
 }
+
+// TestControllerKeepsBucketInfo: the controller's cache holds no bucketInfo, and its writes of a
+// Bucket (binding it, marking its claim's deletion) leave the sidecar's bucketInfo as it was.
+func TestControllerKeepsBucketInfo(t *testing.T) {
+	t.Parallel()
+	c := &cosiapi.BucketClaim{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("claim"), Namespace: testNamespace}}
+	b := staticBucket(c.Name)
+	c.Spec.ExistingBucketName = b.Name
+	create(t, b)
+	provisionAsSidecar(t, b, metav1.ConditionTrue, cosiapi.ProtocolS3)
+	info := map[string]string{"COSI_PROTOCOL": "S3", "COSI_S3_BUCKET_NAME": b.Name, "COSI_S3_DEFAULT_REGION": "r1"}
+	testenv.Eventually(t, func() error {
+		get(t, b)
+		b.Status.BucketInfo = info
+		return env.Client.Status().Update(t.Context(), b)
+	})
+	create(t, c)
+	testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue,
+		cosiapi.ReasonProvisioned)
+	get(t, b)
+	if b.Spec.BucketClaimRef.UID != c.UID {
+		t.Fatalf("bucket claimRef uid %q, want %q", b.Spec.BucketClaimRef.UID, c.UID)
+	}
+	if !maps.Equal(b.Status.BucketInfo, info) {
+		t.Errorf("after binding: bucketInfo %v, want %v", b.Status.BucketInfo, info)
+	}
+	if err := env.Client.Delete(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+	env.Gone(t, c)
+	get(t, b)
+	if b.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] == "" {
+		t.Fatalf("the Bucket lacks the %s annotation", cosiapi.AnnotationBucketClaimBeingDeleted)
+	}
+	if !maps.Equal(b.Status.BucketInfo, info) {
+		t.Errorf("after the claim's deletion: bucketInfo %v, want %v", b.Status.BucketInfo, info)
+	}
+}

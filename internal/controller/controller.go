@@ -77,11 +77,9 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 // newManager returns the controller's manager, before Setup.
 func newManager(cfg *rest.Config, opts Options, log logr.Logger) (ctrl.Manager, error) {
 	return ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: scheme.New(),
-		Logger: log,
-		// No object's managedFields in the cache, and the strings objects repeat shared
-		// (internal/cachemem).
-		Cache:                         cache.Options{DefaultTransform: cachemem.Transform()},
+		Scheme:                        scheme.New(),
+		Logger:                        log,
+		Cache:                         CacheOptions(),
 		Metrics:                       serving.Metrics(opts.MetricsAddress, opts.MetricsSecure),
 		HealthProbeBindAddress:        serving.Health(opts.HealthAddress),
 		PprofBindAddress:              opts.PprofAddress,
@@ -97,6 +95,12 @@ func newManager(cfg *rest.Config, opts Options, log logr.Logger) (ctrl.Manager, 
 			UsePriorityQueue: ptr.To(false),
 		},
 	})
+}
+
+// CacheOptions are the options of the controller's cache: no object's managedFields, the strings
+// and maps objects repeat shared (internal/cachemem).
+func CacheOptions() cache.Options {
+	return cache.Options{DefaultTransform: cachemem.Transform()}
 }
 
 // Setup registers the indexes and reconcilers with a manager.
