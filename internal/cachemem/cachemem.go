@@ -29,13 +29,17 @@ import (
 )
 
 // Transform is the caches' DefaultTransform: no managed fields (COSI never reads them, and they
-// would take much of its memory), and the repeated strings shared (Share).
-func Transform() toolscache.TransformFunc {
+// would take much of its memory), what a process never reads dropped (unread: fields it sets to
+// their zero value), and the repeated strings and maps shared (Share).
+func Transform(unread ...func(obj any)) toolscache.TransformFunc {
 	strip := cache.TransformStripManagedFields()
 	return func(in any) (any, error) {
 		out, err := strip(in)
 		if err != nil {
 			return out, err
+		}
+		for _, drop := range unread {
+			drop(out)
 		}
 		Share(out)
 		return out, nil
