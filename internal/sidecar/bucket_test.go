@@ -1,17 +1,20 @@
 package sidecar_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/objects"
 	"github.com/kube-cosi/cosi/internal/testenv"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
 	cosiproto "github.com/kube-cosi/cosi/proto"
@@ -377,5 +380,63 @@ func TestDeletionWaitsForTheGrantsOnIt(t *testing.T) {
 	env.Gone(t, b)
 	if h.driver.Backend().BucketExists(b.Name) {
 		t.Error("the backend bucket exists after deletion")
+	}
+}
+
+// TestLegacyGrantTakesTheLiveAccessNames: a grant an earlier version recorded on a Bucket names
+// its access by UID and by a name that whoever may write Buckets could have written. Once the
+// driver verified the account, the record migrated to a grant record takes the namespace, name and
+// Secrets of the live access with that UID (found through the sidecar's UID index, registered at
+// its first lookup), not the annotation's.
+func TestLegacyGrantTakesTheLiveAccessNames(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, memory.Config{})
+	b := h.bucket(cosiapi.DeletionPolicyDelete, cosiapi.ProtocolS3)
+	h.create(b)
+	b = provisioned(t, b, bucketConditions)
+	// An access this sidecar never granted (nothing hands it off: no controller runs here).
+	live := objects.BucketAccess(testNamespace, uniqueName("live"), "class",
+		objects.Grant("claim", "creds-live", objects.ReadWrite))
+	h.create(live)
+	forged, err := json.Marshal(map[string]any{
+		"namespace": testNamespace, "name": "no-such-access", "uid": live.UID,
+		"accountID": cosiapi.AccountNamePrefix + string(live.UID), "protocol": "S3", "authenticationType": "Key",
+		"bucketIDs": []string{b.Status.BucketID}, "secretNames": []string{"someone-elses"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := cosiapi.GroupName + "/grant-" + string(live.UID)
+	testenv.Eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
+			return err
+		}
+		metav1.SetMetaDataAnnotation(&b.ObjectMeta, key, string(forged))
+		return env.Client.Update(t.Context(), b)
+	})
+	record := &corev1.ConfigMap{}
+	testenv.Eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
+			return err
+		}
+		if _, ok := b.Annotations[key]; ok {
+			return fmt.Errorf("the annotation is still on the Bucket")
+		}
+		return env.Client.Get(t.Context(),
+			client.ObjectKey{Namespace: sidecarNamespace, Name: "cosi-grant-" + string(live.UID)}, record)
+	})
+	var got struct {
+		Namespace   string   `json:"namespace"`
+		Name        string   `json:"name"`
+		SecretNames []string `json:"secretNames"`
+		BucketNames []string `json:"bucketNames"`
+	}
+	if err := json.Unmarshal([]byte(record.Data["grant.json"]), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Namespace != testNamespace || got.Name != live.Name || !slices.Equal(got.SecretNames, []string{"creds-live"}) ||
+		!slices.Equal(got.BucketNames, []string{b.Name}) {
+		t.Errorf("migrated record names %s/%s, Secrets %v, Buckets %v; want %s/%s, [creds-live], [%s]",
+			got.Namespace, got.Name, got.SecretNames, got.BucketNames, testNamespace, live.Name, b.Name)
 	}
 }
