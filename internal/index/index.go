@@ -5,6 +5,7 @@ package index
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -46,6 +47,37 @@ func Register(ctx context.Context, informers cache.Informers, fields ...Field) e
 		}
 	}
 	return nil
+}
+
+// Lazy is a field index registered at its first lookup, for an index that only a rare path needs
+// (the sidecar's migration of the grants an earlier version recorded on Buckets): a process that
+// never takes that path holds no entry for it, about 350 bytes per object for a UID index.
+// Registering indexes the objects the cache holds at once (client-go indexes an informer's
+// items when an index is added), so the first lookup finds them all.
+type Lazy struct {
+	field     Field
+	informers cache.Informers
+	mu        sync.Mutex
+	done      bool
+}
+
+// NewLazy returns the index f of informers (a manager's cache), registered at its first lookup.
+func NewLazy(informers cache.Informers, f Field) *Lazy { return &Lazy{field: f, informers: informers} }
+
+// List registers the index if it is not yet, then is Field.List.
+func (l *Lazy) List(
+	ctx context.Context, r client.Reader, list client.ObjectList, namespace, value string, opts ...client.ListOption,
+) error {
+	l.mu.Lock()
+	if !l.done {
+		if err := Register(ctx, l.informers, l.field); err != nil {
+			l.mu.Unlock()
+			return err
+		}
+		l.done = true
+	}
+	l.mu.Unlock()
+	return l.field.List(ctx, r, list, namespace, value, opts...)
 }
 
 // List lists into list the objects of the cache r whose field has the value: in namespace when

@@ -267,3 +267,54 @@ func TestRegisterFollowsChanges(t *testing.T) {
 	expect(nil, nil)
 	keys(nil, nil)
 }
+
+// TestLazyRegistersAtFirstLookup: a lazy index holds nothing until its first lookup, which finds
+// the objects the cache held before it; later objects are indexed as they come.
+func TestLazyRegistersAtFirstLookup(t *testing.T) {
+	ctx := t.Context()
+	before := objects.BucketAccess("index-a", "lazy-before", "ac", objects.Grant("c", "creds", objects.ReadWrite))
+	if err := env.Client.Create(ctx, before); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), before) })
+	c := startCache(t, index.AccessesByClass)
+	testenv.Eventually(t, func() error {
+		var list cosiapi.BucketAccessList
+		if err := index.AccessesByClass.List(ctx, c, &list, "", "ac"); err != nil {
+			return err
+		}
+		if !slices.Contains(names(t, &list), "index-a/lazy-before") {
+			return fmt.Errorf("the cache does not hold the access yet")
+		}
+		return nil
+	})
+	if got := indexKeys(t, c, &cosiapi.BucketAccess{}, index.AccessesByUID.Name); len(got) != 0 {
+		t.Fatalf("the lazy index holds %v before its first lookup", got)
+	}
+	lazy := index.NewLazy(c, index.AccessesByUID)
+	var list cosiapi.BucketAccessList
+	if err := lazy.List(ctx, c, &list, "", string(before.UID)); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(t, &list); !slices.Equal(got, []string{"index-a/lazy-before"}) {
+		t.Errorf("first lookup: %v", got)
+	}
+	after := objects.BucketAccess("index-b", "lazy-after", "ac", objects.Grant("c", "creds", objects.ReadWrite))
+	if err := env.Client.Create(ctx, after); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), after) })
+	testenv.Eventually(t, func() error {
+		var list cosiapi.BucketAccessList
+		if err := lazy.List(ctx, c, &list, "", string(after.UID)); err != nil {
+			return err
+		}
+		if got := names(t, &list); !slices.Equal(got, []string{"index-b/lazy-after"}) {
+			return fmt.Errorf("later lookup: %v", got)
+		}
+		return nil
+	})
+	if err := lazy.List(ctx, c, &list, "index-a", string(before.UID)); err == nil {
+		t.Error("a lazy index looked up in the other form")
+	}
+}

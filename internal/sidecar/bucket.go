@@ -54,6 +54,8 @@ type BucketReconciler struct {
 	// RefreshInterval is how often a provisioned Bucket's information is asked of the driver
 	// again (refresh.go); zero: never.
 	RefreshInterval time.Duration
+	// AccessesByUID finds the access a grant recorded by an earlier version names.
+	AccessesByUID *index.Lazy
 
 	log       logr.Logger
 	record    statusRecorder[*cosiapi.Bucket]
@@ -380,7 +382,7 @@ func (r *BucketReconciler) migrateLegacyGrant(ctx context.Context, bucket *cosia
 	// The account is the access's; the name and Secrets of the access are taken from the live
 	// access with the UID, if there is one, not from the annotation.
 	var list cosiapi.BucketAccessList
-	if err := index.AccessesByUID.List(ctx, r.Client, &list, "", string(g.UID)); err != nil {
+	if err := r.AccessesByUID.List(ctx, r.Client, &list, "", string(g.UID)); err != nil {
 		return err
 	}
 	if len(list.Items) == 1 {

@@ -170,7 +170,7 @@ func setup(
 	store grantStore, opts Options,
 ) error {
 	if err := index.Register(
-		ctx, mgr.GetCache(), GrantsByBucket, index.AccessesByBucket, index.AccessesByUID,
+		ctx, mgr.GetCache(), GrantsByBucket, index.AccessesByBucket,
 	); err != nil {
 		return err
 	}
@@ -189,6 +189,8 @@ func setup(
 	}
 	buckets := &BucketReconciler{
 		Client: c, APIReader: reader, Driver: drv, Info: info, Recorder: recorder, Grants: grants, RefreshInterval: checks,
+		// Only grants recorded by an earlier version look accesses up by UID (migrateLegacyGrant).
+		AccessesByUID: index.NewLazy(mgr.GetCache(), index.AccessesByUID),
 	}
 	if err := buckets.SetupWithManager(mgr, copts); err != nil {
 		return err
