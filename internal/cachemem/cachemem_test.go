@@ -234,3 +234,52 @@ func TestShareClipsConditions(t *testing.T) {
 		}
 	}
 }
+
+// TestShareConcurrently: caches transform objects concurrently (an informer each) while readers
+// copy the objects already cached and write their copies, as reconciles do. Objects of different
+// tenants with equal maps (and maps whose ids collide) keep their own values throughout; run with
+// -race, a write to a shared map or a table read without the lock fails it.
+func TestShareConcurrently(t *testing.T) {
+	pool := []map[string]string{
+		{"team": "a"}, {"team": "b"}, {"a": "\x00b\x00c"}, {"a": "", "b": "c"},
+		{cosiapi.AnnotationHasBucketAccessReferences: "true"},
+	}
+	transform := cachemem.Transform()
+	const workers, perWorker = 4, 3000
+	done := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			for i := range perWorker {
+				want := pool[(w+i)%len(pool)]
+				if i%7 == 0 { // a map of its own, to make the table fill and clear
+					want = map[string]string{"n": fmt.Sprint(w, "-", i)}
+				}
+				in := &cosiapi.BucketClaim{ObjectMeta: metav1.ObjectMeta{
+					Name: fmt.Sprint("c", w, "-", i), Namespace: fmt.Sprint("tenant-", w),
+					Labels: maps.Clone(want), Annotations: maps.Clone(want),
+				}}
+				out, err := transform(in)
+				if err != nil {
+					done <- err
+					return
+				}
+				cached := out.(*cosiapi.BucketClaim)
+				// A reconcile's copy, changed as a reconcile changes it.
+				cp := cached.DeepCopy()
+				cp.Annotations["written-by"] = cp.Namespace
+				cp.Labels["written-by"] = cp.Namespace
+				if !maps.Equal(cached.Annotations, want) || !maps.Equal(cached.Labels, want) {
+					done <- fmt.Errorf("claim %s/%s: annotations %q, labels %q, want %q",
+						cached.Namespace, cached.Name, cached.Annotations, cached.Labels, want)
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range workers {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"maps"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -71,5 +72,48 @@ func TestControllerNeverReadsBucketInfo(t *testing.T) {
 				return true
 			})
 		}
+	}
+}
+
+// TestControllerPackagesNeverReadBucketInfo: TestControllerNeverReadsBucketInfo scans this
+// package only; a helper in another package the controller calls (conditions, patch, lookup, index,
+// predicates...) that read a Bucket's bucketInfo would find the controller's cached copy empty just
+// the same. No package of this module the controller builds with names bucketInfo, but cachemem
+// (the transform that keeps or drops it).
+func TestControllerPackagesNeverReadBucketInfo(t *testing.T) {
+	out, err := exec.CommandContext(t.Context(), "go", "list", "-deps",
+		"-f", "{{.ImportPath}}|{{.Dir}}|{{join .GoFiles \",\"}}", ".").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	const internal = "github.com/kube-cosi/cosi/internal/"
+	fset := token.NewFileSet()
+	scanned := 0
+	for line := range strings.Lines(string(out)) {
+		parts := strings.SplitN(strings.TrimSpace(line), "|", 3)
+		if len(parts) != 3 || !strings.HasPrefix(parts[0], internal) ||
+			parts[0] == internal+"cachemem" || parts[0] == internal+"controller" {
+			continue
+		}
+		scanned++
+		for name := range strings.SplitSeq(parts[2], ",") {
+			if name == "" {
+				continue
+			}
+			f, err := parser.ParseFile(fset, filepath.Join(parts[1], name), nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				if sel, ok := n.(*ast.SelectorExpr); ok && sel.Sel.Name == "BucketInfo" {
+					t.Errorf("%s: a package the controller calls reads bucketInfo, which its cache drops (unread)",
+						fset.Position(sel.Pos()))
+				}
+				return true
+			})
+		}
+	}
+	if scanned == 0 {
+		t.Fatal("go list named no package of this module: the test cannot tell")
 	}
 }
