@@ -176,8 +176,10 @@ const (
 	// maxSharedMap is the most entries a shared map has; larger ones are more likely each object's
 	// own.
 	maxSharedMap = 8
-	// maxSharedMaps bounds the maps held for sharing: when it is reached they are all let go, so
-	// that maps a tenant makes up cannot hold memory (objects keep theirs).
+	// maxSharedMaps bounds the maps held for sharing: when it is reached they are all let go
+	// (objects keep theirs). Maps a tenant makes up can so hold at most 1,024 maps of 8 entries of
+	// 256-byte strings beyond their objects' lives (about 8 MB at worst; a few KB as COSI's
+	// objects are), and flushing the table only lowers the sharing.
 	maxSharedMaps = 1024
 )
 
@@ -218,7 +220,7 @@ func sharedMap(m map[string]string) map[string]string {
 	if held, ok := sharedMaps.m[id]; ok && maps.Equal(held, m) {
 		return held
 	}
-	if len(sharedMaps.m) >= maxSharedMaps {
+	if _, taken := sharedMaps.m[id]; !taken && len(sharedMaps.m) >= maxSharedMaps {
 		clear(sharedMaps.m)
 	}
 	held := stringMap(m)
