@@ -169,7 +169,7 @@ func stringMap(m map[string]string) map[string]string {
 
 // Maps many objects repeat whole (the grant records' label, the has-bucketaccess-references
 // annotation of every claim an access uses, a class's parameters copied to each Bucket and access)
-// are shared too: even a map of one entry takes about 300 bytes. A map cannot be made immutable,
+// are shared too: even a map of one entry takes 336 bytes (Go 1.26). A map cannot be made immutable,
 // but a cached object is never written to: a reader gets a deep copy (controller-runtime's cache
 // reader copies every object it returns), and event handlers only read.
 const (
