@@ -25,6 +25,7 @@ type busyWorkers struct {
 	due      map[types.UID]time.Time // when each object's check fell due
 	attempts map[types.UID]int       // dueAt calls that returned > 0 since it fell due
 	ran      []time.Time             // when the checks ran
+	calls    int                     // dueAt calls
 	// reached, per moment the workers reach the queue, how many checks ran then.
 	reached     map[time.Time]int
 	maxAttempts int
@@ -76,6 +77,7 @@ func (w *busyWorkers) run(start, end time.Time) {
 		for w.queued.Len() > 0 && !w.queued[0].at.After(now) {
 			uid := heap.Pop(&w.queued).(queuedCheck).uid
 			wait := w.c.dueAt(uid, w.interval, now)
+			w.calls++
 			if wait > 0 {
 				if !now.Before(w.due[uid]) {
 					w.attempts[uid]++
@@ -91,6 +93,7 @@ func (w *busyWorkers) run(start, end time.Time) {
 			w.c.doneAt(uid, now)
 			w.due[uid] = now.Add(w.interval)
 			w.queue(uid, now.Add(w.c.dueAt(uid, w.interval, now)))
+			w.calls++
 		}
 	}
 }
@@ -169,6 +172,10 @@ func TestSecretChecksClumped(t *testing.T) {
 				if most := w.maxIn(time.Second); most > want {
 					t.Errorf("%d checks ran in one second, want at most %d (%.0f/s for 1 s + %v, and %d)",
 						most, want, limit, gap, c.running.Burst())
+				}
+				if c.decisions[checkRan] != len(w.ran) || sum(c.decisions[:]) != w.calls {
+					t.Errorf("decisions counted %v (NotDue, Placed, Kept, Ran, Refused), want %d Ran of %d",
+						c.decisions, len(w.ran), w.calls)
 				}
 				t.Logf("%d checks ran; at most %d reconciles without running, %v late, %d in a second",
 					len(w.ran), w.maxAttempts, w.maxLate, w.maxIn(time.Second))
@@ -277,4 +284,12 @@ func TestSecretChecksDeletedRefused(t *testing.T) {
 			t.Errorf("%s, due now, runs in %v, want at most %v", uid, wait, interval/checkRateFactor)
 		}
 	}
+}
+
+func sum(counts []int) int {
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	return total
 }
