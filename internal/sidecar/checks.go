@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -79,8 +80,10 @@ type secretChecks struct {
 	// accesses a tenant created and deleted together do not delay the others' (with the rate
 	// fallen with them, their places would take longer than interval/checkRateFactor to pass).
 	dropped, droppedReserved int
-	// decisions counts dueAt's answers, by decision.
+	// decisions counts dueAt's answers, by decision; counters, when set (countDecisions), count
+	// them too, as cosi_sidecar_scheduled_check_decisions_total.
 	decisions [checkDecisions]int
+	counters  [checkDecisions]prometheus.Counter
 	// names and uids pair the objects' names with their UIDs, so that an object gone without the
 	// sidecar seeing its deletion (a tenant removed an access's finalizers and deleted it) is
 	// forgotten when its reconcile finds no object under the name: otherwise it would stay in last
@@ -96,7 +99,7 @@ type checkSlot struct {
 	reserved bool
 }
 
-// checkDecision is what dueAt decided.
+// checkDecision is what dueAt decided (cosi_sidecar_scheduled_check_decisions_total's decision).
 type checkDecision int
 
 const (
@@ -107,6 +110,19 @@ const (
 	checkRefused                      // its place passed but running had no token: reserved one
 	checkDecisions
 )
+
+// checkDecisionNames are the decisions' label values.
+var checkDecisionNames = [checkDecisions]string{"NotDue", "Placed", "Kept", "Ran", "Refused"}
+
+// countDecisions counts dueAt's decisions on vec's series for the driver and the kind of check
+// (scheduledCheckMetric).
+func (c *secretChecks) countDecisions(vec *prometheus.CounterVec, driverName, check string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for d, name := range checkDecisionNames {
+		c.counters[d] = vec.WithLabelValues(driverName, check, name)
+	}
+}
 
 // named records the name of an object whose checks are scheduled (after due or done).
 func (c *secretChecks) named(key types.NamespacedName, uid types.UID) {
@@ -140,6 +156,9 @@ func (c *secretChecks) dueAt(uid types.UID, interval time.Duration, now time.Tim
 	c.init()
 	wait, decision := c.decide(uid, interval, now)
 	c.decisions[decision]++
+	if c.counters[decision] != nil {
+		c.counters[decision].Inc()
+	}
 	return wait
 }
 
