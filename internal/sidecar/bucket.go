@@ -65,6 +65,7 @@ type BucketReconciler struct {
 // SetupWithManager registers the reconciler for this driver's Buckets.
 func (r *BucketReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
 	r.log = mgr.GetLogger().WithValues("controller", "sidecar-bucket")
+	r.refreshes.countDecisions(scheduledCheckMetric(), r.Info.GetName(), scheduledCheckBucketInfo)
 	r.record = statusRecorder[*cosiapi.Bucket]{
 		client: r.Client, events: r.Recorder, lock: patch.NoLock, kind: "Bucket", backoff: opts.RateLimiter,
 		initial:      []string{cosiapi.ConditionResourcesValidated, cosiapi.ConditionProvisionFailed},

@@ -84,6 +84,7 @@ type BucketAccessReconciler struct {
 func (r *BucketAccessReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
 	r.log = mgr.GetLogger().WithValues("controller", "sidecar-bucketaccess")
 	r.checkMetric = secretCheckMetric(r.Info.GetName())
+	r.checks.countDecisions(scheduledCheckMetric(), r.Info.GetName(), scheduledCheckSecrets)
 	r.record = statusRecorder[*cosiapi.BucketAccess]{
 		client: r.Client, events: r.Recorder, lock: patch.OptimisticLock, kind: "BucketAccess",
 		backoff: opts.RateLimiter, invalidEvent: cosiapi.EventFailedGrantAccess, invalidAction: "Grant",

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/testenv"
@@ -108,6 +109,49 @@ func TestSecretChecksSpread(t *testing.T) {
 		t.Errorf("the %d checks due together ran within %v, want at least %v (spread at 20 per second): %s",
 			accesses, span, want, offsets(first))
 	}
+
+	// The limiter's decisions are counted: the backlogged checks took places, then ran; every
+	// decision's series exists, for the Bucket refreshes too.
+	least := map[string]float64{"NotDue": 1, "Placed": 1, "Kept": 0, "Ran": accesses, "Refused": 0}
+	for _, check := range []string{"Secrets", "BucketInfo"} {
+		for decision, n := range least {
+			if check == "BucketInfo" {
+				n = 0
+			}
+			if got := checkDecisions(t, h.name, check, decision); got < n {
+				t.Errorf("cosi_sidecar_scheduled_check_decisions_total{check=%q, decision=%q} = %v, want at least %v",
+					check, decision, got, n)
+			}
+		}
+	}
+}
+
+// checkDecisions returns the count of cosi_sidecar_scheduled_check_decisions_total for the driver,
+// the kind of check and the decision, -1 if there is no such series.
+func checkDecisions(t *testing.T, driverName, check, decision string) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"driver_name": driverName, "check": check, "decision": decision}
+	for _, f := range families {
+		if f.GetName() != "cosi_sidecar_scheduled_check_decisions_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			matched := 0
+			for _, l := range m.GetLabel() {
+				if want[l.GetName()] == l.GetValue() {
+					matched++
+				}
+			}
+			if matched == len(want) && len(m.GetLabel()) == len(want) {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return -1
 }
 
 // offsets prints times as offsets from the first.

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -16,8 +17,34 @@ import (
 // granting wait in the work queue behind the grants and then run back to back (hundreds of PATCH
 // per second after provisioning 20,000 accesses; docs/benchmark.md, "Scale"). A token bucket
 // spreads them: they run at most checkRateFactor times their average rate, and a check that finds
-// no token keeps its place (a reservation) and runs at its time; places that pass together while
-// the sidecar is held up do not run together (a second token bucket counts the checks that run).
+// no token keeps its place (a reservation) and runs at its time. Places that pass together while
+// the sidecar is held up do not run together: a second token bucket, running, counts the checks
+// that run, and a check whose place passed when running has no token left reserves running's next
+// one, after the checks refused already, and then runs at that time without asking again.
+//
+// What that bounds, whenever the workers reach the checks (a busy sidecar's workers grant, then
+// reach the checks queued meanwhile together, in clumps; TestSecretChecksClumped,
+// TestSecretChecksHeldUpTwice):
+//   - reconciles: a check that falls due takes a place (one reconcile), is refused once at most (a
+//     second), and runs at the next. Refused checks used to take new places in places, after every
+//     place given, and were refused again when their places passed in the next clump: with clumps
+//     more than running's burst apart (0.2 s) most checks were refused again and again, and ran
+//     minutes late.
+//   - lateness: a backlog of every check drains in interval/checkRateFactor; a hold-up adds its
+//     length (running's tokens that passed meanwhile are lost), and that is all.
+//   - bursts: every check that runs took one of running's tokens, when it ran or when it was
+//     refused. A check runs at most H after its token's time, H the longest the workers did not
+//     reach it (a clump's gap, a hold-up), so the checks that run in any window of length W are at
+//     most limit × (W + H) + running's burst. After a hold-up of H, the checks whose reservations
+//     passed during it run at once (at most limit × H + the burst), once: the tokens they use were
+//     taken before, so what follows is at most limit × W + the burst again. A limiter that refused
+//     them again could bound that burst to running's but not the reconciles: that is the runaway
+//     above. Refusing a late reservation once more (a third reconcile) halves the catch-up of a
+//     draining work queue in simulation, but a late check then takes two tokens: with clumps
+//     further apart than the lateness tolerated, running serves N/interval, what falls due, and a
+//     backlog no longer drains. Bounded reconciles and lateness are worth more than spreading a
+//     hold-up's catch-up, which is the work the hold-up delayed, no more.
+//
 // Grants, the Secrets of new grants, rotations and refreshes that someone asked for are not
 // limited: only the scheduled checks are.
 
@@ -41,25 +68,63 @@ const (
 type secretChecks struct {
 	mu   sync.Mutex
 	last map[types.UID]time.Time
-	// slots are the times of the checks that came due when no token was left: each runs then,
-	// without taking another place.
-	slots map[types.UID]time.Time
+	// slots are the times of the checks that came due when no token was left: their places in
+	// places, or, for the checks refused by running, their reservations of running.
+	slots map[types.UID]checkSlot
 	// places gives each check that falls due its time; running limits the checks that run: places
-	// that passed together, while the sidecar was held up (a busy machine, a long reconcile), do
-	// not all run at once: those beyond running's burst take a new place.
+	// that passed together, while the sidecar was held up (a busy machine, a long reconcile, workers
+	// reaching the queue in clumps), do not all run at once: those beyond running's burst reserve
+	// running's next tokens and run then.
 	places, running *rate.Limiter
-	// dropped counts the places given up (their objects were forgotten, or checked before their
-	// time) since places was last rebuilt. They stay spent in places: when they outnumber the
-	// places kept, places is rebuilt with the places kept only, so that the checks of accesses a
-	// tenant created and deleted together do not delay the others' (with the rate fallen with
-	// them, their places would take longer than interval/checkRateFactor to pass).
-	dropped int
+	// dropped counts the places and reservations given up (their objects were forgotten, or checked
+	// before their time) since places was last rebuilt, droppedReserved the reservations among
+	// them. They stay spent: when they outnumber the slots kept, places (and running, if
+	// reservations were dropped) are rebuilt with the slots kept only, so that the checks of
+	// accesses a tenant created and deleted together do not delay the others' (with the rate
+	// fallen with them, their places would take longer than interval/checkRateFactor to pass).
+	dropped, droppedReserved int
+	// decisions counts dueAt's answers, by decision; counters, when set (countDecisions), count
+	// them too, as cosi_sidecar_scheduled_check_decisions_total.
+	decisions [checkDecisions]int
+	counters  [checkDecisions]prometheus.Counter
 	// names and uids pair the objects' names with their UIDs, so that an object gone without the
 	// sidecar seeing its deletion (a tenant removed an access's finalizers and deleted it) is
 	// forgotten when its reconcile finds no object under the name: otherwise it would stay in last
 	// for good, and raise the rate.
 	names map[types.NamespacedName]types.UID
 	uids  map[types.UID]types.NamespacedName
+}
+
+// checkSlot is the time a check runs at, after it came due without a token: its place, or its
+// reservation of running (reserved) once refused.
+type checkSlot struct {
+	at       time.Time
+	reserved bool
+}
+
+// checkDecision is what dueAt decided (cosi_sidecar_scheduled_check_decisions_total's decision).
+type checkDecision int
+
+const (
+	checkNotDue  checkDecision = iota // not due yet (checked less than an interval ago)
+	checkPlaced                       // due, no token: it took a place and waits for it
+	checkKept                         // woken before its place or reservation (an event): kept
+	checkRan                          // runs now
+	checkRefused                      // its place passed but running had no token: reserved one
+	checkDecisions
+)
+
+// checkDecisionNames are the decisions' label values.
+var checkDecisionNames = [checkDecisions]string{"NotDue", "Placed", "Kept", "Ran", "Refused"}
+
+// countDecisions counts dueAt's decisions on vec's series for the driver and the kind of check
+// (scheduledCheckMetric).
+func (c *secretChecks) countDecisions(vec *prometheus.CounterVec, driverName, check string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for d, name := range checkDecisionNames {
+		c.counters[d] = vec.WithLabelValues(driverName, check, name)
+	}
 }
 
 // named records the name of an object whose checks are scheduled (after due or done).
@@ -92,6 +157,16 @@ func (c *secretChecks) dueAt(uid types.UID, interval time.Duration, now time.Tim
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.init()
+	wait, decision := c.decide(uid, interval, now)
+	c.decisions[decision]++
+	if c.counters[decision] != nil {
+		c.counters[decision].Inc()
+	}
+	return wait
+}
+
+// decide is dueAt's answer, and which decision it is.
+func (c *secretChecks) decide(uid types.UID, interval time.Duration, now time.Time) (time.Duration, checkDecision) {
 	last, ok := c.last[uid]
 	if !ok {
 		// Not seen since the start: as if checked at a random moment of the last interval.
@@ -99,27 +174,31 @@ func (c *secretChecks) dueAt(uid types.UID, interval time.Duration, now time.Tim
 		c.last[uid] = last
 	}
 	if wait := last.Add(interval).Sub(now); wait > 0 {
-		return wait
+		return wait, checkNotDue
 	}
 	c.setLimit(interval, now)
 	slot, ok := c.slots[uid]
-	if ok && slot.After(now) {
-		return slot.Sub(now) // woken before its time (an event): the place is kept
+	if ok && slot.at.After(now) {
+		return slot.at.Sub(now), checkKept // woken before its time (an event): the place is kept
+	}
+	delete(c.slots, uid)
+	if ok && slot.reserved {
+		return 0, checkRan // its token of running was taken when it was refused
 	}
 	if !ok {
 		if wait := c.places.ReserveN(now, 1).DelayFrom(now); wait > 0 {
-			c.slots[uid] = now.Add(wait)
-			return wait
+			c.slots[uid] = checkSlot{at: now.Add(wait)}
+			return wait, checkPlaced
 		}
 	}
-	delete(c.slots, uid)
-	if c.running.AllowN(now, 1) {
-		return 0
+	// Its place passed: it runs if running has a token; if not (places passed together), it
+	// reserves running's next one, after the checks refused already, and runs then.
+	wait := c.running.ReserveN(now, 1).DelayFrom(now)
+	if wait <= 0 {
+		return 0, checkRan
 	}
-	// Its place passed together with others': a new one, after the places given already.
-	wait := max(c.places.ReserveN(now, 1).DelayFrom(now), time.Duration(float64(time.Second)/float64(c.places.Limit())))
-	c.slots[uid] = now.Add(wait)
-	return wait
+	c.slots[uid] = checkSlot{at: now.Add(wait), reserved: true}
+	return wait, checkRefused
 }
 
 // setLimit sets the rate to checkRateFactor × the objects known / interval, at least minCheckRate.
@@ -140,12 +219,23 @@ func (c *secretChecks) setLimit(interval time.Duration, now time.Time) {
 		c.running.SetBurstAt(now, runningBurst)
 	}
 	if c.dropped > burst && c.dropped > len(c.slots)/2 {
-		c.places, c.dropped = rate.NewLimiter(limit, burst), 0
+		c.places = rate.NewLimiter(limit, burst)
+		if c.droppedReserved > 0 {
+			// It starts empty (it was in debt when the reservations were taken), in debt then by
+			// the reservations kept only.
+			c.running = rate.NewLimiter(limit, runningBurst)
+			c.running.ReserveN(now, runningBurst)
+		}
 		for _, slot := range c.slots {
-			if slot.After(now) {
+			switch {
+			case !slot.at.After(now):
+			case !slot.reserved:
 				c.places.ReserveN(now, 1)
+			case c.droppedReserved > 0:
+				c.running.ReserveN(now, 1)
 			}
 		}
+		c.dropped, c.droppedReserved = 0, 0
 	}
 }
 
@@ -162,9 +252,12 @@ func (c *secretChecks) doneAt(uid types.UID, now time.Time) {
 
 // dropSlot gives up the object's place, if it has one.
 func (c *secretChecks) dropSlot(uid types.UID) {
-	if _, ok := c.slots[uid]; ok {
+	if slot, ok := c.slots[uid]; ok {
 		delete(c.slots, uid)
 		c.dropped++
+		if slot.reserved {
+			c.droppedReserved++
+		}
 	}
 }
 
@@ -186,7 +279,7 @@ func (c *secretChecks) forgetLocked(uid types.UID) {
 func (c *secretChecks) init() {
 	if c.last == nil {
 		c.last = map[types.UID]time.Time{}
-		c.slots = map[types.UID]time.Time{}
+		c.slots = map[types.UID]checkSlot{}
 		c.names = map[types.NamespacedName]types.UID{}
 		c.uids = map[types.UID]types.NamespacedName{}
 	}

@@ -128,8 +128,8 @@ func TestSecretChecksForget(t *testing.T) {
 
 // TestSecretChecksHeldUp: when the sidecar is held up for 10 s while a backlog is spread, the
 // places that passed meanwhile do not run together: at most running's burst runs at once, the
-// others take new places, and every check still runs, at most checkRateFactor × N/interval per
-// second (plus the burst) in any second.
+// others reserve running's next tokens, and every check still runs, at most
+// checkRateFactor × N/interval per second (plus the burst) in any second.
 func TestSecretChecksHeldUp(t *testing.T) {
 	const n, interval, held = 1200, time.Minute, 10 * time.Second
 	const limit, burst = checkRateFactor * n / 60, checkRateFactor * n / 60 / checkBurstPerSecond // 40/s, 4

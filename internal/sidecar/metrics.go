@@ -15,9 +15,18 @@ const (
 	secretCheckFailed    = "Failed"
 )
 
+// Kinds of scheduled check (cosi_sidecar_scheduled_check_decisions_total's check label).
+const (
+	scheduledCheckSecrets    = "Secrets"    // an access's Secrets (BucketAccessReconciler.check)
+	scheduledCheckBucketInfo = "BucketInfo" // a Bucket's information (BucketReconciler.refreshBucket)
+)
+
 var (
 	secretChecksOnce   sync.Once
 	secretCheckCounter *prometheus.CounterVec
+
+	scheduledChecksOnce   sync.Once
+	scheduledCheckCounter *prometheus.CounterVec
 )
 
 // secretCheckMetric is cosi_sidecar_secret_checks_total, registered once per process on
@@ -41,4 +50,27 @@ func secretCheckMetric(driverName string) *prometheus.CounterVec {
 		secretCheckCounter.WithLabelValues(driverName, r)
 	}
 	return secretCheckCounter
+}
+
+// scheduledCheckMetric is cosi_sidecar_scheduled_check_decisions_total, registered once per
+// process on controller-runtime's registry: what the rate limit of the scheduled checks decided
+// (checks.go), by driver, kind of check and decision. Its series are made for a driver and a kind
+// by secretChecks.countDecisions, at zero.
+func scheduledCheckMetric() *prometheus.CounterVec {
+	scheduledChecksOnce.Do(func() {
+		scheduledCheckCounter = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cosi_sidecar_scheduled_check_decisions_total",
+			Help: "Reconciles of provisioned objects that asked whether their scheduled check (Secrets of a " +
+				"BucketAccess, information of a Bucket) runs, by driver, check and decision: NotDue (checked " +
+				"less than an interval ago), Placed (due, it took a place in the rate limit), Kept (woken " +
+				"before its place), Ran, Refused (its place passed with others; it runs at its reservation).",
+		}, []string{"driver_name", "check", "decision"})
+		if err := ctrlmetrics.Registry.Register(scheduledCheckCounter); err != nil {
+			var already prometheus.AlreadyRegisteredError
+			if !errors.As(err, &already) {
+				panic(err)
+			}
+		}
+	})
+	return scheduledCheckCounter
 }
