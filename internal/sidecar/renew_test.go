@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -36,7 +37,13 @@ func waitRenewedAfter(t *testing.T, ba *cosiapi.BucketAccess, i int, after time.
 	t.Helper()
 	var got time.Time
 	testenv.Eventually(t, func() error {
-		if got = sasExpiryOf(t, secret(t, ba, i)); !got.After(after) {
+		// The Secret may not be there yet: the test deleted it and the sidecar writes it again.
+		s := &corev1.Secret{}
+		key := types.NamespacedName{Namespace: ba.Namespace, Name: ba.Spec.BucketClaims[i].AccessSecretName}
+		if err := env.Client.Get(t.Context(), key, s); err != nil {
+			return err
+		}
+		if got = sasExpiryOf(t, s); !got.After(after) {
 			return fmt.Errorf("the Secret's token expires at %s, not renewed", got.Format(time.RFC3339))
 		}
 		return nil
