@@ -76,6 +76,10 @@ type ScaleResult struct {
 	// on average (the sidecar's --secret-check-interval).
 	QuietSecretPatches []float64 `json:"quietSecretPatches"`
 	CheckIntervalSec   float64   `json:"checkIntervalSec"`
+	// QuietCheckDecisions are the sidecar's scheduled-check decisions in the quiet period, by
+	// decision (cosi_sidecar_scheduled_check_decisions_total: NotDue, Placed, Kept, Ran, Refused),
+	// Secrets and Bucket information together.
+	QuietCheckDecisions map[string]float64 `json:"quietCheckDecisions,omitempty"`
 	// Restart: controller and sidecar stopped with SIGTERM and started again; CaughtUpSec is the
 	// time from the start until every reconciler has reconciled every object of its kind once
 	// and the work queues are empty. Its reconciles, COSI's API requests and the driver's calls
@@ -307,6 +311,7 @@ func (s *system) scaleTo(ctx context.Context, ns string, from, n int, run ScaleR
 		r.CheckIntervalSec = defaultSecretCheckInterval.Seconds()
 	}
 	r.QuietReconciles = componentReconciles(before, after)
+	r.QuietCheckDecisions = checkDecisions(before.sidecar, after.sidecar)
 	r.QuietRequests = cosiRequests(before, after)
 	if err := s.measureMemory(&r, after, run); err != nil {
 		return r, err
@@ -556,6 +561,21 @@ func (s *system) scrape0(ctx context.Context) (m scrapes, err error) {
 	return m, err
 }
 
+// checkDecisions returns the sidecar's scheduled-check decisions between two scrapes by decision.
+func checkDecisions(before, after metrics) map[string]float64 {
+	out := map[string]float64{}
+	for _, d := range []string{"NotDue", "Placed", "Kept", "Ran", "Refused"} {
+		sel := map[string]string{"decision": d}
+		if v := after.sum(scheduledCheckDecisions, sel) - before.sum(scheduledCheckDecisions, sel); v != 0 {
+			out[d] = v
+		}
+	}
+	return out
+}
+
+// scheduledCheckDecisions is the sidecar's metric of what its scheduled checks' rate limit decided.
+const scheduledCheckDecisions = "cosi_sidecar_scheduled_check_decisions_total"
+
 // componentReconciles returns the reconciles between two scrapes by "component controller".
 func componentReconciles(before, after scrapes) map[string]float64 {
 	out := map[string]float64{}
@@ -803,6 +823,14 @@ func printScale(w io.Writer, i int, run ScaleRun) {
 	row("quiet: reconciles / COSI writes (unscheduled)", func(r ScaleResult) string {
 		all, un := Writes(r.QuietRequests)
 		return fmt.Sprintf("%.0f in %.0f s / %.0f (%.0f)", sum(r.QuietReconciles), r.QuietSec, all, un)
+	})
+	row("quiet: scheduled checks placed / refused / ran (reconciles per check run)", func(r ScaleResult) string {
+		d := r.QuietCheckDecisions
+		perRun := "-"
+		if d["Ran"] > 0 {
+			perRun = fmt.Sprintf("%.2f", (d["Placed"]+d["Refused"]+d["Kept"]+d["Ran"])/d["Ran"])
+		}
+		return fmt.Sprintf("%.0f / %.0f / %.0f (%s)", d["Placed"], d["Refused"], d["Ran"], perRun)
 	})
 	row("end of provisioning + quiet: PATCH secrets/s, peak second / mean (N/interval)", func(r ScaleResult) string {
 		all := 0.0

@@ -8,6 +8,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+	"k8s.io/utils/ptr"
 )
 
 // The fit the 100,000 figures are extrapolated with: exact on points on a line, the mean when
@@ -159,5 +162,38 @@ func TestReachStopsAtTheBreak(t *testing.T) {
 	}
 	if !slices.Equal(calls, []int{0, 10, 20}) {
 		t.Errorf("measured from %v", calls)
+	}
+}
+
+// The quiet period's scheduled-check decisions: first places, refusals and runs, and what a check
+// that ran cost in reconciles.
+func TestPrintScaleCheckDecisions(t *testing.T) {
+	run := ScaleRun{Sizes: []ScaleResult{{N: 40000, QuietCheckDecisions: map[string]float64{
+		"Placed": 800, "Refused": 150, "Kept": 50, "Ran": 1000, "NotDue": 9000,
+	}}}}
+	var out strings.Builder
+	printScale(&out, 0, run)
+	if !strings.Contains(out.String(), "800 / 150 / 1000 (2.00)") {
+		t.Errorf("no decisions in:\n%s", out.String())
+	}
+}
+
+func TestCheckDecisions(t *testing.T) {
+	series := func(decision string, v float64) *dto.Metric {
+		return &dto.Metric{
+			Label: []*dto.LabelPair{
+				{Name: ptr.To("driver_name"), Value: ptr.To("d")}, {Name: ptr.To("check"), Value: ptr.To("Secrets")},
+				{Name: ptr.To("decision"), Value: ptr.To(decision)},
+			},
+			Counter: &dto.Counter{Value: ptr.To(v)},
+		}
+	}
+	family := func(ms ...*dto.Metric) metrics {
+		return metrics{scheduledCheckDecisions: &dto.MetricFamily{Metric: ms}}
+	}
+	got := checkDecisions(family(series("Ran", 5), series("Placed", 2)), family(series("Ran", 12), series("Placed", 2),
+		series("Refused", 3)))
+	if want := map[string]float64{"Ran": 7, "Refused": 3}; !maps.Equal(got, want) {
+		t.Errorf("decisions %v, want %v", got, want)
 	}
 }
