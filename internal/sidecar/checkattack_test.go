@@ -1,0 +1,82 @@
+package sidecar
+
+import (
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// TestSecretChecksRebuildKeepsReservations: a backlog was refused after a hold-up and waits in
+// running's reservations; grants (a tenant asking for refreshes, rotations) check the earliest
+// reservations before their time, enough of them for places and running to be rebuilt. The
+// reservations kept are later than the rebuilt running's debt: the checks refused after the
+// rebuild must not take the same times, or more than limit × (W + H) + running's burst run in a
+// window W while the workers reach every check on time (H a tick).
+func TestSecretChecksRebuildKeepsReservations(t *testing.T) {
+	const interval, tick = time.Minute, 10 * time.Millisecond
+	const backlog, later = 1200, 300
+	const limit = checkRateFactor * (backlog + later) / 60 // 50/s
+	var c secretChecks
+	all := uids(backlog + later)
+	mine, others := all[:backlog], all[backlog:]
+	for _, uid := range mine {
+		c.doneAt(uid, epoch.Add(-interval))
+	}
+	// The others fall due 1 s after the sidecar resumed.
+	resumed := epoch.Add(30 * time.Second)
+	for _, uid := range others {
+		c.doneAt(uid, resumed.Add(time.Second-interval))
+	}
+	for _, uid := range mine {
+		if c.dueAt(uid, interval, epoch) <= 0 {
+			c.doneAt(uid, epoch)
+		}
+	}
+	// Held up until every place passed: all but running's burst are refused, in order.
+	type reservation struct {
+		uid types.UID
+		at  time.Time
+	}
+	var refused []reservation
+	for _, uid := range mine {
+		if _, ok := c.slots[uid]; !ok {
+			continue
+		}
+		wait := c.dueAt(uid, interval, resumed)
+		if wait <= 0 {
+			c.doneAt(uid, resumed)
+			continue
+		}
+		refused = append(refused, reservation{uid, resumed.Add(wait)})
+	}
+	// Grants check the earliest 700 refused before their time.
+	const granted = 700
+	if len(refused) < granted+100 {
+		t.Fatalf("%d refused after the hold-up, want most of %d", len(refused), backlog)
+	}
+	for _, r := range refused[:granted] {
+		c.doneAt(r.uid, resumed)
+	}
+	w := &busyWorkers{c: &c, interval: interval, next: every(tick), due: map[types.UID]time.Time{},
+		attempts: map[types.UID]int{}, reached: map[time.Time]int{}}
+	for _, r := range refused[granted:] {
+		w.due[r.uid] = epoch
+		w.queue(r.uid, r.at)
+	}
+	for _, uid := range others {
+		w.due[uid] = resumed.Add(time.Second)
+		w.queue(uid, resumed.Add(time.Second))
+	}
+	w.run(resumed, epoch.Add(interval))
+	want := int(float64(limit)*(time.Second+tick).Seconds()) + c.running.Burst()
+	if most := w.maxIn(time.Second); most > want {
+		t.Errorf("%d checks ran in one second, want at most %d (%d/s for 1 s + %v, and %d)",
+			most, want, limit, tick, c.running.Burst())
+	}
+	if w.maxAttempts > 2 {
+		t.Errorf("a check was reconciled %d times without running, want at most 2", w.maxAttempts)
+	}
+	t.Logf("%d checks ran; at most %d in a second, %d reconciles without running, %v late",
+		len(w.ran), w.maxIn(time.Second), w.maxAttempts, w.maxLate)
+}
