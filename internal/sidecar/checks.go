@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"math"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -220,23 +221,40 @@ func (c *secretChecks) setLimit(interval time.Duration, now time.Time) {
 	}
 	if c.dropped > burst && c.dropped > len(c.slots)/2 {
 		c.places = rate.NewLimiter(limit, burst)
-		if c.droppedReserved > 0 {
-			// It starts empty (it was in debt when the reservations were taken), in debt then by
-			// the reservations kept only.
-			c.running = rate.NewLimiter(limit, runningBurst)
-			c.running.ReserveN(now, runningBurst)
-		}
+		kept, latest := 0, now
 		for _, slot := range c.slots {
 			switch {
 			case !slot.at.After(now):
 			case !slot.reserved:
 				c.places.ReserveN(now, 1)
-			case c.droppedReserved > 0:
-				c.running.ReserveN(now, 1)
+			default:
+				kept++
+				if slot.at.After(latest) {
+					latest = slot.at
+				}
 			}
+		}
+		if c.droppedReserved > 0 {
+			c.running = reservedThrough(limit, runningBurst, kept, latest, now)
 		}
 		c.dropped, c.droppedReserved = 0, 0
 	}
+}
+
+// reservedThrough is running rebuilt at now: empty (it was in debt when the reservations were
+// taken), and in debt by the reservations kept and through the latest of them. Their times do not
+// move (their objects are queued for them): were running in debt by their count only, the
+// reservations given after the rebuild would take the times of those dropped before them, and the
+// checks at those times would run at twice the limit.
+func reservedThrough(limit rate.Limit, burst, kept int, latest, now time.Time) *rate.Limiter {
+	debt := max(kept, int(math.Ceil(float64(limit)*latest.Sub(now).Seconds())))
+	running := rate.NewLimiter(limit, max(burst, debt))
+	running.ReserveN(now, running.Burst())
+	if debt > 0 {
+		running.ReserveN(now, debt)
+	}
+	running.SetBurstAt(now, burst)
+	return running
 }
 
 // done records that the object was checked (or its Secrets written) now.
