@@ -80,3 +80,36 @@ func TestSecretChecksRebuildKeepsReservations(t *testing.T) {
 	t.Logf("%d checks ran; at most %d in a second, %d reconciles without running, %v late",
 		len(w.ran), w.maxIn(time.Second), w.maxAttempts, w.maxLate)
 }
+
+// TestSecretChecksStaleClock: two workers reach the queue together, and one's clock reading is
+// 50 ms older than the other's when it asks (it read the time, then waited for the lock, or was
+// descheduled: dueAt's calls do not come in the order of their times). A backlog of every check
+// still runs at most limit × (W + the staleness + a tick) + running's burst in any window W: a
+// call whose time is earlier than the last does not give the limiters back the time between.
+func TestSecretChecksStaleClock(t *testing.T) {
+	const n, interval, tick, stale = 1200, time.Minute, 10 * time.Millisecond, 50 * time.Millisecond
+	const limit = checkRateFactor * n / 60 // 40/s
+	var c secretChecks
+	all := uids(n)
+	last := make([]time.Time, n)
+	for i := range last {
+		last[i] = epoch.Add(-interval)
+	}
+	w := newBusyWorkers(&c, interval, all, last, every(tick))
+	calls := 0
+	w.clock = func(now time.Time) time.Time {
+		calls++
+		if calls%2 == 0 {
+			return now.Add(-stale)
+		}
+		return now
+	}
+	w.run(epoch, epoch.Add(interval))
+	want := int(float64(limit)*(time.Second+stale+tick).Seconds()) + c.running.Burst()
+	if most := w.maxIn(time.Second); most > want {
+		t.Errorf("%d checks ran in one second, want at most %d (%d/s for 1 s + %v + %v, and %d)",
+			most, want, limit, stale, tick, c.running.Burst())
+	}
+	t.Logf("%d checks ran; at most %d in a second, %d reconciles without running, %v late",
+		len(w.ran), w.maxIn(time.Second), w.maxAttempts, w.maxLate)
+}
