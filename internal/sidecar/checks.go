@@ -84,6 +84,8 @@ type secretChecks struct {
 	// accesses a tenant created and deleted together do not delay the others' (with the rate
 	// fallen with them, their places would take longer than interval/checkRateFactor to pass).
 	dropped, droppedReserved int
+	// latest is the latest time dueAt was asked at; an earlier one is taken as it.
+	latest time.Time
 	// decisions counts dueAt's answers, by decision; counters, when set (countDecisions), count
 	// them too, as cosi_sidecar_scheduled_check_decisions_total.
 	decisions [checkDecisions]int
@@ -158,6 +160,12 @@ func (c *secretChecks) dueAt(uid types.UID, interval time.Duration, now time.Tim
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.init()
+	// The limiters take the times in order: a time earlier than the last (a worker read the clock,
+	// then waited for the lock) would give them back the time between, as tokens.
+	if now.Before(c.latest) {
+		now = c.latest
+	}
+	c.latest = now
 	wait, decision := c.decide(uid, interval, now)
 	c.decisions[decision]++
 	if c.counters[decision] != nil {
