@@ -115,3 +115,61 @@ func TestSecretChecksStaleClock(t *testing.T) {
 	t.Logf("%d checks ran; at most %d in a second, %d reconciles without running, %v late",
 		len(w.ran), w.maxIn(time.Second), w.maxAttempts, w.maxLate)
 }
+
+// TestSecretChecksLimitRaisedInDebt: a backlog was refused after a hold-up and waits in running's
+// reservations when as many accesses again are provisioned (they are not due for an interval):
+// the limit doubles. running's debt, counted in tokens, is then paid in half the time, but the
+// reservations keep their times: the checks refused meanwhile must not run beside them at the new
+// limit, or more than the limit × (W + H) + running's burst run in a window W.
+func TestSecretChecksLimitRaisedInDebt(t *testing.T) {
+	const interval, tick = time.Minute, 10 * time.Millisecond
+	const backlog, later, added = 1200, 300, 1500
+	const limit = checkRateFactor * (backlog + later + added) / 60 // 100/s once added
+	var c secretChecks
+	all := uids(backlog + later + added)
+	mine, others, fresh := all[:backlog], all[backlog:backlog+later], all[backlog+later:]
+	for _, uid := range mine {
+		c.doneAt(uid, epoch.Add(-interval))
+	}
+	resumed := epoch.Add(30 * time.Second)
+	othersDue := resumed.Add(15 * time.Second)
+	for _, uid := range others {
+		c.doneAt(uid, othersDue.Add(-interval))
+	}
+	for _, uid := range mine {
+		if c.dueAt(uid, interval, epoch) <= 0 {
+			c.doneAt(uid, epoch)
+		}
+	}
+	w := &busyWorkers{c: &c, interval: interval, next: every(tick), due: map[types.UID]time.Time{},
+		attempts: map[types.UID]int{}, reached: map[time.Time]int{}}
+	for _, uid := range mine {
+		if _, ok := c.slots[uid]; !ok {
+			continue
+		}
+		wait := c.dueAt(uid, interval, resumed)
+		if wait <= 0 {
+			c.doneAt(uid, resumed)
+			continue
+		}
+		w.due[uid] = epoch
+		w.queue(uid, resumed.Add(wait))
+	}
+	for _, uid := range fresh { // provisioned: checked an interval from now
+		c.doneAt(uid, resumed)
+	}
+	for _, uid := range others {
+		w.due[uid] = othersDue
+		w.queue(uid, othersDue)
+	}
+	w.run(resumed, resumed.Add(interval/2))
+	for _, window := range []time.Duration{time.Second, 3 * time.Second} {
+		want := int(float64(limit)*(window+tick).Seconds()) + c.running.Burst()
+		if most := w.maxIn(window); most > want {
+			t.Errorf("%d checks ran in %v, want at most %d (%d/s for %v + %v, and %d)",
+				most, window, want, limit, window, tick, c.running.Burst())
+		}
+	}
+	t.Logf("%d checks ran; at most %d in a second, %d reconciles without running, %v late",
+		len(w.ran), w.maxIn(time.Second), w.maxAttempts, w.maxLate)
+}
