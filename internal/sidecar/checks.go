@@ -84,8 +84,9 @@ type secretChecks struct {
 	// accesses a tenant created and deleted together do not delay the others' (with the rate
 	// fallen with them, their places would take longer than interval/checkRateFactor to pass).
 	dropped, droppedReserved int
-	// latest is the latest time dueAt was asked at; an earlier one is taken as it.
-	latest time.Time
+	// latest is the latest time dueAt was asked at; an earlier one is taken as it. reservedUntil is
+	// the latest reservation of running given (dropped ones too, until a rebuild).
+	latest, reservedUntil time.Time
 	// decisions counts dueAt's answers, by decision; counters, when set (countDecisions), count
 	// them too, as cosi_sidecar_scheduled_check_decisions_total.
 	decisions [checkDecisions]int
@@ -207,6 +208,7 @@ func (c *secretChecks) decide(uid types.UID, interval time.Duration, now time.Ti
 		return 0, checkRan
 	}
 	c.slots[uid] = checkSlot{at: now.Add(wait), reserved: true}
+	c.reservedUntil = maxTime(c.reservedUntil, now.Add(wait))
 	return wait, checkRefused
 }
 
@@ -226,6 +228,12 @@ func (c *secretChecks) setLimit(interval time.Duration, now time.Time) {
 		c.places.SetBurstAt(now, burst)
 		c.running.SetLimitAt(now, limit)
 		c.running.SetBurstAt(now, runningBurst)
+		// running's debt is counted in tokens, its reservations in times: with a higher limit it
+		// would be paid before they pass, and the checks refused next would run beside them.
+		if until := c.reservedUntil.Sub(now); until > 0 &&
+			c.running.TokensAt(now) > -float64(limit)*until.Seconds() {
+			c.running = reservedThrough(limit, runningBurst, 0, c.reservedUntil, now)
+		}
 	}
 	if c.dropped > burst && c.dropped > len(c.slots)/2 {
 		c.places = rate.NewLimiter(limit, burst)
@@ -244,6 +252,7 @@ func (c *secretChecks) setLimit(interval time.Duration, now time.Time) {
 		}
 		if c.droppedReserved > 0 {
 			c.running = reservedThrough(limit, runningBurst, kept, latest, now)
+			c.reservedUntil = latest
 		}
 		c.dropped, c.droppedReserved = 0, 0
 	}
@@ -263,6 +272,13 @@ func reservedThrough(limit rate.Limit, burst, kept int, latest, now time.Time) *
 	}
 	running.SetBurstAt(now, burst)
 	return running
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // done records that the object was checked (or its Secrets written) now.
