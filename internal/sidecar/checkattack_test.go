@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -169,6 +170,61 @@ func TestSecretChecksLimitRaisedInDebt(t *testing.T) {
 			t.Errorf("%d checks ran in %v, want at most %d (%d/s for %v + %v, and %d)",
 				most, window, want, limit, window, tick, c.running.Burst())
 		}
+	}
+	t.Logf("%d checks ran; at most %d in a second, %d reconciles without running, %v late",
+		len(w.ran), w.maxIn(time.Second), w.maxAttempts, w.maxLate)
+}
+
+// TestSecretChecksChurn: while a backlog refused after a hold-up waits in running's reservations,
+// a tenant creates 3,000 accesses and deletes them again, every 100 ms (the limit swings between
+// 40/s and 140/s). The backlog still runs within interval/checkRateFactor plus the hold-up of its
+// due time, after at most 2 reconciles that do not run it, and at most the highest limit × (W + a
+// tick) + its running burst run in a window W.
+func TestSecretChecksChurn(t *testing.T) {
+	const n, churn, interval, tick, held = 1200, 3000, time.Minute, 10 * time.Millisecond, 10 * time.Second
+	const highest = checkRateFactor * (n + churn) / 60 // 140/s
+	var c secretChecks
+	all := uids(n)
+	last := make([]time.Time, n)
+	for i := range last {
+		last[i] = epoch.Add(-interval + time.Duration(i%2)*interval/2) // half due at epoch, half later
+	}
+	resumed := epoch.Add(held)
+	w := newBusyWorkers(&c, interval, all, last, every(tick))
+	for _, uid := range all[:n/2] { // the first half took places before the sidecar was held up
+		c.dueAt(uid, interval, epoch)
+	}
+	tenant := make([]types.UID, churn)
+	for i := range tenant {
+		tenant[i] = types.UID(fmt.Sprintf("tenant-%d", i))
+	}
+	for at, i := epoch, 0; at.Before(epoch.Add(interval)); at, i = at.Add(100*time.Millisecond), i+1 {
+		if !at.Before(resumed) {
+			w.run(at, at.Add(100*time.Millisecond))
+		}
+		for j, uid := range tenant {
+			if i%2 == 0 {
+				c.doneAt(uid, at)
+				c.named(types.NamespacedName{Namespace: "tenant", Name: fmt.Sprint(j)}, uid)
+			} else {
+				c.gone(types.NamespacedName{Namespace: "tenant", Name: fmt.Sprint(j)})
+			}
+		}
+	}
+	if w.maxAttempts > 2 {
+		t.Errorf("a check was reconciled %d times without running, want at most 2", w.maxAttempts)
+	}
+	if bound := interval/checkRateFactor + held + tick; w.maxLate > bound {
+		t.Errorf("a check ran %v after it fell due, want at most %v", w.maxLate, bound)
+	}
+	if late, attempts := w.waiting(epoch.Add(interval - interval/checkRateFactor - held)); late > 0 {
+		t.Errorf("%d checks due before %v have not run at %v (up to %d reconciles each)",
+			late, interval/checkRateFactor, interval, attempts)
+	}
+	burst := 2*(highest/checkBurstPerSecond) + 1
+	want := int(float64(highest)*(time.Second+tick).Seconds()) + burst
+	if most := w.maxIn(time.Second); most > want {
+		t.Errorf("%d checks ran in a second, want at most %d", most, want)
 	}
 	t.Logf("%d checks ran; at most %d in a second, %d reconciles without running, %v late",
 		len(w.ran), w.maxIn(time.Second), w.maxAttempts, w.maxLate)
