@@ -228,10 +228,10 @@ func (c *secretChecks) setLimit(interval time.Duration, now time.Time) {
 		c.places.SetBurstAt(now, burst)
 		c.running.SetLimitAt(now, limit)
 		c.running.SetBurstAt(now, runningBurst)
-		// running's debt is counted in tokens, its reservations in times: with a higher limit it
-		// would be paid before they pass, and the checks refused next would run beside them.
-		if until := c.reservedUntil.Sub(now); until > 0 &&
-			c.running.TokensAt(now) > -float64(limit)*until.Seconds() {
+		// running's debt is counted in tokens, its reservations in times: at a higher limit it would
+		// be paid before they pass, and the checks refused next would run beside them; at a lower
+		// one, long after, and they would wait for nothing. It ends at the latest reservation.
+		if c.reservedUntil.After(now) {
 			c.running = reservedThrough(limit, runningBurst, 0, c.reservedUntil, now)
 		}
 	}
