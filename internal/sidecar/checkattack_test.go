@@ -229,3 +229,33 @@ func TestSecretChecksChurn(t *testing.T) {
 	t.Logf("%d checks ran; at most %d in a second, %d reconciles without running, %v late",
 		len(w.ran), w.maxIn(time.Second), w.maxAttempts, w.maxLate)
 }
+
+// TestSecretChecksLimitFallsWithPlaces: a backlog of every check took places, the earliest a
+// tenant's, who deletes its accesses at once (fewer than the places kept, so places is not
+// rebuilt): the limit falls by a third. A check that falls due a second later still runs within
+// interval/checkRateFactor of its due time: the places given at the higher limit do not hold it
+// for their count at the lower one.
+func TestSecretChecksLimitFallsWithPlaces(t *testing.T) {
+	const interval = time.Minute
+	var c secretChecks
+	all := uids(1500)
+	mine, others, later := all[:490], all[490:1499], all[1499]
+	for _, uid := range all[:1499] {
+		c.doneAt(uid, epoch.Add(-interval))
+	}
+	c.doneAt(later, epoch.Add(time.Second-interval))
+	for _, uid := range append(mine, others...) {
+		c.dueAt(uid, interval, epoch)
+	}
+	for _, uid := range mine {
+		c.forget(uid)
+	}
+	wait := c.dueAt(later, interval, epoch.Add(time.Second))
+	for at := epoch.Add(time.Second); wait > 0; {
+		at = at.Add(wait)
+		if wait = c.dueAt(later, interval, at); wait <= 0 && at.Sub(epoch.Add(time.Second)) > interval/checkRateFactor {
+			t.Errorf("a check due at 1 s ran %v later, want at most %v", at.Sub(epoch.Add(time.Second)),
+				interval/checkRateFactor)
+		}
+	}
+}
