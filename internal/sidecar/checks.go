@@ -84,9 +84,10 @@ type secretChecks struct {
 	// accesses a tenant created and deleted together do not delay the others' (with the rate
 	// fallen with them, their places would take longer than interval/checkRateFactor to pass).
 	dropped, droppedReserved int
-	// latest is the latest time dueAt was asked at; an earlier one is taken as it. reservedUntil is
-	// the latest reservation of running given (dropped ones too, until a rebuild).
-	latest, reservedUntil time.Time
+	// latest is the latest time dueAt was asked at; an earlier one is taken as it. placedUntil and
+	// reservedUntil are the latest place and reservation of running given (dropped ones too, until
+	// a rebuild).
+	latest, placedUntil, reservedUntil time.Time
 	// decisions counts dueAt's answers, by decision; counters, when set (countDecisions), count
 	// them too, as cosi_sidecar_scheduled_check_decisions_total.
 	decisions [checkDecisions]int
@@ -198,6 +199,7 @@ func (c *secretChecks) decide(uid types.UID, interval time.Duration, now time.Ti
 	if !ok {
 		if wait := c.places.ReserveN(now, 1).DelayFrom(now); wait > 0 {
 			c.slots[uid] = checkSlot{at: now.Add(wait)}
+			c.placedUntil = maxTime(c.placedUntil, now.Add(wait))
 			return wait, checkPlaced
 		}
 	}
@@ -228,9 +230,13 @@ func (c *secretChecks) setLimit(interval time.Duration, now time.Time) {
 		c.places.SetBurstAt(now, burst)
 		c.running.SetLimitAt(now, limit)
 		c.running.SetBurstAt(now, runningBurst)
-		// running's debt is counted in tokens, its reservations in times: at a higher limit it would
-		// be paid before they pass, and the checks refused next would run beside them; at a lower
-		// one, long after, and they would wait for nothing. It ends at the latest reservation.
+		// The limiters' debts are counted in tokens, their places and reservations in times: at a
+		// higher limit a debt would be paid before they pass, and the checks placed or refused next
+		// would run beside them; at a lower one long after, and they would wait for nothing (longer
+		// than interval/checkRateFactor). Each debt ends at the latest place or reservation.
+		if c.placedUntil.After(now) {
+			c.places = reservedThrough(limit, burst, 0, c.placedUntil, now)
+		}
 		if c.reservedUntil.After(now) {
 			c.running = reservedThrough(limit, runningBurst, 0, c.reservedUntil, now)
 		}
@@ -249,6 +255,12 @@ func (c *secretChecks) setLimit(interval time.Duration, now time.Time) {
 					latest = slot.at
 				}
 			}
+		}
+		// The places kept are counted from now: those placed next may pass beside them, and running
+		// then refuses them.
+		c.placedUntil = now
+		if tokens := c.places.TokensAt(now); tokens < 0 {
+			c.placedUntil = now.Add(time.Duration(-tokens / float64(limit) * float64(time.Second)))
 		}
 		if c.droppedReserved > 0 {
 			c.running = reservedThrough(limit, runningBurst, kept, latest, now)
