@@ -270,20 +270,20 @@ func (c *secretChecks) setLimit(interval time.Duration, now time.Time) {
 	}
 }
 
-// reservedThrough is running rebuilt at now: empty (it was in debt when the reservations were
-// taken), and in debt by the reservations kept and through the latest of them. Their times do not
-// move (their objects are queued for them): were running in debt by their count only, the
-// reservations given after the rebuild would take the times of those dropped before them, and the
-// checks at those times would run at twice the limit.
+// reservedThrough is a limiter (running, or places) rebuilt at now: empty (it was in debt when the
+// places or reservations were given), and in debt by the kept ones and through the latest of them.
+// Their times do not move (their objects are queued for them): were running in debt by their count
+// only, the reservations given after the rebuild would take the times of those dropped before
+// them, and the checks at those times would run at twice the limit.
 func reservedThrough(limit rate.Limit, burst, kept int, latest, now time.Time) *rate.Limiter {
 	debt := max(kept, int(math.Ceil(float64(limit)*latest.Sub(now).Seconds())))
-	running := rate.NewLimiter(limit, max(burst, debt))
-	running.ReserveN(now, running.Burst())
+	lim := rate.NewLimiter(limit, max(burst, debt))
+	lim.ReserveN(now, lim.Burst())
 	if debt > 0 {
-		running.ReserveN(now, debt)
+		lim.ReserveN(now, debt)
 	}
-	running.SetBurstAt(now, burst)
-	return running
+	lim.SetBurstAt(now, burst)
+	return lim
 }
 
 func maxTime(a, b time.Time) time.Time {
