@@ -259,3 +259,31 @@ func TestSecretChecksLimitFallsWithPlaces(t *testing.T) {
 		}
 	}
 }
+
+// TestSecretChecksEdgeIntervals: one object, or a few, checked every millisecond, 100 ms or 10,000
+// hours, with the workers reaching each at its time: every check runs at its due time.
+func TestSecretChecksEdgeIntervals(t *testing.T) {
+	for _, interval := range []time.Duration{time.Millisecond, 100 * time.Millisecond, 10000 * time.Hour} {
+		for _, n := range []int{1, 3} {
+			t.Run(fmt.Sprintf("%v/%d", interval, n), func(t *testing.T) {
+				var c secretChecks
+				all := uids(n)
+				last := make([]time.Time, n)
+				for i := range last {
+					last[i] = epoch.Add(-interval + time.Duration(i)*interval/time.Duration(n))
+				}
+				var w *busyWorkers
+				w = newBusyWorkers(&c, interval, all, last, func(now time.Time) time.Time {
+					return w.queued[0].at // the next check queued, on time
+				})
+				w.run(epoch, epoch.Add(20*interval))
+				if w.maxLate > 0 || w.maxAttempts > 0 {
+					t.Errorf("a check ran %v late, after %d reconciles", w.maxLate, w.maxAttempts)
+				}
+				if len(w.ran) < 19*n {
+					t.Errorf("%d checks ran in 20 intervals, want at least %d", len(w.ran), 19*n)
+				}
+			})
+		}
+	}
+}
