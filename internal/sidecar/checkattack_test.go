@@ -273,7 +273,7 @@ func TestSecretChecksEdgeIntervals(t *testing.T) {
 					last[i] = epoch.Add(-interval + time.Duration(i)*interval/time.Duration(n))
 				}
 				var w *busyWorkers
-				w = newBusyWorkers(&c, interval, all, last, func(now time.Time) time.Time {
+				w = newBusyWorkers(&c, interval, all, last, func(time.Time) time.Time {
 					return w.queued[0].at // the next check queued, on time
 				})
 				w.run(epoch, epoch.Add(20*interval))
