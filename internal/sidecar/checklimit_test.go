@@ -30,6 +30,9 @@ type busyWorkers struct {
 	reached     map[time.Time]int
 	maxAttempts int
 	maxLate     time.Duration
+	// clock, when set, is the time a reconcile at now reads (a stale reading: dueAt's calls do not
+	// come in the order of their times).
+	clock func(now time.Time) time.Time
 }
 
 type queuedCheck struct {
@@ -76,7 +79,11 @@ func (w *busyWorkers) run(start, end time.Time) {
 	for now := start; now.Before(end); now = w.next(now) {
 		for w.queued.Len() > 0 && !w.queued[0].at.After(now) {
 			uid := heap.Pop(&w.queued).(queuedCheck).uid
-			wait := w.c.dueAt(uid, w.interval, now)
+			read := now
+			if w.clock != nil {
+				read = w.clock(now)
+			}
+			wait := w.c.dueAt(uid, w.interval, read)
 			w.calls++
 			if wait > 0 {
 				if !now.Before(w.due[uid]) {

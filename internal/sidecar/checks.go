@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"math"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -83,6 +84,10 @@ type secretChecks struct {
 	// accesses a tenant created and deleted together do not delay the others' (with the rate
 	// fallen with them, their places would take longer than interval/checkRateFactor to pass).
 	dropped, droppedReserved int
+	// latest is the latest time dueAt was asked at; an earlier one is taken as it. placedUntil and
+	// reservedUntil are the latest place and reservation of running given (dropped ones too, until
+	// a rebuild).
+	latest, placedUntil, reservedUntil time.Time
 	// decisions counts dueAt's answers, by decision; counters, when set (countDecisions), count
 	// them too, as cosi_sidecar_scheduled_check_decisions_total.
 	decisions [checkDecisions]int
@@ -157,6 +162,12 @@ func (c *secretChecks) dueAt(uid types.UID, interval time.Duration, now time.Tim
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.init()
+	// The limiters take the times in order: a time earlier than the last (a worker read the clock,
+	// then waited for the lock) would give them back the time between, as tokens.
+	if now.Before(c.latest) {
+		now = c.latest
+	}
+	c.latest = now
 	wait, decision := c.decide(uid, interval, now)
 	c.decisions[decision]++
 	if c.counters[decision] != nil {
@@ -188,6 +199,7 @@ func (c *secretChecks) decide(uid types.UID, interval time.Duration, now time.Ti
 	if !ok {
 		if wait := c.places.ReserveN(now, 1).DelayFrom(now); wait > 0 {
 			c.slots[uid] = checkSlot{at: now.Add(wait)}
+			c.placedUntil = maxTime(c.placedUntil, now.Add(wait))
 			return wait, checkPlaced
 		}
 	}
@@ -198,6 +210,7 @@ func (c *secretChecks) decide(uid types.UID, interval time.Duration, now time.Ti
 		return 0, checkRan
 	}
 	c.slots[uid] = checkSlot{at: now.Add(wait), reserved: true}
+	c.reservedUntil = maxTime(c.reservedUntil, now.Add(wait))
 	return wait, checkRefused
 }
 
@@ -217,26 +230,67 @@ func (c *secretChecks) setLimit(interval time.Duration, now time.Time) {
 		c.places.SetBurstAt(now, burst)
 		c.running.SetLimitAt(now, limit)
 		c.running.SetBurstAt(now, runningBurst)
+		// The limiters' debts are counted in tokens, their places and reservations in times: at a
+		// higher limit a debt would be paid before they pass, and the checks placed or refused next
+		// would run beside them; at a lower one long after, and they would wait for nothing (longer
+		// than interval/checkRateFactor). Each debt ends at the latest place or reservation.
+		if c.placedUntil.After(now) {
+			c.places = reservedThrough(limit, burst, 0, c.placedUntil, now)
+		}
+		if c.reservedUntil.After(now) {
+			c.running = reservedThrough(limit, runningBurst, 0, c.reservedUntil, now)
+		}
 	}
 	if c.dropped > burst && c.dropped > len(c.slots)/2 {
 		c.places = rate.NewLimiter(limit, burst)
-		if c.droppedReserved > 0 {
-			// It starts empty (it was in debt when the reservations were taken), in debt then by
-			// the reservations kept only.
-			c.running = rate.NewLimiter(limit, runningBurst)
-			c.running.ReserveN(now, runningBurst)
-		}
+		kept, latest := 0, now
 		for _, slot := range c.slots {
 			switch {
 			case !slot.at.After(now):
 			case !slot.reserved:
 				c.places.ReserveN(now, 1)
-			case c.droppedReserved > 0:
-				c.running.ReserveN(now, 1)
+			default:
+				kept++
+				if slot.at.After(latest) {
+					latest = slot.at
+				}
 			}
+		}
+		// The places kept are counted from now: those placed next may pass beside them, and running
+		// then refuses them.
+		c.placedUntil = now
+		if tokens := c.places.TokensAt(now); tokens < 0 {
+			c.placedUntil = now.Add(time.Duration(-tokens / float64(limit) * float64(time.Second)))
+		}
+		if c.droppedReserved > 0 {
+			c.running = reservedThrough(limit, runningBurst, kept, latest, now)
+			c.reservedUntil = latest
 		}
 		c.dropped, c.droppedReserved = 0, 0
 	}
+}
+
+// reservedThrough is a limiter (running, or places) rebuilt at now: empty (it was in debt when the
+// places or reservations were given), and in debt by the kept ones and through the latest of them.
+// Their times do not move (their objects are queued for them): were running in debt by their count
+// only, the reservations given after the rebuild would take the times of those dropped before
+// them, and the checks at those times would run at twice the limit.
+func reservedThrough(limit rate.Limit, burst, kept int, latest, now time.Time) *rate.Limiter {
+	debt := max(kept, int(math.Ceil(float64(limit)*latest.Sub(now).Seconds())))
+	lim := rate.NewLimiter(limit, max(burst, debt))
+	lim.ReserveN(now, lim.Burst())
+	if debt > 0 {
+		lim.ReserveN(now, debt)
+	}
+	lim.SetBurstAt(now, burst)
+	return lim
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // done records that the object was checked (or its Secrets written) now.
