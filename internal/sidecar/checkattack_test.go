@@ -40,17 +40,9 @@ func TestSecretChecksRebuildKeepsReservations(t *testing.T) {
 		at  time.Time
 	}
 	var refused []reservation
-	for _, uid := range mine {
-		if _, ok := c.slots[uid]; !ok {
-			continue
-		}
-		wait := c.dueAt(uid, interval, resumed)
-		if wait <= 0 {
-			c.doneAt(uid, resumed)
-			continue
-		}
-		refused = append(refused, reservation{uid, resumed.Add(wait)})
-	}
+	resume(&c, mine, interval, resumed, func(uid types.UID, at time.Time) {
+		refused = append(refused, reservation{uid, at})
+	})
 	// Grants check the earliest 700 refused before their time.
 	const granted = 700
 	if len(refused) < granted+100 {
@@ -144,18 +136,10 @@ func TestSecretChecksLimitRaisedInDebt(t *testing.T) {
 	}
 	w := &busyWorkers{c: &c, interval: interval, next: every(tick), due: map[types.UID]time.Time{},
 		attempts: map[types.UID]int{}, reached: map[time.Time]int{}}
-	for _, uid := range mine {
-		if _, ok := c.slots[uid]; !ok {
-			continue
-		}
-		wait := c.dueAt(uid, interval, resumed)
-		if wait <= 0 {
-			c.doneAt(uid, resumed)
-			continue
-		}
+	resume(&c, mine, interval, resumed, func(uid types.UID, at time.Time) {
 		w.due[uid] = epoch
-		w.queue(uid, resumed.Add(wait))
-	}
+		w.queue(uid, at)
+	})
 	for _, uid := range fresh { // provisioned: checked an interval from now
 		c.doneAt(uid, resumed)
 	}
@@ -285,5 +269,23 @@ func TestSecretChecksEdgeIntervals(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// resume asks at resumed for the checks of uids that hold a place: those given a token run (done
+// at resumed), and refused gets each refused one with the time of its reservation.
+func resume(c *secretChecks, uids []types.UID, interval time.Duration, resumed time.Time,
+	refused func(uid types.UID, at time.Time),
+) {
+	for _, uid := range uids {
+		if _, ok := c.slots[uid]; !ok {
+			continue
+		}
+		wait := c.dueAt(uid, interval, resumed)
+		if wait <= 0 {
+			c.doneAt(uid, resumed)
+			continue
+		}
+		refused(uid, resumed.Add(wait))
 	}
 }

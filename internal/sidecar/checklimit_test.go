@@ -261,17 +261,7 @@ func TestSecretChecksHeldUpTwice(t *testing.T) {
 func TestSecretChecksDeletedRefused(t *testing.T) {
 	const interval = time.Minute
 	var c secretChecks
-	all := uids(610)
-	mine, others := all[:600], all[600:]
-	for _, uid := range mine {
-		c.doneAt(uid, epoch.Add(-interval))
-	}
-	for _, uid := range others {
-		c.doneAt(uid, epoch.Add(40*time.Second-interval))
-	}
-	for _, uid := range mine {
-		c.dueAt(uid, interval, epoch)
-	}
+	mine, others := dueTogether(&c, interval, 40*time.Second)
 	// Held up until every place passed: all but running's burst are refused.
 	resumed := epoch.Add(35 * time.Second)
 	refused := 0

@@ -74,17 +74,7 @@ func TestSecretChecksNameReused(t *testing.T) {
 func TestSecretChecksDeletedBacklog(t *testing.T) {
 	const interval = time.Minute
 	var c secretChecks
-	all := uids(610)
-	mine, others := all[:600], all[600:]
-	for _, uid := range mine {
-		c.doneAt(uid, epoch.Add(-interval))
-	}
-	for _, uid := range others {
-		c.doneAt(uid, epoch.Add(2*time.Second-interval))
-	}
-	for _, uid := range mine {
-		c.dueAt(uid, interval, epoch)
-	}
+	mine, others := dueTogether(&c, interval, 2*time.Second)
 	for _, uid := range mine {
 		c.forget(uid)
 	}
@@ -93,4 +83,21 @@ func TestSecretChecksDeletedBacklog(t *testing.T) {
 			t.Errorf("%s, due now, runs in %v, want at most %v", uid, wait, interval/checkRateFactor)
 		}
 	}
+}
+
+// dueTogether makes one tenant's 600 accesses fall due together at epoch, where each takes its
+// place, and 10 other accesses fall due othersLater.
+func dueTogether(c *secretChecks, interval, othersLater time.Duration) (mine, others []types.UID) {
+	all := uids(610)
+	mine, others = all[:600], all[600:]
+	for _, uid := range mine {
+		c.doneAt(uid, epoch.Add(-interval))
+	}
+	for _, uid := range others {
+		c.doneAt(uid, epoch.Add(othersLater-interval))
+	}
+	for _, uid := range mine {
+		c.dueAt(uid, interval, epoch)
+	}
+	return mine, others
 }
