@@ -114,6 +114,13 @@ func BenchmarkCacheMemory(b *testing.B) {
 	sidecarCache := func(ctx context.Context, c cache.Cache) error {
 		return index.Register(ctx, c, sidecar.GrantsByBucket, index.AccessesByBucket)
 	}
+	noIndex := func(context.Context, cache.Cache) error { return nil }
+	accessIndex := func(ctx context.Context, c cache.Cache) error {
+		return index.Register(ctx, c, index.AccessesByBucket)
+	}
+	grantIndex := func(ctx context.Context, c cache.Cache) error {
+		return index.Register(ctx, c, sidecar.GrantsByBucket)
+	}
 	for _, tc := range []struct {
 		name      string
 		transform func() cache.Options
@@ -126,6 +133,10 @@ func BenchmarkCacheMemory(b *testing.B) {
 		{"cosi", share, oneForm, all},
 		{"controller", controller.CacheOptions, controllerCache, all[:3]},
 		{"sidecar", share, sidecarCache, all[1:]},
+		// The sidecar's kinds one at a time, with the indexes on that kind.
+		{"sidecar-buckets", share, noIndex, all[1:2]},
+		{"sidecar-accesses", share, accessIndex, all[2:3]},
+		{"sidecar-grants", share, grantIndex, all[3:]},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			var total float64
