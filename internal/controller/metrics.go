@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"errors"
 	"sync"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/conditions"
+	"github.com/kube-cosi/cosi/internal/metricreg"
 	"github.com/kube-cosi/cosi/pkg/driver"
 )
 
@@ -53,14 +53,8 @@ func newMetrics() *metrics {
 				Help: "End-to-end COSI operations, by driver, kind, operation and outcome.",
 			}, []string{"driver_name", "resource_kind", "operation", "status"}),
 		}
-		for _, c := range []prometheus.Collector{m.duration, m.count} {
-			if err := ctrlmetrics.Registry.Register(c); err != nil {
-				var already prometheus.AlreadyRegisteredError
-				if !errors.As(err, &already) {
-					panic(err)
-				}
-			}
-		}
+		m.duration = metricreg.Register(ctrlmetrics.Registry, m.duration)
+		m.count = metricreg.Register(ctrlmetrics.Registry, m.count)
 		sharedMetrics = m
 	})
 	return sharedMetrics

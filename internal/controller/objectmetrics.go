@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +12,7 @@ import (
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/conditions"
+	"github.com/kube-cosi/cosi/internal/metricreg"
 )
 
 // objectsListTimeout bounds the cache reads of one scrape.
@@ -49,13 +49,7 @@ var (
 // process, reading from reader (the last manager set up, in tests that run several).
 func registerObjectMetrics(reader client.Reader) {
 	objectsOnce.Do(func() {
-		sharedCollectors = &objectCollector{}
-		if err := ctrlmetrics.Registry.Register(sharedCollectors); err != nil {
-			var already prometheus.AlreadyRegisteredError
-			if !errors.As(err, &already) {
-				panic(err)
-			}
-		}
+		sharedCollectors = metricreg.Register(ctrlmetrics.Registry, &objectCollector{})
 	})
 	sharedCollectors.reader.Store(&reader)
 }

@@ -1,11 +1,12 @@
 package sidecar
 
 import (
-	"errors"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/kube-cosi/cosi/internal/metricreg"
 )
 
 // Results of a Secret check (cosi_sidecar_secret_checks_total's result label).
@@ -39,12 +40,7 @@ func secretCheckMetric(driverName string) *prometheus.CounterVec {
 			Help: "Periodic checks of the Secrets of provisioned BucketAccesses, by driver and result: Intact, " +
 				"Rewritten (a Secret was missing, foreign or incomplete and was written again) or Failed.",
 		}, []string{"driver_name", "result"})
-		if err := ctrlmetrics.Registry.Register(secretCheckCounter); err != nil {
-			var already prometheus.AlreadyRegisteredError
-			if !errors.As(err, &already) {
-				panic(err)
-			}
-		}
+		secretCheckCounter = metricreg.Register(ctrlmetrics.Registry, secretCheckCounter)
 	})
 	for _, r := range []string{secretCheckIntact, secretCheckRewritten, secretCheckFailed} {
 		secretCheckCounter.WithLabelValues(driverName, r)
@@ -62,15 +58,11 @@ func scheduledCheckMetric() *prometheus.CounterVec {
 			Name: "cosi_sidecar_scheduled_check_decisions_total",
 			Help: "Reconciles of provisioned objects that asked whether their scheduled check (Secrets of a " +
 				"BucketAccess, information of a Bucket) runs, by driver, check and decision: NotDue (checked " +
-				"less than an interval ago), Placed (due, it took a place in the rate limit), Kept (woken " +
-				"before its place), Ran, Refused (its place passed with others; it runs at its reservation).",
+				"less than an interval ago; each Ran is followed by one, for the next check), Placed (due, it " +
+				"took a place in the rate limit), Kept (woken before its place), Ran, Refused (its place " +
+				"passed with others; it runs at its reservation).",
 		}, []string{"driver_name", "check", "decision"})
-		if err := ctrlmetrics.Registry.Register(scheduledCheckCounter); err != nil {
-			var already prometheus.AlreadyRegisteredError
-			if !errors.As(err, &already) {
-				panic(err)
-			}
-		}
+		scheduledCheckCounter = metricreg.Register(ctrlmetrics.Registry, scheduledCheckCounter)
 	})
 	return scheduledCheckCounter
 }
