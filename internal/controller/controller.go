@@ -19,6 +19,7 @@ import (
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/cachemem"
 	"github.com/kube-cosi/cosi/internal/index"
+	"github.com/kube-cosi/cosi/internal/jsonwatch"
 	"github.com/kube-cosi/cosi/internal/requeue"
 	"github.com/kube-cosi/cosi/internal/scheme"
 	"github.com/kube-cosi/cosi/internal/serving"
@@ -77,10 +78,15 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 
 // newManager returns the controller's manager, before Setup.
 func newManager(cfg *rest.Config, opts Options, log logr.Logger) (ctrl.Manager, error) {
+	cacheOpts := CacheOptions()
+	// COSI's kinds decoded in one pass (internal/jsonwatch).
+	if err := jsonwatch.Use(cfg, &cacheOpts); err != nil {
+		return nil, err
+	}
 	return ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme.New(),
 		Logger:                        log,
-		Cache:                         CacheOptions(),
+		Cache:                         cacheOpts,
 		Metrics:                       serving.Metrics(opts.MetricsAddress, opts.MetricsSecure),
 		HealthProbeBindAddress:        serving.Health(opts.HealthAddress),
 		PprofBindAddress:              opts.PprofAddress,

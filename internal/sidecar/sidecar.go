@@ -26,6 +26,7 @@ import (
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/cachemem"
 	"github.com/kube-cosi/cosi/internal/index"
+	"github.com/kube-cosi/cosi/internal/jsonwatch"
 	"github.com/kube-cosi/cosi/internal/requeue"
 	"github.com/kube-cosi/cosi/internal/scheme"
 	"github.com/kube-cosi/cosi/internal/serving"
@@ -130,19 +131,23 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 func newManager(
 	cfg *rest.Config, opts Options, info *cosiproto.DriverGetInfoResponse, store grantStore, log logr.Logger,
 ) (ctrl.Manager, error) {
+	// No object's managedFields in the cache, and the strings objects repeat shared
+	// (internal/cachemem). No Secret is cached: the sidecar may not read Secrets. Of ConfigMaps,
+	// only the driver's grant records. COSI's kinds decoded in one pass (internal/jsonwatch).
+	cacheOpts := cache.Options{
+		DefaultTransform: cachemem.Transform(),
+		ByObject: map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {
+			Namespaces: map[string]cache.Config{store.namespace: {}},
+			Label:      labels.SelectorFromSet(labels.Set{cosiapi.LabelGrantDriver: store.driver}),
+		}},
+	}
+	if err := jsonwatch.Use(cfg, &cacheOpts); err != nil {
+		return nil, err
+	}
 	return ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: scheme.New(),
-		Logger: log,
-		// No object's managedFields in the cache, and the strings objects repeat shared
-		// (internal/cachemem). No Secret is cached: the sidecar may not read Secrets. Of
-		// ConfigMaps, only the driver's grant records.
-		Cache: cache.Options{
-			DefaultTransform: cachemem.Transform(),
-			ByObject: map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {
-				Namespaces: map[string]cache.Config{store.namespace: {}},
-				Label:      labels.SelectorFromSet(labels.Set{cosiapi.LabelGrantDriver: store.driver}),
-			}},
-		},
+		Scheme:                        scheme.New(),
+		Logger:                        log,
+		Cache:                         cacheOpts,
 		GracefulShutdownTimeout:       ptr.To(shutdownTimeout),
 		Metrics:                       serving.Metrics(opts.MetricsAddress, opts.MetricsSecure),
 		HealthProbeBindAddress:        serving.Health(opts.HealthAddress),

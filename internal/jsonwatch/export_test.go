@@ -1,0 +1,18 @@
+package jsonwatch
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+)
+
+// ListWatchFor is the ListWatch NewInformer gives the informers of obj's kind.
+func ListWatchFor(cfg *rest.Config, obj runtime.Object) (*toolscache.ListWatch, error) {
+	rc, err := newRESTClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return kinds[fmt.Sprintf("%T", obj)].listWatch(rc), nil
+}
