@@ -4,7 +4,9 @@ import (
 	"context"
 	"runtime"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -15,6 +17,7 @@ import (
 	"github.com/kube-cosi/cosi/internal/cachemem"
 	"github.com/kube-cosi/cosi/internal/controller"
 	"github.com/kube-cosi/cosi/internal/index"
+	"github.com/kube-cosi/cosi/internal/jsonwatch"
 	"github.com/kube-cosi/cosi/internal/sidecar"
 	"github.com/kube-cosi/cosi/internal/testenv"
 )
@@ -146,6 +149,49 @@ func BenchmarkCacheMemory(b *testing.B) {
 			b.ReportMetric(total/float64(b.N)/memorySets, "B/set")
 		})
 	}
+}
+
+// BenchmarkCacheSyncCPU measures the CPU this process spends (user and system, getrusage) per
+// object set for a cache of the controller's kinds to hold every object set, as after a restart:
+// with controller-runtime's informers (client-go's decoding) and with jsonwatch's. The API server's
+// CPU, another process, is not counted.
+//
+//	go test -run '^$' -bench CacheSyncCPU -benchtime 5x ./internal/cachemem
+func BenchmarkCacheSyncCPU(b *testing.B) {
+	if err := createSets(); err != nil {
+		b.Fatal(err)
+	}
+	lists := []client.ObjectList{&cosiapi.BucketClaimList{}, &cosiapi.BucketList{}, &cosiapi.BucketAccessList{}}
+	register := func(context.Context, cache.Cache) error { return nil }
+	for _, tc := range []struct {
+		name      string
+		jsonwatch bool
+	}{{"client-go", false}, {"jsonwatch", true}} {
+		b.Run(tc.name, func(b *testing.B) {
+			var cpu time.Duration
+			for b.Loop() {
+				opts := controller.CacheOptions()
+				if tc.jsonwatch {
+					if err := jsonwatch.Use(env.Config, &opts); err != nil {
+						b.Fatal(err)
+					}
+				}
+				before := processCPU(b)
+				cachedBytes(b, opts, register, lists)
+				cpu += processCPU(b) - before
+			}
+			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N)/memorySets, "CPU-µs/set")
+		})
+	}
+}
+
+// processCPU is the CPU time this process used so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // cachedBytes starts a cache of the lists' kinds, waits until it holds every object, and returns
