@@ -186,3 +186,18 @@ func (r *repeat) Read(p []byte) (int, error) {
 	r.off = (r.off + n) % len(r.line)
 	return n, nil
 }
+
+// A watch from a resource version the API server does not have yet ends with the Status
+// (504 Timeout, cause ResourceVersionTooLarge, retryAfterSeconds) the reflector recognizes
+// (isTooLargeResourceVersionError): the same as client-go's.
+func TestTooLargeResourceVersionAsClientGo(t *testing.T) {
+	ev := `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",` +
+		`"message":"Timeout: Too large resource version: 9, current: 5","reason":"Timeout","details":` +
+		`{"causes":[{"reason":"ResourceVersionTooLarge","message":"Too large resource version"}],` +
+		`"retryAfterSeconds":1},"code":504}}` + "\n"
+	typ, got, err := newDecoder[cosiapi.Bucket](stream(ev)).Decode()
+	wantType, want, wantErr := clientGoDecoder(t, stream(ev)).Decode()
+	if err != nil || wantErr != nil || typ != wantType || !equal(got, want) {
+		t.Fatalf("%s %#v %v, client-go %s %#v %v", typ, got, err, wantType, want, wantErr)
+	}
+}
