@@ -1,7 +1,7 @@
 package jsonwatch
 
 import (
-	"fmt"
+	"reflect"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -14,5 +14,5 @@ func ListWatchFor(cfg *rest.Config, obj runtime.Object) (*toolscache.ListWatch, 
 	if err != nil {
 		return nil, err
 	}
-	return kinds[fmt.Sprintf("%T", obj)].listWatch(rc), nil
+	return kinds[reflect.TypeOf(obj)].listWatch(rc), nil
 }

@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"sync"
 	"time"
 
@@ -41,6 +42,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	kjson "sigs.k8s.io/json"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
@@ -49,38 +51,41 @@ import (
 
 // kind is one resource this package lists and watches.
 type kind struct {
+	name     string
 	resource string
 	newList  func() client.ObjectList
 	decoder  func(io.ReadCloser) watch.Decoder
 }
 
-// kinds are COSI's namespaced and cluster-scoped custom resources, by their Go type.
-var kinds = map[string]kind{
-	fmt.Sprintf("%T", &cosiapi.BucketClaim{}): {
-		"bucketclaims", func() client.ObjectList { return &cosiapi.BucketClaimList{} },
+// kinds are COSI's namespaced and cluster-scoped custom resources, by their Go type (not its
+// printed name, which another package's type of the same name would share).
+var kinds = map[reflect.Type]kind{
+	reflect.TypeFor[*cosiapi.BucketClaim](): {
+		"BucketClaim", "bucketclaims", func() client.ObjectList { return &cosiapi.BucketClaimList{} },
 		newDecoder[cosiapi.BucketClaim],
 	},
-	fmt.Sprintf("%T", &cosiapi.Bucket{}): {
-		"buckets", func() client.ObjectList { return &cosiapi.BucketList{} }, newDecoder[cosiapi.Bucket],
+	reflect.TypeFor[*cosiapi.Bucket](): {
+		"Bucket", "buckets", func() client.ObjectList { return &cosiapi.BucketList{} }, newDecoder[cosiapi.Bucket],
 	},
-	fmt.Sprintf("%T", &cosiapi.BucketAccess{}): {
-		"bucketaccesses", func() client.ObjectList { return &cosiapi.BucketAccessList{} },
+	reflect.TypeFor[*cosiapi.BucketAccess](): {
+		"BucketAccess", "bucketaccesses", func() client.ObjectList { return &cosiapi.BucketAccessList{} },
 		newDecoder[cosiapi.BucketAccess],
 	},
-	fmt.Sprintf("%T", &cosiapi.BucketClass{}): {
-		"bucketclasses", func() client.ObjectList { return &cosiapi.BucketClassList{} },
+	reflect.TypeFor[*cosiapi.BucketClass](): {
+		"BucketClass", "bucketclasses", func() client.ObjectList { return &cosiapi.BucketClassList{} },
 		newDecoder[cosiapi.BucketClass],
 	},
-	fmt.Sprintf("%T", &cosiapi.BucketAccessClass{}): {
-		"bucketaccessclasses", func() client.ObjectList { return &cosiapi.BucketAccessClassList{} },
-		newDecoder[cosiapi.BucketAccessClass],
+	reflect.TypeFor[*cosiapi.BucketAccessClass](): {
+		"BucketAccessClass", "bucketaccessclasses",
+		func() client.ObjectList { return &cosiapi.BucketAccessClassList{} }, newDecoder[cosiapi.BucketAccessClass],
 	},
 }
 
 // Use sets opts.NewInformer so that the cache's informers of COSI's kinds list and watch with this
 // package's decoding; except the kinds opts selects (by namespace, label or field: DefaultNamespaces,
-// DefaultLabelSelector, DefaultFieldSelector, or their ByObject entries), whose ListerWatcher
-// controller-runtime builds with the selection, and which keep it. opts.NewInformer must be unset.
+// DefaultLabelSelector, DefaultFieldSelector, or their ByObject entries, whether keyed by a typed,
+// unstructured or metadata-only object), whose ListerWatcher controller-runtime builds with the
+// selection, and which keep it. opts.NewInformer must be unset.
 func Use(cfg *rest.Config, opts *cache.Options) error {
 	if opts.NewInformer != nil {
 		return errors.New("jsonwatch: the cache options have an informer constructor already")
@@ -88,10 +93,16 @@ func Use(cfg *rest.Config, opts *cache.Options) error {
 	if len(opts.DefaultNamespaces) > 0 || opts.DefaultLabelSelector != nil || opts.DefaultFieldSelector != nil {
 		return nil // every kind is selected
 	}
-	skip := map[string]bool{}
+	// controller-runtime keeps a cache per kind for the ByObject entries (delegatingByGVKCache): an
+	// entry selects its kind's every informer, typed, unstructured or metadata-only, whatever the
+	// type of its key.
+	s := scheme.New()
+	skip := map[schema.GroupKind]bool{}
 	for obj, by := range opts.ByObject {
 		if len(by.Namespaces) > 0 || by.Label != nil || by.Field != nil {
-			skip[fmt.Sprintf("%T", obj)] = true
+			if gvk, err := apiutil.GVKForObject(obj, s); err == nil {
+				skip[gvk.GroupKind()] = true
+			}
 		}
 	}
 	rc, err := newRESTClient(cfg)
@@ -101,8 +112,7 @@ func Use(cfg *rest.Config, opts *cache.Options) error {
 	opts.NewInformer = func(
 		lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers,
 	) toolscache.SharedIndexInformer {
-		name := fmt.Sprintf("%T", obj)
-		if k, ok := kinds[name]; ok && !skip[name] {
+		if k, ok := kinds[reflect.TypeOf(obj)]; ok && !skip[cosiapi.SchemeGroupVersion.WithKind(k.name).GroupKind()] {
 			lw = k.listWatch(rc)
 		}
 		return toolscache.NewSharedIndexInformer(lw, obj, resync, indexers)
