@@ -35,6 +35,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -160,14 +161,33 @@ func (k kind) listWatch(rc rest.Interface) *toolscache.ListWatch {
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			opts.Watch = true
-			body, err := rc.Get().Resource(k.resource).VersionedParams(&opts, metav1.ParameterCodec).Stream(ctx)
-			if err != nil {
-				return nil, err
+			for attempt := 0; ; attempt++ {
+				req := rc.Get().Resource(k.resource).VersionedParams(&opts, metav1.ParameterCodec)
+				body, err := req.Stream(ctx)
+				switch {
+				case err == nil:
+					return watch.NewStreamWatcherWithLogger(klog.FromContext(ctx), k.decoder(body), reporter{}), nil
+				case !utilnet.IsProbableEOF(err) && !utilnet.IsTimeout(err):
+					return nil, err
+				case attempt == watchRetries:
+					return watch.NewEmptyWatch(), nil
+				}
+				select {
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-time.After(time.Second):
+				}
 			}
-			return watch.NewStreamWatcherWithLogger(klog.FromContext(ctx), k.decoder(body), reporter{}), nil
 		},
 	}
 }
+
+// watchRetries is how often a watch whose connection ended before its response (a probable EOF,
+// or a timeout) is sent again, a second apart, as client-go's Request.Watch does (rest.Request's
+// Stream does not): a connection the API server or a proxy closed does not end the watch with an
+// error, on which the reflector would list (stream) every object again. After them an empty
+// watch, as client-go's.
+const watchRetries = 10
 
 // reporter turns a decoding error into the ERROR event that ends the watch, as client-go's does.
 type reporter struct{}
