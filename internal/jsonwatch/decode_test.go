@@ -201,3 +201,22 @@ func TestTooLargeResourceVersionAsClientGo(t *testing.T) {
 		t.Fatalf("%s %#v %v, client-go %s %#v %v", typ, got, err, wantType, want, wantErr)
 	}
 }
+
+// An ERROR event decodes to client-go's Status for every kind, whether or not its object would
+// decode as one of the kind (a BucketClass has no status, a Bucket's status is not a string).
+func TestErrorEventOfEveryKindAsClientGo(t *testing.T) {
+	ev := `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{"resourceVersion":"7"},` +
+		`"status":"Failure","message":"too old resource version: 1 (5)","reason":"Expired","code":410}}` + "\n"
+	for name, d := range map[string]watch.Decoder{
+		"BucketClaim": newDecoder[cosiapi.BucketClaim](stream(ev)), "Bucket": newDecoder[cosiapi.Bucket](stream(ev)),
+		"BucketAccess":      newDecoder[cosiapi.BucketAccess](stream(ev)),
+		"BucketClass":       newDecoder[cosiapi.BucketClass](stream(ev)),
+		"BucketAccessClass": newDecoder[cosiapi.BucketAccessClass](stream(ev)),
+	} {
+		typ, got, err := d.Decode()
+		wantType, want, wantErr := clientGoDecoder(t, stream(ev)).Decode()
+		if err != nil || wantErr != nil || typ != wantType || !equal(got, want) {
+			t.Errorf("%s: %s %#v %v, client-go %s %#v %v", name, typ, got, err, wantType, want, wantErr)
+		}
+	}
+}
