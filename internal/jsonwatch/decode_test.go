@@ -127,6 +127,12 @@ func TestFraming(t *testing.T) {
 	if _, _, err := newDecoder[cosiapi.Bucket](stream("")).Decode(); !errors.Is(err, io.EOF) {
 		t.Fatalf("empty stream: %v, want EOF", err)
 	}
+	// An event longer than client-go's limit (16 MiB) is refused, not read to its end.
+	huge := `{"type":"ADDED","object":{"metadata":{"name":"b","annotations":{"a":"` + strings.Repeat("x", 17<<20)
+	if _, _, err := newDecoder[cosiapi.Bucket](stream(huge + `"}}}}` + "\n")).Decode(); err == nil ||
+		!strings.Contains(err.Error(), "longer than") {
+		t.Fatalf("an event of 17 MiB: %v, want refused", err)
+	}
 }
 
 // What is not one event per line, or not an event this decoder knows, is an error: the watch ends

@@ -10,9 +10,9 @@ import (
 
 // ListWatchFor is the ListWatch NewInformer gives the informers of obj's kind.
 func ListWatchFor(cfg *rest.Config, obj runtime.Object) (*toolscache.ListWatch, error) {
-	rc, err := newRESTClient(cfg)
+	lists, watches, err := newRESTClients(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return kinds[reflect.TypeOf(obj)].listWatch(rc), nil
+	return kinds[reflect.TypeOf(obj)].listWatch(lists, watches), nil
 }

@@ -91,8 +91,9 @@ func Use(cfg *rest.Config, opts *cache.Options) error {
 	if opts.NewInformer != nil {
 		return errors.New("jsonwatch: the cache options have an informer constructor already")
 	}
-	if len(opts.DefaultNamespaces) > 0 || opts.DefaultLabelSelector != nil || opts.DefaultFieldSelector != nil {
-		return nil // every kind is selected
+	if len(opts.DefaultNamespaces) > 0 || opts.DefaultLabelSelector != nil || opts.DefaultFieldSelector != nil ||
+		noBookmarks(opts.DefaultEnableWatchBookmarks) {
+		return nil // every kind is selected, or watched without bookmarks
 	}
 	// controller-runtime keeps a cache per kind for the ByObject entries (delegatingByGVKCache): an
 	// entry selects its kind's every informer, typed, unstructured or metadata-only, whatever the
@@ -100,13 +101,13 @@ func Use(cfg *rest.Config, opts *cache.Options) error {
 	s := scheme.New()
 	skip := map[schema.GroupKind]bool{}
 	for obj, by := range opts.ByObject {
-		if len(by.Namespaces) > 0 || by.Label != nil || by.Field != nil {
+		if len(by.Namespaces) > 0 || by.Label != nil || by.Field != nil || noBookmarks(by.EnableWatchBookmarks) {
 			if gvk, err := apiutil.GVKForObject(obj, s); err == nil {
 				skip[gvk.GroupKind()] = true
 			}
 		}
 	}
-	rc, err := newRESTClient(cfg)
+	lists, watches, err := newRESTClients(cfg)
 	if err != nil {
 		return err
 	}
@@ -114,15 +115,21 @@ func Use(cfg *rest.Config, opts *cache.Options) error {
 		lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers,
 	) toolscache.SharedIndexInformer {
 		if k, ok := kinds[reflect.TypeOf(obj)]; ok && !skip[cosiapi.SchemeGroupVersion.WithKind(k.name).GroupKind()] {
-			lw = k.listWatch(rc)
+			lw = k.listWatch(lists, watches)
 		}
 		return toolscache.NewSharedIndexInformer(lw, obj, resync, indexers)
 	}
 	return nil
 }
 
-// newRESTClient is the client of the lists and watches of COSI's kinds.
-func newRESTClient(cfg *rest.Config) (rest.Interface, error) {
+// noBookmarks says whether a cache option turns watch bookmarks off, which controller-runtime's
+// ListerWatcher applies and this package's would not.
+func noBookmarks(enable *bool) bool { return enable != nil && !*enable }
+
+// newRESTClients are the clients of the lists and the watches of COSI's kinds: the lists
+// throttled by the configuration's rate limit, as controller-runtime's are; the watches not, as
+// client-go never throttles a watch (rest.Request.Watch; Stream would).
+func newRESTClients(cfg *rest.Config) (lists, watches rest.Interface, err error) {
 	c := rest.CopyConfig(cfg)
 	c.GroupVersion = &cosiapi.SchemeGroupVersion
 	c.APIPath = "/apis"
@@ -130,25 +137,29 @@ func newRESTClient(cfg *rest.Config) (rest.Interface, error) {
 	c.AcceptContentTypes = runtime.ContentTypeJSON
 	// Errors (a Status) are decoded by client-go's machinery; only the objects are not.
 	c.NegotiatedSerializer = serializer.NewCodecFactory(scheme.New()).WithoutConversion()
-	// A list or a watch is made when an informer starts or watches again: as for
-	// controller-runtime's, which are never rate limited by client-side throttling of watches,
-	// nothing holds them back here either.
-	c.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
 	if c.UserAgent == "" {
 		c.UserAgent = rest.DefaultKubernetesUserAgent()
 	}
 	httpClient, err := rest.HTTPClientFor(c)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return rest.RESTClientForConfigAndClient(c, httpClient)
+	if lists, err = rest.RESTClientForConfigAndClient(c, httpClient); err != nil {
+		return nil, nil, err
+	}
+	w := rest.CopyConfig(c)
+	w.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
+	if watches, err = rest.RESTClientForConfigAndClient(w, httpClient); err != nil {
+		return nil, nil, err
+	}
+	return lists, watches, nil
 }
 
 // listWatch lists and watches the kind's objects cluster-wide.
-func (k kind) listWatch(rc rest.Interface) *toolscache.ListWatch {
+func (k kind) listWatch(lists, watches rest.Interface) *toolscache.ListWatch {
 	return &toolscache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			body, err := rc.Get().Resource(k.resource).VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Raw()
+			body, err := lists.Get().Resource(k.resource).VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Raw()
 			if err != nil {
 				return nil, err
 			}
@@ -162,7 +173,7 @@ func (k kind) listWatch(rc rest.Interface) *toolscache.ListWatch {
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			opts.Watch = true
 			for attempt := 0; ; attempt++ {
-				req := rc.Get().Resource(k.resource).VersionedParams(&opts, metav1.ParameterCodec)
+				req := watches.Get().Resource(k.resource).VersionedParams(&opts, metav1.ParameterCodec)
 				body, err := req.Stream(ctx)
 				switch {
 				case err == nil:
@@ -259,6 +270,10 @@ func (d *decoder[T, PT]) Decode() (watch.EventType, runtime.Object, error) {
 	return "", nil, fmt.Errorf("a watch event of type %q", ev.Type)
 }
 
+// maxEventBytes bounds an event, as client-go's streaming decoder does (16 MiB; an object in etcd
+// is at most 1.5 MiB).
+const maxEventBytes = 16 << 20
+
 // next returns the next event's bytes: a line, without its newline. At the end of the stream it
 // returns io.EOF (the watch ended) or io.ErrUnexpectedEOF (it ended within an event).
 func (d *decoder[T, PT]) next() ([]byte, error) {
@@ -271,6 +286,8 @@ func (d *decoder[T, PT]) next() ([]byte, error) {
 		case err == nil:
 			d.line = append(d.line, chunk[:len(chunk)-1]...)
 			return d.line, nil
+		case errors.Is(err, bufio.ErrBufferFull) && len(d.line)+len(chunk) > maxEventBytes:
+			return nil, fmt.Errorf("a watch event longer than %d bytes", maxEventBytes)
 		case errors.Is(err, bufio.ErrBufferFull):
 			d.line = append(d.line, chunk...)
 		case errors.Is(err, io.EOF) && len(d.line)+len(bytes.TrimSpace(chunk)) > 0:

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -226,9 +227,13 @@ func TestSelectedKindsKeepTheirSelection(t *testing.T) {
 	}
 
 	// Every kind selected: no informer of jsonwatch's; and one constructor only.
-	all := cache.Options{DefaultNamespaces: map[string]cache.Config{"same": {}}}
-	if err := jsonwatch.Use(env.Config, &all); err != nil || all.NewInformer != nil {
-		t.Errorf("with DefaultNamespaces: %v, constructor set %v", err, all.NewInformer != nil)
+	for name, all := range map[string]cache.Options{
+		"DefaultNamespaces":           {DefaultNamespaces: map[string]cache.Config{"same": {}}},
+		"DefaultEnableWatchBookmarks": {DefaultEnableWatchBookmarks: ptr.To(false)},
+	} {
+		if err := jsonwatch.Use(env.Config, &all); err != nil || all.NewInformer != nil {
+			t.Errorf("with %s: %v, constructor set %v", name, err, all.NewInformer != nil)
+		}
 	}
 	if err := jsonwatch.Use(env.Config, &opts); err == nil {
 		t.Error("a second constructor replaced the first")
