@@ -31,9 +31,14 @@ import (
 // typed informers too. Use must keep their selection.
 func TestSelectionKeyedByGVKKept(t *testing.T) {
 	ctx := context.Background()
+	in := unique("gvksel-in")
 	for _, l := range []string{"in", "out"} {
+		name := in
+		if l == "out" {
+			name = unique("gvksel-out")
+		}
 		b := &cosiapi.Bucket{
-			ObjectMeta: metav1.ObjectMeta{Name: "gvksel-" + l, Labels: map[string]string{"gvkshard": l}},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"gvkshard": l}},
 			Spec: cosiapi.BucketSpec{DriverName: "d.example.com", DeletionPolicy: cosiapi.DeletionPolicyRetain,
 				Protocols:      []cosiapi.Protocol{cosiapi.ProtocolS3},
 				BucketClaimRef: cosiapi.BucketClaimReference{Namespace: "same", Name: "claim-" + l}},
@@ -64,7 +69,7 @@ func TestSelectionKeyedByGVKKept(t *testing.T) {
 				if b.Labels["gvkshard"] != "in" {
 					t.Errorf("Bucket %s cached, not selected by the %s entry", b.Name, name)
 				}
-				found = found || b.Name == "gvksel-in"
+				found = found || b.Name == in
 			}
 			if !found {
 				t.Error("the selected Bucket is not cached")
@@ -78,7 +83,7 @@ func TestSelectionKeyedByGVKKept(t *testing.T) {
 func TestListDecodesAsClientGo(t *testing.T) {
 	ctx := context.Background()
 	if err := env.Client.Create(ctx, &cosiapi.Bucket{
-		ObjectMeta: metav1.ObjectMeta{Name: "listed", Labels: map[string]string{"a": "b"}},
+		ObjectMeta: metav1.ObjectMeta{Name: unique("listed"), Labels: map[string]string{"a": "b"}},
 		Spec: cosiapi.BucketSpec{DriverName: "d.example.com", DeletionPolicy: cosiapi.DeletionPolicyRetain,
 			Protocols:      []cosiapi.Protocol{cosiapi.ProtocolS3},
 			BucketClaimRef: cosiapi.BucketClaimReference{Namespace: "same", Name: "c"}},

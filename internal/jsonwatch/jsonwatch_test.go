@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,7 +68,7 @@ func newCache(t *testing.T, opts cache.Options) cache.Cache {
 // its start (the initial events of a watch list) and through creations, updates and deletions.
 func TestCachesWhatControllerRuntimeCaches(t *testing.T) {
 	ctx := context.Background()
-	ns := "same"
+	ns := unique("same")
 	if err := env.CreateNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +186,7 @@ func TestCachesWhatControllerRuntimeCaches(t *testing.T) {
 			return fmt.Errorf("claim-3 not updated")
 		}
 		var l cosiapi.BucketAccessList
-		if err := ours.List(ctx, &l); err != nil {
+		if err := ours.List(ctx, &l, client.InNamespace(ns)); err != nil {
 			return err
 		}
 		if len(l.Items) != 24 {
@@ -201,7 +202,7 @@ func TestSelectedKindsKeepTheirSelection(t *testing.T) {
 	ctx := context.Background()
 	for _, l := range []string{"in", "out"} {
 		b := &cosiapi.Bucket{
-			ObjectMeta: metav1.ObjectMeta{Name: "selected-" + l, Labels: map[string]string{"shard": l}},
+			ObjectMeta: metav1.ObjectMeta{Name: unique("selected-" + l), Labels: map[string]string{"shard": l}},
 			Spec: cosiapi.BucketSpec{DriverName: "d.example.com", DeletionPolicy: cosiapi.DeletionPolicyRetain,
 				Protocols:      []cosiapi.Protocol{cosiapi.ProtocolS3},
 				BucketClaimRef: cosiapi.BucketClaimReference{Namespace: "same", Name: "claim-" + l}},
@@ -272,6 +273,12 @@ func TestExpiredWatchIsGone(t *testing.T) {
 type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+var seq atomic.Int64
+
+// unique returns name with a suffix no other call of this process gives, so that the tests can
+// run again (-count) against the same API server.
+func unique(name string) string { return fmt.Sprintf("%s-%d", name, seq.Add(1)) }
 
 func eventually(t *testing.T, f func() error) {
 	t.Helper()
