@@ -68,6 +68,10 @@ func main() {
 		"GOMEMLIMIT (e.g. 400MiB) of controller and sidecar in one more restart at each scale size (empty: none)")
 	flag.DurationVar(&cfg.SecretCheckInterval, "secret-check-interval", 0,
 		"the sidecar's --secret-check-interval (0 leaves its default, 10m)")
+	flag.StringVar(&cfg.CompareBinDir, "restart-compare", "",
+		"directory with other builds of cosi-controller and cosi-sidecar: at each scale size, restarts alternated "+
+			"between those and -bin's, their catch-ups compared on the same objects (empty: none)")
+	flag.IntVar(&cfg.ComparePairs, "restart-compare-pairs", 2, "pairs of alternated restarts with -restart-compare")
 	flag.StringVar(&cfg.JSON, "json", "", "write the results as JSON to this file")
 	version.AddFlag(flag.CommandLine)
 	flag.Parse()

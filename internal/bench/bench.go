@@ -53,8 +53,14 @@ type Config struct {
 	// SecretCheckInterval is the sidecar's --secret-check-interval; zero leaves its default. A
 	// short one makes the scale phase's quiet period show how the Secret checks are spread.
 	SecretCheckInterval time.Duration
-	JSON                string
-	Log                 io.Writer
+	// CompareBinDir, when set, holds other builds of cosi-controller and cosi-sidecar: at each
+	// scale size, after the usual restart, controller and sidecar restart ComparePairs times with
+	// those, each followed by a restart with BinDir's, so that their catch-ups are measured on the
+	// same objects, alternated (figures that move with the machine's load are compared as ratios).
+	CompareBinDir string
+	ComparePairs  int
+	JSON          string
+	Log           io.Writer
 }
 
 // SizeResult is one throughput measurement with N claims and N accesses.

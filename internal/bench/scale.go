@@ -97,6 +97,9 @@ type ScaleResult struct {
 	RestartCPU map[string]float64 `json:"restartCPU"`
 	// LimitedRestart is a restart before that one with GOMEMLIMIT=Config.RestartMemoryLimit.
 	LimitedRestart *RestartFigures `json:"limitedRestart,omitempty"`
+	// Compared are the restarts after that one, alternated: Config.CompareBinDir's builds, then
+	// Config.BinDir's (RestartFigures.BinDir says which), Config.ComparePairs times.
+	Compared []RestartFigures `json:"compared,omitempty"`
 }
 
 // ScaleRun is the scale phase of one run: the RSS before any object, then each size.
@@ -319,13 +322,30 @@ func (s *system) scaleTo(ctx context.Context, ns string, from, n int, run ScaleR
 	s.profiles(ctx, n, "quiet", "heap?gc=1")
 	if s.cfg.RestartMemoryLimit != "" {
 		// First, so that the next size is provisioned by processes started as in a cluster.
-		f, _, _, err := s.restart(ctx, n, []string{"GOMEMLIMIT=" + s.cfg.RestartMemoryLimit})
+		f, _, _, err := s.restart(ctx, n, restartHow{env: []string{"GOMEMLIMIT=" + s.cfg.RestartMemoryLimit}})
 		if err != nil {
 			return r, fmt.Errorf("restart with GOMEMLIMIT=%s: %w", s.cfg.RestartMemoryLimit, err)
 		}
 		r.LimitedRestart = &f
 	}
-	return r, s.restartToCaughtUp(ctx, &r)
+	if err := s.restartToCaughtUp(ctx, &r); err != nil {
+		return r, err
+	}
+	if s.cfg.CompareBinDir == "" {
+		return r, nil
+	}
+	// Last, so that the next size is provisioned by BinDir's builds.
+	for range s.cfg.ComparePairs {
+		for _, dir := range []string{s.cfg.CompareBinDir, s.cfg.BinDir} {
+			s.cfg.logf("scale: N=%d: restart with %s's controller and sidecar", n, dir)
+			f, _, _, err := s.restart(ctx, n, restartHow{binDir: dir})
+			if err != nil {
+				return r, fmt.Errorf("restart with %s's controller and sidecar: %w", dir, err)
+			}
+			r.Compared = append(r.Compared, f)
+		}
+	}
+	return r, nil
 }
 
 // defaultSecretCheckInterval is the sidecar's default --secret-check-interval.
@@ -394,7 +414,7 @@ func (s *system) measureMemory(r *ScaleResult, m scrapes, run ScaleRun) error {
 // restartToCaughtUp stops controller and sidecar (SIGTERM), starts them again, and measures until
 // every reconciler has reconciled each object of its kind once.
 func (s *system) restartToCaughtUp(ctx context.Context, r *ScaleResult) error {
-	f, before, m, err := s.restart(ctx, r.N, nil)
+	f, before, m, err := s.restart(ctx, r.N, restartHow{profile: true})
 	if err != nil {
 		return err
 	}
@@ -410,7 +430,10 @@ func (s *system) restartToCaughtUp(ctx context.Context, r *ScaleResult) error {
 // RestartFigures are what a restart of controller and sidecar to caught up took.
 type RestartFigures struct {
 	// GoMemLimit is the GOMEMLIMIT the processes ran with ("": none).
-	GoMemLimit  string  `json:"goMemLimit,omitempty"`
+	GoMemLimit string `json:"goMemLimit,omitempty"`
+	// BinDir is the directory of the builds that restarted ("": Config.BinDir's, the usual
+	// restarts).
+	BinDir      string  `json:"binDir,omitempty"`
 	CaughtUpSec float64 `json:"caughtUpSec"`
 	// CPU is the CPU seconds each process used, by command name.
 	CPU map[string]float64 `json:"cpu"`
@@ -419,25 +442,41 @@ type RestartFigures struct {
 	ControllerPeakRSS, SidecarPeakRSS float64
 }
 
-// restart stops controller and sidecar (SIGTERM), starts them again with env added to their
-// environment, waits until caught up and returns its figures and the processes' scrapes before
-// the start and when caught up.
-func (s *system) restart(ctx context.Context, n int, env []string) (f RestartFigures, before, m scrapes, err error) {
+// restartHow is how a restart starts controller and sidecar again.
+type restartHow struct {
+	// env is added to their environment.
+	env []string
+	// binDir holds the binaries they start from ("": as before).
+	binDir string
+	// profile takes their profiles (Config.Profiles) during and after the catch-up.
+	profile bool
+}
+
+// restart stops controller and sidecar (SIGTERM), starts them again as how says, waits until
+// caught up and returns its figures and the processes' scrapes before the start and when caught
+// up. The next restart starts them as the first start did.
+func (s *system) restart(ctx context.Context, n int, how restartHow) (f RestartFigures, before, m scrapes, err error) {
 	managers := []*localenv.Component{s.env.Sidecar, s.env.Controller}
-	for _, p := range managers {
+	binaries := make([]string, len(managers))
+	for i, p := range managers {
 		if err := p.Stop(); err != nil {
 			return f, before, m, err
 		}
+		binaries[i] = p.Binary
 		p.Env = nil
-		if len(env) > 0 {
-			p.Env = append(os.Environ(), env...)
+		if len(how.env) > 0 {
+			p.Env = append(os.Environ(), how.env...)
+		}
+		if how.binDir != "" {
+			p.Binary = filepath.Join(how.binDir, filepath.Base(p.Binary))
 		}
 	}
 	defer func() {
-		for _, p := range managers {
-			p.Env = nil // the next start runs as the first did
+		for i, p := range managers {
+			p.Env, p.Binary = nil, binaries[i]
 		}
 	}()
+	f.BinDir = how.binDir
 	if before, err = s.scrape0(ctx); err != nil {
 		return f, before, m, err
 	}
@@ -455,7 +494,7 @@ func (s *system) restart(ctx context.Context, n int, env []string) (f RestartFig
 	cpu := make(chan struct{})
 	go func() {
 		defer close(cpu)
-		if len(env) == 0 {
+		if how.profile {
 			s.profiles(ctx, n, "catchup", fmt.Sprintf("profile?seconds=%d", int(s.cfg.ProfileCPU.Seconds())))
 		}
 	}()
@@ -483,7 +522,7 @@ func (s *system) restart(ctx context.Context, n int, env []string) (f RestartFig
 	f.SidecarRSS, _ = rss(s.env.Sidecar.Pid())
 	_, f.ControllerPeakRSS, _, _ = procStats(s.env.Controller.Pid())
 	_, f.SidecarPeakRSS, _, _ = procStats(s.env.Sidecar.Pid())
-	for _, e := range env {
+	for _, e := range how.env {
 		if v, ok := strings.CutPrefix(e, "GOMEMLIMIT="); ok {
 			f.GoMemLimit = v
 		}
@@ -492,7 +531,7 @@ func (s *system) restart(ctx context.Context, n int, env []string) (f RestartFig
 	if m, err = s.scrape(ctx); err != nil {
 		return f, before, m, err
 	}
-	if len(env) == 0 {
+	if how.profile {
 		s.profiles(ctx, n, "caughtup", "heap?gc=1")
 	}
 	<-cpu
@@ -881,6 +920,9 @@ func printScale(w io.Writer, i int, run ScaleRun) {
 	}
 	tw.Flush()
 	for _, r := range run.Sizes {
+		printCompared(w, r)
+	}
+	for _, r := range run.Sizes {
 		fmt.Fprintf(w, "\nN=%d: quiet reconciles %v; quiet requests %v\n", r.N, r.QuietReconciles, r.QuietRequests)
 		fmt.Fprintf(w, "N=%d: restart reconciles %v; restart requests %v; driver calls %v\n",
 			r.N, r.RestartReconciles, r.RestartRequests, r.RestartDriverCalls)
@@ -916,4 +958,50 @@ func sum(m map[string]float64) float64 {
 		total += v
 	}
 	return total
+}
+
+// printCompared prints a size's compared restarts (Config.CompareBinDir), each, then the median of
+// each build's and their ratio.
+func printCompared(w io.Writer, r ScaleResult) {
+	if len(r.Compared) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nN=%d: restarts alternated between two builds of controller and sidecar\n\n", r.N)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "BUILD\tCAUGHT UP s\tCPU-s CONTROLLER\tSIDECAR\tKUBE-APISERVER\t"+
+		"RSS MiB CONTROLLER (PEAK)\tSIDECAR (PEAK)\t")
+	figures := func(f RestartFigures) []float64 {
+		return []float64{f.CaughtUpSec, f.CPU["cosi-controller"], f.CPU["cosi-sidecar"], f.CPU["kube-apiserver"]}
+	}
+	var dirs []string
+	byDir := map[string][][]float64{}
+	for _, f := range r.Compared {
+		if _, ok := byDir[f.BinDir]; !ok {
+			dirs = append(dirs, f.BinDir)
+		}
+		byDir[f.BinDir] = append(byDir[f.BinDir], figures(f))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s (%s)\t%s (%s)\t\n", f.BinDir, num(f.CaughtUpSec),
+			num(f.CPU["cosi-controller"]), num(f.CPU["cosi-sidecar"]), num(f.CPU["kube-apiserver"]),
+			num(f.ControllerRSS), num(f.ControllerPeakRSS), num(f.SidecarRSS), num(f.SidecarPeakRSS))
+	}
+	medians := make([][]float64, len(dirs))
+	for i, dir := range dirs {
+		for j := range 4 {
+			var col []float64
+			for _, row := range byDir[dir] {
+				col = append(col, row[j])
+			}
+			medians[i] = append(medians[i], summarize(col).Median)
+		}
+		m := medians[i]
+		fmt.Fprintf(tw, "median %s\t%s\t%s\t%s\t%s\t\t\t\n", dir, num(m[0]), num(m[1]), num(m[2]), num(m[3]))
+	}
+	if len(dirs) == 2 {
+		fmt.Fprint(tw, "ratio, second / first\t")
+		for j := range 4 {
+			fmt.Fprintf(tw, "%.2f\t", medians[1][j]/medians[0][j])
+		}
+		fmt.Fprintln(tw, "\t\t")
+	}
+	tw.Flush()
 }

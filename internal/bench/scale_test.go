@@ -197,3 +197,32 @@ func TestCheckDecisions(t *testing.T) {
 		t.Errorf("decisions %v, want %v", got, want)
 	}
 }
+
+// The compared restarts: each build's median, and the second's over the first's.
+func TestPrintCompared(t *testing.T) {
+	restart := func(dir string, s, ctl float64) RestartFigures {
+		return RestartFigures{BinDir: dir, CaughtUpSec: s,
+			CPU: map[string]float64{"cosi-controller": ctl, "cosi-sidecar": 2 * ctl, "kube-apiserver": 10}}
+	}
+	var b strings.Builder
+	printCompared(&b, ScaleResult{N: 10000, Compared: []RestartFigures{
+		restart("old", 40, 8), restart("new", 30, 4), restart("old", 44, 10), restart("new", 20, 6),
+		restart("old", 42, 12), restart("new", 25, 5),
+	}})
+	out := b.String()
+	for _, want := range []string{
+		"N=10000: restarts alternated",   // the heading
+		"median old 42.0 10.0 20.0 10.0", // medians of 40/44/42, 8/10/12, 16/20/24, 10
+		"median new 25.0 5.00 10.0 10.0",
+		"ratio, second / first  0.60  0.50  0.50  1.00",
+	} {
+		if !strings.Contains(strings.Join(strings.Fields(out), " "), strings.Join(strings.Fields(want), " ")) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	b.Reset()
+	printCompared(&b, ScaleResult{N: 1})
+	if b.Len() != 0 {
+		t.Errorf("no compared restarts printed %q", b.String())
+	}
+}

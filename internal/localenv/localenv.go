@@ -62,6 +62,10 @@ const (
 	StoreNone Store = "none"
 )
 
+// SidecarGracePeriod is how long Env.Sidecar is given to stop after SIGTERM: the cosi-driver
+// chart's terminationGracePeriodSeconds (test/install checks both).
+const SidecarGracePeriod = 150 * time.Second
+
 // componentNamespace is the namespace of the COSI components, as the manifests deploy them.
 const componentNamespace = "cosi-system"
 
@@ -393,6 +397,11 @@ func (e *Env) StartCOSI(ctx context.Context) error {
 		append([]string{"--driver-endpoint", sidecarEndpoint}, e.opts.SidecarArgs...)...); err != nil {
 		return err
 	}
+	// The sidecar lets driver calls in flight finish on SIGTERM, up to sidecar.ShutdownTimeout:
+	// it is given the grace period the cosi-driver chart gives its Pod, not Stop's default. An
+	// overloaded API server can hold its last writes that long (the 80,000-set benchmark's
+	// restart, docs/benchmark.md).
+	e.Sidecar.StopTimeout = SidecarGracePeriod
 	if e.Controller, err = e.manager("cosi-controller", e.opts.ControllerArgs...); err != nil {
 		return err
 	}

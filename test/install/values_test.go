@@ -15,6 +15,7 @@ import (
 
 	"github.com/kube-cosi/cosi/drivers/azure"
 	s3 "github.com/kube-cosi/cosi/drivers/s3"
+	"github.com/kube-cosi/cosi/internal/localenv"
 	"github.com/kube-cosi/cosi/internal/sidecar"
 )
 
@@ -241,7 +242,8 @@ func TestDriverNamePerRelease(t *testing.T) {
 // TestGracePeriodsCoverTheShutdown checks both renderings of the driver: on SIGTERM the sidecar
 // waits up to sidecar.ShutdownTimeout for reconciles in flight (each bounded by the reconcile
 // deadline that also bounds --driver-timeout), so the Pod's terminationGracePeriodSeconds must be
-// longer, or the kubelet kills the sidecar while it records what a driver did.
+// longer, or the kubelet kills the sidecar while it records what a driver did. The local
+// environment (and so cosi-bench) gives its sidecar the same (localenv.SidecarGracePeriod).
 func TestGracePeriodsCoverTheShutdown(t *testing.T) {
 	for what, rendering := range map[string][]byte{
 		"config/driver/s3":   kustomize(t, "config/driver/s3"),
@@ -259,6 +261,10 @@ func TestGracePeriodsCoverTheShutdown(t *testing.T) {
 		if grace == nil || time.Duration(*grace)*time.Second <= sidecar.ShutdownTimeout {
 			t.Errorf("%s: terminationGracePeriodSeconds %v, want more than the sidecar's shutdown timeout %v",
 				what, grace, sidecar.ShutdownTimeout)
+		}
+		if grace != nil && time.Duration(*grace)*time.Second != localenv.SidecarGracePeriod {
+			t.Errorf("%s: terminationGracePeriodSeconds %v, the local environment gives the sidecar %v",
+				what, *grace, localenv.SidecarGracePeriod)
 		}
 	}
 }
