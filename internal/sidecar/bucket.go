@@ -144,7 +144,7 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		return r.result(bucket, cosiapi.EventFailedRevokeAccess, err)
 	}
 	if bucket.DeletionTimestamp != nil || bucket.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] != "" {
-		r.refreshes.forget(bucket.UID)
+		r.refreshes.forget(req.NamespacedName, bucket.UID)
 		return r.result(bucket, cosiapi.EventFailedDeleteBucket, r.delete(ctx, bucket))
 	}
 	// The finalizer on every reconcile: it is put back when someone removed it.
@@ -161,8 +161,7 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if r.RefreshInterval > 0 && conditions.IsTrue(bucket, cosiapi.ConditionProvisioned) {
 		// The driver has just answered: its information is asked again an interval from now,
 		// whether or not anything wakes the Bucket before.
-		r.refreshes.done(bucket.UID)
-		r.refreshes.named(req.NamespacedName, bucket.UID)
+		r.refreshes.done(req.NamespacedName, bucket.UID)
 		return reconcile.Result{RequeueAfter: r.RefreshInterval}, nil
 	}
 	return reconcile.Result{}, nil

@@ -165,7 +165,7 @@ func (r *BucketAccessReconciler) Reconcile(ctx context.Context, req reconcile.Re
 		return reconcile.Result{}, nil // not handed off to this driver (yet)
 	}
 	if ba.DeletionTimestamp != nil {
-		r.checks.forget(ba.UID)
+		r.checks.forget(req.NamespacedName, ba.UID)
 		return r.result(ba, cosiapi.EventFailedRevokeAccess, r.delete(ctx, ba))
 	}
 	if len(ba.Status.AccessedBuckets) == 0 {
@@ -213,8 +213,8 @@ func (r *BucketAccessReconciler) check(ctx context.Context, ba *cosiapi.BucketAc
 		return r.result(ba, cosiapi.EventFailedRefresh, err)
 	}
 	rotating = sooner(rotating, refreshing)
-	wait := r.checks.due(ba.UID, r.SecretCheckInterval)
-	r.checks.named(client.ObjectKeyFromObject(ba), ba.UID)
+	key := client.ObjectKeyFromObject(ba)
+	wait := r.checks.due(key, ba.UID, r.SecretCheckInterval)
 	if wait > 0 {
 		return reconcile.Result{RequeueAfter: sooner(wait, rotating)}, nil
 	}
@@ -234,8 +234,8 @@ func (r *BucketAccessReconciler) check(ctx context.Context, ba *cosiapi.BucketAc
 	} else {
 		r.checkMetric.WithLabelValues(r.Info.GetName(), secretCheckIntact).Inc()
 	}
-	r.checks.done(ba.UID)
-	return reconcile.Result{RequeueAfter: sooner(r.checks.due(ba.UID, r.SecretCheckInterval), rotating)}, nil
+	r.checks.done(key, ba.UID)
+	return reconcile.Result{RequeueAfter: sooner(r.checks.due(key, ba.UID, r.SecretCheckInterval), rotating)}, nil
 }
 
 // sooner is the shorter of two waits, zero meaning none.
@@ -578,8 +578,7 @@ func (r *BucketAccessReconciler) recordGranted(ctx context.Context, ba *cosiapi.
 	if err != nil {
 		return lookup.IgnoreGone(err)
 	}
-	r.checks.done(ba.UID)
-	r.checks.named(client.ObjectKeyFromObject(ba), ba.UID)
+	r.checks.done(client.ObjectKeyFromObject(ba), ba.UID)
 	return nil
 }
 

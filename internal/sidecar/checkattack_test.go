@@ -22,16 +22,16 @@ func TestSecretChecksRebuildKeepsReservations(t *testing.T) {
 	all := uids(backlog + later)
 	mine, others := all[:backlog], all[backlog:]
 	for _, uid := range mine {
-		c.doneAt(uid, epoch.Add(-interval))
+		c.doneAt(keyOf(uid), uid, epoch.Add(-interval))
 	}
 	// The others fall due 1 s after the sidecar resumed.
 	resumed := epoch.Add(30 * time.Second)
 	for _, uid := range others {
-		c.doneAt(uid, resumed.Add(time.Second-interval))
+		c.doneAt(keyOf(uid), uid, resumed.Add(time.Second-interval))
 	}
 	for _, uid := range mine {
-		if c.dueAt(uid, interval, epoch) <= 0 {
-			c.doneAt(uid, epoch)
+		if c.dueAt(keyOf(uid), uid, interval, epoch) <= 0 {
+			c.doneAt(keyOf(uid), uid, epoch)
 		}
 	}
 	// Held up until every place passed: all but running's burst are refused, in order.
@@ -49,7 +49,7 @@ func TestSecretChecksRebuildKeepsReservations(t *testing.T) {
 		t.Fatalf("%d refused after the hold-up, want most of %d", len(refused), backlog)
 	}
 	for _, r := range refused[:granted] {
-		c.doneAt(r.uid, resumed)
+		c.doneAt(keyOf(r.uid), r.uid, resumed)
 	}
 	w := &busyWorkers{c: &c, interval: interval, next: every(tick), due: map[types.UID]time.Time{},
 		attempts: map[types.UID]int{}, reached: map[time.Time]int{}}
@@ -122,16 +122,16 @@ func TestSecretChecksLimitRaisedInDebt(t *testing.T) {
 	all := uids(backlog + later + added)
 	mine, others, fresh := all[:backlog], all[backlog:backlog+later], all[backlog+later:]
 	for _, uid := range mine {
-		c.doneAt(uid, epoch.Add(-interval))
+		c.doneAt(keyOf(uid), uid, epoch.Add(-interval))
 	}
 	resumed := epoch.Add(30 * time.Second)
 	othersDue := resumed.Add(15 * time.Second)
 	for _, uid := range others {
-		c.doneAt(uid, othersDue.Add(-interval))
+		c.doneAt(keyOf(uid), uid, othersDue.Add(-interval))
 	}
 	for _, uid := range mine {
-		if c.dueAt(uid, interval, epoch) <= 0 {
-			c.doneAt(uid, epoch)
+		if c.dueAt(keyOf(uid), uid, interval, epoch) <= 0 {
+			c.doneAt(keyOf(uid), uid, epoch)
 		}
 	}
 	w := &busyWorkers{c: &c, interval: interval, next: every(tick), due: map[types.UID]time.Time{},
@@ -141,7 +141,7 @@ func TestSecretChecksLimitRaisedInDebt(t *testing.T) {
 		w.queue(uid, at)
 	})
 	for _, uid := range fresh { // provisioned: checked an interval from now
-		c.doneAt(uid, resumed)
+		c.doneAt(keyOf(uid), uid, resumed)
 	}
 	for _, uid := range others {
 		w.due[uid] = othersDue
@@ -176,7 +176,7 @@ func TestSecretChecksChurn(t *testing.T) {
 	resumed := epoch.Add(held)
 	w := newBusyWorkers(&c, interval, all, last, every(tick))
 	for _, uid := range all[:n/2] { // the first half took places before the sidecar was held up
-		c.dueAt(uid, interval, epoch)
+		c.dueAt(keyOf(uid), uid, interval, epoch)
 	}
 	tenant := make([]types.UID, churn)
 	for i := range tenant {
@@ -186,12 +186,11 @@ func TestSecretChecksChurn(t *testing.T) {
 		if !at.Before(resumed) {
 			w.run(at, at.Add(100*time.Millisecond))
 		}
-		for j, uid := range tenant {
+		for _, uid := range tenant {
 			if i%2 == 0 {
-				c.doneAt(uid, at)
-				c.named(types.NamespacedName{Namespace: "tenant", Name: fmt.Sprint(j)}, uid)
+				c.doneAt(keyOf(uid), uid, at)
 			} else {
-				c.gone(types.NamespacedName{Namespace: "tenant", Name: fmt.Sprint(j)})
+				c.gone(keyOf(uid))
 			}
 		}
 	}
@@ -225,19 +224,20 @@ func TestSecretChecksLimitFallsWithPlaces(t *testing.T) {
 	all := uids(1500)
 	mine, others, later := all[:490], all[490:1499], all[1499]
 	for _, uid := range all[:1499] {
-		c.doneAt(uid, epoch.Add(-interval))
+		c.doneAt(keyOf(uid), uid, epoch.Add(-interval))
 	}
-	c.doneAt(later, epoch.Add(time.Second-interval))
+	c.doneAt(keyOf(later), later, epoch.Add(time.Second-interval))
 	for _, uid := range append(mine, others...) {
-		c.dueAt(uid, interval, epoch)
+		c.dueAt(keyOf(uid), uid, interval, epoch)
 	}
 	for _, uid := range mine {
-		c.forget(uid)
+		c.forget(keyOf(uid), uid)
 	}
-	wait := c.dueAt(later, interval, epoch.Add(time.Second))
+	wait := c.dueAt(keyOf(later), later, interval, epoch.Add(time.Second))
 	for at := epoch.Add(time.Second); wait > 0; {
 		at = at.Add(wait)
-		if wait = c.dueAt(later, interval, at); wait <= 0 && at.Sub(epoch.Add(time.Second)) > interval/checkRateFactor {
+		wait = c.dueAt(keyOf(later), later, interval, at)
+		if wait <= 0 && at.Sub(epoch.Add(time.Second)) > interval/checkRateFactor {
 			t.Errorf("a check due at 1 s ran %v later, want at most %v", at.Sub(epoch.Add(time.Second)),
 				interval/checkRateFactor)
 		}
@@ -278,12 +278,12 @@ func resume(c *secretChecks, uids []types.UID, interval time.Duration, resumed t
 	refused func(uid types.UID, at time.Time),
 ) {
 	for _, uid := range uids {
-		if _, ok := c.slots[uid]; !ok {
+		if _, ok := c.slots[keyOf(uid)]; !ok {
 			continue
 		}
-		wait := c.dueAt(uid, interval, resumed)
+		wait := c.dueAt(keyOf(uid), uid, interval, resumed)
 		if wait <= 0 {
-			c.doneAt(uid, resumed)
+			c.doneAt(keyOf(uid), uid, resumed)
 			continue
 		}
 		refused(uid, resumed.Add(wait))

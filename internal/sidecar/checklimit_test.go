@@ -62,7 +62,7 @@ func newBusyWorkers(c *secretChecks, interval time.Duration, all []types.UID, la
 	w := &busyWorkers{c: c, interval: interval, next: next, due: map[types.UID]time.Time{},
 		attempts: map[types.UID]int{}, reached: map[time.Time]int{}}
 	for i, uid := range all {
-		c.doneAt(uid, last[i])
+		c.doneAt(keyOf(uid), uid, last[i])
 		w.due[uid] = last[i].Add(interval)
 		w.queue(uid, last[i].Add(interval))
 	}
@@ -83,7 +83,7 @@ func (w *busyWorkers) run(start, end time.Time) {
 			if w.clock != nil {
 				read = w.clock(now)
 			}
-			wait := w.c.dueAt(uid, w.interval, read)
+			wait := w.c.dueAt(keyOf(uid), uid, w.interval, read)
 			w.calls++
 			if wait > 0 {
 				if !now.Before(w.due[uid]) {
@@ -97,9 +97,9 @@ func (w *busyWorkers) run(start, end time.Time) {
 			w.ran = append(w.ran, now)
 			w.reached[now]++
 			delete(w.attempts, uid)
-			w.c.doneAt(uid, now)
+			w.c.doneAt(keyOf(uid), uid, now)
 			w.due[uid] = now.Add(w.interval)
-			w.queue(uid, now.Add(w.c.dueAt(uid, w.interval, now)))
+			w.queue(uid, now.Add(w.c.dueAt(keyOf(uid), uid, w.interval, now)))
 			w.calls++
 		}
 	}
@@ -266,7 +266,7 @@ func TestSecretChecksDeletedRefused(t *testing.T) {
 	resumed := epoch.Add(35 * time.Second)
 	refused := 0
 	for _, uid := range mine {
-		if c.dueAt(uid, interval, resumed) > 0 {
+		if c.dueAt(keyOf(uid), uid, interval, resumed) > 0 {
 			refused++
 		}
 	}
@@ -274,10 +274,10 @@ func TestSecretChecksDeletedRefused(t *testing.T) {
 		t.Fatalf("%d of 600 checks refused after the hold-up, want most", refused)
 	}
 	for _, uid := range mine {
-		c.forget(uid)
+		c.forget(keyOf(uid), uid)
 	}
 	for _, uid := range others {
-		if wait := c.dueAt(uid, interval, epoch.Add(40*time.Second)); wait > interval/checkRateFactor {
+		if wait := c.dueAt(keyOf(uid), uid, interval, epoch.Add(40*time.Second)); wait > interval/checkRateFactor {
 			t.Errorf("%s, due now, runs in %v, want at most %v", uid, wait, interval/checkRateFactor)
 		}
 	}

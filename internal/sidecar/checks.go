@@ -67,11 +67,21 @@ const (
 // sidecar does not check every Secret of the cluster at once, and checks that fall due together
 // are spread at checkRateFactor × N/interval.
 type secretChecks struct {
-	mu   sync.Mutex
-	last map[types.UID]time.Time
+	mu sync.Mutex
+	// objects are the objects whose checks are scheduled, by name: the UID of the object seen under
+	// the name, and when it was last checked. A name seen with another UID holds a new object (the
+	// old one was deleted and its deletion not seen): the old one's schedule goes. An object gone
+	// without the sidecar seeing its deletion (a tenant removed an access's finalizers and deleted
+	// it) is forgotten when its reconcile finds no object under the name (gone): otherwise it would
+	// stay for good, and raise the rate. One map by name, not one by UID and two pairing names and
+	// UIDs: a third of the memory, which counts at 100,000 accesses (docs/benchmark.md).
+	objects map[types.NamespacedName]checkedObject
+	// epoch is the time the objects' times count from (the first time given): a time.Duration
+	// takes 8 bytes where a time.Time takes 24, and epoch keeps the monotonic clock's reading.
+	epoch time.Time
 	// slots are the times of the checks that came due when no token was left: their places in
 	// places, or, for the checks refused by running, their reservations of running.
-	slots map[types.UID]checkSlot
+	slots map[types.NamespacedName]checkSlot
 	// places gives each check that falls due its time; running limits the checks that run: places
 	// that passed together, while the sidecar was held up (a busy machine, a long reconcile, workers
 	// reaching the queue in clumps), do not all run at once: those beyond running's burst reserve
@@ -92,12 +102,13 @@ type secretChecks struct {
 	// them too, as cosi_sidecar_scheduled_check_decisions_total.
 	decisions [checkDecisions]int
 	counters  [checkDecisions]prometheus.Counter
-	// names and uids pair the objects' names with their UIDs, so that an object gone without the
-	// sidecar seeing its deletion (a tenant removed an access's finalizers and deleted it) is
-	// forgotten when its reconcile finds no object under the name: otherwise it would stay in last
-	// for good, and raise the rate.
-	names map[types.NamespacedName]types.UID
-	uids  map[types.UID]types.NamespacedName
+}
+
+// checkedObject is an object whose checks are scheduled: its UID, and when it was last checked
+// (since secretChecks.epoch).
+type checkedObject struct {
+	uid  types.UID
+	last time.Duration
 }
 
 // checkSlot is the time a check runs at, after it came due without a token: its place, or its
@@ -132,33 +143,22 @@ func (c *secretChecks) countDecisions(vec *prometheus.CounterVec, driverName, ch
 	}
 }
 
-// named records the name of an object whose checks are scheduled (after due or done).
-func (c *secretChecks) named(key types.NamespacedName, uid types.UID) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.init()
-	if old, ok := c.names[key]; ok && old != uid {
-		c.forgetLocked(old) // the name holds a new object: the old one is gone
-	}
-	c.names[key], c.uids[uid] = uid, key
-}
-
 // gone forgets the object last seen under the name (its reconcile found none).
 func (c *secretChecks) gone(key types.NamespacedName) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if uid, ok := c.names[key]; ok {
-		c.forgetLocked(uid)
-	}
+	c.forgetLocked(key)
 }
 
-// due returns how long until the object's check runs; zero or less means now, and the check
-// must then be made (it took its place in the rate limit).
-func (c *secretChecks) due(uid types.UID, interval time.Duration) time.Duration {
-	return c.dueAt(uid, interval, time.Now())
+// due returns how long until the check of the object (its name and UID) runs; zero or less means
+// now, and the check must then be made (it took its place in the rate limit).
+func (c *secretChecks) due(key types.NamespacedName, uid types.UID, interval time.Duration) time.Duration {
+	return c.dueAt(key, uid, interval, time.Now())
 }
 
-func (c *secretChecks) dueAt(uid types.UID, interval time.Duration, now time.Time) time.Duration {
+func (c *secretChecks) dueAt(
+	key types.NamespacedName, uid types.UID, interval time.Duration, now time.Time,
+) time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.init()
@@ -168,7 +168,7 @@ func (c *secretChecks) dueAt(uid types.UID, interval time.Duration, now time.Tim
 		now = c.latest
 	}
 	c.latest = now
-	wait, decision := c.decide(uid, interval, now)
+	wait, decision := c.decide(key, uid, interval, now)
 	c.decisions[decision]++
 	if c.counters[decision] != nil {
 		c.counters[decision].Inc()
@@ -177,28 +177,30 @@ func (c *secretChecks) dueAt(uid types.UID, interval time.Duration, now time.Tim
 }
 
 // decide is dueAt's answer, and which decision it is.
-func (c *secretChecks) decide(uid types.UID, interval time.Duration, now time.Time) (time.Duration, checkDecision) {
-	last, ok := c.last[uid]
+func (c *secretChecks) decide(
+	key types.NamespacedName, uid types.UID, interval time.Duration, now time.Time,
+) (time.Duration, checkDecision) {
+	o, ok := c.object(key, uid)
 	if !ok {
 		// Not seen since the start: as if checked at a random moment of the last interval.
-		last = now.Add(-rand.N(interval))
-		c.last[uid] = last
+		o = checkedObject{uid: uid, last: c.since(now.Add(-rand.N(interval)))}
+		c.objects[key] = o
 	}
-	if wait := last.Add(interval).Sub(now); wait > 0 {
+	if wait := c.epoch.Add(o.last).Add(interval).Sub(now); wait > 0 {
 		return wait, checkNotDue
 	}
 	c.setLimit(interval, now)
-	slot, ok := c.slots[uid]
+	slot, ok := c.slots[key]
 	if ok && slot.at.After(now) {
 		return slot.at.Sub(now), checkKept // woken before its time (an event): the place is kept
 	}
-	delete(c.slots, uid)
+	delete(c.slots, key)
 	if ok && slot.reserved {
 		return 0, checkRan // its token of running was taken when it was refused
 	}
 	if !ok {
 		if wait := c.places.ReserveN(now, 1).DelayFrom(now); wait > 0 {
-			c.slots[uid] = checkSlot{at: now.Add(wait)}
+			c.slots[key] = checkSlot{at: now.Add(wait)}
 			c.placedUntil = maxTime(c.placedUntil, now.Add(wait))
 			return wait, checkPlaced
 		}
@@ -209,14 +211,14 @@ func (c *secretChecks) decide(uid types.UID, interval time.Duration, now time.Ti
 	if wait <= 0 {
 		return 0, checkRan
 	}
-	c.slots[uid] = checkSlot{at: now.Add(wait), reserved: true}
+	c.slots[key] = checkSlot{at: now.Add(wait), reserved: true}
 	c.reservedUntil = maxTime(c.reservedUntil, now.Add(wait))
 	return wait, checkRefused
 }
 
 // setLimit sets the rate to checkRateFactor × the objects known / interval, at least minCheckRate.
 func (c *secretChecks) setLimit(interval time.Duration, now time.Time) {
-	limit := rate.Limit(max(checkRateFactor*float64(len(c.last))/interval.Seconds(), minCheckRate))
+	limit := rate.Limit(max(checkRateFactor*float64(len(c.objects))/interval.Seconds(), minCheckRate))
 	burst := max(1, int(limit/checkBurstPerSecond))
 	// running's burst is larger, so that a check run a little late does not cost the next one
 	// its place.
@@ -293,21 +295,41 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
-// done records that the object was checked (or its Secrets written) now.
-func (c *secretChecks) done(uid types.UID) { c.doneAt(uid, time.Now()) }
+// done records that the object (its name and UID) was checked (or its Secrets written) now.
+func (c *secretChecks) done(key types.NamespacedName, uid types.UID) { c.doneAt(key, uid, time.Now()) }
 
-func (c *secretChecks) doneAt(uid types.UID, now time.Time) {
+func (c *secretChecks) doneAt(key types.NamespacedName, uid types.UID, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.init()
-	c.last[uid] = now
-	c.dropSlot(uid)
+	c.object(key, uid) // another UID's schedule goes
+	c.objects[key] = checkedObject{uid: uid, last: c.since(now)}
+	c.dropSlot(key)
 }
 
-// dropSlot gives up the object's place, if it has one.
-func (c *secretChecks) dropSlot(uid types.UID) {
-	if slot, ok := c.slots[uid]; ok {
-		delete(c.slots, uid)
+// object returns the schedule of the object under key if it is uid's; another UID's is
+// forgotten (the name holds a new object: the old one is gone).
+func (c *secretChecks) object(key types.NamespacedName, uid types.UID) (checkedObject, bool) {
+	o, ok := c.objects[key]
+	if ok && o.uid != uid {
+		c.forgetLocked(key)
+		return checkedObject{}, false
+	}
+	return o, ok
+}
+
+// since is t as a duration since epoch; the first time given is the epoch.
+func (c *secretChecks) since(t time.Time) time.Duration {
+	if c.epoch.IsZero() {
+		c.epoch = t
+	}
+	return t.Sub(c.epoch)
+}
+
+// dropSlot gives up the place of the object under key, if it has one.
+func (c *secretChecks) dropSlot(key types.NamespacedName) {
+	if slot, ok := c.slots[key]; ok {
+		delete(c.slots, key)
 		c.dropped++
 		if slot.reserved {
 			c.droppedReserved++
@@ -315,26 +337,23 @@ func (c *secretChecks) dropSlot(uid types.UID) {
 	}
 }
 
-func (c *secretChecks) forget(uid types.UID) {
+// forget forgets the object (its name and UID; being deleted): not a new object under its name.
+func (c *secretChecks) forget(key types.NamespacedName, uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.forgetLocked(uid)
-}
-
-func (c *secretChecks) forgetLocked(uid types.UID) {
-	delete(c.last, uid)
-	c.dropSlot(uid)
-	if key, ok := c.uids[uid]; ok {
-		delete(c.uids, uid)
-		delete(c.names, key)
+	if o, ok := c.objects[key]; ok && o.uid == uid {
+		c.forgetLocked(key)
 	}
 }
 
+func (c *secretChecks) forgetLocked(key types.NamespacedName) {
+	delete(c.objects, key)
+	c.dropSlot(key)
+}
+
 func (c *secretChecks) init() {
-	if c.last == nil {
-		c.last = map[types.UID]time.Time{}
-		c.slots = map[types.UID]checkSlot{}
-		c.names = map[types.NamespacedName]types.UID{}
-		c.uids = map[types.UID]types.NamespacedName{}
+	if c.objects == nil {
+		c.objects = map[types.NamespacedName]checkedObject{}
+		c.slots = map[types.NamespacedName]checkSlot{}
 	}
 }

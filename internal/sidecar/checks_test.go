@@ -11,6 +11,11 @@ import (
 
 var epoch = time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
 
+// keyOf is the name of the object whose UID the tests give (one name per UID).
+func keyOf(uid types.UID) types.NamespacedName {
+	return types.NamespacedName{Namespace: "tenant", Name: "name-of-" + string(uid)}
+}
+
 func uids(n int) []types.UID {
 	out := make([]types.UID, n)
 	for i := range out {
@@ -28,12 +33,12 @@ func TestSecretChecksBacklog(t *testing.T) {
 	var c secretChecks
 	all := uids(n)
 	for _, uid := range all {
-		c.doneAt(uid, epoch.Add(-interval))
+		c.doneAt(keyOf(uid), uid, epoch.Add(-interval))
 	}
 	slots := make([]time.Time, n)
 	now := 0
 	for i, uid := range all {
-		wait := c.dueAt(uid, interval, epoch)
+		wait := c.dueAt(keyOf(uid), uid, interval, epoch)
 		if wait <= 0 {
 			now++
 		}
@@ -57,14 +62,14 @@ func TestSecretChecksBacklog(t *testing.T) {
 			continue
 		}
 		// Woken early (an event): the place is kept.
-		if wait := c.dueAt(uid, interval, slots[i].Add(-time.Millisecond)); wait != time.Millisecond {
+		if wait := c.dueAt(keyOf(uid), uid, interval, slots[i].Add(-time.Millisecond)); wait != time.Millisecond {
 			t.Fatalf("%s woken 1 ms before its time: wait %v, want 1ms", uid, wait)
 		}
-		if wait := c.dueAt(uid, interval, slots[i]); wait > 0 {
+		if wait := c.dueAt(keyOf(uid), uid, interval, slots[i]); wait > 0 {
 			t.Fatalf("%s at its time: wait %v, want none", uid, wait)
 		}
-		c.doneAt(uid, slots[i])
-		if wait := c.dueAt(uid, interval, slots[i]); wait != interval {
+		c.doneAt(keyOf(uid), uid, slots[i])
+		if wait := c.dueAt(keyOf(uid), uid, interval, slots[i]); wait != interval {
 			t.Fatalf("%s just checked: next in %v, want %v", uid, wait, interval)
 		}
 	}
@@ -79,16 +84,16 @@ func TestSecretChecksSteady(t *testing.T) {
 	next := map[types.UID]time.Time{}
 	for i, uid := range all {
 		at := epoch.Add(time.Duration(i) * interval / n)
-		c.doneAt(uid, at.Add(-interval))
+		c.doneAt(keyOf(uid), uid, at.Add(-interval))
 		next[uid] = at
 	}
 	for round := range 3 {
 		for _, uid := range all {
 			at := next[uid]
-			if wait := c.dueAt(uid, interval, at); wait > 0 {
+			if wait := c.dueAt(keyOf(uid), uid, interval, at); wait > 0 {
 				t.Fatalf("round %d: %s waits %v at its due time", round, uid, wait)
 			}
-			c.doneAt(uid, at)
+			c.doneAt(keyOf(uid), uid, at)
 			next[uid] = at.Add(interval)
 		}
 	}
@@ -100,7 +105,7 @@ func TestSecretChecksFirstAfterStart(t *testing.T) {
 	const interval = time.Minute
 	var c secretChecks
 	for _, uid := range uids(1000) {
-		if wait := c.dueAt(uid, interval, epoch); wait <= 0 || wait > interval {
+		if wait := c.dueAt(keyOf(uid), uid, interval, epoch); wait <= 0 || wait > interval {
 			t.Fatalf("%s: first check in %v, want within (0, %v]", uid, wait, interval)
 		}
 	}
@@ -113,16 +118,16 @@ func TestSecretChecksForget(t *testing.T) {
 	var c secretChecks
 	all := uids(1200)
 	for _, uid := range all {
-		c.doneAt(uid, epoch.Add(-interval))
+		c.doneAt(keyOf(uid), uid, epoch.Add(-interval))
 	}
 	for _, uid := range all {
-		c.dueAt(uid, interval, epoch)
+		c.dueAt(keyOf(uid), uid, interval, epoch)
 	}
 	for _, uid := range all {
-		c.forget(uid)
+		c.forget(keyOf(uid), uid)
 	}
-	if len(c.last) != 0 || len(c.slots) != 0 {
-		t.Errorf("%d checks and %d places left after every access was forgotten", len(c.last), len(c.slots))
+	if len(c.objects) != 0 || len(c.slots) != 0 {
+		t.Errorf("%d checks and %d places left after every access was forgotten", len(c.objects), len(c.slots))
 	}
 }
 
@@ -137,12 +142,12 @@ func TestSecretChecksHeldUp(t *testing.T) {
 	var c secretChecks
 	all := uids(n)
 	for _, uid := range all {
-		c.doneAt(uid, epoch.Add(-interval))
+		c.doneAt(keyOf(uid), uid, epoch.Add(-interval))
 	}
 	next := map[types.UID]time.Time{}
 	var ran []time.Time
 	for _, uid := range all {
-		if wait := c.dueAt(uid, interval, epoch); wait > 0 {
+		if wait := c.dueAt(keyOf(uid), uid, interval, epoch); wait > 0 {
 			next[uid] = epoch.Add(wait)
 		} else {
 			ran = append(ran, epoch)
@@ -153,7 +158,7 @@ func TestSecretChecksHeldUp(t *testing.T) {
 	atOnce := 0
 	for _, uid := range all {
 		if at, ok := next[uid]; ok && at.Before(resumed) {
-			if wait := c.dueAt(uid, interval, resumed); wait > 0 {
+			if wait := c.dueAt(keyOf(uid), uid, interval, resumed); wait > 0 {
 				next[uid] = resumed.Add(wait)
 			} else {
 				atOnce++
@@ -174,7 +179,7 @@ func TestSecretChecksHeldUp(t *testing.T) {
 			}
 		}
 		at := next[uid]
-		if wait := c.dueAt(uid, interval, at); wait > 0 {
+		if wait := c.dueAt(keyOf(uid), uid, interval, at); wait > 0 {
 			next[uid] = at.Add(wait)
 			continue
 		}

@@ -34,16 +34,15 @@ func TestSecretChecksAccessVanished(t *testing.T) {
 	if _, err := r.Reconcile(t.Context(), req); err != nil {
 		t.Fatal(err)
 	}
-	r.checks.done(ba.UID) // granted: its Secrets are checked from now on (grant)
-	r.checks.named(req.NamespacedName, ba.UID)
+	r.checks.done(req.NamespacedName, ba.UID) // granted: its Secrets are checked from now on (grant)
 	if err := c.Delete(t.Context(), ba); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.Reconcile(t.Context(), req); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := r.checks.last[types.UID("uid-ba")]; ok || len(r.checks.last) != 0 {
-		t.Errorf("the vanished access is still scheduled for checks: %d tracked", len(r.checks.last))
+	if len(r.checks.objects) != 0 {
+		t.Errorf("the vanished access is still scheduled for checks: %d tracked", len(r.checks.objects))
 	}
 }
 
@@ -52,17 +51,20 @@ func TestSecretChecksAccessVanished(t *testing.T) {
 func TestSecretChecksNameReused(t *testing.T) {
 	var c secretChecks
 	key := types.NamespacedName{Namespace: "tenant", Name: "ba"}
-	c.named(key, "old")
-	c.doneAt("old", epoch)
-	c.named(key, "new")
-	c.doneAt("new", epoch)
-	if _, ok := c.last["old"]; ok || len(c.last) != 1 || len(c.names) != 1 || len(c.uids) != 1 {
-		t.Errorf("after the name was reused: %d checks, %d names, %d UIDs tracked, want 1 each",
-			len(c.last), len(c.names), len(c.uids))
+	c.doneAt(key, "old", epoch)
+	c.dueAt(key, "old", time.Minute, epoch.Add(time.Minute)) // due: it takes a place or runs
+	c.doneAt(key, "new", epoch)
+	if o := c.objects[key]; len(c.objects) != 1 || o.uid != "new" || len(c.slots) != 0 {
+		t.Errorf("after the name was reused: %d checks tracked (%+v under the name), %d places, want the new one only",
+			len(c.objects), o, len(c.slots))
 	}
-	c.forget("new")
-	if len(c.last) != 0 || len(c.names) != 0 || len(c.uids) != 0 {
-		t.Errorf("after forget: %d checks, %d names, %d UIDs tracked", len(c.last), len(c.names), len(c.uids))
+	c.forget(key, "old") // the old one's deletion, seen late: not the new one's
+	if len(c.objects) != 1 {
+		t.Errorf("the old object's deletion forgot the new one under its name")
+	}
+	c.forget(key, "new")
+	if len(c.objects) != 0 || len(c.slots) != 0 {
+		t.Errorf("after forget: %d checks, %d places tracked", len(c.objects), len(c.slots))
 	}
 }
 
@@ -76,10 +78,10 @@ func TestSecretChecksDeletedBacklog(t *testing.T) {
 	var c secretChecks
 	mine, others := dueTogether(&c, interval, 2*time.Second)
 	for _, uid := range mine {
-		c.forget(uid)
+		c.forget(keyOf(uid), uid)
 	}
 	for _, uid := range others {
-		if wait := c.dueAt(uid, interval, epoch.Add(2*time.Second)); wait > interval/checkRateFactor {
+		if wait := c.dueAt(keyOf(uid), uid, interval, epoch.Add(2*time.Second)); wait > interval/checkRateFactor {
 			t.Errorf("%s, due now, runs in %v, want at most %v", uid, wait, interval/checkRateFactor)
 		}
 	}
@@ -91,13 +93,13 @@ func dueTogether(c *secretChecks, interval, othersLater time.Duration) (mine, ot
 	all := uids(610)
 	mine, others = all[:600], all[600:]
 	for _, uid := range mine {
-		c.doneAt(uid, epoch.Add(-interval))
+		c.doneAt(keyOf(uid), uid, epoch.Add(-interval))
 	}
 	for _, uid := range others {
-		c.doneAt(uid, epoch.Add(othersLater-interval))
+		c.doneAt(keyOf(uid), uid, epoch.Add(othersLater-interval))
 	}
 	for _, uid := range mine {
-		c.dueAt(uid, interval, epoch)
+		c.dueAt(keyOf(uid), uid, interval, epoch)
 	}
 	return mine, others
 }

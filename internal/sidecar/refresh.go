@@ -51,8 +51,8 @@ func (r *BucketReconciler) refreshBucket(ctx context.Context, bucket *cosiapi.Bu
 	if r.RefreshInterval <= 0 {
 		return reconcile.Result{}, nil
 	}
-	wait := r.refreshes.due(bucket.UID, r.RefreshInterval)
-	r.refreshes.named(client.ObjectKeyFromObject(bucket), bucket.UID)
+	key := client.ObjectKeyFromObject(bucket)
+	wait := r.refreshes.due(key, bucket.UID, r.RefreshInterval)
 	if wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
@@ -60,7 +60,7 @@ func (r *BucketReconciler) refreshBucket(ctx context.Context, bucket *cosiapi.Bu
 	if err != nil {
 		return r.result(bucket, cosiapi.EventFailedRefresh, err)
 	}
-	r.refreshes.done(bucket.UID)
+	r.refreshes.done(key, bucket.UID)
 	return reconcile.Result{RequeueAfter: r.RefreshInterval}, nil
 }
 
