@@ -5,8 +5,13 @@ package index
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
+	"slices"
+	"strconv"
 	"sync"
 
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,7 +27,19 @@ type Field struct {
 	// InNamespace says that every lookup of this index names a namespace (client.InNamespace);
 	// otherwise no lookup does. Each object is indexed in that one form only (see Register).
 	InNamespace bool
+	// HashBuckets, when set, says that the values are mostly each object's own (a Bucket's name, a
+	// claim's key): each is indexed under its hash modulo HashBuckets, and a lookup keeps the
+	// objects the hash finds whose value it is (Field.List). client-go keeps a set of object keys
+	// per value of an index, 200 to 300 bytes even for one object: per object for such values,
+	// 45 MB of the sidecar's 539 at 80,000 object sets (docs/benchmark.md). Under a hash, the sets
+	// are at most HashBuckets, shared by the objects whose values share a hash.
+	HashBuckets uint32
 }
+
+// OwnValueBuckets is the HashBuckets of the indexes whose values are each object's own: 4,096
+// sets of about 25 objects each at 100,000 objects, which a lookup goes through without copying
+// them (Field.List).
+const OwnValueBuckets = 4096
 
 // Register adds the indexes to a manager's cache (mgr.GetCache()), under the names
 // controller-runtime's cached List looks up for client.MatchingFields.
@@ -99,8 +116,36 @@ func (f Field) List(
 			"the namespace is an argument of Field.List, and an index lookup selects by one field",
 			f.Name, given.Namespace, given.FieldSelector)
 	}
-	opts = append(opts, client.InNamespace(namespace), client.MatchingFields{f.Name: value})
-	return r.List(ctx, list, opts...)
+	if f.HashBuckets == 0 {
+		opts = append(opts, client.InNamespace(namespace), client.MatchingFields{f.Name: value})
+		return r.List(ctx, list, opts...)
+	}
+	// The objects under the value's hash, as the cache holds them (not copied: only read here),
+	// then a copy of those whose value it is.
+	opts = append(opts, client.InNamespace(namespace), client.MatchingFields{f.Name: f.hashed(value)},
+		client.UnsafeDisableDeepCopy)
+	if err := r.List(ctx, list, opts...); err != nil {
+		return err
+	}
+	items, err := apimeta.ExtractList(list)
+	if err != nil {
+		return fmt.Errorf("index %s: %w", f.Name, err)
+	}
+	kept := make([]runtime.Object, 0, 1)
+	for _, item := range items {
+		obj, ok := item.(client.Object)
+		if ok && slices.Contains(f.Extract(obj), value) {
+			kept = append(kept, obj.DeepCopyObject())
+		}
+	}
+	return apimeta.SetList(list, kept)
+}
+
+// hashed is the index key of a value under HashBuckets: its FNV-1a hash modulo HashBuckets.
+func (f Field) hashed(value string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(value))
+	return "#" + strconv.FormatUint(uint64(h.Sum32()%f.HashBuckets), 10)
 }
 
 // indexFunc returns the index keys of an object: each value, prefixed as controller-runtime's
@@ -116,8 +161,14 @@ func (f Field) indexFunc(raw any) ([]string, error) {
 	}
 	var keys []string
 	for _, v := range f.Extract(obj) {
-		if v != "" {
-			keys = append(keys, ns+"/"+v)
+		if v == "" {
+			continue
+		}
+		if f.HashBuckets > 0 {
+			v = f.hashed(v)
+		}
+		if key := ns + "/" + v; !slices.Contains(keys, key) {
+			keys = append(keys, key)
 		}
 	}
 	return keys, nil
@@ -150,8 +201,9 @@ var ClaimsByExistingBucket = Field{
 // AccessesByClaim indexes BucketAccesses by the claims they name, as "<namespace>/<claim name>"
 // (ClaimKey).
 var AccessesByClaim = Field{
-	Object: &cosiapi.BucketAccess{},
-	Name:   "spec.bucketClaims.bucketClaimName",
+	Object:      &cosiapi.BucketAccess{},
+	Name:        "spec.bucketClaims.bucketClaimName",
+	HashBuckets: OwnValueBuckets,
 	Extract: func(o client.Object) []string {
 		ba := o.(*cosiapi.BucketAccess)
 		keys := make([]string, 0, len(ba.Spec.BucketClaims))
@@ -176,8 +228,9 @@ var AccessesByClass = Field{
 
 // AccessesByBucket indexes BucketAccesses by the Buckets they were handed off for.
 var AccessesByBucket = Field{
-	Object: &cosiapi.BucketAccess{},
-	Name:   "status.accessedBuckets.bucketName",
+	Object:      &cosiapi.BucketAccess{},
+	Name:        "status.accessedBuckets.bucketName",
+	HashBuckets: OwnValueBuckets,
 	Extract: func(o client.Object) []string {
 		var names []string
 		for _, b := range o.(*cosiapi.BucketAccess).Status.AccessedBuckets {

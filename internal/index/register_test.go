@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -119,7 +120,7 @@ func TestRegisterOneFormPerValue(t *testing.T) {
 		{&cosiapi.BucketAccessList{}, index.AccessesByClass, "ac", []string{"index-a/access", "index-b/access"}},
 	} {
 		testenv.Eventually(t, func() error {
-			if err := c.List(ctx, tc.list, client.MatchingFields{tc.field.Name: tc.value}); err != nil {
+			if err := tc.field.List(ctx, c, tc.list, "", tc.value); err != nil {
 				return err
 			}
 			if got := names(t, tc.list); !slices.Equal(got, tc.want) {
@@ -137,8 +138,9 @@ func TestRegisterOneFormPerValue(t *testing.T) {
 		{&cosiapi.BucketClaim{}, index.ClaimsByClass, []string{"__all_namespaces/bc"}},
 		{&cosiapi.BucketClaim{}, index.ClaimsByExistingBucket,
 			[]string{"__all_namespaces/existing-index-a", "__all_namespaces/existing-index-b"}},
-		{&cosiapi.BucketAccess{}, index.AccessesByClaim,
-			[]string{"__all_namespaces/index-a/dynamic", "__all_namespaces/index-b/dynamic"}},
+		// Under their hashes: the values are each claim's own (index.Field.HashBuckets).
+		{&cosiapi.BucketAccess{}, index.AccessesByClaim, hashKeys("__all_namespaces/", index.AccessesByClaim,
+			index.ClaimKey("index-a", "dynamic"), index.ClaimKey("index-b", "dynamic"))},
 		{&cosiapi.BucketAccess{}, index.AccessesByClass, []string{"__all_namespaces/ac"}},
 	} {
 		if got := indexKeys(t, c, tc.obj, tc.field.Name); !slices.Equal(got, tc.want) {
@@ -317,4 +319,98 @@ func TestLazyRegistersAtFirstLookup(t *testing.T) {
 	if err := lazy.List(ctx, c, &list, "index-a", string(before.UID)); err == nil {
 		t.Error("a lazy index looked up in the other form")
 	}
+}
+
+// hashKeys are the index keys of values under the field's hash, with the prefix (a namespace).
+func hashKeys(prefix string, f index.Field, values ...string) []string {
+	var keys []string
+	for _, v := range values {
+		if k := prefix + index.Hashed(f, v); !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// TestHashedFindsItsOwnValues: a field whose values are kept under their hashes, here all under
+// one (HashBuckets 1), finds the objects whose value it is and no other, in either form, as their
+// values change; its index holds one key per hash, not per value; and what a lookup returns are
+// copies, not the cache's objects.
+func TestHashedFindsItsOwnValues(t *testing.T) {
+	ctx := t.Context()
+	tint := func(o client.Object) []string {
+		cm := o.(*corev1.ConfigMap)
+		return []string{cm.Data["tint"], cm.Data["second"]}
+	}
+	byTint := index.Field{Object: &corev1.ConfigMap{}, Name: "data.tint", Extract: tint, HashBuckets: 1}
+	byTintHere := index.Field{Object: &corev1.ConfigMap{}, Name: "data.tint.here", InNamespace: true,
+		Extract: tint, HashBuckets: 1}
+	tints := map[string]map[string]string{
+		"index-a/one": {"tint": "teal"}, "index-a/two": {"tint": "rose", "second": "teal"},
+		"index-b/one": {"tint": "rose"}, "index-b/two": {"tint": "ochre"},
+	}
+	for key, data := range tints {
+		ns, name, _ := strings.Cut(key, "/")
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tint-" + name,
+			Labels: map[string]string{"test": "tint"}}, Data: data}
+		if err := env.Client.Create(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), cm) })
+	}
+	c := startCache(t, byTint, byTintHere)
+	expect := func(f index.Field, namespace, value string, want ...string) {
+		t.Helper()
+		testenv.Eventually(t, func() error {
+			var list corev1.ConfigMapList
+			if err := f.List(ctx, c, &list, namespace, value, client.MatchingLabels{"test": "tint"}); err != nil {
+				return err
+			}
+			if got := names(t, &list); !slices.Equal(got, want) {
+				return fmt.Errorf("%s=%s in %q: %v, want %v", f.Name, value, namespace, got, want)
+			}
+			return nil
+		})
+	}
+	expect(byTint, "", "teal", "index-a/tint-one", "index-a/tint-two")
+	expect(byTint, "", "rose", "index-a/tint-two", "index-b/tint-one")
+	expect(byTint, "", "ochre", "index-b/tint-two")
+	expect(byTint, "", "mauve")
+	expect(byTintHere, "index-b", "rose", "index-b/tint-one")
+	expect(byTintHere, "index-a", "ochre")
+	for name, want := range map[string][]string{
+		byTint.Name: {"__all_namespaces/#0"}, byTintHere.Name: {"index-a/#0", "index-b/#0"},
+	} {
+		if got := indexKeys(t, c, &corev1.ConfigMap{}, name); !slices.Equal(got, want) {
+			t.Errorf("index %s holds %v, want %v", name, got, want)
+		}
+	}
+
+	// A value that changes: found under the new value only.
+	cm := &corev1.ConfigMap{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "index-b", Name: "tint-two"}, cm); err != nil {
+		t.Fatal(err)
+	}
+	cm.Data["tint"] = "teal"
+	if err := env.Client.Update(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	expect(byTint, "", "teal", "index-a/tint-one", "index-a/tint-two", "index-b/tint-two")
+	expect(byTint, "", "ochre")
+
+	// The objects returned are copies: writing to one changes neither the cache nor the next lookup.
+	var list corev1.ConfigMapList
+	if err := byTint.List(ctx, c, &list, "", "ochre"); err != nil {
+		t.Fatal(err)
+	}
+	if err := byTint.List(ctx, c, &list, "", "teal"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range list.Items {
+		list.Items[i].Data["tint"] = "ochre"
+		list.Items[i].Labels["test"] = "written"
+	}
+	expect(byTint, "", "teal", "index-a/tint-one", "index-a/tint-two", "index-b/tint-two")
+	expect(byTint, "", "ochre")
 }

@@ -194,6 +194,7 @@ func parseGrantRecord(cm *corev1.ConfigMap) (grantRecord, error) {
 
 // GrantsByBucket indexes the grant records by the names of their Buckets.
 var GrantsByBucket = index.Field{Object: &corev1.ConfigMap{}, Name: "grant.bucketNames", InNamespace: true,
+	HashBuckets: index.OwnValueBuckets,
 	Extract: func(o client.Object) []string {
 		g, err := parseGrantRecord(o.(*corev1.ConfigMap))
 		if err != nil {
