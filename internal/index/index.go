@@ -5,7 +5,7 @@ package index
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
+	"hash/maphash"
 	"slices"
 	"strconv"
 	"sync"
@@ -141,12 +141,15 @@ func (f Field) List(
 	return apimeta.SetList(list, kept)
 }
 
-// hashed is the index key of a value under HashBuckets: its FNV-1a hash modulo HashBuckets.
+// hashed is the index key of a value under HashBuckets: its hash modulo HashBuckets. The hash is
+// seeded at random in each process: a tenant who could compute it could name thousands of its
+// claims so that their keys share another tenant's claim's hash, and make each lookup of that
+// claim go through them.
 func (f Field) hashed(value string) string {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(value))
-	return "#" + strconv.FormatUint(uint64(h.Sum32()%f.HashBuckets), 10)
+	return "#" + strconv.FormatUint(maphash.String(hashSeed, value)%uint64(f.HashBuckets), 10)
 }
+
+var hashSeed = maphash.MakeSeed()
 
 // indexFunc returns the index keys of an object: each value, prefixed as controller-runtime's
 // cached List prefixes the value it looks up (its namespace, or "all namespaces").
