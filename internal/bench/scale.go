@@ -1,8 +1,10 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -440,6 +442,9 @@ type RestartFigures struct {
 	// RSS of the new processes when caught up, and their peak (VmHWM) since their start, MiB.
 	ControllerRSS, SidecarRSS         float64
 	ControllerPeakRSS, SidecarPeakRSS float64
+	// Their live heap when caught up (HeapAlloc after a collection), MiB; with Config.Profiles
+	// only (the processes serve /debug/pprof then).
+	ControllerLiveHeap, SidecarLiveHeap float64 `json:",omitempty"`
 }
 
 // restartHow is how a restart starts controller and sidecar again.
@@ -534,6 +539,14 @@ func (s *system) restart(ctx context.Context, n int, how restartHow) (f RestartF
 	if how.profile {
 		s.profiles(ctx, n, "caughtup", "heap?gc=1")
 	}
+	if s.cfg.Profiles != "" {
+		if f.ControllerLiveHeap, err = liveHeap(ctx, s.env.Controller); err == nil {
+			f.SidecarLiveHeap, err = liveHeap(ctx, s.env.Sidecar)
+		}
+		if err != nil {
+			s.cfg.logf("live heap: %v", err)
+		}
+	}
 	<-cpu
 	return f, before, m, nil
 }
@@ -555,6 +568,41 @@ func (s *system) profiles(ctx context.Context, n int, name, what string) {
 		})
 	}
 	wg.Wait()
+}
+
+// liveHeap is the process's heap after a collection, MiB: the HeapAlloc its heap profile reports
+// (/debug/pprof/heap?gc=1&debug=1 ends with the runtime's memory statistics).
+func liveHeap(ctx context.Context, c *localenv.Component) (float64, error) {
+	url := "http://" + c.PprofAddress + "/debug/pprof/heap?gc=1&debug=1"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return heapAlloc(resp.Body)
+}
+
+// heapAlloc reads the "# HeapAlloc = N" line of a text heap profile, in MiB.
+func heapAlloc(r io.Reader) (float64, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "# HeapAlloc = "); ok {
+			n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return n / (1 << 20), err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, errors.New("no HeapAlloc in the heap profile")
 }
 
 func saveProfile(ctx context.Context, url, file string) error {
@@ -969,9 +1017,10 @@ func printCompared(w io.Writer, r ScaleResult) {
 	fmt.Fprintf(w, "\nN=%d: restarts alternated between two builds of controller and sidecar\n\n", r.N)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "BUILD\tCAUGHT UP s\tCPU-s CONTROLLER\tSIDECAR\tKUBE-APISERVER\t"+
-		"RSS MiB CONTROLLER (PEAK)\tSIDECAR (PEAK)\t")
+		"LIVE HEAP MiB CONTROLLER\tSIDECAR\tRSS MiB CONTROLLER (PEAK)\tSIDECAR (PEAK)\t")
 	figures := func(f RestartFigures) []float64 {
-		return []float64{f.CaughtUpSec, f.CPU["cosi-controller"], f.CPU["cosi-sidecar"], f.CPU["kube-apiserver"]}
+		return []float64{f.CaughtUpSec, f.CPU["cosi-controller"], f.CPU["cosi-sidecar"], f.CPU["kube-apiserver"],
+			f.ControllerLiveHeap, f.SidecarLiveHeap}
 	}
 	var dirs []string
 	byDir := map[string][][]float64{}
@@ -980,13 +1029,14 @@ func printCompared(w io.Writer, r ScaleResult) {
 			dirs = append(dirs, f.BinDir)
 		}
 		byDir[f.BinDir] = append(byDir[f.BinDir], figures(f))
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s (%s)\t%s (%s)\t\n", f.BinDir, num(f.CaughtUpSec),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s (%s)\t%s (%s)\t\n", f.BinDir, num(f.CaughtUpSec),
 			num(f.CPU["cosi-controller"]), num(f.CPU["cosi-sidecar"]), num(f.CPU["kube-apiserver"]),
+			num(f.ControllerLiveHeap), num(f.SidecarLiveHeap),
 			num(f.ControllerRSS), num(f.ControllerPeakRSS), num(f.SidecarRSS), num(f.SidecarPeakRSS))
 	}
 	medians := make([][]float64, len(dirs))
 	for i, dir := range dirs {
-		for j := range 4 {
+		for j := range 6 {
 			var col []float64
 			for _, row := range byDir[dir] {
 				col = append(col, row[j])
@@ -994,11 +1044,16 @@ func printCompared(w io.Writer, r ScaleResult) {
 			medians[i] = append(medians[i], summarize(col).Median)
 		}
 		m := medians[i]
-		fmt.Fprintf(tw, "median %s\t%s\t%s\t%s\t%s\t\t\t\n", dir, num(m[0]), num(m[1]), num(m[2]), num(m[3]))
+		fmt.Fprintf(tw, "median %s\t%s\t%s\t%s\t%s\t%s\t%s\t\t\t\n", dir, num(m[0]), num(m[1]), num(m[2]), num(m[3]),
+			num(m[4]), num(m[5]))
 	}
 	if len(dirs) == 2 {
 		fmt.Fprint(tw, "ratio, second / first\t")
-		for j := range 4 {
+		for j := range 6 {
+			if medians[0][j] == 0 {
+				fmt.Fprint(tw, "-\t")
+				continue
+			}
 			fmt.Fprintf(tw, "%.2f\t", medians[1][j]/medians[0][j])
 		}
 		fmt.Fprintln(tw, "\t\t")

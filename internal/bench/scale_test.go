@@ -202,7 +202,8 @@ func TestCheckDecisions(t *testing.T) {
 func TestPrintCompared(t *testing.T) {
 	restart := func(dir string, s, ctl float64) RestartFigures {
 		return RestartFigures{BinDir: dir, CaughtUpSec: s,
-			CPU: map[string]float64{"cosi-controller": ctl, "cosi-sidecar": 2 * ctl, "kube-apiserver": 10}}
+			CPU:                map[string]float64{"cosi-controller": ctl, "cosi-sidecar": 2 * ctl, "kube-apiserver": 10},
+			ControllerLiveHeap: 10 * ctl}
 	}
 	var b strings.Builder
 	printCompared(&b, ScaleResult{N: 10000, Compared: []RestartFigures{
@@ -211,10 +212,10 @@ func TestPrintCompared(t *testing.T) {
 	}})
 	out := b.String()
 	for _, want := range []string{
-		"N=10000: restarts alternated",   // the heading
-		"median old 42.0 10.0 20.0 10.0", // medians of 40/44/42, 8/10/12, 16/20/24, 10
-		"median new 25.0 5.00 10.0 10.0",
-		"ratio, second / first  0.60  0.50  0.50  1.00",
+		"N=10000: restarts alternated",            // the heading
+		"median old 42.0 10.0 20.0 10.0 100 0.00", // medians of 40/44/42, 8/10/12, 16/20/24, 10, 80/100/120, 0
+		"median new 25.0 5.00 10.0 10.0 50.0 0.00",
+		"ratio, second / first  0.60  0.50  0.50  1.00 0.50 -",
 	} {
 		if !strings.Contains(strings.Join(strings.Fields(out), " "), strings.Join(strings.Fields(want), " ")) {
 			t.Errorf("no %q in\n%s", want, out)
@@ -224,5 +225,16 @@ func TestPrintCompared(t *testing.T) {
 	printCompared(&b, ScaleResult{N: 1})
 	if b.Len() != 0 {
 		t.Errorf("no compared restarts printed %q", b.String())
+	}
+}
+
+func TestHeapAlloc(t *testing.T) {
+	profile := "heap profile: 3: 4096 [9: 8192] @ heap/1048576\n1: 1024 [1: 1024] @ 0x1\n\n" +
+		"# runtime.MemStats\n# Alloc = 1\n# HeapAlloc = 3145728\n# Sys = 9\n"
+	if got, err := heapAlloc(strings.NewReader(profile)); err != nil || got != 3 {
+		t.Errorf("heapAlloc: %v, %v; want 3 MiB", got, err)
+	}
+	if _, err := heapAlloc(strings.NewReader("heap profile: 0: 0 [0: 0] @ heap/1\n")); err == nil {
+		t.Error("a profile without HeapAlloc: no error")
 	}
 }
