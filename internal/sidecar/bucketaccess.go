@@ -559,14 +559,21 @@ func (r *BucketAccessReconciler) secretUnwritable(
 // whatever else changed the object meanwhile (a tenant's label, the controller's condition): a
 // conflict here is retried on a fresh copy, never by granting again. The first patch is made on
 // ba as it is, locked to its version: the copy that phase 1's patch returned, unless this grant
-// had no phase 1 (then it may be the cache's, and a stale one conflicts).
+// had no phase 1 (then it may be the cache's, and a stale one conflicts). An access that a fresh
+// copy shows replaced (deleted, and another created under its name) gets nothing: the new one was
+// never granted, and the old one's grant record is revoked as its access is gone.
 func (r *BucketAccessReconciler) recordGranted(ctx context.Context, ba *cosiapi.BucketAccess) error {
 	fresh := true
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if !fresh {
-			if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ba), ba); err != nil {
+			live := &cosiapi.BucketAccess{}
+			if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ba), live); err != nil {
 				return err
 			}
+			if live.UID != ba.UID {
+				return errReplaced
+			}
+			live.DeepCopyInto(ba)
 		}
 		fresh = false
 		status := r.record.status(ba)
@@ -576,11 +583,17 @@ func (r *BucketAccessReconciler) recordGranted(ctx context.Context, ba *cosiapi.
 		return status.Patch(ctx, patch.OptimisticLock)
 	})
 	if err != nil {
+		if errors.Is(err, errReplaced) {
+			return nil
+		}
 		return lookup.IgnoreGone(err)
 	}
 	r.checks.done(client.ObjectKeyFromObject(ba), ba.UID)
 	return nil
 }
+
+// errReplaced: the object read again under the name is another one (its UID differs).
+var errReplaced = errors.New("replaced by another object of the same name")
 
 // buckets resolves the Buckets of the access by claim name. ready is false while a Bucket is not
 // provisioned yet: the access waits, and the Bucket watch wakes it.
