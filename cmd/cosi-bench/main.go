@@ -67,7 +67,8 @@ func main() {
 	flag.StringVar(&cfg.RestartMemoryLimit, "restart-memlimit", "",
 		"GOMEMLIMIT (e.g. 400MiB) of controller and sidecar in one more restart at each scale size (empty: none)")
 	flag.DurationVar(&cfg.SecretCheckInterval, "secret-check-interval", 0,
-		"the sidecar's --secret-check-interval (0 leaves its default, 10m)")
+		"the sidecar's --secret-check-interval (0 leaves its default, 10m); the checks are N/interval writes "+
+			"per second: raise it with -scale sizes of tens of thousands, as an admin would (docs/install.md)")
 	flag.StringVar(&cfg.CompareBinDir, "restart-compare", "",
 		"directory with other builds of cosi-controller and cosi-sidecar: at each scale size, restarts alternated "+
 			"between those and -bin's, their catch-ups compared on the same objects (empty: none)")
