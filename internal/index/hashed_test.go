@@ -1,0 +1,155 @@
+package index_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kube-cosi/cosi/internal/index"
+	"github.com/kube-cosi/cosi/internal/testenv"
+)
+
+// TestHashedAsPerValue: a field kept under the hashes of its values (HashBuckets 2, so that values
+// share hashes, and two values of one object often do) finds what the same field kept one set per
+// value finds, object for object, in either form, with the label selector passed through, under
+// random creations, changes of values (several per object, repeated, empty) and deletions: for
+// every value looked up, the empty one included, and with a limit on the number of objects.
+func TestHashedAsPerValue(t *testing.T) {
+	ctx := t.Context()
+	values := func(o client.Object) []string {
+		d := o.(*corev1.ConfigMap).Data
+		return []string{d["v0"], d["v1"], d["v2"]}
+	}
+	hashed := index.Field{Object: &corev1.ConfigMap{}, Name: "data.equiv.hashed", Extract: values, HashBuckets: 2}
+	hashedHere := index.Field{Object: &corev1.ConfigMap{}, Name: "data.equiv.hashed.here", InNamespace: true,
+		Extract: values, HashBuckets: 2}
+	plain := index.Field{Object: &corev1.ConfigMap{}, Name: "data.equiv", Extract: values}
+	plainHere := index.Field{Object: &corev1.ConfigMap{}, Name: "data.equiv.here", InNamespace: true,
+		Extract: values}
+	c := startCache(t, hashed, hashedHere, plain, plainHere)
+	label := client.MatchingLabels{"test": "equiv"}
+	pool := []string{"a", "b", "c", "d", "e", ""}
+	rng := rand.New(rand.NewPCG(1, 2))
+	model := map[string][]string{} // namespace/name: values
+
+	// want is what a per-value index finds: the objects with the value, none for an empty value
+	// (not indexed).
+	want := func(namespace, value string) []string {
+		var out []string
+		for key, vs := range model {
+			if value != "" && slices.Contains(vs, value) && (namespace == "" || strings.HasPrefix(key, namespace+"/")) {
+				out = append(out, key)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	lookup := func(f index.Field, namespace, value string, opts ...client.ListOption) (*corev1.ConfigMapList, error) {
+		var list corev1.ConfigMapList
+		err := f.List(ctx, c, &list, namespace, value, append([]client.ListOption{label}, opts...)...)
+		slices.SortFunc(list.Items, func(a, b corev1.ConfigMap) int {
+			return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+		})
+		return &list, err
+	}
+	check := func() error {
+		for _, v := range pool {
+			for _, form := range []struct {
+				hashed, plain index.Field
+				ns            string
+			}{{hashed, plain, ""}, {hashedHere, plainHere, "index-a"}, {hashedHere, plainHere, "index-b"}} {
+				h, err := lookup(form.hashed, form.ns, v)
+				if err != nil {
+					return err
+				}
+				p, err := lookup(form.plain, form.ns, v)
+				if err != nil {
+					return err
+				}
+				if got, w := names(t, h), want(form.ns, v); !slices.Equal(got, w) {
+					return fmt.Errorf("hashed %q in %q: %v, want %v", v, form.ns, got, w)
+				}
+				if got, w := names(t, p), want(form.ns, v); !slices.Equal(got, w) {
+					return fmt.Errorf("per-value %q in %q: %v, want %v", v, form.ns, got, w)
+				}
+				// The same objects, field for field (the cache's copies carry their kind; the
+				// hashed lookup's copies are made from the cache's objects, which do not).
+				for i := range h.Items {
+					h.Items[i].TypeMeta, p.Items[i].TypeMeta = metav1.TypeMeta{}, metav1.TypeMeta{}
+				}
+				if !reflect.DeepEqual(h.Items, p.Items) {
+					return fmt.Errorf("%q in %q: hashed and per-value objects differ", v, form.ns)
+				}
+				// With a limit: as many as a per-value lookup finds.
+				h, err = lookup(form.hashed, form.ns, v, client.Limit(1))
+				if err != nil {
+					return err
+				}
+				p, err = lookup(form.plain, form.ns, v, client.Limit(1))
+				if err != nil {
+					return err
+				}
+				if len(h.Items) != len(p.Items) {
+					return fmt.Errorf("%q in %q limited to 1: hashed %v, per-value %v", v, form.ns, names(t, h), names(t, p))
+				}
+			}
+		}
+		return nil
+	}
+
+	random := func() map[string]string {
+		d := map[string]string{}
+		for _, k := range []string{"v0", "v1", "v2"} {
+			if rng.IntN(4) > 0 {
+				d[k] = pool[rng.IntN(len(pool))]
+			}
+		}
+		return d
+	}
+	for round := range 6 {
+		for range 8 {
+			ns := []string{"index-a", "index-b"}[rng.IntN(2)]
+			name := fmt.Sprintf("equiv-%d", rng.IntN(5))
+			key := ns + "/" + name
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+				Labels: map[string]string{"test": "equiv"}}, Data: random()}
+			var err error
+			switch _, exists := model[key]; {
+			case !exists:
+				err = env.Client.Create(ctx, cm)
+				t.Cleanup(func() { _ = env.Client.Delete(context.Background(), cm) })
+				model[key] = values(cm)
+			case rng.IntN(3) == 0:
+				err = env.Client.Delete(ctx, cm)
+				delete(model, key)
+			default:
+				err = env.Client.Update(ctx, cm)
+				model[key] = values(cm)
+			}
+			if err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		testenv.Eventually(t, check)
+	}
+}
+
+// TestHashedNotFromTheAPIServer: a lookup through a reader that is not a cache (an uncached
+// client, an APIReader) sends the hash as a field selector to the API server, which refuses it:
+// an error, not a wrong answer.
+func TestHashedNotFromTheAPIServer(t *testing.T) {
+	f := index.Field{Object: &corev1.ConfigMap{}, Name: "data.equiv.hashed", HashBuckets: 2,
+		Extract: func(client.Object) []string { return nil }}
+	var list corev1.ConfigMapList
+	if err := f.List(t.Context(), env.Client, &list, "", "a"); err == nil {
+		t.Errorf("a hashed lookup from the API server found %v, want an error", names(t, &list))
+	}
+}
