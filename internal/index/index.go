@@ -121,9 +121,11 @@ func (f Field) List(
 		return r.List(ctx, list, opts...)
 	}
 	// The objects under the value's hash, as the cache holds them (not copied: only read here),
-	// then a copy of those whose value it is.
+	// then a copy of those whose value it is, as many as a limit in opts asks for (the cache would
+	// count the hash's objects). An empty value is not indexed (indexFunc): it finds nothing, as
+	// in a set per value, not the objects of its hash that have one.
 	opts = append(opts, client.InNamespace(namespace), client.MatchingFields{f.Name: f.hashed(value)},
-		client.UnsafeDisableDeepCopy)
+		client.UnsafeDisableDeepCopy, client.Limit(0))
 	if err := r.List(ctx, list, opts...); err != nil {
 		return err
 	}
@@ -133,8 +135,11 @@ func (f Field) List(
 	}
 	kept := make([]runtime.Object, 0, 1)
 	for _, item := range items {
+		if given.Limit > 0 && int64(len(kept)) == given.Limit {
+			break
+		}
 		obj, ok := item.(client.Object)
-		if ok && slices.Contains(f.Extract(obj), value) {
+		if ok && value != "" && slices.Contains(f.Extract(obj), value) {
 			kept = append(kept, obj.DeepCopyObject())
 		}
 	}
