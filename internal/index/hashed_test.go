@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kube-cosi/cosi/internal/index"
@@ -143,13 +144,24 @@ func TestHashedAsPerValue(t *testing.T) {
 }
 
 // TestHashedNotFromTheAPIServer: a lookup through a reader that is not a cache (an uncached
-// client, an APIReader) sends the hash as a field selector to the API server, which refuses it:
-// an error, not a wrong answer.
+// client, an APIReader) sends the hash as a field selector to the API server, which refuses it;
+// one into a list the cache holds in another form (unstructured, metadata only) goes to an
+// informer without the index: an error, not a wrong answer.
 func TestHashedNotFromTheAPIServer(t *testing.T) {
-	f := index.Field{Object: &corev1.ConfigMap{}, Name: "data.equiv.hashed", HashBuckets: 2,
-		Extract: func(client.Object) []string { return nil }}
+	f := index.Field{Object: &corev1.ConfigMap{}, Name: "data.other.hashed", HashBuckets: 2,
+		Extract: func(o client.Object) []string { return []string{o.(*corev1.ConfigMap).Data["v0"]} }}
 	var list corev1.ConfigMapList
 	if err := f.List(t.Context(), env.Client, &list, "", "a"); err == nil {
 		t.Errorf("a hashed lookup from the API server found %v, want an error", names(t, &list))
+	}
+	c := startCache(t, f)
+	u := &unstructured.UnstructuredList{}
+	u.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
+	m := &metav1.PartialObjectMetadataList{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
+	for _, l := range []client.ObjectList{u, m} {
+		if err := f.List(t.Context(), c, l, "", "a"); err == nil {
+			t.Errorf("a hashed lookup into a %T found %v, want an error", l, names(t, l))
+		}
 	}
 }
