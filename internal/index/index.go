@@ -8,6 +8,7 @@ import (
 	"hash/maphash"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -34,6 +35,10 @@ type Field struct {
 	// 45 MB of the sidecar's 539 at 80,000 object sets (docs/benchmark.md). Under a hash, the sets
 	// are at most HashBuckets, shared by the objects whose values share a hash.
 	HashBuckets uint32
+	// Has, when set, reports whether value is one of the values Extract returns for the object,
+	// without making them: a hashed lookup asks it of every object of the hash (Extract builds
+	// strings, and a tenant's accesses may name 64 claims each). TestHasAsExtract checks each.
+	Has func(o client.Object, value string) bool
 }
 
 // OwnValueBuckets is the HashBuckets of the indexes whose values are each object's own: 4,096
@@ -139,11 +144,19 @@ func (f Field) List(
 			break
 		}
 		obj, ok := item.(client.Object)
-		if ok && value != "" && slices.Contains(f.Extract(obj), value) {
+		if ok && value != "" && f.has(obj, value) {
 			kept = append(kept, obj.DeepCopyObject())
 		}
 	}
 	return apimeta.SetList(list, kept)
+}
+
+// has reports whether value is one of the object's values.
+func (f Field) has(obj client.Object, value string) bool {
+	if f.Has != nil {
+		return f.Has(obj, value)
+	}
+	return slices.Contains(f.Extract(obj), value)
 }
 
 // hashed is the index key of a value under HashBuckets: its hash modulo HashBuckets. The hash is
@@ -220,6 +233,12 @@ var AccessesByClaim = Field{
 		}
 		return keys
 	},
+	Has: func(o client.Object, value string) bool {
+		ba := o.(*cosiapi.BucketAccess)
+		namespace, name, ok := strings.Cut(value, "/") // neither a namespace nor a name has a "/"
+		return ok && namespace == ba.Namespace && slices.ContainsFunc(ba.Spec.BucketClaims,
+			func(c cosiapi.BucketClaimAccess) bool { return c.BucketClaimName == name })
+	},
 }
 
 // ClaimKey is the AccessesByClaim value of a claim.
@@ -245,6 +264,10 @@ var AccessesByBucket = Field{
 			names = append(names, b.BucketName)
 		}
 		return names
+	},
+	Has: func(o client.Object, value string) bool {
+		return slices.ContainsFunc(o.(*cosiapi.BucketAccess).Status.AccessedBuckets,
+			func(b cosiapi.AccessedBucket) bool { return b.BucketName == value })
 	},
 }
 

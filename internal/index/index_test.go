@@ -52,6 +52,39 @@ func TestExtract(t *testing.T) {
 	}
 }
 
+// TestHasAsExtract: each field's Has answers what Extract's values say, for the values of several
+// accesses and values near them (another namespace, a prefix, a claim key with a name that has
+// the namespace's characters, the empty value).
+func TestHasAsExtract(t *testing.T) {
+	accesses := []*cosiapi.BucketAccess{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"},
+			Spec: cosiapi.BucketAccessSpec{BucketClaims: []cosiapi.BucketClaimAccess{
+				{BucketClaimName: "c1"}, {BucketClaimName: "c2"}}},
+			Status: cosiapi.BucketAccessStatus{AccessedBuckets: []cosiapi.AccessedBucket{
+				{BucketName: "b1"}, {BucketName: "b2"}}}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "ns2", Name: "a"},
+			Spec: cosiapi.BucketAccessSpec{BucketClaims: []cosiapi.BucketClaimAccess{{BucketClaimName: "ns"}}}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "a"},
+			Spec: cosiapi.BucketAccessSpec{BucketClaims: []cosiapi.BucketClaimAccess{{BucketClaimName: "s-c1"}}}},
+		{},
+	}
+	values := []string{"", "/", "ns", "ns/", "ns/c1", "ns/c2", "ns/c", "ns2/ns", "ns/ns", "n/s-c1", "ns/s-c1",
+		"b1", "b2", "b", "ns/b1", "c1"}
+	for _, f := range []index.Field{index.AccessesByClaim, index.AccessesByBucket} {
+		if f.Has == nil {
+			t.Errorf("%s: no Has", f.Name)
+			continue
+		}
+		for _, ba := range accesses {
+			for _, v := range values {
+				if got, want := f.Has(ba, v), slices.Contains(f.Extract(ba), v); got != want {
+					t.Errorf("%s: Has(%s/%s, %q) = %v, Extract says %v", f.Name, ba.Namespace, ba.Name, v, got, want)
+				}
+			}
+		}
+	}
+}
+
 // TestNamesAreUnique: two indexes of one kind with one name would fail to register.
 func TestNamesAreUnique(t *testing.T) {
 	seen := map[string]bool{}

@@ -60,3 +60,32 @@ func BenchmarkIndexMemory(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkHashedLookupFilter: what a hashed lookup of a claim costs per object of the hash it
+// goes through, for an access naming 64 claims (the most a tenant's access may name): its values
+// built by Extract, or asked of Has.
+//
+//	go test -run '^$' -bench HashedLookupFilter ./internal/index
+func BenchmarkHashedLookupFilter(b *testing.B) {
+	ba := &cosiapi.BucketAccess{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant-hostile", Name: "many"}}
+	for i := range 64 {
+		ba.Spec.BucketClaims = append(ba.Spec.BucketClaims,
+			cosiapi.BucketClaimAccess{BucketClaimName: fmt.Sprintf("made-up-claim-%d", i)})
+	}
+	value := ClaimKey("tenant-victim", "claim")
+	extract := AccessesByClaim
+	extract.Has = nil
+	for _, tc := range []struct {
+		name  string
+		field Field
+	}{{"extract", extract}, {"has", AccessesByClaim}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if tc.field.has(ba, value) {
+					b.Fatal("found")
+				}
+			}
+		})
+	}
+}
