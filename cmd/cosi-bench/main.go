@@ -72,7 +72,8 @@ func main() {
 	flag.StringVar(&cfg.CompareBinDir, "restart-compare", "",
 		"directory with other builds of cosi-controller and cosi-sidecar: at each scale size, restarts alternated "+
 			"between those and -bin's, their catch-ups compared on the same objects (empty: none)")
-	flag.IntVar(&cfg.ComparePairs, "restart-compare-pairs", 2, "pairs of alternated restarts with -restart-compare")
+	flag.IntVar(&cfg.ComparePairs, "restart-compare-pairs", 2,
+		"pairs of restarts with -restart-compare, in turn in either order (A B B A ...)")
 	flag.StringVar(&cfg.JSON, "json", "", "write the results as JSON to this file")
 	version.AddFlag(flag.CommandLine)
 	flag.Parse()

@@ -55,7 +55,7 @@ type Config struct {
 	SecretCheckInterval time.Duration
 	// CompareBinDir, when set, holds other builds of cosi-controller and cosi-sidecar: at each
 	// scale size, after the usual restart, controller and sidecar restart ComparePairs times with
-	// those, each followed by a restart with BinDir's, so that their catch-ups are measured on the
+	// those and with BinDir's, in turn (A B B A ...), so that their catch-ups are measured on the
 	// same objects, alternated (figures that move with the machine's load are compared as ratios).
 	CompareBinDir string
 	ComparePairs  int

@@ -99,8 +99,9 @@ type ScaleResult struct {
 	RestartCPU map[string]float64 `json:"restartCPU"`
 	// LimitedRestart is a restart before that one with GOMEMLIMIT=Config.RestartMemoryLimit.
 	LimitedRestart *RestartFigures `json:"limitedRestart,omitempty"`
-	// Compared are the restarts after that one, alternated: Config.CompareBinDir's builds, then
-	// Config.BinDir's (RestartFigures.BinDir says which), Config.ComparePairs times.
+	// Compared are the restarts after that one, alternated: Config.CompareBinDir's builds and
+	// Config.BinDir's (RestartFigures.BinDir says which), Config.ComparePairs pairs, in turn in
+	// either order.
 	Compared []RestartFigures `json:"compared,omitempty"`
 }
 
@@ -336,9 +337,15 @@ func (s *system) scaleTo(ctx context.Context, ns string, from, n int, run ScaleR
 	if s.cfg.CompareBinDir == "" {
 		return r, nil
 	}
-	// Last, so that the next size is provisioned by BinDir's builds.
-	for range s.cfg.ComparePairs {
-		for _, dir := range []string{s.cfg.CompareBinDir, s.cfg.BinDir} {
+	// Last, so that the next size is provisioned by BinDir's builds; the pairs in turn in either
+	// order (A B B A ...), so that what moves with time (the scheduled checks falling due, etcd's
+	// compactions) moves both builds' medians alike.
+	for i := range s.cfg.ComparePairs {
+		dirs := []string{s.cfg.CompareBinDir, s.cfg.BinDir}
+		if i%2 == 1 {
+			dirs[0], dirs[1] = dirs[1], dirs[0]
+		}
+		for _, dir := range dirs {
 			s.cfg.logf("scale: N=%d: restart with %s's controller and sidecar", n, dir)
 			f, _, _, err := s.restart(ctx, n, restartHow{binDir: dir})
 			if err != nil {
