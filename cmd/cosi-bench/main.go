@@ -63,7 +63,8 @@ func main() {
 		"directory for the Go profiles of controller and sidecar in the scale phase (heap when quiet and after "+
 			"the restart, CPU during the catch-up; empty: none)")
 	flag.DurationVar(&cfg.ProfileCPU, "profile-cpu", 20*time.Second,
-		"length of the CPU profile taken from the restart's start (with -profiles)")
+		"length of the CPU profile taken from each restart's start (with -profiles; longer than the catch-up "+
+			"to cover it whole)")
 	flag.StringVar(&cfg.RestartMemoryLimit, "restart-memlimit", "",
 		"GOMEMLIMIT (e.g. 400MiB) of controller and sidecar in one more restart at each scale size (empty: none)")
 	flag.DurationVar(&cfg.SecretCheckInterval, "secret-check-interval", 0,

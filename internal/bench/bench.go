@@ -43,8 +43,8 @@ type Config struct {
 	ScaleSizes []int
 	ScaleQuiet time.Duration
 	// Profiles, when set, is a directory for Go profiles of controller and sidecar taken in the
-	// scale phase: the heap at each size when quiet and after the restart's catch-up, and the
-	// CPU during the catch-up's first ProfileCPU.
+	// scale phase: the heap at each size when quiet and after each restart's catch-up, and the
+	// CPU during each catch-up's first ProfileCPU (the compared restarts' too).
 	Profiles   string
 	ProfileCPU time.Duration
 	// RestartMemoryLimit, when set, is a GOMEMLIMIT for one more restart at each scale size,

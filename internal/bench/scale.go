@@ -345,9 +345,15 @@ func (s *system) scaleTo(ctx context.Context, ns string, from, n int, run ScaleR
 		if i%2 == 1 {
 			dirs[0], dirs[1] = dirs[1], dirs[0]
 		}
-		for _, dir := range dirs {
+		for j, dir := range dirs {
 			s.cfg.logf("scale: N=%d: restart with %s's controller and sidecar", n, dir)
-			f, _, _, err := s.restart(ctx, n, restartHow{binDir: dir})
+			// Profiles named by build and turn (compare1, bin2, bin3, compare4, ...), for pprof -diff_base.
+			build := "bin"
+			if dir == s.cfg.CompareBinDir {
+				build = "compare"
+			}
+			how := restartHow{binDir: dir, profile: fmt.Sprintf("%s%d", build, 2*i+j+1)}
+			f, _, _, err := s.restart(ctx, n, how)
 			if err != nil {
 				return r, fmt.Errorf("restart with %s's controller and sidecar: %w", dir, err)
 			}
@@ -423,7 +429,7 @@ func (s *system) measureMemory(r *ScaleResult, m scrapes, run ScaleRun) error {
 // restartToCaughtUp stops controller and sidecar (SIGTERM), starts them again, and measures until
 // every reconciler has reconciled each object of its kind once.
 func (s *system) restartToCaughtUp(ctx context.Context, r *ScaleResult) error {
-	f, before, m, err := s.restart(ctx, r.N, restartHow{profile: true})
+	f, before, m, err := s.restart(ctx, r.N, restartHow{profile: "restart"})
 	if err != nil {
 		return err
 	}
@@ -460,8 +466,9 @@ type restartHow struct {
 	env []string
 	// binDir holds the binaries they start from ("": as before).
 	binDir string
-	// profile takes their profiles (Config.Profiles) during and after the catch-up.
-	profile bool
+	// profile, when set, names the restart in the file names of the profiles (Config.Profiles)
+	// taken during the catch-up (CPU: "<profile>-catchup") and after it (heap: "<profile>-caughtup").
+	profile string
 }
 
 // restart stops controller and sidecar (SIGTERM), starts them again as how says, waits until
@@ -506,8 +513,8 @@ func (s *system) restart(ctx context.Context, n int, how restartHow) (f RestartF
 	cpu := make(chan struct{})
 	go func() {
 		defer close(cpu)
-		if how.profile {
-			s.profiles(ctx, n, "catchup", fmt.Sprintf("profile?seconds=%d", int(s.cfg.ProfileCPU.Seconds())))
+		if how.profile != "" {
+			s.profiles(ctx, n, how.profile+"-catchup", fmt.Sprintf("profile?seconds=%d", int(s.cfg.ProfileCPU.Seconds())))
 		}
 	}()
 	deadline := start.Add(30 * time.Minute)
@@ -543,8 +550,8 @@ func (s *system) restart(ctx context.Context, n int, how restartHow) (f RestartF
 	if m, err = s.scrape(ctx); err != nil {
 		return f, before, m, err
 	}
-	if how.profile {
-		s.profiles(ctx, n, "caughtup", "heap?gc=1")
+	if how.profile != "" {
+		s.profiles(ctx, n, how.profile+"-caughtup", "heap?gc=1")
 	}
 	if s.cfg.Profiles != "" {
 		if f.ControllerLiveHeap, err = liveHeap(ctx, s.env.Controller); err == nil {
