@@ -140,7 +140,8 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*BucketClaimRec
 	registerObjectMetrics(mgr.GetClient())
 	copts := controller.Options{MaxConcurrentReconciles: max(opts.Workers, 1), RateLimiter: requeue.RateLimiter()}
 	recorder := mgr.GetEventRecorder("cosi-controller")
-	c, reader := mgr.GetClient(), mgr.GetAPIReader()
+	// Hashed index lookups read the informers' indexers (index.WithInformers).
+	c, reader := index.WithInformers(mgr.GetClient(), mgr.GetCache()), mgr.GetAPIReader()
 	grace := opts.DriverGrace
 	if grace <= 0 {
 		grace = DefaultDriverGrace

@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kube-cosi/cosi/internal/index"
@@ -53,15 +55,41 @@ func TestHashedAsPerValue(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
+	// Each hashed lookup is made three ways: from the informer's indexer (the cache itself, as
+	// WithInformers gives it to a manager's client) and through the cached List (a reader that is
+	// only a reader), which a cache of several namespaces falls back to.
+	cached, err := client.New(env.Config, client.Options{Scheme: env.Scheme, Cache: &client.CacheOptions{Reader: c}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	readers := []struct {
+		name string
+		r    client.Reader
+	}{
+		{"cache", c},
+		{"client with informers", index.WithInformers(cached, c)},
+		{"cached List", struct{ client.Reader }{c}},
+	}
+	var reader client.Reader
+	var checkWith func() error
 	lookup := func(f index.Field, namespace, value string, opts ...client.ListOption) (*corev1.ConfigMapList, error) {
 		var list corev1.ConfigMapList
-		err := f.List(ctx, c, &list, namespace, value, append([]client.ListOption{label}, opts...)...)
+		err := f.List(ctx, reader, &list, namespace, value, append([]client.ListOption{label}, opts...)...)
 		slices.SortFunc(list.Items, func(a, b corev1.ConfigMap) int {
 			return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 		})
 		return &list, err
 	}
 	check := func() error {
+		for _, rd := range readers {
+			reader = rd.r
+			if err := checkWith(); err != nil {
+				return fmt.Errorf("%s: %w", rd.name, err)
+			}
+		}
+		return nil
+	}
+	checkWith = func() error {
 		for _, v := range pool {
 			for _, form := range []struct {
 				hashed, plain index.Field
@@ -104,6 +132,16 @@ func TestHashedAsPerValue(t *testing.T) {
 			}
 		}
 		return nil
+	}
+
+	// Objects without the label, with every value: a lookup that lost the label selector finds them.
+	for _, ns := range []string{"index-a", "index-b"} {
+		decoy := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "equiv-unlabelled"},
+			Data: map[string]string{"v0": "a", "v1": "b", "v2": "c"}}
+		if err := env.Client.Create(ctx, decoy); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), decoy) })
 	}
 
 	random := func() map[string]string {
@@ -163,5 +201,86 @@ func TestHashedNotFromTheAPIServer(t *testing.T) {
 		if err := f.List(t.Context(), c, l, "", "a"); err == nil {
 			t.Errorf("a hashed lookup into a %T found %v, want an error", l, names(t, l))
 		}
+	}
+}
+
+// TestHashedInACacheOfNamespaces: a cache of some namespaces only (the sidecar's of ConfigMaps:
+// the grant namespace) has no one informer whose indexer a lookup could read: it is made through
+// the cached List, and finds the same objects.
+func TestHashedInACacheOfNamespaces(t *testing.T) {
+	ctx := t.Context()
+	f := index.Field{Object: &corev1.ConfigMap{}, Name: "data.namespaces.hashed", InNamespace: true, HashBuckets: 2,
+		Extract: func(o client.Object) []string { return []string{o.(*corev1.ConfigMap).Data["v0"]} }}
+	for i, v := range []string{"a", "b", "a"} {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "index-a", Name: fmt.Sprintf("namespaces-%d", i)},
+			Data: map[string]string{"v0": v}}
+		if err := env.Client.Create(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), cm) })
+	}
+	c := startCacheWith(t, cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{"index-a": {}}},
+	}}, f)
+	inf, err := c.GetInformer(ctx, &corev1.ConfigMap{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := inf.(interface{ GetIndexer() toolscache.Indexer }); ok {
+		t.Fatal("a cache of namespaces has one indexer: this test no longer covers the cached List")
+	}
+	cached, err := client.New(env.Config, client.Options{Scheme: env.Scheme, Cache: &client.CacheOptions{Reader: c}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, func() error {
+		var list corev1.ConfigMapList
+		if err := f.List(ctx, index.WithInformers(cached, c), &list, "index-a", "a"); err != nil {
+			return err
+		}
+		if got, want := names(t, &list), []string{"index-a/namespaces-0", "index-a/namespaces-2"}; !slices.Equal(got, want) {
+			return fmt.Errorf("found %v, want %v", got, want)
+		}
+		return nil
+	})
+}
+
+// BenchmarkHashedLookup: a hashed lookup that goes through 8 objects of its hash (as at 30,000
+// accesses under 4,096 hashes), from the informer's indexer and through the cached List, which
+// copies each object of the hash into a new list.
+//
+//	go test -run '^$' -bench HashedLookup$ ./internal/index
+func BenchmarkHashedLookup(b *testing.B) {
+	const objects, buckets = 256, 32
+	f := index.Field{Object: &corev1.ConfigMap{}, Name: "data.bench.hashed", InNamespace: true, HashBuckets: buckets,
+		Extract: func(o client.Object) []string { return []string{o.(*corev1.ConfigMap).Data["v0"]} }}
+	ctx := b.Context()
+	for i := range objects {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "index-b", Name: fmt.Sprintf("bench-%d", i)},
+			Data: map[string]string{"v0": fmt.Sprintf("value-%d", i)}}
+		if err := env.Client.Create(ctx, cm); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = env.Client.Delete(context.Background(), cm) })
+	}
+	c := startCache(b, f)
+	for _, r := range []struct {
+		name string
+		r    client.Reader
+	}{{"indexer", c}, {"cached-list", struct{ client.Reader }{c}}} {
+		b.Run(r.name, func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				var list corev1.ConfigMapList
+				if err := f.List(ctx, r.r, &list, "index-b", fmt.Sprintf("value-%d", i%objects)); err != nil {
+					b.Fatal(err)
+				}
+				if len(list.Items) != 1 {
+					b.Fatalf("found %d objects, want 1", len(list.Items))
+				}
+				i++
+			}
+		})
 	}
 }

@@ -35,9 +35,16 @@ func TestMain(m *testing.M) {
 }
 
 // startCache starts a cache of the API server with the indexes registered, and waits for it.
-func startCache(t *testing.T, fields ...index.Field) cache.Cache {
+func startCache(t testing.TB, fields ...index.Field) cache.Cache {
 	t.Helper()
-	c, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme})
+	return startCacheWith(t, cache.Options{}, fields...)
+}
+
+// startCacheWith is startCache with opts (their Scheme set).
+func startCacheWith(t testing.TB, opts cache.Options, fields ...index.Field) cache.Cache {
+	t.Helper()
+	opts.Scheme = env.Scheme
+	c, err := cache.New(env.Config, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

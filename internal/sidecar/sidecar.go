@@ -182,7 +182,8 @@ func setup(
 	workers := max(opts.Workers, 1)
 	copts := controller.Options{MaxConcurrentReconciles: workers, RateLimiter: requeue.RateLimiter()}
 	recorder := mgr.GetEventRecorder("cosi-sidecar")
-	c, reader := mgr.GetClient(), mgr.GetAPIReader()
+	// Hashed index lookups read the informers' indexers (index.WithInformers).
+	c, reader := index.WithInformers(mgr.GetClient(), mgr.GetCache()), mgr.GetAPIReader()
 	store.client, store.reader = c, reader
 	grants := &grantBook{store: store, driver: drv, client: c, reader: reader, events: recorder}
 	if err := (&GrantReconciler{Grants: grants}).SetupWithManager(mgr, copts); err != nil {
