@@ -164,18 +164,22 @@ func (f Field) List(
 // slice of the hash's objects, copied by reflection): at 30,000 accesses, with about 7 objects per
 // hash, that was 1.5 CPU-s of the controller's 26 in a restart's catch-up (docs/benchmark.md).
 // It returns false, having done nothing, when the objects are not in one informer (a cache of
-// several namespaces: the sidecar's of ConfigMaps): the cached List is made then.
+// several namespaces: the sidecar's of ConfigMaps) or the informer has not synced: the cached
+// List is made then.
 func (f Field) listIndexed(
 	ctx context.Context, informers cache.Informers, list client.ObjectList, namespace, value string,
 	given client.ListOptions,
 ) (bool, error) {
-	// As the cached List: the informer (started and synced if it is not yet).
-	informer, err := informers.GetInformer(ctx, f.Object)
+	// The informer, not waited for (in a cache of namespaces that would wait for every
+	// namespace's): one not synced yet (a cache not started, or still listing) leaves the lookup
+	// to the cached List, which waits for it or says the cache has not started, and so does a
+	// continue token, which the cached List refuses. A started manager's informers are synced.
+	informer, err := informers.GetInformer(ctx, f.Object, cache.BlockUntilSynced(false))
 	if err != nil {
 		return false, fmt.Errorf("index %s: %w", f.Name, err)
 	}
 	indexed, ok := informer.(interface{ GetIndexer() toolscache.Indexer })
-	if !ok {
+	if !ok || !informer.HasSynced() || given.Continue != "" {
 		return false, nil
 	}
 	ns := allNamespaces
