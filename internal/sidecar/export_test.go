@@ -25,3 +25,6 @@ func RecordGranted(ctx context.Context, c client.Client, live client.Reader, ba 
 	}
 	return checked, err
 }
+
+// CachedGrantKey is the key under which the sidecar's cache keeps what it reads of a grant record.
+const CachedGrantKey = cachedGrantKey

@@ -38,10 +38,10 @@ type grantBook struct {
 
 // accessGone reports whether the recorded access no longer exists. The cache answers "it exists";
 // "gone" is confirmed with the API server.
-func (b *grantBook) accessGone(ctx context.Context, g grantRecord) (bool, error) {
+func (b *grantBook) accessGone(ctx context.Context, namespace, name string, uid types.UID) (bool, error) {
 	ba := &cosiapi.BucketAccess{}
-	return lookup.ConfirmGone(ctx, b.client, b.reader, types.NamespacedName{Namespace: g.Namespace, Name: g.Name}, ba,
-		func() bool { return ba.UID == g.UID })
+	return lookup.ConfirmGone(ctx, b.client, b.reader, types.NamespacedName{Namespace: namespace, Name: name}, ba,
+		func() bool { return ba.UID == uid })
 }
 
 // revokeOrphan revokes the recorded grant of an access that is gone, as the access's own deletion
@@ -56,7 +56,7 @@ func (b *grantBook) accessGone(ctx context.Context, g grantRecord) (bool, error)
 func (b *grantBook) revokeOrphan(ctx context.Context, uid types.UID) (revoked bool, err error) {
 	cached := b.store.cached(ctx, uid)
 	if cached != nil {
-		if gone, err := b.accessGone(ctx, *cached); err != nil || !gone {
+		if gone, err := b.accessGone(ctx, cached.Namespace, cached.Name, uid); err != nil || !gone {
 			return false, err
 		}
 	}
@@ -65,7 +65,7 @@ func (b *grantBook) revokeOrphan(ctx context.Context, uid types.UID) (revoked bo
 		return g == nil && err == nil, err
 	}
 	if cached == nil || cached.Namespace != g.Namespace || cached.Name != g.Name {
-		gone, err := b.accessGone(ctx, *g)
+		gone, err := b.accessGone(ctx, g.Namespace, g.Name, g.UID)
 		if err != nil || !gone {
 			return false, err
 		}

@@ -196,7 +196,7 @@ func parseGrantRecord(cm *corev1.ConfigMap) (grantRecord, error) {
 var GrantsByBucket = index.Field{Object: &corev1.ConfigMap{}, Name: "grant.bucketNames", InNamespace: true,
 	HashBuckets: index.OwnValueBuckets,
 	Extract: func(o client.Object) []string {
-		g, err := parseGrantRecord(o.(*corev1.ConfigMap))
+		g, err := cachedGrantOf(o.(*corev1.ConfigMap))
 		if err != nil {
 			return nil
 		}
@@ -327,19 +327,19 @@ func (s grantStore) get(ctx context.Context, uid types.UID) (*grantRecord, *core
 	return &g, cm, nil
 }
 
-// cached returns the record of the access from the cache, or nil.
-func (s grantStore) cached(ctx context.Context, uid types.UID) *grantRecord {
+// cached returns what the cache holds of the access's record, or nil.
+func (s grantStore) cached(ctx context.Context, uid types.UID) *cachedGrant {
 	g, _ := s.cachedRecord(ctx, uid)
 	return g
 }
 
-// cachedRecord returns the record of the access and its ConfigMap from the cache, or nils.
-func (s grantStore) cachedRecord(ctx context.Context, uid types.UID) (*grantRecord, *corev1.ConfigMap) {
+// cachedRecord returns what the cache holds of the access's record and its ConfigMap, or nils.
+func (s grantStore) cachedRecord(ctx context.Context, uid types.UID) (*cachedGrant, *corev1.ConfigMap) {
 	cm := &corev1.ConfigMap{}
 	if err := s.client.Get(ctx, types.NamespacedName{Namespace: s.namespace, Name: grantRecordName(uid)}, cm); err != nil {
 		return nil, nil
 	}
-	g, err := parseGrantRecord(cm)
+	g, err := cachedGrantOf(cm)
 	if err != nil {
 		return nil, nil
 	}
@@ -353,16 +353,16 @@ func (s grantStore) remove(ctx context.Context, cm *corev1.ConfigMap) error {
 	return client.IgnoreNotFound(err)
 }
 
-// forBucket returns the records of the grants on a Bucket, from the cache, by access UID.
-func (s grantStore) forBucket(ctx context.Context, bucketName string) (map[types.UID]grantRecord, error) {
+// forBucket returns what the cache holds of the records of the grants on a Bucket, by access UID.
+func (s grantStore) forBucket(ctx context.Context, bucketName string) (map[types.UID]cachedGrant, error) {
 	var list corev1.ConfigMapList
 	if err := GrantsByBucket.List(ctx, s.client, &list, s.namespace, bucketName,
 		client.MatchingLabels{cosiapi.LabelGrantDriver: s.driver}); err != nil {
 		return nil, err
 	}
-	out := map[types.UID]grantRecord{}
+	out := map[types.UID]cachedGrant{}
 	for i := range list.Items {
-		if g, err := parseGrantRecord(&list.Items[i]); err == nil {
+		if g, err := cachedGrantOf(&list.Items[i]); err == nil {
 			out[g.UID] = g
 		}
 	}

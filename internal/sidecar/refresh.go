@@ -214,7 +214,7 @@ func (r *BucketAccessReconciler) renew(ctx context.Context, ba *cosiapi.BucketAc
 // changedBuckets returns, by name, the Buckets of the access whose information (from the cache)
 // differs from what the record says its Secrets were written against.
 func (r *BucketAccessReconciler) changedBuckets(
-	ctx context.Context, ba *cosiapi.BucketAccess, g *grantRecord,
+	ctx context.Context, ba *cosiapi.BucketAccess, g *cachedGrant,
 ) map[string]*cosiapi.Bucket {
 	changed := map[string]*cosiapi.Bucket{}
 	for _, ab := range ba.Status.AccessedBuckets {
@@ -223,7 +223,7 @@ func (r *BucketAccessReconciler) changedBuckets(
 		if err != nil || len(b.Status.BucketInfo) == 0 {
 			continue
 		}
-		if !maps.Equal(b.Status.BucketInfo, g.BucketInfo[ab.BucketName]) {
+		if g.bucketInfoChanged(ab.BucketName, b.Status.BucketInfo) {
 			changed[ab.BucketName] = b
 		}
 	}

@@ -133,7 +133,7 @@ func (g grantRecord) retireRequest(credentialID string) *cosiproto.DriverRetireB
 // access: one is in progress, the annotation has a new value, or the rotation period has passed.
 // Otherwise wait is how long until the period passes (zero: no period).
 func rotationDue(
-	ba *cosiapi.BucketAccess, g *grantRecord, cm *corev1.ConfigMap, period time.Duration,
+	ba *cosiapi.BucketAccess, g *rotationState, cm *corev1.ConfigMap, period time.Duration,
 ) (due bool, wait time.Duration) {
 	if g == nil {
 		return false, 0
@@ -164,15 +164,16 @@ func (r *BucketAccessReconciler) rotate(ctx context.Context, ba *cosiapi.BucketA
 		return 0, r.markRotation(ctx, ba, metav1.ConditionFalse, cosiapi.ReasonInvalidParameter, err.Error())
 	}
 	period := params.rotationPeriod
-	g, cm := r.Grants.store.cachedRecord(ctx, ba.UID)
-	if due, wait := rotationDue(ba, g, cm, period); !due {
+	if c, cm := r.Grants.store.cachedRecord(ctx, ba.UID); c == nil {
+		return 0, nil
+	} else if due, wait := rotationDue(ba, &c.rotationState, cm, period); !due {
 		return wait, nil
 	}
-	g, cm, err = r.Grants.store.get(ctx, ba.UID)
-	if err != nil {
+	g, cm, err := r.Grants.store.get(ctx, ba.UID)
+	if err != nil || g == nil {
 		return 0, err
 	}
-	if due, wait := rotationDue(ba, g, cm, period); !due || g.AccountID != ba.Status.AccountID {
+	if due, wait := rotationDue(ba, &g.rotationState, cm, period); !due || g.AccountID != ba.Status.AccountID {
 		return wait, nil
 	}
 	for {
@@ -189,7 +190,7 @@ func (r *BucketAccessReconciler) rotate(ctx context.Context, ba *cosiapi.BucketA
 	}
 	// The next one is due a period after PeriodFrom (a period shorter than the grace period starts
 	// it at once).
-	if _, next := rotationDue(ba, g, cm, period); period > 0 {
+	if _, next := rotationDue(ba, &g.rotationState, cm, period); period > 0 {
 		return max(next, time.Second), nil
 	}
 	return 0, nil

@@ -131,16 +131,8 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 func newManager(
 	cfg *rest.Config, opts Options, info *cosiproto.DriverGetInfoResponse, store grantStore, log logr.Logger,
 ) (ctrl.Manager, error) {
-	// No object's managedFields in the cache, and the strings objects repeat shared
-	// (internal/cachemem). No Secret is cached: the sidecar may not read Secrets. Of ConfigMaps,
-	// only the driver's grant records. COSI's kinds decoded in one pass (internal/jsonwatch).
-	cacheOpts := cache.Options{
-		DefaultTransform: cachemem.Transform(),
-		ByObject: map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {
-			Namespaces: map[string]cache.Config{store.namespace: {}},
-			Label:      labels.SelectorFromSet(labels.Set{cosiapi.LabelGrantDriver: store.driver}),
-		}},
-	}
+	// COSI's kinds decoded in one pass (internal/jsonwatch).
+	cacheOpts := CacheOptions(store.namespace, store.driver)
 	if err := jsonwatch.Use(cfg, &cacheOpts); err != nil {
 		return nil, err
 	}
@@ -158,6 +150,22 @@ func newManager(
 		LeaderElectionReleaseOnCancel: true,
 		Controller:                    ctrlConfig(opts),
 	})
+}
+
+// CacheOptions are the options of the sidecar's cache, its grant records in grantNamespace
+// labeled with driverLabel (the driver's LabelGrantDriver value): no object's managedFields, the
+// strings objects repeat shared (internal/cachemem). No Secret is cached: the sidecar may not read
+// Secrets. Of ConfigMaps, only the driver's grant records, and of each only what is read from the
+// cache (grantcache.go).
+func CacheOptions(grantNamespace, driverLabel string) cache.Options {
+	return cache.Options{
+		DefaultTransform: cachemem.Transform(),
+		ByObject: map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {
+			Namespaces: map[string]cache.Config{grantNamespace: {}},
+			Label:      labels.SelectorFromSet(labels.Set{cosiapi.LabelGrantDriver: driverLabel}),
+			Transform:  cachemem.Transform(compactGrantRecord),
+		}},
+	}
 }
 
 func ctrlConfig(opts Options) config.Controller {
