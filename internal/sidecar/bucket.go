@@ -114,7 +114,7 @@ func bucketsOfRecord(_ context.Context, o client.Object) []reconcile.Request {
 	if !ok {
 		return nil
 	}
-	g, err := parseGrantRecord(cm)
+	g, err := cachedGrantOf(cm) // the cache's copy
 	if err != nil {
 		return nil
 	}

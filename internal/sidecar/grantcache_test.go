@@ -168,3 +168,21 @@ func TestCachedGrantOfNoRecord(t *testing.T) {
 		}
 	}
 }
+
+// TestBucketsOfTheCachedRecord: the removal of a grant record, which the cache shows as its own
+// copy, wakes the record's Buckets (a deleting Bucket waits for its grants).
+func TestBucketsOfTheCachedRecord(t *testing.T) {
+	g := randomRecord(rand.New(rand.NewPCG(5, 6)), 7)
+	g.BucketNames = []string{"bucket-a", "bucket-b"}
+	out, err := cachemem.Transform(compactGrantRecord)(recordConfigMap(t, g))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, req := range bucketsOfRecord(t.Context(), out.(*corev1.ConfigMap)) {
+		got = append(got, req.Name)
+	}
+	if !reflect.DeepEqual(got, g.BucketNames) {
+		t.Errorf("Buckets woken: %v, want %v", got, g.BucketNames)
+	}
+}

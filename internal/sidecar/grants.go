@@ -183,6 +183,10 @@ func grantRecordUID(name string) types.UID {
 // parseGrantRecord reads the record of a ConfigMap of the store.
 func parseGrantRecord(cm *corev1.ConfigMap) (grantRecord, error) {
 	var g grantRecord
+	if _, ok := cm.Data[cachedGrantKey]; ok {
+		return g, fmt.Errorf("grant record %s/%s: the cache's copy holds only what is read from the cache",
+			cm.Namespace, cm.Name)
+	}
 	if err := json.Unmarshal([]byte(cm.Data[grantDataKey]), &g); err != nil {
 		return g, fmt.Errorf("grant record %s/%s: %w", cm.Namespace, cm.Name, err)
 	}
