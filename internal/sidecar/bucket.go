@@ -88,6 +88,8 @@ func (r *BucketReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Op
 				CreateFunc: func(event.CreateEvent) bool { return false },
 				UpdateFunc: func(event.UpdateEvent) bool { return false },
 			})).
+		// The information refreshes that fall due (refresh.go, checks.go).
+		WatchesRawSource(r.refreshes.wakeChecks(r.RefreshInterval)).
 		WithOptions(opts).
 		Complete(r)
 }
@@ -160,9 +162,9 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 	if r.RefreshInterval > 0 && conditions.IsTrue(bucket, cosiapi.ConditionProvisioned) {
 		// The driver has just answered: its information is asked again an interval from now,
-		// whether or not anything wakes the Bucket before.
+		// whether or not anything wakes the Bucket before (the schedule wakes it: wakeChecks).
 		r.refreshes.done(req.NamespacedName, bucket.UID)
-		return reconcile.Result{RequeueAfter: r.RefreshInterval}, nil
+		return reconcile.Result{}, nil
 	}
 	return reconcile.Result{}, nil
 }

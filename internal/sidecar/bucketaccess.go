@@ -101,6 +101,8 @@ func (r *BucketAccessReconciler) SetupWithManager(mgr ctrl.Manager, opts control
 		// A Bucket that becomes provisioned, or starts deleting, wakes the accesses for it.
 		Watches(&cosiapi.Bucket{}, handler.EnqueueRequestsFromMapFunc(r.accessesForBucket),
 			builder.WithPredicates(bucketReadinessChanged)).
+		// The Secret checks that fall due (checks.go).
+		WatchesRawSource(r.checks.wakeChecks(r.SecretCheckInterval)).
 		WithOptions(opts).
 		Complete(r)
 }
@@ -179,10 +181,15 @@ func (r *BucketAccessReconciler) Reconcile(ctx context.Context, req reconcile.Re
 		return r.result(ba, cosiapi.EventFailedGrantAccess, err)
 	}
 	// Granted, or waiting for a watched object: the Secrets' checks, the rotation period and the
-	// renewal of credentials that expire start from here.
-	next := r.SecretCheckInterval
+	// renewal of credentials that expire start from here. A granted access's checks are in the
+	// schedule (recordGranted), which wakes it; one still waiting is looked at again after an
+	// interval.
+	next := time.Duration(0)
+	if !r.checks.scheduled(req.NamespacedName, ba.UID) {
+		next = r.SecretCheckInterval
+	}
 	if p, err := parseAccessParameters(ba.Status.Parameters); err == nil && p.rotationPeriod > 0 {
-		next = min(next, p.rotationPeriod)
+		next = sooner(p.rotationPeriod, next)
 	}
 	return reconcile.Result{RequeueAfter: sooner(next, until(renewAt))}, nil
 }
@@ -214,9 +221,9 @@ func (r *BucketAccessReconciler) check(ctx context.Context, ba *cosiapi.BucketAc
 	}
 	rotating = sooner(rotating, refreshing)
 	key := client.ObjectKeyFromObject(ba)
-	wait := r.checks.due(key, ba.UID, r.SecretCheckInterval)
-	if wait > 0 {
-		return reconcile.Result{RequeueAfter: sooner(wait, rotating)}, nil
+	// A check not due yet is woken at its time by the schedule (wakeChecks).
+	if wait := r.checks.due(key, ba.UID, r.SecretCheckInterval); wait > 0 {
+		return reconcile.Result{RequeueAfter: rotating}, nil
 	}
 	intact, err := r.secretsIntact(ctx, ba)
 	if err != nil {
@@ -235,7 +242,7 @@ func (r *BucketAccessReconciler) check(ctx context.Context, ba *cosiapi.BucketAc
 		r.checkMetric.WithLabelValues(r.Info.GetName(), secretCheckIntact).Inc()
 	}
 	r.checks.done(key, ba.UID)
-	return reconcile.Result{RequeueAfter: sooner(r.checks.due(key, ba.UID, r.SecretCheckInterval), rotating)}, nil
+	return reconcile.Result{RequeueAfter: rotating}, nil
 }
 
 // sooner is the shorter of two waits, zero meaning none.

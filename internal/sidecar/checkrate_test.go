@@ -111,8 +111,9 @@ func TestSecretChecksSpread(t *testing.T) {
 	}
 
 	// The limiter's decisions are counted: the backlogged checks took places, then ran; every
-	// decision's series exists, for the Bucket refreshes too.
-	least := map[string]float64{"NotDue": 1, "Placed": 1, "Kept": 0, "Ran": accesses, "Refused": 0}
+	// decision's series exists, for the Bucket refreshes too. (NotDue: an access woken before its
+	// check's time, by an event; the schedule wakes each at its time.)
+	least := map[string]float64{"NotDue": 0, "Placed": 1, "Kept": 0, "Ran": accesses, "Refused": 0}
 	for _, check := range []string{"Secrets", "BucketInfo"} {
 		for decision, n := range least {
 			if check == "BucketInfo" {

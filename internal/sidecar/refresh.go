@@ -52,16 +52,17 @@ func (r *BucketReconciler) refreshBucket(ctx context.Context, bucket *cosiapi.Bu
 		return reconcile.Result{}, nil
 	}
 	key := client.ObjectKeyFromObject(bucket)
-	wait := r.refreshes.due(key, bucket.UID, r.RefreshInterval)
-	if wait > 0 {
-		return reconcile.Result{RequeueAfter: wait}, nil
+	// A refresh not due yet, and the next one, are woken at their time by the schedule
+	// (wakeChecks).
+	if r.refreshes.due(key, bucket.UID, r.RefreshInterval) > 0 {
+		return reconcile.Result{}, nil
 	}
 	err := r.refreshBucketInfo(ctx, bucket)
 	if err != nil {
 		return r.result(bucket, cosiapi.EventFailedRefresh, err)
 	}
 	r.refreshes.done(key, bucket.UID)
-	return reconcile.Result{RequeueAfter: r.RefreshInterval}, nil
+	return reconcile.Result{}, nil
 }
 
 func (r *BucketReconciler) refreshBucketInfo(ctx context.Context, bucket *cosiapi.Bucket) error {
