@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -115,9 +116,21 @@ func compactGrantRecord(obj any) {
 		cm.Data = nil
 		return
 	}
-	value, err := json.Marshal(newCachedGrant(g))
+	c := newCachedGrant(g)
+	value, err := json.Marshal(c)
 	if err != nil {
 		cm.Data = nil
+		return
+	}
+	// What is kept must read back as it was: a record written by hand may hold times that JSON
+	// does not carry through metav1.Time (fractions of a second, the zero time, a year past 9999
+	// once in UTC). Such a record is kept whole: cachedGrantOf reads it.
+	var back cachedGrant
+	if json.Unmarshal(value, &back) != nil {
+		return
+	}
+	back.UID = c.UID
+	if !equality.Semantic.DeepEqual(back, c) {
 		return
 	}
 	cm.Data = map[string]string{cachedGrantKey: string(value)}

@@ -2,13 +2,20 @@ package sidecar_test
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/sidecar"
+	"github.com/kube-cosi/cosi/internal/testenv"
 )
 
 // TestCachedGrantKeyIsNoConfigMapKey: the API server refuses a ConfigMap with the key under which
@@ -23,5 +30,58 @@ func TestCachedGrantKeyIsNoConfigMapKey(t *testing.T) {
 	err := env.Client.Create(context.Background(), cm)
 	if !apierrors.IsInvalid(err) {
 		t.Fatalf("create of a ConfigMap with key %q: %v, want Invalid", sidecar.CachedGrantKey, err)
+	}
+}
+
+// TestSidecarCacheKeepsWhatItReadsOfRecords: the sidecar's cache (its options, as the sidecar
+// starts it) holds of a grant record only what it reads (under CachedGrantKey), not the record,
+// and the driver's records only.
+func TestSidecarCacheKeepsWhatItReadsOfRecords(t *testing.T) {
+	ctx := t.Context()
+	const driverLabel = "cache-options.memory.cosi.io"
+	record := `{"namespace":"apps","name":"a","uid":"00000000-0000-4000-8000-00000000cac4","accountID":"ba-1",` +
+		`"protocol":"S3","authenticationType":"Key","bucketIDs":["b"],"bucketNames":["b"],` +
+		`"bucketInfo":{"b":{"COSI_S3_BUCKET_NAME":"b"}}}`
+	for _, cm := range []*corev1.ConfigMap{
+		{
+			ObjectMeta: metav1.ObjectMeta{
+				Namespace: sidecarNamespace, Name: "cosi-grant-00000000-0000-4000-8000-00000000cac4",
+				Labels: map[string]string{cosiapi.LabelGrantDriver: driverLabel},
+			},
+			Data: map[string]string{"grant.json": record},
+		},
+		{
+			ObjectMeta: metav1.ObjectMeta{Namespace: sidecarNamespace, Name: "cosi-grant-another-driver",
+				Labels: map[string]string{cosiapi.LabelGrantDriver: "another." + driverLabel}},
+			Data: map[string]string{"grant.json": record},
+		},
+	} {
+		if err := env.Client.Create(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := sidecar.CacheOptions(sidecarNamespace, driverLabel)
+	opts.Scheme = env.Scheme
+	c, err := cache.New(env.Config, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = c.Start(ctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		t.Fatal("the cache did not sync")
+	}
+	var list corev1.ConfigMapList
+	testenv.Eventually(t, func() error {
+		if err := c.List(ctx, &list, client.InNamespace(sidecarNamespace)); err != nil {
+			return err
+		}
+		if len(list.Items) != 1 {
+			return fmt.Errorf("%d records cached, want 1", len(list.Items))
+		}
+		return nil
+	})
+	data := list.Items[0].Data
+	if _, ok := data[sidecar.CachedGrantKey]; !ok || len(data) != 1 {
+		t.Errorf("the cached record holds %v, want only %s", slices.Sorted(maps.Keys(data)), sidecar.CachedGrantKey)
 	}
 }
