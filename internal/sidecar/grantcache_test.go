@@ -128,6 +128,9 @@ func TestBucketInfoDigestSeparatesEntries(t *testing.T) {
 		nil, {"a": ""}, {"a": "b"}, {"ab": ""}, {"a": "bc"}, {"ab": "c"}, {"a": "b", "c": "d"}, {"a": "bc", "": "d"},
 		{"a": "1:b"}, {"a:1": "b"}, {"1:a": "b"},
 	}
+	for i := range 2000 { // and enough others that a short digest would collide
+		infos = append(infos, map[string]string{"COSI_S3_BUCKET_NAME": fmt.Sprint("bucket-", i)})
+	}
 	seen := map[string]int{}
 	for i, m := range infos {
 		d := bucketInfoDigest(m)
