@@ -247,7 +247,7 @@ func (r *BucketAccessReconciler) check(ctx context.Context, ba *cosiapi.BucketAc
 
 // sooner is the shorter of two waits, zero meaning none.
 func sooner(wait, other time.Duration) time.Duration {
-	if other > 0 && other < wait {
+	if wait <= 0 || other > 0 && other < wait {
 		return other
 	}
 	return wait

@@ -50,15 +50,40 @@ func TestWakeDueQueuesEachCheckOnceAtItsTime(t *testing.T) {
 		t.Fatalf("a, retried: due in %v, want now", wait)
 	}
 	wait := c.dueAt(keyOf(b), b, interval, epoch.Add(71*time.Second))
-	if wait <= 0 || wait > time.Second {
+	if wait <= 0 || wait >= time.Second {
 		t.Fatalf("b: due in %v, want a place within a second", wait)
 	}
 	expect(71*time.Second + wait/2)
 	expect(71*time.Second+wait, "name-of-b")
-	// a's retry succeeded: queued again an interval later.
+	// a's retry succeeded: queued again an interval later. b, queued at its place and not asked
+	// about since (its reconcile returned before: say, it is no longer provisioned), is queued again
+	// an interval after it was queued, not before.
 	c.doneAt(keyOf(a), a, epoch.Add(72*time.Second))
-	expect(131 * time.Second)
+	expect(71*time.Second + wait + interval - time.Millisecond)
+	expect(71*time.Second+wait+interval, "name-of-b")
+	expect(132*time.Second - time.Millisecond)
 	expect(132*time.Second, "name-of-a")
+}
+
+// TestWakeDueAgainAfterAFinalError: a check that ran and never reported done (its reconcile
+// ended with an error controller-runtime does not retry) is queued again an interval after it
+// ran, not before, and not never.
+func TestWakeDueAgainAfterAFinalError(t *testing.T) {
+	const interval = time.Minute
+	var c secretChecks
+	c.wakeChecks(interval)
+	a := types.UID("a")
+	c.doneAt(keyOf(a), a, epoch)
+	if wait := c.dueAt(keyOf(a), a, interval, epoch.Add(interval)); wait > 0 {
+		t.Fatalf("due in %v, want now", wait)
+	}
+	var woken []time.Duration
+	for at := interval; at <= 3*interval; at += time.Second {
+		c.wakeDue(epoch.Add(at), func(types.NamespacedName) { woken = append(woken, at) })
+	}
+	if want := []time.Duration{2 * interval, 3 * interval}; !slices.Equal(woken, want) {
+		t.Errorf("woken at %v, want %v", woken, want)
+	}
 }
 
 // TestWakeDueBeforeAnInterval: a schedule without an interval (checks off) queues nothing.
