@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -38,20 +39,21 @@ func TestCachedGrantKeyIsNoConfigMapKey(t *testing.T) {
 // and the driver's records only.
 func TestSidecarCacheKeepsWhatItReadsOfRecords(t *testing.T) {
 	ctx := t.Context()
-	const driverLabel = "cache-options.memory.cosi.io"
-	record := `{"namespace":"apps","name":"a","uid":"00000000-0000-4000-8000-00000000cac4","accountID":"ba-1",` +
+	driverLabel := uniqueName("cache-options") + ".memory.cosi.io"
+	uid := uuid.NewUUID()
+	record := `{"namespace":"apps","name":"a","uid":"` + string(uid) + `","accountID":"ba-1",` +
 		`"protocol":"S3","authenticationType":"Key","bucketIDs":["b"],"bucketNames":["b"],` +
 		`"bucketInfo":{"b":{"COSI_S3_BUCKET_NAME":"b"}}}`
 	for _, cm := range []*corev1.ConfigMap{
 		{
 			ObjectMeta: metav1.ObjectMeta{
-				Namespace: sidecarNamespace, Name: "cosi-grant-00000000-0000-4000-8000-00000000cac4",
+				Namespace: sidecarNamespace, Name: "cosi-grant-" + string(uid),
 				Labels: map[string]string{cosiapi.LabelGrantDriver: driverLabel},
 			},
 			Data: map[string]string{"grant.json": record},
 		},
 		{
-			ObjectMeta: metav1.ObjectMeta{Namespace: sidecarNamespace, Name: "cosi-grant-another-driver",
+			ObjectMeta: metav1.ObjectMeta{Namespace: sidecarNamespace, Name: uniqueName("cosi-grant-another-driver"),
 				Labels: map[string]string{cosiapi.LabelGrantDriver: "another." + driverLabel}},
 			Data: map[string]string{"grant.json": record},
 		},
@@ -59,6 +61,7 @@ func TestSidecarCacheKeepsWhatItReadsOfRecords(t *testing.T) {
 		if err := env.Client.Create(ctx, cm); err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), cm) })
 	}
 	opts := sidecar.CacheOptions(sidecarNamespace, driverLabel)
 	opts.Scheme = env.Scheme
