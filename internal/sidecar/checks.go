@@ -105,13 +105,12 @@ type secretChecks struct {
 	// interval is the interval the checks were last asked for with (dueAt): wakeDue's.
 	interval time.Duration
 	// woken are the objects wakeDue queued whose reconcile has not asked for their check since
-	// (dueAt), and those whose check runs (dueAt said so) and is not done yet, with when: each is
-	// queued once per time it falls due. An object whose reconcile does not ask (it is no longer
-	// provisioned), or whose check failed (controller-runtime retries it with backoff), is not
-	// queued again every tick, but an interval later: a check that failed for good (a final driver
-	// error, not retried) is made again at the next interval, as are the checks of an object that
-	// becomes provisioned again without an event.
-	woken map[types.NamespacedName]time.Time
+	// (dueAt), and those whose check runs (dueAt said so) and is not done yet: each is queued once
+	// per time it falls due, as a requeue would. An object whose reconcile does not ask (it is no
+	// longer provisioned), or whose check failed, is not queued again by the schedule:
+	// controller-runtime retries a failure with backoff, and a final one (a driver code retrying
+	// cannot fix) waits for the object to change, as every final error does (result).
+	woken map[types.NamespacedName]struct{}
 	// decisions counts dueAt's answers, by decision; counters, when set (countDecisions), count
 	// them too, as cosi_sidecar_scheduled_check_decisions_total.
 	decisions [checkDecisions]int
@@ -188,7 +187,7 @@ func (c *secretChecks) dueAt(
 	if wait <= 0 {
 		// It runs now: its reconcile reports it done, or fails and controller-runtime retries it
 		// with backoff. Not woken meanwhile.
-		c.woken[key] = now
+		c.woken[key] = struct{}{}
 	}
 	c.decisions[decision]++
 	if c.counters[decision] != nil {
@@ -386,7 +385,7 @@ func (c *secretChecks) init() {
 	if c.objects == nil {
 		c.objects = map[types.NamespacedName]checkedObject{}
 		c.slots = map[types.NamespacedName]checkSlot{}
-		c.woken = map[types.NamespacedName]time.Time{}
+		c.woken = map[types.NamespacedName]struct{}{}
 	}
 }
 
@@ -406,7 +405,7 @@ const (
 )
 
 // wakeDue calls wake for each object whose check, its place or its reservation is due at now,
-// and that it did not queue for it already, less than an interval ago.
+// and that it did not queue for it already.
 func (c *secretChecks) wakeDue(now time.Time, wake func(types.NamespacedName)) {
 	c.mu.Lock()
 	var keys []types.NamespacedName
@@ -415,7 +414,7 @@ func (c *secretChecks) wakeDue(now time.Time, wake func(types.NamespacedName)) {
 		return
 	}
 	for key, o := range c.objects {
-		if at, ok := c.woken[key]; ok && now.Sub(at) < c.interval {
+		if _, ok := c.woken[key]; ok {
 			continue
 		}
 		at := c.epoch.Add(o.last).Add(c.interval)
@@ -423,7 +422,7 @@ func (c *secretChecks) wakeDue(now time.Time, wake func(types.NamespacedName)) {
 			at = slot.at
 		}
 		if !at.After(now) {
-			c.woken[key] = now
+			c.woken[key] = struct{}{}
 			keys = append(keys, key)
 		}
 	}
