@@ -102,7 +102,7 @@ type secretChecks struct {
 	// reservedUntil are the latest place and reservation of running given (dropped ones too, until
 	// a rebuild).
 	latest, placedUntil, reservedUntil time.Time
-	// interval is the interval the checks were last asked for with (dueAt): wakeDue's.
+	// interval is the checks' interval (wakeChecks; the last dueAt's), which wakeDue counts with.
 	interval time.Duration
 	// woken are the objects wakeDue queued whose reconcile has not asked for their check since
 	// (dueAt), and those whose check runs (dueAt said so) and is not done yet: each is queued once
@@ -439,7 +439,7 @@ func (c *secretChecks) wakeTick() time.Duration {
 	return min(maxWakeTick, max(minWakeTick, c.interval/wakeTicksPerInterval))
 }
 
-// wakeChecks is the source that queues the objects whose checks fall due, once per interval, from
+// wakeChecks is the source that queues the objects whose checks fall due, every wakeTick, from
 // when the controller starts (its leader's) until ctx ends.
 func (c *secretChecks) wakeChecks(interval time.Duration) source.Source {
 	c.mu.Lock()
