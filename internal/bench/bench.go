@@ -50,6 +50,10 @@ type Config struct {
 	// RestartMemoryLimit, when set, is a GOMEMLIMIT for one more restart at each scale size,
 	// before the usual one: what the Go memory limit does to the catch-up's memory and time.
 	RestartMemoryLimit string
+	// APIServerFeatureGates are the API server's --feature-gates ("Name=false", ...; none: its
+	// defaults, as a cluster runs it). DetectCacheInconsistency=false stops its periodic checks of
+	// every watch cache against etcd, whose cost lands at random in a catch-up (see ListFloor).
+	APIServerFeatureGates []string
 	// SecretCheckInterval is the sidecar's --secret-check-interval; zero leaves its default. A
 	// short one makes the scale phase's quiet period show how the Secret checks are spread.
 	SecretCheckInterval time.Duration

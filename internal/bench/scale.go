@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kube-cosi/cosi/internal/localenv"
@@ -97,8 +98,13 @@ type ScaleResult struct {
 	// RestartCPU is the CPU seconds each process used during the catch-up, by command name
 	// (cosi-controller, cosi-sidecar, kube-apiserver, etcd, ...).
 	RestartCPU map[string]float64 `json:"restartCPU"`
+	// RestartConsistencyChecks are the API server's own cache checks that ended meanwhile.
+	RestartConsistencyChecks map[string]float64 `json:"restartConsistencyChecks,omitempty"`
 	// LimitedRestart is a restart before that one with GOMEMLIMIT=Config.RestartMemoryLimit.
 	LimitedRestart *RestartFigures `json:"limitedRestart,omitempty"`
+	// ListFloor is the catch-up's initial lists served to the benchmark alone after that restart:
+	// what the API server takes for them, the floor of CaughtUpSec on this machine.
+	ListFloor *ListFloor `json:"listFloor,omitempty"`
 	// Compared are the restarts after that one, alternated: Config.CompareBinDir's builds and
 	// Config.BinDir's (RestartFigures.BinDir says which), Config.ComparePairs pairs, in turn in
 	// either order.
@@ -334,6 +340,9 @@ func (s *system) scaleTo(ctx context.Context, ns string, from, n int, run ScaleR
 	if err := s.restartToCaughtUp(ctx, &r); err != nil {
 		return r, err
 	}
+	if r.ListFloor, err = s.listFloor(ctx); err != nil {
+		return r, fmt.Errorf("the catch-up's lists alone: %w", err)
+	}
 	if s.cfg.CompareBinDir == "" {
 		return r, nil
 	}
@@ -433,7 +442,7 @@ func (s *system) restartToCaughtUp(ctx context.Context, r *ScaleResult) error {
 	if err != nil {
 		return err
 	}
-	r.CaughtUpSec, r.RestartCPU = f.CaughtUpSec, f.CPU
+	r.CaughtUpSec, r.RestartCPU, r.RestartConsistencyChecks = f.CaughtUpSec, f.CPU, f.ConsistencyChecks
 	r.RestartControllerRSS, r.RestartSidecarRSS = f.ControllerRSS, f.SidecarRSS
 	r.RestartControllerHWM, r.RestartSidecarHWM = f.ControllerPeakRSS, f.SidecarPeakRSS
 	r.RestartReconciles = componentReconciles(scrapes{}, m)
@@ -452,6 +461,9 @@ type RestartFigures struct {
 	CaughtUpSec float64 `json:"caughtUpSec"`
 	// CPU is the CPU seconds each process used, by command name.
 	CPU map[string]float64 `json:"cpu"`
+	// ConsistencyChecks are the API server's own checks of its caches against etcd that ended
+	// meanwhile, by resource (consistencyChecks): counted in its CPU, not caused by the restart.
+	ConsistencyChecks map[string]float64 `json:"consistencyChecks,omitempty"`
 	// RSS of the new processes when caught up, and their peak (VmHWM) since their start, MiB.
 	ControllerRSS, SidecarRSS         float64
 	ControllerPeakRSS, SidecarPeakRSS float64
@@ -550,6 +562,7 @@ func (s *system) restart(ctx context.Context, n int, how restartHow) (f RestartF
 	if m, err = s.scrape(ctx); err != nil {
 		return f, before, m, err
 	}
+	f.ConsistencyChecks = consistencyChecks(before.api, m.api)
 	if how.profile != "" {
 		s.profiles(ctx, n, how.profile+"-caughtup", "heap?gc=1")
 	}
@@ -576,7 +589,20 @@ func (s *system) profiles(ctx context.Context, n int, name, what string) {
 	for _, c := range []*localenv.Component{s.env.Controller, s.env.Sidecar} {
 		wg.Go(func() {
 			file := filepath.Join(s.cfg.Profiles, fmt.Sprintf("%s-%d-%s.pprof", c.Name, n, name))
-			if err := saveProfile(ctx, "http://"+c.PprofAddress+"/debug/pprof/"+what, file); err != nil {
+			if err := saveProfile(ctx, http.DefaultClient, "http://"+c.PprofAddress+"/debug/pprof/"+what, file); err != nil {
+				s.cfg.logf("profile %s: %v", file, err)
+			}
+		})
+	}
+	if strings.HasPrefix(what, "profile") {
+		// The API server's CPU too (its /debug/pprof, with the benchmark's credentials).
+		wg.Go(func() {
+			file := filepath.Join(s.cfg.Profiles, fmt.Sprintf("kube-apiserver-%d-%s.pprof", n, name))
+			c, err := rest.HTTPClientFor(s.rest)
+			if err == nil {
+				err = saveProfile(ctx, c, strings.TrimSuffix(s.rest.Host, "/")+"/debug/pprof/"+what, file)
+			}
+			if err != nil {
 				s.cfg.logf("profile %s: %v", file, err)
 			}
 		})
@@ -619,12 +645,12 @@ func heapAlloc(r io.Reader) (float64, error) {
 	return 0, errors.New("no HeapAlloc in the heap profile")
 }
 
-func saveProfile(ctx context.Context, url, file string) error {
+func saveProfile(ctx context.Context, c *http.Client, url, file string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		return err
 	}
@@ -855,6 +881,8 @@ var scaleSeries = []struct {
 	{"sidecar Go heap in use, steady", "MiB", "", func(r ScaleResult) float64 { return r.SidecarHeap }},
 	{"sidecar RSS after a restart, caught up", "MiB", "< 600", func(r ScaleResult) float64 { return r.RestartSidecarRSS }},
 	{"restart → caught up", "s", "< 60", func(r ScaleResult) float64 { return r.CaughtUpSec }},
+	{"its lists alone, served to the benchmark", "s", "", func(r ScaleResult) float64 { return r.ListFloor.sec() }},
+	{"their kube-apiserver CPU", "CPU-s", "", func(r ScaleResult) float64 { return r.ListFloor.cpu("kube-apiserver") }},
 	{"kube-apiserver RSS", "MiB", "", func(r ScaleResult) float64 { return r.APIServerRSS }},
 	{"etcd RSS", "MiB", "", func(r ScaleResult) float64 { return r.EtcdRSS }},
 	{"etcd database", "MiB", "< 8192 (quota)", func(r ScaleResult) float64 { return r.EtcdDBMiB }},
@@ -957,6 +985,12 @@ func printScale(w io.Writer, i int, run ScaleRun) {
 		c := r.RestartCPU
 		return num(c["cosi-controller"]) + " / " + num(c["cosi-sidecar"]) + " / " + num(c["kube-apiserver"])
 	})
+	row("restart: the API server's own cache checks meanwhile", func(r ScaleResult) string {
+		return checksOf(r.RestartConsistencyChecks)
+	})
+	row("restart's lists alone: s / CPU-s kube-apiserver / etcd", func(r ScaleResult) string {
+		return num(r.ListFloor.sec()) + " / " + num(r.ListFloor.cpu("kube-apiserver")) + " / " + num(r.ListFloor.cpu("etcd"))
+	})
 	row("restart: RSS MiB controller / sidecar (peak)", func(r ScaleResult) string {
 		return fmt.Sprintf("%s (%s) / %s (%s)", num(r.RestartControllerRSS), num(r.RestartControllerHWM),
 			num(r.RestartSidecarRSS), num(r.RestartSidecarHWM))
@@ -982,6 +1016,7 @@ func printScale(w io.Writer, i int, run ScaleRun) {
 	}
 	tw.Flush()
 	for _, r := range run.Sizes {
+		printListFloor(w, r)
 		printCompared(w, r)
 	}
 	for _, r := range run.Sizes {
@@ -1031,7 +1066,7 @@ func printCompared(w io.Writer, r ScaleResult) {
 	fmt.Fprintf(w, "\nN=%d: restarts alternated between two builds of controller and sidecar\n\n", r.N)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "BUILD\tCAUGHT UP s\tCPU-s CONTROLLER\tSIDECAR\tKUBE-APISERVER\t"+
-		"LIVE HEAP MiB CONTROLLER\tSIDECAR\tRSS MiB CONTROLLER (PEAK)\tSIDECAR (PEAK)\t")
+		"LIVE HEAP MiB CONTROLLER\tSIDECAR\tRSS MiB CONTROLLER (PEAK)\tSIDECAR (PEAK)\tAPI SERVER'S CACHE CHECKS\t")
 	figures := func(f RestartFigures) []float64 {
 		return []float64{f.CaughtUpSec, f.CPU["cosi-controller"], f.CPU["cosi-sidecar"], f.CPU["kube-apiserver"],
 			f.ControllerLiveHeap, f.SidecarLiveHeap}
@@ -1043,10 +1078,11 @@ func printCompared(w io.Writer, r ScaleResult) {
 			dirs = append(dirs, f.BinDir)
 		}
 		byDir[f.BinDir] = append(byDir[f.BinDir], figures(f))
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s (%s)\t%s (%s)\t\n", f.BinDir, num(f.CaughtUpSec),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s (%s)\t%s (%s)\t%s\t\n", f.BinDir, num(f.CaughtUpSec),
 			num(f.CPU["cosi-controller"]), num(f.CPU["cosi-sidecar"]), num(f.CPU["kube-apiserver"]),
 			num(f.ControllerLiveHeap), num(f.SidecarLiveHeap),
-			num(f.ControllerRSS), num(f.ControllerPeakRSS), num(f.SidecarRSS), num(f.SidecarPeakRSS))
+			num(f.ControllerRSS), num(f.ControllerPeakRSS), num(f.SidecarRSS), num(f.SidecarPeakRSS),
+			checksOf(f.ConsistencyChecks))
 	}
 	medians := make([][]float64, len(dirs))
 	for i, dir := range dirs {
@@ -1058,7 +1094,7 @@ func printCompared(w io.Writer, r ScaleResult) {
 			medians[i] = append(medians[i], summarize(col).Median)
 		}
 		m := medians[i]
-		fmt.Fprintf(tw, "median %s\t%s\t%s\t%s\t%s\t%s\t%s\t\t\t\n", dir, num(m[0]), num(m[1]), num(m[2]), num(m[3]),
+		fmt.Fprintf(tw, "median %s\t%s\t%s\t%s\t%s\t%s\t%s\t\t\t\t\n", dir, num(m[0]), num(m[1]), num(m[2]), num(m[3]),
 			num(m[4]), num(m[5]))
 	}
 	if len(dirs) == 2 {
@@ -1070,7 +1106,7 @@ func printCompared(w io.Writer, r ScaleResult) {
 			}
 			fmt.Fprintf(tw, "%.2f\t", medians[1][j]/medians[0][j])
 		}
-		fmt.Fprintln(tw, "\t\t")
+		fmt.Fprintln(tw, "\t\t\t")
 	}
 	tw.Flush()
 }

@@ -63,6 +63,8 @@ func startSystem(ctx context.Context, cfg Config) (*system, error) {
 		Metrics:     true,
 		SidecarArgs: sidecarArgs(cfg),
 		Pprof:       cfg.Profiles != "",
+
+		APIServerFeatureGates: cfg.APIServerFeatureGates,
 	}); err != nil {
 		return nil, fmt.Errorf("starting the API server: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -33,6 +34,9 @@ type APIServerOptions struct {
 	EtcdDir string
 	// AdmissionPlugins are enabled in addition to the API server's defaults.
 	AdmissionPlugins []string
+	// FeatureGates are the API server's --feature-gates ("Name=true", ...); none leaves the
+	// defaults.
+	FeatureGates []string
 	// ControllerManagerLog, when set, runs kube-controller-manager from BinDir too, logging to
 	// this file: owner references cascade and deleted namespaces finish deleting, as in a cluster.
 	ControllerManagerLog string
@@ -108,6 +112,9 @@ func StartAPIServer(opts APIServerOptions) (*APIServer, error) {
 	}
 	if len(opts.AdmissionPlugins) > 0 {
 		env.ControlPlane.GetAPIServer().Configure().Append("enable-admission-plugins", opts.AdmissionPlugins...)
+	}
+	if len(opts.FeatureGates) > 0 {
+		env.ControlPlane.GetAPIServer().Configure().Set("feature-gates", strings.Join(opts.FeatureGates, ","))
 	}
 	if opts.Issuer != nil {
 		env.ControlPlane.GetAPIServer().Configure().

@@ -124,6 +124,8 @@ type Options struct {
 	// SidecarDriverEndpoint is where the sidecar calls the driver; empty means the driver's
 	// socket (cosi-chaos puts a fault proxy in between).
 	SidecarDriverEndpoint string
+	// APIServerFeatureGates are the API server's --feature-gates (APIServerOptions.FeatureGates).
+	APIServerFeatureGates []string
 	// ControllerManager runs kube-controller-manager next to the API server (make run does), so
 	// that garbage collection and namespace deletion work as in a cluster.
 	ControllerManager bool
@@ -290,7 +292,7 @@ func (e *Env) startAPIServer() error {
 	var err error
 	// A fixed data directory keeps the objects across restarts.
 	o := APIServerOptions{RepoRoot: e.opts.RepoRoot, BinDir: e.opts.BinDir, EtcdDir: filepath.Join(e.opts.Dir, "etcd"),
-		LogDir: filepath.Join(e.opts.Dir, "log"), Issuer: e.opts.Issuer}
+		LogDir: filepath.Join(e.opts.Dir, "log"), Issuer: e.opts.Issuer, FeatureGates: e.opts.APIServerFeatureGates}
 	if e.opts.ControllerManager {
 		o.ControllerManagerLog = filepath.Join(e.opts.Dir, "log", "kube-controller-manager.log")
 	}
