@@ -52,7 +52,8 @@ func TestReadJSONWatchList(t *testing.T) {
 
 	cut := serve(lines[:5])
 	defer cut.Close()
-	if _, _, err := readJSONWatchList(context.Background(), cut.Client(), cut.URL+"?"+watchListQuery().Encode()); err == nil {
+	_, _, err = readJSONWatchList(context.Background(), cut.Client(), cut.URL+"?"+watchListQuery().Encode())
+	if err == nil {
 		t.Error("a stream without the end of its initial events was read as a list")
 	}
 	if _, _, err := readJSONWatchList(context.Background(), srv.Client(), srv.URL); err == nil {
