@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -51,17 +53,19 @@ type ListStream struct {
 	// Who opens it (controller or sidecar) and what it lists.
 	Who      string `json:"who"`
 	Resource string `json:"resource"`
-	// Objects and Bytes it carried (events, framing included); Sec and APIServerCPU when alone.
-	Objects      int     `json:"objects"`
-	Bytes        int64   `json:"bytes"`
-	Sec          float64 `json:"sec"`
-	APIServerCPU float64 `json:"apiServerCPU"`
+	// Objects and Bytes it carried (events, framing included); of the bytes of every 64th object,
+	// the share of its metadata.managedFields (JSON streams only); Sec and APIServerCPU when alone.
+	Objects       int     `json:"objects"`
+	Bytes         int64   `json:"bytes"`
+	ManagedFields float64 `json:"managedFields,omitempty"`
+	Sec           float64 `json:"sec"`
+	APIServerCPU  float64 `json:"apiServerCPU"`
 }
 
 // listStream opens one initial list and reads it to its end.
 type listStream struct {
 	ListStream
-	open func(ctx context.Context) (objects int, bytes int64, err error)
+	open func(ctx context.Context) (listRead, error)
 }
 
 // catchUpStreams are the initial lists of the informers of controller and sidecar: COSI's kinds
@@ -77,7 +81,7 @@ func (s *system) catchUpStreams(ctx context.Context) ([]listStream, error) {
 			"?" + watchListQuery().Encode()
 		return listStream{
 			ListStream: ListStream{Who: who, Resource: resource},
-			open: func(ctx context.Context) (int, int64, error) {
+			open: func(ctx context.Context) (listRead, error) {
 				return readJSONWatchList(ctx, httpClient, u)
 			},
 		}
@@ -107,12 +111,12 @@ func (s *system) catchUpStreams(ctx context.Context) ([]listStream, error) {
 	selector := cosiapi.LabelGrantDriver + "=" + record.Labels[cosiapi.LabelGrantDriver]
 	out = append(out, listStream{
 		ListStream: ListStream{Who: "sidecar", Resource: "configmaps"},
-		open: func(ctx context.Context) (int, int64, error) {
+		open: func(ctx context.Context) (listRead, error) {
 			opts := watchListOptions()
 			opts.LabelSelector = selector
 			w, err := cs.CoreV1().ConfigMaps(record.Namespace).Watch(ctx, opts)
 			if err != nil {
-				return 0, 0, err
+				return listRead{}, err
 			}
 			defer w.Stop()
 			return readWatchList(ctx, w)
@@ -145,22 +149,44 @@ func watchListQuery() url.Values {
 // initialEventsEnd is the annotation of the bookmark that ends a watch-list's initial events.
 var initialEventsEnd = []byte(`"` + metav1.InitialEventsAnnotationKey + `":"true"`)
 
+// listRead is what reading a watch-list found.
+type listRead struct {
+	objects int
+	bytes   int64
+	// sampled are the bytes of every managedFieldsSample-th object's event, managed those of its
+	// metadata.managedFields.
+	sampled, managed int64
+}
+
+// managedFieldsSample is how often an object's managedFields are measured: the decoding is the
+// benchmark's CPU, on the machine the API server serves from.
+const managedFieldsSample = 64
+
+// managedShare is the share of managedFields in the sampled objects' bytes (0: none sampled).
+func (r listRead) managedShare() float64 {
+	if r.sampled == 0 {
+		return 0
+	}
+	return float64(r.managed) / float64(r.sampled)
+}
+
 // readJSONWatchList reads a JSON watch stream (one event per line) to the bookmark that ends its
-// initial events, counting the ADDED events and the bytes, decoding nothing.
-func readJSONWatchList(ctx context.Context, c *http.Client, u string) (objects int, n int64, err error) {
+// initial events, counting the ADDED events and the bytes; it decodes only every
+// managedFieldsSample-th object's metadata.
+func readJSONWatchList(ctx context.Context, c *http.Client, u string) (out listRead, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return 0, 0, err
+		return out, err
 	}
 	req.Header.Set("Accept", runtime.ContentTypeJSON)
 	resp, err := c.Do(req)
 	if err != nil {
-		return 0, 0, err
+		return out, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
-		return 0, 0, fmt.Errorf("watch-list %s: %s: %s", u, resp.Status, body)
+		return out, fmt.Errorf("watch-list %s: %s: %s", u, resp.Status, body)
 	}
 	r := bufio.NewReaderSize(resp.Body, 64<<10)
 	added := []byte(`{"type":"ADDED"`)
@@ -168,13 +194,13 @@ func readJSONWatchList(ctx context.Context, c *http.Client, u string) (objects i
 	var line []byte
 	for {
 		chunk, err := r.ReadSlice('\n')
-		n += int64(len(chunk))
+		out.bytes += int64(len(chunk))
 		if errors.Is(err, bufio.ErrBufferFull) {
 			line = append(line, chunk...)
 			continue
 		}
 		if err != nil {
-			return objects, n, fmt.Errorf("watch-list %s ended before its initial events did: %w", u, err)
+			return out, fmt.Errorf("watch-list %s ended before its initial events did: %w", u, err)
 		}
 		if len(line) > 0 {
 			chunk = append(line, chunk...)
@@ -182,33 +208,47 @@ func readJSONWatchList(ctx context.Context, c *http.Client, u string) (objects i
 		}
 		switch {
 		case bytes.HasPrefix(chunk, added):
-			objects++
+			if out.objects%managedFieldsSample == 0 {
+				var ev struct {
+					Object struct {
+						Metadata struct {
+							ManagedFields json.RawMessage `json:"managedFields"`
+						} `json:"metadata"`
+					} `json:"object"`
+				}
+				if err := json.Unmarshal(chunk, &ev); err != nil {
+					return out, fmt.Errorf("watch-list %s: an event that is not JSON: %w", u, err)
+				}
+				out.sampled += int64(len(chunk))
+				out.managed += int64(len(ev.Object.Metadata.ManagedFields))
+			}
+			out.objects++
 		case bytes.HasPrefix(chunk, bookmark) && bytes.Contains(chunk, initialEventsEnd):
-			return objects, n, nil
+			return out, nil
 		}
 	}
 }
 
 // readWatchList reads a decoded watch to the bookmark that ends its initial events; the bytes are
-// not known (0).
-func readWatchList(ctx context.Context, w watch.Interface) (objects int, n int64, err error) {
+// not known.
+func readWatchList(ctx context.Context, w watch.Interface) (out listRead, err error) {
 	for {
 		select {
 		case <-ctx.Done():
-			return objects, 0, ctx.Err()
+			return out, ctx.Err()
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				return objects, 0, errors.New("watch-list ended before its initial events did")
+				return out, errors.New("watch-list ended before its initial events did")
 			}
 			switch ev.Type {
 			case watch.Added:
-				objects++
+				out.objects++
 			case watch.Bookmark:
 				if m, err := metaOf(ev.Object); err == nil && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
-					return objects, 0, nil
+					return out, nil
 				}
 			case watch.Error:
-				return objects, 0, fmt.Errorf("watch-list: %v", ev.Object)
+				return out, fmt.Errorf("watch-list: %v", ev.Object)
 			}
 		}
 	}
@@ -223,7 +263,7 @@ func metaOf(obj runtime.Object) (metav1.Object, error) {
 }
 
 // listFloor serves the catch-up's initial lists to the benchmark: all at once, then each alone.
-func (s *system) listFloor(ctx context.Context) (*ListFloor, error) {
+func (s *system) listFloor(ctx context.Context, n int) (*ListFloor, error) {
 	streams, err := s.catchUpStreams(ctx)
 	if err != nil {
 		return nil, err
@@ -236,12 +276,30 @@ func (s *system) listFloor(ctx context.Context) (*ListFloor, error) {
 	if err != nil {
 		return nil, err
 	}
+	var profile sync.WaitGroup
+	if s.cfg.Profiles != "" && s.cfg.ProfileCPU > 0 {
+		// The API server's CPU while it serves them at once (kube-apiserver-<N>-lists.pprof);
+		// the streams alone wait for its end.
+		profile.Go(func() {
+			file := filepath.Join(s.cfg.Profiles, fmt.Sprintf("kube-apiserver-%d-lists.pprof", n))
+			c, err := rest.HTTPClientFor(s.rest)
+			if err == nil {
+				err = saveProfile(ctx, c, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d",
+					strings.TrimSuffix(s.rest.Host, "/"), int(s.cfg.ProfileCPU.Seconds())), file)
+			}
+			if err != nil {
+				s.cfg.logf("profile %s: %v", file, err)
+			}
+		})
+	}
 	cpu0 := childCPU()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := range streams {
 		wg.Go(func() {
-			streams[i].Objects, streams[i].Bytes, errs[i] = streams[i].open(ctx)
+			var read listRead
+			read, errs[i] = streams[i].open(ctx)
+			streams[i].Objects, streams[i].Bytes, streams[i].ManagedFields = read.objects, read.bytes, read.managedShare()
 		})
 	}
 	wg.Wait()
@@ -254,9 +312,10 @@ func (s *system) listFloor(ctx context.Context) (*ListFloor, error) {
 		return nil, err
 	}
 	f.ConsistencyChecks = consistencyChecks(api0, api)
+	profile.Wait()
 	for i := range streams {
 		cpu0, t0 := childCPU(), time.Now()
-		if _, _, err := streams[i].open(ctx); err != nil {
+		if _, err := streams[i].open(ctx); err != nil {
 			return nil, err
 		}
 		streams[i].Sec = time.Since(t0).Seconds()
@@ -294,12 +353,13 @@ func printListFloor(w io.Writer, r ScaleResult) {
 		num(f.CPU["kube-apiserver"]), num(f.CPU["etcd"]), num(f.CPU["cosi-bench"]), checksOf(f.ConsistencyChecks),
 		checksOf(r.RestartConsistencyChecks))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "WHO\tRESOURCE\tOBJECTS\tBYTES PER OBJECT\tALONE s\tKUBE-APISERVER CPU-ms PER 1,000 OBJECTS\t")
+	fmt.Fprintln(tw, "WHO\tRESOURCE\tOBJECTS\tBYTES PER OBJECT (MANAGED FIELDS)\tALONE s\t"+
+		"KUBE-APISERVER CPU-ms PER 1,000 OBJECTS\t")
 	for _, st := range f.Streams {
 		per, cpu := "-", "-"
 		if st.Objects > 0 {
 			if st.Bytes > 0 {
-				per = fmt.Sprintf("%.0f", float64(st.Bytes)/float64(st.Objects))
+				per = fmt.Sprintf("%.0f (%.0f %%)", float64(st.Bytes)/float64(st.Objects), 100*st.ManagedFields)
 			}
 			cpu = fmt.Sprintf("%.0f", st.APIServerCPU*1e6/float64(st.Objects))
 		}

@@ -16,7 +16,7 @@ func TestReadJSONWatchList(t *testing.T) {
 	long := fmt.Sprintf(`{"type":"ADDED","object":{"metadata":{"name":"long","annotations":{"a":%q}}}}`,
 		strings.Repeat("x", 200<<10))
 	lines := []string{
-		`{"type":"ADDED","object":{"metadata":{"name":"a"}}}`,
+		`{"type":"ADDED","object":{"metadata":{"name":"a","managedFields":[]}}}`,
 		`{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"5"}}}`,
 		long,
 		`{"type":"MODIFIED","object":{"metadata":{"name":"a"}}}`,
@@ -38,7 +38,7 @@ func TestReadJSONWatchList(t *testing.T) {
 	}
 	srv := serve(lines)
 	defer srv.Close()
-	objects, n, err := readJSONWatchList(context.Background(), srv.Client(), srv.URL+"?"+watchListQuery().Encode())
+	read, err := readJSONWatchList(context.Background(), srv.Client(), srv.URL+"?"+watchListQuery().Encode())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,17 +46,21 @@ func TestReadJSONWatchList(t *testing.T) {
 	for _, l := range lines[:6] {
 		want += len(l) + 1
 	}
-	if objects != 3 || n != int64(want) {
-		t.Errorf("read %d objects, %d bytes; want 3 and %d", objects, n, want)
+	if read.objects != 3 || read.bytes != int64(want) {
+		t.Errorf("read %d objects, %d bytes; want 3 and %d", read.objects, read.bytes, want)
+	}
+	// The first object is sampled: its managedFields are 2 bytes ([]) of its line.
+	if wantShare := 2.0 / float64(len(lines[0])+1); read.managedShare() != wantShare {
+		t.Errorf("managedFields share %v, want %v", read.managedShare(), wantShare)
 	}
 
 	cut := serve(lines[:5])
 	defer cut.Close()
-	_, _, err = readJSONWatchList(context.Background(), cut.Client(), cut.URL+"?"+watchListQuery().Encode())
+	_, err = readJSONWatchList(context.Background(), cut.Client(), cut.URL+"?"+watchListQuery().Encode())
 	if err == nil {
 		t.Error("a stream without the end of its initial events was read as a list")
 	}
-	if _, _, err := readJSONWatchList(context.Background(), srv.Client(), srv.URL); err == nil {
+	if _, err := readJSONWatchList(context.Background(), srv.Client(), srv.URL); err == nil {
 		t.Error("an answer other than 200 was read as a list")
 	}
 }

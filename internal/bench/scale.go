@@ -340,7 +340,7 @@ func (s *system) scaleTo(ctx context.Context, ns string, from, n int, run ScaleR
 	if err := s.restartToCaughtUp(ctx, &r); err != nil {
 		return r, err
 	}
-	if r.ListFloor, err = s.listFloor(ctx); err != nil {
+	if r.ListFloor, err = s.listFloor(ctx, n); err != nil {
 		return r, fmt.Errorf("the catch-up's lists alone: %w", err)
 	}
 	if s.cfg.CompareBinDir == "" {
