@@ -1,12 +1,19 @@
 package bench
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 )
 
 // A watch-list is read to the bookmark that ends its initial events: its ADDED events counted
@@ -38,7 +45,11 @@ func TestReadJSONWatchList(t *testing.T) {
 	}
 	srv := serve(lines)
 	defer srv.Close()
-	read, err := readJSONWatchList(context.Background(), srv.Client(), srv.URL+"?"+watchListQuery().Encode())
+	js := func(srv *httptest.Server) (listRead, error) {
+		return readWatchList(context.Background(), srv.Client(), srv.URL+"?"+watchListQuery("").Encode(),
+			runtime.ContentTypeJSON)
+	}
+	read, err := js(srv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,44 +67,71 @@ func TestReadJSONWatchList(t *testing.T) {
 
 	cut := serve(lines[:5])
 	defer cut.Close()
-	_, err = readJSONWatchList(context.Background(), cut.Client(), cut.URL+"?"+watchListQuery().Encode())
+	_, err = js(cut)
 	if err == nil {
 		t.Error("a stream without the end of its initial events was read as a list")
 	}
-	if _, err := readJSONWatchList(context.Background(), srv.Client(), srv.URL); err == nil {
+	if _, err := readWatchList(context.Background(), srv.Client(), srv.URL, runtime.ContentTypeJSON); err == nil {
 		t.Error("an answer other than 200 was read as a list")
+	}
+
+	failed := serve([]string{lines[0], `{"type":"ERROR","object":{"kind":"Status","code":410}}`, lines[5]})
+	defer failed.Close()
+	_, err = js(failed)
+	if err == nil {
+		t.Error("a stream with an ERROR event was read as a list")
 	}
 }
 
-// The API server's cache checks are counted by resource between two scrapes, those of no
-// resource left out.
-func TestConsistencyChecks(t *testing.T) {
-	parse := func(text string) metrics {
-		m, err := parseMetrics(strings.NewReader(text))
+// A protobuf watch stream (length-prefixed metav1.WatchEvents, as the API server's stream serializer
+// writes them) is read the same way.
+func TestReadProtobufWatchList(t *testing.T) {
+	frame := func(typ watch.EventType, annotations map[string]string) []byte {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "a", Annotations: annotations}}
+		raw, err := cm.Marshal()
 		if err != nil {
 			t.Fatal(err)
 		}
-		return m
+		ev := metav1.WatchEvent{Type: string(typ), Object: runtime.RawExtension{Raw: raw}}
+		data, err := ev.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append(binary.BigEndian.AppendUint32(nil, uint32(len(data))), data...) //nolint:gosec // small
 	}
-	const head = "# TYPE apiserver_storage_consistency_checks_total counter\n"
-	before := parse(head +
-		`apiserver_storage_consistency_checks_total{group="",resource="secrets",status="success"} 2` + "\n" +
-		`apiserver_storage_consistency_checks_total{group="objectstorage.k8s.io",resource="buckets",status="success"} 1` +
-		"\n")
-	after := parse(head +
-		`apiserver_storage_consistency_checks_total{group="",resource="secrets",status="success"} 3` + "\n" +
-		`apiserver_storage_consistency_checks_total{group="",resource="secrets",status="failure"} 1` + "\n" +
-		`apiserver_storage_consistency_checks_total{group="objectstorage.k8s.io",resource="buckets",status="success"} 1` +
-		"\n" +
-		`apiserver_storage_consistency_checks_total{group="",resource="configmaps",status="success"} 1` + "\n")
-	got := consistencyChecks(before, after)
-	if len(got) != 2 || got["secrets"] != 2 || got["configmaps"] != 1 {
-		t.Errorf("checks between the scrapes: %v, want secrets 2, configmaps 1", got)
+	end := map[string]string{metav1.InitialEventsAnnotationKey: "true"}
+	frames := [][]byte{
+		frame(watch.Added, nil), frame(watch.Bookmark, nil), frame(watch.Added, nil), frame(watch.Bookmark, end),
+		frame(watch.Added, nil),
 	}
-	if s := checksOf(got); s != "configmaps, secrets ×2" {
-		t.Errorf("printed as %q", s)
+	serve := func(frames [][]byte) *httptest.Server {
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			for _, f := range frames {
+				_, _ = w.Write(f)
+			}
+		}))
 	}
-	if s := checksOf(consistencyChecks(before, before)); s != "none" {
-		t.Errorf("no checks printed as %q", s)
+	srv := serve(frames)
+	defer srv.Close()
+	pb := func(srv *httptest.Server) (listRead, error) {
+		return readWatchList(context.Background(), srv.Client(), srv.URL, runtime.ContentTypeProtobuf)
+	}
+	read, err := pb(srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := len(bytes.Join(frames[:4], nil))
+	if read.objects != 2 || read.bytes != int64(want) {
+		t.Errorf("read %d objects, %d bytes; want 2 and %d", read.objects, read.bytes, want)
+	}
+	cut := serve(frames[:3])
+	defer cut.Close()
+	if _, err := pb(cut); err == nil {
+		t.Error("a stream without the end of its initial events was read as a list")
+	}
+	failed := serve([][]byte{frames[0], frame(watch.Error, nil), frames[3]})
+	defer failed.Close()
+	if _, err := pb(failed); err == nil {
+		t.Error("a stream with an ERROR event was read as a list")
 	}
 }

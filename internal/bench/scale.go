@@ -340,8 +340,9 @@ func (s *system) scaleTo(ctx context.Context, ns string, from, n int, run ScaleR
 	if err := s.restartToCaughtUp(ctx, &r); err != nil {
 		return r, err
 	}
-	if r.ListFloor, err = s.listFloor(ctx, n); err != nil {
-		return r, fmt.Errorf("the catch-up's lists alone: %w", err)
+	// A measurement, not a step: its failure is told and the run goes on.
+	if r.ListFloor, err = s.listFloor(ctx, n, time.Duration(r.CaughtUpSec*float64(time.Second))); err != nil {
+		s.cfg.logf("scale: N=%d: the catch-up's lists alone: %v", n, err)
 	}
 	if s.cfg.CompareBinDir == "" {
 		return r, nil
@@ -595,19 +596,24 @@ func (s *system) profiles(ctx context.Context, n int, name, what string) {
 		})
 	}
 	if strings.HasPrefix(what, "profile") {
-		// The API server's CPU too (its /debug/pprof, with the benchmark's credentials).
-		wg.Go(func() {
-			file := filepath.Join(s.cfg.Profiles, fmt.Sprintf("kube-apiserver-%d-%s.pprof", n, name))
-			c, err := rest.HTTPClientFor(s.rest)
-			if err == nil {
-				err = saveProfile(ctx, c, strings.TrimSuffix(s.rest.Host, "/")+"/debug/pprof/"+what, file)
-			}
-			if err != nil {
-				s.cfg.logf("profile %s: %v", file, err)
-			}
-		})
+		wg.Go(func() { s.apiServerProfile(ctx, n, name) })
 	}
 	wg.Wait()
+}
+
+// apiServerProfile saves the API server's CPU profile of the next Config.ProfileCPU as
+// <Profiles>/kube-apiserver-<n>-<name>.pprof (its /debug/pprof, with the benchmark's credentials;
+// a failure is logged).
+func (s *system) apiServerProfile(ctx context.Context, n int, name string) {
+	file := filepath.Join(s.cfg.Profiles, fmt.Sprintf("kube-apiserver-%d-%s.pprof", n, name))
+	c, err := rest.HTTPClientFor(s.rest)
+	if err == nil {
+		err = saveProfile(ctx, c, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", strings.TrimSuffix(s.rest.Host, "/"),
+			int(s.cfg.ProfileCPU.Seconds())), file)
+	}
+	if err != nil {
+		s.cfg.logf("profile %s: %v", file, err)
+	}
 }
 
 // liveHeap is the process's heap after a collection, MiB: the HeapAlloc its heap profile reports
@@ -727,15 +733,25 @@ func cosiRequests(before, after scrapes) map[string]float64 {
 
 // driverCalls returns the driver's calls between two scrapes by method, errors included.
 func driverCalls(before, after metrics) map[string]float64 {
+	return countsBy(before, after, "cosi_driver_operation_duration_seconds", "method_name")
+}
+
+// countsBy returns what a counter or histogram (its count) grew by between two scrapes, by the
+// value of one of its labels; those that did not grow are left out.
+func countsBy(before, after metrics, name, label string) map[string]float64 {
 	out := map[string]float64{}
 	for _, m := range []struct {
 		ms   metrics
 		sign float64
 	}{{after, 1}, {before, -1}} {
-		for _, metric := range m.ms["cosi_driver_operation_duration_seconds"].GetMetric() {
+		for _, metric := range m.ms[name].GetMetric() {
+			v := metric.GetCounter().GetValue()
+			if h := metric.GetHistogram(); h != nil {
+				v = float64(h.GetSampleCount())
+			}
 			for _, l := range metric.GetLabel() {
-				if l.GetName() == "method_name" {
-					out[l.GetValue()] += m.sign * float64(metric.GetHistogram().GetSampleCount())
+				if l.GetName() == label {
+					out[l.GetValue()] += m.sign * v
 				}
 			}
 		}
