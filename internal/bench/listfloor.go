@@ -433,7 +433,10 @@ func printListFloor(w io.Writer, r ScaleResult) {
 		per, cpu := "-", "-"
 		if st.Objects > 0 {
 			if st.Bytes > 0 {
-				per = fmt.Sprintf("%.0f (%.0f %%)", float64(st.Bytes)/float64(st.Objects), 100*st.ManagedFields)
+				per = fmt.Sprintf("%.0f", float64(st.Bytes)/float64(st.Objects))
+				if st.ManagedFields > 0 { // measured in JSON streams only
+					per += fmt.Sprintf(" (%.0f %%)", 100*st.ManagedFields)
+				}
 			}
 			cpu = fmt.Sprintf("%.0f", st.Alone.CPU["kube-apiserver"]*1e6/float64(st.Objects))
 		}
