@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/sidecar"
 	"github.com/kube-cosi/cosi/internal/testenv"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
 	cosiproto "github.com/kube-cosi/cosi/proto"
@@ -70,10 +71,9 @@ func TestSecretChecksSpread(t *testing.T) {
 	patches := &secretPatches{}
 	h := newHarnessWith(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3}},
 		sidecarConfig)
-	h.stop()
-	opts := sidecarOptions(h.endpoint)
-	opts.Workers, opts.SecretCheckInterval = 1, interval
-	h.stop = testenv.StartSidecar(t, patches.config(sidecarConfig), opts)
+	h.restartSidecar(patches.config(sidecarConfig), func(o *sidecar.Options) {
+		o.Workers, o.SecretCheckInterval = 1, interval
+	})
 
 	b := h.provisionedBucket(cosiapi.ProtocolS3)
 	var names []string

@@ -94,6 +94,15 @@ func (h *harness) startDriver() {
 
 func sidecarOptions(endpoint string) sidecar.Options { return testenv.SidecarOptions(endpoint) }
 
+// restartSidecar stops the sidecar and runs it again connecting with config, its options changed
+// by set.
+func (h *harness) restartSidecar(config *rest.Config, set func(*sidecar.Options)) {
+	h.stop()
+	opts := sidecarOptions(h.endpoint)
+	set(&opts)
+	h.stop = testenv.StartSidecar(h.t, config, opts)
+}
+
 // startSidecar runs the sidecar until stop is called or the test ends.
 func (h *harness) startSidecar() {
 	h.stop = testenv.StartSidecar(h.t, h.config, sidecarOptions(h.endpoint))

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/sidecar"
 	"github.com/kube-cosi/cosi/internal/testenv"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
 	cosiproto "github.com/kube-cosi/cosi/proto"
@@ -47,11 +48,10 @@ func waitCondition[T client.Object](
 func TestPeriodicRotation(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3}})
-	h.stop()
-	opts := sidecarOptions(h.endpoint)
-	opts.RotationGracePeriod = time.Second
-	opts.SecretCheckInterval = time.Hour
-	h.stop = testenv.StartSidecar(t, sidecarConfig, opts)
+	h.restartSidecar(sidecarConfig, func(o *sidecar.Options) {
+		o.RotationGracePeriod = time.Second
+		o.SecretCheckInterval = time.Hour
+	})
 
 	b := h.provisionedBucket(cosiapi.ProtocolS3)
 	params := map[string]string{memory.ParamSASExpiry: "1h", cosiapi.ParameterRotationPeriod: "3s"}
@@ -114,11 +114,10 @@ func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { ret
 func TestRotationPeriodParameter(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3}})
-	h.stop()
 	cfg, requests := countingConfig(sidecarConfig)
-	opts := sidecarOptions(h.endpoint)
-	opts.SecretCheckInterval = time.Hour
-	h.stop = testenv.StartSidecar(t, cfg, opts)
+	h.restartSidecar(cfg, func(o *sidecar.Options) {
+		o.SecretCheckInterval = time.Hour
+	})
 	b := h.provisionedBucket(cosiapi.ProtocolS3)
 
 	for _, tc := range []struct{ key, value, want string }{

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/sidecar"
 	"github.com/kube-cosi/cosi/internal/testenv"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
 	cosiproto "github.com/kube-cosi/cosi/proto"
@@ -75,10 +76,9 @@ func noSecretInEvents(t *testing.T, ba *cosiapi.BucketAccess, token string) {
 func TestRenewalDuringRotationGrace(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE}})
-	h.stop()
-	opts := sidecarOptions(h.endpoint)
-	opts.RotationGracePeriod = time.Hour
-	h.stop = testenv.StartSidecar(t, sidecarConfig, opts)
+	h.restartSidecar(sidecarConfig, func(o *sidecar.Options) {
+		o.RotationGracePeriod = time.Hour
+	})
 
 	b := h.provisionedBucket(cosiapi.ProtocolAzure)
 	ba := h.azureAccess("12s", b)
@@ -259,10 +259,9 @@ func TestRenewalAfterGrantRecordDeleted(t *testing.T) {
 func TestRenewalWaitsForAnUnprovisionedBucket(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE}})
-	h.stop()
-	opts := sidecarOptions(h.endpoint)
-	opts.DriverTimeout = 2 * time.Minute // the held DriverCreateBucket below is not given up
-	h.stop = testenv.StartSidecar(t, sidecarConfig, opts)
+	h.restartSidecar(sidecarConfig, func(o *sidecar.Options) {
+		o.DriverTimeout = 2 * time.Minute // the held DriverCreateBucket below is not given up
+	})
 	b := h.provisionedBucket(cosiapi.ProtocolAzure)
 	ba := h.azureAccess("8s", b)
 	first := sasExpiryOf(t, secret(t, ba, 0))

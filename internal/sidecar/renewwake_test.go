@@ -6,6 +6,7 @@ import (
 	"time"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/sidecar"
 	"github.com/kube-cosi/cosi/internal/testenv"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
 	cosiproto "github.com/kube-cosi/cosi/proto"
@@ -16,10 +17,9 @@ import (
 func longCheckHarness(t *testing.T) *harness {
 	t.Helper()
 	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE}})
-	h.stop()
-	opts := sidecarOptions(h.endpoint)
-	opts.SecretCheckInterval = time.Hour
-	h.stop = testenv.StartSidecar(t, sidecarConfig, opts)
+	h.restartSidecar(sidecarConfig, func(o *sidecar.Options) {
+		o.SecretCheckInterval = time.Hour
+	})
 	return h
 }
 

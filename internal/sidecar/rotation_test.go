@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/sidecar"
 	"github.com/kube-cosi/cosi/internal/testenv"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
 	cosiproto "github.com/kube-cosi/cosi/proto"
@@ -87,10 +88,9 @@ func TestRotateCredentials(t *testing.T) {
 	// and must get, and write, the same key.
 	h.faults.Set(0, memory.Fault{Method: "DriverRotateBucketAccessCredentials", Code: codes.Unavailable, Count: 1,
 		After: true})
-	h.stop()
-	opts := sidecarOptions(h.endpoint)
-	opts.RotationGracePeriod = time.Hour
-	h.stop = testenv.StartSidecar(t, sidecarConfig, opts)
+	h.restartSidecar(sidecarConfig, func(o *sidecar.Options) {
+		o.RotationGracePeriod = time.Hour
+	})
 
 	b1, b2 := h.provisionedBucket(cosiapi.ProtocolS3), h.provisionedBucket(cosiapi.ProtocolS3)
 	ba := provisioned(t, h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b1, b2), accessConditions)
@@ -113,9 +113,9 @@ func TestRotateCredentials(t *testing.T) {
 	}
 
 	// A sidecar with no grace period left finishes the rotation from the records.
-	h.stop()
-	opts.RotationGracePeriod = time.Millisecond
-	h.stop = testenv.StartSidecar(t, sidecarConfig, opts)
+	h.restartSidecar(sidecarConfig, func(o *sidecar.Options) {
+		o.RotationGracePeriod = time.Millisecond
+	})
 	rotationCondition(t, ba, cosiapi.ReasonRotated)
 	if backend.Allowed(old, b1.Status.BucketID, memory.ObjectData, false) {
 		t.Error("the old key works after the rotation completed")
@@ -195,11 +195,10 @@ func TestRotationUnsupported(t *testing.T) {
 func TestRotationAskedDuringRotation(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3}})
-	h.stop()
-	opts := sidecarOptions(h.endpoint)
-	opts.RotationGracePeriod = 10 * time.Second
-	opts.SecretCheckInterval = time.Hour
-	h.stop = testenv.StartSidecar(t, sidecarConfig, opts)
+	h.restartSidecar(sidecarConfig, func(o *sidecar.Options) {
+		o.RotationGracePeriod = 10 * time.Second
+		o.SecretCheckInterval = time.Hour
+	})
 
 	b := h.provisionedBucket(cosiapi.ProtocolS3)
 	ba := provisioned(t, h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b), accessConditions)
@@ -239,10 +238,9 @@ func TestRefreshRetriedAfterARotation(t *testing.T) {
 	h := newHarness(t, memory.Config{
 		Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3}, NewKeyPerGrant: true,
 	})
-	h.stop()
-	opts := sidecarOptions(h.endpoint)
-	opts.RotationGracePeriod = time.Second
-	h.stop = testenv.StartSidecar(t, sidecarConfig, opts)
+	h.restartSidecar(sidecarConfig, func(o *sidecar.Options) {
+		o.RotationGracePeriod = time.Second
+	})
 
 	b := h.provisionedBucket(cosiapi.ProtocolS3)
 	ba := provisioned(t, h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b), accessConditions)
