@@ -52,7 +52,7 @@ run: build $(KUBE_BINARIES) $(if $(filter azure,$(DRIVER)),azurite,$(VERSITYGW))
 build: ## Compile every module and build the commands into bin/.
 	@echo "building COSI's commands into bin/ (the first build compiles the dependencies: a few minutes on 2 cores)"
 	@for m in $(MODULES); do (cd $$m && go build ./...); done
-	go build -o $(BIN)/ ./cmd/...
+	go build -o $(BIN)/ ./cmd/... ./dev/cmd/...
 	cd pkg && go build -o $(BIN)/ ./cmd/...
 
 .PHONY: sanity
@@ -159,7 +159,7 @@ bench: build $(KUBE_BINARIES) ## Measure throughput, latency, writes and memory 
 
 .PHONY: bench-cache
 bench-cache: $(KUBE_BINARIES) ## Measure a cache's Go heap per object set, as controller-runtime keeps objects and as COSI does (about a minute).
-	KUBEBUILDER_ASSETS=$(BIN) go test -run '^$$' -bench CacheMemory -benchtime 3x ./internal/cachemem
+	KUBEBUILDER_ASSETS=$(BIN) go test -run '^$$' -bench CacheMemory -benchtime 3x ./internal/cache/slim
 
 ##@ Fault suite
 
@@ -241,7 +241,7 @@ jq: ## Install jq from Debian packages if missing (docs' runnable blocks use it;
 clean: ## Remove built binaries.
 	rm -rf $(BIN)
 
-##@ Images and the test node (hack/image, hack/cluster, docs/cluster.md)
+##@ Images and the test node (hack/image, dev/cmd/cosi-cluster, docs/cluster.md)
 
 # The images' tag and the version their commands print with --version: the release tag on HEAD,
 # else the charts' appVersion, which the charts and config/ pull (test/install checks that the three
@@ -305,7 +305,7 @@ node-runtime: ## Install containerd, runc and the CNI plugins from Debian packag
 
 .PHONY: cluster
 cluster: build images $(KUBE_BINARIES) $(NODE_BINARIES) node-runtime ## Run a single-node Kubernetes (etcd, API server, controller-manager, scheduler, kubelet, containerd) with the images imported; Ctrl-C stops it and restores the host. Data: .cluster/
-	go build -o $(BIN)/cosi-cluster ./hack/cluster
+	go build -o $(BIN)/cosi-cluster ./dev/cmd/cosi-cluster
 	$(SUDO) $(BIN)/cosi-cluster --dir $(ROOT)/.cluster --bin $(BIN) --images $(BIN)/images $(CLUSTER_FLAGS)
 
 ##@ Manifests and charts (config/default, config/driver, charts/; docs/install.md)

@@ -9,9 +9,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/kube-cosi/cosi/internal/cmdutil"
+	"github.com/kube-cosi/cosi/internal/cmdutil/serving"
+	"github.com/kube-cosi/cosi/internal/cmdutil/version"
 	"github.com/kube-cosi/cosi/internal/controller"
-	"github.com/kube-cosi/cosi/internal/serving"
-	"github.com/kube-cosi/cosi/internal/version"
 )
 
 func main() {

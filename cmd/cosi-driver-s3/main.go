@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kube-cosi/cosi/drivers/s3"
-	"github.com/kube-cosi/cosi/internal/version"
+	"github.com/kube-cosi/cosi/internal/cmdutil/version"
 	"github.com/kube-cosi/cosi/pkg/driver"
 )
 

@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kube-cosi/cosi/internal/kube/scheme"
 	"github.com/kube-cosi/cosi/internal/migrate"
-	"github.com/kube-cosi/cosi/internal/scheme"
 )
 
 func main() {

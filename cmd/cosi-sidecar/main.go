@@ -10,9 +10,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/kube-cosi/cosi/internal/cmdutil"
-	"github.com/kube-cosi/cosi/internal/serving"
+	"github.com/kube-cosi/cosi/internal/cmdutil/serving"
+	"github.com/kube-cosi/cosi/internal/cmdutil/version"
 	"github.com/kube-cosi/cosi/internal/sidecar"
-	"github.com/kube-cosi/cosi/internal/version"
 	"github.com/kube-cosi/cosi/pkg/driver"
 )
 

@@ -24,9 +24,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/kube-cosi/cosi/dev/localenv"
+	"github.com/kube-cosi/cosi/dev/store/azurite"
 	"github.com/kube-cosi/cosi/drivers/azure"
-	"github.com/kube-cosi/cosi/internal/azurite"
-	"github.com/kube-cosi/cosi/internal/localenv"
 	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/sanity/azureprobe"
 	cosiproto "github.com/kube-cosi/cosi/proto"

@@ -22,9 +22,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/kube-cosi/cosi/dev/localenv"
+	"github.com/kube-cosi/cosi/dev/store/versity"
 	"github.com/kube-cosi/cosi/drivers/s3"
-	"github.com/kube-cosi/cosi/internal/localenv"
-	"github.com/kube-cosi/cosi/internal/versity"
 	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/sanity/s3probe"
 	cosiproto "github.com/kube-cosi/cosi/proto"

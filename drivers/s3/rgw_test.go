@@ -5,11 +5,11 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/kube-cosi/cosi/internal/localenv"
-	cephrgw "github.com/kube-cosi/cosi/internal/rgw"
+	"github.com/kube-cosi/cosi/dev/localenv"
+	cephrgw "github.com/kube-cosi/cosi/dev/store/rgw"
 )
 
-// rgwCluster is a throwaway single-node Ceph cluster with radosgw (internal/rgw) in a temporary
+// rgwCluster is a throwaway single-node Ceph cluster with radosgw (dev/store/rgw) in a temporary
 // directory.
 type rgwCluster struct {
 	*cephrgw.Cluster

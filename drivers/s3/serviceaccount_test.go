@@ -22,16 +22,16 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kube-cosi/cosi/dev/issuer"
+	"github.com/kube-cosi/cosi/dev/localenv"
 	"github.com/kube-cosi/cosi/drivers/s3"
-	"github.com/kube-cosi/cosi/internal/issuer"
-	"github.com/kube-cosi/cosi/internal/localenv"
 	"github.com/kube-cosi/cosi/pkg/sanity"
 	"github.com/kube-cosi/cosi/pkg/sanity/s3probe"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // keyless is a real kube-apiserver whose ServiceAccount issuer the Versity IAM service can fetch
-// (internal/issuer), for the tests of ServiceAccount authentication: the tokens they exchange are
+// (dev/issuer), for the tests of ServiceAccount authentication: the tokens they exchange are
 // the API server's, from the TokenRequest API, verified by the IAM service against its keys.
 type keyless struct {
 	front *issuer.Front

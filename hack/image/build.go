@@ -32,7 +32,7 @@ const (
 	// NonRootUID is the user (and group) every image runs as: distroless's "nonroot".
 	NonRootUID = 65532
 
-	versionVar = "github.com/kube-cosi/cosi/internal/version.Version"
+	versionVar = "github.com/kube-cosi/cosi/internal/cmdutil/version.Version"
 )
 
 // Image is one image the project builds: a Go command in one of the repository's modules.
@@ -41,9 +41,9 @@ type Image struct {
 	// Module is the directory of the Go module that builds Package, relative to the repository.
 	Module  string
 	Package string
-	// Stamp says whether the command has internal/version's --version (or VersionVar's).
+	// Stamp says whether the command has internal/cmdutil/version's --version (or VersionVar's).
 	Stamp bool
-	// VersionVar is the variable -X stamps, when not internal/version's (a command of the pkg
+	// VersionVar is the variable -X stamps, when not internal/cmdutil/version's (a command of the pkg
 	// module, which cannot import the root module's internal packages).
 	VersionVar string
 	// Args are the arguments after the entrypoint by default (the image's Cmd).

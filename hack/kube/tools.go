@@ -2,7 +2,7 @@
 
 // Package kube pins the Kubernetes commands this module builds: the API server and kubectl for the
 // tests and the local environment, the controller-manager, scheduler and kubelet for the
-// single-node cluster (hack/cluster, test/cluster).
+// single-node cluster (dev/cmd/cosi-cluster, test/cluster).
 package kube
 
 import (

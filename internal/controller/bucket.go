@@ -17,11 +17,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/conditions"
-	"github.com/kube-cosi/cosi/internal/lookup"
-	"github.com/kube-cosi/cosi/internal/patch"
-	"github.com/kube-cosi/cosi/internal/predicates"
-	"github.com/kube-cosi/cosi/internal/requeue"
+	"github.com/kube-cosi/cosi/internal/kube/conditions"
+	"github.com/kube-cosi/cosi/internal/kube/lookup"
+	"github.com/kube-cosi/cosi/internal/kube/patch"
+	"github.com/kube-cosi/cosi/internal/kube/predicates"
+	"github.com/kube-cosi/cosi/internal/kube/requeue"
 )
 
 // BucketReconciler releases Buckets for deprovisioning: a Bucket may be deprovisioned only when

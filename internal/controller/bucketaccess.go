@@ -25,11 +25,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/conditions"
-	"github.com/kube-cosi/cosi/internal/index"
-	"github.com/kube-cosi/cosi/internal/patch"
-	"github.com/kube-cosi/cosi/internal/predicates"
-	"github.com/kube-cosi/cosi/internal/requeue"
+	"github.com/kube-cosi/cosi/internal/cache/index"
+	"github.com/kube-cosi/cosi/internal/kube/conditions"
+	"github.com/kube-cosi/cosi/internal/kube/patch"
+	"github.com/kube-cosi/cosi/internal/kube/predicates"
+	"github.com/kube-cosi/cosi/internal/kube/requeue"
 )
 
 // +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketaccesses,verbs=get;list;watch;update;patch

@@ -13,8 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/patch"
-	"github.com/kube-cosi/cosi/internal/testenv"
+	"github.com/kube-cosi/cosi/dev/testenv"
+	"github.com/kube-cosi/cosi/internal/kube/patch"
 )
 
 // provisionedClaim returns a claim whose Bucket the "sidecar" provisioned with the protocols.

@@ -25,12 +25,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/conditions"
-	"github.com/kube-cosi/cosi/internal/index"
-	"github.com/kube-cosi/cosi/internal/lookup"
-	"github.com/kube-cosi/cosi/internal/patch"
-	"github.com/kube-cosi/cosi/internal/predicates"
-	"github.com/kube-cosi/cosi/internal/requeue"
+	"github.com/kube-cosi/cosi/internal/cache/index"
+	"github.com/kube-cosi/cosi/internal/kube/conditions"
+	"github.com/kube-cosi/cosi/internal/kube/lookup"
+	"github.com/kube-cosi/cosi/internal/kube/patch"
+	"github.com/kube-cosi/cosi/internal/kube/predicates"
+	"github.com/kube-cosi/cosi/internal/kube/requeue"
 )
 
 // +kubebuilder:rbac:groups=objectstorage.k8s.io,resources=bucketclaims,verbs=get;list;watch;update;patch

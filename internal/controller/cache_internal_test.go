@@ -78,7 +78,7 @@ func TestControllerNeverReadsBucketInfo(t *testing.T) {
 // TestControllerPackagesNeverReadBucketInfo: TestControllerNeverReadsBucketInfo scans this
 // package only; a helper in another package the controller calls (conditions, patch, lookup, index,
 // predicates...) that read a Bucket's bucketInfo would find the controller's cached copy empty just
-// the same. No package of this module the controller builds with names bucketInfo, but cachemem
+// the same. No package of this module the controller builds with names bucketInfo, but slim
 // (the transform that keeps or drops it).
 func TestControllerPackagesNeverReadBucketInfo(t *testing.T) {
 	out, err := exec.CommandContext(t.Context(), "go", "list", "-deps",
@@ -92,7 +92,7 @@ func TestControllerPackagesNeverReadBucketInfo(t *testing.T) {
 	for line := range strings.Lines(string(out)) {
 		parts := strings.SplitN(strings.TrimSpace(line), "|", 3)
 		if len(parts) != 3 || !strings.HasPrefix(parts[0], internal) ||
-			parts[0] == internal+"cachemem" || parts[0] == internal+"controller" {
+			parts[0] == internal+"cache/slim" || parts[0] == internal+"controller" {
 			continue
 		}
 		scanned++

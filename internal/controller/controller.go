@@ -17,12 +17,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/cachemem"
-	"github.com/kube-cosi/cosi/internal/index"
-	"github.com/kube-cosi/cosi/internal/jsonwatch"
-	"github.com/kube-cosi/cosi/internal/requeue"
-	"github.com/kube-cosi/cosi/internal/scheme"
-	"github.com/kube-cosi/cosi/internal/serving"
+	"github.com/kube-cosi/cosi/internal/cache/index"
+	"github.com/kube-cosi/cosi/internal/cache/jsonwatch"
+	"github.com/kube-cosi/cosi/internal/cache/slim"
+	"github.com/kube-cosi/cosi/internal/cmdutil/serving"
+	"github.com/kube-cosi/cosi/internal/kube/requeue"
+	"github.com/kube-cosi/cosi/internal/kube/scheme"
 )
 
 // Leader election Leases live in the component's own namespace: a Role there, not a ClusterRole. The
@@ -79,7 +79,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 // newManager returns the controller's manager, before Setup.
 func newManager(cfg *rest.Config, opts Options, log logr.Logger) (ctrl.Manager, error) {
 	cacheOpts := CacheOptions()
-	// COSI's kinds decoded in one pass (internal/jsonwatch).
+	// COSI's kinds decoded in one pass (internal/cache/jsonwatch).
 	if err := jsonwatch.Use(cfg, &cacheOpts); err != nil {
 		return nil, err
 	}
@@ -105,9 +105,9 @@ func newManager(cfg *rest.Config, opts Options, log logr.Logger) (ctrl.Manager, 
 }
 
 // CacheOptions are the options of the controller's cache: no object's managedFields, the strings
-// and maps objects repeat shared (internal/cachemem), and no Bucket's bucketInfo (unread).
+// and maps objects repeat shared (internal/cache/slim), and no Bucket's bucketInfo (unread).
 func CacheOptions() cache.Options {
-	return cache.Options{DefaultTransform: cachemem.Transform(unread)}
+	return cache.Options{DefaultTransform: slim.Transform(unread)}
 }
 
 // unread drops from the controller's cached objects what it never reads: each Bucket's

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/conditions"
+	"github.com/kube-cosi/cosi/internal/kube/conditions"
 )
 
 // DefaultDriverGrace is how long a new Bucket may wait for a sidecar to pick it up before the

@@ -11,8 +11,8 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/conditions"
-	"github.com/kube-cosi/cosi/internal/metricreg"
+	"github.com/kube-cosi/cosi/internal/cmdutil/metricreg"
+	"github.com/kube-cosi/cosi/internal/kube/conditions"
 )
 
 // objectsListTimeout bounds the cache reads of one scrape.

@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/objects"
-	"github.com/kube-cosi/cosi/internal/testenv"
+	"github.com/kube-cosi/cosi/dev/objects"
+	"github.com/kube-cosi/cosi/dev/testenv"
 )
 
 // flakyLeases is the API reader, whose Lease reads fail (429, as the API server's priority and

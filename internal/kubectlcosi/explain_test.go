@@ -9,7 +9,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/kube-cosi/cosi/internal/reasons"
+	"github.com/kube-cosi/cosi/dev/reasons"
 )
 
 // TestEveryReasonExplained: every condition reason and event reason of the API has an

@@ -30,7 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kube-cosi/cosi/internal/scheme"
+	"github.com/kube-cosi/cosi/internal/kube/scheme"
 	"github.com/kube-cosi/cosi/internal/sidecar"
 )
 

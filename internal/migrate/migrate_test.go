@@ -14,9 +14,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/localenv"
+	"github.com/kube-cosi/cosi/dev/localenv"
+	"github.com/kube-cosi/cosi/dev/testenv"
 	"github.com/kube-cosi/cosi/internal/migrate"
-	"github.com/kube-cosi/cosi/internal/testenv"
 	"github.com/kube-cosi/cosi/pkg/driver/v1alpha1"
 )
 

@@ -11,8 +11,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/kube-cosi/cosi/internal/lookup"
-	"github.com/kube-cosi/cosi/internal/requeue"
+	"github.com/kube-cosi/cosi/internal/kube/lookup"
+	"github.com/kube-cosi/cosi/internal/kube/requeue"
 )
 
 // rpcError describes a failed driver call for conditions, events and the returned error. The

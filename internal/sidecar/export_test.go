@@ -7,7 +7,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/patch"
+	"github.com/kube-cosi/cosi/internal/kube/patch"
 )
 
 // RecordGranted records a grant of ba in its status as the BucketAccess reconciler does after the

@@ -16,7 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/cachemem"
+	"github.com/kube-cosi/cosi/internal/cache/slim"
 )
 
 // randomRecord is a grant record with every field the cache reads set at random.
@@ -74,7 +74,7 @@ func recordConfigMap(t *testing.T, g grantRecord) *corev1.ConfigMap {
 // every field the decisions made on the cache read, the same Buckets' information changed or not.
 // The record itself is gone from the cached copy, and given to the transform again the copy stays.
 func TestCachedGrantKeepsWhatTheCacheReads(t *testing.T) {
-	transform := cachemem.Transform(compactGrantRecord)
+	transform := slim.Transform(compactGrantRecord)
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := range 300 {
 		g := randomRecord(r, i)
@@ -144,7 +144,7 @@ func TestBucketInfoDigestSeparatesEntries(t *testing.T) {
 // TestCachedGrantOfNoRecord: a ConfigMap that holds no readable record of its access is no record
 // in the cache, with the transform as without it.
 func TestCachedGrantOfNoRecord(t *testing.T) {
-	transform := cachemem.Transform(compactGrantRecord)
+	transform := slim.Transform(compactGrantRecord)
 	other := randomRecord(rand.New(rand.NewPCG(3, 4)), 1)
 	otherValue, err := json.Marshal(other)
 	if err != nil {
@@ -177,7 +177,7 @@ func TestCachedGrantOfNoRecord(t *testing.T) {
 func TestBucketsOfTheCachedRecord(t *testing.T) {
 	g := randomRecord(rand.New(rand.NewPCG(5, 6)), 7)
 	g.BucketNames = []string{"bucket-a", "bucket-b"}
-	out, err := cachemem.Transform(compactGrantRecord)(recordConfigMap(t, g))
+	out, err := slim.Transform(compactGrantRecord)(recordConfigMap(t, g))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/dev/testenv"
 	"github.com/kube-cosi/cosi/internal/sidecar"
-	"github.com/kube-cosi/cosi/internal/testenv"
 )
 
 // TestCachedGrantKeyIsNoConfigMapKey: the API server refuses a ConfigMap with the key under which

@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/cachemem"
+	"github.com/kube-cosi/cosi/internal/cache/slim"
 )
 
 // TestCachedGrantKeepsHandWrittenTimes: the cache's copy of a record holds the record's times as
@@ -20,7 +20,7 @@ import (
 // another zone near year 0 or 10000 in a year it cannot read back (no record at all in the cache:
 // no orphan revoked, no Bucket waiting for the grant).
 func TestCachedGrantKeepsHandWrittenTimes(t *testing.T) {
-	transform := cachemem.Transform(compactGrantRecord)
+	transform := slim.Transform(compactGrantRecord)
 	created := metav1.NewTime(time.Now().Truncate(time.Second))
 	for _, tc := range []struct{ name, fields string }{
 		{"fraction", `"expiryFrom":"2026-01-01T00:00:00.1Z","expiry":"2026-01-01T00:00:00.9Z"`},

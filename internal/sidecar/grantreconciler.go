@@ -19,8 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/conditions"
-	"github.com/kube-cosi/cosi/internal/lookup"
+	"github.com/kube-cosi/cosi/internal/kube/conditions"
+	"github.com/kube-cosi/cosi/internal/kube/lookup"
 	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
 )
 

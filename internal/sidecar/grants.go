@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/index"
+	"github.com/kube-cosi/cosi/internal/cache/index"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 

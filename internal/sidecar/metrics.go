@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/kube-cosi/cosi/internal/metricreg"
+	"github.com/kube-cosi/cosi/internal/cmdutil/metricreg"
 )
 
 // Results of a Secret check (cosi_sidecar_secret_checks_total's result label).

@@ -16,8 +16,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/conditions"
-	"github.com/kube-cosi/cosi/internal/patch"
+	"github.com/kube-cosi/cosi/internal/kube/conditions"
+	"github.com/kube-cosi/cosi/internal/kube/patch"
 	"github.com/kube-cosi/cosi/pkg/driver"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )

@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/lookup"
-	"github.com/kube-cosi/cosi/internal/patch"
+	"github.com/kube-cosi/cosi/internal/kube/lookup"
+	"github.com/kube-cosi/cosi/internal/kube/patch"
 )
 
 // The sidecar may not read Secrets: its RBAC is KEP-1979's minimum, create, update, patch and

@@ -24,12 +24,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/cachemem"
-	"github.com/kube-cosi/cosi/internal/index"
-	"github.com/kube-cosi/cosi/internal/jsonwatch"
-	"github.com/kube-cosi/cosi/internal/requeue"
-	"github.com/kube-cosi/cosi/internal/scheme"
-	"github.com/kube-cosi/cosi/internal/serving"
+	"github.com/kube-cosi/cosi/internal/cache/index"
+	"github.com/kube-cosi/cosi/internal/cache/jsonwatch"
+	"github.com/kube-cosi/cosi/internal/cache/slim"
+	"github.com/kube-cosi/cosi/internal/cmdutil/serving"
+	"github.com/kube-cosi/cosi/internal/kube/requeue"
+	"github.com/kube-cosi/cosi/internal/kube/scheme"
 	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
 	"github.com/kube-cosi/cosi/pkg/driver/v1alpha1"
 	cosiproto "github.com/kube-cosi/cosi/proto"
@@ -131,7 +131,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 func newManager(
 	cfg *rest.Config, opts Options, info *cosiproto.DriverGetInfoResponse, store grantStore, log logr.Logger,
 ) (ctrl.Manager, error) {
-	// COSI's kinds decoded in one pass (internal/jsonwatch).
+	// COSI's kinds decoded in one pass (internal/cache/jsonwatch).
 	cacheOpts := CacheOptions(store.namespace, store.driver)
 	if err := jsonwatch.Use(cfg, &cacheOpts); err != nil {
 		return nil, err
@@ -154,16 +154,16 @@ func newManager(
 
 // CacheOptions are the options of the sidecar's cache, its grant records in grantNamespace
 // labeled with driverLabel (the driver's LabelGrantDriver value): no object's managedFields, the
-// strings objects repeat shared (internal/cachemem). No Secret is cached: the sidecar may not read
+// strings objects repeat shared (internal/cache/slim). No Secret is cached: the sidecar may not read
 // Secrets. Of ConfigMaps, only the driver's grant records, and of each only what is read from the
 // cache (grantcache.go).
 func CacheOptions(grantNamespace, driverLabel string) cache.Options {
 	return cache.Options{
-		DefaultTransform: cachemem.Transform(),
+		DefaultTransform: slim.Transform(),
 		ByObject: map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {
 			Namespaces: map[string]cache.Config{grantNamespace: {}},
 			Label:      labels.SelectorFromSet(labels.Set{cosiapi.LabelGrantDriver: driverLabel}),
-			Transform:  cachemem.Transform(compactGrantRecord),
+			Transform:  slim.Transform(compactGrantRecord),
 		}},
 	}
 }

@@ -13,9 +13,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/conditions"
-	"github.com/kube-cosi/cosi/internal/patch"
-	"github.com/kube-cosi/cosi/internal/requeue"
+	"github.com/kube-cosi/cosi/internal/kube/conditions"
+	"github.com/kube-cosi/cosi/internal/kube/patch"
+	"github.com/kube-cosi/cosi/internal/kube/requeue"
 )
 
 // The conditions the sidecar writes: all of them, on Buckets, whose status only the sidecar

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/patch"
+	"github.com/kube-cosi/cosi/internal/kube/patch"
 )
 
 // Refusal messages of cosi-sidecar-secrets.

@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/objects"
-	"github.com/kube-cosi/cosi/internal/testenv"
+	"github.com/kube-cosi/cosi/dev/objects"
+	"github.com/kube-cosi/cosi/dev/testenv"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
 )
 

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/testenv"
+	"github.com/kube-cosi/cosi/dev/testenv"
 )
 
 // sidecarPolicy is the admission policy that confines the sidecar's Secret rights.

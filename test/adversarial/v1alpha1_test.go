@@ -18,11 +18,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/dev/localenv"
+	"github.com/kube-cosi/cosi/dev/objects"
+	"github.com/kube-cosi/cosi/dev/testenv"
+	"github.com/kube-cosi/cosi/dev/v1alpha1drivers"
 	"github.com/kube-cosi/cosi/drivers/v1alpha1s3"
-	"github.com/kube-cosi/cosi/internal/localenv"
-	"github.com/kube-cosi/cosi/internal/objects"
-	"github.com/kube-cosi/cosi/internal/testenv"
-	"github.com/kube-cosi/cosi/internal/v1alpha1drivers"
 )
 
 // The tests of issue 25 against a COSI v1alpha1 driver that shows an account's key once

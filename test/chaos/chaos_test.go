@@ -1,4 +1,4 @@
-// Package chaos is the fault suite's tier: cosi-chaos (internal/chaos) at CI size. The real
+// Package chaos is the fault suite's tier: cosi-chaos (dev/chaos) at CI size. The real
 // cosi-controller, cosi-sidecar and a driver run as processes (from bin/: make build) against
 // kube-apiserver, etcd and kube-controller-manager, while the suite kills them with SIGKILL, also
 // inside driver calls, crashes etcd and the API server, and makes the driver fail and stall; then
@@ -21,8 +21,8 @@ import (
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/kube-cosi/cosi/internal/chaos"
-	"github.com/kube-cosi/cosi/internal/localenv"
+	"github.com/kube-cosi/cosi/dev/chaos"
+	"github.com/kube-cosi/cosi/dev/localenv"
 )
 
 // The CI sizes, in claims: about as many accesses come with them. COSI_CHAOS_CLAIMS and

@@ -1,5 +1,5 @@
 // Package cluster is the tier that installs COSI into a real single-node Kubernetes
-// (internal/cluster: kubelet, containerd, the project's images) the way an admin does, with Helm
+// (dev/cluster: kubelet, containerd, the project's images) the way an admin does, with Helm
 // and with kustomize, and checks what users see: Pods running under their own ServiceAccounts in
 // a namespace that enforces Pod Security "restricted", buckets provisioned in a Versity store
 // running in the cluster, an application Pod writing and reading through the Secret COSI wrote,
@@ -26,10 +26,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kube-cosi/cosi/internal/cluster"
-	"github.com/kube-cosi/cosi/internal/issuer"
-	"github.com/kube-cosi/cosi/internal/localenv"
-	"github.com/kube-cosi/cosi/internal/scheme"
+	"github.com/kube-cosi/cosi/dev/cluster"
+	"github.com/kube-cosi/cosi/dev/issuer"
+	"github.com/kube-cosi/cosi/dev/localenv"
+	"github.com/kube-cosi/cosi/internal/kube/scheme"
 )
 
 var (

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kube-cosi/cosi/internal/reasons"
+	"github.com/kube-cosi/cosi/dev/reasons"
 )
 
 // TestTroubleshootingListsEveryReason: docs/troubleshooting.md has a table row for every

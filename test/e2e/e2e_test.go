@@ -1,6 +1,6 @@
 // Package e2e tests the whole of COSI as users see it: the real cosi-controller, cosi-sidecar
 // and cosi-driver-s3 binaries as processes, a real kube-apiserver and etcd, and the Versity S3
-// gateway enforcing the issued credentials (internal/localenv, the same environment as make
+// gateway enforcing the issued credentials (dev/localenv, the same environment as make
 // run). Each test follows one control flow of KEP-1979 and asserts what a user can observe:
 // conditions and events, the Secret's keys, and what the issued credentials can do in the store.
 package e2e
@@ -15,10 +15,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/issuer"
-	"github.com/kube-cosi/cosi/internal/localenv"
-	"github.com/kube-cosi/cosi/internal/objects"
-	"github.com/kube-cosi/cosi/internal/testenv"
+	"github.com/kube-cosi/cosi/dev/issuer"
+	"github.com/kube-cosi/cosi/dev/localenv"
+	"github.com/kube-cosi/cosi/dev/objects"
+	"github.com/kube-cosi/cosi/dev/testenv"
 	"github.com/kube-cosi/cosi/test/e2e/framework"
 )
 

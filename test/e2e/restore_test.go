@@ -11,9 +11,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/localenv"
+	"github.com/kube-cosi/cosi/dev/localenv"
+	"github.com/kube-cosi/cosi/dev/testenv"
 	"github.com/kube-cosi/cosi/internal/sidecar"
-	"github.com/kube-cosi/cosi/internal/testenv"
 )
 
 // TestObjectLevelRestore follows docs/admin.md "Backup and restore of COSI objects" after the

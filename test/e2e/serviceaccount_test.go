@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/localenv"
+	"github.com/kube-cosi/cosi/dev/localenv"
 )
 
 // workload is what a Pod running as a ServiceAccount, with a BucketAccess Secret in envFrom and

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kube-cosi/cosi/internal/localenv"
+	"github.com/kube-cosi/cosi/dev/localenv"
 )
 
 // vendorForbidden are the module path prefixes a driver vendor must never inherit from the SDK.

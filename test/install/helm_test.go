@@ -19,8 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/objects"
-	"github.com/kube-cosi/cosi/internal/testenv"
+	"github.com/kube-cosi/cosi/dev/objects"
+	"github.com/kube-cosi/cosi/dev/testenv"
 )
 
 // TestHelmLifecycle installs, uninstalls, installs again and upgrades the cosi chart with helm,

@@ -13,9 +13,9 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/kube-cosi/cosi/dev/localenv"
 	"github.com/kube-cosi/cosi/drivers/azure"
 	s3 "github.com/kube-cosi/cosi/drivers/s3"
-	"github.com/kube-cosi/cosi/internal/localenv"
 	"github.com/kube-cosi/cosi/internal/sidecar"
 )
 
@@ -271,7 +271,7 @@ func TestGracePeriodsCoverTheShutdown(t *testing.T) {
 
 // TestMetricsAreAuthenticated checks every rendering: the Deployments serve /metrics with
 // --metrics-secure on the port the Service names, and bind the component's ServiceAccount to
-// system:auth-delegator to check tokens (internal/serving); with metrics.secure=false the charts do
+// system:auth-delegator to check tokens (internal/cmdutil/serving); with metrics.secure=false the charts do
 // neither. The binaries' own defaults are loopback (cmd/*'s tests).
 func TestMetricsAreAuthenticated(t *testing.T) {
 	for _, c := range []struct {

@@ -12,8 +12,8 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/dev/objects"
 	"github.com/kube-cosi/cosi/internal/kubectlcosi"
-	"github.com/kube-cosi/cosi/internal/objects"
 )
 
 // TestEnvMasksValues: env shows the variables a Pod gets from the access's Secret, bucket info in

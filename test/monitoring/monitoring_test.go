@@ -24,9 +24,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/internal/localenv"
-	"github.com/kube-cosi/cosi/internal/objects"
-	"github.com/kube-cosi/cosi/internal/testenv"
+	"github.com/kube-cosi/cosi/dev/localenv"
+	"github.com/kube-cosi/cosi/dev/objects"
+	"github.com/kube-cosi/cosi/dev/testenv"
 	"github.com/kube-cosi/cosi/test/e2e/framework"
 )
 

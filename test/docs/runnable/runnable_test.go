@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kube-cosi/cosi/internal/issuer"
-	"github.com/kube-cosi/cosi/internal/localenv"
-	"github.com/kube-cosi/cosi/internal/testenv"
+	"github.com/kube-cosi/cosi/dev/issuer"
+	"github.com/kube-cosi/cosi/dev/localenv"
+	"github.com/kube-cosi/cosi/dev/testenv"
 )
 
 // Marker is the line before a shell block that the docs test runs. IssuerMarker marks a block

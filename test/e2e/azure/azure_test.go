@@ -30,11 +30,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/dev/localenv"
+	"github.com/kube-cosi/cosi/dev/objects"
+	"github.com/kube-cosi/cosi/dev/store/azurite"
+	"github.com/kube-cosi/cosi/dev/testenv"
 	"github.com/kube-cosi/cosi/drivers/azure"
-	"github.com/kube-cosi/cosi/internal/azurite"
-	"github.com/kube-cosi/cosi/internal/localenv"
-	"github.com/kube-cosi/cosi/internal/objects"
-	"github.com/kube-cosi/cosi/internal/testenv"
 	"github.com/kube-cosi/cosi/test/e2e/framework"
 )
 
