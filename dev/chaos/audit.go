@@ -47,13 +47,13 @@ const (
 	CheckGrantRecord = "grant record out of step"
 )
 
-// The sidecar's grant records (internal/sidecar, grants.go): ConfigMaps named for the access's UID,
+// The sidecar's grant records (internal/sidecar, record.go): ConfigMaps named for the access's UID,
 // labeled cosiapi.LabelGrantDriver, in the sidecar's namespace (localenv runs it in cosi-system).
 const (
 	grantNamespace    = "cosi-system"
 	grantRecordPrefix = "cosi-grant-"
 	// legacyGrantAnnotationPrefix prefixed the annotations that recorded grants on Buckets before
-	// the grant records (internal/sidecar, grants.go).
+	// the grant records (internal/sidecar, record.go).
 	legacyGrantAnnotationPrefix = cosiapi.GroupName + "/grant-"
 )
 
@@ -102,8 +102,8 @@ type world struct {
 	issued map[string]time.Time
 }
 
-// grantView is what the audit reads of a grant record (internal/sidecar, grants.go and
-// rotation.go).
+// grantView is what the audit reads of a grant record (internal/sidecar, record.go and
+// access_rotate.go).
 type grantView struct {
 	Namespace    string    `json:"namespace"`
 	Name         string    `json:"name"`

@@ -52,7 +52,7 @@ type BucketReconciler struct {
 	// Grants are the grant records and the grants in flight, shared with the other reconcilers.
 	Grants *grantBook
 	// RefreshInterval is how often a provisioned Bucket's information is asked of the driver
-	// again (refresh.go); zero: never.
+	// again (bucket_refresh.go); zero: never.
 	RefreshInterval time.Duration
 	// AccessesByUID finds the access a grant recorded by an earlier version names.
 	AccessesByUID *index.Lazy
@@ -88,7 +88,7 @@ func (r *BucketReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Op
 				CreateFunc: func(event.CreateEvent) bool { return false },
 				UpdateFunc: func(event.UpdateEvent) bool { return false },
 			})).
-		// The information refreshes that fall due (refresh.go, checks.go).
+		// The information refreshes that fall due (bucket_refresh.go, schedule.go).
 		WatchesRawSource(r.refreshes.wakeChecks(r.RefreshInterval)).
 		WithOptions(opts).
 		Complete(r)

@@ -50,7 +50,7 @@ func secretCheckMetric(driverName string) *prometheus.CounterVec {
 
 // scheduledCheckMetric is cosi_sidecar_scheduled_check_decisions_total, registered once per
 // process on controller-runtime's registry: what the rate limit of the scheduled checks decided
-// (checks.go), by driver, kind of check and decision. Its series are made for a driver and a kind
+// (schedule.go), by driver, kind of check and decision. Its series are made for a driver and a kind
 // by secretChecks.countDecisions, at zero.
 func scheduledCheckMetric() *prometheus.CounterVec {
 	scheduledChecksOnce.Do(func() {

@@ -56,7 +56,7 @@ type Options struct {
 	// driver, in LeaderElectionNamespace).
 	LeaderElection          bool
 	LeaderElectionNamespace string
-	// GrantNamespace holds the grant records (grants.go): the sidecar's own namespace, where
+	// GrantNamespace holds the grant records (record.go): the sidecar's own namespace, where
 	// tenants cannot write. Empty: LeaderElectionNamespace, else the Pod's namespace, else
 	// DefaultGrantNamespace.
 	GrantNamespace string
@@ -156,7 +156,7 @@ func newManager(
 // labeled with driverLabel (the driver's LabelGrantDriver value): no object's managedFields, the
 // strings objects repeat shared (internal/cache/slim). No Secret is cached: the sidecar may not read
 // Secrets. Of ConfigMaps, only the driver's grant records, and of each only what is read from the
-// cache (grantcache.go).
+// cache (record_cache.go).
 func CacheOptions(grantNamespace, driverLabel string) cache.Options {
 	return cache.Options{
 		DefaultTransform: slim.Transform(),

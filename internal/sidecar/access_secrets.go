@@ -3,6 +3,7 @@ package sidecar
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -13,11 +14,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/kube/lookup"
 	"github.com/kube-cosi/cosi/internal/kube/patch"
+	cosiproto "github.com/kube-cosi/cosi/proto"
+
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 )
 
 // The sidecar may not read Secrets: its RBAC is KEP-1979's minimum, create, update, patch and
@@ -198,66 +201,6 @@ func (r *BucketAccessReconciler) secretsReady(
 	return ready, present, "", stuck, nil
 }
 
-// secretsIntact reports whether every Secret of the access exists, is the access's own, is not
-// being deleted, and has its data. Credentials that expire count as lost too when the access's
-// grant record is gone (deleted by hand): only the record says when to renew them, and the grant
-// that writes them again records them anew.
-func (r *BucketAccessReconciler) secretsIntact(ctx context.Context, ba *cosiapi.BucketAccess) (bool, error) {
-	expire := false
-	for _, claim := range ba.Spec.BucketClaims {
-		state, s, err := r.probeSecret(ctx, ba, claim.AccessSecretName)
-		if err != nil {
-			return false, err
-		}
-		if state != slotOurs || !dataComplete(s, ba.Status.AuthenticationType) {
-			return false, nil
-		}
-		// Empty when the token does not expire (the KEP).
-		expire = expire || len(s.Data[cosiapi.SecretKeyAzureSASTokenExpiry]) > 0
-	}
-	if !expire || r.Grants.store.cached(ctx, ba.UID) != nil {
-		return true, nil
-	}
-	// The cache may not show a record just written: confirmed uncached.
-	g, _, err := r.Grants.store.get(ctx, ba.UID)
-	return g != nil, err
-}
-
-// dataComplete reports whether the Secret holds every data key COSI wrote into it: a Secret that
-// lost a key is written again.
-func dataComplete(s *corev1.Secret, auth cosiapi.AuthenticationType) bool {
-	return len(MissingSecretKeys(s, auth)) == 0
-}
-
-// MissingSecretKeys returns the data keys that COSI wrote into an access's Secret and that it
-// lacks (AnnotationSecretDataKeys; COSI_PROTOCOL alone for a Secret written before that
-// annotation), as the sidecar's Secret check sees them; COSI_PROTOCOL also when it is empty.
-// kubectl cosi asks the same question.
-func MissingSecretKeys(s *corev1.Secret, auth cosiapi.AuthenticationType) []string {
-	keys := []string{cosiapi.SecretKeyProtocol}
-	if v := s.Annotations[cosiapi.AnnotationSecretDataKeys]; v != "" {
-		keys = append(keys, strings.Split(v, ",")...)
-	}
-	// The keys of the protocol's key credentials, whatever the annotation says (someone may have
-	// removed it).
-	if auth == cosiapi.AuthenticationTypeKey {
-		switch cosiapi.Protocol(s.Data[cosiapi.SecretKeyProtocol]) {
-		case cosiapi.ProtocolS3:
-			keys = append(keys, cosiapi.SecretKeyS3AccessKeyID, cosiapi.SecretKeyS3SecretAccessKey)
-		case cosiapi.ProtocolAzure:
-			keys = append(keys, cosiapi.SecretKeyAzureSASToken)
-		}
-	}
-	var missing []string
-	for _, k := range keys {
-		if _, ok := s.Data[k]; (!ok || k == cosiapi.SecretKeyProtocol && len(s.Data[k]) == 0) &&
-			!slices.Contains(missing, k) {
-			missing = append(missing, k)
-		}
-	}
-	return missing
-}
-
 // releaseSecret removes COSI's finalizer from a Secret of the access, so that a deletion goes
 // through. The patch is locked to the version probeSecret saw, so it cannot touch a Secret that
 // replaced it since.
@@ -349,4 +292,32 @@ func (e errSecretConflict) Error() string {
 	return fmt.Sprintf("Secret %s exists and does not belong to this BucketAccess; COSI will not overwrite it, "+
 		"and grants the access once it is gone (accessSecretName cannot change: delete or rename that Secret, "+
 		"or delete this BucketAccess and create one with another accessSecretName)", e.name)
+}
+
+// writeSecrets writes the Secret of each claim from the driver's answer.
+func (r *BucketAccessReconciler) writeSecrets(
+	ctx context.Context,
+	ba *cosiapi.BucketAccess,
+	buckets map[string]*cosiapi.Bucket,
+	protocol cosiproto.ObjectProtocol_Type,
+	resp *cosiproto.DriverGrantBucketAccessResponse,
+) error {
+	for _, claim := range ba.Spec.BucketClaims {
+		bucketID := buckets[claim.BucketClaimName].Status.BucketID
+		var info *cosiproto.ProtocolBucketInfo
+		for _, b := range resp.GetBuckets() {
+			if b.GetBucketId() == bucketID {
+				info = b.GetBucketInfo()
+			}
+		}
+		data := secretData(protocol, info, resp.GetCredentials(), resp.GetCertificateAuthority())
+		if err := r.writeSecret(ctx, ba, claim, data, resp.GetCredentialId()); err != nil {
+			var conflict errSecretConflict
+			if errors.As(err, &conflict) {
+				return secretTaken(conflict)
+			}
+			return secretWriteFailed(claim.AccessSecretName, err)
+		}
+	}
+	return nil
 }

@@ -9,8 +9,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -36,7 +34,7 @@ import (
 // (an annotation on the Bucket had: 256 KiB for all of them).
 //
 // A record is removed once its grant is revoked: by the access's own deletion, or, when the access
-// vanished without it, by the GrantReconciler (grantreconciler.go), at start-up and whenever an
+// vanished without it, by the GrantReconciler (record_orphans.go), at start-up and whenever an
 // access goes.
 
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch;delete,namespace=cosi-system
@@ -52,7 +50,18 @@ const grantDataKey = "grant.json"
 // each with the driver: whoever may write Buckets could have written them.
 const legacyGrantAnnotationPrefix = cosiapi.GroupName + "/grant-"
 
-// grantRecord is what revoking an access needs once the BucketAccess is gone.
+// grantRecord is what revoking an access needs once the BucketAccess is gone, and where the
+// access's credentials are in their life (access.go reads it to decide the access's steps):
+//
+//	no record                     not granted (or by a version that kept none: unrecordedGrant)
+//	AccountID, no CredentialID    recorded before phase 2; the Secrets not written yet
+//	CredentialID                  granted: the Secrets hold that credential
+//	Rotation.From                 rotating: the driver is asked for a new credential
+//	Rotation.To                   issued: the Secrets are being written with it
+//	Rotation.Written              in every Secret: From is retired after the grace period
+//	Expiry, ExpiryFrom            the Secrets' credentials expire: renewed at four fifths
+//
+// The record is removed last, once the grant is revoked.
 type grantRecord struct {
 	Namespace          string            `json:"namespace"`
 	Name               string            `json:"name"`
@@ -73,9 +82,9 @@ type grantRecord struct {
 	// vanished without its cleanup.
 	SecretNames []string `json:"secretNames,omitempty"`
 	// BucketInfo is the status.bucketInfo of each of BucketNames that the Secrets were written
-	// against (refresh.go): when a Bucket's changes, the Secret values that came from it follow.
+	// against (access_refresh.go): when a Bucket's changes, the Secret values that came from it follow.
 	BucketInfo map[string]map[string]string `json:"bucketInfo,omitempty"`
-	// The credential the Secrets hold, and the rotation in progress (rotation.go). Kept when a
+	// The credential the Secrets hold, and the rotation in progress (access_rotate.go). Kept when a
 	// grant writes the record again.
 	rotationState
 }
@@ -95,6 +104,21 @@ func newGrantRecord(ba *cosiapi.BucketAccess) grantRecord {
 			rec.Modes = append(rec.Modes, claimModes(ba, b.BucketClaimName))
 		}
 		rec.BucketNames = append(rec.BucketNames, b.BucketName)
+	}
+	return rec
+}
+
+// grantRecordFor is the record of a grant of the access on its Buckets (by claim name), with the
+// Buckets' information that its Secrets are written against.
+func grantRecordFor(ba *cosiapi.BucketAccess, buckets map[string]*cosiapi.Bucket) grantRecord {
+	rec := newGrantRecord(ba)
+	for _, b := range buckets {
+		if len(b.Status.BucketInfo) > 0 {
+			if rec.BucketInfo == nil {
+				rec.BucketInfo = map[string]map[string]string{}
+			}
+			rec.BucketInfo[b.Name] = b.Status.BucketInfo
+		}
 	}
 	return rec
 }
@@ -389,88 +413,4 @@ func legacyGrantRecords(b *cosiapi.Bucket) map[string]grantRecord {
 		out[k] = g
 	}
 	return out
-}
-
-// inFlight counts the grants this sidecar is making, by access UID. A grant record whose access is
-// gone is not revoked while a DriverGrantBucketAccess for it may still be running: the revocation
-// could come first, and the grant would then create an account nobody revokes. The sidecar that
-// makes grants is the one that revokes records (one leader per driver), so a process-local count
-// is enough.
-type inFlight struct {
-	mu    sync.Mutex
-	count map[types.UID]int
-}
-
-func (f *inFlight) start(uid types.UID) func() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.count == nil {
-		f.count = map[types.UID]int{}
-	}
-	f.count[uid]++
-	return func() {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		if f.count[uid]--; f.count[uid] <= 0 {
-			delete(f.count, uid)
-		}
-	}
-}
-
-func (f *inFlight) has(uid types.UID) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.count[uid] > 0
-}
-
-// answers keeps the driver's answer to a grant until the access's Secrets are written with it. A
-// Secret write that fails after the grant (a ResourceQuota on Secrets, a policy webhook, a server
-// error, a tenant who made the Secret unwritable) is retried with the answer already obtained,
-// never with a new grant: a driver that issues a new key on every grant would otherwise mint keys
-// at the rate of the retries. The answer is dropped once the Secrets are written, the access is
-// deleted, or a rotation asks the driver for a new credential (which revokes the answer's key);
-// a sidecar that restarts meanwhile grants once more. An answer whose credentials are due for
-// renewal (renewal, counted from the answer) is dropped too: written after a long outage, it
-// would put credentials that expire, or expired, into the Secrets, and record them as renewed.
-type answers struct {
-	mu sync.Mutex
-	m  map[types.UID]answer
-}
-
-type answer struct {
-	// request is the grant request the answer is for, as bytes: a changed request (another
-	// account, other buckets or parameters) is granted again.
-	request string
-	resp    *cosiproto.DriverGrantBucketAccessResponse
-	// at is when the driver answered.
-	at metav1.Time
-}
-
-func (a *answers) get(uid types.UID, request string) *cosiproto.DriverGrantBucketAccessResponse {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	got, ok := a.m[uid]
-	if !ok || got.request != request {
-		return nil
-	}
-	if at := renewal(&got.at, credentialsExpiry(got.resp.GetCredentials())); !at.IsZero() && !time.Now().Before(at) {
-		delete(a.m, uid)
-		return nil
-	}
-	return got.resp
-}
-
-func (a *answers) put(uid types.UID, request string, resp *cosiproto.DriverGrantBucketAccessResponse) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.m == nil {
-		a.m = map[types.UID]answer{}
-	}
-	a.m[uid] = answer{request: request, resp: resp, at: metav1.Now()}
-}
-
-func (a *answers) forget(uid types.UID) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	delete(a.m, uid)
 }

@@ -7,21 +7,11 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/kube/conditions"
-	"github.com/kube-cosi/cosi/internal/kube/patch"
-	"github.com/kube-cosi/cosi/pkg/driver"
-	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
-	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // Secret refresh (a COSI extension; docs/sidecar.md, "Secret refresh"). KEP-1979 asks that COSI
@@ -42,61 +32,6 @@ import (
 //     Azure SAS token's expiry), the Secrets are written again from a new grant once four fifths
 //     of their lifetime passed, as the kubelet renews projected ServiceAccount tokens. The grant
 //     record keeps the expiry and when the Secrets got it, so a restart does not lose the moment.
-
-// refreshBucket asks the driver for a provisioned Bucket's information again, once per
-// RefreshInterval (spread by a rate limit like the Secret checks, checks.go), and records it in
-// status when it changed. A failed call leaves the status as it is (a Warning event says why) and
-// is tried again at the next interval: the Bucket stays provisioned.
-func (r *BucketReconciler) refreshBucket(ctx context.Context, bucket *cosiapi.Bucket) (reconcile.Result, error) {
-	if r.RefreshInterval <= 0 {
-		return reconcile.Result{}, nil
-	}
-	key := client.ObjectKeyFromObject(bucket)
-	// A refresh not due yet, and the next one, are woken at their time by the schedule
-	// (wakeChecks).
-	if r.refreshes.due(key, bucket.UID, r.RefreshInterval) > 0 {
-		return reconcile.Result{}, nil
-	}
-	err := r.refreshBucketInfo(ctx, bucket)
-	if err != nil {
-		return r.result(bucket, cosiapi.EventFailedRefresh, err)
-	}
-	r.refreshes.done(key, bucket.UID)
-	return reconcile.Result{}, nil
-}
-
-func (r *BucketReconciler) refreshBucketInfo(ctx context.Context, bucket *cosiapi.Bucket) error {
-	if r.Driver.Protocol() == driverclient.ProtocolV1alpha1 {
-		// v1alpha1 has no RPC to look a bucket up: the adapter's DriverGetBucket makes an answer up
-		// from the bucket ID, poorer than what DriverCreateBucket returned (no endpoint, no region).
-		// Taking it for the driver's would degrade the Bucket's information and wake its accesses.
-		return nil
-	}
-	protocols := rpcProtocols(bucket.Spec.Protocols)
-	resp, err := r.Driver.DriverGetBucket(ctx, &cosiproto.DriverGetBucketRequest{
-		BucketId: bucket.Status.BucketID, Protocols: protocols, Parameters: driverParameters(bucket.Spec.Parameters),
-	})
-	if status.Code(err) == codes.Unimplemented {
-		return nil // the driver cannot say: the information stays what provisioning recorded
-	}
-	if err != nil {
-		r.Recorder.Eventf(bucket, nil, corev1.EventTypeWarning, cosiapi.EventFailedRefresh, "Refresh",
-			"%s", conditions.Truncate(rpcError{"DriverGetBucket", err}.Error()))
-		return nil
-	}
-	if err := driver.ValidateBucketInfo(resp.GetProtocols(), r.Info.GetSupportedProtocols(), protocols); err != nil {
-		r.Recorder.Eventf(bucket, nil, corev1.EventTypeWarning, cosiapi.EventFailedRefresh, "Refresh",
-			"%s", conditions.Truncate("DriverGetBucket: the driver's answer does not fit the Bucket: "+err.Error()))
-		return nil
-	}
-	info := bucketStatusInfo(resp.GetProtocols())
-	if maps.Equal(info, bucket.Status.BucketInfo) {
-		return nil
-	}
-	s := r.record.status(bucket)
-	bucket.Status.BucketInfo = info
-	return s.Patch(ctx, patch.NoLock)
-}
 
 // refresh rewrites the access's Secrets when the driver's answer changed: on demand
 // (AnnotationRefreshSecret), before the credentials they hold expire, or when a Bucket's
@@ -131,85 +66,6 @@ func (r *BucketAccessReconciler) refresh(ctx context.Context, ba *cosiapi.Bucket
 		return r.renew(ctx, ba)
 	}
 	return until(renewAt), r.refreshBucketInfo(ctx, ba, changed)
-}
-
-// renewal is when credentials written at from and expiring at expiry are written again: once four
-// fifths of their lifetime passed, and not sooner than requeueDelay after from, so that a driver
-// whose new credentials do not expire later is not asked in a loop. Zero when they do not expire,
-// or had expired when written (a new grant then waits for an admin's AnnotationRefreshSecret).
-func renewal(from, expiry *metav1.Time) time.Time {
-	if from == nil || expiry == nil || !expiry.After(from.Time) {
-		return time.Time{}
-	}
-	at := from.Add(expiry.Sub(from.Time) * 4 / 5)
-	if earliest := from.Add(requeueDelay); at.Before(earliest) {
-		at = earliest
-	}
-	return at
-}
-
-// until is the wait until t, zero (no wait) when t is; at least a millisecond otherwise.
-func until(t time.Time) time.Duration {
-	if t.IsZero() {
-		return 0
-	}
-	return max(time.Until(t), time.Millisecond)
-}
-
-// credentialsExpiry is when the credentials of a driver's answer expire; nil when they do not.
-func credentialsExpiry(creds *cosiproto.CredentialInfo) *metav1.Time {
-	ts := creds.GetAzure().GetExpiryTimestamp()
-	if ts == nil {
-		return nil
-	}
-	return ptr.To(metav1.NewTime(ts.AsTime()))
-}
-
-// renew writes the access's Secrets again from a new grant, before the credentials they hold
-// expire. The record is read uncached first: the cache may not show the last renewal yet, and
-// renewing twice would ask the driver for nothing.
-func (r *BucketAccessReconciler) renew(ctx context.Context, ba *cosiapi.BucketAccess) (time.Duration, error) {
-	g, _, err := r.Grants.store.get(ctx, ba.UID)
-	if err != nil || g == nil || g.Rotation != nil && g.Rotation.Written == nil {
-		return requeueDelay, err
-	}
-	renewAt := renewal(g.ExpiryFrom, g.Expiry)
-	if renewAt.IsZero() || time.Now().Before(renewAt) {
-		return until(renewAt), nil
-	}
-	old, from := g.Expiry.UTC().Format(time.RFC3339), g.ExpiryFrom
-	next, err := r.grant(ctx, ba, true)
-	if err != nil {
-		return 0, err
-	}
-	g, _, err = r.Grants.store.get(ctx, ba.UID)
-	if err != nil || g == nil {
-		return until(next), err
-	}
-	// A grant that wrote the Secrets recorded when (renewals are requeueDelay apart, more than
-	// the record's precision); one that did not (a Bucket being provisioned again, the access
-	// going) asked the driver nothing: looked at again later, or when the objects change.
-	if g.ExpiryFrom != nil && g.ExpiryFrom.Equal(from) {
-		return requeueDelay, nil
-	}
-	switch {
-	case g.Expiry == nil:
-		r.Recorder.Eventf(ba, nil, corev1.EventTypeNormal, cosiapi.EventSecretsRefreshed, "Refresh",
-			"renewed before the credentials' expiry at %s: the new credentials do not expire", old)
-	case g.Expiry.UTC().Format(time.RFC3339) > old:
-		r.Recorder.Eventf(ba, nil, corev1.EventTypeNormal, cosiapi.EventSecretsRefreshed, "Refresh",
-			"renewed before the credentials' expiry at %s: the new credentials expire at %s", old,
-			g.Expiry.UTC().Format(time.RFC3339))
-	case next.IsZero():
-		r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, cosiapi.EventFailedRefresh, "Refresh",
-			"the driver's new credentials expired already, at %s: not renewed again until an admin sets a new "+
-				"value of annotation %s", g.Expiry.UTC().Format(time.RFC3339), cosiapi.AnnotationRefreshSecret)
-	default:
-		r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, cosiapi.EventFailedRefresh, "Refresh",
-			"the driver's new credentials still expire at %s: renewing again at %s", old,
-			next.UTC().Format(time.RFC3339))
-	}
-	return until(next), nil
 }
 
 // changedBuckets returns, by name, the Buckets of the access whose information (from the cache)

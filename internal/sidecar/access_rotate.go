@@ -55,7 +55,7 @@ type rotationState struct {
 	CredentialID string `json:"credentialID,omitempty"`
 	// RotateToken is the last AnnotationRotateCredentials value handled.
 	RotateToken string `json:"rotateToken,omitempty"`
-	// RefreshToken is the last AnnotationRefreshSecret value handled (refresh.go).
+	// RefreshToken is the last AnnotationRefreshSecret value handled (access_refresh.go).
 	RefreshToken string `json:"refreshToken,omitempty"`
 	// PeriodFrom is when the rotation period last started: the Secrets were written with
 	// CredentialID (by a grant or a rotation), or a rotation ended without a new credential (the
@@ -66,7 +66,7 @@ type rotationState struct {
 	// Expiry is when the credentials the Secrets hold expire, as the driver's answer said (an
 	// Azure SAS token's expiry); nil when they do not. ExpiryFrom is when the grant that answered
 	// wrote them. The Secrets are written again from a new grant once four fifths of that
-	// lifetime passed (renewal, refresh.go).
+	// lifetime passed (renewal, access_renew.go).
 	Expiry     *metav1.Time `json:"expiry,omitempty"`
 	ExpiryFrom *metav1.Time `json:"expiryFrom,omitempty"`
 }
@@ -379,13 +379,13 @@ func (r *BucketAccessReconciler) writeAnswer(
 ) (time.Duration, error) {
 	buckets, ready, err := r.buckets(ctx, ba)
 	if err != nil || !ready {
-		return requeueDelay, err
+		return requeueDelay, r.recordProblem(ctx, ba, err)
 	}
 	granted := &cosiproto.DriverGrantBucketAccessResponse{
 		Buckets: resp.GetBuckets(), Credentials: resp.GetCredentials(),
 		CertificateAuthority: resp.GetCertificateAuthority(), CredentialId: resp.GetCredentialId(),
 	}
-	return 0, r.writeSecrets(ctx, ba, buckets, rpcProtocol(ba.Spec.Protocol), granted)
+	return 0, r.recordProblem(ctx, ba, r.writeSecrets(ctx, ba, buckets, rpcProtocol(ba.Spec.Protocol), granted))
 }
 
 // copyRotated gives the credential to of a Secret that holds it to the access's other Secrets.

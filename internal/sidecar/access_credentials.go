@@ -1,0 +1,98 @@
+package sidecar
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	cosiproto "github.com/kube-cosi/cosi/proto"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/v1alpha1"
+)
+
+// answers keeps the driver's answer to a grant until the access's Secrets are written with it. A
+// Secret write that fails after the grant (a ResourceQuota on Secrets, a policy webhook, a server
+// error, a tenant who made the Secret unwritable) is retried with the answer already obtained,
+// never with a new grant: a driver that issues a new key on every grant would otherwise mint keys
+// at the rate of the retries. The answer is dropped once the Secrets are written, the access is
+// deleted, or a rotation asks the driver for a new credential (which revokes the answer's key);
+// a sidecar that restarts meanwhile grants once more. An answer whose credentials are due for
+// renewal (renewal, counted from the answer) is dropped too: written after a long outage, it
+// would put credentials that expire, or expired, into the Secrets, and record them as renewed.
+type answers struct {
+	mu sync.Mutex
+	m  map[types.UID]answer
+}
+
+type answer struct {
+	// request is the grant request the answer is for, as bytes: a changed request (another
+	// account, other buckets or parameters) is granted again.
+	request string
+	resp    *cosiproto.DriverGrantBucketAccessResponse
+	// at is when the driver answered.
+	at metav1.Time
+}
+
+func (a *answers) get(uid types.UID, request string) *cosiproto.DriverGrantBucketAccessResponse {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	got, ok := a.m[uid]
+	if !ok || got.request != request {
+		return nil
+	}
+	if at := renewal(&got.at, credentialsExpiry(got.resp.GetCredentials())); !at.IsZero() && !time.Now().Before(at) {
+		delete(a.m, uid)
+		return nil
+	}
+	return got.resp
+}
+
+func (a *answers) put(uid types.UID, request string, resp *cosiproto.DriverGrantBucketAccessResponse) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.m == nil {
+		a.m = map[types.UID]answer{}
+	}
+	a.m[uid] = answer{request: request, resp: resp, at: metav1.Now()}
+}
+
+func (a *answers) forget(uid types.UID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.m, uid)
+}
+
+// askCredentials is phase 2: the driver's answer to the grant, unless it already answered this
+// request and only the Secrets are missing (answers).
+func (r *BucketAccessReconciler) askCredentials(
+	ctx context.Context, ba *cosiapi.BucketAccess, p *preparedGrant,
+) (*cosiproto.DriverGrantBucketAccessResponse, error) {
+	grantReq := p.req.grant(ba.Status.AccountID)
+	key, err := proto.MarshalOptions{Deterministic: true}.Marshal(grantReq)
+	if err != nil {
+		return nil, err
+	}
+	if resp := r.Grants.answers.get(ba.UID, string(key)); resp != nil {
+		return resp, nil
+	}
+	callCtx := ctx
+	if !p.held {
+		callCtx = v1alpha1.WithNoCredentialsHeld(ctx)
+	}
+	resp, err := r.Driver.DriverGrantBucketAccess(callCtx, grantReq)
+	if err != nil {
+		return nil, driverFailed("DriverGrantBucketAccess", err)
+	}
+	if err := driver.ValidateGrantResponse(grantReq, resp); err != nil {
+		return nil, invalidAnswer("DriverGrantBucketAccess returned an incomplete or invalid answer: " + err.Error())
+	}
+	r.Grants.answers.put(ba.UID, string(key), resp)
+	return resp, nil
+}

@@ -1,0 +1,92 @@
+package sidecar
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	cosiproto "github.com/kube-cosi/cosi/proto"
+)
+
+// renewal is when credentials written at from and expiring at expiry are written again: once four
+// fifths of their lifetime passed, and not sooner than requeueDelay after from, so that a driver
+// whose new credentials do not expire later is not asked in a loop. Zero when they do not expire,
+// or had expired when written (a new grant then waits for an admin's AnnotationRefreshSecret).
+func renewal(from, expiry *metav1.Time) time.Time {
+	if from == nil || expiry == nil || !expiry.After(from.Time) {
+		return time.Time{}
+	}
+	at := from.Add(expiry.Sub(from.Time) * 4 / 5)
+	if earliest := from.Add(requeueDelay); at.Before(earliest) {
+		at = earliest
+	}
+	return at
+}
+
+// until is the wait until t, zero (no wait) when t is; at least a millisecond otherwise.
+func until(t time.Time) time.Duration {
+	if t.IsZero() {
+		return 0
+	}
+	return max(time.Until(t), time.Millisecond)
+}
+
+// credentialsExpiry is when the credentials of a driver's answer expire; nil when they do not.
+func credentialsExpiry(creds *cosiproto.CredentialInfo) *metav1.Time {
+	ts := creds.GetAzure().GetExpiryTimestamp()
+	if ts == nil {
+		return nil
+	}
+	return ptr.To(metav1.NewTime(ts.AsTime()))
+}
+
+// renew writes the access's Secrets again from a new grant, before the credentials they hold
+// expire. The record is read uncached first: the cache may not show the last renewal yet, and
+// renewing twice would ask the driver for nothing.
+func (r *BucketAccessReconciler) renew(ctx context.Context, ba *cosiapi.BucketAccess) (time.Duration, error) {
+	g, _, err := r.Grants.store.get(ctx, ba.UID)
+	if err != nil || g == nil || g.Rotation != nil && g.Rotation.Written == nil {
+		return requeueDelay, err
+	}
+	renewAt := renewal(g.ExpiryFrom, g.Expiry)
+	if renewAt.IsZero() || time.Now().Before(renewAt) {
+		return until(renewAt), nil
+	}
+	old, from := g.Expiry.UTC().Format(time.RFC3339), g.ExpiryFrom
+	next, err := r.grant(ctx, ba, true)
+	if err != nil {
+		return 0, err
+	}
+	g, _, err = r.Grants.store.get(ctx, ba.UID)
+	if err != nil || g == nil {
+		return until(next), err
+	}
+	// A grant that wrote the Secrets recorded when (renewals are requeueDelay apart, more than
+	// the record's precision); one that did not (a Bucket being provisioned again, the access
+	// going) asked the driver nothing: looked at again later, or when the objects change.
+	if g.ExpiryFrom != nil && g.ExpiryFrom.Equal(from) {
+		return requeueDelay, nil
+	}
+	switch {
+	case g.Expiry == nil:
+		r.Recorder.Eventf(ba, nil, corev1.EventTypeNormal, cosiapi.EventSecretsRefreshed, "Refresh",
+			"renewed before the credentials' expiry at %s: the new credentials do not expire", old)
+	case g.Expiry.UTC().Format(time.RFC3339) > old:
+		r.Recorder.Eventf(ba, nil, corev1.EventTypeNormal, cosiapi.EventSecretsRefreshed, "Refresh",
+			"renewed before the credentials' expiry at %s: the new credentials expire at %s", old,
+			g.Expiry.UTC().Format(time.RFC3339))
+	case next.IsZero():
+		r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, cosiapi.EventFailedRefresh, "Refresh",
+			"the driver's new credentials expired already, at %s: not renewed again until an admin sets a new "+
+				"value of annotation %s", g.Expiry.UTC().Format(time.RFC3339), cosiapi.AnnotationRefreshSecret)
+	default:
+		r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, cosiapi.EventFailedRefresh, "Refresh",
+			"the driver's new credentials still expire at %s: renewing again at %s", old,
+			next.UTC().Format(time.RFC3339))
+	}
+	return until(next), nil
+}

@@ -1,0 +1,74 @@
+package sidecar
+
+import (
+	"context"
+	"maps"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/kube/conditions"
+	"github.com/kube-cosi/cosi/internal/kube/patch"
+	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
+	cosiproto "github.com/kube-cosi/cosi/proto"
+)
+
+// refreshBucket asks the driver for a provisioned Bucket's information again, once per
+// RefreshInterval (spread by a rate limit like the Secret checks, schedule.go), and records it in
+// status when it changed. A failed call leaves the status as it is (a Warning event says why) and
+// is tried again at the next interval: the Bucket stays provisioned.
+func (r *BucketReconciler) refreshBucket(ctx context.Context, bucket *cosiapi.Bucket) (reconcile.Result, error) {
+	if r.RefreshInterval <= 0 {
+		return reconcile.Result{}, nil
+	}
+	key := client.ObjectKeyFromObject(bucket)
+	// A refresh not due yet, and the next one, are woken at their time by the schedule
+	// (wakeChecks).
+	if r.refreshes.due(key, bucket.UID, r.RefreshInterval) > 0 {
+		return reconcile.Result{}, nil
+	}
+	err := r.refreshBucketInfo(ctx, bucket)
+	if err != nil {
+		return r.result(bucket, cosiapi.EventFailedRefresh, err)
+	}
+	r.refreshes.done(key, bucket.UID)
+	return reconcile.Result{}, nil
+}
+
+func (r *BucketReconciler) refreshBucketInfo(ctx context.Context, bucket *cosiapi.Bucket) error {
+	if r.Driver.Protocol() == driverclient.ProtocolV1alpha1 {
+		// v1alpha1 has no RPC to look a bucket up: the adapter's DriverGetBucket makes an answer up
+		// from the bucket ID, poorer than what DriverCreateBucket returned (no endpoint, no region).
+		// Taking it for the driver's would degrade the Bucket's information and wake its accesses.
+		return nil
+	}
+	protocols := rpcProtocols(bucket.Spec.Protocols)
+	resp, err := r.Driver.DriverGetBucket(ctx, &cosiproto.DriverGetBucketRequest{
+		BucketId: bucket.Status.BucketID, Protocols: protocols, Parameters: driverParameters(bucket.Spec.Parameters),
+	})
+	if status.Code(err) == codes.Unimplemented {
+		return nil // the driver cannot say: the information stays what provisioning recorded
+	}
+	if err != nil {
+		r.Recorder.Eventf(bucket, nil, corev1.EventTypeWarning, cosiapi.EventFailedRefresh, "Refresh",
+			"%s", conditions.Truncate(rpcError{"DriverGetBucket", err}.Error()))
+		return nil
+	}
+	if err := driver.ValidateBucketInfo(resp.GetProtocols(), r.Info.GetSupportedProtocols(), protocols); err != nil {
+		r.Recorder.Eventf(bucket, nil, corev1.EventTypeWarning, cosiapi.EventFailedRefresh, "Refresh",
+			"%s", conditions.Truncate("DriverGetBucket: the driver's answer does not fit the Bucket: "+err.Error()))
+		return nil
+	}
+	info := bucketStatusInfo(resp.GetProtocols())
+	if maps.Equal(info, bucket.Status.BucketInfo) {
+		return nil
+	}
+	s := r.record.status(bucket)
+	bucket.Status.BucketInfo = info
+	return s.Patch(ctx, patch.NoLock)
+}
