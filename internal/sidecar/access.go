@@ -276,7 +276,9 @@ func (r *BucketAccessReconciler) upkeep(ctx context.Context, ba *cosiapi.BucketA
 // upkeepResult is the result of an upkeep whose parts asked to be run again after wait, and whose
 // failed parts returned errs. The first failure retried with backoff decides (the parts that
 // succeeded run again with it, doing nothing until they are due), then a conflict's rate-limited
-// retry, then the soonest wait; a final failure stops the retries only when nothing else waits.
+// retry, then a final failure: not retried until the access changes, whatever the other parts
+// wait for (retried at their pace, a final failure would repeat its driver call and its event at
+// every wait, every requeueDelay while a rotation waits for a Secret); then the soonest wait.
 func upkeepResult(wait time.Duration, errs []error) (reconcile.Result, error) {
 	var final error
 	conflict := false
@@ -296,7 +298,7 @@ func upkeepResult(wait time.Duration, errs []error) (reconcile.Result, error) {
 	switch {
 	case conflict:
 		return reconcile.Result{Requeue: true}, nil //nolint:staticcheck // as requeue.Result
-	case final != nil && wait == 0:
+	case final != nil:
 		return reconcile.Result{}, final
 	}
 	return reconcile.Result{RequeueAfter: wait}, nil

@@ -31,7 +31,19 @@ func (r *BucketAccessReconciler) checkSecrets(ctx context.Context, ba *cosiapi.B
 		return 0, err
 	}
 	renewIn := time.Duration(0)
-	if !intact {
+	switch {
+	case intact:
+	case r.rotationUnwritten(ctx, ba):
+		// A rotation is asking the driver for a new credential, or writing it: a grant now could
+		// replace a credential the rotation issued (and nobody would retire it) or be overwritten
+		// by the rotation's. The lost Secret is let go (not left Terminating under COSI's
+		// finalizer), and the rotation writes every Secret, this one too, with its new credential.
+		if _, _, _, _, err := r.secretsReady(ctx, ba); err != nil {
+			r.checkMetric.WithLabelValues(r.Info.GetName(), secretCheckFailed).Inc()
+			return 0, err
+		}
+		r.checkMetric.WithLabelValues(r.Info.GetName(), secretCheckRotating).Inc()
+	default:
 		renewAt, err := r.grant(ctx, ba, true)
 		if err != nil {
 			r.checkMetric.WithLabelValues(r.Info.GetName(), secretCheckFailed).Inc()
@@ -39,7 +51,8 @@ func (r *BucketAccessReconciler) checkSecrets(ctx context.Context, ba *cosiapi.B
 		}
 		renewIn = until(renewAt)
 		r.checkMetric.WithLabelValues(r.Info.GetName(), secretCheckRewritten).Inc()
-	} else {
+	}
+	if intact {
 		r.checkMetric.WithLabelValues(r.Info.GetName(), secretCheckIntact).Inc()
 	}
 	r.checks.done(key, ba.UID)
@@ -104,4 +117,12 @@ func MissingSecretKeys(s *corev1.Secret, auth cosiapi.AuthenticationType) []stri
 		}
 	}
 	return missing
+}
+
+// rotationUnwritten reports whether the access's record, read uncached (the cache may not show the
+// rotation this reconcile started), has a rotation whose new credential is not in every Secret
+// yet. A record that cannot be read counts as one: the check waits rather than grants.
+func (r *BucketAccessReconciler) rotationUnwritten(ctx context.Context, ba *cosiapi.BucketAccess) bool {
+	g, _, err := r.Grants.store.get(ctx, ba.UID)
+	return err != nil || g != nil && g.Rotation != nil && g.Rotation.Written == nil
 }

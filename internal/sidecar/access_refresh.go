@@ -99,6 +99,10 @@ func (r *BucketAccessReconciler) refreshAsked(
 		}
 		return time.Time{}, err
 	}
+	if g.Rotation != nil && g.Rotation.Written == nil {
+		// Started since the cache's copy was read: refreshed once the rotation wrote the Secrets.
+		return time.Time{}, errRequeue("a rotation is writing the Secrets; refreshing them once it is done")
+	}
 	before, err := r.secretData(ctx, ba)
 	if err != nil {
 		return time.Time{}, err

@@ -14,6 +14,9 @@ const (
 	secretCheckIntact    = "Intact"
 	secretCheckRewritten = "Rewritten"
 	secretCheckFailed    = "Failed"
+	// secretCheckRotating: a Secret was lost while a rotation writes the Secrets; it is let go and
+	// the rotation writes it.
+	secretCheckRotating = "Rotating"
 )
 
 // Kinds of scheduled check (cosi_sidecar_scheduled_check_decisions_total's check label).
@@ -38,11 +41,12 @@ func secretCheckMetric(driverName string) *prometheus.CounterVec {
 		secretCheckCounter = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cosi_sidecar_secret_checks_total",
 			Help: "Periodic checks of the Secrets of provisioned BucketAccesses, by driver and result: Intact, " +
-				"Rewritten (a Secret was missing, foreign or incomplete and was written again) or Failed.",
+				"Rewritten (a Secret was missing, foreign or incomplete and was written again), Rotating (a Secret " +
+				"was lost while a rotation writes the Secrets: the rotation writes it) or Failed.",
 		}, []string{"driver_name", "result"})
 		secretCheckCounter = metricreg.Register(ctrlmetrics.Registry, secretCheckCounter)
 	})
-	for _, r := range []string{secretCheckIntact, secretCheckRewritten, secretCheckFailed} {
+	for _, r := range []string{secretCheckIntact, secretCheckRewritten, secretCheckRotating, secretCheckFailed} {
 		secretCheckCounter.WithLabelValues(driverName, r)
 	}
 	return secretCheckCounter
