@@ -31,9 +31,16 @@ func (r *BucketAccessReconciler) checkSecrets(ctx context.Context, ba *cosiapi.B
 		return 0, err
 	}
 	renewIn := time.Duration(0)
+	rotating := false
+	if !intact {
+		if rotating, err = r.rotationUnwritten(ctx, ba); err != nil {
+			r.checkMetric.WithLabelValues(r.Info.GetName(), secretCheckFailed).Inc()
+			return 0, err
+		}
+	}
 	switch {
 	case intact:
-	case r.rotationUnwritten(ctx, ba):
+	case rotating:
 		// A rotation is asking the driver for a new credential, or writing it: a grant now could
 		// replace a credential the rotation issued (and nobody would retire it) or be overwritten
 		// by the rotation's. The lost Secret is let go (not left Terminating under COSI's
@@ -121,8 +128,8 @@ func MissingSecretKeys(s *corev1.Secret, auth cosiapi.AuthenticationType) []stri
 
 // rotationUnwritten reports whether the access's record, read uncached (the cache may not show the
 // rotation this reconcile started), has a rotation whose new credential is not in every Secret
-// yet. A record that cannot be read counts as one: the check waits rather than grants.
-func (r *BucketAccessReconciler) rotationUnwritten(ctx context.Context, ba *cosiapi.BucketAccess) bool {
+// yet. A record that cannot be read is an error: the check is retried, neither granting nor done.
+func (r *BucketAccessReconciler) rotationUnwritten(ctx context.Context, ba *cosiapi.BucketAccess) (bool, error) {
 	g, _, err := r.Grants.store.get(ctx, ba.UID)
-	return err != nil || g != nil && g.Rotation != nil && g.Rotation.Written == nil
+	return err == nil && g != nil && g.Rotation != nil && g.Rotation.Written == nil, err
 }
