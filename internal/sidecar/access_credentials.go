@@ -5,16 +5,15 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	cosiproto "github.com/kube-cosi/cosi/proto"
-
-	"google.golang.org/protobuf/proto"
-
 	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/driver/v1alpha1"
+	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // answers keeps the driver's answer to a grant until the access's Secrets are written with it. A
@@ -70,29 +69,64 @@ func (a *answers) forget(uid types.UID) {
 }
 
 // askCredentials is phase 2: the driver's answer to the grant, unless it already answered this
-// request and only the Secrets are missing (answers).
+// request and only the Secrets are missing (answers). forget drops the answer once the Secrets
+// hold it and the record names its credential: a grant after that asks the driver again.
 func (r *BucketAccessReconciler) askCredentials(
 	ctx context.Context, ba *cosiapi.BucketAccess, p *preparedGrant,
-) (*cosiproto.DriverGrantBucketAccessResponse, error) {
+) (resp *cosiproto.DriverGrantBucketAccessResponse, forget func(), err error) {
+	uid := ba.UID
+	forget = func() { r.Grants.answers.forget(uid) }
 	grantReq := p.req.grant(ba.Status.AccountID)
 	key, err := proto.MarshalOptions{Deterministic: true}.Marshal(grantReq)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if resp := r.Grants.answers.get(ba.UID, string(key)); resp != nil {
-		return resp, nil
+	if resp := r.Grants.answers.get(uid, string(key)); resp != nil {
+		return resp, forget, nil
 	}
 	callCtx := ctx
 	if !p.held {
 		callCtx = v1alpha1.WithNoCredentialsHeld(ctx)
 	}
-	resp, err := r.Driver.DriverGrantBucketAccess(callCtx, grantReq)
+	resp, err = r.Driver.DriverGrantBucketAccess(callCtx, grantReq)
 	if err != nil {
-		return nil, driverFailed("DriverGrantBucketAccess", err)
+		return nil, nil, driverFailed("DriverGrantBucketAccess", err)
 	}
 	if err := driver.ValidateGrantResponse(grantReq, resp); err != nil {
-		return nil, invalidAnswer("DriverGrantBucketAccess returned an incomplete or invalid answer: " + err.Error())
+		return nil, nil, invalidAnswer("DriverGrantBucketAccess returned an incomplete or invalid answer: " + err.Error())
 	}
-	r.Grants.answers.put(ba.UID, string(key), resp)
-	return resp, nil
+	r.Grants.answers.put(uid, string(key), resp)
+	return resp, forget, nil
+}
+
+// renewal is when credentials written at from and expiring at expiry are written again: once four
+// fifths of their lifetime passed, and not sooner than requeueDelay after from, so that a driver
+// whose new credentials do not expire later is not asked in a loop. Zero when they do not expire,
+// or had expired when written (a new grant then waits for an admin's AnnotationRefreshSecret).
+func renewal(from, expiry *metav1.Time) time.Time {
+	if from == nil || expiry == nil || !expiry.After(from.Time) {
+		return time.Time{}
+	}
+	at := from.Add(expiry.Sub(from.Time) * 4 / 5)
+	if earliest := from.Add(requeueDelay); at.Before(earliest) {
+		at = earliest
+	}
+	return at
+}
+
+// until is the wait until t, zero (no wait) when t is; at least a millisecond otherwise.
+func until(t time.Time) time.Duration {
+	if t.IsZero() {
+		return 0
+	}
+	return max(time.Until(t), time.Millisecond)
+}
+
+// credentialsExpiry is when the credentials of a driver's answer expire; nil when they do not.
+func credentialsExpiry(creds *cosiproto.CredentialInfo) *metav1.Time {
+	ts := creds.GetAzure().GetExpiryTimestamp()
+	if ts == nil {
+		return nil
+	}
+	return ptr.To(metav1.NewTime(ts.AsTime()))
 }

@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // grant provisions the access in two phases and writes its Secrets (KEP-1979 "Generating Bucket
@@ -33,13 +32,14 @@ func (r *BucketAccessReconciler) grantSteps(
 	done := r.Grants.inFlight.start(ba.UID)
 	defer done()
 	// COSI's own parameters are checked before the driver is asked anything: an invalid one is
-	// final, and nothing is granted until the access changes.
-	if _, err := parseAccessParameters(ba.Status.Parameters); err != nil {
+	// final, and nothing is granted until the access changes (parameters.go).
+	params, err := parseAccessParameters(ba.Status.Parameters)
+	if err != nil {
 		return time.Time{}, invalidObjects(cosiapi.ReasonInvalidParameter, err.Error())
 	}
 	// The access still exists, its Buckets are provisioned, it has its finalizer, and its Secrets
 	// can be written (access_prepare.go); nil while something is missing.
-	p, err := r.prepareGrant(ctx, ba, again)
+	p, err := r.prepareGrant(ctx, ba, params, again)
 	if err != nil || p == nil {
 		return time.Time{}, err
 	}
@@ -49,12 +49,12 @@ func (r *BucketAccessReconciler) grantSteps(
 	}
 	// Recorded before the driver is asked: whatever happens to the BucketAccess or its Buckets
 	// from now on, the grant can be revoked (record.go).
-	written, err := r.Grants.store.put(ctx, grantRecordFor(ba, p.buckets))
+	written, err := r.Grants.store.put(ctx, grantRecordFor(ba, p.buckets, p.req.parameters))
 	if err != nil {
 		return time.Time{}, err
 	}
 	// Phase 2 (access_credentials.go).
-	resp, err := r.askCredentials(ctx, ba, p)
+	resp, forget, err := r.askCredentials(ctx, ba, p)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -68,32 +68,8 @@ func (r *BucketAccessReconciler) grantSteps(
 	if err := r.recordGranted(ctx, ba); err != nil {
 		return time.Time{}, err
 	}
-	r.Grants.answers.forget(ba.UID)
+	forget()
 	return renewal(&now, expiry), nil
-}
-
-// grantRequest is what both phases of a grant send to the driver.
-type grantRequest struct {
-	accountName string
-	protocol    cosiproto.ObjectProtocol_Type
-	auth        cosiproto.AuthenticationType_Type
-	sa          *cosiproto.ServiceAccount
-	buckets     []*cosiproto.AccessedBucket
-	parameters  map[string]string
-}
-
-func (g grantRequest) generate() *cosiproto.DriverGenerateBucketAccessIdRequest {
-	return &cosiproto.DriverGenerateBucketAccessIdRequest{
-		AccountName: g.accountName, Buckets: g.buckets, Protocol: g.protocol,
-		AuthenticationType: g.auth, ServiceAccount: g.sa, Parameters: g.parameters,
-	}
-}
-
-func (g grantRequest) grant(accountID string) *cosiproto.DriverGrantBucketAccessRequest {
-	return &cosiproto.DriverGrantBucketAccessRequest{
-		AccountId: accountID, Buckets: g.buckets, Protocol: g.protocol,
-		AuthenticationType: g.auth, ServiceAccount: g.sa, Parameters: g.parameters,
-	}
 }
 
 // inFlight counts the grants this sidecar is making, by access UID. A grant record whose access is

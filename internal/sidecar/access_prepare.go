@@ -7,12 +7,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-
-	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	cosiproto "github.com/kube-cosi/cosi/proto"
-
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/kube/conditions"
 	"github.com/kube-cosi/cosi/internal/kube/lookup"
 	"github.com/kube-cosi/cosi/internal/kube/patch"
@@ -34,7 +31,7 @@ type preparedGrant struct {
 // while something is missing, with the problem that says what (waitingForBuckets, secretTaken,
 // secretNotWritable) or none while the access is gone or granted already.
 func (r *BucketAccessReconciler) prepareGrant(
-	ctx context.Context, ba *cosiapi.BucketAccess, again bool,
+	ctx context.Context, ba *cosiapi.BucketAccess, params accessParameters, again bool,
 ) (*preparedGrant, error) {
 	live := &cosiapi.BucketAccess{}
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ba), live); err != nil {
@@ -53,6 +50,7 @@ func (r *BucketAccessReconciler) prepareGrant(
 	if err != nil || !ready {
 		return nil, err
 	}
+	req := newGrantRequest(ba, buckets, params.driver)
 	if err := patch.AddFinalizer(ctx, r.Client, ba); err != nil {
 		return nil, err
 	}
@@ -69,7 +67,7 @@ func (r *BucketAccessReconciler) prepareGrant(
 	case !ready:
 		return nil, errRequeue("a Secret of the access is being deleted; writing it again when it is gone")
 	}
-	return &preparedGrant{buckets: buckets, req: newGrantRequest(ba, buckets), held: granted(live) || present}, nil
+	return &preparedGrant{buckets: buckets, req: req, held: granted(live) || present}, nil
 }
 
 // granted reports whether the access's Secrets were ever written: the grant succeeded and
@@ -90,7 +88,7 @@ func (r *BucketAccessReconciler) prepareGrant(
 // uncached (the cache may not show this sidecar's own recordGranted yet), and only who can write
 // bucketaccesses/status can remove them: tenants with the standard Role cannot; a tenant allowed
 // to (loose RBAC) affects only their own access, whose account is pinned to the one the driver
-// generates for its UID (the grant record, checkAccountID), and gets no more than a new key for
+// generates for its UID (the grant record, ensureAccount), and gets no more than a new key for
 // it, as re-creating the access would give. A Secret with the access's label is the tenant's to
 // forge as well, which only makes the grant keep the account.
 func granted(ba *cosiapi.BucketAccess) bool {
@@ -157,27 +155,4 @@ func (r *BucketAccessReconciler) buckets(
 		return nil, false, waitingForBuckets(waiting)
 	}
 	return buckets, true, nil
-}
-
-func newGrantRequest(ba *cosiapi.BucketAccess, buckets map[string]*cosiapi.Bucket) grantRequest {
-	req := grantRequest{
-		accountName: cosiapi.AccountNamePrefix + string(ba.UID),
-		protocol:    rpcProtocol(ba.Spec.Protocol),
-		auth:        rpcAuthenticationType(ba.Status.AuthenticationType),
-		parameters:  driverParameters(ba.Status.Parameters),
-	}
-	if req.auth == cosiproto.AuthenticationType_SERVICE_ACCOUNT {
-		// Only for ServiceAccount authentication, so that Key drivers never come to rely on it.
-		req.sa = &cosiproto.ServiceAccount{Namespace: ba.Namespace, Name: ba.Spec.ServiceAccountName}
-	}
-	for _, claim := range ba.Spec.BucketClaims {
-		req.buckets = append(
-			req.buckets,
-			&cosiproto.AccessedBucket{
-				BucketId:    buckets[claim.BucketClaimName].Status.BucketID,
-				AccessModes: rpcAccessModes(claim.AccessModes),
-			},
-		)
-	}
-	return req
 }

@@ -5,44 +5,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	cosiproto "github.com/kube-cosi/cosi/proto"
 )
-
-// renewal is when credentials written at from and expiring at expiry are written again: once four
-// fifths of their lifetime passed, and not sooner than requeueDelay after from, so that a driver
-// whose new credentials do not expire later is not asked in a loop. Zero when they do not expire,
-// or had expired when written (a new grant then waits for an admin's AnnotationRefreshSecret).
-func renewal(from, expiry *metav1.Time) time.Time {
-	if from == nil || expiry == nil || !expiry.After(from.Time) {
-		return time.Time{}
-	}
-	at := from.Add(expiry.Sub(from.Time) * 4 / 5)
-	if earliest := from.Add(requeueDelay); at.Before(earliest) {
-		at = earliest
-	}
-	return at
-}
-
-// until is the wait until t, zero (no wait) when t is; at least a millisecond otherwise.
-func until(t time.Time) time.Duration {
-	if t.IsZero() {
-		return 0
-	}
-	return max(time.Until(t), time.Millisecond)
-}
-
-// credentialsExpiry is when the credentials of a driver's answer expire; nil when they do not.
-func credentialsExpiry(creds *cosiproto.CredentialInfo) *metav1.Time {
-	ts := creds.GetAzure().GetExpiryTimestamp()
-	if ts == nil {
-		return nil
-	}
-	return ptr.To(metav1.NewTime(ts.AsTime()))
-}
 
 // renew writes the access's Secrets again from a new grant, before the credentials they hold
 // expire. The record is read uncached first: the cache may not show the last renewal yet, and

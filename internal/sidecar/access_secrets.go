@@ -14,13 +14,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/kube/lookup"
 	"github.com/kube-cosi/cosi/internal/kube/patch"
 	cosiproto "github.com/kube-cosi/cosi/proto"
-
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 )
 
 // The sidecar may not read Secrets: its RBAC is KEP-1979's minimum, create, update, patch and
@@ -212,14 +211,6 @@ func (r *BucketAccessReconciler) releaseSecret(ctx context.Context, s *corev1.Se
 // 3.2). Secrets that are not the access's are never touched.
 func (r *BucketAccessReconciler) deleteSecrets(ctx context.Context, ba *cosiapi.BucketAccess) error {
 	return deleteAccessSecrets(ctx, r.Client, ba.Namespace, ba.UID, secretNames(ba))
-}
-
-func secretNames(ba *cosiapi.BucketAccess) []string {
-	names := make([]string, 0, len(ba.Spec.BucketClaims))
-	for _, c := range ba.Spec.BucketClaims {
-		names = append(names, c.AccessSecretName)
-	}
-	return names
 }
 
 // writeSecret creates the Secret of one claim, or updates the access's own Secret. A Secret that

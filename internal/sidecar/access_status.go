@@ -6,14 +6,13 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/kube/conditions"
 	"github.com/kube-cosi/cosi/internal/kube/lookup"
 	"github.com/kube-cosi/cosi/internal/kube/patch"
-
-	"k8s.io/client-go/util/retry"
 )
 
 // recordGranted records the grant in status. Once the driver has answered, the result is written
@@ -34,7 +33,7 @@ func (r *BucketAccessReconciler) recordGranted(ctx context.Context, ba *cosiapi.
 			if live.UID != ba.UID {
 				return errReplaced
 			}
-			live.DeepCopyInto(ba)
+			*ba = *live
 		}
 		fresh = false
 		status := r.record.status(ba)

@@ -2,22 +2,17 @@ package sidecar
 
 import (
 	"context"
-	"fmt"
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -29,7 +24,6 @@ import (
 	"github.com/kube-cosi/cosi/internal/kube/patch"
 	"github.com/kube-cosi/cosi/internal/kube/predicates"
 	"github.com/kube-cosi/cosi/internal/kube/requeue"
-	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
@@ -174,224 +168,4 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 func (r *BucketReconciler) result(bucket *cosiapi.Bucket, reason string, err error) (reconcile.Result, error) {
 	requeue.APIErrorEvent(r.Recorder, bucket, reason, err)
 	return result(err)
-}
-
-// provision creates (dynamic) or finds (static) the backend bucket and records it in status
-// (KEP-1979 "Creating a Bucket" and "Accessing an Existing OSP Bucket", sidecar steps).
-func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket) error {
-	if err := checkBucketParameters(bucket.Spec.Parameters); err != nil {
-		return r.record.invalid(ctx, bucket, cosiapi.ReasonInvalidParameter, err.Error())
-	}
-	protocols := rpcProtocols(bucket.Spec.Protocols)
-	// The driver's protocols first: nothing is created in the backend for a Bucket that would be
-	// refused afterwards.
-	for _, p := range protocols {
-		if !slices.Contains(r.Info.GetSupportedProtocols(), p) {
-			return r.record.invalid(ctx, bucket, cosiapi.ReasonUnsupportedProtocol,
-				fmt.Sprintf("driver %s does not support protocol %s (it supports %v)",
-					r.Info.GetName(), apiProtocol(p), apiProtocols(r.Info.GetSupportedProtocols())))
-		}
-	}
-	var info *cosiproto.ProtocolBucketInfo
-	if id := bucket.Spec.ExistingBucketID; id != "" {
-		resp, err := r.Driver.DriverGetBucket(ctx, &cosiproto.DriverGetBucketRequest{
-			BucketId: id, Protocols: protocols, Parameters: driverParameters(bucket.Spec.Parameters),
-		})
-		if err != nil {
-			return r.record.failed(ctx, bucket, rpcError{"DriverGetBucket", err}, cosiapi.EventFailedCreateBucket)
-		}
-		info = resp.GetProtocols()
-	} else {
-		if bucket.Status.BucketID == "" {
-			if err := r.generateID(ctx, bucket, protocols); err != nil {
-				return err
-			}
-		}
-		// Phase 2.
-		resp, err := r.Driver.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{
-			BucketId: bucket.Status.BucketID, Protocols: protocols, Parameters: driverParameters(bucket.Spec.Parameters),
-		})
-		if err != nil {
-			return r.record.failed(ctx, bucket, rpcError{"DriverCreateBucket", err}, cosiapi.EventFailedCreateBucket)
-		}
-		info = resp.GetProtocols()
-	}
-
-	if err := driver.ValidateBucketInfo(info, r.Info.GetSupportedProtocols(), protocols); err != nil {
-		return r.record.invalid(ctx, bucket, cosiapi.ReasonUnsupportedProtocol,
-			"the driver's answer does not fit the Bucket: "+err.Error())
-	}
-	status := r.record.status(bucket)
-	if id := bucket.Spec.ExistingBucketID; id != "" {
-		bucket.Status.BucketID = id
-	}
-	bucket.Status.Protocols = nil
-	for _, p := range driver.BucketInfoProtocols(info) {
-		bucket.Status.Protocols = append(bucket.Status.Protocols, apiProtocol(p))
-	}
-	bucket.Status.BucketInfo = bucketStatusInfo(info)
-	reason, msg := cosiapi.ReasonProvisioned, "the bucket exists in the backend"
-	if bucket.Spec.ExistingBucketID != "" {
-		reason, msg = imported(r.Driver)
-	}
-	conditions.MarkTrue(bucket, cosiapi.ConditionProvisioned, reason, msg)
-	conditions.MarkFalse(bucket, cosiapi.ConditionProvisionFailed, cosiapi.ReasonDriverSucceeded, "")
-	conditions.MarkTrue(bucket, cosiapi.ConditionResourcesValidated, cosiapi.ReasonValid, "")
-	return status.Patch(ctx, patch.NoLock)
-}
-
-// generateID is phase 1 of a dynamic Bucket: get the ID and persist it before anything exists in
-// the backend, so that whatever phase 2 creates can always be deleted.
-func (r *BucketReconciler) generateID(
-	ctx context.Context, bucket *cosiapi.Bucket, protocols []cosiproto.ObjectProtocol_Type,
-) error {
-	resp, err := r.Driver.DriverGenerateBucketId(ctx,
-		&cosiproto.DriverGenerateBucketIdRequest{
-			Name: bucket.Name, Protocols: protocols, Parameters: driverParameters(bucket.Spec.Parameters),
-		})
-	if err != nil {
-		return r.record.failed(ctx, bucket, rpcError{"DriverGenerateBucketId", err}, cosiapi.EventFailedCreateBucket)
-	}
-	if resp.GetBucketId() == "" {
-		return r.record.invalid(ctx, bucket, cosiapi.ReasonProvisioningFailed,
-			"DriverGenerateBucketId returned an empty bucket_id")
-	}
-	status := r.record.status(bucket)
-	bucket.Status.BucketID = resp.GetBucketId()
-	conditions.Init(bucket, cosiapi.ConditionProvisionFailed, cosiapi.ConditionResourcesValidated)
-	conditions.MarkUnknown(bucket, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioning,
-		"bucket ID generated; creating the bucket")
-	return status.Patch(ctx, patch.NoLock)
-}
-
-// delete deprovisions the bucket once its claim is being deleted (KEP-1979 "Deleting a Bucket",
-// step 3). Without the controller's annotation nothing happens, even with a deletion timestamp:
-// an admin deleting a Bucket whose claim still exists must not lose data.
-func (r *BucketReconciler) delete(ctx context.Context, bucket *cosiapi.Bucket) error {
-	if !controllerutil.ContainsFinalizer(bucket, cosiapi.FinalizerProtection) {
-		return nil
-	}
-	if bucket.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] == "" {
-		ref := bucket.Spec.BucketClaimRef
-		return r.waiting(ctx, bucket,
-			fmt.Sprintf("deletion waits until BucketClaim %s/%s is deleted", ref.Namespace, ref.Name))
-	}
-	if bucket.DeletionTimestamp == nil {
-		return nil // Delete policy: the controller deletes the Bucket next. Retain: nothing to do.
-	}
-	// No grant outlives its Bucket object: those of accesses that are gone are revoked now, and
-	// the controller released the Bucket only once no access held it.
-	live, err := r.liveGrants(ctx, bucket)
-	if err != nil {
-		return err
-	}
-	if len(live) > 0 {
-		return r.waiting(ctx, bucket,
-			fmt.Sprintf("deletion waits until the BucketAccesses %v that hold this Bucket are deleted", live))
-	}
-	// An imported bucket is never deleted, whatever its policy: the API refuses Delete with
-	// existingBucketID, and a Bucket stored before that rule is treated as Retain.
-	if bucket.Spec.DeletionPolicy == cosiapi.DeletionPolicyDelete && bucket.Spec.ExistingBucketID == "" &&
-		bucket.Status.BucketID != "" {
-		_, err := r.Driver.DriverDeleteBucket(ctx, &cosiproto.DriverDeleteBucketRequest{
-			BucketId: bucket.Status.BucketID, Parameters: driverParameters(bucket.Spec.Parameters),
-		})
-		if err != nil {
-			return r.record.failed(ctx, bucket, rpcError{"DriverDeleteBucket", err}, cosiapi.EventFailedDeleteBucket)
-		}
-	}
-	// Retain: the backend bucket stays; only the object goes.
-	return patch.RemoveFinalizer(ctx, r.Client, bucket)
-}
-
-// waiting records why a deleting Bucket's deprovisioning waits.
-func (r *BucketReconciler) waiting(ctx context.Context, bucket *cosiapi.Bucket, msg string) error {
-	status := r.record.status(bucket)
-	s := metav1.ConditionUnknown
-	if conditions.IsTrue(bucket, cosiapi.ConditionProvisioned) {
-		s = metav1.ConditionTrue // a provisioned bucket stays provisioned while it waits
-	}
-	conditions.Set(bucket, cosiapi.ConditionProvisioned, s, cosiapi.ReasonDeletionBlocked, msg)
-	_, err := status.PatchIfChanged(ctx, patch.NoLock)
-	return err
-}
-
-// liveGrants revokes the grants recorded for the Bucket whose access is gone, and returns the
-// accesses that still hold one.
-func (r *BucketReconciler) liveGrants(ctx context.Context, bucket *cosiapi.Bucket) ([]string, error) {
-	records, err := r.Grants.store.forBucket(ctx, bucket.Name)
-	if err != nil {
-		return nil, err
-	}
-	var live []string
-	for _, uid := range slices.Sorted(maps.Keys(records)) {
-		revoked, err := r.Grants.revokeOrphan(ctx, uid)
-		if err != nil {
-			return nil, err
-		}
-		if !revoked {
-			live = append(live, records[uid].Namespace+"/"+records[uid].Name)
-		}
-	}
-	return live, nil
-}
-
-// migrateLegacyGrants moves the grants that an earlier version recorded in the Bucket's
-// annotations to grant records, and removes the annotations. Whoever may write Buckets could have
-// written them, so each is verified first: the driver must generate the recorded account ID for
-// the recorded access (KEP-1979: the same ID for the same account name), else the record names an
-// account that is not the access's, and is dropped with a Warning event. A verified record whose
-// access is gone is then revoked like any other (GrantReconciler), which deletes only Secrets that
-// carry the access's UID.
-func (r *BucketReconciler) migrateLegacyGrants(ctx context.Context, bucket *cosiapi.Bucket) error {
-	for key, g := range legacyGrantRecords(bucket) {
-		if err := r.migrateLegacyGrant(ctx, bucket, g); err != nil {
-			return err
-		}
-		if err := patch.Annotation(ctx, r.Client, bucket, key, ""); client.IgnoreNotFound(err) != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (r *BucketReconciler) migrateLegacyGrant(ctx context.Context, bucket *cosiapi.Bucket, g grantRecord) error {
-	if g.UID == "" || g.AccountID == "" || len(g.BucketIDs) == 0 {
-		return nil // unreadable, or nothing granted
-	}
-	existing, _, err := r.Grants.store.get(ctx, g.UID)
-	if err != nil {
-		return err
-	}
-	if existing != nil && existing.AccountID == g.AccountID {
-		if slices.Contains(existing.BucketNames, bucket.Name) {
-			return nil
-		}
-		existing.BucketNames = append(existing.BucketNames, bucket.Name)
-		_, err := r.Grants.store.put(ctx, *existing)
-		return err
-	}
-	resp, err := r.Driver.DriverGenerateBucketAccessId(ctx, g.generateRequest())
-	if err != nil {
-		return rpcError{"DriverGenerateBucketAccessId", err}
-	}
-	if resp.GetAccountId() != g.AccountID {
-		r.Recorder.Eventf(bucket, nil, corev1.EventTypeWarning, cosiapi.EventFailedRevokeAccess, "MigrateGrant",
-			"ignored a grant recorded in the annotations of this Bucket for BucketAccess %s/%s (UID %s): "+
-				"the driver does not generate its account ID for that access", g.Namespace, g.Name, g.UID)
-		return nil
-	}
-	// The account is the access's; the name and Secrets of the access are taken from the live
-	// access with the UID, if there is one, not from the annotation.
-	var list cosiapi.BucketAccessList
-	if err := r.AccessesByUID.List(ctx, r.Client, &list, "", string(g.UID)); err != nil {
-		return err
-	}
-	if len(list.Items) == 1 {
-		live := &list.Items[0]
-		g.Namespace, g.Name, g.SecretNames = live.Namespace, live.Name, secretNames(live)
-	}
-	g.BucketNames = []string{bucket.Name}
-	_, err = r.Grants.store.put(ctx, g)
-	return err
 }

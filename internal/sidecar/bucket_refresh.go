@@ -15,7 +15,6 @@ import (
 	"github.com/kube-cosi/cosi/internal/kube/patch"
 	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
-	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
 // refreshBucket asks the driver for a provisioned Bucket's information again, once per
@@ -47,10 +46,8 @@ func (r *BucketReconciler) refreshBucketInfo(ctx context.Context, bucket *cosiap
 		// Taking it for the driver's would degrade the Bucket's information and wake its accesses.
 		return nil
 	}
-	protocols := rpcProtocols(bucket.Spec.Protocols)
-	resp, err := r.Driver.DriverGetBucket(ctx, &cosiproto.DriverGetBucketRequest{
-		BucketId: bucket.Status.BucketID, Protocols: protocols, Parameters: driverParameters(bucket.Spec.Parameters),
-	})
+	req := newBucketRequest(bucket, driverParameters(bucket.Spec.Parameters))
+	resp, err := r.Driver.DriverGetBucket(ctx, req.get(bucket.Status.BucketID))
 	if status.Code(err) == codes.Unimplemented {
 		return nil // the driver cannot say: the information stays what provisioning recorded
 	}
@@ -59,7 +56,7 @@ func (r *BucketReconciler) refreshBucketInfo(ctx context.Context, bucket *cosiap
 			"%s", conditions.Truncate(rpcError{"DriverGetBucket", err}.Error()))
 		return nil
 	}
-	if err := driver.ValidateBucketInfo(resp.GetProtocols(), r.Info.GetSupportedProtocols(), protocols); err != nil {
+	if err := driver.ValidateBucketInfo(resp.GetProtocols(), r.Info.GetSupportedProtocols(), req.protocols); err != nil {
 		r.Recorder.Eventf(bucket, nil, corev1.EventTypeWarning, cosiapi.EventFailedRefresh, "Refresh",
 			"%s", conditions.Truncate("DriverGetBucket: the driver's answer does not fit the Bucket: "+err.Error()))
 		return nil

@@ -33,13 +33,16 @@ func isCOSIParameter(key string) bool { return strings.HasPrefix(key, cosiParame
 
 // accessParameters are COSI's own parameters of an access's class.
 type accessParameters struct {
+	// driver are the parameters passed to the driver (driverParameters).
+	driver map[string]string
 	// rotationPeriod is cosiapi.ParameterRotationPeriod; zero: no periodic rotation.
 	rotationPeriod time.Duration
 }
 
-// parseAccessParameters reads COSI's own parameters of an access's class (its status.parameters).
+// parseAccessParameters reads COSI's own parameters of an access's class (its status.parameters),
+// and sets apart those passed to the driver.
 func parseAccessParameters(params map[string]string) (accessParameters, error) {
-	var out accessParameters
+	out := accessParameters{driver: driverParameters(params)}
 	for _, k := range slices.Sorted(maps.Keys(params)) {
 		if !isCOSIParameter(k) {
 			continue
@@ -63,13 +66,14 @@ func parseAccessParameters(params map[string]string) (accessParameters, error) {
 	return out, nil
 }
 
-// checkBucketParameters refuses COSI parameters in a Bucket's: COSI knows none for buckets.
-func checkBucketParameters(params map[string]string) error {
+// parseBucketParameters refuses COSI parameters in a Bucket's (COSI knows none for buckets), and
+// returns those passed to the driver: all of them.
+func parseBucketParameters(params map[string]string) (map[string]string, error) {
 	for _, k := range slices.Sorted(maps.Keys(params)) {
 		if isCOSIParameter(k) {
-			return fmt.Errorf("parameters[%s]: unknown COSI parameter for a BucketClass (COSI knows none; "+
+			return nil, fmt.Errorf("parameters[%s]: unknown COSI parameter for a BucketClass (COSI knows none; "+
 				"%s is a BucketAccessClass parameter)", k, cosiapi.ParameterRotationPeriod)
 		}
 	}
-	return nil
+	return params, nil
 }

@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -89,11 +87,13 @@ type grantRecord struct {
 	rotationState
 }
 
-func newGrantRecord(ba *cosiapi.BucketAccess) grantRecord {
+// newGrantRecord is the record of a grant of the access with parameters for the driver, on the
+// Buckets whose IDs its status holds.
+func newGrantRecord(ba *cosiapi.BucketAccess, parameters map[string]string) grantRecord {
 	rec := grantRecord{
 		Namespace: ba.Namespace, Name: ba.Name, UID: ba.UID, AccountID: ba.Status.AccountID,
 		Protocol: ba.Spec.Protocol, AuthenticationType: string(ba.Status.AuthenticationType),
-		Parameters: driverParameters(ba.Status.Parameters), SecretNames: secretNames(ba),
+		Parameters: parameters, SecretNames: secretNames(ba),
 	}
 	if ba.Status.AuthenticationType == cosiapi.AuthenticationTypeServiceAccount {
 		rec.ServiceAccountName = ba.Spec.ServiceAccountName
@@ -109,9 +109,11 @@ func newGrantRecord(ba *cosiapi.BucketAccess) grantRecord {
 }
 
 // grantRecordFor is the record of a grant of the access on its Buckets (by claim name), with the
-// Buckets' information that its Secrets are written against.
-func grantRecordFor(ba *cosiapi.BucketAccess, buckets map[string]*cosiapi.Bucket) grantRecord {
-	rec := newGrantRecord(ba)
+// Buckets' information that its Secrets are written against, and parameters for the driver.
+func grantRecordFor(
+	ba *cosiapi.BucketAccess, buckets map[string]*cosiapi.Bucket, parameters map[string]string,
+) grantRecord {
+	rec := newGrantRecord(ba, parameters)
 	for _, b := range buckets {
 		if len(b.Status.BucketInfo) > 0 {
 			if rec.BucketInfo == nil {
@@ -355,25 +357,6 @@ func (s grantStore) get(ctx context.Context, uid types.UID) (*grantRecord, *core
 	return &g, cm, nil
 }
 
-// cached returns what the cache holds of the access's record, or nil.
-func (s grantStore) cached(ctx context.Context, uid types.UID) *cachedGrant {
-	g, _ := s.cachedRecord(ctx, uid)
-	return g
-}
-
-// cachedRecord returns what the cache holds of the access's record and its ConfigMap, or nils.
-func (s grantStore) cachedRecord(ctx context.Context, uid types.UID) (*cachedGrant, *corev1.ConfigMap) {
-	cm := &corev1.ConfigMap{}
-	if err := s.client.Get(ctx, types.NamespacedName{Namespace: s.namespace, Name: grantRecordName(uid)}, cm); err != nil {
-		return nil, nil
-	}
-	g, err := cachedGrantOf(cm)
-	if err != nil {
-		return nil, nil
-	}
-	return &g, cm
-}
-
 // remove deletes a record once its grant is revoked, locked to the version that was read, so that
 // a record rewritten meanwhile (a new grant) survives.
 func (s grantStore) remove(ctx context.Context, cm *corev1.ConfigMap) error {
@@ -397,20 +380,10 @@ func (s grantStore) forBucket(ctx context.Context, bucketName string) (map[types
 	return out, nil
 }
 
-// legacyGrantRecords returns the grants recorded on a Bucket in annotations, by annotation key.
-// Unreadable ones are returned as zero records, to be dropped.
-func legacyGrantRecords(b *cosiapi.Bucket) map[string]grantRecord {
-	out := map[string]grantRecord{}
-	for _, k := range slices.Sorted(maps.Keys(b.Annotations)) {
-		if !strings.HasPrefix(k, legacyGrantAnnotationPrefix) {
-			continue
-		}
-		var g grantRecord
-		if json.Unmarshal([]byte(b.Annotations[k]), &g) != nil ||
-			string(g.UID) != strings.TrimPrefix(k, legacyGrantAnnotationPrefix) {
-			g = grantRecord{}
-		}
-		out[k] = g
+func secretNames(ba *cosiapi.BucketAccess) []string {
+	names := make([]string, 0, len(ba.Spec.BucketClaims))
+	for _, c := range ba.Spec.BucketClaims {
+		names = append(names, c.AccessSecretName)
 	}
-	return out
+	return names
 }

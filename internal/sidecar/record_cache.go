@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -134,4 +135,23 @@ func compactGrantRecord(obj any) {
 		return
 	}
 	cm.Data = map[string]string{cachedGrantKey: string(value)}
+}
+
+// cached returns what the cache holds of the access's record, or nil.
+func (s grantStore) cached(ctx context.Context, uid types.UID) *cachedGrant {
+	g, _ := s.cachedRecord(ctx, uid)
+	return g
+}
+
+// cachedRecord returns what the cache holds of the access's record and its ConfigMap, or nils.
+func (s grantStore) cachedRecord(ctx context.Context, uid types.UID) (*cachedGrant, *corev1.ConfigMap) {
+	cm := &corev1.ConfigMap{}
+	if err := s.client.Get(ctx, types.NamespacedName{Namespace: s.namespace, Name: grantRecordName(uid)}, cm); err != nil {
+		return nil, nil
+	}
+	g, err := cachedGrantOf(cm)
+	if err != nil {
+		return nil, nil
+	}
+	return &g, cm
 }

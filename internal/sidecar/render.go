@@ -236,3 +236,77 @@ var credentialDataKeys = []string{
 	cosiapi.SecretKeyGCSPrivateKeyID, cosiapi.SecretKeyGCSPrivateKey,
 	cosiapi.SecretKeyGCSHMACAccessID, cosiapi.SecretKeyGCSHMACSecret,
 }
+
+// newGrantRequest renders what both phases of the access's grant send to the driver, on its
+// Buckets (by claim name) with the class's parameters for the driver.
+func newGrantRequest(
+	ba *cosiapi.BucketAccess, buckets map[string]*cosiapi.Bucket, parameters map[string]string,
+) grantRequest {
+	req := grantRequest{
+		accountName: cosiapi.AccountNamePrefix + string(ba.UID),
+		protocol:    rpcProtocol(ba.Spec.Protocol),
+		auth:        rpcAuthenticationType(ba.Status.AuthenticationType),
+		parameters:  parameters,
+	}
+	if req.auth == cosiproto.AuthenticationType_SERVICE_ACCOUNT {
+		// Only for ServiceAccount authentication, so that Key drivers never come to rely on it.
+		req.sa = &cosiproto.ServiceAccount{Namespace: ba.Namespace, Name: ba.Spec.ServiceAccountName}
+	}
+	for _, claim := range ba.Spec.BucketClaims {
+		req.buckets = append(
+			req.buckets,
+			&cosiproto.AccessedBucket{
+				BucketId:    buckets[claim.BucketClaimName].Status.BucketID,
+				AccessModes: rpcAccessModes(claim.AccessModes),
+			},
+		)
+	}
+	return req
+}
+
+// grantRequest is what both phases of a grant send to the driver.
+type grantRequest struct {
+	accountName string
+	protocol    cosiproto.ObjectProtocol_Type
+	auth        cosiproto.AuthenticationType_Type
+	sa          *cosiproto.ServiceAccount
+	buckets     []*cosiproto.AccessedBucket
+	parameters  map[string]string
+}
+
+func (g grantRequest) generate() *cosiproto.DriverGenerateBucketAccessIdRequest {
+	return &cosiproto.DriverGenerateBucketAccessIdRequest{
+		AccountName: g.accountName, Buckets: g.buckets, Protocol: g.protocol,
+		AuthenticationType: g.auth, ServiceAccount: g.sa, Parameters: g.parameters,
+	}
+}
+
+func (g grantRequest) grant(accountID string) *cosiproto.DriverGrantBucketAccessRequest {
+	return &cosiproto.DriverGrantBucketAccessRequest{
+		AccountId: accountID, Buckets: g.buckets, Protocol: g.protocol,
+		AuthenticationType: g.auth, ServiceAccount: g.sa, Parameters: g.parameters,
+	}
+}
+
+// bucketRequest is what every call about a Bucket sends the driver: the Bucket's protocols and
+// its class's parameters for the driver.
+type bucketRequest struct {
+	protocols  []cosiproto.ObjectProtocol_Type
+	parameters map[string]string
+}
+
+func newBucketRequest(bucket *cosiapi.Bucket, parameters map[string]string) bucketRequest {
+	return bucketRequest{protocols: rpcProtocols(bucket.Spec.Protocols), parameters: parameters}
+}
+
+func (b bucketRequest) generate(name string) *cosiproto.DriverGenerateBucketIdRequest {
+	return &cosiproto.DriverGenerateBucketIdRequest{Name: name, Protocols: b.protocols, Parameters: b.parameters}
+}
+
+func (b bucketRequest) create(id string) *cosiproto.DriverCreateBucketRequest {
+	return &cosiproto.DriverCreateBucketRequest{BucketId: id, Protocols: b.protocols, Parameters: b.parameters}
+}
+
+func (b bucketRequest) get(id string) *cosiproto.DriverGetBucketRequest {
+	return &cosiproto.DriverGetBucketRequest{BucketId: id, Protocols: b.protocols, Parameters: b.parameters}
+}
