@@ -276,9 +276,10 @@ func (r *BucketAccessReconciler) upkeep(ctx context.Context, ba *cosiapi.BucketA
 // upkeepResult is the result of an upkeep whose parts asked to be run again after wait, and whose
 // failed parts returned errs. The first failure retried with backoff decides (the parts that
 // succeeded run again with it, doing nothing until they are due), then a conflict's rate-limited
-// retry, then a final failure: not retried until the access changes, whatever the other parts
-// wait for (retried at their pace, a final failure would repeat its driver call and its event at
-// every wait, every requeueDelay while a rotation waits for a Secret); then the soonest wait.
+// retry, then the soonest wait, then a final failure. A final failure does not cancel the wait of
+// the others (a rotation's grace period, its period, a renewal): nothing else would wake the
+// access for them. The part that failed does not repeat its driver call when they wake it: a
+// failed check is next due an interval later, a refused refresh request is answered.
 func upkeepResult(wait time.Duration, errs []error) (reconcile.Result, error) {
 	var final error
 	conflict := false
@@ -298,10 +299,10 @@ func upkeepResult(wait time.Duration, errs []error) (reconcile.Result, error) {
 	switch {
 	case conflict:
 		return reconcile.Result{Requeue: true}, nil //nolint:staticcheck // as requeue.Result
-	case final != nil:
-		return reconcile.Result{}, final
+	case wait > 0 || final == nil:
+		return reconcile.Result{RequeueAfter: wait}, nil
 	}
-	return reconcile.Result{RequeueAfter: wait}, nil
+	return reconcile.Result{}, final
 }
 
 // result reports a failed Kubernetes API call as an event and hands the error to

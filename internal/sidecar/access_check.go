@@ -54,12 +54,21 @@ func (r *BucketAccessReconciler) checkSecrets(ctx context.Context, ba *cosiapi.B
 		renewAt, err := r.grant(ctx, ba, true)
 		if err != nil {
 			r.checkMetric.WithLabelValues(r.Info.GetName(), secretCheckFailed).Inc()
+			if isFinal(err) {
+				// Refused for good (the condition and an event say why): tried again at the next
+				// check, not whenever another part of the upkeep needs the access.
+				r.checks.done(key, ba.UID)
+			}
 			return 0, err
 		}
 		renewIn = until(renewAt)
 		r.checkMetric.WithLabelValues(r.Info.GetName(), secretCheckRewritten).Inc()
 	}
 	if intact {
+		if err := r.secretsWritten(ctx, ba); err != nil {
+			r.checkMetric.WithLabelValues(r.Info.GetName(), secretCheckFailed).Inc()
+			return 0, err
+		}
 		r.checkMetric.WithLabelValues(r.Info.GetName(), secretCheckIntact).Inc()
 	}
 	r.checks.done(key, ba.UID)

@@ -60,7 +60,8 @@ func TestNextStep(t *testing.T) {
 }
 
 // TestUpkeepResult: a part that failed in a way that is retried is retried, whatever the others
-// did; a final failure stops the retries only when no other part waits.
+// did; a final failure stops the retries only when no other part waits, and does not cancel the
+// wait of another.
 func TestUpkeepResult(t *testing.T) {
 	retried := rpcError{"DriverRotateBucketAccessCredentials", status.Error(codes.Unavailable, "down")}
 	final := rpcError{"DriverGrantBucketAccess", status.Error(codes.InvalidArgument, "no")}
@@ -76,9 +77,10 @@ func TestUpkeepResult(t *testing.T) {
 		{name: "nothing failed", wait: time.Minute, want: reconcile.Result{RequeueAfter: time.Minute}},
 		{name: "retried beats final", errs: []error{final, retried}, wantErr: true},
 		{name: "final alone", errs: []error{final}, wantErr: true, terminal: true},
-		{name: "final with a wait", wait: time.Hour, errs: []error{final}, wantErr: true, terminal: true},
+		{name: "final with a wait", wait: time.Hour, errs: []error{final},
+			want: reconcile.Result{RequeueAfter: time.Hour}},
 		{name: "final while another part waits for a Secret", errs: []error{errRequeue("later"), final},
-			wantErr: true, terminal: true},
+			want: reconcile.Result{RequeueAfter: requeueDelay}},
 		{name: "waiting for a Secret", wait: time.Hour, errs: []error{errRequeue("later")},
 			want: reconcile.Result{RequeueAfter: requeueDelay}},
 		{name: "conflict", wait: time.Hour, errs: []error{conflict, final},

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"strings"
@@ -108,17 +109,21 @@ func (r *BucketAccessReconciler) refreshAsked(
 		return time.Time{}, err
 	}
 	renewAt, err := r.grant(ctx, ba, true)
-	if err != nil {
+	// Refused for good (the condition and an event say why), the request is answered too: a new
+	// value of the annotation asks again. Kept unanswered, it would be asked of the driver again
+	// whenever another part of the upkeep needs the access.
+	final := isFinal(err)
+	if err != nil && !final {
 		return time.Time{}, err
 	}
 	// The grant rewrote the record (with the Buckets' information it was made with): read again.
-	g, cm, err := r.Grants.store.get(ctx, ba.UID)
-	if err != nil || g == nil {
-		return renewAt, err
+	g, cm, gerr := r.Grants.store.get(ctx, ba.UID)
+	if gerr != nil || g == nil {
+		return renewAt, errors.Join(err, gerr)
 	}
 	g.RefreshToken = token
-	if err := r.Grants.store.update(ctx, cm, *g); err != nil {
-		return time.Time{}, err
+	if uerr := r.Grants.store.update(ctx, cm, *g); uerr != nil || final {
+		return time.Time{}, errors.Join(err, uerr)
 	}
 	after, err := r.secretData(ctx, ba)
 	if err != nil {

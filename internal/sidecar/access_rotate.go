@@ -368,6 +368,9 @@ func (r *BucketAccessReconciler) writeRotated(
 	if err := r.Grants.store.update(ctx, cm, *g); err != nil {
 		return 0, err
 	}
+	if err := r.secretsWritten(ctx, ba); err != nil {
+		return 0, err
+	}
 	return 0, r.markRotation(ctx, ba, metav1.ConditionUnknown, cosiapi.ReasonRotating, fmt.Sprintf(
 		"the Secrets hold the new credential %s; credential %s is retired after %s", rot.To, rot.From,
 		r.RotationGracePeriod))
@@ -388,8 +391,11 @@ func (r *BucketAccessReconciler) writeAnswer(
 	return 0, r.recordProblem(ctx, ba, r.writeSecrets(ctx, ba, buckets, rpcProtocol(ba.Spec.Protocol), granted))
 }
 
-// copyRotated gives the credential to of a Secret that holds it to the access's other Secrets.
-// copied is false when no Secret holds it.
+// copyRotated gives the credential to of a Secret that holds it to the access's other Secrets,
+// writing again those that were lost (deleted, or missing a key) from the Buckets' information.
+// copied is false when no Secret holds it: the driver is then asked again, and its answer written
+// into every Secret, lost ones included (a rotation that waited for the Secret check to write a
+// lost Secret would wait forever: the check leaves the Secrets to a rotation that writes them).
 func (r *BucketAccessReconciler) copyRotated(
 	ctx context.Context, ba *cosiapi.BucketAccess, to string,
 ) (copied bool, wait time.Duration, err error) {
@@ -400,24 +406,47 @@ func (r *BucketAccessReconciler) copyRotated(
 		if err != nil {
 			return false, 0, err
 		}
-		if state != slotOurs || !dataComplete(s, ba.Status.AuthenticationType) {
-			// The Secret check writes it again first (with a grant).
+		switch {
+		case state == slotForeign:
+			return false, requeueDelay, r.recordProblem(ctx, ba, secretTaken(errSecretConflict{claim.AccessSecretName}))
+		case state == slotDeleting:
+			// Let go (COSI's finalizer removed), and written again once it is gone.
+			if err := r.releaseSecret(ctx, s); err != nil {
+				return false, 0, err
+			}
 			return false, requeueDelay, nil
-		}
-		secrets[claim.AccessSecretName] = s
-		if s.Annotations[cosiapi.AnnotationCredentialID] == to {
-			donor = s
+		case state == slotOurs && dataComplete(s, ba.Status.AuthenticationType):
+			secrets[claim.AccessSecretName] = s
+			if s.Annotations[cosiapi.AnnotationCredentialID] == to {
+				donor = s
+			}
 		}
 	}
 	if donor == nil {
 		return false, 0, nil
 	}
+	var buckets map[string]*cosiapi.Bucket
 	for _, claim := range ba.Spec.BucketClaims {
 		s := secrets[claim.AccessSecretName]
-		if s.Annotations[cosiapi.AnnotationCredentialID] == to {
+		var data map[string][]byte
+		switch {
+		case s != nil && s.Annotations[cosiapi.AnnotationCredentialID] == to:
 			continue
+		case s != nil:
+			data = maps.Clone(s.Data)
+		default:
+			// Lost: its Bucket's information, as the Bucket's status has it.
+			if buckets == nil {
+				var ready bool
+				if buckets, ready, err = r.buckets(ctx, ba); err != nil || !ready {
+					return false, requeueDelay, r.recordProblem(ctx, ba, err)
+				}
+			}
+			data = map[string][]byte{cosiapi.SecretKeyProtocol: []byte(ba.Spec.Protocol)}
+			for k, v := range secretBucketInfo(ba.Spec.Protocol, buckets[claim.BucketClaimName].Status.BucketInfo) {
+				data[k] = []byte(v)
+			}
 		}
-		data := maps.Clone(s.Data)
 		for _, k := range credentialDataKeys {
 			delete(data, k)
 			if v, ok := donor.Data[k]; ok {

@@ -256,6 +256,14 @@ func (r *BucketAccessReconciler) writeSecret(
 		return errSecretConflict{secret.Name}
 	case state == slotDeleting:
 		return fmt.Errorf("secret %s is being deleted; writing it again when it is gone", secret.Name)
+	case existing.Immutable != nil && *existing.Immutable || existing.Type != corev1.SecretTypeOpaque:
+		// Made immutable, or of another type, by someone: it cannot be written in place, and is
+		// replaced (as secretsReady does before a grant).
+		if err := deleteAccessSecrets(ctx, r.Client, ba.Namespace, ba.UID, []string{secret.Name}); err != nil {
+			return err
+		}
+		return fmt.Errorf("secret %s was made immutable or of another type; writing it again when it is gone",
+			secret.Name)
 	}
 	orig := existing.DeepCopy()
 	existing.Data = data

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -83,6 +84,22 @@ func (r *BucketAccessReconciler) secretUnwritable(
 		}
 	}
 	return err
+}
+
+// secretsWritten records that every Secret of a provisioned access holds its credentials again
+// (ResourcesValidated True), after a rotation wrote them or a check found them intact, when the
+// condition said that one could not be written (secretUnwritable, secretConflict): reasons only
+// the sidecar gives. Nothing is written otherwise.
+func (r *BucketAccessReconciler) secretsWritten(ctx context.Context, ba *cosiapi.BucketAccess) error {
+	switch {
+	case conditions.Has(ba, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonSecretWriteFailed),
+		conditions.Has(ba, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, cosiapi.ReasonSecretConflict):
+	default:
+		return nil
+	}
+	status := r.record.status(ba)
+	conditions.MarkTrue(ba, cosiapi.ConditionResourcesValidated, cosiapi.ReasonValid, "")
+	return status.Patch(ctx, patch.OptimisticLock)
 }
 
 // secretConflict records that an access Secret's name is taken (ResourcesValidated False,

@@ -71,6 +71,13 @@ func result(err error) (reconcile.Result, error) {
 	return reconcile.Result{}, err
 }
 
+// isFinal reports whether result hands err to controller-runtime as final: not retried until the
+// object changes.
+func isFinal(err error) bool {
+	_, rerr := result(err)
+	return rerr != nil && errors.Is(rerr, reconcile.TerminalError(nil))
+}
+
 // finalError is an error that retrying cannot fix (an invalid combination of objects); it is
 // recorded in conditions and not retried until the object changes.
 func finalError(format string, args ...any) error {
