@@ -56,16 +56,25 @@ func (r *BucketAccessReconciler) probeSecret(
 
 // probeSecret tells what is at namespace/name for the access with the UID. With owned, a Secret
 // whose first owner reference is the access also counts as the access's, even without the label
-// (a tenant may have removed it): for deleting, never for writing.
+// (a tenant may have removed it): for deleting, never for writing. The reference must name a
+// BucketAccess of COSI's API as well as the UID: a UID alone could be any object's (a Deployment
+// that owns a Secret), and whoever may write a grant record's UID would make COSI delete that
+// Secret.
 func probeSecret(
 	ctx context.Context, c client.Client, namespace, name string, uid types.UID, owned bool,
 ) (slotState, *corev1.Secret, error) {
-	paths := []string{"/metadata/labels/" + jsonPointerEscape(cosiapi.LabelBucketAccessUID)}
-	if owned {
-		paths = append(paths, "/metadata/ownerReferences/0/uid")
+	tests := [][]map[string]string{
+		{{"op": "test", "path": "/metadata/labels/" + jsonPointerEscape(cosiapi.LabelBucketAccessUID), "value": string(uid)}},
 	}
-	for _, path := range paths {
-		test, err := json.Marshal([]map[string]string{{"op": "test", "path": path, "value": string(uid)}})
+	if owned {
+		tests = append(tests, []map[string]string{
+			{"op": "test", "path": "/metadata/ownerReferences/0/uid", "value": string(uid)},
+			{"op": "test", "path": "/metadata/ownerReferences/0/kind", "value": "BucketAccess"},
+			{"op": "test", "path": "/metadata/ownerReferences/0/apiVersion", "value": cosiapi.SchemeGroupVersion.String()},
+		})
+	}
+	for _, ops := range tests {
+		test, err := json.Marshal(ops)
 		if err != nil {
 			return 0, nil, err
 		}

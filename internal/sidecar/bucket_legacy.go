@@ -20,7 +20,7 @@ import (
 // the recorded access (KEP-1979: the same ID for the same account name), else the record names an
 // account that is not the access's, and is dropped with a Warning event. A verified record whose
 // access is gone is then revoked like any other (GrantReconciler), which deletes only Secrets that
-// carry the access's UID.
+// carry the access's UID, and only those the live access with the UID names.
 func (r *BucketReconciler) migrateLegacyGrants(ctx context.Context, bucket *cosiapi.Bucket) error {
 	for key, g := range legacyGrantRecords(bucket) {
 		if err := r.migrateLegacyGrant(ctx, bucket, g); err != nil {
@@ -68,6 +68,11 @@ func (r *BucketReconciler) migrateLegacyGrant(ctx context.Context, bucket *cosia
 	if len(list.Items) == 1 {
 		live := &list.Items[0]
 		g.Namespace, g.Name, g.SecretNames = live.Namespace, live.Name, secretNames(live)
+	} else {
+		// No access has the UID: the annotation's names cannot be verified, and its Secrets are
+		// not deleted with the grant. Those of an access that is gone are Kubernetes' garbage
+		// collector's (the access owns them); names taken from the annotation could be anyone's.
+		g.SecretNames = nil
 	}
 	g.BucketNames = []string{bucket.Name}
 	_, err = r.Grants.store.put(ctx, g)

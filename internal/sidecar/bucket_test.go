@@ -440,3 +440,63 @@ func TestLegacyGrantTakesTheLiveAccessNames(t *testing.T) {
 			got.Namespace, got.Name, got.SecretNames, got.BucketNames, testNamespace, live.Name, b.Name)
 	}
 }
+
+// TestLegacyGrantDeletesNoOtherSecret: whoever may write Buckets, and nothing else, writes a
+// legacy grant annotation naming a Secret of another namespace's workload and the UID of that
+// Secret's owner (a ConfigMap here; a Deployment would do): the driver generates the account ID
+// for any UID, so the record verifies. Its access does not exist, and the grant is revoked as an
+// orphan: the workload's Secret must survive (it neither names the access in its label nor is
+// owned by a BucketAccess, and the annotation's Secret names are not the sidecar's to trust).
+func TestLegacyGrantDeletesNoOtherSecret(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, memory.Config{})
+	b := h.bucket(cosiapi.DeletionPolicyDelete, cosiapi.ProtocolS3)
+	h.create(b)
+	b = provisioned(t, b, bucketConditions)
+	owner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: uniqueName("owner")}}
+	h.create(owner)
+	victim := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: testNamespace, Name: uniqueName("workload-secret"),
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID,
+			}},
+		},
+		StringData: map[string]string{"password": "kept"},
+	}
+	h.create(victim)
+	forged, err := json.Marshal(map[string]any{
+		"namespace": testNamespace, "name": "no-such-access", "uid": owner.UID,
+		"accountID": cosiapi.AccountNamePrefix + string(owner.UID), "protocol": "S3", "authenticationType": "Key",
+		"bucketIDs": []string{b.Status.BucketID}, "secretNames": []string{victim.Name},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := cosiapi.GroupName + "/grant-" + string(owner.UID)
+	testenv.Eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
+			return err
+		}
+		metav1.SetMetaDataAnnotation(&b.ObjectMeta, key, string(forged))
+		return env.Client.Update(t.Context(), b)
+	})
+	// Migrated, then revoked as an orphan: the annotation and the record go.
+	testenv.Eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
+			return err
+		}
+		if _, ok := b.Annotations[key]; ok {
+			return fmt.Errorf("the annotation is still on the Bucket")
+		}
+		err := env.Client.Get(t.Context(),
+			client.ObjectKey{Namespace: sidecarNamespace, Name: "cosi-grant-" + string(owner.UID)}, &corev1.ConfigMap{})
+		if err == nil {
+			return fmt.Errorf("the migrated record is not revoked yet")
+		}
+		return client.IgnoreNotFound(err)
+	})
+	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(victim), victim); err != nil {
+		t.Errorf("the workload's Secret, owned by a ConfigMap with the forged UID: %v", err)
+	}
+}

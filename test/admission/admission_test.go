@@ -416,6 +416,8 @@ const (
 		"]: reserved to admins"
 	bucketAnnotationReserved = "metadata.annotations[" + cosiapi.AnnotationBucketClaimBeingDeleted +
 		"]: reserved to the COSI controller"
+	grantAnnotationReserved = "metadata.annotations[" + cosiapi.GroupName + "/grant-*]: reserved to grants " +
+		"an earlier version"
 	secretFinalizerReserved = "metadata.finalizers: " + cosiapi.FinalizerProtection +
 		" on a BucketAccess Secret is reserved to COSI"
 	secretLabelReserved = "metadata.labels[" + cosiapi.LabelBucketAccessUID +

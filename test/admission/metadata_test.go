@@ -392,6 +392,8 @@ func TestBucketMetadata(t *testing.T) {
 			refused: bucketAnnotationReserved,
 		},
 		{name: "controller creates a Bucket with its finalizer", as: controller, mutate: protected[*cosiapi.Bucket]},
+		{name: "admin creates a Bucket with a legacy grant", as: admin, mutate: legacyGrant,
+			refused: grantAnnotationReserved},
 	})
 	runUpdates(t, newBucket, []updateCase[*cosiapi.Bucket]{
 		{
@@ -443,5 +445,13 @@ func TestBucketMetadata(t *testing.T) {
 			update: released,
 		},
 		{name: "admin sets bucketclaim-being-deleted", as: admin, update: released},
+		{name: "bucket admin adds a legacy grant", as: bucketAdmin, update: legacyGrant, refused: grantAnnotationReserved},
+		{name: "controller adds a legacy grant", as: controller, update: legacyGrant, refused: grantAnnotationReserved},
+		{name: "admin adds a legacy grant", as: admin, update: legacyGrant, refused: grantAnnotationReserved},
 	})
+}
+
+// legacyGrant records a grant on a Bucket as an earlier version of COSI did.
+func legacyGrant(b *cosiapi.Bucket) {
+	metav1.SetMetaDataAnnotation(&b.ObjectMeta, cosiapi.GroupName+"/grant-0f3c", `{"uid":"0f3c","accountID":"ba-0f3c"}`)
 }
