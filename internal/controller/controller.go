@@ -28,6 +28,10 @@ import (
 // Leader election Leases live in the component's own namespace: a Role there, not a ClusterRole. The
 // election records "became leader" and "stopped leading" as core/v1 Events of the Lease there.
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch,namespace=cosi-system
+//
+// The sidecars' Leases are in their own namespaces: the controller lists them by name, anywhere,
+// to tell whether a driver is served (drivers.go).
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=list
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch,namespace=cosi-system
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 

@@ -29,8 +29,8 @@ const DefaultDriverGrace = 30 * time.Second
 const DefaultDriverRecheck = 30 * time.Second
 
 // driverWatch tells whether a sidecar serves a driver: the sidecars of a driver elect a leader
-// with the Lease sidecarLeaseName(driver) in the COSI namespace, which the controller's Role may
-// read. It is read live (a GET per driver with objects that wait, at most every leaseAnswerTTL),
+// with the Lease sidecarLeaseName(driver), in the COSI namespace or their own (readLease). It is
+// read live (a GET per driver with objects that wait, at most every leaseAnswerTTL),
 // not cached: the controller may not watch Leases cluster-wide, and only unserved objects ask.
 type driverWatch struct {
 	reader    client.Reader
@@ -164,35 +164,60 @@ func (w *driverWatch) unserved(ctx context.Context, driver string, created time.
 	return a
 }
 
-// readLease reads the Lease of driver's sidecars.
+// readLease reads the Lease of driver's sidecars. The sidecars elect their leader in their own
+// Pod's namespace (or their --leader-election-namespace), which need not be the controller's: a
+// Lease not found in the controller's namespace is looked for in every namespace, by name (the
+// controller's ClusterRole may list Leases; one List, only while objects wait for that driver).
 func (w *driverWatch) readLease(ctx context.Context, driver string) leaseAnswer {
 	now := time.Now()
 	name := sidecarLeaseName(driver)
-	lease := &coordinationv1.Lease{}
 	// Bounded: every look of a kind waits for this answer, and a read that hangs must not stop them.
 	ctx, cancel := context.WithTimeout(ctx, leaseReadTimeout)
 	defer cancel()
+	lease := &coordinationv1.Lease{}
 	err := w.reader.Get(ctx, types.NamespacedName{Namespace: w.namespace, Name: name}, lease)
-	var why string
+	if apierrors.IsNotFound(err) {
+		var list coordinationv1.LeaseList
+		err = w.reader.List(ctx, &list, client.MatchingFields{"metadata.name": name})
+		switch {
+		case err == nil && len(list.Items) == 0:
+			return leaseAnswer{at: now, why: name + " does not exist in any namespace", missing: true,
+				again: w.recheck}
+		case err == nil:
+			// Several: the same driver installed in several namespaces; any holder serves it.
+			lease = &list.Items[0]
+			for i := range list.Items {
+				if leaseProblem(&list.Items[i], now) == "" {
+					lease = &list.Items[i]
+				}
+			}
+		}
+	}
 	switch {
-	case apierrors.IsNotFound(err):
-		return leaseAnswer{at: now, why: w.namespace + "/" + name + " does not exist", missing: true,
-			again: w.recheck}
 	case apierrors.IsForbidden(err):
 		// Cannot tell (no Role to read Leases there): say nothing rather than something wrong.
 		return leaseAnswer{at: now}
 	case err != nil:
 		return leaseAnswer{at: now, unknown: true, again: w.recheck} // cannot tell now; the status stays what it was
-	case lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "":
-		why = "is held by nobody"
-	case lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil:
-		why = "was never renewed"
-	default:
-		expiry := lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
-		if now.Before(expiry) {
-			return leaseAnswer{at: now, again: w.recheck} // a sidecar runs; it has not acted yet
-		}
-		why = "expired at " + expiry.UTC().Format(time.RFC3339)
 	}
-	return leaseAnswer{at: now, why: w.namespace + "/" + name + " " + why, again: w.recheck}
+	why := leaseProblem(lease, now)
+	if why == "" {
+		return leaseAnswer{at: now, again: w.recheck} // a sidecar runs; it has not acted yet
+	}
+	return leaseAnswer{at: now, why: lease.Namespace + "/" + name + " " + why, again: w.recheck}
+}
+
+// leaseProblem tells why nobody holds the lease at now, "" when somebody does.
+func leaseProblem(lease *coordinationv1.Lease, now time.Time) string {
+	switch {
+	case lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "":
+		return "is held by nobody"
+	case lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil:
+		return "was never renewed"
+	}
+	expiry := lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
+	if now.Before(expiry) {
+		return ""
+	}
+	return "expired at " + expiry.UTC().Format(time.RFC3339)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -116,7 +117,13 @@ func runController(t *testing.T, api *testenv.Env, opts controller.Options, log 
 // released (held by nobody) when it is.
 func sidecarLease(t *testing.T, api *testenv.Env, driver, holder string) {
 	t.Helper()
-	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "cosi-system",
+	sidecarLeaseIn(t, api, "cosi-system", driver, holder)
+}
+
+// sidecarLeaseIn is sidecarLease for sidecars that elect in namespace.
+func sidecarLeaseIn(t *testing.T, api *testenv.Env, namespace, driver, holder string) {
+	t.Helper()
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: namespace,
 		Name: driver + "-cosi-sidecar"}}
 	testenv.Eventually(t, func() error {
 		err := api.Client.Get(t.Context(), client.ObjectKeyFromObject(lease), lease)
@@ -346,4 +353,37 @@ func TestWaitingForDriverAfterARestart(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestServedFromAnotherNamespace: the sidecars of a driver installed in another namespace than the
+// controller's elect their leader there (their Pod's namespace): the controller must find their
+// Lease, and not report the driver unserved.
+func TestServedFromAnotherNamespace(t *testing.T) {
+	t.Parallel()
+	api := ownAPIServer(t)
+	driver := uniqueName("elsewhere") + ".controller-test.cosi.io"
+	if err := api.CreateNamespace(t.Context(), "driver-ns"); err != nil {
+		t.Fatal(err)
+	}
+	sidecarLeaseIn(t, api, "driver-ns", driver, "sidecar-0")
+	runController(t, api, controller.Options{DriverGrace: time.Second, DriverRecheck: time.Second}, logr.Discard())
+	objs := servedAndWaiting(t, api, driver)
+	testenv.Never(t, 5*time.Second, func() error {
+		if err := api.Client.Get(t.Context(), client.ObjectKeyFromObject(objs.waiting), objs.waiting); err != nil {
+			return err
+		}
+		if c := meta.FindStatusCondition(objs.waiting.Status.Conditions, cosiapi.ConditionProvisioned); c != nil &&
+			c.Reason == cosiapi.ReasonWaitingForDriver {
+			return fmt.Errorf("a served driver reported unserved: %s", c.Message)
+		}
+		return nil
+	})
+
+	// Its sidecars stop: released there, the driver is unserved, and the message names that Lease.
+	sidecarLeaseIn(t, api, "driver-ns", driver, "")
+	c := testenv.Condition(t, api, objs.waiting, claimConditions, cosiapi.ConditionProvisioned,
+		metav1.ConditionUnknown, cosiapi.ReasonWaitingForDriver)
+	if want := "driver-ns/" + driver + "-cosi-sidecar is held by nobody"; !strings.Contains(c.Message, want) {
+		t.Errorf("WaitingForDriver message %q, want it to contain %q", c.Message, want)
+	}
 }
