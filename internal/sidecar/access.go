@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -19,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/cache/index"
@@ -66,6 +70,7 @@ type BucketAccessReconciler struct {
 	checks      secretChecks
 	checkMetric *prometheus.CounterVec
 	rotations   rotationAnswers
+	later       laterQueue
 	log         logr.Logger
 	record      statusRecorder[*cosiapi.BucketAccess]
 }
@@ -94,6 +99,8 @@ func (r *BucketAccessReconciler) SetupWithManager(mgr ctrl.Manager, opts control
 			builder.WithPredicates(bucketReadinessChanged)).
 		// The Secret checks that fall due (schedule.go).
 		WatchesRawSource(r.checks.wakeChecks(r.SecretCheckInterval)).
+		// Upkeeps that need an access sooner than their failed part's backoff (upkeep).
+		WatchesRawSource(r.later.source()).
 		WithOptions(opts).
 		Complete(r)
 }
@@ -270,7 +277,40 @@ func (r *BucketAccessReconciler) upkeep(ctx context.Context, ba *cosiapi.BucketA
 		}
 		wait = sooner(wait, w)
 	}
-	return upkeepResult(wait, errs)
+	res, err := upkeepResult(wait, errs)
+	if err != nil && wait > 0 {
+		// A part that failed is retried with controller-runtime's backoff, which grows to
+		// minutes: another part's wait (a renewal due before the credentials expire, the end
+		// of a grace period) is kept too.
+		r.later.after(client.ObjectKeyFromObject(ba), wait)
+	}
+	return res, err
+}
+
+// laterQueue queues an object after a time of its own, on the controller's work queue (which
+// keeps an object once, at its soonest time).
+type laterQueue struct {
+	mu    sync.Mutex
+	queue workqueue.TypedRateLimitingInterface[reconcile.Request]
+}
+
+// source is the controller's source that hands the queue over when the controller starts.
+func (l *laterQueue) source() source.Source {
+	return source.Func(func(_ context.Context, queue workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.queue = queue
+		return nil
+	})
+}
+
+// after queues key after d; nothing before the controller started.
+func (l *laterQueue) after(key types.NamespacedName, d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.queue != nil {
+		l.queue.AddAfter(reconcile.Request{NamespacedName: key}, d)
+	}
 }
 
 // upkeepResult is the result of an upkeep whose parts asked to be run again after wait, and whose

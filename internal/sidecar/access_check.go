@@ -64,11 +64,13 @@ func (r *BucketAccessReconciler) checkSecrets(ctx context.Context, ba *cosiapi.B
 		renewIn = until(renewAt)
 		r.checkMetric.WithLabelValues(r.Info.GetName(), secretCheckRewritten).Inc()
 	}
-	if intact {
+	if intact && !r.rotationWriting(ctx, ba) {
 		if err := r.secretsWritten(ctx, ba); err != nil {
 			r.checkMetric.WithLabelValues(r.Info.GetName(), secretCheckFailed).Inc()
 			return 0, err
 		}
+	}
+	if intact {
 		r.checkMetric.WithLabelValues(r.Info.GetName(), secretCheckIntact).Inc()
 	}
 	r.checks.done(key, ba.UID)
@@ -141,4 +143,12 @@ func MissingSecretKeys(s *corev1.Secret, auth cosiapi.AuthenticationType) []stri
 func (r *BucketAccessReconciler) rotationUnwritten(ctx context.Context, ba *cosiapi.BucketAccess) (bool, error) {
 	g, _, err := r.Grants.store.get(ctx, ba.UID)
 	return err == nil && g != nil && g.Rotation != nil && g.Rotation.Written == nil, err
+}
+
+// rotationWriting reports whether the cache shows a rotation whose new credential is not in every
+// Secret yet: the rotation says whether it can write them (ResourcesValidated), not a check that
+// finds the Secrets intact with the old one.
+func (r *BucketAccessReconciler) rotationWriting(ctx context.Context, ba *cosiapi.BucketAccess) bool {
+	g := r.Grants.store.cached(ctx, ba.UID)
+	return g != nil && g.Rotation != nil && g.Rotation.To != "" && g.Rotation.Written == nil
 }

@@ -54,8 +54,9 @@ func (r *BucketAccessReconciler) refresh(ctx context.Context, ba *cosiapi.Bucket
 		return until(renewAt), nil
 	case g.Rotation != nil:
 		// The rotation writes the Secrets; refreshed once it is done. Its grace period does not
-		// hold back a renewal: it may outlast the credentials, which the Secrets already hold.
-		if due && g.Rotation.Written != nil {
+		// hold back a renewal: it may outlast the credentials, which the Secrets already hold;
+		// nor does a driver that has not answered it yet (renew).
+		if due && (g.Rotation.Written != nil || g.Rotation.To == "") {
 			return r.renew(ctx, ba)
 		}
 		return requeueDelay, nil

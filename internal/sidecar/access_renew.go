@@ -13,13 +13,24 @@ import (
 // expire. The record is read uncached first: the cache may not show the last renewal yet, and
 // renewing twice would ask the driver for nothing.
 func (r *BucketAccessReconciler) renew(ctx context.Context, ba *cosiapi.BucketAccess) (time.Duration, error) {
-	g, _, err := r.Grants.store.get(ctx, ba.UID)
-	if err != nil || g == nil || g.Rotation != nil && g.Rotation.Written == nil {
+	g, cm, err := r.Grants.store.get(ctx, ba.UID)
+	if err != nil || g == nil || g.Rotation != nil && g.Rotation.To != "" && g.Rotation.Written == nil {
 		return requeueDelay, err
 	}
 	renewAt := renewal(g.ExpiryFrom, g.Expiry)
 	if renewAt.IsZero() || time.Now().Before(renewAt) {
 		return until(renewAt), nil
+	}
+	if g.Rotation != nil && g.Rotation.Written == nil {
+		// A rotation whose driver call has not answered yet (it keeps failing) does not let the
+		// credentials the Secrets hold expire: it is given up, and asked again after the renewal
+		// (its annotation counts as new, or the period starts over from the renewal). Until it
+		// is given up, a grant could leave a credential of the rotation that nobody retires.
+		g.Rotation, g.RotateToken = nil, ""
+		if err := r.Grants.store.update(ctx, cm, *g); err != nil {
+			return 0, err
+		}
+		r.rotations.forget(ba.UID)
 	}
 	old, from := g.Expiry.UTC().Format(time.RFC3339), g.ExpiryFrom
 	next, err := r.grant(ctx, ba, true)

@@ -264,6 +264,10 @@ func (r *BucketAccessReconciler) writeSecret(
 	case state == slotForeign:
 		return errSecretConflict{secret.Name}
 	case state == slotDeleting:
+		// Let go (COSI's finalizer removed), so that it goes and is written again.
+		if err := r.releaseSecret(ctx, existing); err != nil {
+			return err
+		}
 		return fmt.Errorf("secret %s is being deleted; writing it again when it is gone", secret.Name)
 	case existing.Immutable != nil && *existing.Immutable || existing.Type != corev1.SecretTypeOpaque:
 		// Made immutable, or of another type, by someone: it cannot be written in place, and is
