@@ -540,3 +540,68 @@ func TestUnreferencedClaimLosesAnAddedReference(t *testing.T) {
 		return nil
 	})
 }
+
+// TestClaimDeletionPastAccessesRefusedForGood: an access handed off and refused for good before
+// phase 1 (no account ID) has no credentials, and the sidecar grants it nothing until it changes:
+// it does not hold its claim, whatever refused it: COSI for an invalid class parameter, or the
+// driver with a final code (InvalidArgument, OutOfRange) when asked for the account ID. A claim
+// whose deletion waited on it goes on as soon as the refusal is written.
+func TestClaimDeletionPastAccessesRefusedForGood(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		refused func(*cosiapi.BucketAccess)
+	}{
+		{"invalid class parameter", func(ba *cosiapi.BucketAccess) {
+			meta.SetStatusCondition(&ba.Status.Conditions, metav1.Condition{
+				Type: cosiapi.ConditionResourcesValidated, Status: metav1.ConditionFalse,
+				Reason: cosiapi.ReasonInvalidParameter, Message: "parameters[objectstorage.k8s.io/x]: unknown",
+			})
+		}},
+		{"driver refused the account", func(ba *cosiapi.BucketAccess) {
+			meta.SetStatusCondition(&ba.Status.Conditions, metav1.Condition{
+				Type: cosiapi.ConditionProvisionFailed, Status: metav1.ConditionTrue,
+				Reason: cosiapi.ReasonDriverError, Message: "DriverGenerateBucketAccessId: InvalidArgument: no",
+			})
+			meta.SetStatusCondition(&ba.Status.Conditions, metav1.Condition{
+				Type: cosiapi.ConditionProvisioned, Status: metav1.ConditionFalse,
+				Reason: cosiapi.ReasonProvisioningFailed, Message: "DriverGenerateBucketAccessId: InvalidArgument: no",
+			})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, b := provisionedClaim(t, cosiapi.ProtocolS3)
+			ac := accessClass()
+			create(t, ac)
+			ba := access(ac.Name, c.Name)
+			create(t, ba)
+			testenv.Eventually(t, func() error {
+				get(t, ba)
+				if ba.Status.DriverName == "" {
+					return fmt.Errorf("not handed off")
+				}
+				return nil
+			})
+			if err := env.Client.Delete(t.Context(), c); err != nil {
+				t.Fatal(err)
+			}
+			// The claim's deletion waits on the access, which the sidecar refuses afterwards: that
+			// wakes the claim (nothing else would until the informer's resync, hours later).
+			testenv.Condition(t, env, c, claimConditions, cosiapi.ConditionProvisioned, metav1.ConditionTrue,
+				cosiapi.ReasonDeletionBlocked)
+			testenv.Eventually(t, func() error {
+				get(t, ba)
+				tc.refused(ba)
+				return env.Client.Status().Update(t.Context(), ba)
+			})
+			testenv.Eventually(t, func() error {
+				get(t, b)
+				if b.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] == "" {
+					return fmt.Errorf("the Bucket is not released: the refused access %s holds the claim", ba.Name)
+				}
+				return nil
+			})
+		})
+	}
+}

@@ -182,15 +182,18 @@ func (r *BucketClaimReconciler) claimsOfBucket(ctx context.Context, o client.Obj
 
 // accessReferenceChanged passes the access changes that can change whether it holds or names its
 // claims and Buckets: a spec change, holdsReference turning false (its finalizer removed while it
-// is deleting), its removal. Not its creation: the access's own reconcile publishes its reference
-// on its claims before anything else (BucketAccessReconciler.publishReferences), and a new access
-// holds no claim or Bucket the controller would release. Not the finalizer's addition, nor the
-// start of a deletion that the finalizer holds: neither changes holdsReference.
+// is deleting), the sidecar's refusal for good (refusedForGood, a status change: a claim whose
+// deletion waits on the access goes on), its removal. Not its creation: the access's own
+// reconcile publishes its reference on its claims before anything else
+// (BucketAccessReconciler.publishReferences), and a new access holds no claim or Bucket the
+// controller would release. Not the finalizer's addition, nor the start of a deletion that the
+// finalizer holds: neither changes holdsReference.
 var accessReferenceChanged = predicate.Funcs{
 	CreateFunc: func(event.CreateEvent) bool { return false },
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld.(*cosiapi.BucketAccess), e.ObjectNew.(*cosiapi.BucketAccess)
-		return o.Generation != n.Generation || holdsReference(o) != holdsReference(n)
+		return o.Generation != n.Generation || holdsReference(o) != holdsReference(n) ||
+			refusedForGood(o) != refusedForGood(n)
 	},
 }
 

@@ -36,20 +36,25 @@ func holdsReference(ba *cosiapi.BucketAccess) bool {
 func handedOff(ba *cosiapi.BucketAccess) bool { return ba.Status.DriverName != "" }
 
 // refusedForGood reports whether the sidecar refused a handed-off access before phase 1, with a
-// final refusal (ResourcesValidated False: its Buckets lack its protocol, or a Bucket is gone,
-// not bound to it, or being released). It has no credentials (the account ID is persisted before
-// anything is granted), and the sidecar grants it nothing before the access changes; should it
-// then grant (a refusal that no longer holds), the grant is recorded first, and the sidecar
-// deletes no bucket while a recorded grant's access exists. So it does not hold its claim or
-// Bucket. A refusal written later replaces an earlier one (the sidecar refuses again, for the
-// release, once the claim is deleting): any of these reasons counts.
+// final refusal: ResourcesValidated False (its Buckets lack its protocol; a Bucket is gone, not
+// bound to it, or being released; a COSI parameter of its class is invalid), or Provisioned False
+// with ProvisioningFailed (the driver refused with a final code, InvalidArgument or OutOfRange, or
+// answered unusably). It has no credentials (the account ID is persisted before anything is
+// granted), and the sidecar grants it nothing before the access changes; should it then grant (a
+// refusal that no longer holds), the grant is recorded first, and the sidecar deletes no bucket
+// while a recorded grant's access exists. So it does not hold its claim or Bucket. A refusal
+// written later replaces an earlier one (the sidecar refuses again, for the release, once the
+// claim is deleting): any of these reasons counts.
 func refusedForGood(ba *cosiapi.BucketAccess) bool {
 	if ba.Status.AccountID != "" {
 		return false
 	}
-	c := conditions.Get(ba, cosiapi.ConditionResourcesValidated)
-	return c != nil && c.Status == metav1.ConditionFalse &&
-		(c.Reason == cosiapi.ReasonUnsupportedProtocol || c.Reason == cosiapi.ReasonInvalidReference)
+	invalid := func(reason string) bool {
+		return conditions.Has(ba, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse, reason)
+	}
+	return invalid(cosiapi.ReasonUnsupportedProtocol) || invalid(cosiapi.ReasonInvalidReference) ||
+		invalid(cosiapi.ReasonInvalidParameter) ||
+		conditions.Has(ba, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
 }
 
 func namesClaim(ba *cosiapi.BucketAccess, claim string) bool {
