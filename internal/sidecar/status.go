@@ -75,7 +75,10 @@ func (s statusRecorder[T]) failed(ctx context.Context, obj T, rpc rpcError, even
 	s.events.Eventf(obj, nil, corev1.EventTypeWarning, eventReason, rpc.method, "%s",
 		conditions.Truncate(rpc.Error()+s.next(obj, rpc)))
 	if err := status.Patch(ctx, s.lock); err != nil {
-		return fmt.Errorf("%w (and recording it: %w)", rpc, err)
+		// Retried with backoff whatever the driver's code: a final error not recorded would
+		// leave the status saying nothing of it, with nothing retrying (the driver is asked once
+		// more, and the answer recorded then).
+		return fmt.Errorf("%s (and recording it: %w)", rpc.Error(), err)
 	}
 	return rpc // result() retries or stops, by the driver's code
 }
