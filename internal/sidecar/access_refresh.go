@@ -240,10 +240,10 @@ func (r *BucketAccessReconciler) refreshSecret(
 		if ok != (from[k] != "") || string(have) != from[k] {
 			continue // not the Bucket's previous value: the driver gave it to the access
 		}
+		// A value the Bucket's information no longer has stays: a workload may use it, and a
+		// driver that answers less has not said it is wrong.
 		if v := to[k]; v != "" {
 			data[k] = []byte(v)
-		} else {
-			delete(data, k)
 		}
 	}
 	keys := slices.Sorted(maps.Keys(keysChanged(s.Data, data)))

@@ -154,7 +154,7 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if err := r.provision(ctx, bucket); err != nil {
 		return r.result(bucket, cosiapi.EventFailedCreateBucket, err)
 	}
-	if r.RefreshInterval > 0 && conditions.IsTrue(bucket, cosiapi.ConditionProvisioned) {
+	if r.RefreshInterval > 0 && refreshable(bucket) && conditions.IsTrue(bucket, cosiapi.ConditionProvisioned) {
 		// The driver has just answered: its information is asked again an interval from now,
 		// whether or not anything wakes the Bucket before (the schedule wakes it: wakeChecks).
 		r.refreshes.done(req.NamespacedName, bucket.UID)

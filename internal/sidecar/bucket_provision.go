@@ -19,7 +19,7 @@ func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket
 	if err != nil {
 		return r.record.invalid(ctx, bucket, cosiapi.ReasonInvalidParameter, err.Error())
 	}
-	req := newBucketRequest(bucket, params)
+	req := newBucketRequest(bucket, params.driver)
 	// The driver's protocols first: nothing is created in the backend for a Bucket that would be
 	// refused afterwards.
 	for _, p := range req.protocols {

@@ -22,10 +22,11 @@ import (
 // status when it changed. A failed call leaves the status as it is (a Warning event says why) and
 // is tried again at the next interval: the Bucket stays provisioned.
 func (r *BucketReconciler) refreshBucket(ctx context.Context, bucket *cosiapi.Bucket) (reconcile.Result, error) {
-	if r.RefreshInterval <= 0 {
+	key := client.ObjectKeyFromObject(bucket)
+	if r.RefreshInterval <= 0 || !refreshable(bucket) {
+		r.refreshes.forget(key, bucket.UID)
 		return reconcile.Result{}, nil
 	}
-	key := client.ObjectKeyFromObject(bucket)
 	// A refresh not due yet, and the next one, are woken at their time by the schedule
 	// (wakeChecks).
 	if r.refreshes.due(key, bucket.UID, r.RefreshInterval) > 0 {
@@ -40,13 +41,17 @@ func (r *BucketReconciler) refreshBucket(ctx context.Context, bucket *cosiapi.Bu
 }
 
 func (r *BucketReconciler) refreshBucketInfo(ctx context.Context, bucket *cosiapi.Bucket) error {
+	params, err := parseBucketParameters(bucket.Spec.Parameters)
+	if err != nil {
+		return nil
+	}
 	if r.Driver.Protocol() == driverclient.ProtocolV1alpha1 {
 		// v1alpha1 has no RPC to look a bucket up: the adapter's DriverGetBucket makes an answer up
 		// from the bucket ID, poorer than what DriverCreateBucket returned (no endpoint, no region).
 		// Taking it for the driver's would degrade the Bucket's information and wake its accesses.
 		return nil
 	}
-	req := newBucketRequest(bucket, driverParameters(bucket.Spec.Parameters))
+	req := newBucketRequest(bucket, params.driver)
 	resp, err := r.Driver.DriverGetBucket(ctx, req.get(bucket.Status.BucketID))
 	if status.Code(err) == codes.Unimplemented {
 		return nil // the driver cannot say: the information stays what provisioning recorded
@@ -68,4 +73,16 @@ func (r *BucketReconciler) refreshBucketInfo(ctx context.Context, bucket *cosiap
 	s := r.record.status(bucket)
 	bucket.Status.BucketInfo = info
 	return s.Patch(ctx, patch.NoLock)
+}
+
+// refreshable reports whether a Bucket's information is asked of the driver again at intervals:
+// an imported Bucket's, and a dynamically provisioned one's only when its class opts in
+// (cosiapi.ParameterRefreshBucketInfo). KEP-1979 says DriverGetBucket "does not apply to
+// dynamically-provisioned Buckets".
+func refreshable(bucket *cosiapi.Bucket) bool {
+	if bucket.Spec.ExistingBucketID != "" {
+		return true
+	}
+	params, err := parseBucketParameters(bucket.Spec.Parameters)
+	return err == nil && params.refreshInfo
 }

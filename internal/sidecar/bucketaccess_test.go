@@ -85,6 +85,16 @@ func (h *harness) provisionedBucket(protocols ...cosiapi.Protocol) *cosiapi.Buck
 	return provisioned(h.t, b, bucketConditions)
 }
 
+// refreshedBucket is provisionedBucket of a class that opts in to the periodic refresh of its
+// dynamically provisioned Buckets' information (cosiapi.ParameterRefreshBucketInfo).
+func (h *harness) refreshedBucket(protocols ...cosiapi.Protocol) *cosiapi.Bucket {
+	h.t.Helper()
+	b := h.bucket(cosiapi.DeletionPolicyDelete, protocols...)
+	b.Spec.Parameters = map[string]string{cosiapi.ParameterRefreshBucketInfo: "true"}
+	h.create(b)
+	return provisioned(h.t, b, bucketConditions)
+}
+
 func secret(t *testing.T, ba *cosiapi.BucketAccess, i int) *corev1.Secret {
 	t.Helper()
 	s := &corev1.Secret{}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -66,14 +67,33 @@ func parseAccessParameters(params map[string]string) (accessParameters, error) {
 	return out, nil
 }
 
-// parseBucketParameters refuses COSI parameters in a Bucket's (COSI knows none for buckets), and
-// returns those passed to the driver: all of them.
-func parseBucketParameters(params map[string]string) (map[string]string, error) {
+// bucketParameters are COSI's own parameters of a Bucket's class.
+type bucketParameters struct {
+	// driver are the parameters passed to the driver (driverParameters).
+	driver map[string]string
+	// refreshInfo is cosiapi.ParameterRefreshBucketInfo.
+	refreshInfo bool
+}
+
+// parseBucketParameters reads COSI's own parameters of a Bucket's class (its spec.parameters),
+// and sets apart those passed to the driver.
+func parseBucketParameters(params map[string]string) (bucketParameters, error) {
+	out := bucketParameters{driver: driverParameters(params)}
 	for _, k := range slices.Sorted(maps.Keys(params)) {
-		if isCOSIParameter(k) {
-			return nil, fmt.Errorf("parameters[%s]: unknown COSI parameter for a BucketClass (COSI knows none; "+
-				"%s is a BucketAccessClass parameter)", k, cosiapi.ParameterRotationPeriod)
+		if !isCOSIParameter(k) {
+			continue
+		}
+		switch v := params[k]; k {
+		case cosiapi.ParameterRefreshBucketInfo:
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return out, fmt.Errorf("parameters[%s]: %q is not true or false", k, v)
+			}
+			out.refreshInfo = b
+		default:
+			return out, fmt.Errorf("parameters[%s]: unknown COSI parameter for a BucketClass (COSI knows %s; "+
+				"%s is a BucketAccessClass parameter)", k, cosiapi.ParameterRefreshBucketInfo, cosiapi.ParameterRotationPeriod)
 		}
 	}
-	return params, nil
+	return out, nil
 }

@@ -37,7 +37,7 @@ func askRefresh(t *testing.T, ba *cosiapi.BucketAccess, token string) {
 func TestSecretRefresh(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3}})
-	b := h.provisionedBucket(cosiapi.ProtocolS3)
+	b := h.refreshedBucket(cosiapi.ProtocolS3)
 	ba := provisioned(t, h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b), accessConditions)
 	s := secret(t, ba, 0)
 	creds := credentialsFrom(ba.Spec.Protocol, s)
@@ -110,7 +110,7 @@ func TestSecretRefresh(t *testing.T) {
 func TestBucketInfoRefreshedWithoutAnEvent(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3}})
-	b := h.provisionedBucket(cosiapi.ProtocolS3)
+	b := h.refreshedBucket(cosiapi.ProtocolS3)
 	h.driver.MoveS3("https://s3-moved.memory.invalid", "memory-2", "")
 	testenv.Eventually(t, func() error {
 		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
@@ -177,4 +177,42 @@ func TestCredentialsRenewedBeforeExpiry(t *testing.T) {
 		t.Errorf("%d DriverGrantBucketAccess calls, want 3 or more: the grant and a renewal each", n)
 	}
 	deleteAccess(t, ba)
+}
+
+// TestDynamicBucketRefreshedOnlyWhenAsked: KEP-1979 says DriverGetBucket "does not apply to
+// dynamically-provisioned Buckets": the driver is not asked for their information at intervals
+// unless their class opts in (ParameterRefreshBucketInfo); and a refresh whose answer lacks a value
+// the Secrets hold (the region here) leaves that value in them: a workload may use it.
+func TestDynamicBucketRefreshedOnlyWhenAsked(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3}})
+	plain := h.provisionedBucket(cosiapi.ProtocolS3)
+	asked := h.refreshedBucket(cosiapi.ProtocolS3)
+	ba := provisioned(t, h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, asked), accessConditions)
+	region := string(secret(t, ba, 0).Data[cosiapi.SecretKeyS3Region])
+	if region == "" {
+		t.Fatal("the Secret has no region to keep")
+	}
+
+	h.driver.MoveS3("https://s3-moved.memory.invalid", "", "")
+	testenv.Eventually(t, func() error {
+		s := secret(t, ba, 0)
+		if got := string(s.Data[cosiapi.SecretKeyS3EndpointURL]); got != "https://s3-moved.memory.invalid" {
+			return fmt.Errorf("Secret endpoint %q, want the moved one", got)
+		}
+		return nil
+	})
+	if got := string(secret(t, ba, 0).Data[cosiapi.SecretKeyS3Region]); got != region {
+		t.Errorf("Secret region %q after a refresh that answered none, want %q kept", got, region)
+	}
+	testenv.Never(t, 3*time.Second, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(plain), plain); err != nil {
+			return err
+		}
+		if got := plain.Status.BucketInfo["COSI_S3_ENDPOINT_URL"]; got == "https://s3-moved.memory.invalid" {
+			return fmt.Errorf("the dynamically provisioned Bucket %s of a class that did not opt in was refreshed",
+				plain.Name)
+		}
+		return nil
+	})
 }

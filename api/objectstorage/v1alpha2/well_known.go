@@ -113,6 +113,13 @@ const (
 	// be done. Read from BucketAccess status.parameters, which the Controller copies from the class
 	// when it hands the access off: it applies to accesses created after it was set.
 	ParameterRotationPeriod = "objectstorage.k8s.io/rotation-period"
+	// ParameterRefreshBucketInfo (BucketClass) has the Sidecar ask the driver for the information
+	// of the class's dynamically provisioned Buckets again at intervals (DriverGetBucket), and
+	// carry a change into their accesses' Secrets: "true" or "false" (the default). KEP-1979 says
+	// DriverGetBucket "does not apply to dynamically-provisioned Buckets": this is the opt-in for
+	// drivers that answer it for them. Imported Buckets (existingBucketID) are refreshed whatever
+	// it says. Read from Bucket spec.parameters, which the Controller copies from the class.
+	ParameterRefreshBucketInfo = "objectstorage.k8s.io/refresh-bucket-info"
 )
 
 // Finalizers.
