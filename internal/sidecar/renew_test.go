@@ -262,7 +262,9 @@ func TestRenewalWaitsForAnUnprovisionedBucket(t *testing.T) {
 	h.restartSidecar(sidecarConfig, func(o *sidecar.Options) {
 		o.DriverTimeout = 2 * time.Minute // the held DriverCreateBucket below is not given up
 	})
-	b := h.provisionedBucket(cosiapi.ProtocolAzure)
+	// Refreshed at intervals: the refresh schedule wakes the Bucket after the status edit below
+	// (a status change alone does not), and it is provisioned again.
+	b := h.refreshedBucket(cosiapi.ProtocolAzure)
 	ba := h.azureAccess("8s", b)
 	first := sasExpiryOf(t, secret(t, ba, 0))
 	// The Bucket is provisioned again, its DriverCreateBucket held in the driver.
