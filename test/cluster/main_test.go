@@ -91,7 +91,12 @@ func run(m *testing.M) int {
 	opts := cluster.Options{Dir: dir, BinDir: bin, Progress: os.Stdout, ImagesDirs: images}
 	// The issuer the store's IAM service verifies ServiceAccount tokens against; without one the
 	// ServiceAccount stories skip, saying why.
+	// The store's IAM service runs in a Pod: a private front answers the Pod network too.
 	if front, noIssuer = issuer.New(); noIssuer == nil {
+		if noIssuer = front.AllowFrom(cluster.PodSubnet); noIssuer != nil {
+			fmt.Fprintln(os.Stderr, "test/cluster:", noIssuer)
+			return 1
+		}
 		opts.ServiceAccountIssuer, opts.ServiceAccountJWKSURI = front.URL, front.JWKSURI
 	}
 	node, err = cluster.Start(ctx, opts)
