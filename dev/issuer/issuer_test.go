@@ -167,7 +167,8 @@ func TestServeTakesTurns(t *testing.T) {
 // TestFrontIsPrivate makes two fronts as the tests and make run do (no address asked): each is
 // on an address of a documentation range that is none of this network namespace's, nothing of
 // this namespace listens on it while it serves (its socket is in the front's own namespace),
-// this machine reaches it, both serve at once, and once closed its namespace and link are gone.
+// this machine reaches it from its end of the link but not from another address (as another
+// host's packets would come), both serve at once, and once closed its link is gone.
 func TestFrontIsPrivate(t *testing.T) {
 	t.Setenv(issuer.AddressEnv, "")
 	first, second := newFront(t), newFront(t)
@@ -194,6 +195,15 @@ func TestFrontIsPrivate(t *testing.T) {
 				if code, err := getJSON(ctx, client(t, f), f.URL+issuer.DiscoveryPath, nil); err != nil ||
 					code != http.StatusServiceUnavailable {
 					t.Errorf("%s from this machine: %d, %v; want 503 (no API server behind it yet)", f.URL, code, err)
+				}
+			}
+			// What another host's packets would be, were they routed here: from an address that is
+			// not this machine's end of the link. The namespace has no route to answer them.
+			if foreign := foreignSource(t, peerOf(hosts[0])); foreign != nil {
+				d := net.Dialer{LocalAddr: &net.TCPAddr{IP: foreign}, Timeout: time.Second}
+				if c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(hosts[0], "443")); err == nil {
+					_ = c.Close()
+					t.Errorf("%s answered a connection from %s, an address other than its link's", hosts[0], foreign)
 				}
 			}
 			for _, l := range tcpListeners(t) {
@@ -320,6 +330,18 @@ func documentation(ip net.IP) bool {
 func peerOf(host string) string {
 	ip := net.ParseIP(host).To4()
 	return net.IPv4(ip[0], ip[1], ip[2], ip[3]+1).String()
+}
+
+// foreignSource is an IPv4 address of this machine's that is neither loopback nor peer, to send
+// from as another host would; nil when there is none.
+func foreignSource(t *testing.T, peer string) net.IP {
+	t.Helper()
+	for a := range local(t) {
+		if ip := net.ParseIP(a); ip.To4() != nil && !ip.IsLoopback() && a != peer && !documentation(ip) {
+			return ip
+		}
+	}
+	return nil
 }
 
 // local are the addresses of this network namespace's interfaces.

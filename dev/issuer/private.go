@@ -96,57 +96,65 @@ func newPrivate(preferred net.IP) (*privateNS, error) {
 		strings.Join(privateNets, " and "))
 }
 
-// newNetns makes a network namespace and returns it open, without entering it: only this
-// goroutine's thread enters it, and leaves it before it runs anything else.
+// newNetns makes a network namespace and returns it open, without entering it (onThread).
 func newNetns() (*os.File, error) {
-	runtime.LockOSThread()
-	host, err := os.Open("/proc/thread-self/ns/net")
-	if err != nil {
-		runtime.UnlockOSThread()
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	defer host.Close()
-	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return nil, fmt.Errorf("%w: making a network namespace for the issuer needs root (CAP_SYS_ADMIN and "+
-			"CAP_NET_ADMIN): %w; set %s to an address of this machine to publish there instead", ErrUnavailable,
-			err, AddressEnv)
-	}
-	ns, openErr := os.Open("/proc/thread-self/ns/net")
-	if err := unix.Setns(int(host.Fd()), unix.CLONE_NEWNET); err != nil {
-		// The thread stays in the new namespace: locked, it ends with this goroutine.
-		return nil, fmt.Errorf("issuer: back to the host's network namespace: %w", err)
-	}
-	runtime.UnlockOSThread()
-	if openErr != nil {
-		return nil, fmt.Errorf("issuer: %w", openErr)
-	}
-	return ns, nil
+	var ns *os.File
+	err := onThread(func() error {
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("%w: making a network namespace for the issuer needs root (CAP_SYS_ADMIN and "+
+				"CAP_NET_ADMIN): %w; set %s to an address of this machine to publish there instead",
+				ErrUnavailable, err, AddressEnv)
+		}
+		return nil
+	}, func() error {
+		var err error
+		ns, err = os.Open("/proc/thread-self/ns/net")
+		return err
+	})
+	return ns, err
 }
 
 // in runs fn on a thread in the namespace: a socket fn opens is the namespace's, and a command
 // it starts runs there.
 func (p *privateNS) in(fn func() error) error {
-	runtime.LockOSThread()
-	host, err := os.Open("/proc/thread-self/ns/net")
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("issuer: %w", err)
-	}
-	defer host.Close()
-	if err := unix.Setns(int(p.ns.Fd()), unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("issuer: entering the front's network namespace: %w", err)
-	}
-	fnErr := fn()
-	if err := unix.Setns(int(host.Fd()), unix.CLONE_NEWNET); err != nil {
-		return errors.Join(fnErr, fmt.Errorf("issuer: back to the host's network namespace: %w", err))
-	}
-	runtime.UnlockOSThread()
-	return fnErr
+	return onThread(func() error {
+		if err := unix.Setns(int(p.ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("issuer: entering the front's network namespace: %w", err)
+		}
+		return nil
+	}, fn)
 }
 
-// ip runs the ip command with the namespace as /proc/self/fd/3.
+// onThread runs enter, then fn, on a goroutine locked to its thread, and puts the thread back in
+// the host's network namespace. The thread is unlocked only once it is back: on any failure the
+// goroutine ends locked, and Go ends its thread with it, so that no other goroutine ever runs in
+// the namespace.
+func onThread(enter, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		host, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			errc <- fmt.Errorf("%w: %w", ErrUnavailable, err)
+			return
+		}
+		defer host.Close()
+		if err := enter(); err != nil {
+			errc <- err
+			return
+		}
+		fnErr := fn()
+		if err := unix.Setns(int(host.Fd()), unix.CLONE_NEWNET); err != nil {
+			errc <- errors.Join(fnErr, fmt.Errorf("issuer: back to the host's network namespace: %w", err))
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- fnErr
+	}()
+	return <-errc
+}
+
+// ipCmd runs the ip command with the namespace as /proc/self/fd/3.
 func (p *privateNS) ipCmd(args ...string) error {
 	cmd := exec.Command("ip", args...)
 	cmd.ExtraFiles = []*os.File{p.ns}
@@ -167,6 +175,11 @@ func (p *privateNS) link() error {
 	if err := p.ipCmd("link", "add", p.hostLink, "type", "veth", "peer", "name", innerLink,
 		"netns", "/proc/self/fd/3"); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	// No IPv6 on the host's end: its link-local address would be one more of the host's.
+	if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+p.hostLink+"/disable_ipv6", []byte("1"), 0o644); err != nil &&
+		!errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("issuer: %w", err)
 	}
 	if err := p.ipCmd("addr", "add", p.peer.String(), "peer", p.ip.String(), "dev", p.hostLink); err != nil {
 		return err
