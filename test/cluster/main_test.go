@@ -141,6 +141,13 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "test/cluster: stopping the node:", err)
 		code = 1
 	}
+	// The front's namespace and link go with it, before the host is compared.
+	if front != nil {
+		if err := front.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "test/cluster: closing the issuer front:", err)
+			code = 1
+		}
+	}
 	// The tests leave the machine as they found it.
 	if after := cluster.HostFingerprint(); after != before {
 		fmt.Fprintf(os.Stderr, "test/cluster: the host changed:\n%s\n", lineDiff(before, after))
