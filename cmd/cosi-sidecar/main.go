@@ -40,6 +40,9 @@ func main() {
 	flag.BoolVar(&opts.MetricsSecure, "metrics-secure", false, "serve /metrics over HTTPS, only to bearer tokens "+
 		"allowed to get the non-resource URL /metrics (TokenReview, SubjectAccessReview: bind the ServiceAccount "+
 		"to system:auth-delegator)")
+	flag.StringVar(&opts.DriverMetricsURL, "driver-metrics-url", "",
+		"the driver's own /metrics on the Pod's loopback, e.g. http://127.0.0.1:8082/metrics, relayed at "+
+			serving.DriverMetricsPath+" of the metrics server, behind its authentication (empty: none)")
 	flag.StringVar(&opts.HealthAddress, "health-probe-bind-address", serving.DefaultHealthAddress,
 		`address of /healthz and /readyz ("0" disables); loopback unless set, e.g. :8081 for the kubelet's probes`)
 	flag.StringVar(&opts.PprofAddress, serving.PprofFlag, "", serving.PprofUsage)

@@ -62,6 +62,10 @@ type RunOptions struct {
 	Demo bool
 	// ExitAfterDemo stops after the demo instead of waiting until the context ends.
 	ExitAfterDemo bool
+	// IssuerAddress, when set, is an address of this machine's interfaces on which to publish the
+	// ServiceAccount issuer, for every host that reaches it (cosi-local's --issuer-address); empty,
+	// the issuer is on an address of a network namespace that no other host reaches (dev/issuer).
+	IssuerAddress string
 }
 
 // Run is cosi-local (make run): it starts the environment (reusing the data in opts.Dir),
@@ -82,8 +86,16 @@ func Run(ctx context.Context, opts RunOptions, out, errOut io.Writer) error {
 		fmt.Fprintf(out, "Starting COSI locally; data and logs go to %s\n", opts.Dir)
 	}
 	opts.Progress = func(step string, took time.Duration) { fmt.Fprintf(out, "  ✓ %-70s %6.1fs\n", step, took.Seconds()) }
+	loaded := opts.Issuer == nil
 	if err := runIssuer(&opts, out); err != nil {
 		return err
+	}
+	if loaded && opts.Issuer != nil {
+		defer func() {
+			if err := opts.Issuer.Close(); err != nil {
+				fmt.Fprintln(errOut, "cosi-local: closing the ServiceAccount issuer:", err)
+			}
+		}()
 	}
 	env, err := Start(ctx, opts.Options)
 	if err != nil {
@@ -102,7 +114,7 @@ func Run(ctx context.Context, opts RunOptions, out, errOut io.Writer) error {
 		}
 		defer stop()
 		fmt.Fprintf(out, "ServiceAccount authentication: issuer %s published on port %d while COSI runs "+
-			"(its path and CA in %s)\n", opts.Issuer.URL, issuer.Port, filepath.Join(opts.Dir, "issuer"))
+			"(its path, CA and address in %s)\n", opts.Issuer.URL, issuer.Port, filepath.Join(opts.Dir, "issuer"))
 	}
 	fmt.Fprintf(
 		out,
@@ -165,7 +177,7 @@ func runIssuer(opts *RunOptions, out io.Writer) error {
 		(opts.Store != "" && opts.Store != StoreVersity) {
 		return nil
 	}
-	front, err := issuer.Load(filepath.Join(opts.Dir, "issuer"))
+	front, err := issuer.Load(filepath.Join(opts.Dir, "issuer"), opts.IssuerAddress)
 	if errors.Is(err, issuer.ErrUnavailable) {
 		fmt.Fprintf(out, "ServiceAccount authentication: off: %v\n", err)
 		return nil
@@ -173,14 +185,17 @@ func runIssuer(opts *RunOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if e := front.Exposure(); e != "" {
+		fmt.Fprintf(out, "ServiceAccount authentication: %s, as --issuer-address asks\n", e)
+	}
 	opts.Issuer = front
 	return nil
 }
 
 // PublishIssuer serves the front until ctx ends or stop is called, and returns once it listens:
 // what make run does while it runs (and test/docs/runnable, which runs as make run).
-// The front's address is one per machine: while another process publishes its issuer there (a
-// test), it waits.
+// A front published on an address of the machine's (--issuer-address) shares port 443 with the
+// other processes' fronts there: while one publishes its issuer (a test), it waits.
 func PublishIssuer(ctx context.Context, front *issuer.Front, out io.Writer) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	listening, done := make(chan struct{}), make(chan error, 1)

@@ -20,8 +20,10 @@ import (
 // reads an object. A second make run on the same data keeps the issuer, so the role the first
 // made still opens the bucket to the ServiceAccount's new tokens.
 func TestRunServiceAccount(t *testing.T) {
-	if _, err := issuer.New(); errors.Is(err, issuer.ErrUnavailable) {
+	if f, err := issuer.New(); errors.Is(err, issuer.ErrUnavailable) {
 		t.Skipf("no ServiceAccount issuer the IAM service would fetch can be published here: %v", err)
+	} else if err == nil {
+		_ = f.Close()
 	}
 	repo, err := RepoRoot()
 	if err != nil {

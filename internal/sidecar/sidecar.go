@@ -65,6 +65,10 @@ type Options struct {
 	// /metrics over HTTPS to authorized clients only (serving.Metrics).
 	MetricsAddress, HealthAddress string
 	MetricsSecure                 bool
+	// DriverMetricsURL, when set, is the driver's own /metrics on the Pod's loopback
+	// (http://127.0.0.1:<port>/metrics), which the metrics server relays at
+	// serving.DriverMetricsPath behind its own authentication.
+	DriverMetricsURL string
 	// PprofAddress serves the Go profiles (/debug/pprof); "" or "0" is off.
 	PprofAddress string
 	// SkipNameValidation allows several sidecars in one process (tests).
@@ -136,12 +140,20 @@ func newManager(
 	if err := jsonwatch.Use(cfg, &cacheOpts); err != nil {
 		return nil, err
 	}
+	metrics := serving.Metrics(opts.MetricsAddress, opts.MetricsSecure)
+	if opts.DriverMetricsURL != "" {
+		relay, err := serving.RelayMetrics(opts.DriverMetricsURL)
+		if err != nil {
+			return nil, err
+		}
+		metrics.ExtraHandlers = map[string]http.Handler{serving.DriverMetricsPath: relay}
+	}
 	return ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme.New(),
 		Logger:                        log,
 		Cache:                         cacheOpts,
 		GracefulShutdownTimeout:       ptr.To(shutdownTimeout),
-		Metrics:                       serving.Metrics(opts.MetricsAddress, opts.MetricsSecure),
+		Metrics:                       metrics,
 		HealthProbeBindAddress:        serving.Health(opts.HealthAddress),
 		PprofBindAddress:              opts.PprofAddress,
 		LeaderElection:                opts.LeaderElection,

@@ -3,8 +3,10 @@ package sidecar_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,6 +21,7 @@ import (
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/dev/testenv"
+	"github.com/kube-cosi/cosi/internal/cmdutil/serving"
 	"github.com/kube-cosi/cosi/internal/sidecar"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
 )
@@ -122,7 +125,8 @@ func freeAddress(t *testing.T) string {
 
 // TestLeaderElectionHealthAndMetrics runs two sidecars for one driver: they share one Lease named
 // after the driver and one of them provisions; the leader serves /readyz while its driver
-// answers; the KEP's sidecar metrics carry the driver name.
+// answers; the KEP's sidecar metrics carry the driver name; the driver's own /metrics (on
+// loopback) is relayed at /metrics/driver.
 func TestLeaderElectionHealthAndMetrics(t *testing.T) {
 	t.Parallel()
 	h := &harness{t: t, faults: &memory.Faults{}, calls: &memory.Calls{}, config: sidecarConfig}
@@ -134,12 +138,17 @@ func TestLeaderElectionHealthAndMetrics(t *testing.T) {
 	h.endpoint = "unix://" + filepath.Join(t.TempDir(), "driver.sock")
 	h.startDriver()
 
-	health := freeAddress(t)
+	health, metricsAddress := freeAddress(t), freeAddress(t)
+	driverMetrics := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "cosi_driver_relay_test 1\n")
+	}))
+	t.Cleanup(driverMetrics.Close)
 	for i := range 2 {
 		opts := sidecarOptions(h.endpoint)
 		opts.LeaderElection, opts.LeaderElectionNamespace = true, sidecarNamespace
 		if i == 0 {
-			opts.HealthAddress = health
+			opts.HealthAddress, opts.MetricsAddress = health, metricsAddress
+			opts.DriverMetricsURL = driverMetrics.URL + "/metrics"
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
@@ -183,6 +192,19 @@ func TestLeaderElectionHealthAndMetrics(t *testing.T) {
 			if resp.StatusCode != http.StatusOK {
 				return fmt.Errorf("%s: %s", path, resp.Status)
 			}
+		}
+		return nil
+	})
+
+	testenv.Eventually(t, func() error {
+		resp, err := http.Get("http://" + metricsAddress + serving.DriverMetricsPath)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "cosi_driver_relay_test 1") {
+			return fmt.Errorf("%s: %s %.200s", serving.DriverMetricsPath, resp.Status, body)
 		}
 		return nil
 	})

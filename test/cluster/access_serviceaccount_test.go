@@ -56,7 +56,7 @@ func TestServiceAccountPod(t *testing.T) {
 	step(t, "install with the issuer", func(t *testing.T) {
 		s3Values := helmValues(t, tag, map[string]any{"driver": map[string]any{"args": []string{
 			"--s3-endpoint=" + s.S3Endpoint, "--accounts=iam", "--iam-endpoint=" + s.IAMEndpoint,
-			"--metrics-address=:8082",
+			"--metrics-address=127.0.0.1:8082",
 			"--service-account-issuer=" + front.URL, "--service-account-issuer-thumbprints=" + front.Thumbprint,
 		}}})
 		command(t, "helm", "install", "cosi", filepath.Join(repo, "charts/cosi"), "-n", cosiNamespace,

@@ -86,7 +86,8 @@ func helmValues(t *testing.T, tag string, extra map[string]any) string {
 
 func driverValues(t *testing.T, s *store, tag string) string {
 	return helmValues(t, tag, map[string]any{"driver": map[string]any{"args": []string{
-		"--s3-endpoint=" + s.S3Endpoint, "--accounts=iam", "--iam-endpoint=" + s.IAMEndpoint, "--metrics-address=:8082",
+		"--s3-endpoint=" + s.S3Endpoint, "--accounts=iam", "--iam-endpoint=" + s.IAMEndpoint,
+		"--metrics-address=127.0.0.1:8082",
 	}}})
 }
 

@@ -89,7 +89,7 @@ func TestKustomize(t *testing.T) {
       - --s3-endpoint=%s
       - --accounts=iam
       - --iam-endpoint=%s
-      - --metrics-address=:8082
+      - --metrics-address=127.0.0.1:8082
       - --credentials-file=/etc/cosi/credentials/credentials
 `, s.S3Endpoint, s.IAMEndpoint),
 	)

@@ -91,7 +91,12 @@ func run(m *testing.M) int {
 	opts := cluster.Options{Dir: dir, BinDir: bin, Progress: os.Stdout, ImagesDirs: images}
 	// The issuer the store's IAM service verifies ServiceAccount tokens against; without one the
 	// ServiceAccount stories skip, saying why.
+	// The store's IAM service runs in a Pod: a private front answers the Pod network too.
 	if front, noIssuer = issuer.New(); noIssuer == nil {
+		if noIssuer = front.AllowFrom(cluster.PodSubnet); noIssuer != nil {
+			fmt.Fprintln(os.Stderr, "test/cluster:", noIssuer)
+			return 1
+		}
 		opts.ServiceAccountIssuer, opts.ServiceAccountJWKSURI = front.URL, front.JWKSURI
 	}
 	node, err = cluster.Start(ctx, opts)
@@ -135,6 +140,13 @@ func run(m *testing.M) int {
 	if err := node.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "test/cluster: stopping the node:", err)
 		code = 1
+	}
+	// The front's namespace and link go with it, before the host is compared.
+	if front != nil {
+		if err := front.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "test/cluster: closing the issuer front:", err)
+			code = 1
+		}
 	}
 	// The tests leave the machine as they found it.
 	if after := cluster.HostFingerprint(); after != before {

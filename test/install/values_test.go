@@ -2,6 +2,8 @@ package install
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -11,11 +13,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kube-cosi/cosi/dev/localenv"
 	"github.com/kube-cosi/cosi/drivers/azure"
 	s3 "github.com/kube-cosi/cosi/drivers/s3"
+	"github.com/kube-cosi/cosi/internal/cmdutil/serving"
 	"github.com/kube-cosi/cosi/internal/sidecar"
 )
 
@@ -325,4 +329,88 @@ func TestMetricsAreAuthenticated(t *testing.T) {
 				binding.Subjects, binding.RoleRef.Name, namespace, c.sa)
 		}
 	}
+}
+
+// TestDriverMetricsStayInThePod checks every rendering of the driver's Deployment: the driver's
+// /metrics (plain HTTP, no authentication) is bound to the Pod's loopback only, nothing names it
+// as a port of the Pod or a Service (with hostNetwork the Pod's addresses are the node's), and the
+// sidecar relays it on its own /metrics server (--driver-metrics-url), which is HTTPS to tokens
+// cosi-metrics-reader allows: the rule the controller's and sidecar's metrics follow.
+func TestDriverMetricsStayInThePod(t *testing.T) {
+	for what, rendering := range map[string][]byte{
+		"config/driver/s3": kustomize(t, "config/driver/s3"),
+		"charts/cosi-driver": helmTemplate(t, "charts/cosi-driver", "s3",
+			"--set", "metrics.serviceMonitor.enabled=true"),
+		"charts/cosi-driver hostNetwork": helmTemplate(t, "charts/cosi-driver", "s3", "--set", "hostNetwork=true"),
+		"charts/cosi-driver azure": helmTemplate(t, "charts/cosi-driver", "azure",
+			"-f", filepath.Join(env.RepoRoot, "charts/cosi-driver/examples/azure-values.yaml")),
+	} {
+		var relayed bool
+		for _, d := range deploymentsOf(t, rendering) {
+			dep := &appsv1.Deployment{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(d.Object, dep); err != nil {
+				t.Fatal(err)
+			}
+			for _, ct := range dep.Spec.Template.Spec.Containers {
+				for _, a := range ct.Args {
+					if v, ok := strings.CutPrefix(a, "--metrics-address="); ok && !loopbackAddress(v) {
+						t.Errorf("%s: container %s serves its plain /metrics on %s, beyond the Pod's loopback", what,
+							ct.Name, v)
+					}
+					if v, ok := strings.CutPrefix(a, "--driver-metrics-url="); ok && ct.Name == "sidecar" {
+						relayed = strings.HasPrefix(v, "http://127.0.0.1:")
+					}
+				}
+				for _, p := range ct.Ports {
+					if p.Name != "metrics" && p.Name != "health" {
+						t.Errorf("%s: container %s has port %s (%d), neither the sidecar's authenticated metrics nor "+
+							"its probes", what, ct.Name, p.Name, p.ContainerPort)
+					}
+				}
+			}
+		}
+		if !relayed {
+			t.Errorf("%s: the sidecar does not relay the driver's loopback /metrics (--driver-metrics-url)", what)
+		}
+		for key, o := range index(t, rendering) {
+			if !strings.HasPrefix(key, "Service/") {
+				continue
+			}
+			svc := &corev1.Service{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, svc); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range svc.Spec.Ports {
+				if p.TargetPort.String() != "metrics" {
+					t.Errorf("%s: %s port %s targets %s, not the sidecar's authenticated metrics", what, key, p.Name,
+						p.TargetPort.String())
+				}
+			}
+		}
+		if sm, ok := index(t, rendering)["ServiceMonitor/s3-cosi-driver"]; ok {
+			endpoints, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+			var paths []string
+			for _, e := range endpoints {
+				e, _ := e.(map[string]any)
+				if e["port"] != "metrics" || e["scheme"] != "https" {
+					t.Errorf("%s: ServiceMonitor endpoint %v: want the port metrics, over https", what, e)
+				}
+				paths = append(paths, fmt.Sprint(e["path"]))
+			}
+			if !slices.Contains(paths, serving.DriverMetricsPath) {
+				t.Errorf("%s: the ServiceMonitor scrapes %v, not the driver's metrics at %s", what, paths,
+					serving.DriverMetricsPath)
+			}
+		}
+	}
+}
+
+// loopbackAddress tells whether host:port is on loopback ("localhost" included); ":8082" is not.
+func loopbackAddress(address string) bool {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return host == "localhost" || (ip != nil && ip.IsLoopback())
 }

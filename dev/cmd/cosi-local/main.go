@@ -48,6 +48,9 @@ func main() {
 	)
 	flag.BoolVar(&opts.ControllerManager, "controller-manager", true,
 		"run kube-controller-manager: owner references cascade and deleted namespaces finish deleting")
+	flag.StringVar(&opts.IssuerAddress, "issuer-address", "",
+		"publish the ServiceAccount issuer on port 443 of this address of the machine's, for every host that "+
+			"reaches it (default: an address of a network namespace of its own, which no other host reaches)")
 	flag.BoolVar(&opts.Demo, "demo", true, "apply the demo from examples/ and use its credentials")
 	flag.BoolVar(&opts.ExitAfterDemo, "exit-after-demo", false, "stop after the demo instead of waiting for Ctrl-C")
 	version.AddFlag(flag.CommandLine)

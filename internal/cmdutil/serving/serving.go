@@ -8,7 +8,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -32,6 +35,51 @@ const (
 	DefaultHealthAddress = "127.0.0.1:8081"
 )
 
+// DriverMetricsPath is where the sidecar's metrics server relays the driver's own /metrics
+// (RelayMetrics), behind the same authentication as its /metrics.
+const DriverMetricsPath = "/metrics/driver"
+
+// RelayMetrics returns the handler of DriverMetricsPath: it gets target, the driver's /metrics on
+// the Pod's loopback (the containers of a Pod share it), and answers with what it got. A driver's
+// metrics server is plain HTTP with no authentication, so the charts bind it to loopback and
+// Prometheus reads it through the sidecar's, with the sidecar's authentication. target must be
+// http:// on a loopback address: the relay is no way into anything else.
+func RelayMetrics(target string) (http.Handler, error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return nil, fmt.Errorf("the driver's metrics URL: %w", err)
+	}
+	ip := net.ParseIP(u.Hostname())
+	if u.Scheme != "http" || (u.Hostname() != "localhost" && (ip == nil || !ip.IsLoopback())) || u.Port() == "" ||
+		u.User != nil {
+		return nil, fmt.Errorf("the driver's metrics URL %q: want http://127.0.0.1:<port>/<path>, on the Pod's loopback",
+			target)
+	}
+	// No proxy from the environment: the driver is in the Pod.
+	c := &http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 10 * time.Second}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, u.String(), nil)
+		if err != nil {
+			http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
+			return
+		}
+		if accept := r.Header.Get("Accept"); accept != "" {
+			req.Header.Set("Accept", accept) // Prometheus asks for a format
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			http.Error(w, "the driver's metrics: "+err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer func() { _ = resp.Body.Close() }()
+		if ct := resp.Header.Get("Content-Type"); ct != "" {
+			w.Header().Set("Content-Type", ct)
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+	}), nil
+}
+
 // Metrics are the options of the metrics server at addr ("" is DefaultMetricsAddress, "0"
 // disables it). With secure, it serves HTTPS (controller-runtime's self-signed certificate) and
 // answers only the clients Authorized lets through.
@@ -52,7 +100,7 @@ func Metrics(addr string, secure bool) metricsserver.Options {
 const PprofFlag = "pprof-bind-address"
 
 // PprofUsage is PprofFlag's help text.
-const PprofUsage = `address of the Go profiles at /debug/pprof/ ("" or "0": off, the default), e.g. 127.0.0.1:8082; ` +
+const PprofUsage = `address of the Go profiles at /debug/pprof/ ("" or "0": off, the default), e.g. 127.0.0.1:6060; ` +
 	`see docs/benchmark.md, "Profiles"`
 
 // Health is the address of the health probes: addr, or DefaultHealthAddress when empty ("0"

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -95,7 +96,8 @@ func TestSecureMetricsOnlyToAuthorizedTokens(t *testing.T) {
 	// What docs/install.md tells admins to bind Prometheus to (charts/cosi's cosi-metrics-reader).
 	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: "serving-test-metrics-reader"},
-		Rules:      []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}},
+		Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics", serving.DriverMetricsPath},
+			Verbs: []string{"get"}}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +111,18 @@ func TestSecureMetricsOnlyToAuthorizedTokens(t *testing.T) {
 	}
 	cfg := &rest.Config{Host: env.Config.Host, BearerToken: component,
 		TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Metrics: serving.Metrics(addr, true), HealthProbeBindAddress: "0"})
+	// The driver's plain /metrics on loopback, which the component relays (the sidecar does).
+	driver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "cosi_test_driver_metric 1\n")
+	}))
+	t.Cleanup(driver.Close)
+	relay, err := serving.RelayMetrics(driver.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := serving.Metrics(addr, true)
+	metrics.ExtraHandlers = map[string]http.Handler{serving.DriverMetricsPath: relay}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Metrics: metrics, HealthProbeBindAddress: "0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,9 +140,13 @@ func TestSecureMetricsOnlyToAuthorizedTokens(t *testing.T) {
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // the metrics' self-signed certificate
 	}}
-	get := func(scheme, method, token string) (int, string) {
+	get := func(scheme, method, token string, path ...string) (int, string) {
 		t.Helper()
-		req, err := http.NewRequestWithContext(ctx, method, scheme+"://"+addr+"/metrics", nil)
+		p := "/metrics"
+		if len(path) > 0 {
+			p = path[0]
+		}
+		req, err := http.NewRequestWithContext(ctx, method, scheme+"://"+addr+p, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -173,5 +190,41 @@ func TestSecureMetricsOnlyToAuthorizedTokens(t *testing.T) {
 	}
 	if code, _ := get("http", http.MethodGet, prometheus); code == http.StatusOK {
 		t.Error("the metrics are served in clear text")
+	}
+	// The driver's metrics, relayed, behind the same checks.
+	for _, c := range []struct {
+		what, token string
+		want        int
+	}{
+		{"no token", "", http.StatusUnauthorized},
+		{"a tenant's token", tenant, http.StatusForbidden},
+		{"Prometheus's token", prometheus, http.StatusOK},
+	} {
+		code, body := get("https", http.MethodGet, c.token, serving.DriverMetricsPath)
+		if code != c.want {
+			t.Errorf("the driver's metrics, %s: %d %.200s, want %d", c.what, code, body, c.want)
+		}
+		if code == http.StatusOK && !strings.Contains(body, "cosi_test_driver_metric 1") {
+			t.Errorf("the driver's metrics, %s: %.200s, not the driver's", c.what, body)
+		}
+	}
+}
+
+// RelayMetrics relays only from the Pod's loopback, over plain HTTP with a port: no other host,
+// whatever the flag says.
+func TestRelayMetricsOnlyFromLoopback(t *testing.T) {
+	for _, target := range []string{
+		"http://10.0.0.1:8082/metrics", "http://example.com:8082/metrics", "https://127.0.0.1:8082/metrics",
+		"http://127.0.0.1/metrics", "http://user:pass@127.0.0.1:8082/metrics", "127.0.0.1:8082",
+	} {
+		if _, err := serving.RelayMetrics(target); err == nil {
+			t.Errorf("RelayMetrics(%q) accepted", target)
+		}
+	}
+	for _, target := range []string{"http://127.0.0.1:8082/metrics", "http://[::1]:8082/metrics",
+		"http://localhost:8082/metrics"} {
+		if _, err := serving.RelayMetrics(target); err != nil {
+			t.Errorf("RelayMetrics(%q): %v", target, err)
+		}
 	}
 }
