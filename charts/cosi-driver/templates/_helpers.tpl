@@ -54,3 +54,18 @@ docs/install.md and config/driver/s3 install, which keeps the driver's default n
 {{- end -}}
 {{- end -}}
 {{- end }}
+
+{{/*
+The sidecars' leader election Lease: <driver name, lower-case>-cosi-sidecar (sidecar.LeaseName).
+The driver's name is driver.name, or the S3 driver's default for the release "s3" of the
+project's S3 image; "" when the chart cannot know it (then the sidecar's Role is not limited to it).
+*/}}
+{{- define "cosi-driver.leaseName" -}}
+{{- $name := .Values.driver.name -}}
+{{- if and (not $name) (eq .Release.Name "s3") (eq .Values.driver.imageName "cosi-driver-s3") (not .Values.driver.image) -}}
+{{- $name = "s3.cosi.kube-cosi.io" -}}
+{{- end -}}
+{{- if $name -}}
+{{- lower $name -}}-cosi-sidecar
+{{- end -}}
+{{- end }}
