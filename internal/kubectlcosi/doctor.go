@@ -238,22 +238,34 @@ func (c *Command) checkComponents(ctx context.Context, r *DoctorReport) error {
 	return nil
 }
 
-// checkLease: the Lease name in the COSI namespace is held and renewed.
+// checkLease: the Lease name is held and renewed: in the COSI namespace, or in any namespace when
+// it is not there (sidecars elect in their own Pod's namespace).
 func (c *Command) checkLease(ctx context.Context, r *DoctorReport, check, name, what string) error {
 	l := &coordinationv1.Lease{}
 	v, err := c.read(ctx, types.NamespacedName{Namespace: c.COSINamespace, Name: name}, l)
 	if err != nil {
 		return err
 	}
+	if v == notFound {
+		var list coordinationv1.LeaseList
+		lv, err := classify(c.Client.List(ctx, &list, client.MatchingFields{"metadata.name": name}))
+		switch {
+		case lv == failed:
+			return err
+		case lv == visible && len(list.Items) > 0:
+			l, v = &list.Items[0], visible
+		}
+	}
 	switch v {
 	case forbidden:
 		r.add(check, CheckUnknown, "cannot read Lease %s/%s (Forbidden): is %s running?", c.COSINamespace, name, what)
 		return nil
 	case notFound:
-		r.add(check, CheckFailed, "no Lease %s/%s: %s is not running (or runs without --leader-elect)",
-			c.COSINamespace, name, what)
+		r.add(check, CheckFailed, "no Lease %s in %s or any namespace: %s is not running (or runs without "+
+			"--leader-elect)", name, c.COSINamespace, what)
 		return nil
 	}
+	ns := l.Namespace
 	holder := ""
 	if l.Spec.HolderIdentity != nil {
 		holder = *l.Spec.HolderIdentity
@@ -264,17 +276,17 @@ func (c *Command) checkLease(ctx context.Context, r *DoctorReport, check, name, 
 	}
 	switch {
 	case holder == "":
-		r.add(check, CheckFailed, "Lease %s/%s is released: %s is not running", c.COSINamespace, name, what)
+		r.add(check, CheckFailed, "Lease %s/%s is released: %s is not running", ns, name, what)
 	case l.Spec.RenewTime != nil && l.Spec.RenewTime.After(c.Now().Add(maxClockSkew)):
 		// Renewed "in the future": its expiry says nothing about whether the holder still renews it.
 		r.add(check, CheckWarning, "Lease %s/%s of %s was renewed at %s, %s ahead of this machine's clock: one "+
-			"of the two clocks is wrong, and whether %s runs cannot be told", c.COSINamespace, name, holder,
+			"of the two clocks is wrong, and whether %s runs cannot be told", ns, name, holder,
 			l.Spec.RenewTime.Local().Format(time.RFC3339), l.Spec.RenewTime.Sub(c.Now()).Round(time.Second), what)
 	case c.Now().After(expires):
-		r.add(check, CheckFailed, "Lease %s/%s of %s expired at %s: %s stopped renewing it", c.COSINamespace, name,
+		r.add(check, CheckFailed, "Lease %s/%s of %s expired at %s: %s stopped renewing it", ns, name,
 			holder, expires.Local().Format(time.RFC3339), what)
 	default:
-		r.add(check, CheckOK, "%s runs: %s holds Lease %s/%s", what, holder, c.COSINamespace, name)
+		r.add(check, CheckOK, "%s runs: %s holds Lease %s/%s", what, holder, ns, name)
 	}
 	return nil
 }

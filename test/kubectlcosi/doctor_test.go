@@ -289,3 +289,25 @@ func namespaceViewer(t *testing.T, ns string) *rest.Config {
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: name}
 	return cfg
 }
+
+// TestDoctorSidecarLeaseInItsOwnNamespace: the sidecars of a driver installed in another namespace
+// than COSI's elect their leader there (their Pod's namespace): doctor must find that Lease and
+// say the driver runs, not that none does.
+func TestDoctorSidecarLeaseInItsOwnNamespace(t *testing.T) {
+	elsewhere := "elsewhere.kubectl.cosi.io"
+	ns := unique("driver-ns")
+	if err := env.CreateNamespace(t.Context(), ns); err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.NewMicroTime(time.Now())
+	create(t, objects.BucketClass(unique("class"), elsewhere, cosiapi.DeletionPolicyDelete),
+		&coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: sidecar.LeaseName(elsewhere)},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("sidecar-0"), LeaseDurationSeconds: ptr.To[int32](3600),
+				AcquireTime: &now, RenewTime: &now},
+		})
+	_, r := doctor(t, env.Config)
+	if err := expectCheck(r, "sidecar/"+elsewhere, kubectlcosi.CheckOK, "holds Lease "+ns+"/"); err != nil {
+		t.Error(err)
+	}
+}
