@@ -181,8 +181,8 @@ func (w *driverWatch) readLease(ctx context.Context, driver string) leaseAnswer 
 		err = w.reader.List(ctx, &list, client.MatchingFields{"metadata.name": name})
 		switch {
 		case err == nil && len(list.Items) == 0:
-			return leaseAnswer{at: now, why: name + " does not exist in any namespace", missing: true,
-				again: w.recheck}
+			return leaseAnswer{at: now, why: w.namespace + "/" + name + " does not exist (nor in any other namespace)",
+				missing: true, again: w.recheck}
 		case err == nil:
 			// Several: the same driver installed in several namespaces; any holder serves it.
 			lease = &list.Items[0]
