@@ -5,6 +5,7 @@ package main
 import (
 	"flag"
 	"os"
+	"strings"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -21,6 +22,16 @@ func main() {
 	flag.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one leader among the controller replicas")
 	flag.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "",
 		"namespace of the leader election Lease (default: the pod's namespace)")
+	flag.Func("sidecar-lease-namespaces", "comma-separated namespaces, besides the controller's, where drivers' "+
+		"sidecars elect their leader (drivers installed in a namespace of their own): their Leases tell whether a "+
+		"driver is served", func(v string) error {
+		for _, ns := range strings.Split(v, ",") {
+			if ns = strings.TrimSpace(ns); ns != "" {
+				opts.SidecarLeaseNamespaces = append(opts.SidecarLeaseNamespaces, ns)
+			}
+		}
+		return nil
+	})
 	flag.StringVar(&opts.MetricsAddress, "metrics-bind-address", serving.DefaultMetricsAddress,
 		`address of /metrics ("0" disables); loopback unless set, e.g. :8443 for Prometheus`)
 	flag.BoolVar(&opts.MetricsSecure, "metrics-secure", false, "serve /metrics over HTTPS, only to bearer tokens "+

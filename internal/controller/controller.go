@@ -29,9 +29,9 @@ import (
 // election records "became leader" and "stopped leading" as core/v1 Events of the Lease there.
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch,namespace=cosi-system
 //
-// The sidecars' Leases are in their own namespaces: the controller lists them by name, anywhere,
-// to tell whether a driver is served (drivers.go).
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=list
+// The sidecars' Leases may be in namespaces of their own (Options.SidecarLeaseNamespaces): the
+// controller reads them by name there, to tell whether a driver is served (drivers.go).
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch,namespace=cosi-system
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -57,6 +57,11 @@ type Options struct {
 	// DriverRecheck is how often the controller looks again for a sidecar of a driver that none
 	// serves; 0 means DefaultDriverRecheck.
 	DriverRecheck time.Duration
+	// SidecarLeaseNamespaces are the namespaces besides the controller's where drivers' sidecars
+	// elect their leader (drivers installed in a namespace of their own): their Leases are looked
+	// for there too. Leases elsewhere are not trusted: tenants may create Leases in their own
+	// namespaces.
+	SidecarLeaseNamespaces []string
 }
 
 // LeaseName is the leader election Lease of the controller.
@@ -154,7 +159,8 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*BucketClaimRec
 	if recheck <= 0 {
 		recheck = DefaultDriverRecheck
 	}
-	drivers := &driverWatch{reader: reader, namespace: leaseNamespace(opts), grace: grace, recheck: recheck}
+	drivers := &driverWatch{reader: reader, namespace: leaseNamespace(opts), others: opts.SidecarLeaseNamespaces,
+		grace: grace, recheck: recheck}
 	claims := &BucketClaimReconciler{Client: c, APIReader: reader, Recorder: recorder, Metrics: metrics,
 		Drivers: drivers}
 	if err := claims.SetupWithManager(mgr, copts); err != nil {

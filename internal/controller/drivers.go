@@ -29,12 +29,13 @@ const DefaultDriverGrace = 30 * time.Second
 const DefaultDriverRecheck = 30 * time.Second
 
 // driverWatch tells whether a sidecar serves a driver: the sidecars of a driver elect a leader
-// with the Lease sidecarLeaseName(driver), in the COSI namespace or their own (readLease). It is
-// read live (a GET per driver with objects that wait, at most every leaseAnswerTTL),
+// with the Lease sidecarLeaseName(driver), in the COSI namespace or one an admin names (readLease).
+// It is read live (a GET per driver with objects that wait, at most every leaseAnswerTTL),
 // not cached: the controller may not watch Leases cluster-wide, and only unserved objects ask.
 type driverWatch struct {
 	reader    client.Reader
 	namespace string
+	others    []string // Options.SidecarLeaseNamespaces
 	grace     time.Duration
 	recheck   time.Duration // DefaultDriverRecheck unless a test sets it
 
@@ -164,10 +165,10 @@ func (w *driverWatch) unserved(ctx context.Context, driver string, created time.
 	return a
 }
 
-// readLease reads the Lease of driver's sidecars. The sidecars elect their leader in their own
-// Pod's namespace (or their --leader-election-namespace), which need not be the controller's: a
-// Lease not found in the controller's namespace is looked for in every namespace, by name (the
-// controller's ClusterRole may list Leases; one List, only while objects wait for that driver).
+// readLease reads the Lease of driver's sidecars: in the controller's namespace, else in the
+// namespaces where an admin installed drivers (Options.SidecarLeaseNamespaces; sidecars elect in
+// their own Pod's namespace). Never in any other: a tenant may create a Lease of that name in
+// their own namespace, and would have an unserved driver reported served.
 func (w *driverWatch) readLease(ctx context.Context, driver string) leaseAnswer {
 	now := time.Now()
 	name := sidecarLeaseName(driver)
@@ -175,25 +176,19 @@ func (w *driverWatch) readLease(ctx context.Context, driver string) leaseAnswer 
 	ctx, cancel := context.WithTimeout(ctx, leaseReadTimeout)
 	defer cancel()
 	lease := &coordinationv1.Lease{}
-	err := w.reader.Get(ctx, types.NamespacedName{Namespace: w.namespace, Name: name}, lease)
-	if apierrors.IsNotFound(err) {
-		var list coordinationv1.LeaseList
-		err = w.reader.List(ctx, &list, client.MatchingFields{"metadata.name": name})
-		switch {
-		case err == nil && len(list.Items) == 0:
-			return leaseAnswer{at: now, why: w.namespace + "/" + name + " does not exist (nor in any other namespace)",
-				missing: true, again: w.recheck}
-		case err == nil:
-			// Several: the same driver installed in several namespaces; any holder serves it.
-			lease = &list.Items[0]
-			for i := range list.Items {
-				if leaseProblem(&list.Items[i], now) == "" {
-					lease = &list.Items[i]
-				}
-			}
+	var err error
+	for _, ns := range append([]string{w.namespace}, w.others...) {
+		if err = w.reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, lease); !apierrors.IsNotFound(err) {
+			break
 		}
 	}
 	switch {
+	case apierrors.IsNotFound(err):
+		where := w.namespace + "/" + name
+		if len(w.others) > 0 {
+			where += " (nor in " + strings.Join(w.others, ", ") + ")"
+		}
+		return leaseAnswer{at: now, why: where + " does not exist", missing: true, again: w.recheck}
 	case apierrors.IsForbidden(err):
 		// Cannot tell (no Role to read Leases there): say nothing rather than something wrong.
 		return leaseAnswer{at: now}

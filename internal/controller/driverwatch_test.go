@@ -356,8 +356,8 @@ func TestWaitingForDriverAfterARestart(t *testing.T) {
 }
 
 // TestServedFromAnotherNamespace: the sidecars of a driver installed in another namespace than the
-// controller's elect their leader there (their Pod's namespace): the controller must find their
-// Lease, and not report the driver unserved.
+// controller's elect their leader there (their Pod's namespace): the controller, told of that
+// namespace, must find their Lease, and not report the driver unserved.
 func TestServedFromAnotherNamespace(t *testing.T) {
 	t.Parallel()
 	api := ownAPIServer(t)
@@ -366,7 +366,8 @@ func TestServedFromAnotherNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	sidecarLeaseIn(t, api, "driver-ns", driver, "sidecar-0")
-	runController(t, api, controller.Options{DriverGrace: time.Second, DriverRecheck: time.Second}, logr.Discard())
+	runController(t, api, controller.Options{DriverGrace: time.Second, DriverRecheck: time.Second,
+		SidecarLeaseNamespaces: []string{"driver-ns"}}, logr.Discard())
 	objs := servedAndWaiting(t, api, driver)
 	testenv.Never(t, 5*time.Second, func() error {
 		if err := api.Client.Get(t.Context(), client.ObjectKeyFromObject(objs.waiting), objs.waiting); err != nil {
@@ -385,5 +386,37 @@ func TestServedFromAnotherNamespace(t *testing.T) {
 		metav1.ConditionUnknown, cosiapi.ReasonWaitingForDriver)
 	if want := "driver-ns/" + driver + "-cosi-sidecar is held by nobody"; !strings.Contains(c.Message, want) {
 		t.Errorf("WaitingForDriver message %q, want it to contain %q", c.Message, want)
+	}
+}
+
+// TestTenantLeaseDoesNotFakeServed: no sidecar serves the driver anywhere; a tenant who may create
+// Leases in their own namespace (and nothing of COSI's) creates one named <driver>-cosi-sidecar,
+// held and fresh. The controller must still report the driver's claims WaitingForDriver: it reads
+// sidecar Leases only in its own namespace and those an admin names (found by a reviewer of the
+// first fix, which looked in every namespace).
+func TestTenantLeaseDoesNotFakeServed(t *testing.T) {
+	t.Parallel()
+	api := ownAPIServer(t)
+	driver := uniqueName("faked") + ".controller-test.cosi.io"
+	for _, ns := range []string{"tenant-ns", "driver-ns"} {
+		if err := api.CreateNamespace(t.Context(), ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sidecarLeaseIn(t, api, "tenant-ns", driver, "tenant-pretends")
+	runController(t, api, controller.Options{DriverGrace: time.Second, DriverRecheck: time.Second,
+		SidecarLeaseNamespaces: []string{"driver-ns"}}, logr.Discard())
+	class := objects.BucketClass(uniqueName("class"), driver, cosiapi.DeletionPolicyDelete)
+	c := objects.BucketClaim(testNamespace, uniqueName("claim"), class.Name, objects.S3)
+	for _, o := range []client.Object{class, c} {
+		if err := api.Client.Create(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cond := testenv.Condition(t, api, c, claimConditions, cosiapi.ConditionProvisioned,
+		metav1.ConditionUnknown, cosiapi.ReasonWaitingForDriver)
+	want := "cosi-system/" + driver + "-cosi-sidecar (nor in driver-ns) does not exist"
+	if !strings.Contains(cond.Message, want) {
+		t.Errorf("WaitingForDriver message %q, want it to contain %q", cond.Message, want)
 	}
 }
