@@ -198,7 +198,7 @@ func (r *BucketAccessReconciler) refreshBucketInfo(
 			if b == nil {
 				continue
 			}
-			keys, err := r.refreshSecret(ctx, ba, claim, g.BucketInfo[b.Name], b.Status.BucketInfo)
+			keys, err := r.refreshSecret(ctx, ba, claim, g.infoWritten(b.Name), b.Status.BucketInfo)
 			if err != nil {
 				return err
 			}
@@ -211,7 +211,23 @@ func (r *BucketAccessReconciler) refreshBucketInfo(
 		g.BucketInfo = map[string]map[string]string{}
 	}
 	for name, b := range changed {
+		// A value the new information lacks stays in the Secrets (refreshSecret): the record
+		// keeps it apart (KeptInfo), so that a later answer with a value replaces it.
+		kept := map[string]string{}
+		for k, v := range g.infoWritten(name) {
+			if _, ok := b.Status.BucketInfo[k]; !ok {
+				kept[k] = v
+			}
+		}
 		g.BucketInfo[name] = b.Status.BucketInfo
+		if len(kept) == 0 {
+			delete(g.KeptInfo, name)
+			continue
+		}
+		if g.KeptInfo == nil {
+			g.KeptInfo = map[string]map[string]string{}
+		}
+		g.KeptInfo[name] = kept
 	}
 	if err := r.Grants.store.update(ctx, cm, *g); err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -82,6 +83,9 @@ type grantRecord struct {
 	// BucketInfo is the status.bucketInfo of each of BucketNames that the Secrets were written
 	// against (access_refresh.go): when a Bucket's changes, the Secret values that came from it follow.
 	BucketInfo map[string]map[string]string `json:"bucketInfo,omitempty"`
+	// KeptInfo are, by Bucket name, the values of an earlier BucketInfo that a later one lacked,
+	// which the Secrets kept (access_refresh.go): the Secrets were written against them too.
+	KeptInfo map[string]map[string]string `json:"keptInfo,omitempty"`
 	// The credential the Secrets hold, and the rotation in progress (access_rotate.go). Kept when a
 	// grant writes the record again.
 	rotationState
@@ -106,6 +110,17 @@ func newGrantRecord(ba *cosiapi.BucketAccess, parameters map[string]string) gran
 		rec.BucketNames = append(rec.BucketNames, b.BucketName)
 	}
 	return rec
+}
+
+// infoWritten is the information of Bucket name that the Secrets were written against: its
+// recorded information, and the values an earlier one had that it lacks (KeptInfo).
+func (g *grantRecord) infoWritten(name string) map[string]string {
+	if len(g.KeptInfo[name]) == 0 {
+		return g.BucketInfo[name]
+	}
+	out := maps.Clone(g.KeptInfo[name])
+	maps.Copy(out, g.BucketInfo[name])
+	return out
 }
 
 // grantRecordFor is the record of a grant of the access on its Buckets (by claim name), with the

@@ -56,7 +56,11 @@ func RelayMetrics(target string) (http.Handler, error) {
 			target)
 	}
 	// No proxy from the environment: the driver is in the Pod.
-	c := &http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 10 * time.Second}
+	c := &http.Client{
+		Transport: &http.Transport{Proxy: nil}, Timeout: 10 * time.Second,
+		// A redirect is answered as it is, never followed: it could lead off loopback.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, u.String(), nil)
 		if err != nil {
