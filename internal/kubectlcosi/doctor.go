@@ -285,6 +285,12 @@ func (c *Command) checkLease(ctx context.Context, r *DoctorReport, check, name, 
 	case c.Now().After(expires):
 		r.add(check, CheckFailed, "Lease %s/%s of %s expired at %s: %s stopped renewing it", ns, name,
 			holder, expires.Local().Format(time.RFC3339), what)
+	case ns != c.COSINamespace:
+		// Anyone who may create Leases in a namespace could have written it; the controller reads
+		// it only where an admin said a driver is installed.
+		r.add(check, CheckWarning, "%s holds Lease %s/%s, outside COSI's namespace: %s runs there if that is the "+
+			"driver's namespace (then the controller needs --sidecar-lease-namespaces=%s to see it)", holder, ns, name,
+			what, ns)
 	default:
 		r.add(check, CheckOK, "%s runs: %s holds Lease %s/%s", what, holder, ns, name)
 	}
