@@ -318,8 +318,8 @@ func (l *laterQueue) after(key types.NamespacedName, d time.Duration) {
 // succeeded run again with it, doing nothing until they are due), then a conflict's rate-limited
 // retry, then the soonest wait, then a final failure. A final failure does not cancel the wait of
 // the others (a rotation's grace period, its period, a renewal): nothing else would wake the
-// access for them. The part that failed does not repeat its driver call when they wake it: a
-// failed check is next due an interval later, a refused refresh request is answered.
+// access for them. The part that failed repeats its driver call at most when they wake it: a
+// refused refresh request is answered (not asked again), a failed check is asked again then.
 func upkeepResult(wait time.Duration, errs []error) (reconcile.Result, error) {
 	var final error
 	conflict := false

@@ -53,12 +53,10 @@ func (r *BucketAccessReconciler) checkSecrets(ctx context.Context, ba *cosiapi.B
 	default:
 		renewAt, err := r.grant(ctx, ba, true)
 		if err != nil {
+			// Refused for good (the condition and an event say why): the schedule does not wake
+			// a check that failed, and the grant is not asked again until the access changes
+			// (or another part of the upkeep, a rotation's end, wakes it: once).
 			r.checkMetric.WithLabelValues(r.Info.GetName(), secretCheckFailed).Inc()
-			if isFinal(err) {
-				// Refused for good (the condition and an event say why): tried again at the next
-				// check, not whenever another part of the upkeep needs the access.
-				r.checks.done(key, ba.UID)
-			}
 			return 0, err
 		}
 		renewIn = until(renewAt)
