@@ -111,18 +111,13 @@ func TestRebuiltSecretAfterRestartMatchesGrant(t *testing.T) {
 	granted := secret(t, ba, 1)
 	key := client.ObjectKeyFromObject(granted)
 
-	setSecretFinalizers(t, key, func(s *corev1.Secret) { controllerutil.AddFinalizer(s, tenantFinalizer) })
-	if err := env.Client.Delete(t.Context(), granted); err != nil {
-		t.Fatal(err)
-	}
+	holdAndDelete(t, granted)
 	askRotation(t, ba, "2024-01-01")
+	waitIssued(t, ba)
 	testenv.Eventually(t, func() error {
 		g, err := grantRecordOf(t, ba)
-		if err != nil {
-			return err
-		}
-		if g.Rotation == nil || g.Rotation.To == "" {
-			return fmt.Errorf("no credential issued yet: %+v", g.Rotation)
+		if err != nil || g.Rotation == nil {
+			return fmt.Errorf("record %+v: %w", g, err)
 		}
 		if got := secret(t, ba, 0).Annotations[cosiapi.AnnotationCredentialID]; got != g.Rotation.To {
 			return fmt.Errorf("Secret 0 holds %s, not %s yet", got, g.Rotation.To)

@@ -52,6 +52,33 @@ func grantRecordOf(t *testing.T, ba *cosiapi.BucketAccess) (*recordedRotation, e
 	return &g, nil
 }
 
+// holdAndDelete has the tenant hold the Secret with a finalizer of theirs and delete it: it stays
+// Terminating until setSecretFinalizers removes that finalizer.
+func holdAndDelete(t *testing.T, s *corev1.Secret) {
+	t.Helper()
+	setSecretFinalizers(t, client.ObjectKeyFromObject(s), func(s *corev1.Secret) {
+		controllerutil.AddFinalizer(s, tenantFinalizer)
+	})
+	if err := env.Client.Delete(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitIssued waits until the access's record names the credential its rotation issued (To).
+func waitIssued(t *testing.T, ba *cosiapi.BucketAccess) {
+	t.Helper()
+	testenv.Eventually(t, func() error {
+		g, err := grantRecordOf(t, ba)
+		if err != nil {
+			return err
+		}
+		if g.Rotation == nil || g.Rotation.To == "" {
+			return fmt.Errorf("no credential issued yet: %+v", g.Rotation)
+		}
+		return nil
+	})
+}
+
 // setSecretFinalizers changes the finalizers of the Secret as its namespace's tenant can.
 func setSecretFinalizers(t *testing.T, key client.ObjectKey, change func(*corev1.Secret)) {
 	t.Helper()
@@ -80,10 +107,7 @@ func TestLostSecretDuringRotationAfterRestart(t *testing.T) {
 	key := client.ObjectKeyFromObject(s)
 
 	// The tenant holds the Secret with a finalizer of theirs and deletes it.
-	setSecretFinalizers(t, key, func(s *corev1.Secret) { controllerutil.AddFinalizer(s, tenantFinalizer) })
-	if err := env.Client.Delete(t.Context(), s); err != nil {
-		t.Fatal(err)
-	}
+	holdAndDelete(t, s)
 	testenv.Eventually(t, func() error { // the Secret check lets COSI's finalizer go
 		got := &corev1.Secret{}
 		if err := env.Client.Get(t.Context(), key, got); err != nil {
@@ -97,16 +121,7 @@ func TestLostSecretDuringRotationAfterRestart(t *testing.T) {
 
 	// A rotation: the driver issues the new credential, its ID is recorded, the write fails.
 	askRotation(t, ba, "2024-01-01")
-	testenv.Eventually(t, func() error {
-		g, err := grantRecordOf(t, ba)
-		if err != nil {
-			return err
-		}
-		if g.Rotation == nil || g.Rotation.To == "" {
-			return fmt.Errorf("no credential issued yet: %+v", g.Rotation)
-		}
-		return nil
-	})
+	waitIssued(t, ba)
 	// The sidecar restarts: the rotation's answer is lost.
 	h.restartSidecar(sidecarConfig, func(o *sidecar.Options) { o.RotationGracePeriod = time.Millisecond })
 	// The tenant lets the old Secret go.
@@ -211,21 +226,9 @@ func TestConditionsAfterRotationWritesALostSecret(t *testing.T) {
 	s := secret(t, ba, 0)
 	key := client.ObjectKeyFromObject(s)
 
-	setSecretFinalizers(t, key, func(s *corev1.Secret) { controllerutil.AddFinalizer(s, tenantFinalizer) })
-	if err := env.Client.Delete(t.Context(), s); err != nil {
-		t.Fatal(err)
-	}
+	holdAndDelete(t, s)
 	askRotation(t, ba, "2024-01-01")
-	testenv.Eventually(t, func() error {
-		g, err := grantRecordOf(t, ba)
-		if err != nil {
-			return err
-		}
-		if g.Rotation == nil || g.Rotation.To == "" {
-			return fmt.Errorf("no credential issued yet: %+v", g.Rotation)
-		}
-		return nil
-	})
+	waitIssued(t, ba)
 	setSecretFinalizers(t, key, func(s *corev1.Secret) { controllerutil.RemoveFinalizer(s, tenantFinalizer) })
 	rotationCondition(t, ba, cosiapi.ReasonRotated)
 	secretCredentials(t, ba, old)
