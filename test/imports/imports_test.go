@@ -5,13 +5,13 @@
 package imports
 
 import (
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kube-cosi/cosi/dev/testenv"
 
 	"github.com/kube-cosi/cosi/dev/localenv"
 )
@@ -36,7 +36,7 @@ func TestV1alpha1ProtocolModule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deps := goList(t, filepath.Join(root, "pkg"), "-deps", v1alpha1ProtocolModule)
+	deps := testenv.GoList(t, filepath.Join(root, "pkg"), "-deps", v1alpha1ProtocolModule)
 	if len(deps) < 10 {
 		t.Fatalf("go list found only %d dependencies; the check would prove nothing", len(deps))
 	}
@@ -81,7 +81,7 @@ func TestImportHygiene(t *testing.T) {
 			if tc.tests {
 				args = append(args, "-test")
 			}
-			deps := goList(t, filepath.Join(root, tc.module), append(args, tc.packages...)...)
+			deps := testenv.GoList(t, filepath.Join(root, tc.module), append(args, tc.packages...)...)
 			if len(deps) < 10 {
 				t.Fatalf("go list found only %d dependencies in %s; the check would prove nothing", len(deps), tc.module)
 			}
@@ -102,8 +102,8 @@ func TestImportHygiene(t *testing.T) {
 // Kubernetes, controller-runtime or AWS module.
 func TestVendorModuleGraph(t *testing.T) {
 	dir := vendorModule(t)
-	goCmd(t, dir, "vet", "./...")
-	modules := goList(t, dir, "-m", "all")
+	testenv.GoCmd(t, dir, "vet", "./...")
+	modules := testenv.GoList(t, dir, "-m", "all")
 	if len(modules) < 5 {
 		t.Fatalf("go list -m all found only %d modules; the check would prove nothing", len(modules))
 	}
@@ -175,7 +175,7 @@ func TestConformance(t *testing.T) {
 	sanity.Test(t, sanity.Config{Endpoint: "unix:///run/vendor/driver.sock"})
 }
 `)
-	goCmd(t, dir, "mod", "tidy")
+	testenv.GoCmd(t, dir, "mod", "tidy")
 	return dir
 }
 
@@ -199,7 +199,7 @@ func TestDriverBinaryLinksServerOnly(t *testing.T) {
 	}
 	check := func(t *testing.T, dir string, packages ...string) {
 		t.Helper()
-		deps := goList(t, dir, append([]string{"-deps"}, packages...)...)
+		deps := testenv.GoList(t, dir, append([]string{"-deps"}, packages...)...)
 		if !slices.Contains(deps, "github.com/kube-cosi/cosi/pkg/driver") {
 			t.Fatalf("%v does not link pkg/driver; the check would prove nothing", packages)
 		}
@@ -213,35 +213,4 @@ func TestDriverBinaryLinksServerOnly(t *testing.T) {
 	}
 	t.Run("vendor", func(t *testing.T) { check(t, vendorModule(t), ".") })
 	t.Run("commands", func(t *testing.T) { check(t, root, "./cmd/cosi-driver-memory", "./cmd/cosi-driver-s3") })
-}
-
-// goList runs go list in dir and returns the first field of each line.
-func goList(t *testing.T, dir string, args ...string) []string {
-	t.Helper()
-	out := goCmd(t, dir, append([]string{"list"}, args...)...)
-	var first []string
-	for line := range strings.Lines(out) {
-		if f := strings.Fields(line); len(f) > 0 {
-			first = append(first, f[0])
-		}
-	}
-	return first
-}
-
-func goCmd(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.CommandContext(t.Context(), "go", args...)
-	cmd.Dir = dir
-	// A go.work above the directory, or -mod flags from the caller, would change what resolves.
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
-	out, err := cmd.Output()
-	if err != nil {
-		stderr := ""
-		ee := &exec.ExitError{}
-		if errors.As(err, &ee) {
-			stderr = string(ee.Stderr)
-		}
-		t.Fatalf("go %s in %s: %v\n%s", strings.Join(args, " "), dir, err, stderr)
-	}
-	return string(out)
 }

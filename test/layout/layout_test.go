@@ -6,7 +6,6 @@ package layout
 
 import (
 	"bufio"
-	"errors"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -17,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/kube-cosi/cosi/dev/testenv"
 )
 
 const module = "github.com/kube-cosi/cosi"
@@ -29,12 +30,12 @@ var tooling = []string{module + "/dev/", module + "/test/"}
 func TestShippedCommandsLinkNoTooling(t *testing.T) {
 	root := repoRoot(t)
 	for _, m := range []struct{ dir, pattern string }{{".", "./cmd/..."}, {"pkg", "./cmd/..."}} {
-		commands := goList(t, filepath.Join(root, m.dir), m.pattern)
+		commands := testenv.GoList(t, filepath.Join(root, m.dir), m.pattern)
 		if len(commands) == 0 {
 			t.Fatalf("no command in %s/%s; the check would prove nothing", m.dir, m.pattern)
 		}
 		for _, c := range commands {
-			deps := goList(t, filepath.Join(root, m.dir), "-deps", c)
+			deps := testenv.GoList(t, filepath.Join(root, m.dir), "-deps", c)
 			if !slices.Contains(deps, c) {
 				t.Fatalf("go list -deps %s does not list %s itself; the check would prove nothing", c, c)
 			}
@@ -54,11 +55,11 @@ func TestShippedCommandsLinkNoTooling(t *testing.T) {
 // package only tests or tools use belongs in dev/.
 func TestInternalHoldsOnlyWhatShips(t *testing.T) {
 	root := repoRoot(t)
-	internal := goList(t, root, "./internal/...")
+	internal := testenv.GoList(t, root, "./internal/...")
 	if len(internal) < 10 {
 		t.Fatalf("go list found only %d packages in internal/; the check would prove nothing", len(internal))
 	}
-	shipped := goList(t, root, "-deps", "./cmd/...")
+	shipped := testenv.GoList(t, root, "-deps", "./cmd/...")
 	for _, p := range internal {
 		if !slices.Contains(shipped, p) {
 			t.Errorf("%s is in internal/ but no command of cmd/ links it: move it to dev/ (tooling) "+
@@ -203,7 +204,7 @@ func mapEntries(t *testing.T, path string) []string {
 
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	out := goCmd(t, ".", "list", "-m", "-f", "{{.Dir}}", module)
+	out := testenv.GoCmd(t, ".", "list", "-m", "-f", "{{.Dir}}", module)
 	return strings.TrimSpace(out)
 }
 
@@ -216,33 +217,4 @@ func gitFiles(t *testing.T, root string) []string {
 		t.Fatalf("git ls-files: %v", err)
 	}
 	return strings.Fields(string(out))
-}
-
-// goList runs go list in dir and returns the first field of each line.
-func goList(t *testing.T, dir string, args ...string) []string {
-	t.Helper()
-	var first []string
-	for line := range strings.Lines(goCmd(t, dir, append([]string{"list"}, args...)...)) {
-		if f := strings.Fields(line); len(f) > 0 {
-			first = append(first, f[0])
-		}
-	}
-	return first
-}
-
-func goCmd(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.CommandContext(t.Context(), "go", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
-	out, err := cmd.Output()
-	if err != nil {
-		stderr := ""
-		ee := &exec.ExitError{}
-		if errors.As(err, &ee) {
-			stderr = string(ee.Stderr)
-		}
-		t.Fatalf("go %s in %s: %v\n%s", strings.Join(args, " "), dir, err, stderr)
-	}
-	return string(out)
 }
