@@ -75,6 +75,9 @@ func TestSecureMetricsOnlyToAuthorizedTokens(t *testing.T) {
 			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() {
+			_ = cs.CoreV1().ServiceAccounts(ns).Delete(context.Background(), sa, metav1.DeleteOptions{})
+		})
 		tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
 			Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)},
 		}, metav1.CreateOptions{})
@@ -92,6 +95,9 @@ func TestSecureMetricsOnlyToAuthorizedTokens(t *testing.T) {
 		}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() {
+			_ = cs.RbacV1().ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
+		})
 	}
 	// What docs/install.md tells admins to bind Prometheus to (charts/cosi's cosi-metrics-reader).
 	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
@@ -101,6 +107,9 @@ func TestSecureMetricsOnlyToAuthorizedTokens(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		_ = cs.RbacV1().ClusterRoles().Delete(context.Background(), "serving-test-metrics-reader", metav1.DeleteOptions{})
+	})
 	bind("serving-test-component", "system:auth-delegator", "component")
 	bind("serving-test-prometheus", "serving-test-metrics-reader", "prometheus")
 	component, prometheus, tenant := token("component"), token("prometheus"), token("tenant")
