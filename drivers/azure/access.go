@@ -135,27 +135,44 @@ func samePermissions(a, b string) bool {
 	return slices.Equal(x, y)
 }
 
-// DriverGenerateBucketAccessId returns the account name as the account ID: the ID of the stored
-// access policy DriverGrantBucketAccess creates. It creates nothing.
+// DriverGenerateBucketAccessId returns the account name as the account ID: the stored access
+// policies of the access are named after it. It creates nothing; a container that serves as many
+// accesses as it can already refuses the access here, before anything of it exists.
 func (d *Driver) DriverGenerateBucketAccessId(
-	_ context.Context,
+	ctx context.Context,
 	req *cosiproto.DriverGenerateBucketAccessIdRequest,
-) (*cosiproto.DriverGenerateBucketAccessIdResponse, error) {
+) (_ *cosiproto.DriverGenerateBucketAccessIdResponse, err error) {
+	defer d.logFailure("DriverGenerateBucketAccessId", &err)
 	if _, _, err := checkAccess(req.GetProtocol(), req.GetAuthenticationType(), req.GetParameters(),
 		req.GetBuckets()); err != nil {
 		return nil, err
 	}
-	if !validPolicyID(req.GetAccountName()) {
-		return nil, status.Errorf(codes.InvalidArgument,
-			"account_name %q is not a valid stored access policy ID: 1 to 64 characters of A-Z a-z 0-9 . _ -",
-			req.GetAccountName())
+	id := req.GetAccountName()
+	if err := checkAccountID(id); err != nil {
+		return nil, err
 	}
-	return &cosiproto.DriverGenerateBucketAccessIdResponse{AccountId: req.GetAccountName()}, nil
+	bucket := req.GetBuckets()[0].GetBucketId()
+	if err := checkContainerName(bucket); err != nil {
+		return nil, err
+	}
+	if c, err := d.container(bucket); err == nil {
+		// Read without the lease: the grant decides again under it. Anything but a full
+		// container is the grant's to say.
+		if acl, err := c.GetAccessPolicy(ctx, nil); err == nil {
+			if err := policySet(acl.SignedIdentifiers).full(bucket, id); status.Code(err) == codes.InvalidArgument {
+				return nil, err
+			}
+		}
+	}
+	return &cosiproto.DriverGenerateBucketAccessIdResponse{AccountId: id}, nil
 }
 
-// DriverGrantBucketAccess adds the access's stored access policy to its container (or finds it
-// there) and returns a token bound to it. Repeating it returns the same token, with the policy's
-// expiry moved forward when ParamSASExpiry is set.
+// DriverGrantBucketAccess adds a stored access policy of the access to its container, or finds
+// its newest one still valid there, and returns a token bound to it with the policy's ID as
+// credential_id. Repeating it returns the same token: a grant never moves a policy's expiry (a
+// copy of the token that expired would work again); a new policy is added only when the
+// access's policies all expired, and the expired ones are deleted then. Renewal before the
+// expiry is a rotation (DriverRotateBucketAccessCredentials).
 func (d *Driver) DriverGrantBucketAccess(
 	ctx context.Context,
 	req *cosiproto.DriverGrantBucketAccessRequest,
@@ -167,74 +184,84 @@ func (d *Driver) DriverGrantBucketAccess(
 		return nil, err
 	}
 	id := req.GetAccountId()
-	if !validPolicyID(id) {
-		return nil, status.Errorf(codes.InvalidArgument, "account_id %q is not a valid stored access policy ID", id)
+	if err := checkAccountID(id); err != nil {
+		return nil, err
 	}
 	bucket := req.GetBuckets()[0].GetBucketId()
 	if err := checkContainerName(bucket); err != nil {
 		return nil, err
 	}
-	expiry := NoExpiry
-	if params.expiry > 0 {
-		expiry = time.Now().UTC().Add(params.expiry).Truncate(time.Second)
-	}
-
-	unlock := d.locks.Lock(bucket)
-	defer unlock()
-	c, err := d.container(bucket)
-	if err != nil {
-		return nil, err
-	}
-	leaseID, release, err := d.holdPolicies(ctx, c, bucket)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	acl, err := c.GetAccessPolicy(ctx, nil)
-	if err != nil {
-		return nil, toStatus(err, "reading the stored access policies of container %q", bucket)
-	}
-	ids := acl.SignedIdentifiers
-	i := slices.IndexFunc(ids, func(s *container.SignedIdentifier) bool { return s.ID != nil && *s.ID == id })
-	write := true
-	switch {
-	case i >= 0 && (ids[i].AccessPolicy == nil || !samePermissions(deref(ids[i].AccessPolicy.Permission), perms)):
-		return nil, status.Errorf(codes.AlreadyExists,
-			"account %q already has other access modes on container %q", id, bucket)
-	case i >= 0 && ids[i].AccessPolicy.Expiry != nil && ids[i].AccessPolicy.Expiry.Equal(expiry):
-		write = false // granted before, as asked
-	case i >= 0:
-		ids[i].AccessPolicy.Expiry = &expiry
-	case len(ids) >= MaxStoredAccessPolicies:
-		return nil, status.Errorf(codes.ResourceExhausted,
-			"container %q already has %d stored access policies, Azure's limit: each access to an Azure bucket "+
-				"is one, so the bucket serves at most %d accesses at a time; the grant is retried, and succeeds "+
-				"once another access to the bucket is deleted", bucket, len(ids), MaxStoredAccessPolicies)
-	default:
-		ids = append(ids, &container.SignedIdentifier{
-			ID:           &id,
-			AccessPolicy: &container.AccessPolicy{Expiry: &expiry, Permission: &perms},
-		})
-	}
-	if write {
-		if err := setPolicies(ctx, c, leaseID, acl, ids); err != nil {
-			return nil, toStatus(err, "writing the stored access policies of container %q", bucket)
+	var granted *container.SignedIdentifier
+	err = d.editPolicies(ctx, bucket, func(ids policySet) (policySet, bool, error) {
+		now := time.Now()
+		mine := ids.of(id)
+		for _, p := range mine {
+			if p.AccessPolicy == nil || !samePermissions(deref(p.AccessPolicy.Permission), perms) {
+				return nil, false, status.Errorf(codes.AlreadyExists,
+					"account %q already has other access modes on container %q", id, bucket)
+			}
 		}
-	}
-	token, err := d.token(bucket, id)
+		if n := len(mine); n > 0 && !expired(mine[n-1], now) {
+			granted = mine[n-1] // granted before, as asked
+			return ids, false, nil
+		}
+		// None, or all expired: those are deleted, and a new one added.
+		ids = ids.without(func(p *container.SignedIdentifier) bool { return policyOwner(deref(p.ID)) == id })
+		if err := ids.full(bucket, id); err != nil {
+			return nil, false, err
+		}
+		granted = newPolicy(id, perms, params, now)
+		return append(ids, granted), true, nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	creds := &cosiproto.AzureCredentials{AccessToken: token}
-	if params.expiry > 0 {
-		creds.ExpiryTimestamp = timestamppb.New(expiry)
+	creds, err := d.credentials(bucket, granted)
+	if err != nil {
+		return nil, err
 	}
 	return &cosiproto.DriverGrantBucketAccessResponse{
 		Buckets: []*cosiproto.DriverGrantBucketAccessResponse_BucketInfo{
 			{BucketId: bucket, BucketInfo: d.bucketInfo()},
 		},
-		Credentials: &cosiproto.CredentialInfo{Azure: creds},
+		Credentials:  creds,
+		CredentialId: credentialID(bucket, *granted.ID),
 	}, nil
+}
+
+// newPolicy is a new stored access policy of account id with permissions perms, made at now.
+func newPolicy(id, perms string, params accessParams, now time.Time) *container.SignedIdentifier {
+	expiry := NoExpiry
+	if params.expiry > 0 {
+		expiry = now.UTC().Add(params.expiry).Truncate(time.Second)
+	}
+	pid := newPolicyID(id, now)
+	return &container.SignedIdentifier{
+		ID: &pid, AccessPolicy: &container.AccessPolicy{Expiry: &expiry, Permission: &perms},
+	}
+}
+
+// credentials are the credentials of policy p of container bucket: a token bound to it, and the
+// policy's expiry unless it has none (NoExpiry).
+func (d *Driver) credentials(bucket string, p *container.SignedIdentifier) (*cosiproto.CredentialInfo, error) {
+	token, err := d.token(bucket, *p.ID)
+	if err != nil {
+		return nil, err
+	}
+	creds := &cosiproto.AzureCredentials{AccessToken: token}
+	if e := p.AccessPolicy.Expiry; e != nil && e.Before(NoExpiry) {
+		creds.ExpiryTimestamp = timestamppb.New(*e)
+	}
+	return &cosiproto.CredentialInfo{Azure: creds}, nil
+}
+
+// checkAccountID returns InvalidArgument unless id can name an access's stored access policies.
+func checkAccountID(id string) error {
+	if !validPolicyID(id) || len(id) > maxAccountID {
+		return status.Errorf(codes.InvalidArgument,
+			"account ID %q cannot name stored access policies: 1 to %d characters of A-Z a-z 0-9 . _ -", id, maxAccountID)
+	}
+	return nil
 }
 
 // setPolicies writes the container's stored access policies, keeping its public access level
@@ -348,38 +375,16 @@ func (d *Driver) DriverRevokeBucketAccess(
 	return &cosiproto.DriverRevokeBucketAccessResponse{}, nil
 }
 
+// revoke deletes every stored access policy of account id from container bucket.
 func (d *Driver) revoke(ctx context.Context, bucket, id string) error {
-	unlock := d.locks.Lock(bucket)
-	defer unlock()
-	c, err := d.container(bucket)
-	if err != nil {
-		return err
-	}
-	leaseID, release, err := d.holdPolicies(ctx, c, bucket)
-	switch {
-	case status.Code(err) == codes.NotFound:
-		return nil
-	case err != nil:
-		return err
-	}
-	defer release()
-	acl, err := c.GetAccessPolicy(ctx, nil)
-	switch {
-	case hasCode(err, bloberror.ContainerNotFound):
-		return nil
-	case err != nil:
-		return toStatus(err, "reading the stored access policies of container %q", bucket)
-	}
-	ids := slices.DeleteFunc(slices.Clone(acl.SignedIdentifiers),
-		func(s *container.SignedIdentifier) bool { return s.ID != nil && *s.ID == id })
-	if len(ids) == len(acl.SignedIdentifiers) {
+	err := d.editPolicies(ctx, bucket, func(ids policySet) (policySet, bool, error) {
+		kept := ids.without(func(p *container.SignedIdentifier) bool { return policyOwner(deref(p.ID)) == id })
+		return kept, len(kept) != len(ids), nil
+	})
+	if status.Code(err) == codes.NotFound {
 		return nil
 	}
-	err = setPolicies(ctx, c, leaseID, acl, ids)
-	if err != nil && !hasCode(err, bloberror.ContainerNotFound) {
-		return toStatus(err, "writing the stored access policies of container %q", bucket)
-	}
-	return nil
+	return err
 }
 
 func deref(s *string) string {

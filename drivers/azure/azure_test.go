@@ -162,20 +162,33 @@ func TestRevoke(t *testing.T) {
 		t.Errorf("the other access after the revoke: %q, %v", got, err)
 	}
 	revoke(t, p, gone)
-	// Granted again under the same ID (a new policy), the old token works again: it is the
-	// same token. COSI never reuses an account ID, so this is the only way back.
 	if acl, err := a.admin.NewContainerClient(bucket).
 		GetAccessPolicy(ctx, nil); err != nil ||
 		len(acl.SignedIdentifiers) != 1 {
 		t.Errorf("policies after the revoke: %v, %v; want only the other access's", acl.SignedIdentifiers, err)
 	}
+	// Granted again under the same ID, the access gets a new policy and token: the revoked one
+	// stays refused (its policy never comes back).
+	req := accessRequest(gone.id, readWrite, nil, bucket)
+	again, err := p.DriverGrantBucketAccess(ctx, grantRequest(req, gone.id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.GetCredentials().GetAzure().GetAccessToken() == gone.creds.GetAzure().GetAccessToken() {
+		t.Error("a grant after the revoke returned the revoked token")
+	}
+	if err := put(ctx, gone.client, "blob", "z"); !refused(err) {
+		t.Errorf("put with the revoked token after a new grant of its account: %v, want refused (403)", err)
+	}
+	revoke(t, p, gone)
 	revoke(t, p, kept)
 	revoke(t, p, &access{id: "ba-never", bucket: "no-such-container"})
 }
 
 // TestExpiry checks the sasExpiry parameter: the Secret's expiry is the policy's, a token is
-// refused once it passed, and a repeated grant (a Secret refresh) moves it forward with the same
-// token, which then works again.
+// refused once it passed, a repeated grant returns the same token with the same expiry (a grant
+// never extends a policy: a copy that expired would work again), and a grant once it expired
+// returns a new token, the expired one staying refused.
 func TestExpiry(t *testing.T) {
 	a := startAzurite(t)
 	ctx := t.Context()
@@ -194,25 +207,37 @@ func TestExpiry(t *testing.T) {
 		!acl.SignedIdentifiers[0].AccessPolicy.Expiry.Equal(expiry.AsTime()) {
 		t.Fatalf("the container's policies %v (%v): want one, expiring at %v", acl.SignedIdentifiers, err, expiry.AsTime())
 	}
-	time.Sleep(time.Until(expiry.AsTime().Add(time.Second)))
-	if err := put(ctx, acc.client, "late", "x"); !refused(err) {
-		t.Errorf("put after the expiry: %v, want refused (403)", err)
-	}
-
 	req := accessRequest(acc.id, readWrite, params, bucket)
 	resp, err := p.DriverGrantBucketAccess(ctx, grantRequest(req, acc.id))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.GetCredentials().GetAzure().GetAccessToken() != acc.creds.GetAzure().GetAccessToken() {
-		t.Errorf("a repeated grant changed the token")
+	if resp.GetCredentials().GetAzure().GetAccessToken() != acc.creds.GetAzure().GetAccessToken() ||
+		!resp.GetCredentials().GetAzure().GetExpiryTimestamp().AsTime().Equal(expiry.AsTime()) ||
+		resp.GetCredentialId() != acc.credentialID {
+		t.Errorf("a repeated grant before the expiry: another token, expiry or credential_id")
 	}
-	if !resp.GetCredentials().GetAzure().GetExpiryTimestamp().AsTime().After(expiry.AsTime()) {
-		t.Errorf("a repeated grant did not move the expiry forward")
+
+	time.Sleep(time.Until(expiry.AsTime().Add(time.Second)))
+	if err := put(ctx, acc.client, "late", "x"); !refused(err) {
+		t.Errorf("put after the expiry: %v, want refused (403)", err)
 	}
-	if err := put(ctx, acc.client, "renewed", "x"); err != nil && time.Now().Before(
-		resp.GetCredentials().GetAzure().GetExpiryTimestamp().AsTime()) {
-		t.Errorf("put after a renewal: %v", err)
+	resp, err = p.DriverGrantBucketAccess(ctx, grantRequest(req, acc.id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetCredentials().GetAzure().GetAccessToken() == acc.creds.GetAzure().GetAccessToken() {
+		t.Fatalf("a grant after the expiry returned the expired token")
+	}
+	if err := put(ctx, workloadClient(t, resp.GetCredentials().GetAzure().GetAccessToken()), "new", "x"); err != nil {
+		t.Errorf("put with the token of the grant after the expiry: %v", err)
+	}
+	if err := put(ctx, acc.client, "late", "x"); !refused(err) {
+		t.Errorf("put with the expired token after a new grant: %v, want refused (403)", err)
+	}
+	if acl, err := a.admin.NewContainerClient(bucket).GetAccessPolicy(ctx, nil); err != nil ||
+		len(acl.SignedIdentifiers) != 1 {
+		t.Errorf("the container's policies after the new grant: %v (%v), want the new one only", acl.SignedIdentifiers, err)
 	}
 
 	// Without the parameter: no expiry in the Secret, the policy's is far away.
@@ -222,10 +247,101 @@ func TestExpiry(t *testing.T) {
 	}
 }
 
+// TestRotation checks credential rotation, which the sidecar also renews expiring tokens with:
+// the rotation's token is bound to a new policy, with a new expiry; the old token works until it
+// is retired, then is refused for good; a repeated rotation returns the same new token; retiring
+// the access's only policy is FailedPrecondition; a credential of another account or container is
+// NotFound; retiring one twice is OK.
+func TestRotation(t *testing.T) {
+	a := startAzurite(t)
+	ctx := t.Context()
+	_, p := serve(t, a.newDriver(t, ""), logr.Discard())
+	bucket := createBucket(t, p)
+	params := map[string]string{azure.ParamSASExpiry: "1h"}
+	acc := grant(t, p, readWrite, params, bucket)
+	if acc.credentialID == "" {
+		t.Fatal("the grant named no credential_id: its token cannot rotate")
+	}
+	rotate := func(from string) (*cosiproto.DriverRotateBucketAccessCredentialsResponse, error) {
+		req := accessRequest(acc.id, readWrite, params, bucket)
+		return p.DriverRotateBucketAccessCredentials(ctx, &cosiproto.DriverRotateBucketAccessCredentialsRequest{
+			AccountId: acc.id, Buckets: req.Buckets, Protocol: req.Protocol,
+			AuthenticationType: req.AuthenticationType, Parameters: params, CredentialId: from,
+		})
+	}
+	retire := func(id string) error {
+		_, err := p.DriverRetireBucketAccessCredentials(ctx, &cosiproto.DriverRetireBucketAccessCredentialsRequest{
+			AccountId: acc.id, CredentialId: id, Protocol: cosiproto.ObjectProtocol_AZURE,
+		})
+		return err
+	}
+	if err := retire(acc.credentialID); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("retiring the only credential: %v, want FailedPrecondition", err)
+	}
+	time.Sleep(time.Second) // the new policy's expiry is a second later, at least
+	rot, err := rotate(acc.credentialID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := rot.GetCredentials().GetAzure().GetAccessToken()
+	if token == acc.creds.GetAzure().GetAccessToken() || rot.GetCredentialId() == acc.credentialID {
+		t.Fatal("the rotation returned the old token")
+	}
+	if !rot.GetCredentials().GetAzure().GetExpiryTimestamp().AsTime().After(
+		acc.creds.GetAzure().GetExpiryTimestamp().AsTime()) {
+		t.Error("the rotation's token expires no later than the old one")
+	}
+	again, err := rotate(acc.credentialID)
+	if err != nil || again.GetCredentialId() != rot.GetCredentialId() ||
+		again.GetCredentials().GetAzure().GetAccessToken() != token {
+		t.Errorf("a repeated rotation: %v, %q; want the same token, credential %q", err, again.GetCredentialId(),
+			rot.GetCredentialId())
+	}
+	rotated := workloadClient(t, token)
+	for what, c := range map[string]*container.Client{"old": acc.client, "new": rotated} {
+		if err := put(ctx, c, "blob-"+what, "x"); err != nil {
+			t.Errorf("put with the %s token before the retirement: %v", what, err)
+		}
+	}
+	for _, id := range []string{"", "elsewhere/" + acc.id, bucket + "/ba-someone-else.0000000000000", "garbage"} {
+		if _, err := rotate(id); err == nil {
+			t.Errorf("rotation from credential %q: OK, want refused", id)
+		}
+	}
+	if err := retire(acc.credentialID); err != nil {
+		t.Fatal(err)
+	}
+	if err := put(ctx, acc.client, "blob-old", "y"); !refused(err) {
+		t.Errorf("put with the retired token: %v, want refused (403)", err)
+	}
+	if err := put(ctx, rotated, "blob-new", "y"); err != nil {
+		t.Errorf("put with the new token after the retirement: %v", err)
+	}
+	if err := retire(acc.credentialID); err != nil {
+		t.Errorf("retiring it again: %v, want OK", err)
+	}
+	if _, err := rotate(acc.credentialID); status.Code(err) != codes.NotFound {
+		t.Errorf("rotation from the retired credential: %v, want NotFound", err)
+	}
+	// A grant repeated now returns the newest token, and the retired one stays refused.
+	req := accessRequest(acc.id, readWrite, params, bucket)
+	resp, err := p.DriverGrantBucketAccess(ctx, grantRequest(req, acc.id))
+	if err != nil || resp.GetCredentials().GetAzure().GetAccessToken() != token {
+		t.Errorf("a grant after the rotation: %v; want the rotation's token", err)
+	}
+	revoke(t, p, acc)
+	if err := put(ctx, rotated, "blob-new", "z"); !refused(err) {
+		t.Errorf("put with the rotated token after the revoke: %v, want refused (403)", err)
+	}
+}
+
 // TestFiveAccessesPerContainer checks Azure's limit of five stored access policies per container,
-// which Azurite does not enforce: the sixth access to one bucket is refused with
-// ResourceExhausted (retried by the sidecar) and a message saying why, and granted once another
-// is revoked. The admin's own policies on an imported container count, and stay.
+// which Azurite does not enforce: a container serves four accesses, the fifth slot kept for a
+// renewal or rotation. The fifth access is refused for good (InvalidArgument, before anything of it
+// exists: DriverGenerateBucketAccessId already says so), naming the limit; a rotation of one of the
+// four takes the free slot, and a second at the same time waits (ResourceExhausted, retried) until
+// the first's old policy is retired. The admin's own policies on an imported container count as
+// accesses, and stay.
 func TestFiveAccessesPerContainer(t *testing.T) {
 	a := startAzurite(t)
 	ctx := t.Context()
@@ -239,17 +355,45 @@ func TestFiveAccessesPerContainer(t *testing.T) {
 		t.Fatal(err)
 	}
 	var granted []*access
-	for range azure.MaxStoredAccessPolicies - 1 {
+	for range azure.AccessSlots - 1 {
 		granted = append(granted, grant(t, p, readWrite, nil, bucket))
 	}
 	_, err := tryGrant(t, p, readWrite, nil, bucket)
-	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(status.Convert(err).Message(), "limit") {
-		t.Fatalf("the sixth policy of a container: %v, want ResourceExhausted naming the limit", err)
+	if msg := status.Convert(err).Message(); status.Code(err) != codes.InvalidArgument ||
+		!strings.Contains(msg, "at most 4 accesses") {
+		t.Fatalf("the fifth access to a container: %v, want InvalidArgument naming the limit", err)
 	}
+	req := accessRequest("ba-fifth", readWrite, nil, bucket)
+	if _, err := p.DriverGrantBucketAccess(ctx, grantRequest(req, "ba-fifth")); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("the fifth access's grant, past DriverGenerateBucketAccessId: %v, want InvalidArgument", err)
+	}
+
+	rotate := func(acc *access) (*cosiproto.DriverRotateBucketAccessCredentialsResponse, error) {
+		req := accessRequest(acc.id, readWrite, nil, bucket)
+		return p.DriverRotateBucketAccessCredentials(ctx, &cosiproto.DriverRotateBucketAccessCredentialsRequest{
+			AccountId: acc.id, Buckets: req.Buckets, Protocol: req.Protocol,
+			AuthenticationType: req.AuthenticationType, CredentialId: acc.credentialID,
+		})
+	}
+	if _, err := rotate(granted[0]); err != nil {
+		t.Fatalf("a rotation in the free slot: %v", err)
+	}
+	if _, err := rotate(granted[1]); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a second rotation while the first one's old policy is there: %v, want ResourceExhausted", err)
+	}
+	if _, err := p.DriverRetireBucketAccessCredentials(ctx, &cosiproto.DriverRetireBucketAccessCredentialsRequest{
+		AccountId: granted[0].id, CredentialId: granted[0].credentialID, Protocol: cosiproto.ObjectProtocol_AZURE,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rotate(granted[1]); err != nil {
+		t.Errorf("the second rotation once the first one's old policy is retired: %v", err)
+	}
+
 	revoke(t, p, granted[0])
-	sixth := grant(t, p, readWrite, nil, bucket)
-	if err := put(ctx, sixth.client, "blob", "x"); err != nil {
-		t.Errorf("the access granted once another was revoked: %v", err)
+	fifth := grant(t, p, readWrite, nil, bucket)
+	if err := put(ctx, fifth.client, "blob", "x"); err != nil {
+		t.Errorf("an access granted once another was revoked: %v", err)
 	}
 	if err := put(ctx, granted[0].client, "blob", "y"); !refused(err) {
 		t.Errorf("the revoked token, once another access took its place: %v, want refused (403)", err)

@@ -165,7 +165,9 @@ type access struct {
 	id     string
 	bucket string
 	creds  *cosiproto.CredentialInfo
-	info   *cosiproto.ProtocolBucketInfo
+	// credentialID is the grant's credential_id.
+	credentialID string
+	info         *cosiproto.ProtocolBucketInfo
 	// client is the workload's client: the token, and nothing else, as the Secret gives it.
 	client *container.Client
 }
@@ -210,7 +212,9 @@ func tryGrant(
 	if err != nil {
 		return nil, err
 	}
-	a := &access{id: gen.GetAccountId(), bucket: bucket, creds: resp.GetCredentials()}
+	a := &access{
+		id: gen.GetAccountId(), bucket: bucket, creds: resp.GetCredentials(), credentialID: resp.GetCredentialId(),
+	}
 	for _, bi := range resp.GetBuckets() {
 		if bi.GetBucketId() == bucket {
 			a.info = bi.GetBucketInfo()

@@ -52,6 +52,11 @@ func (r *BucketAccessReconciler) refresh(ctx context.Context, ba *cosiapi.Bucket
 	switch {
 	case !asked && !due && len(changed) == 0:
 		return until(renewAt), nil
+	case due && g.renewsByRotation() && !g.rotationStuckPastExpiry():
+		// The rotation renews them (rotate), and writes the Buckets' information too. Looked at
+		// again at the expiry: a rotation whose driver call keeps failing by then is given up,
+		// and a grant renews them (renew).
+		return max(until(g.Expiry.Time), requeueDelay), nil
 	case g.Rotation != nil:
 		// The rotation writes the Secrets; refreshed once it is done. Its grace period does not
 		// hold back a renewal: it may outlast the credentials, which the Secrets already hold;

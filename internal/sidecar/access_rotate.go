@@ -69,6 +69,38 @@ type rotationState struct {
 	// lifetime passed (renewal, access_renew.go).
 	Expiry     *metav1.Time `json:"expiry,omitempty"`
 	ExpiryFrom *metav1.Time `json:"expiryFrom,omitempty"`
+	// NoRotation is set when the driver answered a rotation Unimplemented, until one succeeds:
+	// credentials that expire are then renewed by a grant.
+	NoRotation bool `json:"noRotation,omitempty"`
+	// RenewByGrant is the ExpiryFrom of credentials whose renewal by a rotation failed for good,
+	// or answered credentials due for renewal at once: those are renewed by a grant.
+	RenewByGrant *metav1.Time `json:"renewByGrant,omitempty"`
+	// Unretired are credentials that a rotation replaced and could not retire before the renewal
+	// of their successor was due: retired at every look at the access until that succeeds.
+	Unretired []string `json:"unretired,omitempty"`
+}
+
+// renewsByRotation reports whether the credentials the Secrets hold are renewed, before they
+// expire, by a rotation rather than a grant: when the driver named their credential_id and has
+// not refused to rotate them. A rotation issues new credentials and retires the old ones after the
+// grace period, so a copy of credentials that expired stays expired (an Azure token's stored
+// access policy is never extended); a grant may extend the same credentials, or fail to renew
+// them at all.
+func (g *rotationState) renewsByRotation() bool {
+	return g.CredentialID != "" && !g.NoRotation && g.ExpiryFrom != nil &&
+		(g.RenewByGrant == nil || !g.RenewByGrant.Equal(g.ExpiryFrom))
+}
+
+// rotationStuckPastExpiry reports whether the driver has not answered the rotation in progress
+// and the credentials the Secrets hold expired meanwhile.
+func (g *rotationState) rotationStuckPastExpiry() bool {
+	return g.Rotation != nil && g.Rotation.To == "" && g.Expiry != nil && !time.Now().Before(g.Expiry.Time)
+}
+
+// renewalDue reports whether the credentials the Secrets hold are to be renewed by a rotation now.
+func (g *rotationState) renewalDue() bool {
+	at := renewal(g.ExpiryFrom, g.Expiry)
+	return g.renewsByRotation() && !at.IsZero() && !time.Now().Before(at)
 }
 
 // rotation is one rotation in progress.
@@ -77,6 +109,8 @@ type rotation struct {
 	From string `json:"from"`
 	// To is the credential the driver issued, recorded before any Secret holds it.
 	To string `json:"to,omitempty"`
+	// Renewal is set for a rotation that renews credentials before they expire.
+	Renewal bool `json:"renewal,omitempty"`
 	// Written is when every Secret of the access held To; From is retired a grace period later.
 	Written *metav1.Time `json:"written,omitempty"`
 }
@@ -130,8 +164,9 @@ func (g grantRecord) retireRequest(credentialID string) *cosiproto.DriverRetireB
 }
 
 // rotationDue reports whether the record cm (g) has a rotation to start or continue for the
-// access: one is in progress, the annotation has a new value, or the rotation period has passed.
-// Otherwise wait is how long until the period passes (zero: no period).
+// access: one is in progress, the annotation has a new value, the credentials are to be renewed
+// by a rotation, or the rotation period has passed. Otherwise wait is how long until the period
+// passes (zero: no period; the renewal's moment is refresh's to wait for).
 func rotationDue(
 	ba *cosiapi.BucketAccess, g *rotationState, cm *corev1.ConfigMap, period time.Duration,
 ) (due bool, wait time.Duration) {
@@ -139,7 +174,7 @@ func rotationDue(
 		return false, 0
 	}
 	token := ba.Annotations[cosiapi.AnnotationRotateCredentials]
-	if g.Rotation != nil || token != "" && token != g.RotateToken {
+	if g.Rotation != nil || token != "" && token != g.RotateToken || g.renewalDue() || len(g.Unretired) > 0 {
 		return true, 0
 	}
 	if period <= 0 {
@@ -176,17 +211,26 @@ func (r *BucketAccessReconciler) rotate(ctx context.Context, ba *cosiapi.BucketA
 	if due, wait := rotationDue(ba, &g.rotationState, cm, period); !due || g.AccountID != ba.Status.AccountID {
 		return wait, nil
 	}
+	retireErr := r.retireUnretired(ctx, ba, g, cm)
+	if g.Rotation != nil && g.Rotation.To == "" && g.renewalDue() {
+		// Not answered yet, and the credentials are to be renewed: its new credentials renew them.
+		g.Rotation.Renewal = true
+	}
 	for {
 		wait, err := r.rotateSteps(ctx, ba, g, cm, period)
 		if err != nil || wait > 0 {
-			return wait, err
+			return wait, errors.Join(retireErr, err)
 		}
 		// Done, or ended without a new credential. A new value of the annotation that came while
-		// it ran asks for the next rotation now: nothing else would requeue the access before its
-		// next Secret check.
-		if token := ba.Annotations[cosiapi.AnnotationRotateCredentials]; token == "" || token == g.RotateToken {
+		// it ran, or credentials due for renewal, ask for the next rotation now: nothing else
+		// would requeue the access before its next Secret check.
+		if token := ba.Annotations[cosiapi.AnnotationRotateCredentials]; (token == "" || token == g.RotateToken) &&
+			!g.renewalDue() {
 			break
 		}
+	}
+	if retireErr != nil {
+		return 0, retireErr
 	}
 	// The next one is due a period after PeriodFrom (a period shorter than the grace period starts
 	// it at once).
@@ -224,8 +268,12 @@ func (r *BucketAccessReconciler) rotateSteps(
 func (r *BucketAccessReconciler) startRotation(
 	ctx context.Context, ba *cosiapi.BucketAccess, g *grantRecord, cm *corev1.ConfigMap, period time.Duration,
 ) error {
-	why := "asked by annotation " + cosiapi.AnnotationRotateCredentials
-	if token := ba.Annotations[cosiapi.AnnotationRotateCredentials]; token == "" || token == g.RotateToken {
+	why, renewal := "asked by annotation "+cosiapi.AnnotationRotateCredentials, false
+	switch token := ba.Annotations[cosiapi.AnnotationRotateCredentials]; {
+	case token != "" && token != g.RotateToken:
+	case g.renewalDue():
+		why, renewal = "renewing credentials that expire at "+g.Expiry.UTC().Format(time.RFC3339), true
+	default:
 		why = fmt.Sprintf("rotation period %s (%s) passed", period, cosiapi.ParameterRotationPeriod)
 	}
 	g.RotateToken = ba.Annotations[cosiapi.AnnotationRotateCredentials]
@@ -241,7 +289,7 @@ func (r *BucketAccessReconciler) startRotation(
 		return r.rotationUnsupported(ctx, ba,
 			"the driver named no credential_id when it granted this access: its credentials cannot rotate")
 	}
-	g.Rotation = &rotation{From: g.CredentialID}
+	g.Rotation = &rotation{From: g.CredentialID, Renewal: renewal}
 	if err := r.Grants.store.update(ctx, cm, *g); err != nil {
 		return err
 	}
@@ -304,6 +352,11 @@ func (r *BucketAccessReconciler) rotationFailed(
 		return false, errors.Join(errors.New(rpc.Error()), r.markRotation(ctx, ba, metav1.ConditionUnknown,
 			cosiapi.ReasonRotating, "retrying: "+rpc.Error()))
 	}
+	if g.Rotation.Renewal {
+		// Renewed by a grant instead (refresh), rather than asked again at once.
+		g.RenewByGrant = g.ExpiryFrom
+	}
+	g.NoRotation = code == codes.Unimplemented
 	g.Rotation = nil
 	g.PeriodFrom = ptr.To(metav1.Now())
 	if err := r.Grants.store.update(ctx, cm, *g); err != nil {
@@ -358,11 +411,17 @@ func (r *BucketAccessReconciler) writeRotated(
 	r.rotations.forget(ba.UID)
 	now := metav1.Now()
 	rot.Written = &now
-	g.CredentialID, g.PeriodFrom = rot.To, &now
+	g.CredentialID, g.PeriodFrom, g.NoRotation = rot.To, &now, false
+	old := g.Expiry
 	if answered {
 		g.Expiry, g.ExpiryFrom = expiry, &now
 		if expiry == nil {
 			g.ExpiryFrom = nil
+		}
+		if g.renewalDue() {
+			// Due for renewal at once (expired already, or about to): renewing by a rotation
+			// again would loop; a grant renews them, and says so.
+			g.RenewByGrant = g.ExpiryFrom
 		}
 	}
 	if err := r.Grants.store.update(ctx, cm, *g); err != nil {
@@ -370,6 +429,15 @@ func (r *BucketAccessReconciler) writeRotated(
 	}
 	if err := r.secretsWritten(ctx, ba); err != nil {
 		return 0, err
+	}
+	if rot.Renewal && answered && old != nil {
+		next := "the new credentials do not expire"
+		if g.Expiry != nil {
+			next = "the new credentials expire at " + g.Expiry.UTC().Format(time.RFC3339)
+		}
+		r.Recorder.Eventf(ba, nil, corev1.EventTypeNormal, cosiapi.EventSecretsRefreshed, "Refresh",
+			"renewed before the credentials' expiry at %s: %s (credential %s, replacing %s, retired after %s)",
+			old.UTC().Format(time.RFC3339), next, rot.To, rot.From, r.RotationGracePeriod)
 	}
 	return 0, r.markRotation(ctx, ba, metav1.ConditionUnknown, cosiapi.ReasonRotating, fmt.Sprintf(
 		"the Secrets hold the new credential %s; credential %s is retired after %s", rot.To, rot.From,
@@ -467,7 +535,9 @@ func (r *BucketAccessReconciler) retireRotated(
 	ctx context.Context, ba *cosiapi.BucketAccess, g *grantRecord, cm *corev1.ConfigMap,
 ) (time.Duration, error) {
 	rot := g.Rotation
-	if wait := time.Until(rot.Written.Add(r.RotationGracePeriod)); wait > 0 {
+	if wait := time.Until(rot.Written.Add(r.RotationGracePeriod)); wait > 0 && !g.renewalDue() {
+		// The renewal of the new credential, once due, ends the grace period: the Secrets held it
+		// for four fifths of its life, and the next rotation replaces it.
 		return wait, nil
 	}
 	for _, claim := range ba.Spec.BucketClaims {
@@ -481,12 +551,12 @@ func (r *BucketAccessReconciler) retireRotated(
 		}
 	}
 	if rot.From != rot.To {
-		if _, err := r.Driver.DriverRetireBucketAccessCredentials(ctx, g.retireRequest(rot.From)); err != nil {
-			// Never final: a credential that should be retired must not keep working.
-			rpc := rpcError{"DriverRetireBucketAccessCredentials", err}
-			r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, cosiapi.EventFailedRotateCredentials, "Retire",
-				"%s", conditions.Truncate(rpc.Error()))
-			return 0, errors.New(rpc.Error())
+		if err := r.retire(ctx, ba, g, rot.From); err != nil {
+			if !g.renewalDue() {
+				return 0, err
+			}
+			// Retired later (retireUnretired), not holding back the renewal.
+			g.Unretired = append(g.Unretired, rot.From)
 		}
 	}
 	from, to := rot.From, rot.To
@@ -498,6 +568,42 @@ func (r *BucketAccessReconciler) retireRotated(
 		"credential %s replaced by %s, and retired", from, to)
 	return 0, r.markRotation(ctx, ba, metav1.ConditionTrue, cosiapi.ReasonRotated,
 		fmt.Sprintf("the Secrets hold credential %s; credential %s is retired", to, from))
+}
+
+// retire retires credential id of the access. Its failure is never final: a credential that
+// should be retired must not keep working.
+func (r *BucketAccessReconciler) retire(
+	ctx context.Context, ba *cosiapi.BucketAccess, g *grantRecord, id string,
+) error {
+	if _, err := r.Driver.DriverRetireBucketAccessCredentials(ctx, g.retireRequest(id)); err != nil {
+		rpc := rpcError{"DriverRetireBucketAccessCredentials", err}
+		r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, cosiapi.EventFailedRotateCredentials, "Retire",
+			"%s", conditions.Truncate(rpc.Error()))
+		return errors.New(rpc.Error())
+	}
+	return nil
+}
+
+// retireUnretired retires the credentials that rotations could not retire in time, and records
+// those it did. Those it could not stay recorded, and the error says so.
+func (r *BucketAccessReconciler) retireUnretired(
+	ctx context.Context, ba *cosiapi.BucketAccess, g *grantRecord, cm *corev1.ConfigMap,
+) error {
+	if len(g.Unretired) == 0 {
+		return nil
+	}
+	var left []string
+	var errs []error
+	for _, id := range g.Unretired {
+		if err := r.retire(ctx, ba, g, id); err != nil {
+			left, errs = append(left, id), append(errs, err)
+		}
+	}
+	if len(left) == len(g.Unretired) {
+		return errors.Join(errs...)
+	}
+	g.Unretired = left
+	return errors.Join(append(errs, r.Grants.store.update(ctx, cm, *g))...)
 }
 
 // markRotation sets the access's CredentialsRotated condition, writing only when it changed.

@@ -129,7 +129,7 @@ func TestBucketInfoRefreshedWithoutAnEvent(t *testing.T) {
 // the same and keeps working past the expiry the Secret first said.
 func TestCredentialsRenewedBeforeExpiry(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE}})
+	h := newHarness(t, renewByGrant)
 	b := h.provisionedBucket(cosiapi.ProtocolAzure)
 	ba := provisioned(t, h.accessWith(map[string]string{memory.ParamSASExpiry: "12s"},
 		cosiapi.ProtocolAzure, cosiapi.AuthenticationTypeKey, b), accessConditions)

@@ -23,6 +23,11 @@ import (
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
+// renewByGrant is a driver of Azure tokens that cannot rotate them and renews them by a repeated
+// grant, which moves the token's expiry and keeps the token: renewals are grants.
+var renewByGrant = memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE},
+	RenewByGrant: true}
+
 // sasExpiryOf is when the token in an access's Secret expires, as the Secret says.
 func sasExpiryOf(t *testing.T, s *corev1.Secret) time.Time {
 	t.Helper()
@@ -72,7 +77,8 @@ func noSecretInEvents(t *testing.T, ba *cosiapi.BucketAccess, token string) {
 
 // TestRenewalDuringRotationGrace: a rotation whose new credential is in the Secrets, waiting for
 // its grace period to retire the old one, does not hold back the renewal of credentials that
-// expire: the token in the Secrets is renewed before it expires, and it keeps working.
+// expire: once the renewal is due, the grace period ends (the old credential is retired), and the
+// renewal rotates the new credential in turn, which keeps working until its own grace ends.
 func TestRenewalDuringRotationGrace(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE}})
@@ -95,38 +101,106 @@ func TestRenewalDuringRotationGrace(t *testing.T) {
 	})
 	rotationCondition(t, ba, cosiapi.ReasonRotating)
 
-	waitRenewedAfter(t, ba, 0, first)
-	s := secret(t, ba, 0)
-	if got := credentialsFrom(ba.Spec.Protocol, s); got.GetAzure().GetAccessToken() !=
-		rotated.GetAzure().GetAccessToken() {
-		t.Error("the renewal wrote another token than the rotated one")
+	waitRenewedAfter(t, ba, 0, sasExpiryOf(t, secret(t, ba, 0)))
+	renewed := credentialsFrom(ba.Spec.Protocol, secret(t, ba, 0))
+	if renewed.GetAzure().GetAccessToken() == rotated.GetAzure().GetAccessToken() {
+		t.Error("the renewal kept the rotated token: its expiry cannot move")
 	}
-	if !h.driver.Backend().Allowed(rotated, b.Status.BucketID, memory.ObjectData, true) {
-		t.Error("the rotated token does not work after the renewal")
+	for _, c := range []struct {
+		what  string
+		creds *cosiproto.CredentialInfo
+		works bool
+	}{{"the first token", old, false}, {"the rotated token", rotated, true}, {"the renewed token", renewed, true}} {
+		if got := h.driver.Backend().Allowed(c.creds, b.Status.BucketID, memory.ObjectData, true); got != c.works {
+			t.Errorf("%s works: %t, want %t (first expiry %s)", c.what, got, c.works, first.Format(time.RFC3339))
+		}
+	}
+	if got := h.driver.Backend().AccountKeys(ba.Status.AccountID); len(got) != 2 {
+		t.Errorf("the account has %d credentials, want 2: the renewed one, and the rotated one in its grace period",
+			len(got))
 	}
 	noSecretInEvents(t, ba, rotated.GetAzure().GetAccessToken())
+	noSecretInEvents(t, ba, renewed.GetAzure().GetAccessToken())
+}
+
+// TestRenewalByRotation: a driver that rotates credentials (the Azure driver) renews an expiring
+// token with a new one, never by moving the old one's expiry: a copy of the old token works
+// through the grace period, is refused once it expired or was retired, and stays refused after
+// the next renewals. The renewals are rotations, not grants, and say so in events.
+func TestRenewalByRotation(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE}})
+	h.restartSidecar(sidecarConfig, func(o *sidecar.Options) {
+		o.RotationGracePeriod = time.Second
+	})
+	b := h.provisionedBucket(cosiapi.ProtocolAzure)
+	ba := h.azureAccess("10s", b)
+	first := sasExpiryOf(t, secret(t, ba, 0))
+	old := credentialsFrom(ba.Spec.Protocol, secret(t, ba, 0))
+	grants := h.calls.Count("DriverGrantBucketAccess")
+
+	second := waitRenewedAfter(t, ba, 0, first)
+	renewed := credentialsFrom(ba.Spec.Protocol, secret(t, ba, 0))
+	if renewed.GetAzure().GetAccessToken() == old.GetAzure().GetAccessToken() {
+		t.Fatal("the renewal kept the token: a copy that expired would work again")
+	}
+	waitForEvent(t, ba, cosiapi.EventSecretsRefreshed+": renewed before the credentials' expiry")
+	time.Sleep(time.Until(first.Add(time.Second)))
+	if h.driver.Backend().Allowed(old, b.Status.BucketID, memory.ObjectData, false) {
+		t.Error("the first token works past its expiry")
+	}
+	if !h.driver.Backend().Allowed(renewed, b.Status.BucketID, memory.ObjectData, true) {
+		t.Error("the renewed token does not work")
+	}
+	waitRenewedAfter(t, ba, 0, second)
+	if h.driver.Backend().Allowed(old, b.Status.BucketID, memory.ObjectData, false) {
+		t.Error("the first token works again after the next renewal")
+	}
+	if n := h.calls.Count("DriverGrantBucketAccess"); n != grants {
+		t.Errorf("%d grants for the renewals, want rotations only", n-grants)
+	}
+	if h.calls.Count("DriverRotateBucketAccessCredentials") < 2 {
+		t.Error("fewer than two rotations for two renewals")
+	}
+	testenv.Eventually(t, func() error {
+		if n := len(h.driver.Backend().AccountKeys(ba.Status.AccountID)); n != 1 {
+			return fmt.Errorf("the account has %d credentials: the replaced ones are not retired", n)
+		}
+		return nil
+	})
+	noSecretInEvents(t, ba, renewed.GetAzure().GetAccessToken())
+	deleteAccess(t, ba)
 }
 
 // TestRenewalOfShortLivedCredentialsIsBounded: a driver whose credentials expire a second after
 // each grant, or had expired already, is not asked in a loop: a few grants over many seconds.
 func TestRenewalOfShortLivedCredentialsIsBounded(t *testing.T) {
 	t.Parallel()
-	for _, expiry := range []string{"1s", "1ms", "-1h"} {
-		t.Run(expiry, func(t *testing.T) {
-			t.Parallel()
-			h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE}})
-			b := h.provisionedBucket(cosiapi.ProtocolAzure)
-			ba := h.azureAccess(expiry, b)
-			start := h.calls.Count("DriverGrantBucketAccess")
-			const window = 12 * time.Second
-			time.Sleep(window)
-			// The renewal waits at least requeueDelay (5s) after a grant: 3 in the window; 8
-			// leaves room for anything else (a Secret check that rewrites).
-			if n := h.calls.Count("DriverGrantBucketAccess") - start; n > 8 {
-				t.Errorf("%d DriverGrantBucketAccess calls in %s: the renewal loops", n, window)
-			}
-			deleteAccess(t, ba)
-		})
+	for _, mode := range []string{"rotation", "grant"} {
+		for _, expiry := range []string{"1s", "1ms", "-1h"} {
+			t.Run(mode+"/"+expiry, func(t *testing.T) {
+				t.Parallel()
+				cfg := memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE}}
+				if mode == "grant" {
+					cfg = renewByGrant
+				}
+				h := newHarness(t, cfg)
+				b := h.provisionedBucket(cosiapi.ProtocolAzure)
+				ba := h.azureAccess(expiry, b)
+				calls := func() int {
+					return h.calls.Count("DriverGrantBucketAccess") + h.calls.Count("DriverRotateBucketAccessCredentials")
+				}
+				start := calls()
+				const window = 12 * time.Second
+				time.Sleep(window)
+				// The renewal waits at least requeueDelay (5s) after a grant: 3 in the window; 8
+				// leaves room for anything else (a Secret check that rewrites).
+				if n := calls() - start; n > 8 {
+					t.Errorf("%d grants and rotations in %s: the renewal loops", n, window)
+				}
+				deleteAccess(t, ba)
+			})
+		}
 	}
 }
 
@@ -134,7 +208,7 @@ func TestRenewalOfShortLivedCredentialsIsBounded(t *testing.T) {
 // the access stays provisioned, and the failure says nothing of the token.
 func TestRenewalRetriedAfterDriverErrors(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE}})
+	h := newHarness(t, renewByGrant)
 	b := h.provisionedBucket(cosiapi.ProtocolAzure)
 	ba := h.azureAccess("10s", b)
 	s := secret(t, ba, 0)
@@ -170,7 +244,7 @@ func TestRenewalOfDeletedAccess(t *testing.T) {
 	for _, after := range []bool{false, true} {
 		t.Run(fmt.Sprintf("after=%t", after), func(t *testing.T) {
 			t.Parallel()
-			h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE}})
+			h := newHarness(t, renewByGrant)
 			b := h.provisionedBucket(cosiapi.ProtocolAzure)
 			ba := h.azureAccess("8s", b)
 			account := ba.Status.AccountID
@@ -209,7 +283,7 @@ func TestRenewalOfDeletedAccess(t *testing.T) {
 // the driver (the driver renewed, the answer is lost) is followed by one that renews.
 func TestRenewalAfterSidecarStoppedMidRenewal(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE}})
+	h := newHarness(t, renewByGrant)
 	b := h.provisionedBucket(cosiapi.ProtocolAzure)
 	ba := h.azureAccess("10s", b)
 	first := sasExpiryOf(t, secret(t, ba, 0))
@@ -234,7 +308,7 @@ func TestRenewalAfterSidecarStoppedMidRenewal(t *testing.T) {
 // admin's mistake) still has its credentials renewed before they expire.
 func TestRenewalAfterGrantRecordDeleted(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE}})
+	h := newHarness(t, renewByGrant)
 	b := h.provisionedBucket(cosiapi.ProtocolAzure)
 	ba := h.azureAccess("15s", b)
 	first := sasExpiryOf(t, secret(t, ba, 0))
@@ -258,7 +332,7 @@ func TestRenewalAfterGrantRecordDeleted(t *testing.T) {
 // Bucket is provisioned again.
 func TestRenewalWaitsForAnUnprovisionedBucket(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE}})
+	h := newHarness(t, renewByGrant)
 	h.restartSidecar(sidecarConfig, func(o *sidecar.Options) {
 		o.DriverTimeout = 2 * time.Minute // the held DriverCreateBucket below is not given up
 	})
@@ -305,7 +379,7 @@ func TestRenewalWaitsForAnUnprovisionedBucket(t *testing.T) {
 // time as the renewal.
 func TestRenewalOfEverySecret(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE}})
+	h := newHarness(t, renewByGrant)
 	b1, b2 := h.provisionedBucket(cosiapi.ProtocolAzure), h.provisionedBucket(cosiapi.ProtocolAzure)
 	ba := h.azureAccess("10s", b1, b2)
 	first := sasExpiryOf(t, secret(t, ba, 0))
@@ -340,7 +414,7 @@ func TestRenewalOfEverySecret(t *testing.T) {
 // not in a loop; the access stays provisioned.
 func TestRenewalFailingDriverIsBounded(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE}})
+	h := newHarness(t, renewByGrant)
 	b := h.provisionedBucket(cosiapi.ProtocolAzure)
 	ba := h.azureAccess("6s", b)
 	h.faults.Set(0, memory.Fault{Method: "DriverGrantBucketAccess", Code: codes.Unavailable})
@@ -355,15 +429,19 @@ func TestRenewalFailingDriverIsBounded(t *testing.T) {
 	deleteAccess(t, ba)
 }
 
-// TestRenewalAfterRecordWritesFailed: a renewal whose grant record cannot be written (refused,
+// TestRenewalAfterRecordWritesFailed: a renewal by a grant whose grant record cannot be written (refused,
 // as by a policy webhook or RBAC not loaded after an API server restart) keeps the driver's answer
 // for its retries; once the writes succeed again, after that answer's credentials expired, the
 // Secrets get credentials that work, and the renewals go on.
 func TestRenewalAfterRecordWritesFailed(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_AZURE}})
+	h := newHarness(t, renewByGrant)
 	b := h.provisionedBucket(cosiapi.ProtocolAzure)
 	ba := h.azureAccess("8s", b)
+	// The driver cannot rotate, and the sidecar knows it (a rotation asked for first): the
+	// renewals are grants.
+	askRotation(t, ba, "learn-unsupported")
+	rotationCondition(t, ba, cosiapi.ReasonRotationUnsupported)
 	grants := h.calls.Count("DriverGrantBucketAccess")
 	lift := testenv.RefuseUpdates(t, env.Client, sidecarNamespace, "cosi-grant-"+string(ba.UID))
 	testenv.Eventually(t, func() error {

@@ -93,8 +93,8 @@ func (Backend) CredentialID(creds *cosiproto.CredentialInfo) string {
 func (b Backend) Allowed(creds *cosiproto.CredentialInfo, bucketID string, category Category, write bool) bool {
 	b.d.mu.Lock()
 	defer b.d.mu.Unlock()
-	_, acct := b.accountOf(creds)
-	return acct != nil && !acct.expired(time.Now()) && b.allows(acct, bucketID, category, write)
+	_, acct, k := b.accountOf(creds)
+	return acct != nil && !acct.keyExpired(k, time.Now()) && b.allows(acct, bucketID, category, write)
 }
 
 // AllowedServiceAccount is Allowed for a workload that runs as the Kubernetes ServiceAccount
@@ -116,18 +116,20 @@ func (b Backend) AllowedServiceAccount(namespace, name, bucketID string, categor
 func (b Backend) AccountOf(creds *cosiproto.CredentialInfo) string {
 	b.d.mu.Lock()
 	defer b.d.mu.Unlock()
-	id, _ := b.accountOf(creds)
+	id, _, _ := b.accountOf(creds)
 	return id
 }
 
 // accountOf finds the live account that holds creds as one of its keys.
-func (b Backend) accountOf(creds *cosiproto.CredentialInfo) (string, *account) {
+func (b Backend) accountOf(creds *cosiproto.CredentialInfo) (string, *account, key) {
 	for id, acct := range b.d.state.Accounts {
-		if slices.ContainsFunc(acct.keys(), func(k key) bool { return sameCredentials(acct.keyCredentials(id, k), creds) }) {
-			return id, acct
+		for _, k := range acct.keys() {
+			if sameCredentials(acct.keyCredentials(id, k), creds) {
+				return id, acct, k
+			}
 		}
 	}
-	return "", nil
+	return "", nil, key{}
 }
 
 func (b Backend) allows(acct *account, bucketID string, category Category, write bool) bool {

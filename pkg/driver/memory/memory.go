@@ -52,6 +52,11 @@ type Config struct {
 	// and keep only the newest previous one valid, as the S3 driver does on IAM: a caller that
 	// grants again needlessly mints keys, and a key two grants old stops working.
 	NewKeyPerGrant bool
+	// RenewByGrant makes the driver one that cannot rotate credentials (the rotation RPCs answer
+	// Unimplemented) and whose repeated DriverGrantBucketAccess of an Azure account renews its
+	// token: the expiry moves, the token stays. By default, as the Azure driver, a token's expiry
+	// never moves: a repeated grant returns it as it is until it expired, and renewal is a rotation.
+	RenewByGrant bool
 }
 
 // Driver is the memory driver. It implements cosiproto.IdentityServer and cosiproto.ProvisionerServer.
@@ -295,12 +300,21 @@ func (d *Driver) DriverGrantBucketAccess(
 			*acct = old
 			return nil, err
 		}
-	case acct.Parameters[ParamSASExpiry] != "":
-		// A repeated grant renews the token: its expiry moves, the token stays.
+	case d.cfg.RenewByGrant && acct.Parameters[ParamSASExpiry] != "":
 		old := acct.Renewed
 		acct.Renewed = time.Now()
 		if err := d.save(); err != nil {
 			acct.Renewed = old
+			return nil, err
+		}
+	case acct.expired(time.Now()):
+		// A repeated grant returns the token it issued, with its expiry, as the Azure driver
+		// does; one that expired (with every other key of the account) is replaced.
+		undo := acct.clone()
+		acct.Secret, acct.KeyID, acct.Previous, acct.Older = rand.Text(), "", "", nil
+		acct.Renewed = time.Now()
+		if err := d.save(); err != nil {
+			d.state.Accounts[id] = undo
 			return nil, err
 		}
 	}
@@ -469,7 +483,7 @@ func (a *account) keyCredentials(id string, k key) *cosiproto.CredentialInfo {
 		return &cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{AccessKeyId: keyID, AccessSecretKey: k.Secret}}
 	case cosiproto.ObjectProtocol_AZURE:
 		creds := &cosiproto.AzureCredentials{AccessToken: "sv=memory&sig=" + k.Secret}
-		if expiry, ok := a.expiry(); ok {
+		if expiry, ok := a.expiry(k); ok {
 			creds.ExpiryTimestamp = timestamppb.New(expiry)
 		}
 		return &cosiproto.CredentialInfo{Azure: creds}
@@ -478,9 +492,9 @@ func (a *account) keyCredentials(id string, k key) *cosiproto.CredentialInfo {
 	}
 }
 
-// expiry is when the account's Azure token expires: ParamSASExpiry after its grant, or after the
-// repeated grant that last renewed it; ok is false when it does not expire.
-func (a *account) expiry() (time.Time, bool) {
+// expiry is when the account's Azure token of key k expires: ParamSASExpiry after the key was
+// issued; ok is false when it does not expire.
+func (a *account) expiry(k key) (time.Time, bool) {
 	if a.Protocol != cosiproto.ObjectProtocol_AZURE {
 		return time.Time{}, false
 	}
@@ -488,15 +502,17 @@ func (a *account) expiry() (time.Time, bool) {
 	if err != nil {
 		return time.Time{}, false
 	}
-	if a.Renewed.After(a.Created) {
-		return a.Renewed.Add(d), true
-	}
-	return a.Created.Add(d), true
+	return k.Issued.Add(d), true
 }
 
-// expired reports whether the account's token had expired at now: its requests are refused.
+// expired reports whether the account's current token had expired at now.
 func (a *account) expired(now time.Time) bool {
-	expiry, ok := a.expiry()
+	return a.keyExpired(a.current(), now)
+}
+
+// keyExpired reports whether key k's token had expired at now: its requests are refused.
+func (a *account) keyExpired(k key, now time.Time) bool {
+	expiry, ok := a.expiry(k)
 	return ok && !now.Before(expiry)
 }
 

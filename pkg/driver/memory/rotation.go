@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -27,13 +28,21 @@ func credentialID(secret string) string {
 }
 
 // current is the account's current key.
-func (a *account) current() key { return key{ID: a.KeyID, Secret: a.Secret} }
+func (a *account) current() key { return key{ID: a.KeyID, Secret: a.Secret, Issued: a.issued()} }
+
+// issued is when the account's current key was issued.
+func (a *account) issued() time.Time {
+	if a.Renewed.After(a.Created) {
+		return a.Renewed
+	}
+	return a.Created
+}
 
 // keys returns every key of the account that works, the current one first.
 func (a *account) keys() []key {
 	out := []key{a.current()}
 	if a.Previous != "" {
-		out = append(out, key{ID: a.KeyID, Secret: a.Previous})
+		out = append(out, key{ID: a.KeyID, Secret: a.Previous, Issued: a.issued()})
 	}
 	return append(out, a.Older...)
 }
@@ -63,6 +72,9 @@ func (d *Driver) DriverRotateBucketAccessCredentials(
 	_ context.Context,
 	req *cosiproto.DriverRotateBucketAccessCredentialsRequest,
 ) (*cosiproto.DriverRotateBucketAccessCredentialsResponse, error) {
+	if d.cfg.RenewByGrant {
+		return nil, status.Error(codes.Unimplemented, "this driver cannot rotate credentials (RenewByGrant)")
+	}
 	if req.GetAccountId() == "" || req.GetCredentialId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "account_id and credential_id are required")
 	}
@@ -91,7 +103,8 @@ func (d *Driver) DriverRotateBucketAccessCredentials(
 		// Every key but from goes, as on IAM: a key a grant minted and nobody got (its answer
 		// lost), or that a repeated call issued, would otherwise outlive every rotation.
 		acct.Older, acct.Previous = []key{kept}, ""
-		acct.Secret, acct.KeyID = k.Secret, k.ID
+		acct.Secret, acct.KeyID, acct.Renewed = k.Secret, k.ID, time.Now()
+		k.Issued = acct.Renewed
 		if acct.Rotations == nil {
 			acct.Rotations = map[string]string{}
 		}
@@ -115,6 +128,9 @@ func (d *Driver) DriverRetireBucketAccessCredentials(
 	_ context.Context,
 	req *cosiproto.DriverRetireBucketAccessCredentialsRequest,
 ) (*cosiproto.DriverRetireBucketAccessCredentialsResponse, error) {
+	if d.cfg.RenewByGrant {
+		return nil, status.Error(codes.Unimplemented, "this driver cannot rotate credentials (RenewByGrant)")
+	}
 	if req.GetAccountId() == "" || req.GetCredentialId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "account_id and credential_id are required")
 	}
@@ -140,7 +156,7 @@ func (d *Driver) DriverRetireBucketAccessCredentials(
 		// The newest older key becomes current.
 		k := acct.Older[len(acct.Older)-1]
 		acct.Older = acct.Older[:len(acct.Older)-1]
-		acct.Secret, acct.KeyID = k.Secret, k.ID
+		acct.Secret, acct.KeyID, acct.Renewed = k.Secret, k.ID, k.Issued
 	case credentialID(acct.Previous) == cred:
 		acct.Previous = ""
 	default:

@@ -57,8 +57,9 @@ type account struct {
 	// Previous is the key before the newest, still valid (Config.NewKeyPerGrant).
 	Previous string    `json:"previous,omitempty"`
 	Created  time.Time `json:"created"`
-	// Renewed is when a repeated grant last renewed the account's Azure token: its expiry
-	// (ParamSASExpiry) counts from then, as the Azure driver's stored access policy does.
+	// Renewed is when the account's current key was issued, when a rotation or a grant issued
+	// it after Created: an Azure token expires ParamSASExpiry after it was issued, as the Azure
+	// driver's stored access policies do, and is never extended.
 	Renewed time.Time `json:"renewed,omitzero"`
 	// Older are keys that a rotation replaced as the account's current key and that are not
 	// retired yet: they keep working.
@@ -72,6 +73,8 @@ type account struct {
 type key struct {
 	ID     string `json:"id,omitempty"`
 	Secret string `json:"secret"`
+	// Issued is when the key was issued: its Azure token expires ParamSASExpiry later.
+	Issued time.Time `json:"issued,omitzero"`
 }
 
 // sameGrant reports whether two accounts grant the same access (ignoring the key).

@@ -298,9 +298,11 @@ func TestStaticImport(t *testing.T) {
 	fw.Waits.Gone(t, a)
 }
 
-// A container serves five accesses at a time: the sixth waits, retried, its Provisioned condition
-// saying why, and is granted once another is deleted.
-func TestSixthAccessWaits(t *testing.T) {
+// A container serves four accesses at a time (Azure's five stored access policies, one kept for
+// renewals and rotations): the fifth is refused for good, its Provisioned condition False saying
+// why, and stays refused when another is deleted; it holds back neither the claim's deletion nor
+// the others.
+func TestFifthAccessRefused(t *testing.T) {
 	requireAzurite(t)
 	ns := fw.Namespace(t)
 	class := fw.BucketClass(cosiapi.DeletionPolicyDelete, map[string]string{azure.ParamPurgeOnDelete: "true"})
@@ -308,30 +310,37 @@ func TestSixthAccessWaits(t *testing.T) {
 	c := claim(ns, class.Name)
 	fw.Create(t, class, ac, c)
 	fw.Provisioned(t, c)
-	var five []*cosiapi.BucketAccess
-	for range azure.MaxStoredAccessPolicies {
+	var four []*cosiapi.BucketAccess
+	for range azure.MaxStoredAccessPolicies - 1 {
 		a := access(ns, ac.Name, readWrite, c)
 		fw.Create(t, a)
 		fw.Provisioned(t, a)
-		five = append(five, a)
+		four = append(four, a)
 	}
-	sixth := access(ns, ac.Name, readWrite, c)
-	fw.Create(t, sixth)
-	testenv.Eventually(t, func() error {
-		if err := fw.Env.Client.Get(t.Context(), client.ObjectKeyFromObject(sixth), sixth); err != nil {
+	fifth := access(ns, ac.Name, readWrite, c)
+	fw.Create(t, fifth)
+	refused := func() error {
+		if err := fw.Env.Client.Get(t.Context(), client.ObjectKeyFromObject(fifth), fifth); err != nil {
 			return err
 		}
-		cond := meta.FindStatusCondition(sixth.Status.Conditions, cosiapi.ConditionProvisioned)
-		if cond == nil || cond.Status == metav1.ConditionTrue || !strings.Contains(cond.Message, "Azure's limit") {
-			return fmt.Errorf("the sixth access's conditions: %+v", sixth.Status.Conditions)
+		cond := meta.FindStatusCondition(fifth.Status.Conditions, cosiapi.ConditionProvisioned)
+		if cond == nil || cond.Status != metav1.ConditionFalse || !strings.Contains(cond.Message, "at most 4 accesses") {
+			return fmt.Errorf("the fifth access's conditions: %+v", fifth.Status.Conditions)
 		}
 		return nil
-	})
-	fw.Delete(t, five[0])
-	fw.Provisioned(t, sixth)
-	if err := put(t, tokenClient(t, secret(t, sixth)), "sixth"); err != nil {
-		t.Errorf("put with the sixth access's token: %v", err)
 	}
+	testenv.Eventually(t, refused)
+	fw.Delete(t, four[0])
+	fw.Waits.Gone(t, four[0])
+	testenv.Never(t, 5*time.Second, refused)
+	if err := put(t, tokenClient(t, secret(t, four[1])), "second"); err != nil {
+		t.Errorf("put with another access's token: %v", err)
+	}
+	for _, a := range four[1:] {
+		fw.Delete(t, a)
+	}
+	fw.Delete(t, c)
+	fw.Waits.Gone(t, c)
 }
 
 // noSignatureInLogs checks that the token's signature is in no log of the COSI processes (the
@@ -355,8 +364,9 @@ func noSignatureInLogs(t *testing.T, s *corev1.Secret) {
 }
 
 // A token with sasExpiry is renewed by the sidecar before it expires, with nothing asking for it:
-// the Secret's expiry moves, the token in it stays, and Azurite accepts it after the expiry the
-// Secret first said.
+// the Secret gets a new token bound to a new stored access policy, which Azurite accepts after the
+// expiry the Secret first said; the first token is refused then, and stays refused after the next
+// renewal (its policy is never extended).
 func TestExpiryRenewed(t *testing.T) {
 	requireAzurite(t)
 	ns := fw.Namespace(t)
@@ -369,31 +379,43 @@ func TestExpiryRenewed(t *testing.T) {
 	fw.Create(t, a)
 	fw.Provisioned(t, a)
 	s := secret(t, a)
+	old := tokenClient(t, s)
 	token := string(s.Data[cosiapi.SecretKeyAzureSASToken])
 	first, err := time.Parse(time.RFC3339, string(s.Data[cosiapi.SecretKeyAzureSASTokenExpiry]))
 	if err != nil {
 		t.Fatalf("%s: %v", cosiapi.SecretKeyAzureSASTokenExpiry, err)
 	}
-	testenv.Eventually(t, func() error {
-		s := secret(t, a)
-		got, err := time.Parse(time.RFC3339, string(s.Data[cosiapi.SecretKeyAzureSASTokenExpiry]))
-		if err != nil {
-			return fmt.Errorf("%s: %w", cosiapi.SecretKeyAzureSASTokenExpiry, err)
-		}
-		if !got.After(first) {
-			return fmt.Errorf("the Secret's token expires at %s, not renewed", got)
-		}
-		if string(s.Data[cosiapi.SecretKeyAzureSASToken]) != token {
-			return errors.New("the renewal changed the token")
-		}
-		return nil
-	})
-	// Past the first expiry, the token works.
+	renewedAfter := func(after time.Time) time.Time {
+		var got time.Time
+		testenv.Eventually(t, func() error {
+			s := secret(t, a)
+			got, err = time.Parse(time.RFC3339, string(s.Data[cosiapi.SecretKeyAzureSASTokenExpiry]))
+			if err != nil {
+				return fmt.Errorf("%s: %w", cosiapi.SecretKeyAzureSASTokenExpiry, err)
+			}
+			if !got.After(after) {
+				return fmt.Errorf("the Secret's token expires at %s, not renewed", got)
+			}
+			if string(s.Data[cosiapi.SecretKeyAzureSASToken]) == token {
+				return errors.New("the renewal kept the token: its expiry would have moved")
+			}
+			return nil
+		})
+		return got
+	}
+	second := renewedAfter(first)
 	for time.Now().Before(first.Add(2 * time.Second)) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	if err := put(t, tokenClient(t, secret(t, a)), "after-expiry"); err != nil {
-		t.Errorf("put with the renewed token past its first expiry: %v", err)
+		t.Errorf("put with the renewed token past the first one's expiry: %v", err)
+	}
+	if err := put(t, old, "old"); err == nil {
+		t.Error("the first token works past its expiry")
+	}
+	renewedAfter(second)
+	if err := put(t, old, "old"); err == nil {
+		t.Error("the first token works again after the next renewal")
 	}
 	fw.Delete(t, a)
 	fw.Waits.Gone(t, a)
