@@ -37,6 +37,10 @@ type APIServerOptions struct {
 	// FeatureGates are the API server's --feature-gates ("Name=true", ...); none leaves the
 	// defaults.
 	FeatureGates []string
+	// Flags are more kube-apiserver flags, by name without the dashes, each value given as a flag
+	// of its own (--api-audiences=a --api-audiences=b): the settings of a cluster that a test
+	// needs, such as service-account-max-token-expiration.
+	Flags map[string][]string
 	// ControllerManagerLog, when set, runs kube-controller-manager from BinDir too, logging to
 	// this file: owner references cascade and deleted namespaces finish deleting, as in a cluster.
 	ControllerManagerLog string
@@ -115,6 +119,9 @@ func StartAPIServer(opts APIServerOptions) (*APIServer, error) {
 	}
 	if len(opts.FeatureGates) > 0 {
 		env.ControlPlane.GetAPIServer().Configure().Set("feature-gates", strings.Join(opts.FeatureGates, ","))
+	}
+	for name, values := range opts.Flags {
+		env.ControlPlane.GetAPIServer().Configure().Append(name, values...)
 	}
 	if opts.Issuer != nil {
 		env.ControlPlane.GetAPIServer().Configure().

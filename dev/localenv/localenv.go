@@ -292,7 +292,10 @@ func (e *Env) startAPIServer() error {
 	var err error
 	// A fixed data directory keeps the objects across restarts.
 	o := APIServerOptions{RepoRoot: e.opts.RepoRoot, BinDir: e.opts.BinDir, EtcdDir: filepath.Join(e.opts.Dir, "etcd"),
-		LogDir: filepath.Join(e.opts.Dir, "log"), Issuer: e.opts.Issuer, FeatureGates: e.opts.APIServerFeatureGates}
+		LogDir: filepath.Join(e.opts.Dir, "log"), Issuer: e.opts.Issuer, FeatureGates: e.opts.APIServerFeatureGates,
+		// The cap docs/install.md asks of a cluster that offers keyless accesses (kubectl cosi
+		// doctor checks it); ServiceAccountTokenConfig's tokens of a day fit under it.
+		Flags: map[string][]string{"service-account-max-token-expiration": {"24h"}}}
 	if e.opts.ControllerManager {
 		o.ControllerManagerLog = filepath.Join(e.opts.Dir, "log", "kube-controller-manager.log")
 	}

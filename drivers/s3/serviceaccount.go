@@ -46,7 +46,11 @@ type ServiceAccountAuth struct {
 }
 
 // apiServerAudiences are the audiences clusters commonly give the API server (--api-audiences;
-// the default is the issuer, refused as well): EKS's and kubeadm-style clusters'.
+// the default is the issuer, refused as well): EKS's and kubeadm-style clusters'. The driver
+// cannot read the real ones: it has no Kubernetes credentials (the charts mount the token into the
+// sidecar only), and the issuer's documents do not list them. kubectl cosi doctor reads them from
+// the API server's answer to a TokenRequest and fails on a driver audience among them; this list
+// is what the driver can refuse on its own.
 var apiServerAudiences = []string{"https://kubernetes.default.svc", "https://kubernetes.default.svc.cluster.local",
 	"kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
 

@@ -72,7 +72,7 @@ var AdmissionPolicies = []string{
 func (c *Command) Doctor(ctx context.Context) (bool, error) {
 	r := &DoctorReport{}
 	steps := []func(context.Context, *DoctorReport) error{
-		c.checkCRDs, c.checkAdmission, c.checkComponents, c.checkStuck, c.checkSecrets,
+		c.checkCRDs, c.checkAdmission, c.checkComponents, c.checkStuck, c.checkSecrets, c.checkKeyless,
 	}
 	for _, step := range steps {
 		if err := step(ctx, r); err != nil {

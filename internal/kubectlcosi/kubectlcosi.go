@@ -5,7 +5,8 @@
 //	kubectl cosi env ACCESS            what a Pod gets with envFrom from the access's Secrets, values masked
 //	kubectl cosi doctor                the health of the installation
 //
-// It only reads. What the user may not read (a cluster-scoped Bucket for a user with namespace
+// It only reads, but for doctor's token probe (a ServiceAccount created and deleted at once,
+// --probe-tokens). What the user may not read (a cluster-scoped Bucket for a user with namespace
 // rights only) is reported as not visible instead of failing the command.
 package kubectlcosi
 
@@ -46,6 +47,12 @@ type Command struct {
 	SecretCheckInterval time.Duration
 	// StuckAfter is how long an object may be Terminating before doctor calls it stuck.
 	StuckAfter time.Duration
+	// ProbeTokens lets doctor create a ServiceAccount in COSINamespace for a moment, to ask the
+	// API server for the lifetime cap and the audiences of its tokens (doctor_keyless.go).
+	ProbeTokens bool
+	// ServiceAccountAudiences are audiences of keyless drivers that doctor checks beyond those it
+	// finds (the drivers' --service-account-audience).
+	ServiceAccountAudiences []string
 	// Output is "", "json" or "yaml".
 	Output string
 	// Out receives the report; Now is the clock (tests fix it).
@@ -67,7 +74,8 @@ Commands:
   status claim NAME     the claim, its Bucket, its accesses and their Secrets, and what is wrong
   status access NAME    the access, its claims and Buckets, its Secrets, and what is wrong
   env ACCESS            what a Pod gets with envFrom from the access's Secrets (values masked)
-  doctor                CRDs, admission policies, controller and sidecars, stuck objects
+  doctor                CRDs, admission policies, controller and sidecars, stuck objects, and the
+                        API server's ServiceAccount tokens where keyless accesses are offered
 
 Flags (anywhere on the line):
 `
@@ -94,6 +102,19 @@ func Main(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writ
 		"the sidecars' --secret-check-interval, for Secrets that do not say it (written before COSI annotated them)")
 	fs.DurationVar(&cmd.StuckAfter, "stuck-after", 5*time.Minute,
 		"doctor: how long an object may be Terminating before it counts as stuck")
+	fs.BoolVar(&cmd.ProbeTokens, "probe-tokens", true, "doctor: where keyless accesses are offered, create a "+
+		"ServiceAccount in --cosi-namespace for a moment, ask for two of its tokens to learn the API server's token "+
+		"lifetime cap and audiences, and delete it")
+	fs.Func("service-account-audience", "doctor: an audience of a keyless driver's tokens, beyond those doctor "+
+		"finds (the drivers' --service-account-audience in --cosi-namespace, or their names); repeat or separate "+
+		"with commas", func(v string) error {
+		for a := range strings.SplitSeq(v, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				cmd.ServiceAccountAudiences = append(cmd.ServiceAccountAudiences, a)
+			}
+		}
+		return nil
+	})
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
@@ -120,6 +141,10 @@ func Main(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writ
 		fmt.Fprintln(stderr, "kubectl cosi:", err)
 		return 1
 	}
+	// The API server's warnings (doctor's token request for a year is shortened, by design) are
+	// not for the user; controller-runtime would log them through a logger the plugin never sets.
+	restCfg = rest.CopyConfig(restCfg)
+	restCfg.WarningHandlerWithContext = rest.NoWarnings{}
 	cmd.Namespace = ns
 	if namespace != "" {
 		cmd.Namespace = namespace
