@@ -36,6 +36,13 @@ import (
 // driver. Absent, it is DefaultAccessModes.
 const ParameterAccessModes = "objectstorage.k8s.io/v1alpha1-access-modes"
 
+// AccessClassParameters are the BucketAccessClass parameters that are the adapter's own: it reads
+// them and removes them before calling the driver. They are under COSI's group name, where the
+// sidecar refuses every key it does not know: it keeps one registry of the reserved names and their
+// owners (internal/sidecar/parameters.go), which lists these as the adapter's, passes them to the
+// adapter, and removes them for a v1alpha2 driver.
+func AccessClassParameters() []string { return []string{ParameterAccessModes} }
+
 // DefaultAccessModes is what a v1alpha1 grant is assumed to give when the class declares nothing:
 // read and write of objects, the only access every v1alpha1 driver grants.
 const DefaultAccessModes = "objectData=ReadWrite"
@@ -535,14 +542,15 @@ func modeName(m cosiproto.AccessMode_Mode) string {
 }
 
 // driverParameters are the parameters the v1alpha1 driver sees: the class's, without the
-// adapter's own.
+// adapter's own (AccessClassParameters).
 func driverParameters(params map[string]string) map[string]string {
-	if _, ok := params[ParameterAccessModes]; !ok {
+	own := AccessClassParameters()
+	if !slices.ContainsFunc(own, func(k string) bool { _, ok := params[k]; return ok }) {
 		return params
 	}
 	out := make(map[string]string, len(params))
 	for k, v := range params {
-		if k != ParameterAccessModes {
+		if !slices.Contains(own, k) {
 			out[k] = v
 		}
 	}
