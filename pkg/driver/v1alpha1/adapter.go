@@ -145,6 +145,16 @@ func (a *Adapter) DriverGenerateBucketId(
 // does not make (one call in flight per bucket, pkg/driver; a driver still at work on a call whose
 // deadline passed is asked by the same spec to answer ABORTED, which is retried); handing out an
 // incompatible bucket as this Bucket's would be worse than a claim that waits for its user.
+//
+// That stays so after a lost answer, when a driver answers a repeated create of the bucket it made
+// ALREADY_EXISTS ("already owned by you"): the adapter cannot tell that bucket from another's of the
+// same name, so it never takes one. The answer says nothing else (a code and free text); v1alpha1
+// has no call that looks a bucket or its owner up; the name (the Bucket's, bc-<claim UID>) is known
+// before the bucket exists to whoever can read the claim, and on a store with one bucket namespace
+// for all its accounts anyone can create a bucket by that name; and a lost answer does not say that
+// the earlier create succeeded: it may have failed on that other bucket. Taking it could give the
+// tenant a bucket that someone else owns and reads. The message points to what an admin who
+// checked the bucket in the store can do instead (docs/v1alpha1-drivers.md).
 func (a *Adapter) DriverCreateBucket(
 	ctx context.Context,
 	req *cosiproto.DriverCreateBucketRequest,
@@ -159,7 +169,9 @@ func (a *Adapter) DriverCreateBucket(
 		opts...)
 	if status.Code(err) == codes.AlreadyExists {
 		return nil, status.Errorf(codes.AlreadyExists,
-			"v1alpha1 DriverCreateBucket: a bucket named %q exists but is incompatible with this Bucket's parameters: %s",
+			"v1alpha1 DriverCreateBucket: a bucket named %q exists but is incompatible with this Bucket's parameters: %s "+
+				"(the adapter cannot tell a bucket an earlier call made from another's of that name, and takes "+
+				"neither: docs/v1alpha1-drivers.md, \"A lost create answer\")",
 			req.GetBucketId(), status.Convert(err).Message())
 	}
 	if err != nil {
