@@ -26,6 +26,9 @@ import (
 type APIServerOptions struct {
 	// RepoRoot is the repository (for the CRDs); empty means RepoRoot().
 	RepoRoot string
+	// CRDPaths are the files or directories of the CRDs to install; empty means COSI's,
+	// RepoRoot/config/crd/bases. A test of the migration from COSI v1alpha1 gives the v1alpha1 ones.
+	CRDPaths []string
 	// BinDir holds kube-apiserver, etcd and kubectl; empty means $KUBEBUILDER_ASSETS, else
 	// RepoRoot/bin.
 	BinDir string
@@ -103,9 +106,13 @@ func StartAPIServer(opts APIServerOptions) (*APIServer, error) {
 			)
 		}
 	}
+	crds := opts.CRDPaths
+	if len(crds) == 0 {
+		crds = []string{filepath.Join(root, "config", "crd", "bases")}
+	}
 	s := scheme.New()
 	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
+		CRDDirectoryPaths:     crds,
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: binDir,
 		Scheme:                s,

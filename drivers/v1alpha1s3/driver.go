@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -23,6 +24,13 @@ import (
 	"github.com/kube-cosi/cosi/drivers/s3"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
+
+// ParamReadOnly is the driver's own BucketAccessClass parameter: "true" grants keys that read the
+// bucket's objects and cannot write them; "false" (the default) read and write. A v1alpha1 request
+// carries no access mode, so v1alpha1 drivers take what they grant from their class, as this one
+// does; the class declares the same to the sidecar's adapter
+// (objectstorage.k8s.io/v1alpha1-access-modes: objectData=ReadOnly).
+const ParamReadOnly = "readOnly"
 
 // Driver serves the v1alpha1 Identity and Provisioner services.
 type Driver struct {
@@ -95,8 +103,9 @@ func (d *Driver) DriverDeleteBucket(
 	return &v1.DriverDeleteBucketResponse{}, nil
 }
 
-// DriverGrantBucketAccess creates the identity name with read-write access to the bucket and
-// returns account_id = name and the key in credentials["s3"].secrets.
+// DriverGrantBucketAccess creates the identity name with access to the bucket's objects (read and
+// write, or read only with ParamReadOnly) and returns account_id = name and the key in
+// credentials["s3"].secrets.
 func (d *Driver) DriverGrantBucketAccess(
 	ctx context.Context,
 	req *v1.DriverGrantBucketAccessRequest,
@@ -107,14 +116,24 @@ func (d *Driver) DriverGrantBucketAccess(
 	if req.GetAuthenticationType() != v1.AuthenticationType_Key {
 		return nil, errInvalid("only Key authentication is supported")
 	}
+	mode := cosiproto.AccessMode_READ_WRITE
+	params := maps.Clone(req.GetParameters())
+	switch v, ok := params[ParamReadOnly]; {
+	case !ok || v == "false":
+	case v == "true":
+		mode = cosiproto.AccessMode_READ_ONLY
+	default:
+		return nil, errInvalid(fmt.Sprintf("parameter %s: %q is not true or false", ParamReadOnly, v))
+	}
+	delete(params, ParamReadOnly)
 	resp, err := d.s3.DriverGrantBucketAccess(ctx, &cosiproto.DriverGrantBucketAccessRequest{
 		AccountId: req.GetName(),
 		Buckets: []*cosiproto.AccessedBucket{{BucketId: req.GetBucketId(), AccessModes: &cosiproto.AccessModes{
-			ObjectData: cosiproto.AccessMode_READ_WRITE,
+			ObjectData: mode,
 		}}},
 		Protocol:           cosiproto.ObjectProtocol_S3,
 		AuthenticationType: cosiproto.AuthenticationType_KEY,
-		Parameters:         req.GetParameters(),
+		Parameters:         params,
 	})
 	if err != nil {
 		return nil, err

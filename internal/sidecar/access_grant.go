@@ -33,13 +33,12 @@ func (r *BucketAccessReconciler) grantSteps(
 	defer done()
 	// COSI's own parameters are checked before the driver is asked anything: an invalid one is
 	// final, and nothing is granted until the access changes (parameters.go).
-	params, err := parseAccessParameters(ba.Status.Parameters)
-	if err != nil {
+	if _, err := parseAccessParameters(ba.Status.Parameters); err != nil {
 		return time.Time{}, invalidObjects(cosiapi.ReasonInvalidParameter, err.Error())
 	}
 	// The access still exists, its Buckets are provisioned, it has its finalizer, and its Secrets
 	// can be written (access_prepare.go); nil while something is missing.
-	p, err := r.prepareGrant(ctx, ba, params, again)
+	p, err := r.prepareGrant(ctx, ba, again)
 	if err != nil || p == nil {
 		return time.Time{}, err
 	}

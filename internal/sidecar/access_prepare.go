@@ -31,7 +31,7 @@ type preparedGrant struct {
 // while something is missing, with the problem that says what (waitingForBuckets, secretTaken,
 // secretNotWritable) or none while the access is gone or granted already.
 func (r *BucketAccessReconciler) prepareGrant(
-	ctx context.Context, ba *cosiapi.BucketAccess, params accessParameters, again bool,
+	ctx context.Context, ba *cosiapi.BucketAccess, again bool,
 ) (*preparedGrant, error) {
 	live := &cosiapi.BucketAccess{}
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ba), live); err != nil {
@@ -50,7 +50,7 @@ func (r *BucketAccessReconciler) prepareGrant(
 	if err != nil || !ready {
 		return nil, err
 	}
-	req := newGrantRequest(ba, buckets, params.driver)
+	req := newGrantRequest(ba, buckets, driverParameters(ba.Status.Parameters, r.Driver.Protocol()))
 	if err := patch.AddFinalizer(ctx, r.Client, ba); err != nil {
 		return nil, err
 	}

@@ -82,7 +82,7 @@ func (r *BucketAccessReconciler) unrecordedGrant(ctx context.Context, ba *cosiap
 	if ba.Status.AccountID == "" {
 		return nil, nil
 	}
-	g := newGrantRecord(ba, driverParameters(ba.Status.Parameters))
+	g := newGrantRecord(ba, driverParameters(ba.Status.Parameters, r.Driver.Protocol()))
 	for _, ab := range ba.Status.AccessedBuckets {
 		b := &cosiapi.Bucket{}
 		if err := r.Client.Get(ctx, types.NamespacedName{Name: ab.BucketName}, b); err == nil &&

@@ -45,7 +45,7 @@ func (r *BucketReconciler) delete(ctx context.Context, bucket *cosiapi.Bucket) e
 	if bucket.Spec.DeletionPolicy == cosiapi.DeletionPolicyDelete && bucket.Spec.ExistingBucketID == "" &&
 		bucket.Status.BucketID != "" {
 		_, err := r.Driver.DriverDeleteBucket(ctx, &cosiproto.DriverDeleteBucketRequest{
-			BucketId: bucket.Status.BucketID, Parameters: driverParameters(bucket.Spec.Parameters),
+			BucketId: bucket.Status.BucketID, Parameters: driverParameters(bucket.Spec.Parameters, r.Driver.Protocol()),
 		})
 		if err != nil {
 			return r.record.failed(ctx, bucket, rpcError{"DriverDeleteBucket", err}, cosiapi.EventFailedDeleteBucket)

@@ -15,11 +15,10 @@ import (
 // provision creates (dynamic) or finds (static) the backend bucket and records it in status
 // (KEP-1979 "Creating a Bucket" and "Accessing an Existing OSP Bucket", sidecar steps).
 func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket) error {
-	params, err := parseBucketParameters(bucket.Spec.Parameters)
-	if err != nil {
+	if _, err := parseBucketParameters(bucket.Spec.Parameters); err != nil {
 		return r.record.invalid(ctx, bucket, cosiapi.ReasonInvalidParameter, err.Error())
 	}
-	req := newBucketRequest(bucket, params.driver)
+	req := newBucketRequest(bucket, driverParameters(bucket.Spec.Parameters, r.Driver.Protocol()))
 	// The driver's protocols first: nothing is created in the backend for a Bucket that would be
 	// refused afterwards.
 	for _, p := range req.protocols {

@@ -41,8 +41,7 @@ func (r *BucketReconciler) refreshBucket(ctx context.Context, bucket *cosiapi.Bu
 }
 
 func (r *BucketReconciler) refreshBucketInfo(ctx context.Context, bucket *cosiapi.Bucket) error {
-	params, err := parseBucketParameters(bucket.Spec.Parameters)
-	if err != nil {
+	if _, err := parseBucketParameters(bucket.Spec.Parameters); err != nil {
 		return nil
 	}
 	if r.Driver.Protocol() == driverclient.ProtocolV1alpha1 {
@@ -51,7 +50,7 @@ func (r *BucketReconciler) refreshBucketInfo(ctx context.Context, bucket *cosiap
 		// Taking it for the driver's would degrade the Bucket's information and wake its accesses.
 		return nil
 	}
-	req := newBucketRequest(bucket, params.driver)
+	req := newBucketRequest(bucket, driverParameters(bucket.Spec.Parameters, r.Driver.Protocol()))
 	resp, err := r.Driver.DriverGetBucket(ctx, req.get(bucket.Status.BucketID))
 	if status.Code(err) == codes.Unimplemented {
 		return nil // the driver cannot say: the information stays what provisioning recorded

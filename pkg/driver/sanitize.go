@@ -1,7 +1,9 @@
 package driver
 
 import (
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -23,6 +25,12 @@ const StrippedValue = "***stripped***"
 // marked (cosi.v1alpha2.cosi_secret) = true replaced by "***stripped***", at any depth (nested
 // messages, lists and maps). msg itself is not changed. Rendering happens only when the result is
 // printed, so passing it to a disabled log level costs nothing.
+//
+// Every kind of logger sees the stripped JSON: fmt and klog through String, logr sinks that
+// support it (funcr, zapr) through logr.Marshaler, and log/slog handlers (a logr.Logger made with
+// logr.FromSlogHandler, as the sidecar's and the controller's JSON logs are) through
+// slog.LogValuer. Without the last, slog's JSON handler marshals the value's unexported field and
+// prints {}.
 func StripSecrets(msg any) fmt.Stringer {
 	m, _ := msg.(proto.Message)
 	return stripped{msg: m}
@@ -33,21 +41,36 @@ type stripped struct {
 }
 
 func (s stripped) String() string {
-	if s.msg == nil {
-		return "null"
-	}
-	m := proto.Clone(s.msg)
-	stripMessage(m.ProtoReflect())
-	b, err := protojson.MarshalOptions{EmitUnpopulated: false}.Marshal(m)
+	b, err := s.json()
 	if err != nil {
 		return "<unprintable: " + err.Error() + ">"
 	}
 	return string(b)
 }
 
+// json is the stripped message as JSON.
+func (s stripped) json() ([]byte, error) {
+	if s.msg == nil {
+		return []byte("null"), nil
+	}
+	m := proto.Clone(s.msg)
+	stripMessage(m.ProtoReflect())
+	return protojson.MarshalOptions{EmitUnpopulated: false}.Marshal(m)
+}
+
 // MarshalLog makes logr sinks that support it print the stripped JSON.
 func (s stripped) MarshalLog() any {
 	return s.String()
+}
+
+// LogValue makes log/slog handlers print the stripped message: slog's JSON handler as a JSON
+// object (json.RawMessage is written as it is), its text handler as the JSON text.
+func (s stripped) LogValue() slog.Value {
+	b, err := s.json()
+	if err != nil {
+		return slog.StringValue("<unprintable: " + err.Error() + ">")
+	}
+	return slog.AnyValue(json.RawMessage(b))
 }
 
 func isSecret(fd protoreflect.FieldDescriptor) bool {

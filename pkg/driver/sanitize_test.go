@@ -1,9 +1,13 @@
 package driver
 
 import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -69,5 +73,49 @@ func TestStripSecrets(t *testing.T) {
 	}
 	if got := StripSecrets(nil).String(); got != "null" {
 		t.Errorf("StripSecrets(nil) = %q", got)
+	}
+}
+
+// TestStripSecretsInSlogLogs: a logr.Logger on a log/slog handler (the sidecar's and the
+// controller's JSON logs) prints the stripped message, not {}: the JSON handler as a JSON object
+// whose fields a reader can parse, the text handler as its JSON text; the secret appears in
+// neither.
+func TestStripSecretsInSlogLogs(t *testing.T) {
+	const secret = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY"
+	resp := &cosiproto.DriverGrantBucketAccessResponse{
+		Credentials: &cosiproto.CredentialInfo{
+			S3: &cosiproto.S3Credentials{AccessKeyId: "AKIAEXAMPLE", AccessSecretKey: secret},
+		},
+	}
+	var jsonOut, textOut bytes.Buffer
+	opts := &slog.HandlerOptions{Level: slog.Level(-LogLevelBodies)}
+	for _, h := range []slog.Handler{slog.NewJSONHandler(&jsonOut, opts), slog.NewTextHandler(&textOut, opts)} {
+		logr.FromSlogHandler(h).V(LogLevelBodies).Info("response", "response", StripSecrets(resp), "none", StripSecrets(nil))
+	}
+	var line struct {
+		Response struct {
+			Credentials struct {
+				S3 struct{ AccessKeyID, AccessSecretKey string }
+			}
+		}
+		None any
+	}
+	if err := json.Unmarshal(jsonOut.Bytes(), &line); err != nil {
+		t.Fatalf("the JSON log line does not parse: %v\n%s", err, jsonOut.String())
+	}
+	if s3 := line.Response.Credentials.S3; s3.AccessKeyID != "AKIAEXAMPLE" || s3.AccessSecretKey != strippedValue {
+		t.Errorf("the JSON log's response has credentials %+v, want the key ID and %s\n%s",
+			s3, strippedValue, jsonOut.String())
+	}
+	if line.None != nil {
+		t.Errorf("StripSecrets(nil) logged as %v, want null", line.None)
+	}
+	if !strings.Contains(textOut.String(), "AKIAEXAMPLE") {
+		t.Errorf("the text log lacks the response: %s", textOut.String())
+	}
+	for _, out := range []string{jsonOut.String(), textOut.String()} {
+		if strings.Contains(out, secret) {
+			t.Errorf("the secret is in the log: %s", out)
+		}
 	}
 }

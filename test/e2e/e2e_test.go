@@ -35,7 +35,8 @@ var (
 
 func TestMain(m *testing.M) {
 	opts := localenv.Options{
-		Verbosity: 2, SidecarArgs: []string{"--rotation-grace-period=" + rotationGracePeriod.String()},
+		// 5: the driver calls' requests and responses are logged too (TestDriverCallsLogged).
+		Verbosity: 5, SidecarArgs: []string{"--rotation-grace-period=" + rotationGracePeriod.String()},
 	}
 	// The issuer the store's IAM service verifies ServiceAccount tokens against; without one, the
 	// ServiceAccount tests skip, saying why.

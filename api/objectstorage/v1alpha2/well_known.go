@@ -101,10 +101,13 @@ const (
 )
 
 // Class parameters that are COSI's own (COSI extensions). BucketClass and BucketAccessClass
-// parameters are opaque to COSI (KEP-1979) except for keys under the group name: the Sidecar reads
-// those itself, refuses unknown ones and invalid values (ResourcesValidated False,
-// ReasonInvalidParameter, naming the key), and strips every one of them from the parameters it
-// passes to the driver, which would reject keys it does not know.
+// parameters are opaque to COSI (KEP-1979) except for keys under the group name, which are
+// reserved: the Sidecar keeps one registry of them, each with its owner (the Sidecar, for those
+// below; the v1alpha1 adapter, for pkg/driver/v1alpha1's, such as
+// objectstorage.k8s.io/v1alpha1-access-modes), refuses unknown ones, ones on the wrong kind of class
+// and invalid values (ResourcesValidated False, ReasonInvalidParameter, naming the key), and passes
+// none to the driver, which would reject keys it does not know: the adapter's reach the adapter,
+// which removes them before calling a v1alpha1 driver.
 const (
 	// ParameterRotationPeriod (BucketAccessClass) rotates the credentials of the class's accesses
 	// periodically: a Go duration ("720h"), greater than zero. The Sidecar rotates an access's

@@ -36,6 +36,13 @@ import (
 // driver. Absent, it is DefaultAccessModes.
 const ParameterAccessModes = "objectstorage.k8s.io/v1alpha1-access-modes"
 
+// AccessClassParameters are the BucketAccessClass parameters that are the adapter's own: it reads
+// them and removes them before calling the driver. They are under COSI's group name, where the
+// sidecar refuses every key it does not know: it keeps one registry of the reserved names and their
+// owners (internal/sidecar/parameters.go), which lists these as the adapter's, passes them to the
+// adapter, and removes them for a v1alpha2 driver.
+func AccessClassParameters() []string { return []string{ParameterAccessModes} }
+
 // DefaultAccessModes is what a v1alpha1 grant is assumed to give when the class declares nothing:
 // read and write of objects, the only access every v1alpha1 driver grants.
 const DefaultAccessModes = "objectData=ReadWrite"
@@ -138,6 +145,16 @@ func (a *Adapter) DriverGenerateBucketId(
 // does not make (one call in flight per bucket, pkg/driver; a driver still at work on a call whose
 // deadline passed is asked by the same spec to answer ABORTED, which is retried); handing out an
 // incompatible bucket as this Bucket's would be worse than a claim that waits for its user.
+//
+// That stays so after a lost answer, when a driver answers a repeated create of the bucket it made
+// ALREADY_EXISTS ("already owned by you"): the adapter cannot tell that bucket from another's of the
+// same name, so it never takes one. The answer says nothing else (a code and free text); v1alpha1
+// has no call that looks a bucket or its owner up; the name (the Bucket's, bc-<claim UID>) is known
+// before the bucket exists to whoever can read the claim, and on a store with one bucket namespace
+// for all its accounts anyone can create a bucket by that name; and a lost answer does not say that
+// the earlier create succeeded: it may have failed on that other bucket. Taking it could give the
+// tenant a bucket that someone else owns and reads. The message points to what an admin who
+// checked the bucket in the store can do instead (docs/v1alpha1-drivers.md).
 func (a *Adapter) DriverCreateBucket(
 	ctx context.Context,
 	req *cosiproto.DriverCreateBucketRequest,
@@ -152,7 +169,9 @@ func (a *Adapter) DriverCreateBucket(
 		opts...)
 	if status.Code(err) == codes.AlreadyExists {
 		return nil, status.Errorf(codes.AlreadyExists,
-			"v1alpha1 DriverCreateBucket: a bucket named %q exists but is incompatible with this Bucket's parameters: %s",
+			"v1alpha1 DriverCreateBucket: a bucket named %q exists but is incompatible with this Bucket's parameters: %s "+
+				"(the adapter cannot tell a bucket an earlier call made from another's of that name, and takes "+
+				"neither: docs/v1alpha1-drivers.md, \"A lost create answer\")",
 			req.GetBucketId(), status.Convert(err).Message())
 	}
 	if err != nil {
@@ -535,14 +554,15 @@ func modeName(m cosiproto.AccessMode_Mode) string {
 }
 
 // driverParameters are the parameters the v1alpha1 driver sees: the class's, without the
-// adapter's own.
+// adapter's own (AccessClassParameters).
 func driverParameters(params map[string]string) map[string]string {
-	if _, ok := params[ParameterAccessModes]; !ok {
+	own := AccessClassParameters()
+	if !slices.ContainsFunc(own, func(k string) bool { _, ok := params[k]; return ok }) {
 		return params
 	}
 	out := make(map[string]string, len(params))
 	for k, v := range params {
-		if k != ParameterAccessModes {
+		if !slices.Contains(own, k) {
 			out[k] = v
 		}
 	}

@@ -2,6 +2,7 @@ package v1alpha1_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -90,5 +91,48 @@ func TestRegrantRefusedAnswerKeepsTheKey(t *testing.T) {
 	_, accounts, calls := f.state()
 	if calls["DriverRevokeBucketAccess"] != 0 || !slices.Equal(accounts, []string{"ba-1"}) {
 		t.Errorf("calls %v, accounts %v: the account whose key workloads hold was revoked", calls, accounts)
+	}
+}
+
+// A lost answer, then ALREADY_EXISTS: the driver made bc-1 in a call whose answer was lost and
+// answers the repeated call ALREADY_EXISTS ("already owned by you"), or bc-1 is another's bucket
+// and the first call's answer was lost too. The adapter sees the same two answers in both cases,
+// so it cannot tell the driver's bucket from a foreign one, and takes neither: the creation fails,
+// final, nothing is deleted, and the message points to what an admin who checks the store can do.
+func TestCreateBucketAfterALostAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		foreign bool
+	}{{"the driver's own bucket", false}, {"another's bucket of the same name", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake()
+			if tc.foreign {
+				f.buckets["bc-1"] = true
+			}
+			f.create = func(n int, req *v1.DriverCreateBucketRequest) (*v1.DriverCreateBucketResponse, error) {
+				if n == 1 {
+					if !tc.foreign {
+						f.buckets[req.GetName()] = true // made, and the answer lost
+					}
+					return nil, status.Error(codes.DeadlineExceeded, "context deadline exceeded")
+				}
+				return nil, status.Error(codes.AlreadyExists, "bucket bc-1 already exists and is owned by you")
+			}
+			c, _ := serveFake(t, f)
+			if _, err := c.DriverCreateBucket(t.Context(), createRequest()); finalForGrant(err) || err == nil {
+				t.Fatalf("first DriverCreateBucket: %v, want an error the sidecar retries", err)
+			}
+			resp, err := c.DriverCreateBucket(t.Context(), createRequest())
+			if status.Code(err) != codes.AlreadyExists || resp != nil || !finalForGrant(err) {
+				t.Fatalf("the repeated DriverCreateBucket: answer %v, %v; want ALREADY_EXISTS, final", resp != nil, err)
+			}
+			if msg := status.Convert(err).Message(); !strings.Contains(msg, `"A lost create answer"`) {
+				t.Errorf("message %q does not point to what an admin can do", msg)
+			}
+			buckets, _, calls := f.state()
+			if !slices.Equal(buckets, []string{"bc-1"}) || calls["DriverDeleteBucket"] != 0 {
+				t.Errorf("buckets %v, calls %v: the existing bucket must be left alone", buckets, calls)
+			}
+		})
 	}
 }

@@ -8,9 +8,11 @@ package framework
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"testing"
 
@@ -249,4 +251,58 @@ func ExpectDenied(t *testing.T, what string, err error) {
 	if !Denied(err) {
 		t.Errorf("%s: %v, want AccessDenied or InvalidAccessKeyId", what, err)
 	}
+}
+
+// DriverCall is one body of a driver call that a COSI process logged at -v 5: the "request" or
+// "response" line of a call, the JSON of its message (secrets stripped) parsed.
+type DriverCall struct {
+	// Method is the call's method (DriverGrantBucketAccess).
+	Method string
+	// Body is the request or response.
+	Body map[string]any
+}
+
+// LoggedCalls parses the JSON log of c and returns the bodies its "request" or "response" lines
+// (what) carry for method. A line that is not JSON, or whose body is not a JSON object, fails t:
+// the bodies must be readable, not {} or a string.
+func (f *Framework) LoggedCalls(t *testing.T, c *localenv.Component, what, method string) []DriverCall {
+	t.Helper()
+	data, err := os.ReadFile(c.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []DriverCall
+	for line := range strings.Lines(string(data)) {
+		var l map[string]any
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			continue // not the process's JSON log (a panic's trace, the Go runtime)
+		}
+		if l["msg"] != what || l["method"] != method {
+			continue
+		}
+		body, ok := l[what].(map[string]any)
+		if !ok || len(body) == 0 {
+			t.Fatalf("the %s of a %s in the log of %s is %v, not the message: %s", what, method, c.Name, l[what], line)
+		}
+		out = append(out, DriverCall{Method: method, Body: body})
+	}
+	return out
+}
+
+// Field is the value at path in a logged body (nil when absent); an int indexes a list.
+func Field(body any, path ...any) any {
+	for _, p := range path {
+		switch p := p.(type) {
+		case string:
+			m, _ := body.(map[string]any)
+			body = m[p]
+		case int:
+			l, _ := body.([]any)
+			if p >= len(l) {
+				return nil
+			}
+			body = l[p]
+		}
+	}
+	return body
 }

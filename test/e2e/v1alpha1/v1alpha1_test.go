@@ -38,7 +38,8 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	opts := localenv.Options{Driver: localenv.DriverV1alpha1S3, DriverName: driverName, Verbosity: 2, Metrics: true}
+	// Verbosity 5: the driver calls' requests and responses are logged too (TestDriverCallsLogged).
+	opts := localenv.Options{Driver: localenv.DriverV1alpha1S3, DriverName: driverName, Verbosity: 5, Metrics: true}
 	testenv.RunSystem(m, opts, func(_ context.Context, e *localenv.Env) error {
 		fw = framework.New(e, driverName, "v1a1")
 		env, waits, admin = fw.Env, fw.Waits, fw.Admin
