@@ -159,7 +159,8 @@ func (d *Driver) DriverGenerateBucketAccessId(
 		// Read without the lease: the grant decides again under it. Anything but a full
 		// container is the grant's to say.
 		if acl, err := c.GetAccessPolicy(ctx, nil); err == nil {
-			if err := policySet(acl.SignedIdentifiers).full(bucket, id); status.Code(err) == codes.InvalidArgument {
+			ids := policySet(acl.SignedIdentifiers)
+			if err := ids.full(bucket, id, len(ids.of(id)) > 0); status.Code(err) == codes.InvalidArgument {
 				return nil, err
 			}
 		}
@@ -207,7 +208,7 @@ func (d *Driver) DriverGrantBucketAccess(
 		}
 		// None, or all expired: those are deleted, and a new one added.
 		ids = ids.without(func(p *container.SignedIdentifier) bool { return policyOwner(deref(p.ID)) == id })
-		if err := ids.full(bucket, id); err != nil {
+		if err := ids.full(bucket, id, len(mine) > 0); err != nil {
 			return nil, false, err
 		}
 		granted = newPolicy(id, perms, params, now)

@@ -128,8 +128,13 @@ func expired(p *container.SignedIdentifier, now time.Time) bool {
 // another access goes, and a sidecar retrying it would hold it waiting without end); one whose
 // five policies are taken by other accesses' rotations refuses it for their grace period
 // (ResourceExhausted, retried).
-func (s policySet) full(bucket, id string) error {
-	if len(s.of(id)) == 0 && s.accounts(id) >= accessSlots {
+//
+// member says whether account id held policies on the container before this change (its own
+// expired ones, dropped to make room, or one to rotate from): it is then no new access, whatever
+// the count of the others, which an earlier version of the driver (five accesses per container)
+// or an admin adding policies of their own may have taken past the slots.
+func (s policySet) full(bucket, id string, member bool) error {
+	if !member && s.accounts(id) >= accessSlots {
 		return status.Errorf(codes.InvalidArgument,
 			"container %q already serves %d accesses (the admin's own stored access policies count as one each): "+
 				"Azure allows %d stored access policies per container and the driver keeps one free for renewals "+

@@ -62,7 +62,7 @@ func (d *Driver) DriverRotateBucketAccessCredentials(
 		if issued != nil {
 			return kept, len(kept) != len(ids), nil
 		}
-		if err := kept.full(bucket, id); err != nil {
+		if err := kept.full(bucket, id, true); err != nil {
 			return nil, false, err
 		}
 		issued = newPolicy(id, perms, params, now)

@@ -56,7 +56,10 @@ func (r *BucketAccessReconciler) refresh(ctx context.Context, ba *cosiapi.Bucket
 		// The rotation renews them (rotate), and writes the Buckets' information too. Looked at
 		// again at the expiry: a rotation whose driver call keeps failing by then is given up,
 		// and a grant renews them (renew).
-		return max(until(g.Expiry.Time), requeueDelay), nil
+		if wait := time.Until(g.Expiry.Add(expiryMargin)); wait > 0 {
+			return wait, nil
+		}
+		return requeueDelay, nil
 	case g.Rotation != nil:
 		// The rotation writes the Secrets; refreshed once it is done. Its grace period does not
 		// hold back a renewal: it may outlast the credentials, which the Secrets already hold;

@@ -92,10 +92,15 @@ func (g *rotationState) renewsByRotation() bool {
 }
 
 // rotationStuckPastExpiry reports whether the driver has not answered the rotation in progress
-// and the credentials the Secrets hold expired meanwhile.
+// and the credentials the Secrets hold expired meanwhile (by expiryMargin: the record keeps the
+// expiry to the second, the driver may not).
 func (g *rotationState) rotationStuckPastExpiry() bool {
-	return g.Rotation != nil && g.Rotation.To == "" && g.Expiry != nil && !time.Now().Before(g.Expiry.Time)
+	return g.Rotation != nil && g.Rotation.To == "" && g.Expiry != nil &&
+		!time.Now().Before(g.Expiry.Add(expiryMargin))
 }
+
+// expiryMargin is how long after the recorded expiry credentials are surely expired.
+const expiryMargin = time.Second
 
 // renewalDue reports whether the credentials the Secrets hold are to be renewed by a rotation now.
 func (g *rotationState) renewalDue() bool {
@@ -345,6 +350,13 @@ func (r *BucketAccessReconciler) rotationFailed(
 	switch code {
 	case codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.OutOfRange, codes.Unimplemented:
 		// Final: repeating the same request cannot help.
+	case codes.ResourceExhausted:
+		// The backend has no room for the new credential until something else is retired (an
+		// Azure container's free stored access policy, taken by another access's rotation for its
+		// grace period): asked again at short, fixed intervals, not with a backoff that would
+		// grow past the moment room is made, and a renewal's credentials would expire meanwhile.
+		return false, errors.Join(errRequeue(rpc.Error()), r.markRotation(ctx, ba, metav1.ConditionUnknown,
+			cosiapi.ReasonRotating, "waiting for room: "+rpc.Error()))
 	default:
 		r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, cosiapi.EventFailedRotateCredentials, "Rotate",
 			"%s", conditions.Truncate(rpc.Error()))
@@ -413,6 +425,12 @@ func (r *BucketAccessReconciler) writeRotated(
 	rot.Written = &now
 	g.CredentialID, g.PeriodFrom, g.NoRotation = rot.To, &now, false
 	old := g.Expiry
+	if !answered && rot.Renewal {
+		// The answer, with the new credential's expiry, was lost in a restart: the renewal is still
+		// due by the record, and a rotation now would cut the grace period short. A grant
+		// (refresh) returns the new credential with its expiry, and renewals rotate from there.
+		g.RenewByGrant = g.ExpiryFrom
+	}
 	if answered {
 		g.Expiry, g.ExpiryFrom = expiry, &now
 		if expiry == nil {

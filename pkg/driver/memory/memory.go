@@ -502,7 +502,7 @@ func (a *account) expiry(k key) (time.Time, bool) {
 	if err != nil {
 		return time.Time{}, false
 	}
-	return k.Issued.Add(d), true
+	return k.Issued.Add(d).Truncate(time.Second), true // to the second, as the Azure driver's policies
 }
 
 // expired reports whether the account's current token had expired at now.
