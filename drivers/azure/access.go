@@ -217,7 +217,15 @@ func (d *Driver) DriverGrantBucketAccess(
 	if err != nil {
 		return nil, err
 	}
-	creds, err := d.credentials(bucket, granted)
+	return d.answer(bucket, granted)
+}
+
+// answer is the answer that hands out policy p of container bucket: the bucket's information, a
+// token bound to p with p's expiry, and p as credential_id.
+func (d *Driver) answer(
+	bucket string, p *container.SignedIdentifier,
+) (*cosiproto.DriverGrantBucketAccessResponse, error) {
+	creds, err := d.credentials(bucket, p)
 	if err != nil {
 		return nil, err
 	}
@@ -226,7 +234,7 @@ func (d *Driver) DriverGrantBucketAccess(
 			{BucketId: bucket, BucketInfo: d.bucketInfo()},
 		},
 		Credentials:  creds,
-		CredentialId: credentialID(bucket, *granted.ID),
+		CredentialId: credentialID(bucket, *p.ID),
 	}, nil
 }
 

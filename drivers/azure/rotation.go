@@ -71,16 +71,12 @@ func (d *Driver) DriverRotateBucketAccessCredentials(
 	if err != nil {
 		return nil, err
 	}
-	creds, err := d.credentials(bucket, issued)
+	a, err := d.answer(bucket, issued)
 	if err != nil {
 		return nil, err
 	}
 	return &cosiproto.DriverRotateBucketAccessCredentialsResponse{
-		Buckets: []*cosiproto.DriverGrantBucketAccessResponse_BucketInfo{
-			{BucketId: bucket, BucketInfo: d.bucketInfo()},
-		},
-		Credentials:  creds,
-		CredentialId: credentialID(bucket, *issued.ID),
+		Buckets: a.Buckets, Credentials: a.Credentials, CredentialId: a.CredentialId,
 	}, nil
 }
 
