@@ -289,6 +289,35 @@ func (f *Framework) LoggedCalls(t *testing.T, c *localenv.Component, what, metho
 	return out
 }
 
+// Logged reports whether c logged a request or response (what) of method whose body matches.
+func (f *Framework) Logged(
+	t *testing.T, c *localenv.Component, what, method string, match func(body any) bool,
+) bool {
+	t.Helper()
+	for _, call := range f.LoggedCalls(t, c, what, method) {
+		if match(call.Body) {
+			return true
+		}
+	}
+	return false
+}
+
+// NotInLogs fails t for each of the processes whose log holds one of the values (secrets).
+func NotInLogs(t *testing.T, processes []*localenv.Component, values ...string) {
+	t.Helper()
+	for _, c := range processes {
+		data, err := os.ReadFile(c.Log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range values {
+			if v != "" && strings.Contains(string(data), v) {
+				t.Errorf("the log of %s holds a secret value", c.Name)
+			}
+		}
+	}
+}
+
 // Field is the value at path in a logged body (nil when absent); an int indexes a list.
 func Field(body any, path ...any) any {
 	for _, p := range path {
