@@ -6,14 +6,20 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The fronts of a machine coordinate with locks that are abstract unix sockets
 // (@kube-cosi/issuer/<name>, unix(7)): binding the name is taking the lock, and the kernel frees it
 // when its process ends, however it ends. There is no file another local user could make first
-// or leave behind (a lock file in /tmp could be), and no user can hold a lock longer than a
-// process of theirs lives. The names are per network namespace, as the addresses they guard are.
+// or leave behind (a lock file in /tmp could be). A name bound by a process of another user (not
+// root) is no lock of a front of this user's: ignored, so that nobody can hold the fronts off by
+// squatting the names, not even with a process that never ends; a front of theirs on an address
+// pair is still seen, by its addresses (free), and one on port 443 by the port. The names are per
+// network namespace, as the addresses they guard are.
 
 // lockName is the lock of an address (a private front's pair) or of ip:443 (a public front).
 func lockName(what string) string { return "@kube-cosi/issuer/" + what }
@@ -23,14 +29,44 @@ var errLocked = errors.New("held by another process")
 
 // tryLock takes the lock name, or returns errLocked at once.
 func tryLock(name string) (io.Closer, error) {
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
-	if err != nil {
-		if isAddrInUse(err) {
-			return nil, fmt.Errorf("issuer: lock %s: %w", name, errLocked)
-		}
+	addr := &net.UnixAddr{Name: name, Net: "unix"}
+	l, err := net.ListenUnix("unix", addr)
+	switch {
+	case err == nil:
+		return l, nil
+	case !isAddrInUse(err):
 		return nil, fmt.Errorf("issuer: lock %s: %w", name, err)
+	case heldByAnotherUser(addr):
+		return noLock{}, nil
 	}
-	return l, nil
+	return nil, fmt.Errorf("issuer: lock %s: %w", name, errLocked)
+}
+
+// noLock stands for a lock name another user's process holds: nothing to release.
+type noLock struct{}
+
+func (noLock) Close() error { return nil }
+
+// heldByAnotherUser reports whether the process listening on addr runs as a user other than this
+// process's and root: its credentials, as the kernel recorded them when it listened.
+func heldByAnotherUser(addr *net.UnixAddr) bool {
+	c, err := net.DialUnix("unix", nil, addr)
+	if err != nil {
+		return false
+	}
+	defer func() { _ = c.Close() }()
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil || credErr != nil {
+		return false
+	}
+	return cred.Uid != 0 && cred.Uid != uint32(os.Getuid())
 }
 
 // lock takes the lock name, polling until ctx ends.
