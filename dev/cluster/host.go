@@ -266,6 +266,31 @@ func makeBridge(tag string) error {
 	return nil
 }
 
+// makeAddressLink makes the link of the node's address ip: a bridge with no ports (nodeLinkName: a
+// dummy link, where the kernel has no dummy module), with the
+// address as a /32 and the node's tag as its alias, so that the tear-down removes it with the
+// bridge (nodeLinks). A link of that name that is already there is someone else's.
+func makeAddressLink(tag, ip string) error {
+	if _, err := os.Lstat(filepath.Join(sysClassNet, nodeLinkName)); err == nil {
+		return fmt.Errorf("a network link %s exists that this node did not make: the node's address must be "+
+			"on a link of its own (remove it with ip link delete %s if it is a leftover)", nodeLinkName, nodeLinkName)
+	}
+	for _, args := range [][]string{
+		{"link", "add", "name", nodeLinkName, "type", "bridge"},
+		{"link", "set", "dev", nodeLinkName, "alias", tag},
+		{"address", "add", ip + "/32", "dev", nodeLinkName},
+		{"link", "set", "dev", nodeLinkName, "up"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			if args[1] != "add" {
+				_ = exec.Command("ip", "link", "delete", nodeLinkName).Run()
+			}
+			return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	return nil
+}
+
 // removeLinks deletes the node's links (nodeLinks).
 func removeLinks(dir, tag string) error {
 	var errs []error

@@ -46,6 +46,8 @@ const (
 	// PodSubnet is the Pod network (a Linux bridge, bridgeName, with host-local addresses).
 	PodSubnet  = "10.217.0.0/24"
 	bridgeName = "cosi0"
+	// nodeLinkName is the link of the node's address (makeAddressLink).
+	nodeLinkName = "cosi-node0"
 	// serviceSubnet has no kube-proxy behind it; the API server needs one.
 	serviceSubnet = "10.218.0.0/24"
 )
@@ -212,16 +214,19 @@ func Start(ctx context.Context, o Options) (n *Node, err error) {
 	if err := makeCgroup(cgroupRoot, tag); err != nil {
 		return nil, err
 	}
+	if n.IP, err = nodeIP(); err != nil {
+		return nil, err
+	}
 	if err := makeBridge(tag); err != nil {
+		return nil, err
+	}
+	if err := makeAddressLink(tag, n.IP); err != nil {
 		return nil, err
 	}
 	for _, d := range []string{"log", "etcd", "containerd", "cni/net.d", "cni/ipam", "kubelet"} {
 		if err := os.MkdirAll(filepath.Join(o.Dir, d), 0o700); err != nil {
 			return nil, err
 		}
-	}
-	if n.IP, err = nodeIP(); err != nil {
-		return nil, err
 	}
 	if n.Images, err = imageRefs(o.ImagesDirs); err != nil {
 		return nil, err
@@ -614,27 +619,30 @@ func (n *Node) removeContainers(ctx context.Context) {
 	}
 }
 
-// nodeIP is the address of the interface of the default route (no packet is sent), else the
-// first non-loopback IPv4 address.
+// nodeAddresses are the node's address candidates: documentation addresses (RFC 5737) no other
+// host routes here, outside the pairs of dev/issuer's private fronts (.2 to .253).
+var nodeAddresses = []string{"203.0.113.254", "198.51.100.254"}
+
+// nodeIP is the node's address: the first of nodeAddresses that is no address of this machine's
+// and on none of its networks. It is put on a link of the node's own (makeAddressLink), so the
+// API server and the kubelet listen on nothing another host can reach; Pods reach it through
+// their gateway, as any address of the host.
 func nodeIP() (string, error) {
-	if c, err := net.Dial("udp4", "192.0.2.255:9"); err == nil {
-		ip := c.LocalAddr().(*net.UDPAddr).IP
-		c.Close()
-		if !ip.IsLoopback() {
-			return ip.String(), nil
-		}
-	}
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
 		return "", err
 	}
-	for _, a := range addrs {
-		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLoopback() &&
-			!strings.HasPrefix(ipn.IP.String(), "10.217.") {
-			return ipn.IP.String(), nil
+	for _, a := range nodeAddresses {
+		ip := net.ParseIP(a)
+		if !slices.ContainsFunc(addrs, func(x net.Addr) bool {
+			ipn, ok := x.(*net.IPNet)
+			return ok && (ipn.Contains(ip) || ipn.IP.Equal(ip))
+		}) {
+			return a, nil
 		}
 	}
-	return "", fmt.Errorf("%w: no non-loopback IPv4 address for the node", ErrUnavailable)
+	return "", fmt.Errorf("%w: every node address (%s) is on a network of this machine's", ErrUnavailable,
+		strings.Join(nodeAddresses, ", "))
 }
 
 func archives(dirs []string) []string {
