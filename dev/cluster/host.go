@@ -282,7 +282,7 @@ func makeAddressLink(tag, ip string) error {
 		{"link", "set", "dev", nodeLinkName, "up"},
 	} {
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			if args[1] != "add" {
+			if args[0] != "link" || args[1] != "add" { // the link exists: removed
 				_ = exec.Command("ip", "link", "delete", nodeLinkName).Run()
 			}
 			return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, out)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -47,11 +48,18 @@ type noLock struct{}
 
 func (noLock) Close() error { return nil }
 
-// heldByAnotherUser reports whether the process listening on addr runs as a user other than this
-// process's and root: its credentials, as the kernel recorded them when it listened.
+// heldByAnotherUser reports whether the name addr is bound by no lock of a front of this user's
+// (or root's): a front's lock listens, with a backlog nobody fills, and accepts connections
+// (never served: they wait in the backlog until the connecting side closes). So a name bound
+// without listening (a connection refused) or with a full backlog (EAGAIN) is a squatter's, and
+// one listening is a front's when its process, as the kernel recorded it when it listened
+// (SO_PEERCRED), runs as this user or root.
 func heldByAnotherUser(addr *net.UnixAddr) bool {
 	c, err := net.DialUnix("unix", nil, addr)
-	if err != nil {
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EAGAIN):
+		return true
+	case err != nil:
 		return false
 	}
 	defer func() { _ = c.Close() }()
