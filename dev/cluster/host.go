@@ -42,6 +42,9 @@ var (
 	// the hint for iptables-legacy or -nft, the martian-packet firewall, the canary it watches
 	// to notice a flush), whatever its configuration.
 	kubeletChains = map[string]bool{"KUBE-IPTABLES-HINT": true, "KUBE-FIREWALL": true, "KUBE-KUBELET-CANARY": true}
+	// addressChain is the node's chain that drops what comes to its address from outside this
+	// machine (guardAddress).
+	addressChain = "COSI-NODE-ADDRESS"
 )
 
 // A node's tag (cosi-node-<12 hex digits>, random per Start) names what it makes outside its
@@ -266,6 +269,26 @@ func makeBridge(tag string) error {
 	return nil
 }
 
+// guardAddress drops the packets to the node's address ip that come from outside this machine:
+// the address is in the host's network namespace, where by the weak host model a host on the LAN
+// that routes it here would reach the API server and the kubelet. Only loopback (this machine's
+// processes) and the Pod bridge pass. The rules are in a chain of the node's (addressChain),
+// which the tear-down removes with the jump to it (iptablesUndo).
+func guardAddress(ip string) error {
+	for _, args := range [][]string{
+		{"-N", addressChain},
+		{"-A", addressChain, "-i", "lo", "-j", "RETURN"},
+		{"-A", addressChain, "-i", bridgeName, "-j", "RETURN"},
+		{"-A", addressChain, "-j", "DROP"},
+		{"-I", "INPUT", "1", "-d", ip + "/32", "-j", addressChain},
+	} {
+		if out, err := runIPTables("iptables", append([]string{"-w", "-t", "filter"}, args...)...); err != nil {
+			return fmt.Errorf("iptables %s: %w: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	return nil
+}
+
 // makeAddressLink makes the link of the node's address ip: a bridge with no ports (nodeLinkName: a
 // dummy link, where the kernel has no dummy module), with the
 // address as a /32 and the node's tag as its alias, so that the tear-down removes it with the
@@ -426,7 +449,7 @@ func iptablesUndo(before, now []string) (rules [][]string, chains []string) {
 	}
 	// The chains of the CNI plugins (the bridge's masquerading CNI-<hash>) are named by a hash:
 	// they are the node's when a rule of its network jumps to them.
-	own := map[string]bool{}
+	own := map[string]bool{addressChain: true}
 	for c := range kubeletChains {
 		own[c] = true
 	}

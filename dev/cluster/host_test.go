@@ -104,6 +104,9 @@ func TestRestoreIPTablesKeepsOthersRules(t *testing.T) {
 		"-A KUBE-SERVICES -j RETURN",
 		"-A FORWARD -j DOCKER-USER",
 		"-A DOCKER-USER -j RETURN",
+		"-N COSI-NODE-ADDRESS",
+		"-A INPUT -d 203.0.113.254/32 -j COSI-NODE-ADDRESS",
+		"-A COSI-NODE-ADDRESS -j DROP",
 	)}
 	defer func(r func(string, ...string) ([]byte, error)) { runIPTables = r }(runIPTables)
 	runIPTables = f.run
@@ -116,8 +119,10 @@ func TestRestoreIPTablesKeepsOthersRules(t *testing.T) {
 		"-D POSTROUTING -s 10.217.0.5/32 " + cosiArgs + " -j CNI-abc123",
 		"-D CNI-abc123 -d 10.217.0.0/24 " + cosiArgs + " -j ACCEPT",
 		"-D KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -j DROP",
-		"-F KUBE-FIREWALL", "-F KUBE-KUBELET-CANARY", "-F CNI-abc123",
-		"-X KUBE-FIREWALL", "-X KUBE-KUBELET-CANARY", "-X CNI-abc123",
+		"-D INPUT -d 203.0.113.254/32 -j COSI-NODE-ADDRESS",
+		"-D COSI-NODE-ADDRESS -j DROP",
+		"-F KUBE-FIREWALL", "-F KUBE-KUBELET-CANARY", "-F CNI-abc123", "-F COSI-NODE-ADDRESS",
+		"-X KUBE-FIREWALL", "-X KUBE-KUBELET-CANARY", "-X CNI-abc123", "-X COSI-NODE-ADDRESS",
 	}
 	if !reflect.DeepEqual(f.calls, want) {
 		t.Errorf("iptables calls:\n%s\nwant:\n%s", strings.Join(f.calls, "\n"), strings.Join(want, "\n"))

@@ -223,6 +223,9 @@ func Start(ctx context.Context, o Options) (n *Node, err error) {
 	if err := makeAddressLink(tag, n.IP); err != nil {
 		return nil, err
 	}
+	if err := guardAddress(n.IP); err != nil {
+		return nil, err
+	}
 	for _, d := range []string{"log", "etcd", "containerd", "cni/net.d", "cni/ipam", "kubelet"} {
 		if err := os.MkdirAll(filepath.Join(o.Dir, d), 0o700); err != nil {
 			return nil, err
