@@ -89,6 +89,7 @@ func (r *BucketAccessReconciler) askCredentials(
 		callCtx = v1alpha1.WithNoCredentialsHeld(ctx)
 	}
 	resp, err = r.Driver.DriverGrantBucketAccess(callCtx, grantReq)
+	r.Grants.outcomes.ended(uid, err)
 	if err != nil {
 		return nil, nil, driverFailed("DriverGrantBucketAccess", err)
 	}

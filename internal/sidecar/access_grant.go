@@ -48,12 +48,13 @@ func (r *BucketAccessReconciler) grantSteps(
 	}
 	// Recorded before the driver is asked: whatever happens to the BucketAccess or its Buckets
 	// from now on, the grant can be revoked (record.go).
-	written, err := r.Grants.store.put(ctx, grantRecordFor(ba, p.buckets, p.req.parameters))
+	written, existed, err := r.Grants.store.put(ctx, grantRecordFor(ba, p.buckets, p.req.parameters))
 	if err != nil {
 		return time.Time{}, err
 	}
-	// Phase 2 (access_credentials.go).
-	resp, forget, err := r.askCredentials(ctx, ba, p)
+	// Phase 2 (access_credentials.go); account IDs a v1alpha1 driver chooses itself are recorded
+	// on the way (access_driveraccounts.go).
+	resp, forget, err := r.askCredentials(r.withDriverAccounts(ctx, ba, written, existed, p.held), ba, p)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -64,7 +65,7 @@ func (r *BucketAccessReconciler) grantSteps(
 	if err := r.Grants.store.recordCredential(ctx, written, resp.GetCredentialId(), now, expiry); err != nil {
 		return time.Time{}, err
 	}
-	if err := r.recordGranted(ctx, ba); err != nil {
+	if err := r.recordGranted(ctx, ba, written); err != nil {
 		return time.Time{}, err
 	}
 	forget()

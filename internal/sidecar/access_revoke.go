@@ -33,6 +33,7 @@ func (r *BucketAccessReconciler) delete(ctx context.Context, ba *cosiapi.BucketA
 		return err
 	}
 	r.Grants.answers.forget(ba.UID)
+	r.Grants.outcomes.forget(ba.UID)
 	// Revoked from the sidecar's own record of the grant, not from status, which someone who can
 	// write it could point at another access's account, nor from the Buckets, which an admin can
 	// delete or replace. The record is written before the grant.
@@ -46,7 +47,7 @@ func (r *BucketAccessReconciler) delete(ctx context.Context, ba *cosiapi.BucketA
 		}
 	}
 	if rec != nil && rec.AccountID != "" && len(rec.BucketIDs) > 0 {
-		if _, err := r.Driver.DriverRevokeBucketAccess(ctx, rec.revokeRequest()); err != nil {
+		if err := revokeGrant(ctx, r.Driver, *rec); err != nil {
 			return r.record.failed(ctx, ba, rpcError{"DriverRevokeBucketAccess", err}, cosiapi.EventFailedRevokeAccess)
 		}
 	}

@@ -78,6 +78,11 @@ type rotationState struct {
 	// Unretired are credentials that a rotation replaced and could not retire before the renewal
 	// of their successor was due: retired at every look at the access until that succeeds.
 	Unretired []string `json:"unretired,omitempty"`
+	// DriverAccountIDs are the account IDs other than AccountID that a v1alpha1 driver returned for
+	// the access, each recorded as soon as the driver answered, before any Secret held its
+	// credentials (access_driveraccounts.go): revocation addresses each of them instead of
+	// AccountID. Empty for v1alpha2 drivers and for v1alpha1 drivers whose account_id is the name.
+	DriverAccountIDs []string `json:"driverAccountIDs,omitempty"`
 }
 
 // renewsByRotation reports whether the credentials the Secrets hold are renewed, before they

@@ -23,7 +23,17 @@ import (
 // had no phase 1 (then it may be the cache's, and a stale one conflicts). An access that a fresh
 // copy shows replaced (deleted, and another created under its name) gets nothing: the new one was
 // never granted, and the old one's grant record is revoked as its access is gone.
-func (r *BucketAccessReconciler) recordGranted(ctx context.Context, ba *cosiapi.BucketAccess) error {
+// written is the grant record as the grant left it (nil: none): the condition names the accounts
+// a v1alpha1 driver chose itself, which it records.
+func (r *BucketAccessReconciler) recordGranted(
+	ctx context.Context, ba *cosiapi.BucketAccess, written *corev1.ConfigMap,
+) error {
+	var g *grantRecord
+	if written != nil {
+		if rec, err := parseGrantRecord(written); err == nil {
+			g = &rec
+		}
+	}
 	fresh := true
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if !fresh {
@@ -38,7 +48,7 @@ func (r *BucketAccessReconciler) recordGranted(ctx context.Context, ba *cosiapi.
 		}
 		fresh = false
 		status := r.record.status(ba)
-		conditions.MarkTrue(ba, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioned, "access granted; Secrets written")
+		conditions.MarkTrue(ba, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioned, grantedMessage(g))
 		conditions.MarkFalse(ba, cosiapi.ConditionProvisionFailed, cosiapi.ReasonDriverSucceeded, "")
 		conditions.MarkTrue(ba, cosiapi.ConditionResourcesValidated, cosiapi.ReasonValid, "")
 		return status.Patch(ctx, patch.OptimisticLock)

@@ -46,7 +46,7 @@ func (r *BucketReconciler) migrateLegacyGrant(ctx context.Context, bucket *cosia
 			return nil
 		}
 		existing.BucketNames = append(existing.BucketNames, bucket.Name)
-		_, err := r.Grants.store.put(ctx, *existing)
+		_, _, err := r.Grants.store.put(ctx, *existing)
 		return err
 	}
 	resp, err := r.Driver.DriverGenerateBucketAccessId(ctx, g.generateRequest())
@@ -75,7 +75,7 @@ func (r *BucketReconciler) migrateLegacyGrant(ctx context.Context, bucket *cosia
 		g.SecretNames = nil
 	}
 	g.BucketNames = []string{bucket.Name}
-	_, err = r.Grants.store.put(ctx, g)
+	_, _, err = r.Grants.store.put(ctx, g)
 	return err
 }
 

@@ -18,7 +18,7 @@ func RecordGranted(ctx context.Context, c client.Client, live client.Reader, ba 
 ) {
 	r := &BucketAccessReconciler{Client: c, APIReader: live}
 	r.record = statusRecorder[*cosiapi.BucketAccess]{client: c, lock: patch.OptimisticLock, kind: "BucketAccess"}
-	err := r.recordGranted(ctx, ba)
+	err := r.recordGranted(ctx, ba, nil)
 	var checked []types.UID
 	for _, o := range r.checks.objects {
 		checked = append(checked, o.uid)

@@ -251,11 +251,12 @@ var GrantsByBucket = index.Field{Object: &corev1.ConfigMap{}, Name: "grant.bucke
 // put writes the record, before the driver is asked. It is written on every grant, never skipped
 // because a cached copy shows it: the copy may predate a revocation that removed it. The create
 // answers, uncached, whether the record exists; an existing one is updated only if it differs.
-// It returns the record as the API server has it after the write (or the read).
-func (s grantStore) put(ctx context.Context, g grantRecord) (*corev1.ConfigMap, error) {
+// It returns the record as the API server has it after the write (or the read), and whether it
+// existed before.
+func (s grantStore) put(ctx context.Context, g grantRecord) (*corev1.ConfigMap, bool, error) {
 	value, err := json.Marshal(g)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
@@ -266,30 +267,30 @@ func (s grantStore) put(ctx context.Context, g grantRecord) (*corev1.ConfigMap, 
 	}
 	err = s.client.Create(ctx, cm)
 	if !apierrors.IsAlreadyExists(err) {
-		return cm, err
+		return cm, false, err
 	}
 	existing := &corev1.ConfigMap{}
 	if err := s.reader.Get(ctx, client.ObjectKeyFromObject(cm), existing); err != nil {
-		return nil, err
+		return nil, true, err
 	}
 	if have, err := parseGrantRecord(existing); err == nil && existing.Labels[cosiapi.LabelGrantDriver] == s.driver {
 		g.rotationState = have.rotationState
 		if value, err = json.Marshal(g); err != nil {
-			return nil, err
+			return nil, true, err
 		}
 		cm.Data[grantDataKey] = string(value)
 	}
 	if existing.Data[grantDataKey] == string(value) && existing.Labels[cosiapi.LabelGrantDriver] == s.driver {
-		return existing, nil
+		return existing, true, nil
 	}
 	// Another driver's record of the same access is that driver's to revoke with: never
 	// overwritten (sidecars of several drivers may share a namespace).
 	if owner := existing.Labels[cosiapi.LabelGrantDriver]; owner != "" && owner != s.driver {
-		return nil, fmt.Errorf("grant record %s/%s belongs to driver %q, not %q", s.namespace, cm.Name, owner, s.driver)
+		return nil, true, fmt.Errorf("grant record %s/%s belongs to driver %q, not %q", s.namespace, cm.Name, owner, s.driver)
 	}
 	existing.Labels = cm.Labels
 	existing.Data = cm.Data
-	return existing, s.client.Update(ctx, existing) // locked to the version read
+	return existing, true, s.client.Update(ctx, existing) // locked to the version read
 }
 
 // update writes g over the record cm that get returned, locked to the version read: a record

@@ -30,6 +30,7 @@ type grantBook struct {
 	store    grantStore
 	inFlight inFlight
 	answers  answers
+	outcomes grantOutcomes
 	driver   *driverclient.Client
 	client   client.Client
 	reader   client.Reader
@@ -90,7 +91,7 @@ func (b *grantBook) revoke(ctx context.Context, g grantRecord) error {
 	if g.AccountID == "" || len(g.BucketIDs) == 0 {
 		return nil // nothing was granted: phase 1 records the account with its buckets
 	}
-	if _, err := b.driver.DriverRevokeBucketAccess(ctx, g.revokeRequest()); err != nil {
+	if err := revokeGrant(ctx, b.driver, g); err != nil {
 		rpc := rpcError{"DriverRevokeBucketAccess", err}
 		msg := conditions.Truncate(fmt.Sprintf("revoking the access of deleted BucketAccess %s/%s (UID %s): %s",
 			g.Namespace, g.Name, g.UID, rpc.Error()))

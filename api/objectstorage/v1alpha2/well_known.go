@@ -282,6 +282,12 @@ const (
 	EventFailedGrantAccess = "FailedGrantAccess"
 	// EventFailedRevokeAccess: the driver failed to revoke access.
 	EventFailedRevokeAccess = "FailedRevokeAccess"
+	// EventDriverAccountMayHaveLeaked (Warning, on a BucketAccess): a COSI v1alpha1 driver that
+	// names its accounts itself answered a grant with a new account after an earlier grant of the
+	// access whose answer may have been lost (the sidecar stopped, or the call timed out); an
+	// account that grant made is known only to the driver, and COSI cannot revoke it. The message
+	// names the buckets, the time since when, and the accounts COSI knows.
+	EventDriverAccountMayHaveLeaked = "DriverAccountMayHaveLeaked"
 	// EventRotatingCredentials (Normal): the Sidecar started a credential rotation for the access.
 	EventRotatingCredentials = "RotatingCredentials"
 	// EventCredentialsRotated (Normal): the access's Secrets hold the new credential and the old

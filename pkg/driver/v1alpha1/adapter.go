@@ -20,6 +20,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -307,41 +308,124 @@ func (a *Adapter) DriverGrantBucketAccess(
 	if err != nil {
 		return nil, mapError("DriverGrantBucketAccess", err)
 	}
-	// Revocation addresses the account by the v1alpha2 account_id, the name: a driver that returns
-	// another ID could never be revoked after a restart. Its account is revoked now, by the ID it
-	// returned, and the access refused: credentials must not outlive their BucketAccess. Until the
-	// revocation succeeds the refusal is not final, so the sidecar calls again.
-	if id := resp.GetAccountId(); id != req.GetAccountId() {
-		if err := a.revoke(ctx, bucketID, id, v1req.GetParameters(), opts); err != nil {
-			return nil, cleanupFailed(fmt.Sprintf("revoking account_id %q, which the driver returned for %q",
-				id, req.GetAccountId()), err)
+	// An account_id other than the name is the driver's own choice (v1alpha1 allows it: a random
+	// user name, a key ID). The caller records it durably before the credentials are returned
+	// (WithDriverAccounts), and revokes by it later; a caller that keeps no record gets the old
+	// answer: the account revoked at once and the access refused, since revocation after a restart
+	// would address the account by name. An empty account_id names nothing else: the name is used.
+	id := resp.GetAccountId()
+	if id == "" {
+		id = req.GetAccountId()
+	}
+	fresh := false // an account of the driver's naming that no earlier grant returned
+	if id != req.GetAccountId() {
+		accounts, ok := driverAccounts(ctx)
+		if !ok {
+			return nil, a.refuseAccount(ctx, bucketID, id, req.GetAccountId(), v1req.GetParameters(), opts)
 		}
-		return nil, status.Errorf(
-			codes.Unimplemented,
-			"v1alpha1 adapter: the driver returned account_id %q for account %q (revoked again); the adapter "+
-				"supports only drivers whose account_id is the name they are given (docs/v1alpha1-drivers.md)",
-			id,
-			req.GetAccountId(),
-		)
+		if fresh = !slices.Contains(accounts.Known, id); fresh {
+			if err := accounts.Record(context.WithoutCancel(ctx), id); err != nil {
+				// Nobody got the account's credentials: revoked at once (not final until it is).
+				if rerr := a.revokeDetached(ctx, bucketID, id, v1req.GetParameters(), opts); rerr != nil {
+					return nil, cleanupFailed(fmt.Sprintf("revoking account_id %q, which the driver chose and which "+
+						"could not be recorded", id), rerr)
+				}
+				return nil, status.Errorf(codes.Aborted, "v1alpha1 adapter: recording account_id %q, which the driver "+
+					"chose, failed (the account is revoked again; retried): %v", id, err)
+			}
+		}
 	}
 	// An answer without the requested protocol's credentials is refused (and retried). When nobody
-	// holds credentials of the account, it is revoked at once, since these are thrown away;
-	// otherwise it is the account whose key workloads hold, and it stays (the sidecar revokes it
-	// when the access goes).
+	// holds credentials of the account (an account no earlier grant returned, or the caller's
+	// word), it is revoked at once, since these are thrown away; otherwise it is the account whose
+	// key workloads hold, and it stays (the sidecar revokes it when the access goes).
 	info, creds, err := mapCredentials(req.GetProtocol(), bucketID, resp.GetCredentials())
 	if err != nil {
-		if !unheld {
+		if !unheld && !fresh {
 			return nil, err
 		}
-		if err := a.revoke(ctx, bucketID, req.GetAccountId(), v1req.GetParameters(), opts); err != nil {
-			return nil, cleanupFailed(fmt.Sprintf("revoking account %q, whose answer was refused", req.GetAccountId()), err)
+		if err := a.revokeDetached(ctx, bucketID, id, v1req.GetParameters(), opts); err != nil {
+			return nil, cleanupFailed(fmt.Sprintf("revoking account %q, whose answer was refused", id), err)
 		}
 		return nil, err
+	}
+	// The accounts earlier grants of the driver's naming made, when nobody holds their credentials
+	// (answers that were lost), are revoked now rather than when the access goes; one whose
+	// revocation fails stays recorded, and is revoked then.
+	if accounts, ok := driverAccounts(ctx); ok && unheld {
+		for _, earlier := range accounts.Known {
+			if earlier != id {
+				_ = a.revokeDetached(ctx, bucketID, earlier, v1req.GetParameters(), opts)
+			}
+		}
 	}
 	return &cosiproto.DriverGrantBucketAccessResponse{
 		Buckets:     []*cosiproto.DriverGrantBucketAccessResponse_BucketInfo{{BucketId: bucketID, BucketInfo: info}},
 		Credentials: creds,
 	}, nil
+}
+
+// refuseAccount revokes the account id that the driver returned for the account name, and
+// refuses the access: without a record of the driver's IDs (WithDriverAccounts), revocation after
+// a restart would address the account by name. Until the revocation succeeds the refusal is not
+// final, so the caller calls again.
+func (a *Adapter) refuseAccount(
+	ctx context.Context, bucketID, id, name string, params map[string]string, opts []grpc.CallOption,
+) error {
+	if err := a.revokeDetached(ctx, bucketID, id, params, opts); err != nil {
+		return cleanupFailed(fmt.Sprintf("revoking account_id %q, which the driver returned for %q", id, name), err)
+	}
+	return status.Errorf(
+		codes.Unimplemented,
+		"v1alpha1 adapter: the driver returned account_id %q for account %q (revoked again); without a record of "+
+			"the driver's account IDs the adapter supports only drivers whose account_id is the name they are given "+
+			"(docs/v1alpha1-drivers.md)",
+		id,
+		name,
+	)
+}
+
+// DriverAccounts are the accounts a v1alpha1 driver named itself for one access, as its caller
+// records them: v1alpha1 lets a driver return an account_id other than the name it is given (a
+// random user name, say), and every later call must address that account by it.
+type DriverAccounts struct {
+	// Known are the account IDs other than the name that earlier grants of the access returned.
+	Known []string
+	// Record records, durably, an account ID that a grant returned and that Known lacks. The
+	// adapter calls it as soon as the driver answered, before it returns the credentials, with a
+	// context that is not canceled with the call's: an answer whose ID is not recorded is never
+	// returned (its account is revoked at once).
+	Record func(ctx context.Context, accountID string) error
+}
+
+type driverAccountsKey struct{}
+
+// WithDriverAccounts returns a context for a DriverGrantBucketAccess whose caller records the
+// account IDs that the driver chooses itself: with it, a grant whose account_id is not the name
+// succeeds once Record returned, and the caller revokes each recorded ID (a
+// DriverRevokeBucketAccess with that account_id) when the access goes. Without it, such a grant is
+// refused and its account revoked.
+func WithDriverAccounts(ctx context.Context, accounts DriverAccounts) context.Context {
+	return context.WithValue(ctx, driverAccountsKey{}, accounts)
+}
+
+func driverAccounts(ctx context.Context) (DriverAccounts, bool) {
+	a, ok := ctx.Value(driverAccountsKey{}).(DriverAccounts)
+	return a, ok && a.Record != nil
+}
+
+// cleanupTimeout bounds a revocation the adapter makes on its own after the call's context ended.
+const cleanupTimeout = 30 * time.Second
+
+// revokeDetached is a revocation the adapter makes on its own, of an account whose credentials it
+// throws away: with a context that is not canceled with the call's (a caller that stops after the
+// driver answered would otherwise leave the account), bounded by cleanupTimeout.
+func (a *Adapter) revokeDetached(
+	ctx context.Context, bucketID, accountID string, params map[string]string, opts []grpc.CallOption,
+) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	return a.revoke(ctx, bucketID, accountID, params, opts)
 }
 
 // noCredentialsHeldKey marks a context made by WithNoCredentialsHeld.

@@ -1,0 +1,177 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+
+	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
+	"github.com/kube-cosi/cosi/pkg/driver/v1alpha1"
+	cosiproto "github.com/kube-cosi/cosi/proto"
+)
+
+// Accounts that a v1alpha1 driver names itself. v1alpha1 lets a grant answer with an account_id
+// other than the name it was given (a random IAM user name, say), and every later call must
+// address that account by it. The v1alpha1 adapter passes each such ID, as soon as the driver
+// answered and before it returns the credentials, to the recorder the sidecar gives it
+// (v1alpha1.WithDriverAccounts): the ID goes into the access's grant record (DriverAccountIDs),
+// where tenants cannot write, before any Secret holds the account's credentials; an ID that cannot
+// be recorded has its account revoked at once by the adapter. Revocation then addresses every
+// recorded ID (revokeRequests), and BucketAccess.status.accountID keeps the ID COSI addresses the
+// access by (KEP-1979: phase 1's, the name), while the Provisioned condition names the driver's.
+//
+// What cannot be recorded is an account that a grant made and whose answer nobody received: the
+// sidecar stopped between the driver's answer and the record write, or the call's deadline passed
+// while the driver was still at work. A driver that names accounts anew on every call gives the
+// next grant another one, and the first is known only to the driver. The sidecar cannot revoke
+// it; it says so, as a Warning event (EventDriverAccountMayHaveLeaked) on the access, when a grant
+// answers with a new driver-chosen ID after an earlier grant of the access whose answer may have
+// been lost, so that an admin can look for it in the store.
+
+// grantOutcomes are, by access UID, the grants this process asked the driver for whose answers
+// may have been lost (the call failed with an error that leaves it possibly in flight).
+type grantOutcomes struct {
+	mu    sync.Mutex
+	asked map[types.UID]bool // value: the last answer may have been lost
+}
+
+// ended records the end of a grant call of the access with err.
+func (o *grantOutcomes) ended(uid types.UID, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.asked == nil {
+		o.asked = map[types.UID]bool{}
+	}
+	o.asked[uid] = err != nil && driver.Retryable(err)
+}
+
+// mayBeLost reports whether an earlier grant of the access may have been answered without the
+// answer reaching this sidecar: one this process made whose call ended possibly in flight, or,
+// when this process made none, one an earlier process made (existed: the record was there).
+func (o *grantOutcomes) mayBeLost(uid types.UID, existed bool) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	lost, asked := o.asked[uid]
+	return lost || !asked && existed
+}
+
+func (o *grantOutcomes) forget(uid types.UID) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.asked, uid)
+}
+
+// withDriverAccounts is the context of a grant of the access whose record is written (as put
+// returned it; existed: it was there before the grant): the adapter of a v1alpha1 driver records
+// the account IDs the driver chooses itself through it. held is whether the access's credentials
+// may be held (preparedGrant.held).
+func (r *BucketAccessReconciler) withDriverAccounts(
+	ctx context.Context, ba *cosiapi.BucketAccess, written *corev1.ConfigMap, existed, held bool,
+) context.Context {
+	g, err := parseGrantRecord(written)
+	if err != nil {
+		return ctx // no record to add to: the adapter refuses an ID other than the name
+	}
+	mayBeLost := !held && r.Grants.outcomes.mayBeLost(ba.UID, existed)
+	return v1alpha1.WithDriverAccounts(ctx, v1alpha1.DriverAccounts{
+		Known: slices.Clone(g.DriverAccountIDs),
+		Record: func(ctx context.Context, id string) error {
+			if err := r.Grants.store.addDriverAccount(ctx, written, id); err != nil {
+				return err
+			}
+			if mayBeLost {
+				r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, cosiapi.EventDriverAccountMayHaveLeaked,
+					"DriverGrantBucketAccess", "%s", fmt.Sprintf(
+						"the driver named this grant's account %q itself; an earlier grant of this access may have been "+
+							"answered without the answer reaching the sidecar (it stopped, or the call timed out), and an "+
+							"account that grant made is known only to the driver: COSI cannot revoke it. Look in the store "+
+							"for an account of bucket(s) %v made since %s other than %v (docs/v1alpha1-drivers.md)",
+						id, g.BucketIDs, written.CreationTimestamp.UTC().Format("2006-01-02T15:04:05Z"),
+						append(slices.Clone(g.DriverAccountIDs), id)))
+			}
+			return nil
+		},
+	})
+}
+
+// addDriverAccount records the account ID id, which the driver chose, in the record written (as
+// put returned it), locked to its version; a record that changed meanwhile is read again,
+// uncached. written is updated in place.
+func (s grantStore) addDriverAccount(ctx context.Context, written *corev1.ConfigMap, id string) error {
+	first := true
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cm := written
+		if !first {
+			fresh := &corev1.ConfigMap{}
+			key := types.NamespacedName{Namespace: written.Namespace, Name: written.Name}
+			if err := s.reader.Get(ctx, key, fresh); err != nil {
+				return err
+			}
+			if fresh.UID != written.UID {
+				return apierrors.NewConflict(corev1.Resource("configmaps"), written.Name,
+					fmt.Errorf("grant record %s/%s was replaced", written.Namespace, written.Name))
+			}
+			cm = fresh
+		}
+		first = false
+		g, err := parseGrantRecord(cm)
+		if err != nil {
+			return err
+		}
+		if slices.Contains(g.DriverAccountIDs, id) {
+			return nil
+		}
+		g.DriverAccountIDs = append(g.DriverAccountIDs, id)
+		if err := s.update(ctx, cm, g); err != nil {
+			return err
+		}
+		if cm != written {
+			cm.DeepCopyInto(written)
+		}
+		return nil
+	})
+}
+
+// revokeRequests are the driver requests that revoke the recorded grant: one for the account
+// COSI addresses the access by, or, when a v1alpha1 driver named its accounts itself, one for each
+// account it named (its accounts are not named after the access, so there is nothing to revoke by
+// the name).
+func (g grantRecord) revokeRequests() []*cosiproto.DriverRevokeBucketAccessRequest {
+	if len(g.DriverAccountIDs) == 0 {
+		return []*cosiproto.DriverRevokeBucketAccessRequest{g.revokeRequest()}
+	}
+	out := make([]*cosiproto.DriverRevokeBucketAccessRequest, 0, len(g.DriverAccountIDs))
+	for _, id := range g.DriverAccountIDs {
+		req := g.revokeRequest()
+		req.AccountId = id
+		out = append(out, req)
+	}
+	return out
+}
+
+// revokeGrant revokes every account of the recorded grant in drv, stopping at the first failure.
+func revokeGrant(ctx context.Context, drv *driverclient.Client, g grantRecord) error {
+	for _, req := range g.revokeRequests() {
+		if _, err := drv.DriverRevokeBucketAccess(ctx, req); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// grantedMessage is the Provisioned condition's message of a granted access whose record is g.
+func grantedMessage(g *grantRecord) string {
+	const msg = "access granted; Secrets written"
+	if g == nil || len(g.DriverAccountIDs) == 0 {
+		return msg
+	}
+	return fmt.Sprintf("%s; the driver's account: %s", msg, g.DriverAccountIDs[len(g.DriverAccountIDs)-1])
+}
