@@ -14,6 +14,7 @@ import (
 	"github.com/kube-cosi/cosi/internal/cmdutil/version"
 	"github.com/kube-cosi/cosi/internal/sidecar"
 	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/v1alpha1"
 )
 
 func main() {
@@ -54,6 +55,12 @@ func main() {
 			`v1alpha1 drivers do not report them`,
 		func(s string) (err error) { opts.V1alpha1Protocols, err = sidecar.ParseProtocols(s); return err },
 	)
+	flag.StringVar(&opts.V1alpha1S3Endpoint, "v1alpha1-s3-endpoint", "",
+		"S3 endpoint URL (http or https) of a v1alpha1 driver's grants that return none; a BucketAccessClass's "+
+			v1alpha1.ParameterS3Endpoint+" wins (docs/v1alpha1-drivers.md)")
+	flag.StringVar(&opts.V1alpha1S3Region, "v1alpha1-s3-region", "",
+		"S3 region of a v1alpha1 driver's grants that return none; a BucketAccessClass's "+
+			v1alpha1.ParameterS3Region+" wins")
 	version.AddFlag(flag.CommandLine)
 	flag.Parse() // also --kubeconfig, registered by controller-runtime
 

@@ -5,7 +5,10 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strings"
 	"testing"
+
+	"github.com/kube-cosi/cosi/pkg/driver/v1alpha1"
 )
 
 // TestMain runs the command itself when the test re-executes its binary (see help).
@@ -44,6 +47,18 @@ func TestEndpointsDefaultToLoopback(t *testing.T) {
 		host, _, err := net.SplitHostPort(m[1])
 		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
 			t.Errorf("-%s defaults to %q, want a loopback address", name, m[1])
+		}
+	}
+}
+
+// The v1alpha1 adapter's messages tell admins which flags complete a driver's answer: those flags
+// exist, under those names.
+func TestV1alpha1FallbackFlagsExist(t *testing.T) {
+	out := help(t)
+	for _, name := range []string{v1alpha1.FlagS3Endpoint, v1alpha1.FlagS3Region} {
+		if !regexp.MustCompile(`(?m)^\s+-` + regexp.QuoteMeta(strings.TrimPrefix(name, "--")) + ` string$`).
+			MatchString(out) {
+			t.Errorf("%s: not in -h:\n%s", name, out)
 		}
 	}
 }

@@ -12,15 +12,20 @@ import (
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
-// TestAdapterParameterWithAV1alpha2Driver: the v1alpha1 adapter's class parameter is reserved, not
-// unknown. Behind a v1alpha2 driver (whose requests carry the access modes) it is removed before
-// the driver, which refuses keys it does not know (the memory driver does), and the access is
-// granted. On a BucketClass it is refused, naming the kind of class it belongs on.
+// TestAdapterParameterWithAV1alpha2Driver: the v1alpha1 adapter's class parameters are reserved,
+// not unknown. Behind a v1alpha2 driver (whose requests carry the access modes, and whose answers
+// the endpoint and region) they are removed before the driver, which refuses keys it does not know
+// (the memory driver does), and the access is granted. On a BucketClass the access modes are
+// refused, naming the kind of class they belong on.
 func TestAdapterParameterWithAV1alpha2Driver(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3}})
 	b := h.provisionedBucket(cosiapi.ProtocolS3)
-	params := map[string]string{v1alpha1.ParameterAccessModes: v1alpha1.DefaultAccessModes}
+	params := map[string]string{
+		v1alpha1.ParameterAccessModes: v1alpha1.DefaultAccessModes,
+		v1alpha1.ParameterS3Endpoint:  "https://s3.example.com",
+		v1alpha1.ParameterS3Region:    "us-east-1",
+	}
 	ba := provisioned(t, h.accessWith(params, cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b), accessConditions)
 	if n := h.calls.Count("DriverGrantBucketAccess"); n != 1 {
 		t.Errorf("%d DriverGrantBucketAccess calls, want 1", n)

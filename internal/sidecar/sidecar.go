@@ -81,6 +81,9 @@ type Options struct {
 	// empty detects it. V1alpha1Protocols are the object protocols a v1alpha1 driver serves.
 	DriverProtocol    string
 	V1alpha1Protocols []cosiproto.ObjectProtocol_Type
+	// V1alpha1S3Endpoint and V1alpha1S3Region are the S3 endpoint and region of a v1alpha1
+	// driver's grants that carry none, unless the class says otherwise (v1alpha1.Options).
+	V1alpha1S3Endpoint, V1alpha1S3Region string
 }
 
 // Run connects to the driver, waits until it answers, and reconciles until ctx is done.
@@ -90,7 +93,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log logr.Logger) e
 	}
 	drv, err := driverclient.New(opts.DriverEndpoint, driverclient.Options{
 		Logger: log.WithName("driver"), Registerer: metrics.Registry, CallTimeout: opts.DriverTimeout,
-		Protocol: opts.DriverProtocol, V1alpha1: v1alpha1.Options{Protocols: opts.V1alpha1Protocols},
+		Protocol: opts.DriverProtocol, V1alpha1: opts.v1alpha1(),
 	})
 	if err != nil {
 		return err
@@ -279,7 +282,14 @@ func (o Options) validate() error {
 			"inside a reconcile, whose deadline is %v, and would be cut there", o.DriverTimeout, MaxDriverTimeout,
 			operationTimeout)
 	}
-	return nil
+	return o.v1alpha1().Validate()
+}
+
+// v1alpha1 are the options of the v1alpha1 adapter, used when the driver speaks v1alpha1.
+func (o Options) v1alpha1() v1alpha1.Options {
+	return v1alpha1.Options{
+		Protocols: o.V1alpha1Protocols, S3Endpoint: o.V1alpha1S3Endpoint, S3Region: o.V1alpha1S3Region,
+	}
 }
 
 // DefaultSecretCheckInterval is how often the Secrets of each provisioned access are checked

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -311,7 +312,8 @@ func ValidateBucketInfo(
 // ValidateGrantResponse checks a DriverGrantBucketAccess response against its request: one entry
 // per requested bucket with the fields workloads need for the protocol, and, for KEY
 // authentication, complete credentials for the protocol; for SERVICE_ACCOUNT authentication, no
-// key or token at all. Messages never include credential values.
+// key or token at all. The error names every problem found, each missing field included, so that a
+// driver's author fixes them in one go. Messages never include credential values.
 func ValidateGrantResponse(
 	req *cosiproto.DriverGrantBucketAccessRequest,
 	resp *cosiproto.DriverGrantBucketAccessResponse,
@@ -323,22 +325,32 @@ func ValidateGrantResponse(
 		}
 		byID[b.GetBucketId()] = b.GetBucketInfo()
 	}
+	var problems []string
 	for _, want := range req.GetBuckets() {
 		info, ok := byID[want.GetBucketId()]
 		if !ok {
-			return fmt.Errorf("buckets: no entry for requested bucket %q", want.GetBucketId())
+			problems = append(problems, fmt.Sprintf("buckets: no entry for requested bucket %q", want.GetBucketId()))
+			continue
 		}
 		if err := checkGrantBucketInfo(req.GetProtocol(), info); err != nil {
-			return fmt.Errorf("bucket %q: %w", want.GetBucketId(), err)
+			problems = append(problems, fmt.Sprintf("bucket %q: %s", want.GetBucketId(), err))
 		}
 	}
 	if len(byID) != len(req.GetBuckets()) {
-		return fmt.Errorf("buckets: %d entries for %d requested buckets", len(byID), len(req.GetBuckets()))
+		problems = append(problems, fmt.Sprintf("buckets: %d entries for %d requested buckets",
+			len(byID), len(req.GetBuckets())))
 	}
+	check := checkKeyless
 	if req.GetAuthenticationType() == cosiproto.AuthenticationType_KEY {
-		return checkCredentials(req.GetProtocol(), resp.GetCredentials())
+		check = func(creds *cosiproto.CredentialInfo) error { return checkCredentials(req.GetProtocol(), creds) }
 	}
-	return checkKeyless(resp.GetCredentials())
+	if err := check(resp.GetCredentials()); err != nil {
+		problems = append(problems, err.Error())
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
 }
 
 // checkKeyless returns an error naming the first field of creds that holds a key or token: the
@@ -394,17 +406,13 @@ func checkGrantBucketInfo(protocol cosiproto.ObjectProtocol_Type, info *cosiprot
 	switch protocol {
 	case cosiproto.ObjectProtocol_S3:
 		s3 := info.GetS3()
-		if s3 == nil || s3.GetBucketName() == "" || s3.GetEndpoint() == "" || s3.GetRegion() == "" {
-			return fmt.Errorf("S3 bucket info needs bucket_name, endpoint and region")
-		}
+		return lacks("S3 bucket info", "it needs bucket_name, endpoint and region",
+			field{"bucket_name", s3.GetBucketName()}, field{"endpoint", s3.GetEndpoint()}, field{"region", s3.GetRegion()})
 	case cosiproto.ObjectProtocol_AZURE:
-		if info.GetAzure().GetStorageAccount() == "" {
-			return fmt.Errorf("Azure bucket info needs storage_account") //nolint:staticcheck // ST1005: a proper noun
-		}
+		return lacks("Azure bucket info", "it needs storage_account",
+			field{"storage_account", info.GetAzure().GetStorageAccount()})
 	case cosiproto.ObjectProtocol_GCS:
-		if info.GetGcs().GetBucketName() == "" {
-			return fmt.Errorf("GCS bucket info needs bucket_name")
-		}
+		return lacks("GCS bucket info", "it needs bucket_name", field{"bucket_name", info.GetGcs().GetBucketName()})
 	}
 	return nil
 }
@@ -412,13 +420,12 @@ func checkGrantBucketInfo(protocol cosiproto.ObjectProtocol_Type, info *cosiprot
 func checkCredentials(protocol cosiproto.ObjectProtocol_Type, creds *cosiproto.CredentialInfo) error {
 	switch protocol {
 	case cosiproto.ObjectProtocol_S3:
-		if creds.GetS3().GetAccessKeyId() == "" || creds.GetS3().GetAccessSecretKey() == "" {
-			return fmt.Errorf("S3 credentials need access_key_id and access_secret_key")
-		}
+		s3 := creds.GetS3()
+		return lacks("S3 credentials", "they need access_key_id and access_secret_key",
+			field{"access_key_id", s3.GetAccessKeyId()}, field{"access_secret_key", s3.GetAccessSecretKey()})
 	case cosiproto.ObjectProtocol_AZURE:
-		if creds.GetAzure().GetAccessToken() == "" {
-			return fmt.Errorf("Azure credentials need access_token") //nolint:staticcheck // ST1005: a proper noun
-		}
+		return lacks("Azure credentials", "they need access_token",
+			field{"access_token", creds.GetAzure().GetAccessToken()})
 	case cosiproto.ObjectProtocol_GCS:
 		g := creds.GetGcs()
 		if g.GetPrivateKey() == "" && (g.GetHmacAccessId() == "" || g.GetHmacSecret() == "") {
@@ -426,6 +433,24 @@ func checkCredentials(protocol cosiproto.ObjectProtocol_Type, creds *cosiproto.C
 		}
 	}
 	return nil
+}
+
+// field is a field of an answer, by name, and its value, which messages never show.
+type field struct{ name, value string }
+
+// lacks names every empty field of what, or returns nil when none is: "S3 bucket info without
+// endpoint, region (it needs bucket_name, endpoint and region)".
+func lacks(what, needs string, fields ...field) error {
+	var missing []string
+	for _, f := range fields {
+		if f.value == "" {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s without %s (%s)", what, strings.Join(missing, ", "), needs)
 }
 
 func containsProtocol(list []cosiproto.ObjectProtocol_Type, p cosiproto.ObjectProtocol_Type) bool {

@@ -187,6 +187,29 @@ func TestValidateGrantResponse(t *testing.T) {
 	}
 }
 
+// TestValidateGrantResponseNamesEveryProblem: a driver's author reads every missing field in one
+// refusal, not one per attempt: each empty field of the bucket info and of the credentials,
+// together.
+func TestValidateGrantResponseNamesEveryProblem(t *testing.T) {
+	resp := &cosiproto.DriverGrantBucketAccessResponse{
+		Buckets: []*cosiproto.DriverGrantBucketAccessResponse_BucketInfo{{BucketId: "bc-1",
+			BucketInfo: &cosiproto.ProtocolBucketInfo{S3: &cosiproto.S3BucketInfo{BucketName: "bc-1"}}}},
+		Credentials: &cosiproto.CredentialInfo{S3: &cosiproto.S3Credentials{AccessSecretKey: "SECRETVALUE"}},
+	}
+	err := ValidateGrantResponse(validGrant(), resp)
+	if err == nil {
+		t.Fatal("an answer without endpoint, region and access_key_id was accepted")
+	}
+	for _, want := range []string{"without endpoint, region", "without access_key_id"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not say %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "SECRETVALUE") {
+		t.Errorf("the error shows a credential: %v", err)
+	}
+}
+
 // TestValidateServiceAccountGrantResponse checks that the answer to a ServiceAccount grant
 // carries no secret: the sidecar would write it into the Secret of a keyless access, where
 // nobody expects one (no rotation, no revocation of it, "no key anywhere in the cluster").

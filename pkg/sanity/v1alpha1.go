@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -20,7 +21,7 @@ import (
 // different parameters, grant and revoke, idempotent delete and revoke, the error scheme, checked
 // on every call by the suite's interceptor), and what this project's sidecar adapter needs of it
 // to drive it (docs/v1alpha1-drivers.md): bucket_id is the name it is given, and credentials come
-// under the keys the upstream v1alpha1 sidecar read.
+// under the keys the upstream v1alpha1 sidecar read, or their aliases (v1alpha1.S3Keys).
 
 // detect settles the driver's protocol, waiting for the driver as the sidecar does.
 func (s *suite) detect(ctx context.Context) error {
@@ -149,16 +150,7 @@ var v1alpha1Cases = []Case{
 		gcs := resp.GetCredentials()[v1alpha1.CredentialsGCS].GetSecrets()
 		switch {
 		case s3 != nil:
-			for _, k := range []string{
-				v1alpha1.S3AccessKeyID,
-				v1alpha1.S3AccessSecretKey,
-				v1alpha1.S3Endpoint,
-				v1alpha1.S3Region,
-			} {
-				if s3[k] == "" {
-					t.Errorf("credentials[%q].secrets[%q] is empty: the Secret would lack it", v1alpha1.CredentialsS3, k)
-				}
-			}
+			checkS3Secrets(t, s3)
 		case az != nil:
 			if az[v1alpha1.AzureAccessToken] == "" {
 				t.Errorf("credentials[%q].secrets[%q] is empty", v1alpha1.CredentialsAzure, v1alpha1.AzureAccessToken)
@@ -197,4 +189,34 @@ var v1alpha1Cases = []Case{
 			codes.NotFound,
 		)
 	}},
+}
+
+// checkS3Secrets checks an S3 grant's secrets as the sidecar's adapter reads them: each value under
+// its key or one of the key's aliases (v1alpha1.S3Keys), never two different values. An endpoint or
+// region left out fails too, saying what the sidecar then needs: the admin's fallback.
+func checkS3Secrets(t *T, s3 map[string]string) {
+	for _, keys := range v1alpha1.S3Keys() {
+		var values []string
+		for _, k := range keys {
+			if v := s3[k]; v != "" && !slices.Contains(values, v) {
+				values = append(values, v)
+			}
+		}
+		switch {
+		case len(values) > 1:
+			t.Errorf("credentials[%q].secrets: %s hold different values: the sidecar refuses the answer as ambiguous",
+				v1alpha1.CredentialsS3, strings.Join(keys, ", "))
+		case len(values) == 1:
+		case keys[0] == v1alpha1.S3Endpoint || keys[0] == v1alpha1.S3Region:
+			param, flag := v1alpha1.ParameterS3Endpoint, v1alpha1.FlagS3Endpoint
+			if keys[0] == v1alpha1.S3Region {
+				param, flag = v1alpha1.ParameterS3Region, v1alpha1.FlagS3Region
+			}
+			t.Errorf("credentials[%q].secrets[%q] is empty: the sidecar refuses the answer unless the admin "+
+				"declares it, with the class parameter %s or the sidecar's %s", v1alpha1.CredentialsS3, keys[0], param, flag)
+		default:
+			t.Errorf("credentials[%q].secrets: none of %s holds a value: the Secret would lack it",
+				v1alpha1.CredentialsS3, strings.Join(keys, ", "))
+		}
+	}
 }

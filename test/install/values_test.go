@@ -72,7 +72,8 @@ func TestChartValues(t *testing.T) {
 			"driver.credentialsSecret.name=", "driver.metricsPort=0", "sidecar.image=registry.example.com/cosi-sidecar:2.0",
 			"sidecar.ports.metrics=0", "sidecar.ports.health=0", "hostNetwork=true",
 			"driver.securityContext.readOnlyRootFilesystem=false",
-			"extraEnv[0].name=" + hostEnv.Name, "extraEnv[0].value=" + hostEnv.Value},
+			"extraEnv[0].name=" + hostEnv.Name, "extraEnv[0].value=" + hostEnv.Value,
+			"sidecar.v1alpha1.s3Endpoint=https://s3.example.com:9000", "sidecar.v1alpha1.s3Region=us-east-1"},
 		kinds: []string{
 			"ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "ServiceAccount",
 		},
@@ -90,6 +91,13 @@ func TestChartValues(t *testing.T) {
 			}
 			if !slices.Equal(drv.Args, []string{"--verbose"}) {
 				t.Errorf("driver args %v, want [--verbose] (no --credentials-file without a Secret)", drv.Args)
+			}
+			for _, want := range []string{
+				"--v1alpha1-s3-endpoint=https://s3.example.com:9000", "--v1alpha1-s3-region=us-east-1",
+			} {
+				if !slices.Contains(sidecar.Args, want) {
+					t.Errorf("sidecar args %v lack %s", sidecar.Args, want)
+				}
 			}
 			var volumes []string
 			for _, v := range spec.Volumes {
@@ -165,6 +173,8 @@ func TestChartSchemas(t *testing.T) {
 		{"charts/cosi-driver", "driver.credentialsSecret.nmae=x", "nmae"},
 		{"charts/cosi-driver", "sidecar.ports.health=70000", "health"},
 		{"charts/cosi-driver", "driver.name=-not.a.name", "/driver/name"},
+		{"charts/cosi-driver", "sidecar.v1alpha1.s3Endpoint=s3.example.com", "/sidecar/v1alpha1/s3Endpoint"},
+		{"charts/cosi-driver", "sidecar.v1alpha1.s3Region=us east", "/sidecar/v1alpha1/s3Region"},
 		// Without leader election every replica is active: two controllers, two sidecars.
 		{"charts/cosi", "leaderElection.enabled=false", "/replicas"},
 		{"charts/cosi-driver", "leaderElection.enabled=false,replicas=3", "/replicas"},

@@ -146,7 +146,9 @@ func (g gateV1) DriverGrantBucketAccess(
 		return nil, err
 	}
 	return &v1.DriverGrantBucketAccessResponse{AccountId: req.GetName(), Credentials: map[string]*v1.CredentialDetails{
-		"s3": {Secrets: map[string]string{"accessKeyID": "AKID", "accessSecretKey": "secret"}},
+		"s3": {Secrets: map[string]string{
+			"accessKeyID": "AKID", "accessSecretKey": "secret", "endpoint": "https://s3.example.com", "region": "r1",
+		}},
 	}}, nil
 }
 

@@ -83,7 +83,7 @@ func TestGrantDriverChosenAccountIsRecorded(t *testing.T) {
 		t.Errorf("accounts %v, want [ba-r1]", accounts)
 	}
 	// Revoked by the recorded ID.
-	revoke := revokeRequest("ba-r1")
+	revoke := revokeAccount("ba-r1")
 	if _, err := c.DriverRevokeBucketAccess(t.Context(), revoke); err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestGrantEmptyAccountIDIsTheName(t *testing.T) {
 	}
 }
 
-func revokeRequest(accountID string) *cosiproto.DriverRevokeBucketAccessRequest {
+func revokeAccount(accountID string) *cosiproto.DriverRevokeBucketAccessRequest {
 	return &cosiproto.DriverRevokeBucketAccessRequest{
 		AccountId:          accountID,
 		Buckets:            []*cosiproto.DriverRevokeBucketAccessRequest_Bucket{{BucketId: "bc-1"}},

@@ -42,7 +42,9 @@ const ParameterAccessModes = "objectstorage.k8s.io/v1alpha1-access-modes"
 // sidecar refuses every key it does not know: it keeps one registry of the reserved names and their
 // owners (internal/sidecar/parameters.go), which lists these as the adapter's, passes them to the
 // adapter, and removes them for a v1alpha2 driver.
-func AccessClassParameters() []string { return []string{ParameterAccessModes} }
+func AccessClassParameters() []string {
+	return []string{ParameterAccessModes, ParameterS3Endpoint, ParameterS3Region}
+}
 
 // DefaultAccessModes is what a v1alpha1 grant is assumed to give when the class declares nothing:
 // read and write of objects, the only access every v1alpha1 driver grants.
@@ -79,6 +81,10 @@ type Options struct {
 	// Protocols are the object protocols the driver serves, reported as the v1alpha2
 	// supported_protocols: v1alpha1's DriverGetInfo does not say. Empty means S3 only.
 	Protocols []cosiproto.ObjectProtocol_Type
+	// S3Endpoint and S3Region fill an S3 grant that the driver answers without them, unless
+	// the class says otherwise (ParameterS3Endpoint, ParameterS3Region): the sidecar's
+	// --v1alpha1-s3-endpoint and --v1alpha1-s3-region. Empty: none. Validate checks them.
+	S3Endpoint, S3Region string
 }
 
 // Adapter is a v1alpha2 Identity and Provisioner client that calls a v1alpha1 driver.
@@ -86,6 +92,7 @@ type Adapter struct {
 	identity    v1.IdentityClient
 	provisioner v1.ProvisionerClient
 	protocols   []cosiproto.ObjectProtocol_Type
+	fallback    s3Fallback
 }
 
 var (
@@ -103,6 +110,7 @@ func New(conn grpc.ClientConnInterface, opts Options) *Adapter {
 		identity:    v1.NewIdentityClient(conn),
 		provisioner: v1.NewProvisionerClient(conn),
 		protocols:   slices.Clone(protocols),
+		fallback:    s3Fallback{endpoint: opts.S3Endpoint, region: opts.S3Region},
 	}
 }
 
@@ -262,7 +270,7 @@ func (a *Adapter) DriverGenerateBucketAccessId(
 }
 
 // DriverGrantBucketAccess calls v1alpha1 DriverGrantBucketAccess(bucket_id, name = account_id,
-// Key, parameters without ParameterAccessModes) and maps its credentials.
+// Key, parameters without the adapter's own) and maps its credentials.
 //
 // The sidecar grants an account again when its Secret was lost: workloads may still hold the key
 // of the first grant. So the adapter never revokes the requested account inside a grant unless
@@ -335,11 +343,12 @@ func (a *Adapter) DriverGrantBucketAccess(
 			}
 		}
 	}
-	// An answer without the requested protocol's credentials is refused (and retried). When nobody
-	// holds credentials of the account (an account no earlier grant returned, or the caller's
-	// word), it is revoked at once, since these are thrown away; otherwise it is the account whose
-	// key workloads hold, and it stays (the sidecar revokes it when the access goes).
-	info, creds, err := mapCredentials(req.GetProtocol(), bucketID, resp.GetCredentials())
+	// An answer the adapter refuses (mapCredentials: no credentials of the requested protocol,
+	// retried; incomplete or ambiguous ones, final) is thrown away. When nobody holds credentials
+	// of the account (an account no earlier grant returned, or the caller's word), it is revoked at
+	// once; otherwise it is the account whose key workloads hold, and it stays (the sidecar revokes
+	// it when the access goes).
+	info, creds, err := a.mapCredentials(req.GetProtocol(), bucketID, req.GetParameters(), resp.GetCredentials())
 	if err != nil {
 		if !unheld && !fresh {
 			return nil, err
@@ -523,7 +532,8 @@ func (a *Adapter) checkProtocols(protocols []cosiproto.ObjectProtocol_Type) erro
 
 // checkAccess refuses what a v1alpha1 grant cannot express: several buckets with one credential
 // (OUT_OF_RANGE, as KEP-1979 asks of drivers that cannot), ServiceAccount authentication (v1alpha1
-// passes no ServiceAccount to the driver), and any access mode outside the class's declared set.
+// passes no ServiceAccount to the driver), and any access mode outside the class's declared set;
+// and invalid fallback parameters, before anything is created.
 func (a *Adapter) checkAccess(
 	buckets []*cosiproto.AccessedBucket,
 	protocol cosiproto.ObjectProtocol_Type,
@@ -549,6 +559,9 @@ func (a *Adapter) checkAccess(
 		return status.Error(codes.InvalidArgument, "buckets[0].bucket_id is required")
 	}
 	if err := a.checkProtocols([]cosiproto.ObjectProtocol_Type{protocol}); err != nil {
+		return err
+	}
+	if _, err := a.s3Fallback(params); err != nil {
 		return err
 	}
 	declared, err := ParseAccessModes(params[ParameterAccessModes])

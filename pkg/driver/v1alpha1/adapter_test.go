@@ -60,9 +60,11 @@ func TestDriverParametersDropTheAdaptersOwn(t *testing.T) {
 
 func TestMapCredentials(t *testing.T) {
 	const secret = "s3cr3t-value"
-	info, creds, err := mapCredentials(
+	a := New(nil, Options{})
+	info, creds, err := a.mapCredentials(
 		cosiproto.ObjectProtocol_S3,
 		"bc-1",
+		nil,
 		map[string]*v1.CredentialDetails{"s3": {Secrets: map[string]string{
 			S3AccessKeyID:     "AKID",
 			S3AccessSecretKey: secret,
@@ -85,9 +87,10 @@ func TestMapCredentials(t *testing.T) {
 		t.Errorf("a key outside the mapping was copied")
 	}
 
-	info, creds, err = mapCredentials(
+	info, creds, err = a.mapCredentials(
 		cosiproto.ObjectProtocol_AZURE,
 		"c",
+		nil,
 		map[string]*v1.CredentialDetails{"azure": {Secrets: map[string]string{
 			AzureAccessToken: "https://acct1.blob.core.windows.net/c?sv=x&sig=" + secret,
 			AzureExpiry:      "2030-01-02 03:04:05 +0000 UTC",
@@ -100,9 +103,10 @@ func TestMapCredentials(t *testing.T) {
 		t.Errorf("Azure: %v", info.GetAzure())
 	}
 
-	_, _, err = mapCredentials(
+	_, _, err = a.mapCredentials(
 		cosiproto.ObjectProtocol_S3,
 		"b",
+		nil,
 		map[string]*v1.CredentialDetails{"azure": {Secrets: map[string]string{AzureAccessToken: secret}}},
 	)
 	if status.Code(err) != codes.Internal || strings.Contains(err.Error(), secret) {

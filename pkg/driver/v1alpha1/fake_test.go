@@ -200,12 +200,18 @@ func (b *syncBuffer) String() string {
 // the client's log, written at every verbosity the client has.
 func serveFake(t *testing.T, f *fakeV1) (*driverclient.Client, *syncBuffer) {
 	t.Helper()
+	return serveFakeWith(t, f, v1alpha1.Options{})
+}
+
+// serveFakeWith is serveFake with an adapter configured by opts, as the sidecar's flags do.
+func serveFakeWith(t *testing.T, f *fakeV1, opts v1alpha1.Options) (*driverclient.Client, *syncBuffer) {
+	t.Helper()
 	sock := filepath.Join(t.TempDir(), "fake.sock")
 	srv := grpc.NewServer()
 	v1.RegisterIdentityServer(srv, f)
 	v1.RegisterProvisionerServer(srv, f)
 	serve(t, srv, sock)
-	c, logs := probe(t, sock)
+	c, logs := probeWith(t, sock, opts)
 	if c.Protocol() != driverclient.ProtocolV1alpha1 {
 		t.Fatalf("Probe settled on %q, want %q", c.Protocol(), driverclient.ProtocolV1alpha1)
 	}
@@ -226,9 +232,16 @@ func serve(t *testing.T, srv *grpc.Server, sock string) {
 // probe returns the sidecar's production client for the driver on sock, probed, and its log.
 func probe(t *testing.T, sock string) (*driverclient.Client, *syncBuffer) {
 	t.Helper()
+	return probeWith(t, sock, v1alpha1.Options{})
+}
+
+// probeWith is probe with the adapter's options.
+func probeWith(t *testing.T, sock string, opts v1alpha1.Options) (*driverclient.Client, *syncBuffer) {
+	t.Helper()
 	logs := &syncBuffer{}
 	log := funcr.New(logs.line, funcr.Options{Verbosity: 10})
-	c, err := driverclient.New("unix://"+sock, driverclient.Options{Logger: log, CallTimeout: 5 * time.Second})
+	c, err := driverclient.New("unix://"+sock,
+		driverclient.Options{Logger: log, CallTimeout: 5 * time.Second, V1alpha1: opts})
 	if err != nil {
 		t.Fatal(err)
 	}

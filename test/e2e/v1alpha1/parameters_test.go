@@ -22,6 +22,7 @@ import (
 	"github.com/kube-cosi/cosi/dev/localenv"
 	"github.com/kube-cosi/cosi/dev/objects"
 	"github.com/kube-cosi/cosi/dev/testenv"
+	"github.com/kube-cosi/cosi/drivers/s3"
 	"github.com/kube-cosi/cosi/drivers/v1alpha1s3"
 	"github.com/kube-cosi/cosi/internal/migrate"
 	"github.com/kube-cosi/cosi/pkg/driver/v1alpha1"
@@ -81,6 +82,40 @@ func TestReadOnlyClass(t *testing.T) {
 		&awss3.DeleteObjectInput{Bucket: aws.String(bucket), Key: aws.String("report.csv")}); err != nil {
 		t.Fatal(err)
 	}
+	del(t, c)
+	waits.Gone(t, c)
+}
+
+// The adapter's S3 fallbacks on a class of the reference driver, which returns the store's
+// endpoint and region itself. The sidecar passes the class's objectstorage.k8s.io/v1alpha1-s3-endpoint
+// and -s3-region to the adapter (not refused as unknown COSI parameters), the adapter removes them
+// before the driver (which refuses keys it does not know), and the driver's values win over them:
+// the Secret names the store, and its key writes there.
+func TestFallbackParametersLoseToTheDriversValues(t *testing.T) {
+	ns := namespace(t)
+	bc := objects.BucketClass(unique("class"), driverName, cosiapi.DeletionPolicyDelete,
+		objects.ClassParameters(map[string]string{s3.ParamPurgeOnDelete: "true"}))
+	bac := accessClass()
+	bac.Spec.Parameters = map[string]string{
+		v1alpha1.ParameterS3Endpoint: "https://fallback.example.com",
+		v1alpha1.ParameterS3Region:   "fallback-1",
+	}
+	c := claim(ns, bc.Name)
+	create(t, bc, bac, c)
+	provisioned(t, c)
+	a := access(ns, bac.Name, objects.ReadWrite, c)
+	create(t, a)
+	provisioned(t, a)
+	s3c, bucket, secret := secretClient(t, ns, a.Spec.BucketClaims[0].AccessSecretName)
+	for _, k := range []string{cosiapi.SecretKeyS3EndpointURL, cosiapi.SecretKeyS3Region} {
+		if got := string(secret.Data[k]); got == "" || strings.Contains(got, "fallback") {
+			t.Errorf("Secret %s is %q, want the driver's value", k, got)
+		}
+	}
+	expectAllowed(t, "put with the access's key", put(s3c, bucket, "a"))
+
+	del(t, a)
+	waits.Gone(t, a)
 	del(t, c)
 	waits.Gone(t, c)
 }
