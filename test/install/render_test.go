@@ -55,6 +55,14 @@ func pairs(t *testing.T) []pair {
 			"Namespace/" + namespace: "Helm installs into --namespace, which the admin creates and labels first",
 		},
 	}, {
+		name:          "controller with the v1alpha1 Bucket view",
+		kustomization: overlay(t, "config/components/v1alpha1-bucket-view"),
+		chart:         "charts/cosi", release: "cosi",
+		helmArgs: []string{"--set", "v1alpha1BucketView.enabled=true"},
+		kustomizeOnly: map[string]string{
+			"Namespace/" + namespace: "Helm installs into --namespace, which the admin creates and labels first",
+		},
+	}, {
 		name:          "S3 driver",
 		kustomization: "config/driver/s3",
 		chart:         "charts/cosi-driver", release: "s3",

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -624,4 +625,85 @@ func dynamicClient(t *testing.T, cfg *rest.Config) *dynamic.DynamicClient {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// TestV1alpha1BucketViewValues renders the cosi chart with v1alpha1BucketView off (the default)
+// and on: off, the Bucket CRD has v1alpha2 only and nothing of the view is rendered; on, the CRD
+// also serves v1alpha1, never stored, the ServiceAccounts named are bound to the reader role, and
+// without crds.install the chart refuses it. TestRenderingsAgree checks that the objects are those
+// of the kustomize component, TestV1alpha1BucketView what they do, TestHelmLifecycle an upgrade
+// that turns the view on and off.
+func TestV1alpha1BucketViewValues(t *testing.T) {
+	versions := func(t *testing.T, objs map[string]*unstructured.Unstructured) []string {
+		t.Helper()
+		crd, ok := objs["CustomResourceDefinition/buckets.objectstorage.k8s.io"]
+		if !ok {
+			t.Fatal("no Bucket CRD rendered")
+		}
+		vs, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+		var got []string
+		for _, v := range vs {
+			v := v.(map[string]any)
+			got = append(got, fmt.Sprintf("%s served=%v storage=%v", v["name"], v["served"], v["storage"]))
+		}
+		return got
+	}
+	view := []string{"ClusterRole/cosi-v1alpha1-bucket-reader", "ClusterRoleBinding/cosi-v1alpha1-bucket-reader",
+		"ValidatingAdmissionPolicy/" + kubectlcosi.V1alpha1BucketViewPolicy,
+		"ValidatingAdmissionPolicyBinding/" + kubectlcosi.V1alpha1BucketViewPolicy}
+	rendered := func(objs map[string]*unstructured.Unstructured) []string {
+		var got []string
+		for _, key := range view {
+			if _, ok := objs[key]; ok {
+				got = append(got, key)
+			}
+		}
+		return got
+	}
+
+	off := index(t, helmTemplate(t, "charts/cosi", "cosi"))
+	if got, want := versions(t, off), []string{"v1alpha2 served=true storage=true"}; !slices.Equal(got, want) {
+		t.Errorf("default values: Bucket CRD versions %v, want %v", got, want)
+	}
+	if got := rendered(off); len(got) > 0 {
+		t.Errorf("default values render %v", got)
+	}
+
+	on := index(t, helmTemplate(t, "charts/cosi", "cosi", "--set", "v1alpha1BucketView.enabled=true"))
+	want := []string{"v1alpha2 served=true storage=true", "v1alpha1 served=true storage=false"}
+	if got := versions(t, on); !slices.Equal(got, want) {
+		t.Errorf("v1alpha1BucketView.enabled: Bucket CRD versions %v, want %v", got, want)
+	}
+	if got, want := rendered(on), slices.DeleteFunc(slices.Clone(view), func(key string) bool {
+		return key == "ClusterRoleBinding/cosi-v1alpha1-bucket-reader" // no ServiceAccounts named
+	}); !slices.Equal(got, want) {
+		t.Errorf("v1alpha1BucketView.enabled renders %v, want %v", got, want)
+	}
+
+	bound := index(t, helmTemplate(t, "charts/cosi", "cosi", "--set", "v1alpha1BucketView.enabled=true",
+		"--set", "v1alpha1BucketView.serviceAccounts[0].name=driver-a",
+		"--set", "v1alpha1BucketView.serviceAccounts[1].name=driver-b",
+		"--set", "v1alpha1BucketView.serviceAccounts[1].namespace=storage"))
+	b, ok := bound["ClusterRoleBinding/cosi-v1alpha1-bucket-reader"]
+	if !ok {
+		t.Fatal("v1alpha1BucketView.serviceAccounts renders no ClusterRoleBinding")
+	}
+	binding := &rbacv1.ClusterRoleBinding{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(b.Object, binding); err != nil {
+		t.Fatal(err)
+	}
+	wantSubjects := []rbacv1.Subject{
+		{Kind: rbacv1.ServiceAccountKind, Name: "driver-a", Namespace: namespace},
+		{Kind: rbacv1.ServiceAccountKind, Name: "driver-b", Namespace: "storage"},
+	}
+	if !slices.Equal(binding.Subjects, wantSubjects) || binding.RoleRef.Name != "cosi-v1alpha1-bucket-reader" {
+		t.Errorf("the ClusterRoleBinding binds %v to %s, want %v to cosi-v1alpha1-bucket-reader", binding.Subjects,
+			binding.RoleRef.Name, wantSubjects)
+	}
+
+	_, err := helm("template", "cosi", filepath.Join(env.RepoRoot, "charts", "cosi"),
+		"--set", "v1alpha1BucketView.enabled=true,crds.install=false")
+	if err == nil || !strings.Contains(err.Error(), "needs crds.install") {
+		t.Errorf("v1alpha1BucketView.enabled without crds.install: got %v, want it refused", err)
+	}
 }

@@ -163,6 +163,8 @@ func TestChartSchemas(t *testing.T) {
 		{"charts/cosi", "replica=3", "replica"},
 		{"charts/cosi", "ports.metrics=eighty", "ports"},
 		{"charts/cosi-driver", "driver.credentialsSecret.nmae=x", "nmae"},
+		{"charts/cosi", "v1alpha1BucketView.enable=true", "enable"},
+		{"charts/cosi", "v1alpha1BucketView.serviceAccounts[0].namespace=storage", "/v1alpha1BucketView/serviceAccounts/0"},
 		{"charts/cosi-driver", "sidecar.ports.health=70000", "health"},
 		{"charts/cosi-driver", "driver.name=-not.a.name", "/driver/name"},
 		// Without leader election every replica is active: two controllers, two sidecars.
