@@ -68,6 +68,11 @@ var AdmissionPolicies = []string{
 	"cosi-sidecar-secrets",
 }
 
+// V1alpha1BucketViewPolicy is the ValidatingAdmissionPolicy of config/components/v1alpha1-bucket-view
+// that refuses every write through the read-only v1alpha1 view of the Buckets (a test checks the
+// name against the file).
+const V1alpha1BucketViewPolicy = "cosi-v1alpha1-bucket-view"
+
 // Doctor checks the installation and reports whether a check failed.
 func (c *Command) Doctor(ctx context.Context) (bool, error) {
 	r := &DoctorReport{}
@@ -121,11 +126,61 @@ func (c *Command) checkCRDs(ctx context.Context, r *DoctorReport) error {
 		default:
 			r.add(check, CheckOK, "CRD %s serves and stores %s", name, cosiapi.SchemeGroupVersion.Version)
 		}
-		if slices.Contains(others, "v1alpha1") || slices.Contains(crd.Status.StoredVersions, "v1alpha1") {
+		v1alpha1Stored := slices.Contains(crd.Status.StoredVersions, "v1alpha1")
+		switch {
+		case kind == "Bucket" && served && storage && slices.Contains(others, "v1alpha1") && !v1alpha1Stored:
+			// v1alpha1 served over the objects stored as v1alpha2: a view of the same objects
+			// (config/components/v1alpha1-bucket-view), not objects left to migrate.
+			if err := c.checkV1alpha1View(ctx, r, name); err != nil {
+				return err
+			}
+		case slices.Contains(others, "v1alpha1") || v1alpha1Stored:
 			if err := c.checkV1alpha1(ctx, r, kind); err != nil {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// checkV1alpha1View: the Bucket CRD serves v1alpha1 over its v1alpha2 objects, with no
+// conversion (config/components/v1alpha1-bucket-view). Writes through v1alpha1 would skip
+// v1alpha2's validation, and a v1alpha1 delete deletes the Bucket: its policy must refuse them.
+func (c *Command) checkV1alpha1View(ctx context.Context, r *DoctorReport, crd string) error {
+	const check = "v1alpha1/Bucket"
+	var bindings admissionv1.ValidatingAdmissionPolicyBindingList
+	v, err := classify(c.Client.List(ctx, &bindings))
+	if v == failed {
+		return err
+	}
+	if v == forbidden {
+		r.add(check, CheckUnknown, "CRD %s serves v1alpha1 as a view of its v1alpha2 objects; cannot list "+
+			"ValidatingAdmissionPolicyBindings (Forbidden) to check that writes through it are refused", crd)
+		return nil
+	}
+	state, err := c.admissionPolicy(ctx, V1alpha1BucketViewPolicy, bindings.Items)
+	if err != nil {
+		return err
+	}
+	const what = "writes through v1alpha1 skip v1alpha2's validation, and a v1alpha1 delete deletes the Bucket " +
+		"(config/components/v1alpha1-bucket-view)"
+	switch state {
+	case policyForbidden:
+		r.add(check, CheckUnknown, "CRD %s serves v1alpha1 as a view of its v1alpha2 objects; cannot read "+
+			"ValidatingAdmissionPolicy %s (Forbidden)", crd, V1alpha1BucketViewPolicy)
+	case policyMissing:
+		r.add(check, CheckFailed, "CRD %s serves v1alpha1 as a view of its v1alpha2 objects, but "+
+			"ValidatingAdmissionPolicy %s is not installed: %s", crd, V1alpha1BucketViewPolicy, what)
+	case policyUnbound:
+		r.add(check, CheckFailed, "CRD %s serves v1alpha1 as a view of its v1alpha2 objects, but "+
+			"ValidatingAdmissionPolicy %s is not bound: %s", crd, V1alpha1BucketViewPolicy, what)
+	case policyNotDenying:
+		r.add(check, CheckFailed, "CRD %s serves v1alpha1 as a view of its v1alpha2 objects, but "+
+			"ValidatingAdmissionPolicy %s is bound without validationActions Deny: %s", crd,
+			V1alpha1BucketViewPolicy, what)
+	default:
+		r.add(check, CheckOK, "CRD %s serves v1alpha1 as a read-only view of its v1alpha2 objects "+
+			"(ValidatingAdmissionPolicy %s is installed and bound): nothing to migrate", crd, V1alpha1BucketViewPolicy)
 	}
 	return nil
 }
@@ -160,27 +215,19 @@ func (c *Command) checkAdmission(ctx context.Context, r *DoctorReport) error {
 		return nil
 	}
 	for _, name := range AdmissionPolicies {
-		p := &admissionv1.ValidatingAdmissionPolicy{}
-		v, err := c.read(ctx, types.NamespacedName{Name: name}, p)
+		state, err := c.admissionPolicy(ctx, name, bindings.Items)
 		if err != nil {
 			return err
 		}
-		bound := slices.ContainsFunc(bindings.Items, func(b admissionv1.ValidatingAdmissionPolicyBinding) bool {
-			return b.Spec.PolicyName == name
-		})
-		// A binding that only warns or audits refuses nothing.
-		denies := slices.ContainsFunc(bindings.Items, func(b admissionv1.ValidatingAdmissionPolicyBinding) bool {
-			return b.Spec.PolicyName == name && slices.Contains(b.Spec.ValidationActions, admissionv1.Deny)
-		})
-		switch {
-		case v == forbidden:
+		switch state {
+		case policyForbidden:
 			r.add("admission/"+name, CheckUnknown, "cannot read ValidatingAdmissionPolicy %s (Forbidden)", name)
-		case v == notFound:
+		case policyMissing:
 			r.add("admission/"+name, CheckFailed, "ValidatingAdmissionPolicy %s is not installed (config/admission): "+
 				"tenants can write what COSI reserves", name)
-		case !bound:
+		case policyUnbound:
 			r.add("admission/"+name, CheckFailed, "ValidatingAdmissionPolicy %s is installed but not bound", name)
-		case !denies:
+		case policyNotDenying:
 			r.add("admission/"+name, CheckFailed, "ValidatingAdmissionPolicy %s is bound without validationActions "+
 				"Deny: it refuses nothing, tenants can write what COSI reserves", name)
 		default:
@@ -188,6 +235,49 @@ func (c *Command) checkAdmission(ctx context.Context, r *DoctorReport) error {
 		}
 	}
 	return nil
+}
+
+// policyState is what doctor found of an admission policy.
+type policyState string
+
+const (
+	policyDenies     policyState = "installed and bound"
+	policyMissing    policyState = "not installed"
+	policyForbidden  policyState = "forbidden"
+	policyUnbound    policyState = "not bound"
+	policyNotDenying policyState = "bound without Deny"
+)
+
+// admissionPolicy tells whether the policy name is installed and bound, by one of bindings, with
+// validationActions Deny: a binding that only warns or audits refuses nothing. err is returned
+// only when the policy could not be read.
+func (c *Command) admissionPolicy(
+	ctx context.Context,
+	name string,
+	bindings []admissionv1.ValidatingAdmissionPolicyBinding,
+) (policyState, error) {
+	v, err := c.read(ctx, types.NamespacedName{Name: name}, &admissionv1.ValidatingAdmissionPolicy{})
+	switch v {
+	case failed:
+		return "", err
+	case forbidden:
+		return policyForbidden, nil
+	case notFound:
+		return policyMissing, nil
+	}
+	bound := slices.ContainsFunc(bindings, func(b admissionv1.ValidatingAdmissionPolicyBinding) bool {
+		return b.Spec.PolicyName == name
+	})
+	denies := slices.ContainsFunc(bindings, func(b admissionv1.ValidatingAdmissionPolicyBinding) bool {
+		return b.Spec.PolicyName == name && slices.Contains(b.Spec.ValidationActions, admissionv1.Deny)
+	})
+	switch {
+	case !bound:
+		return policyUnbound, nil
+	case !denies:
+		return policyNotDenying, nil
+	}
+	return policyDenies, nil
 }
 
 // checkComponents: the controller and one sidecar per driver name in use hold their Leases;

@@ -65,3 +65,29 @@ func TestAdmissionPolicies(t *testing.T) {
 		t.Errorf("config/admission has policies %v; doctor checks %v", names, AdmissionPolicies)
 	}
 }
+
+// TestV1alpha1BucketViewPolicy: doctor looks for the policy config/components/v1alpha1-bucket-view
+// installs.
+func TestV1alpha1BucketViewPolicy(t *testing.T) {
+	data, err := os.ReadFile("../../config/components/v1alpha1-bucket-view/read-only.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var o struct {
+			Kind     string
+			Metadata struct{ Name string }
+		}
+		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+			t.Fatal(err)
+		}
+		if o.Kind == "ValidatingAdmissionPolicy" {
+			names = append(names, o.Metadata.Name)
+		}
+	}
+	if !slices.Equal(names, []string{V1alpha1BucketViewPolicy}) {
+		t.Errorf("config/components/v1alpha1-bucket-view has policies %v; doctor checks %s", names,
+			V1alpha1BucketViewPolicy)
+	}
+}

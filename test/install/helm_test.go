@@ -21,6 +21,7 @@ import (
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/dev/objects"
 	"github.com/kube-cosi/cosi/dev/testenv"
+	"github.com/kube-cosi/cosi/internal/kubectlcosi"
 )
 
 // TestHelmLifecycle installs, uninstalls, installs again and upgrades the cosi chart with helm,
@@ -128,6 +129,35 @@ func TestHelmLifecycle(t *testing.T) {
 		t.Errorf("the driver's ClusterRole after helm install: %v", err)
 	}
 	helmDo("uninstall", "s3")
+
+	// The v1alpha1 view of the Buckets turned on, and off again (TestV1alpha1BucketView tests
+	// what it does).
+	helmDo("upgrade", "cosi", chart, "--reset-then-reuse-values", "--set", "v1alpha1BucketView.enabled=true",
+		"--set", "v1alpha1BucketView.serviceAccounts[0].name=v1alpha1-driver")
+	view := dynamicClient(t, e.Config).Resource(bucketsV1alpha1)
+	waitForView(t, view)
+	binding := &rbacv1.ClusterRoleBinding{}
+	if err := e.Client.Get(ctx, client.ObjectKey{Name: "cosi-v1alpha1-bucket-reader"}, binding); err != nil {
+		t.Fatalf("the view's ClusterRoleBinding after helm upgrade: %v", err)
+	}
+	want := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "v1alpha1-driver", Namespace: namespace}}
+	if !slices.Equal(binding.Subjects, want) || binding.RoleRef.Name != "cosi-v1alpha1-bucket-reader" {
+		t.Errorf("the view's ClusterRoleBinding binds %v to %s, want %v to cosi-v1alpha1-bucket-reader",
+			binding.Subjects, binding.RoleRef.Name, want)
+	}
+	helmDo("upgrade", "cosi", chart, "--reset-then-reuse-values", "--set", "v1alpha1BucketView.enabled=false")
+	waitUntilNotServed(t, view)
+	for _, o := range []client.Object{&rbacv1.ClusterRole{}, &rbacv1.ClusterRoleBinding{}} {
+		if err := e.Client.Get(ctx, client.ObjectKey{Name: "cosi-v1alpha1-bucket-reader"}, o); !apierrors.IsNotFound(err) {
+			t.Errorf("the view's %T after it was turned off: %v, want it deleted", o, err)
+		}
+	}
+	// Kept as the other policies (helm.sh/resource-policy): inert without the version it matches.
+	if got := admissionObjects(ctx, t, e.Client); !slices.Contains(got,
+		"ValidatingAdmissionPolicy/"+kubectlcosi.V1alpha1BucketViewPolicy) {
+		t.Errorf("admission policies after the view was turned off: %v, want %s kept", got,
+			kubectlcosi.V1alpha1BucketViewPolicy)
+	}
 }
 
 // admissionObjects returns "Kind/name" of every ValidatingAdmissionPolicy and binding, sorted.

@@ -94,10 +94,16 @@ func TestAppliedToAPIServer(t *testing.T) {
 // `kubectl apply --server-side`, and fails on any error or warning.
 func apply(t *testing.T, what string, rendering []byte, args ...string) {
 	t.Helper()
+	applyTo(t, kubeconfig, what, rendering, args...)
+}
+
+// applyTo is apply to the API server of the kubeconfig file kc.
+func applyTo(t *testing.T, kc, what string, rendering []byte, args ...string) {
+	t.Helper()
 	args = append(
 		[]string{
 			"--kubeconfig",
-			kubeconfig,
+			kc,
 			"apply",
 			"--server-side",
 			"--force-conflicts",

@@ -48,9 +48,17 @@ func pairs(t *testing.T) []pair {
 		},
 	}, {
 		name:          "controller with a ServiceMonitor",
-		kustomization: serviceMonitorOverlay(t),
+		kustomization: overlay(t, "config/components/servicemonitor"),
 		chart:         "charts/cosi", release: "cosi",
 		helmArgs: []string{"--set", "metrics.serviceMonitor.enabled=true"},
+		kustomizeOnly: map[string]string{
+			"Namespace/" + namespace: "Helm installs into --namespace, which the admin creates and labels first",
+		},
+	}, {
+		name:          "controller with the v1alpha1 Bucket view",
+		kustomization: overlay(t, "config/components/v1alpha1-bucket-view"),
+		chart:         "charts/cosi", release: "cosi",
+		helmArgs: []string{"--set", "v1alpha1BucketView.enabled=true"},
 		kustomizeOnly: map[string]string{
 			"Namespace/" + namespace: "Helm installs into --namespace, which the admin creates and labels first",
 		},
@@ -61,9 +69,9 @@ func pairs(t *testing.T) []pair {
 	}}
 }
 
-// serviceMonitorOverlay writes an overlay of config/default with the ServiceMonitor component,
+// overlay writes an overlay of config/default with components (paths relative to the repository),
 // as docs/install.md tells admins to.
-func serviceMonitorOverlay(t *testing.T) string {
+func overlay(t *testing.T, components ...string) string {
 	dir := filepath.Join(t.TempDir(), "overlay")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -76,10 +84,12 @@ func serviceMonitorOverlay(t *testing.T) string {
 		return r
 	}
 	k := fmt.Sprintf(
-		"apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- %s\ncomponents:\n- %s\n",
+		"apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- %s\ncomponents:\n",
 		rel("config/default"),
-		rel("config/components/servicemonitor"),
 	)
+	for _, c := range components {
+		k += fmt.Sprintf("- %s\n", rel(c))
+	}
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -135,6 +135,35 @@ func TestChartValues(t *testing.T) {
 				}
 			}
 		},
+	}, {
+		name:   "a v1alpha1 driver that reads Buckets (examples/v1alpha1-bucket-reader-values.yaml)",
+		chart:  "charts/cosi-driver",
+		values: "charts/cosi-driver/examples/v1alpha1-bucket-reader-values.yaml", set: []string{"image.tag=v9.9.9"},
+		kinds: []string{
+			"ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role",
+			"RoleBinding", "Service", "ServiceAccount",
+		},
+		check: func(t *testing.T, d *appsv1.Deployment) {
+			// The driver reads the API with its own ServiceAccount's token, the sidecar with the Pod's.
+			const tokenDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+			spec := d.Spec.Template.Spec
+			mounts := map[string]string{}
+			for _, c := range spec.Containers {
+				for _, m := range c.VolumeMounts {
+					if m.MountPath == tokenDir {
+						mounts[c.Name] = m.Name
+					}
+				}
+			}
+			if mounts["driver"] != "driver-token" || mounts["sidecar"] != "kube-api-access" {
+				t.Errorf("token mounts %v, want the driver's own token in the driver, the Pod's in the sidecar", mounts)
+			}
+			for _, v := range spec.Volumes {
+				if v.Name == "driver-token" && (v.Secret == nil || v.Secret.SecretName != "v1alpha1-driver-token") {
+					t.Errorf("volume driver-token %+v, want the Secret v1alpha1-driver-token", v.VolumeSource)
+				}
+			}
+		},
 	}} {
 		t.Run(c.name, func(t *testing.T) {
 			args := []string{"--set", strings.Join(c.set, ",")}
@@ -171,6 +200,8 @@ func TestChartSchemas(t *testing.T) {
 		{"charts/cosi", "replica=3", "replica"},
 		{"charts/cosi", "ports.metrics=eighty", "ports"},
 		{"charts/cosi-driver", "driver.credentialsSecret.nmae=x", "nmae"},
+		{"charts/cosi", "v1alpha1BucketView.enable=true", "enable"},
+		{"charts/cosi", "v1alpha1BucketView.serviceAccounts[0].namespace=storage", "/v1alpha1BucketView/serviceAccounts/0"},
 		{"charts/cosi-driver", "sidecar.ports.health=70000", "health"},
 		{"charts/cosi-driver", "driver.name=-not.a.name", "/driver/name"},
 		{"charts/cosi-driver", "sidecar.v1alpha1.s3Endpoint=s3.example.com", "/sidecar/v1alpha1/s3Endpoint"},
