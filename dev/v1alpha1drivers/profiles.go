@@ -3,6 +3,7 @@ package v1alpha1drivers
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 
 	"google.golang.org/grpc/codes"
@@ -59,6 +60,15 @@ type BucketReader struct {
 	reads int
 }
 
+// DriverCreateBucket creates with the wrapped driver; Parameter is this driver's own, read here.
+func (d *BucketReader) DriverCreateBucket(
+	ctx context.Context, req *v1.DriverCreateBucketRequest,
+) (*v1.DriverCreateBucketResponse, error) {
+	return d.Server.DriverCreateBucket(ctx, &v1.DriverCreateBucketRequest{
+		Name: req.GetName(), Parameters: d.without(req.GetParameters()),
+	})
+}
+
 // DriverDeleteBucket reads the Bucket, then deletes with the wrapped driver.
 func (d *BucketReader) DriverDeleteBucket(
 	ctx context.Context, req *v1.DriverDeleteBucketRequest,
@@ -66,7 +76,9 @@ func (d *BucketReader) DriverDeleteBucket(
 	if err := d.read(ctx, req.GetBucketId()); err != nil {
 		return nil, err
 	}
-	return d.Server.DriverDeleteBucket(ctx, req)
+	return d.Server.DriverDeleteBucket(ctx, &v1.DriverDeleteBucketRequest{
+		BucketId: req.GetBucketId(), DeleteContext: d.without(req.GetDeleteContext()),
+	})
 }
 
 // DriverRevokeBucketAccess reads the Bucket, then revokes with the wrapped driver.
@@ -77,6 +89,13 @@ func (d *BucketReader) DriverRevokeBucketAccess(
 		return nil, err
 	}
 	return d.Server.DriverRevokeBucketAccess(ctx, req)
+}
+
+// without are params without Parameter.
+func (d *BucketReader) without(params map[string]string) map[string]string {
+	out := maps.Clone(params)
+	delete(out, d.Parameter)
+	return out
 }
 
 func (d *BucketReader) read(ctx context.Context, name string) error {

@@ -26,6 +26,14 @@ import (
 // it, the driver is served as it is, by v1alpha1s3.Serve.
 func ServeS3(t testing.TB, name string, wrap func(*v1alpha1s3.Driver) Server) string {
 	t.Helper()
+	endpoint, _ := ServeS3Store(t, name, wrap)
+	return endpoint
+}
+
+// ServeS3Store is ServeS3, and returns the store too: a test checks there, as its admin, what the
+// driver did.
+func ServeS3Store(t testing.TB, name string, wrap func(*v1alpha1s3.Driver) Server) (string, *versity.Store) {
+	t.Helper()
 	root, err := localenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -80,5 +88,5 @@ func ServeS3(t testing.TB, name string, wrap func(*v1alpha1s3.Driver) Server) st
 			t.Errorf("serving the v1alpha1 driver: %v", err)
 		}
 	})
-	return endpoint
+	return endpoint, store
 }
