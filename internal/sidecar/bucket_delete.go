@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -42,7 +43,14 @@ func (r *BucketReconciler) delete(ctx context.Context, bucket *cosiapi.Bucket) e
 	}
 	// An imported bucket is never deleted, whatever its policy: the API refuses Delete with
 	// existingBucketID, and a Bucket stored before that rule is treated as Retain.
-	if bucket.Spec.DeletionPolicy == cosiapi.DeletionPolicyDelete && bucket.Spec.ExistingBucketID == "" &&
+	// Nor is a bucket whose creation the driver answered ALREADY_EXISTS while the Bucket was never
+	// provisioned: this Bucket did not create it, and it may hold someone else's data.
+	if notCreated(bucket) {
+		r.Recorder.Eventf(bucket, nil, corev1.EventTypeWarning, cosiapi.EventBucketNotDeleted, "DriverDeleteBucket",
+			"backend bucket %q not deleted: the driver answered its creation ALREADY_EXISTS (annotation %s), so this "+
+				"Bucket did not create it; delete it in the backend if it is not someone else's",
+			bucket.Status.BucketID, cosiapi.AnnotationBucketNotCreated)
+	} else if bucket.Spec.DeletionPolicy == cosiapi.DeletionPolicyDelete && bucket.Spec.ExistingBucketID == "" &&
 		bucket.Status.BucketID != "" {
 		_, err := r.Driver.DriverDeleteBucket(ctx, &cosiproto.DriverDeleteBucketRequest{
 			BucketId: bucket.Status.BucketID, Parameters: driverParameters(bucket.Spec.Parameters, r.Driver.Protocol()),
@@ -53,6 +61,13 @@ func (r *BucketReconciler) delete(ctx context.Context, bucket *cosiapi.Bucket) e
 	}
 	// Retain: the backend bucket stays; only the object goes.
 	return patch.RemoveFinalizer(ctx, r.Client, bucket)
+}
+
+// notCreated reports whether the driver answered the Bucket's creation ALREADY_EXISTS and no
+// creation succeeded since (cosiapi.AnnotationBucketNotCreated, on a Bucket never provisioned).
+func notCreated(bucket *cosiapi.Bucket) bool {
+	_, refused := bucket.Annotations[cosiapi.AnnotationBucketNotCreated]
+	return refused && bucket.Spec.ExistingBucketID == "" && !conditions.IsTrue(bucket, cosiapi.ConditionProvisioned)
 }
 
 // waiting records why a deleting Bucket's deprovisioning waits.

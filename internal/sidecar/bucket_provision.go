@@ -4,6 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/kube/conditions"
@@ -44,9 +48,20 @@ func (r *BucketReconciler) provision(ctx context.Context, bucket *cosiapi.Bucket
 		// Phase 2.
 		resp, err := r.Driver.DriverCreateBucket(ctx, req.create(bucket.Status.BucketID))
 		if err != nil {
+			// A bucket of this ID exists that this Bucket did not create: it must not be deleted
+			// with the Bucket (bucket_delete.go). Marked before the failure is recorded.
+			if status.Code(err) == codes.AlreadyExists {
+				if err := patch.Annotation(ctx, r.Client, bucket, cosiapi.AnnotationBucketNotCreated,
+					time.Now().UTC().Format(time.RFC3339)); err != nil {
+					return err
+				}
+			}
 			return r.record.failed(ctx, bucket, rpcError{"DriverCreateBucket", err}, cosiapi.EventFailedCreateBucket)
 		}
 		info = resp.GetProtocols()
+		if err := patch.RemoveAnnotation(ctx, r.Client, bucket, cosiapi.AnnotationBucketNotCreated); err != nil {
+			return err
+		}
 	}
 
 	if err := driver.ValidateBucketInfo(info, r.Info.GetSupportedProtocols(), req.protocols); err != nil {

@@ -27,10 +27,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/go-logr/logr"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	v1 "sigs.k8s.io/container-object-storage-interface/proto"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
@@ -466,4 +469,57 @@ func TestInternalOnMissingBucketAfterALostAnswer(t *testing.T) {
 	})
 	env.Gone(t, b)
 	env.Gone(t, c)
+}
+
+// foreignBucket answers DriverCreateBucket ALREADY_EXISTS after someone else made a bucket of the
+// same name in the store, with data in it, just before (another account on a store whose bucket
+// names all accounts share; on Versity, the root account).
+type foreignBucket struct {
+	v1alpha1drivers.Server
+	s *system // its admin client, made once the store runs
+}
+
+func (d foreignBucket) DriverCreateBucket(
+	ctx context.Context, req *v1.DriverCreateBucketRequest,
+) (*v1.DriverCreateBucketResponse, error) {
+	if _, err := d.s.admin.CreateBucket(ctx, &awss3.CreateBucketInput{Bucket: aws.String(req.GetName())}); err == nil {
+		if _, err := d.s.admin.PutObject(ctx, &awss3.PutObjectInput{
+			Bucket: aws.String(req.GetName()), Key: aws.String("precious"), Body: strings.NewReader("theirs"),
+		}); err != nil {
+			return nil, status.Error(codes.Unavailable, err.Error())
+		}
+	}
+	return nil, status.Errorf(codes.AlreadyExists, "bucket %s exists", req.GetName())
+}
+
+// A bucket whose creation the driver answered ALREADY_EXISTS is not this Bucket's: deleting the
+// claim (Delete policy, and a class that purges what a bucket holds) leaves it, and its data, in
+// the store, and says so.
+func TestForeignBucketIsNotDeleted(t *testing.T) {
+	p := profile{name: "foreign-bucket", wrap: func(s *system, d *v1alpha1s3.Driver) v1alpha1drivers.Server {
+		return foreignBucket{Server: d, s: s}
+	}}
+	s := newSystem(t, p)
+	c := objects.BucketClaim(namespace, unique("claim"), s.bucketClass(cosiapi.DeletionPolicyDelete).Name, objects.S3)
+	create(t, c)
+	testenv.Condition(t, env, c, func(c *cosiapi.BucketClaim) []metav1.Condition { return c.Status.Conditions },
+		cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
+	b := &cosiapi.Bucket{ObjectMeta: metav1.ObjectMeta{Name: c.Status.BoundBucketName}}
+	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
+		t.Fatal(err)
+	}
+	// Marked before the failure is recorded.
+	if _, ok := b.Annotations[cosiapi.AnnotationBucketNotCreated]; !ok {
+		t.Errorf("Bucket %s not marked %s", b.Name, cosiapi.AnnotationBucketNotCreated)
+	}
+	del(t, c)
+	env.Gone(t, c)
+	env.Gone(t, b)
+	env.WaitForEvent(t, b, cosiapi.EventBucketNotDeleted+": backend bucket")
+	got, err := s.admin.GetObject(t.Context(),
+		&awss3.GetObjectInput{Bucket: aws.String(b.Name), Key: aws.String("precious")})
+	if err != nil {
+		t.Fatalf("the other's bucket or its data is gone after the claim was deleted: %v", err)
+	}
+	_ = got.Body.Close()
 }

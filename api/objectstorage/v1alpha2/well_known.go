@@ -18,6 +18,16 @@ const (
 	// Controller.
 	AnnotationBucketClaimBeingDeleted = "objectstorage.k8s.io/bucketclaim-being-deleted"
 
+	// AnnotationBucketNotCreated is set on a dynamically provisioned Bucket by the Sidecar when the
+	// driver answers its DriverCreateBucket ALREADY_EXISTS: a bucket by the Bucket's ID exists in
+	// the backend, and this Bucket did not create it (not with its parameters; with a COSI v1alpha1
+	// driver, possibly another account's bucket of the same name). Its value is when the answer
+	// came. While it is set and the Bucket is not provisioned, deleting the Bucket with the Delete
+	// policy does not ask the driver to delete that bucket, which may hold someone else's data:
+	// the Bucket goes, the backend bucket stays, and a Warning event (EventBucketNotDeleted) says
+	// so. The Sidecar removes it once a creation succeeds.
+	AnnotationBucketNotCreated = "objectstorage.k8s.io/bucket-not-created"
+
 	// AnnotationHasBucketAccessReferences is set on a BucketClaim by the COSI Controller while one
 	// or more BucketAccesses reference the claim, and removed by the Controller when the last of
 	// them is deleted. The Controller re-derives it from the BucketAccesses on every reconcile and
@@ -268,6 +278,10 @@ const (
 	// EventFailedDeleteBucket: the driver failed to delete a bucket. Recorded by the Sidecar on the
 	// Bucket and, while the claim waits for its Bucket, by the Controller on the BucketClaim.
 	EventFailedDeleteBucket = "FailedDeleteBucket"
+	// EventBucketNotDeleted (Warning, on a Bucket): the Bucket was deleted with the Delete policy,
+	// but the backend bucket of its ID was not, since the driver had answered its creation
+	// ALREADY_EXISTS (AnnotationBucketNotCreated): this Bucket never created it.
+	EventBucketNotDeleted = "BucketNotDeleted"
 	// EventWaitingForBucket: access cannot be granted yet because a bucket is not provisioned.
 	EventWaitingForBucket = "WaitingForBucket"
 	// EventWaitingForClass (Normal): the BucketClass of a BucketClaim, or the BucketAccessClass of
