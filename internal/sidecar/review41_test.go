@@ -46,6 +46,8 @@ type randomV1alpha1 struct {
 	complete     bool
 	slowOnce     time.Duration
 	strictRevoke bool
+	// failNext are errors the next grants answer, in order, before the driver makes anything.
+	failNext []error
 }
 
 func (d *randomV1alpha1) DriverGetInfo(context.Context, *v1.DriverGetInfoRequest) (*v1.DriverGetInfoResponse, error) {
@@ -68,6 +70,12 @@ func (d *randomV1alpha1) DriverGrantBucketAccess(
 	_ context.Context, _ *v1.DriverGrantBucketAccessRequest,
 ) (*v1.DriverGrantBucketAccessResponse, error) {
 	d.mu.Lock()
+	if len(d.failNext) > 0 {
+		err := d.failNext[0]
+		d.failNext = d.failNext[1:]
+		d.mu.Unlock()
+		return nil, err
+	}
 	d.n++
 	id := fmt.Sprintf("acct-%d", d.n)
 	d.live[id] = true
@@ -250,6 +258,13 @@ func TestReview41AccountsRevokedByTheAdapterAreNotRevokedAgain(t *testing.T) {
 			return fmt.Errorf("account(s) %v, whose key the Secret held, not revoked after the access's deletion; "+
 				"events %v", got, events(t, fresh))
 		}
+		fresh := &cosiapi.BucketAccess{}
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(ba), fresh); err != nil {
+			return err
+		}
+		if fresh.Annotations[cosiapi.AnnotationSidecarCleanupFinished] == "" {
+			return fmt.Errorf("the access's deletion is not finished: events %v", events(t, fresh))
+		}
 		return nil
 	})
 }
@@ -280,4 +295,43 @@ func TestReview41NoLeakReportedWhenNothingWasLost(t *testing.T) {
 			t.Errorf("nothing was lost (every account the driver made, %v, was recorded), yet: %s", d.madeAccounts(), ev)
 		}
 	}
+}
+
+// The documented case itself (an access whose Secrets were never written): a grant whose answer
+// is lost (DEADLINE_EXCEEDED), then a grant that fails without making anything (a transient
+// INTERNAL), then one that names a new account. The sidecar keeps only the last call's outcome per
+// access (grantOutcomes.ended overwrites it), so the INTERNAL erases the lost answer, and the grant
+// that names the new account emits no DriverAccountMayHaveLeaked although acct-1 is known only to
+// the driver.
+func TestReview41LostAnswerIsReportedAfterAnotherFailure(t *testing.T) {
+	t.Parallel()
+	h, d := newRandomHarness(t, func(o *sidecar.Options) { o.DriverTimeout = 2 * time.Second },
+		func(d *randomV1alpha1) {
+			d.complete = true
+			d.slowOnce = 4 * time.Second
+		})
+	b := h.provisionedBucket(cosiapi.ProtocolS3)
+	ba := h.accessWith(nil, cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b)
+	testenv.Eventually(t, func() error {
+		if len(d.madeAccounts()) == 0 {
+			return fmt.Errorf("no grant yet")
+		}
+		return nil
+	})
+	// The second grant (the first retry after the lost answer) fails at once, making nothing.
+	d.set(func(d *randomV1alpha1) { d.failNext = []error{status.Error(codes.Internal, "transient")} })
+	ba = provisioned(t, ba, accessConditions)
+	live := d.liveAccounts()
+	if len(live) != 2 || live[0] != "acct-1" {
+		t.Fatalf("live accounts %v; want the lost answer's acct-1 and the granted one", live)
+	}
+	within(t, 20*time.Second, func() error {
+		if ev := events(t, ba); !slices.ContainsFunc(ev, func(s string) bool {
+			return strings.HasPrefix(s, cosiapi.EventDriverAccountMayHaveLeaked)
+		}) {
+			return fmt.Errorf("acct-1 was made by a grant whose answer was lost and is known only to the driver, "+
+				"yet no %s event: %v", cosiapi.EventDriverAccountMayHaveLeaked, ev)
+		}
+		return nil
+	})
 }
