@@ -335,3 +335,44 @@ func TestReview41LostAnswerIsReportedAfterAnotherFailure(t *testing.T) {
 		return nil
 	})
 }
+
+// A tenant with the standard Role deletes their access's Secret again and again: each time the
+// Secret check grants again, and a driver that names accounts anew makes a whole new account,
+// recorded and kept (with a working key) until the access goes. docs/security.md keeps
+// refresh-secret and rotate-credentials from tenants because "a tenant could otherwise have keys
+// minted at will"; deleting the Secret does the same here, without bound: every store account and
+// key a tenant mints this way stays until the access is deleted (an IAM account's user quota is
+// shared by every tenant of the driver). The S3-on-IAM reference keeps "the newest previous" key
+// (internal/sidecar/access_check.go); here nothing is ever dropped.
+func TestReview41TenantCannotMintAccountsByDeletingTheSecret(t *testing.T) {
+	t.Parallel()
+	h, d := newRandomHarness(t, nil, func(d *randomV1alpha1) { d.complete = true })
+	b := h.provisionedBucket(cosiapi.ProtocolS3)
+	ba := provisioned(t, h.accessWith(nil, cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b), accessConditions)
+	const deletions = 4
+	for range deletions {
+		s := secret(t, ba, 0)
+		if err := env.Client.Delete(t.Context(), s); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, func() error {
+			again := &corev1.Secret{}
+			if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(s), again); err != nil {
+				return err
+			}
+			if again.UID == s.UID {
+				return fmt.Errorf("the Secret is not written again yet")
+			}
+			return nil
+		})
+	}
+	if live := d.liveAccounts(); len(live) > 2 {
+		t.Errorf("after %d deletions of its Secret by the tenant, the access has %d live accounts in the store, "+
+			"each with a working key: %v; want the current one and at most the newest previous one", deletions,
+			len(live), live)
+	}
+	deleteAccess(t, ba)
+	if live := d.liveAccounts(); len(live) != 0 {
+		t.Errorf("accounts %v left after the access was deleted", live)
+	}
+}
