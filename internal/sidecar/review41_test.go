@@ -376,3 +376,49 @@ func TestReview41TenantCannotMintAccountsByDeletingTheSecret(t *testing.T) {
 		t.Errorf("accounts %v left after the access was deleted", live)
 	}
 }
+
+// Tried (holds): the tenant removes the access's finalizers and deletes it while the grant is at
+// the driver; the driver's account, recorded when the answer arrives, is revoked by the
+// GrantReconciler once the grant ends.
+func TestReview41AccessDeletedWhileTheGrantIsInFlight(t *testing.T) {
+	t.Parallel()
+	h, d := newRandomHarness(t, nil, func(d *randomV1alpha1) {
+		d.complete = true
+		d.slowOnce = 3 * time.Second
+	})
+	b := h.provisionedBucket(cosiapi.ProtocolS3)
+	ba := h.accessWith(nil, cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b)
+	testenv.Eventually(t, func() error {
+		if len(d.madeAccounts()) == 0 {
+			return fmt.Errorf("no grant yet")
+		}
+		return nil
+	})
+	fresh := &cosiapi.BucketAccess{}
+	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(ba), fresh); err != nil {
+		t.Fatal(err)
+	}
+	fresh.Finalizers = nil
+	if err := env.Client.Update(t.Context(), fresh); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(t.Context(), fresh); err != nil {
+		t.Fatal(err)
+	}
+	env.Gone(t, fresh)
+	within(t, 30*time.Second, func() error {
+		if live := d.liveAccounts(); len(live) != 0 {
+			return fmt.Errorf("accounts %v left after the access vanished during its grant", live)
+		}
+		cms := &corev1.ConfigMapList{}
+		if err := env.Client.List(t.Context(), cms, client.InNamespace(sidecarNamespace)); err != nil {
+			return err
+		}
+		for _, cm := range cms.Items {
+			if strings.HasSuffix(cm.Name, string(ba.UID)) {
+				return fmt.Errorf("grant record %s left", cm.Name)
+			}
+		}
+		return nil
+	})
+}
