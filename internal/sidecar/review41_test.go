@@ -48,6 +48,9 @@ type randomV1alpha1 struct {
 	strictRevoke bool
 	// failNext are errors the next grants answer, in order, before the driver makes anything.
 	failNext []error
+	// prefixed: the account is "cosi-" + the name (the same for the same name), and a repeated
+	// grant of an account that exists answers ALREADY_EXISTS (a key is shown once).
+	prefixed bool
 }
 
 func (d *randomV1alpha1) DriverGetInfo(context.Context, *v1.DriverGetInfoRequest) (*v1.DriverGetInfoResponse, error) {
@@ -67,7 +70,7 @@ func (d *randomV1alpha1) DriverDeleteBucket(
 }
 
 func (d *randomV1alpha1) DriverGrantBucketAccess(
-	_ context.Context, _ *v1.DriverGrantBucketAccessRequest,
+	_ context.Context, req *v1.DriverGrantBucketAccessRequest,
 ) (*v1.DriverGrantBucketAccessResponse, error) {
 	d.mu.Lock()
 	if len(d.failNext) > 0 {
@@ -78,6 +81,13 @@ func (d *randomV1alpha1) DriverGrantBucketAccess(
 	}
 	d.n++
 	id := fmt.Sprintf("acct-%d", d.n)
+	if d.prefixed {
+		id = "cosi-" + req.GetName()
+		if d.live[id] {
+			d.mu.Unlock()
+			return nil, status.Errorf(codes.AlreadyExists, "user %s exists", id)
+		}
+	}
 	d.live[id] = true
 	d.made = append(d.made, id)
 	secrets := map[string]string{v1alpha1.S3AccessKeyID: "AKID-" + id, v1alpha1.S3AccessSecretKey: "secret-" + id}
@@ -421,4 +431,33 @@ func TestReview41AccessDeletedWhileTheGrantIsInFlight(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A driver that names its accounts itself but deterministically ("cosi-" + the name) and shows a
+// key once (ALREADY_EXISTS on a repeated grant). The first grant's answer is lost (DEADLINE_EXCEEDED)
+// before its ID could be recorded. The retry, nobody holding a key, gets ALREADY_EXISTS; the
+// adapter revokes the *name* (NOT_FOUND, taken as success), grants again, gets ALREADY_EXISTS,
+// final. Deleting the access then revokes the name again (NOT_FOUND, success): the driver's
+// account cosi-ba-<uid> outlives the access, and no DriverAccountMayHaveLeaked is emitted, since
+// no grant ever answered with a new ID.
+func TestReview41LostAnswerOfAKeyShownOnceDriverIsNotLeakedSilently(t *testing.T) {
+	t.Parallel()
+	h, d := newRandomHarness(t, func(o *sidecar.Options) { o.DriverTimeout = 2 * time.Second },
+		func(d *randomV1alpha1) {
+			d.complete, d.prefixed = true, true
+			d.slowOnce = 4 * time.Second
+		})
+	b := h.provisionedBucket(cosiapi.ProtocolS3)
+	ba := h.accessWith(nil, cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b)
+	msg := waitCondition(t, ba, accessConditions, cosiapi.ConditionProvisioned, "False", cosiapi.ReasonProvisioningFailed)
+	t.Logf("the access stops: %s", msg)
+	time.Sleep(5 * time.Second) // the lost call's answer is thrown away meanwhile
+	reported := slices.ContainsFunc(events(t, ba), func(s string) bool {
+		return strings.HasPrefix(s, cosiapi.EventDriverAccountMayHaveLeaked)
+	})
+	deleteAccess(t, ba)
+	if live := d.liveAccounts(); len(live) != 0 && !reported {
+		t.Errorf("account(s) %v of the lost answer outlive the deleted access, and no %s event said so: %v",
+			live, cosiapi.EventDriverAccountMayHaveLeaked, events(t, ba))
+	}
 }
