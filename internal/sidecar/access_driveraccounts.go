@@ -43,24 +43,28 @@ type grantOutcomes struct {
 	asked map[types.UID]bool // value: the last answer may have been lost
 }
 
-// ended records the end of a grant call of the access with err.
+// ended records the end of a grant call of the access with err. An answer that may have been
+// lost stays so until a grant succeeds: a later call that fails (a transient INTERNAL) says
+// nothing about the earlier one's account.
 func (o *grantOutcomes) ended(uid types.UID, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.asked == nil {
 		o.asked = map[types.UID]bool{}
 	}
-	o.asked[uid] = err != nil && driver.Retryable(err)
+	o.asked[uid] = err != nil && (o.asked[uid] || driver.Retryable(err))
 }
 
 // mayBeLost reports whether an earlier grant of the access may have been answered without the
 // answer reaching this sidecar: one this process made whose call ended possibly in flight, or,
-// when this process made none, one an earlier process made (existed: the record was there).
-func (o *grantOutcomes) mayBeLost(uid types.UID, existed bool) bool {
+// when this process made none and no credentials of the access may be held (held: a grant for a
+// lost Secret, which every earlier grant's account may explain), one an earlier process made
+// (existed: the record was there).
+func (o *grantOutcomes) mayBeLost(uid types.UID, existed, held bool) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	lost, asked := o.asked[uid]
-	return lost || !asked && existed
+	return lost || !asked && existed && !held
 }
 
 func (o *grantOutcomes) forget(uid types.UID) {
@@ -80,7 +84,7 @@ func (r *BucketAccessReconciler) withDriverAccounts(
 	if err != nil {
 		return ctx // no record to add to: the adapter refuses an ID other than the name
 	}
-	mayBeLost := !held && r.Grants.outcomes.mayBeLost(ba.UID, existed)
+	mayBeLost := r.Grants.outcomes.mayBeLost(ba.UID, existed, held)
 	return v1alpha1.WithDriverAccounts(ctx, v1alpha1.DriverAccounts{
 		Known: slices.Clone(g.DriverAccountIDs),
 		Record: func(ctx context.Context, id string) error {

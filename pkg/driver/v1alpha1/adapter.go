@@ -308,8 +308,17 @@ func (a *Adapter) DriverGrantBucketAccess(
 					"credentials again (%s); the account is not revoked, since workloads may hold its key: delete and "+
 					"re-create the BucketAccess for new credentials", req.GetAccountId(), status.Convert(err).Message())
 		}
-		if err := a.revoke(ctx, bucketID, req.GetAccountId(), v1req.GetParameters(), opts); err != nil {
-			return nil, cleanupFailed(fmt.Sprintf("revoking account %q before granting it again", req.GetAccountId()), err)
+		// The account the driver made is addressed by the name, or, for a driver that names its
+		// accounts itself, by the IDs earlier grants returned (the record's): revoking the name
+		// alone would miss it, and the second grant would answer ALREADY_EXISTS again.
+		ids := []string{req.GetAccountId()}
+		if accounts, ok := driverAccounts(ctx); ok {
+			ids = append(ids, accounts.Known...)
+		}
+		for _, id := range ids {
+			if err := a.revoke(ctx, bucketID, id, v1req.GetParameters(), opts); err != nil {
+				return nil, cleanupFailed(fmt.Sprintf("revoking account %q before granting it again", id), err)
+			}
 		}
 		resp, err = a.provisioner.DriverGrantBucketAccess(ctx, v1req, opts...)
 	}

@@ -38,19 +38,25 @@ const (
 // CheckS3Endpoint accepts what a workload can use as AWS_ENDPOINT_URL: an absolute http or https
 // URL with a host, and without user information (credentials in a URL would end up in every
 // Secret), query or fragment.
+//
+// No message repeats the value, nor any part of it: it may hold a password where the URL parser
+// does not see one ("user:password@host" without a scheme parses as the scheme "user"), or a token
+// in a query or fragment, and the refusal goes into the BucketAccess's condition, which the tenant
+// reads, and into the sidecar's log.
 func CheckS3Endpoint(s string) error {
 	u, err := url.Parse(s)
 	switch {
 	case err != nil:
-		return fmt.Errorf("not a URL") // the value is not repeated: it may hold a password
+		return fmt.Errorf("not a URL")
 	case u.User != nil:
 		return fmt.Errorf("the URL has user information, which would be copied into every Secret")
 	case u.Scheme != "http" && u.Scheme != "https":
-		return fmt.Errorf("%q is not an absolute http or https URL", s)
+		return fmt.Errorf("not an absolute http or https URL (value not shown: it may hold a credential)")
 	case u.Hostname() == "":
-		return fmt.Errorf("%q has no host", s)
+		return fmt.Errorf("the URL has no host")
 	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
-		return fmt.Errorf("%q has a query or fragment; an endpoint has neither", s)
+		return fmt.Errorf("the URL has a query or fragment, which an endpoint has not (value not shown: it may " +
+			"hold a credential)")
 	}
 	return nil
 }
