@@ -8,10 +8,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
+	"github.com/kube-cosi/cosi/internal/kube/conditions"
 	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
 	"github.com/kube-cosi/cosi/pkg/driver/v1alpha1"
@@ -84,22 +86,37 @@ func (r *BucketAccessReconciler) withDriverAccounts(
 	if err != nil {
 		return ctx // no record to add to: the adapter refuses an ID other than the name
 	}
-	mayBeLost := r.Grants.outcomes.mayBeLost(ba.UID, existed, held)
+	// After a restart, an earlier process's grant may have been answered without the answer being
+	// recorded, unless the access's status shows that process recorded a final answer (a refused
+	// one: the adapter recorded and revoked its account), which it does only after the call.
+	answered := conditions.Has(ba, cosiapi.ConditionProvisioned, metav1.ConditionFalse, cosiapi.ReasonProvisioningFailed)
+	mayBeLost := r.Grants.outcomes.mayBeLost(ba.UID, existed && !answered, held)
+	report := func(what string) {
+		r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, cosiapi.EventDriverAccountMayHaveLeaked,
+			"DriverGrantBucketAccess", "%s", what)
+	}
 	return v1alpha1.WithDriverAccounts(ctx, v1alpha1.DriverAccounts{
+		Forget: func(ctx context.Context, id string) error {
+			return r.Grants.store.forgetDriverAccount(ctx, written, id)
+		},
+		Lost: func(_ context.Context, what string) {
+			report(fmt.Sprintf("%s: COSI cannot revoke it. Look in the store for an account of bucket(s) %v made "+
+				"since %s and remove it (docs/v1alpha1-drivers.md)", what, g.BucketIDs,
+				written.CreationTimestamp.UTC().Format("2006-01-02T15:04:05Z")))
+		},
 		Known: slices.Clone(g.DriverAccountIDs),
 		Record: func(ctx context.Context, id string) error {
 			if err := r.Grants.store.addDriverAccount(ctx, written, id); err != nil {
 				return err
 			}
 			if mayBeLost {
-				r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, cosiapi.EventDriverAccountMayHaveLeaked,
-					"DriverGrantBucketAccess", "%s", fmt.Sprintf(
-						"the driver named this grant's account %q itself; an earlier grant of this access may have been "+
-							"answered without the answer reaching the sidecar (it stopped, or the call timed out), and an "+
-							"account that grant made is known only to the driver: COSI cannot revoke it. Look in the store "+
-							"for an account of bucket(s) %v made since %s other than %v (docs/v1alpha1-drivers.md)",
-						id, g.BucketIDs, written.CreationTimestamp.UTC().Format("2006-01-02T15:04:05Z"),
-						append(slices.Clone(g.DriverAccountIDs), id)))
+				report(fmt.Sprintf(
+					"the driver named this grant's account %q itself; an earlier grant of this access may have been "+
+						"answered without the answer reaching the sidecar (it stopped, or the call timed out), and an "+
+						"account that grant made is known only to the driver: COSI cannot revoke it. Look in the store "+
+						"for an account of bucket(s) %v made since %s other than %v (docs/v1alpha1-drivers.md)",
+					id, g.BucketIDs, written.CreationTimestamp.UTC().Format("2006-01-02T15:04:05Z"),
+					append(slices.Clone(g.DriverAccountIDs), id)))
 			}
 			return nil
 		},
@@ -110,6 +127,28 @@ func (r *BucketAccessReconciler) withDriverAccounts(
 // put returned it), locked to its version; a record that changed meanwhile is read again,
 // uncached. written is updated in place.
 func (s grantStore) addDriverAccount(ctx context.Context, written *corev1.ConfigMap, id string) error {
+	return s.editDriverAccounts(ctx, written, func(ids []string) []string {
+		if slices.Contains(ids, id) {
+			return ids
+		}
+		return append(ids, id)
+	})
+}
+
+// forgetDriverAccount removes the account ID id, revoked, from the record written, as
+// addDriverAccount adds one.
+func (s grantStore) forgetDriverAccount(ctx context.Context, written *corev1.ConfigMap, id string) error {
+	return s.editDriverAccounts(ctx, written, func(ids []string) []string {
+		return slices.DeleteFunc(ids, func(k string) bool { return k == id })
+	})
+}
+
+// editDriverAccounts writes edit's DriverAccountIDs into the record written, locked to its
+// version; a record that changed meanwhile is read again, uncached, and edited anew. written is
+// updated in place.
+func (s grantStore) editDriverAccounts(
+	ctx context.Context, written *corev1.ConfigMap, edit func([]string) []string,
+) error {
 	first := true
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cm := written
@@ -130,10 +169,14 @@ func (s grantStore) addDriverAccount(ctx context.Context, written *corev1.Config
 		if err != nil {
 			return err
 		}
-		if slices.Contains(g.DriverAccountIDs, id) {
+		ids := edit(slices.Clone(g.DriverAccountIDs))
+		if slices.Equal(ids, g.DriverAccountIDs) {
 			return nil
 		}
-		g.DriverAccountIDs = append(g.DriverAccountIDs, id)
+		g.DriverAccountIDs = ids
+		if len(ids) == 0 {
+			g.DriverAccountIDs = nil
+		}
 		if err := s.update(ctx, cm, g); err != nil {
 			return err
 		}
@@ -161,14 +204,29 @@ func (g grantRecord) revokeRequests() []*cosiproto.DriverRevokeBucketAccessReque
 	return out
 }
 
-// revokeGrant revokes every account of the recorded grant in drv, stopping at the first failure.
-func revokeGrant(ctx context.Context, drv *driverclient.Client, g grantRecord) error {
-	for _, req := range g.revokeRequests() {
+// revokeGrant revokes every account of the recorded grant in drv. With several accounts (a
+// v1alpha1 driver that names them itself), each is tried, and each revoked one is removed from
+// the record cm (when given), so that a retry does not revoke it again: a driver may answer the
+// revocation of an account that is gone with an error. The first failure is returned.
+func revokeGrant(
+	ctx context.Context, drv *driverclient.Client, store grantStore, g grantRecord, cm *corev1.ConfigMap,
+) error {
+	reqs := g.revokeRequests()
+	var failed error
+	for _, req := range reqs {
 		if _, err := drv.DriverRevokeBucketAccess(ctx, req); err != nil {
-			return err
+			if failed == nil {
+				failed = err
+			}
+			continue
+		}
+		if len(g.DriverAccountIDs) > 0 && cm != nil {
+			if err := store.forgetDriverAccount(ctx, cm, req.GetAccountId()); err != nil && failed == nil {
+				failed = err
+			}
 		}
 	}
-	return nil
+	return failed
 }
 
 // grantedMessage is the Provisioned condition's message of a granted access whose record is g.

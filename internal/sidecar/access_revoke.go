@@ -47,7 +47,7 @@ func (r *BucketAccessReconciler) delete(ctx context.Context, ba *cosiapi.BucketA
 		}
 	}
 	if rec != nil && rec.AccountID != "" && len(rec.BucketIDs) > 0 {
-		if err := revokeGrant(ctx, r.Driver, *rec); err != nil {
+		if err := revokeGrant(ctx, r.Driver, r.Grants.store, *rec, cm); err != nil {
 			return r.record.failed(ctx, ba, rpcError{"DriverRevokeBucketAccess", err}, cosiapi.EventFailedRevokeAccess)
 		}
 	}

@@ -75,7 +75,7 @@ func (b *grantBook) revokeOrphan(ctx context.Context, uid types.UID) (revoked bo
 		return false, errRequeue("a grant for a deleted BucketAccess is in flight; revoking it when it ends")
 	}
 	b.answers.forget(uid)
-	if err := b.revoke(ctx, *g); err != nil {
+	if err := b.revoke(ctx, *g, cm); err != nil {
 		return false, err
 	}
 	return true, b.store.remove(ctx, cm)
@@ -84,14 +84,14 @@ func (b *grantBook) revokeOrphan(ctx context.Context, uid types.UID) (revoked bo
 // revoke deletes the Secrets of a recorded grant and revokes it in the driver. A failure is
 // reported where admins look, as a Warning event on the grant's Buckets (the access is gone), and
 // retried: a failed revocation is never given up.
-func (b *grantBook) revoke(ctx context.Context, g grantRecord) error {
+func (b *grantBook) revoke(ctx context.Context, g grantRecord, cm *corev1.ConfigMap) error {
 	if err := deleteAccessSecrets(ctx, b.client, g.Namespace, g.UID, g.SecretNames); err != nil {
 		return err
 	}
 	if g.AccountID == "" || len(g.BucketIDs) == 0 {
 		return nil // nothing was granted: phase 1 records the account with its buckets
 	}
-	if err := revokeGrant(ctx, b.driver, g); err != nil {
+	if err := revokeGrant(ctx, b.driver, b.store, g, cm); err != nil {
 		rpc := rpcError{"DriverRevokeBucketAccess", err}
 		msg := conditions.Truncate(fmt.Sprintf("revoking the access of deleted BucketAccess %s/%s (UID %s): %s",
 			g.Namespace, g.Name, g.UID, rpc.Error()))

@@ -146,7 +146,9 @@ func (d *randomV1alpha1) madeAccounts() []string {
 }
 
 // newRandomHarness is a harness whose driver is a randomV1alpha1 on a real Unix socket.
-func newRandomHarness(t *testing.T, set func(*sidecar.Options), driver func(*randomV1alpha1)) (*harness, *randomV1alpha1) {
+func newRandomHarness(
+	t *testing.T, set func(*sidecar.Options), driver func(*randomV1alpha1),
+) (*harness, *randomV1alpha1) {
 	t.Helper()
 	h := &harness{t: t, config: sidecarConfig}
 	h.name = fmt.Sprintf("v1alpha1-random-%d.sidecar-test.cosi.io", driverCounter.Add(1))

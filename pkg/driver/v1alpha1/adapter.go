@@ -311,13 +311,27 @@ func (a *Adapter) DriverGrantBucketAccess(
 		// The account the driver made is addressed by the name, or, for a driver that names its
 		// accounts itself, by the IDs earlier grants returned (the record's): revoking the name
 		// alone would miss it, and the second grant would answer ALREADY_EXISTS again.
-		ids := []string{req.GetAccountId()}
-		if accounts, ok := driverAccounts(ctx); ok {
-			ids = append(ids, accounts.Known...)
+		// The name is revoked directly: NOT_FOUND for it, with no ID recorded, means the account
+		// the driver says exists is one it named itself in a call whose answer was lost.
+		_, rerr := a.provisioner.DriverRevokeBucketAccess(ctx, &v1.DriverRevokeBucketAccessRequest{
+			BucketId: bucketID, AccountId: req.GetAccountId(), RevokeAccessContext: v1req.GetParameters(),
+		}, opts...)
+		if rerr != nil && status.Code(rerr) != codes.NotFound {
+			return nil, cleanupFailed(fmt.Sprintf("revoking account %q before granting it again", req.GetAccountId()),
+				mapError("DriverRevokeBucketAccess", rerr))
 		}
-		for _, id := range ids {
-			if err := a.revoke(ctx, bucketID, id, v1req.GetParameters(), opts); err != nil {
-				return nil, cleanupFailed(fmt.Sprintf("revoking account %q before granting it again", id), err)
+		accounts, named := driverAccounts(ctx)
+		if named {
+			for _, id := range accounts.Known {
+				if err := a.revoke(ctx, bucketID, id, v1req.GetParameters(), opts); err != nil {
+					return nil, cleanupFailed(fmt.Sprintf("revoking account %q before granting it again", id), err)
+				}
+				accounts.forget(ctx, id)
+			}
+			if status.Code(rerr) == codes.NotFound && len(accounts.Known) == 0 && accounts.Lost != nil {
+				accounts.Lost(context.WithoutCancel(ctx), fmt.Sprintf("the driver answered ALREADY_EXISTS (%s) for an "+
+					"account that is not named %q and whose ID no answer ever gave", status.Convert(err).Message(),
+					req.GetAccountId()))
 			}
 		}
 		resp, err = a.provisioner.DriverGrantBucketAccess(ctx, v1req, opts...)
@@ -341,7 +355,10 @@ func (a *Adapter) DriverGrantBucketAccess(
 			return nil, a.refuseAccount(ctx, bucketID, id, req.GetAccountId(), v1req.GetParameters(), opts)
 		}
 		if fresh = !slices.Contains(accounts.Known, id); fresh {
-			if err := accounts.Record(context.WithoutCancel(ctx), id); err != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			err := accounts.Record(rctx, id)
+			cancel()
+			if err != nil {
 				// Nobody got the account's credentials: revoked at once (not final until it is).
 				if rerr := a.revokeDetached(ctx, bucketID, id, v1req.GetParameters(), opts); rerr != nil {
 					return nil, cleanupFailed(fmt.Sprintf("revoking account_id %q, which the driver chose and which "+
@@ -365,15 +382,27 @@ func (a *Adapter) DriverGrantBucketAccess(
 		if err := a.revokeDetached(ctx, bucketID, id, v1req.GetParameters(), opts); err != nil {
 			return nil, cleanupFailed(fmt.Sprintf("revoking account %q, whose answer was refused", id), err)
 		}
+		if fresh {
+			accounts, _ := driverAccounts(ctx)
+			accounts.forget(ctx, id)
+		}
 		return nil, err
 	}
-	// The accounts earlier grants of the driver's naming made, when nobody holds their credentials
-	// (answers that were lost), are revoked now rather than when the access goes; one whose
-	// revocation fails stays recorded, and is revoked then.
-	if accounts, ok := driverAccounts(ctx); ok && unheld {
-		for _, earlier := range accounts.Known {
-			if earlier != id {
-				_ = a.revokeDetached(ctx, bucketID, earlier, v1req.GetParameters(), opts)
+	// The accounts earlier grants of the driver's naming made are revoked now, rather than when the
+	// access goes, when nobody holds their credentials (answers that were lost): all of them. When a
+	// Secret was lost and this grant made another account, workloads may hold the key of the
+	// account the Secret had, the newest earlier one, which stays; older ones are revoked, so that
+	// a tenant who deletes their Secret again and again gets no more live accounts than two, as
+	// with a driver that keeps an account's newest previous key. One whose revocation fails stays
+	// recorded, and is revoked with the access.
+	if accounts, ok := driverAccounts(ctx); ok && (unheld || fresh) {
+		earlier := slices.DeleteFunc(slices.Clone(accounts.Known), func(k string) bool { return k == id })
+		if !unheld && len(earlier) > 0 {
+			earlier = earlier[:len(earlier)-1]
+		}
+		for _, e := range earlier {
+			if a.revokeDetached(ctx, bucketID, e, v1req.GetParameters(), opts) == nil {
+				accounts.forget(ctx, e)
 			}
 		}
 	}
@@ -414,6 +443,23 @@ type DriverAccounts struct {
 	// context that is not canceled with the call's: an answer whose ID is not recorded is never
 	// returned (its account is revoked at once).
 	Record func(ctx context.Context, accountID string) error
+	// Forget, when set, removes from the record an account ID that the adapter revoked (an answer it
+	// refused, an earlier account nobody or nobody any more holds the key of), so that nothing
+	// revokes it again: a driver may answer a revocation of an account that is gone with an error.
+	// A failure leaves the ID recorded, revoked again with the access.
+	Forget func(ctx context.Context, accountID string) error
+	// Lost, when set, is told that the driver made an account for the access whose ID no answer
+	// gave (the answer was lost) and that the adapter cannot revoke: the caller reports it.
+	Lost func(ctx context.Context, what string)
+}
+
+// forget calls Forget, when set, with a context of its own.
+func (a DriverAccounts) forget(ctx context.Context, id string) {
+	if a.Forget != nil {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		_ = a.Forget(ctx, id)
+	}
 }
 
 type driverAccountsKey struct{}
