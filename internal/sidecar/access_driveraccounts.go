@@ -235,5 +235,5 @@ func grantedMessage(g *grantRecord) string {
 	if g == nil || len(g.DriverAccountIDs) == 0 {
 		return msg
 	}
-	return fmt.Sprintf("%s; the driver's account: %s", msg, g.DriverAccountIDs[len(g.DriverAccountIDs)-1])
+	return fmt.Sprintf("%s; the driver's account: %q", msg, g.DriverAccountIDs[len(g.DriverAccountIDs)-1])
 }
