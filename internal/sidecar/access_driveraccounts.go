@@ -37,10 +37,18 @@ import (
 // been lost, so that an admin can look for it in the store.
 
 // grantOutcomes are, by access UID, the grants this process asked the driver for whose answers
-// may have been lost (the call failed with an error that leaves it possibly in flight).
+// may have been lost (the call failed with an error that leaves it possibly in flight), and the
+// account IDs the driver chose that could not be recorded.
 type grantOutcomes struct {
 	mu    sync.Mutex
 	asked map[types.UID]bool // value: the last answer may have been lost
+	// unrecorded are the account IDs a grant of the access answered with that could not be
+	// recorded (the API server was away, or refused the write). The adapter revoked each at once,
+	// but that revocation may have failed too, and a driver that names accounts anew never names
+	// the account again: the ID is kept, recorded before the access's next grant
+	// (recordUnrecorded), and revoked with the access (withUnrecorded). A restart loses them, as
+	// it loses an answer.
+	unrecorded map[types.UID][]string
 }
 
 // ended records the end of a grant call of the access with err.
@@ -69,6 +77,38 @@ func (o *grantOutcomes) forget(uid types.UID) {
 	delete(o.asked, uid)
 }
 
+// notRecorded keeps id, an account ID of the access that the driver chose and that could not be
+// recorded.
+func (o *grantOutcomes) notRecorded(uid types.UID, id string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.unrecorded == nil {
+		o.unrecorded = map[types.UID][]string{}
+	}
+	if !slices.Contains(o.unrecorded[uid], id) {
+		o.unrecorded[uid] = append(o.unrecorded[uid], id)
+	}
+}
+
+// recorded forgets ids, recorded (or revoked) since.
+func (o *grantOutcomes) recorded(uid types.UID, ids ...string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	left := slices.DeleteFunc(o.unrecorded[uid], func(id string) bool { return slices.Contains(ids, id) })
+	if len(left) == 0 {
+		delete(o.unrecorded, uid)
+		return
+	}
+	o.unrecorded[uid] = left
+}
+
+// unrecordedOf returns the access's account IDs that could not be recorded.
+func (o *grantOutcomes) unrecordedOf(uid types.UID) []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.unrecorded[uid])
+}
+
 // withDriverAccounts is the context of a grant of the access whose record is written (as put
 // returned it; existed: it was there before the grant): the adapter of a v1alpha1 driver records
 // the account IDs the driver chooses itself through it. held is whether the access's credentials
@@ -85,6 +125,7 @@ func (r *BucketAccessReconciler) withDriverAccounts(
 		Known: slices.Clone(g.DriverAccountIDs),
 		Record: func(ctx context.Context, id string) error {
 			if err := r.Grants.store.addDriverAccount(ctx, written, id); err != nil {
+				r.Grants.outcomes.notRecorded(ba.UID, id)
 				return err
 			}
 			if mayBeLost {
@@ -100,6 +141,41 @@ func (r *BucketAccessReconciler) withDriverAccounts(
 			return nil
 		},
 	})
+}
+
+// recordUnrecorded records in the access's record written (as put returned it, before the grant)
+// the account IDs the driver chose for its earlier grants that could not be recorded then
+// (grantOutcomes.unrecorded): before the driver is asked again, so that they are revoked with the
+// access, and, when nobody holds their credentials, by the adapter once the grant succeeds.
+func (r *BucketAccessReconciler) recordUnrecorded(ctx context.Context, uid types.UID, written *corev1.ConfigMap) error {
+	for _, id := range r.Grants.outcomes.unrecordedOf(uid) {
+		if err := r.Grants.store.addDriverAccount(ctx, written, id); err != nil {
+			return err
+		}
+		r.Grants.outcomes.recorded(uid, id)
+	}
+	return nil
+}
+
+// withUnrecorded is the record g with the account IDs of its access that could not be recorded
+// (grantOutcomes.unrecorded), for its revocation; forgetUnrecorded forgets them once it succeeded.
+// A record that names no account of the driver's is revoked by its account ID too, as it would be
+// without them.
+func (b *grantBook) withUnrecorded(g grantRecord) grantRecord {
+	ids := b.outcomes.unrecordedOf(g.UID)
+	if len(ids) == 0 {
+		return g
+	}
+	known := g.DriverAccountIDs
+	if len(known) == 0 {
+		known = []string{g.AccountID}
+	}
+	g.DriverAccountIDs = append(slices.Clone(known), ids...)
+	return g
+}
+
+func (b *grantBook) forgetUnrecorded(g grantRecord) {
+	b.outcomes.recorded(g.UID, g.DriverAccountIDs...)
 }
 
 // addDriverAccount records the account ID id, which the driver chose, in the record written (as

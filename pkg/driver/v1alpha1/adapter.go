@@ -394,7 +394,9 @@ type DriverAccounts struct {
 	// Record records, durably, an account ID that a grant returned and that Known lacks. The
 	// adapter calls it as soon as the driver answered, before it returns the credentials, with a
 	// context that is not canceled with the call's: an answer whose ID is not recorded is never
-	// returned (its account is revoked at once).
+	// returned (its account is revoked at once). That revocation may fail as well, and a driver
+	// that names accounts anew does not name the account again when the grant is retried: a
+	// caller whose Record failed keeps the ID, to record it (or revoke it) later.
 	Record func(ctx context.Context, accountID string) error
 }
 
