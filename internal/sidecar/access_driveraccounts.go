@@ -63,7 +63,8 @@ func (o *grantOutcomes) ended(uid types.UID, err error) {
 
 // mayBeLost reports whether an earlier grant of the access may have been answered without the
 // answer reaching this sidecar: one this process made whose call ended possibly in flight, or,
-// when this process made none, one an earlier process made (existed: the record was there).
+// when this process made none, one an earlier process made (existed: the record was there, and
+// says so).
 func (o *grantOutcomes) mayBeLost(uid types.UID, existed bool) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -120,7 +121,11 @@ func (r *BucketAccessReconciler) withDriverAccounts(
 	if err != nil {
 		return ctx // no record to add to: the adapter refuses an ID other than the name
 	}
-	mayBeLost := !held && r.Grants.outcomes.mayBeLost(ba.UID, existed)
+	// A grant of this process that ended possibly in flight may have lost an account, whether or
+	// not Secrets were written since (a Secret refresh grants again). A record that was there
+	// before says so only while the Secrets were never written: a granted access's record is
+	// always there, and a restart does not say whether a grant was in flight.
+	mayBeLost := r.Grants.outcomes.mayBeLost(ba.UID, existed && !held)
 	return v1alpha1.WithDriverAccounts(ctx, v1alpha1.DriverAccounts{
 		Known: slices.Clone(g.DriverAccountIDs),
 		Record: func(ctx context.Context, id string) error {
