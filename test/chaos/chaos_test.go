@@ -65,9 +65,9 @@ func runChaos(t *testing.T, driver string, claims int, interval time.Duration, b
 	v1alpha1 := driver == chaos.DriverV1alpha1
 	if v1alpha1 {
 		// Finding 7 (docs/reliability.md): the sidecar reports one lost answer per grant that
-		// succeeds after it, none for one lost in a Secret refresh or before the access's deletion;
-		// the accounts those made are reported as known gaps, not violations, until it reports
-		// every one. Delete this line then.
+		// succeeds after it, and none lost before the access's deletion or in a restart during a
+		// Secret refresh; the accounts those made are reported as known gaps, not violations,
+		// until it reports every one. Delete this line then.
 		cfg.KnownGaps = []string{chaos.CheckUnreportedLeak}
 	}
 	for _, b := range append([]string{"cosi-controller", "cosi-sidecar", "kube-controller-manager"}, binaries...) {
