@@ -94,6 +94,9 @@ type world struct {
 	// unreadable, those that cannot be read, with the reason.
 	records    map[types.UID]grantView
 	unreadable map[types.UID]error
+	// unreadableAccounts are the driver's account IDs that unreadable records name, when those
+	// can be read.
+	unreadableAccounts [][]string
 	// rotatedFrom are, by account, the credentials that a rotation replaced: the driver issued
 	// another for the account in their place (DriverRotateBucketAccessCredentials acted).
 	rotatedFrom map[string]map[string]bool
@@ -112,7 +115,10 @@ type grantView struct {
 	CredentialID string    `json:"credentialID"`
 	RotateToken  string    `json:"rotateToken"`
 	RefreshToken string    `json:"refreshToken"`
-	Rotation     *struct {
+	// DriverAccountIDs are the accounts a v1alpha1 driver named itself for the access
+	// (access_driveraccounts.go): revoked, each, with the access.
+	DriverAccountIDs []string `json:"driverAccountIDs"`
+	Rotation         *struct {
 		From    string       `json:"from"`
 		To      string       `json:"to"`
 		Written *metav1.Time `json:"written"`
@@ -121,6 +127,13 @@ type grantView struct {
 
 // grantDataKey is the grant record's key in its ConfigMap's data.
 const grantDataKey = "grant.json"
+
+// parseGrantView reads a grant record.
+func parseGrantView(cm *corev1.ConfigMap) (grantView, error) {
+	var g grantView
+	err := json.Unmarshal([]byte(cm.Data[grantDataKey]), &g)
+	return g, err
+}
 
 func (r *run) look(ctx context.Context) (*world, error) {
 	w := &world{claims: map[types.UID]*cosiapi.BucketClaim{}, accesses: map[types.UID]*cosiapi.BucketAccess{}}
@@ -202,12 +215,25 @@ func (r *run) look(ctx context.Context) (*world, error) {
 			continue
 		}
 		uid := types.UID(strings.TrimPrefix(cm.Name, grantRecordPrefix))
-		var g grantView
-		if err := json.Unmarshal([]byte(cm.Data[grantDataKey]), &g); err != nil {
+		g, err := parseGrantView(&cm)
+		if err != nil {
 			w.unreadable[uid] = err
+			// Its accounts are named all the same (the record is reported as unreadable).
+			var accounts struct {
+				DriverAccountIDs []string `json:"driverAccountIDs"`
+			}
+			if json.Unmarshal([]byte(cm.Data[grantDataKey]), &accounts) == nil {
+				w.unreadableAccounts = append(w.unreadableAccounts, accounts.DriverAccountIDs)
+			}
 			continue
 		}
 		w.records[uid] = g
+	}
+	if r.v1alpha1() {
+		if err := retry(ctx, "listing events", r.sawLeakReports); err != nil {
+			return nil, err
+		}
+		r.ledger.sawDriverAccounts(w.records)
 	}
 	r.ledger.sawAccounts(al.Items)
 	r.ledger.sawSecrets(w.secrets)
@@ -352,22 +378,47 @@ func (r *run) audit(ctx context.Context) ([]Violation, error) {
 
 	// Accounts and keys: every backend account accounted for, revoked keys refused, kept keys
 	// working.
+	// The accounts a v1alpha1 driver named itself are those of the grant records, while they
+	// exist (the sidecar revokes each before it removes the record).
 	accounts := map[string]bool{}
 	for _, a := range w.accesses {
 		if a.Status.AccountID != "" {
 			accounts[a.Status.AccountID] = true
 		}
 	}
+	for _, g := range w.records {
+		for _, id := range g.DriverAccountIDs {
+			accounts[id] = true
+		}
+	}
+	for _, ids := range w.unreadableAccounts {
+		for _, id := range ids {
+			accounts[id] = true
+		}
+	}
 	inStore := map[string]bool{}
+	var unexplained []string
 	for _, id := range w.store.accounts {
 		inStore[id] = true
-		if !accounts[id] {
+		switch {
+		case accounts[id]:
+		case r.v1alpha1():
+			unexplained = append(unexplained, id) // a lost answer's, if reported: checkLeaks
+		default:
 			detail := "no BucketAccess has it"
 			if w.store.grants != nil {
 				detail += fmt.Sprintf("; it was granted %v", w.store.grants(id))
 			}
 			add(CheckOrphanAccount, "backend account "+id, detail, id)
 		}
+	}
+	if r.v1alpha1() {
+		v, reported, err := r.checkLeaks(ctx, w, unexplained)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v...)
+		r.res.ReportedLeaks = append([]string{}, reported...)
 	}
 	v, err := checkReach(ctx, w, inStore)
 	if err != nil {
@@ -396,8 +447,8 @@ func (r *run) audit(ctx context.Context) ([]Violation, error) {
 				return nil, err
 			}
 			out = append(out, v...)
-			if inStore[live.Status.AccountID] && len(v) == 0 {
-				if v, err = checkKeys(ctx, w, a, live); err != nil {
+			if len(v) == 0 {
+				if v, err = checkKeys(ctx, w, a, live, inStore); err != nil {
 					return nil, err
 				}
 				out = append(out, v...)
@@ -640,30 +691,32 @@ func checkGrantRecord(w *world, a *accessRecord, live *cosiapi.BucketAccess) []V
 const replacedKeysTried = "keys replaced by a completed rotation, tried by the last audit"
 
 // checkReach finds the accounts that reach buckets their access does not: every live access's
-// account, by what the store grants it.
+// account (each one a v1alpha1 driver named for it), by what the store grants it.
 func checkReach(ctx context.Context, w *world, inStore map[string]bool) ([]Violation, error) {
 	var out []Violation
 	for _, uid := range slices.Sorted(maps.Keys(w.accesses)) {
 		a := w.accesses[uid]
-		if a.Status.AccountID == "" || !inStore[a.Status.AccountID] {
-			continue
-		}
-		reach, err := w.store.reach(ctx, a.Status.AccountID)
-		if err != nil {
-			return nil, err
-		}
-		var extra []string
-		for _, b := range reach {
-			if !slices.ContainsFunc(a.Status.AccessedBuckets, func(ab cosiapi.AccessedBucket) bool {
-				return ab.BucketID == b
-			}) {
-				extra = append(extra, b)
+		for _, account := range w.accountsOf(a) {
+			if !inStore[account] {
+				continue
 			}
-		}
-		if len(extra) > 0 {
-			out = append(out, Violation{Check: CheckWideGrant, Object: "BucketAccess " + a.Namespace + "/" + a.Name,
-				Detail:   fmt.Sprintf("its account %s reaches %v, which it does not grant", a.Status.AccountID, extra),
-				subjects: []string{string(a.UID), a.Status.AccountID}})
+			reach, err := w.store.reach(ctx, account)
+			if err != nil {
+				return nil, err
+			}
+			var extra []string
+			for _, b := range reach {
+				if !slices.ContainsFunc(a.Status.AccessedBuckets, func(ab cosiapi.AccessedBucket) bool {
+					return ab.BucketID == b
+				}) {
+					extra = append(extra, b)
+				}
+			}
+			if len(extra) > 0 {
+				out = append(out, Violation{Check: CheckWideGrant, Object: "BucketAccess " + a.Namespace + "/" + a.Name,
+					Detail:   fmt.Sprintf("its account %s reaches %v, which it does not grant", account, extra),
+					subjects: []string{string(a.UID), account}})
+			}
 		}
 	}
 	return out, nil
@@ -674,11 +727,30 @@ func checkReach(ctx context.Context, w *world, inStore map[string]bool) ([]Viola
 // memory driver's NewKeyPerGrant), so that a key a workload already holds keeps working. A key
 // newer than the Secrets' was minted for no one (a late grant, a rotation whose answer was lost):
 // it opens the buckets, and no object accounts for it. IAM dates a key to the second: of two keys
-// of the same second, the one whose driver call started later (the journal's) is the newer.
-func checkKeys(ctx context.Context, w *world, a *accessRecord, live *cosiapi.BucketAccess) ([]Violation, error) {
-	keys, err := w.store.keys(ctx, live.Status.AccountID)
-	if err != nil {
-		return nil, err
+// of the same second, the one whose driver call started later (the journal's) is the newer. The
+// accounts a v1alpha1 driver named itself for the access count as one: the newest key of any of
+// them must be the Secrets' (each grant makes another account, and those of earlier grants, whose
+// keys workloads may hold, stay until the access goes).
+func checkKeys(
+	ctx context.Context, w *world, a *accessRecord, live *cosiapi.BucketAccess, inStore map[string]bool,
+) ([]Violation, error) {
+	var keys []backendKey
+	var out []Violation
+	name := "BucketAccess " + a.namespace + "/" + a.plan.name
+	for _, account := range w.accountsOf(live) {
+		if !inStore[account] {
+			continue
+		}
+		k, err := w.store.keys(ctx, account)
+		if err != nil {
+			return nil, err
+		}
+		if len(k) > 2 {
+			out = append(out, Violation{Check: CheckStrayKey, Object: name, Detail: fmt.Sprintf(
+				"its account %s has %d keys; the driver keeps the newest and one previous", account, len(k)),
+				subjects: a.subjects()})
+		}
+		keys = append(keys, k...)
 	}
 	held := map[string]bool{}
 	for _, s := range w.secrets {
@@ -692,19 +764,12 @@ func checkKeys(ctx context.Context, w *world, a *accessRecord, live *cosiapi.Buc
 			newestHeld = &keys[i]
 		}
 	}
-	var out []Violation
-	name := "BucketAccess " + a.namespace + "/" + a.plan.name
 	for _, k := range keys {
 		if !held[k.id] && (newestHeld == nil || w.newer(k, *newestHeld)) {
 			out = append(out, Violation{Check: CheckStrayKey, Object: name, Detail: fmt.Sprintf(
-				"its account %s has a key (%s) newer than the one its Secrets hold", live.Status.AccountID, k.name),
+				"its account %s has a key (%s) newer than the one its Secrets hold", k.account, k.name),
 				subjects: a.subjects()})
 		}
-	}
-	if len(keys) > 2 {
-		out = append(out, Violation{Check: CheckStrayKey, Object: name, Detail: fmt.Sprintf(
-			"its account %s has %d keys; the driver keeps the newest and one previous", live.Status.AccountID,
-			len(keys)), subjects: a.subjects()})
 	}
 	return out, nil
 }
@@ -753,8 +818,8 @@ func checkKeptSecrets(ctx context.Context, w *world, a *accessRecord, live *cosi
 	return out, nil
 }
 
-// converge audits until the audit passes or ConvergeTimeout passes; it returns the last audit's
-// findings.
+// converge audits until the audit passes (but for the checks of Config.KnownGaps) or
+// ConvergeTimeout passes; it returns the last audit's findings.
 func (r *run) converge(ctx context.Context, _ plan) ([]Violation, error) {
 	deadline := time.Now().Add(r.cfg.ConvergeTimeout)
 	last := -1
@@ -765,12 +830,13 @@ func (r *run) converge(ctx context.Context, _ plan) ([]Violation, error) {
 		if err := r.reviveNamespaces(ctx); err != nil {
 			return nil, err
 		}
-		v, err := r.audit(ctx)
+		found, err := r.audit(ctx)
 		if err != nil {
 			return nil, err
 		}
+		v, _ := r.knownGaps(found)
 		if len(v) == 0 || time.Now().After(deadline) {
-			return v, nil
+			return found, nil
 		}
 		if len(v) != last {
 			r.logf("converging: %d findings left (first: %s)", len(v), v[0])

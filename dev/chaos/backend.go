@@ -39,9 +39,9 @@ type backend interface {
 	snapshot(ctx context.Context) (*backendState, error)
 	// importBuckets creates buckets, as an admin does before importing them into COSI.
 	importBuckets(ctx context.Context, ids []string) error
-	// widen grants the account of a provisioned access one more bucket, behind COSI's back (the
-	// self-check).
-	widen(ctx context.Context, d *driverclient.Client, a *cosiapi.BucketAccess, bucketID string) error
+	// widen grants the account of a provisioned access (account, one of its backend accounts) one
+	// more bucket, behind COSI's back (the self-check).
+	widen(ctx context.Context, d *driverclient.Client, a *cosiapi.BucketAccess, account, bucketID string) error
 	// deleteBucket deletes a provisioned bucket, and whatever it holds, behind COSI's back (the
 	// self-check).
 	deleteBucket(ctx context.Context, d *driverclient.Client, bucketID string) error
@@ -71,9 +71,10 @@ type backendState struct {
 // backendKey is one key of an account.
 type backendKey struct {
 	// id is compared with backendState.keyID; name is what the report shows (never the secret);
-	// credential is the credential ID the driver names it by (backendState.credentialID).
-	id, name, credential string
-	created              time.Time
+	// credential is the credential ID the driver names it by (backendState.credentialID); account
+	// the account it is a key of.
+	id, name, credential, account string
+	created                       time.Time
 }
 
 // memoryBackend is cosi-driver-memory's state file, read as the driver reads it after a restart.
@@ -102,7 +103,7 @@ func (m memoryBackend) snapshot(context.Context) (*backendState, error) {
 		var out []backendKey
 		for i, c := range creds {
 			out = append(out, backendKey{id: st.keyID(c), name: [...]string{"its key", "its previous key"}[min(i, 1)],
-				credential: b.CredentialID(c), created: time.Unix(int64(len(creds)-i), 0)})
+				credential: b.CredentialID(c), account: account, created: time.Unix(int64(len(creds)-i), 0)})
 		}
 		return out, nil
 	}
@@ -132,7 +133,7 @@ func (m memoryBackend) importBuckets(ctx context.Context, ids []string) error {
 // widen revokes the account and grants it again with one bucket more: the memory driver has no
 // other door, and it refuses to change an account's grant in place.
 func (memoryBackend) widen(
-	ctx context.Context, d *driverclient.Client, a *cosiapi.BucketAccess, bucketID string,
+	ctx context.Context, d *driverclient.Client, a *cosiapi.BucketAccess, _, bucketID string,
 ) error {
 	req := grantRequest(a)
 	revoke := &cosiproto.DriverRevokeBucketAccessRequest{AccountId: req.AccountId, Protocol: req.Protocol,
@@ -170,6 +171,9 @@ type s3Backend struct {
 	refused map[string]bool
 	// failing are the access key IDs whose next request is answered with a 500 (failNext).
 	failing map[string]bool
+	// noCredentialIDs: the driver names no credential (a v1alpha1 driver: its protocol has no
+	// credential_id), so the sidecar records none and annotates no Secret with one.
+	noCredentialIDs bool
 }
 
 // failNext has the next request that tries the key answered with a 500, as a gateway that
@@ -207,6 +211,9 @@ func (b *s3Backend) snapshot(ctx context.Context) (*backendState, error) {
 	accessKeyID := func(creds *cosiproto.CredentialInfo) string { return creds.GetS3().GetAccessKeyId() }
 	st := &backendState{buckets: map[string]bool{}, allowed: b.allowed, keys: b.keys, reach: b.reach,
 		keyID: accessKeyID, credentialID: accessKeyID}
+	if b.noCredentialIDs {
+		st.credentialID = func(*cosiproto.CredentialInfo) string { return "" }
+	}
 	out, err := b.admin.ListBuckets(ctx, &awss3.ListBucketsInput{})
 	if err != nil {
 		return nil, fmt.Errorf("listing the store's buckets: %w", err)
@@ -329,10 +336,12 @@ func (b *s3Backend) deleteBucket(ctx context.Context, d *driverclient.Client, bu
 }
 
 // widen gives the account's IAM user a second inline policy, as an admin would.
-func (b *s3Backend) widen(ctx context.Context, _ *driverclient.Client, a *cosiapi.BucketAccess, bucketID string) error {
+func (b *s3Backend) widen(
+	ctx context.Context, _ *driverclient.Client, _ *cosiapi.BucketAccess, account, bucketID string,
+) error {
 	doc := `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["s3:ListBucket"],` +
 		`"Resource":"arn:aws:s3:::` + bucketID + `"}]}`
-	_, err := b.iamAdmin.PutUserPolicy(ctx, &iam.PutUserPolicyInput{UserName: aws.String(a.Status.AccountID),
+	_, err := b.iamAdmin.PutUserPolicy(ctx, &iam.PutUserPolicyInput{UserName: aws.String(account),
 		PolicyName: aws.String("planted"), PolicyDocument: aws.String(doc)})
 	return err
 }
@@ -352,7 +361,8 @@ func (b *s3Backend) keys(ctx context.Context, user string) ([]backendKey, error)
 			continue
 		}
 		id := aws.ToString(k.AccessKeyId)
-		keys = append(keys, backendKey{id: id, name: id, credential: id, created: aws.ToTime(k.CreateDate)})
+		keys = append(keys, backendKey{id: id, name: id, credential: id, account: user,
+			created: aws.ToTime(k.CreateDate)})
 	}
 	return keys, nil
 }

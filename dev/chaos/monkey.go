@@ -21,6 +21,21 @@ var provisionerMethods = []string{
 	"DriverRotateBucketAccessCredentials", "DriverRetireBucketAccessCredentials",
 }
 
+// v1alpha1Methods are the driver calls of the COSI v1alpha1 protocol that faults hit (its
+// DriverGetInfo spared, as above): the sidecar's adapter makes them for the v1alpha2 calls, and
+// answers the others itself (docs/v1alpha1-drivers.md).
+var v1alpha1Methods = []string{
+	"DriverCreateBucket", "DriverDeleteBucket", "DriverGrantBucketAccess", "DriverRevokeBucketAccess",
+}
+
+// methods are the driver calls of the run's driver that faults hit.
+func (r *run) methods() []string {
+	if r.v1alpha1() {
+		return v1alpha1Methods
+	}
+	return provisionerMethods
+}
+
 // retryableCodes are the codes KEP-1979 (and the sidecar) treat as "may still be in flight,
 // retry".
 var retryableCodes = []string{"Unavailable", "DeadlineExceeded", "Aborted", "ResourceExhausted", "Canceled"}
@@ -32,7 +47,7 @@ func (r *run) faultSpecs() []string {
 	var specs []string
 	f := r.cfg.Faults
 	delay := r.cfg.DriverTimeout + time.Second
-	for _, m := range provisionerMethods {
+	for _, m := range r.methods() {
 		if f.SlowRate > 0 {
 			specs = append(specs, fmt.Sprintf("%s=OK:%g+delay=%s", m, f.SlowRate, delay))
 		}
@@ -43,14 +58,17 @@ func (r *run) faultSpecs() []string {
 	if f.ErrorRate > 0 {
 		// The rotation's calls come late and few in a small run (a few dozen, some of them while
 		// the driver is down): the first of each after the faults are set fails, so that every
-		// run injects an error into them, however its calls interleave.
+		// run injects an error into them, however its calls interleave. A v1alpha1 driver has
+		// none.
 		for _, m := range rotationMethods {
-			specs = append(specs, m+"=Unavailable:x1")
+			if !r.v1alpha1() {
+				specs = append(specs, m+"=Unavailable:x1")
+			}
 		}
 		// Faults are tried in turn, each with its rate: 2 x len(codes) of them make ErrorRate.
 		n := float64(2 * len(retryableCodes))
 		rate := 1 - math.Pow(1-f.ErrorRate, 1/n)
-		for _, m := range provisionerMethods {
+		for _, m := range r.methods() {
 			for _, code := range retryableCodes {
 				specs = append(specs, fmt.Sprintf("%s=%s:%g", m, code, rate),
 					fmt.Sprintf("%s=%s:%g+after", m, code, rate))
@@ -82,6 +100,9 @@ func (r *run) monkey(ctx context.Context) error {
 		// late retries an action that did not land after the others of the first round: the calls
 		// it waits for (rotations) come once the workload has provisioned accesses.
 		late bool
+		// early comes first in the first round: the calls it waits for come while the workload
+		// creates its objects.
+		early bool
 	}
 	var actions []action
 	if f.Kills {
@@ -95,12 +116,23 @@ func (r *run) monkey(ctx context.Context) error {
 		// Inside a call of any method, the driver and the sidecar in turn, twice in the first round;
 		// and inside each of the rotation's calls, which come only when a rotation runs.
 		actions = append(actions, action{weight: pauseWeight, do: func(ctx context.Context, rng *rand.Rand) error {
-			return r.killInsideCall(ctx, rng, "")
+			return r.killInsideCall(ctx, rng, "", false)
 		}, landed: func() bool { return r.pauseKills >= 2 }})
 		for _, m := range rotationMethods {
+			if r.v1alpha1() {
+				break // a v1alpha1 driver cannot rotate
+			}
 			actions = append(actions, action{weight: 1, do: func(ctx context.Context, rng *rand.Rand) error {
-				return r.killInsideCall(ctx, rng, m)
+				return r.killInsideCall(ctx, rng, m, false)
 			}, landed: func() bool { return r.insideKills[m] > 0 }, late: true})
+		}
+		if r.v1alpha1() {
+			// The crash issue 41 asks about, a kind of its own so that every run has it: the sidecar
+			// killed while a DriverGrantBucketAccess is held after the driver made its account,
+			// between the driver's answer and the sidecar's record of the account's ID.
+			actions = append(actions, action{weight: lostAnswerWeight, do: func(ctx context.Context, rng *rand.Rand) error {
+				return r.killInsideCall(ctx, rng, "DriverGrantBucketAccess", true)
+			}, landed: func() bool { return r.lostAnswerKills > 0 }, early: true})
 		}
 	}
 	if f.ControlPlane {
@@ -133,6 +165,15 @@ func (r *run) monkey(ctx context.Context) error {
 		}
 	}
 	rng.Shuffle(len(first), func(i, j int) { first[i], first[j] = first[j], first[i] })
+	slices.SortStableFunc(first, func(i, j int) int {
+		switch {
+		case actions[i].early == actions[j].early:
+			return 0
+		case actions[i].early:
+			return -1
+		}
+		return 1
+	})
 	for {
 		wait := time.Duration((0.5 + rng.Float64()) * float64(f.Interval))
 		select {
@@ -180,6 +221,11 @@ func (r *run) monkey(ctx context.Context) error {
 // of one process weighs 2, a crash of etcd or the API server 1, a kill inside a rotation's call 1).
 const pauseWeight = 5
 
+// lostAnswerWeight is the weight of the sidecar's kill inside a DriverGrantBucketAccess after the
+// driver acted, with a v1alpha1 driver: a kill inside a call of any method lands there about once in
+// eight (four methods, before or after the driver acted, and the driver killed as often).
+const lostAnswerWeight = 3
+
 // rotationMethods are the calls of a credential rotation.
 var rotationMethods = []string{"DriverRotateBucketAccessCredentials", "DriverRetireBucketAccessCredentials"}
 
@@ -208,10 +254,12 @@ func (r *run) kill(ctx context.Context, c *localenv.Component, where string, dow
 // killInsideCall holds a call of method (a random one when empty) inside the driver, before or
 // after it acts, and kills the driver or the sidecar while it is held: the crash lands between the
 // two phases of a create or a grant, between a driver's action and its answer, or between the
-// steps of a rotation.
-func (r *run) killInsideCall(ctx context.Context, rng *rand.Rand, method string) error {
+// steps of a rotation. lostAnswer holds the call after the driver acted and kills the sidecar: its
+// answer is lost.
+func (r *run) killInsideCall(ctx context.Context, rng *rand.Rand, method string, lostAnswer bool) error {
 	if method == "" {
-		method = provisionerMethods[rng.IntN(len(provisionerMethods))]
+		methods := r.methods()
+		method = methods[rng.IntN(len(methods))]
 	}
 	if method == "DriverGetBucket" {
 		method = "DriverCreateBucket" // rare (static claims only): the kill would seldom land
@@ -221,6 +269,9 @@ func (r *run) killInsideCall(ctx context.Context, rng *rand.Rand, method string)
 	victim := r.env.Driver
 	if r.pauseKills%2 == 1 {
 		victim = r.env.Sidecar
+	}
+	if lostAnswer {
+		afterAct, victim = true, r.env.Sidecar
 	}
 	down := downtime(rng)
 	if err := r.control.Pause(ctx, method, afterAct); err != nil {
@@ -238,7 +289,11 @@ func (r *run) killInsideCall(ctx context.Context, rng *rand.Rand, method string)
 		r.timeline.addf(nil, "holding %s: no call came within %s", method, wait)
 		return errNotLanded
 	}
-	r.pauseKills++
+	if lostAnswer {
+		r.lostAnswerKills++
+	} else {
+		r.pauseKills++
+	}
 	if r.insideKills == nil {
 		r.insideKills = map[string]int{}
 	}

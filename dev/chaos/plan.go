@@ -80,7 +80,13 @@ func newPlan(cfg Config) plan {
 		ns := newNamespacePlan(seeded(cfg.Seed, uint64(1000+i)), i, n)
 		// A stream of its own: the rotations leave the rest of the plan of a seed as it was.
 		planRotations(seeded(cfg.Seed, uint64(2000+i)), &ns)
+		if cfg.Driver == DriverV1alpha1 {
+			fitV1alpha1(&ns)
+		}
 		p.namespaces = append(p.namespaces, ns)
+	}
+	if cfg.Driver == DriverV1alpha1 {
+		return p
 	}
 	// Periodic rotation runs to the end in every run, however small: two kept accesses at least
 	// rotate periodically.
@@ -97,6 +103,20 @@ func newPlan(cfg Config) plan {
 		}
 	}
 	return p
+}
+
+// fitV1alpha1 fits a namespace's plan to what a COSI v1alpha1 driver can do behind the sidecar's
+// adapter (docs/v1alpha1-drivers.md, "Refused, with a final condition"): one bucket per access
+// (several are OUT_OF_RANGE), and no rotation (UNIMPLEMENTED), periodic or asked. The plan is drawn
+// as for the other drivers first, so that a seed's plan is theirs less what v1alpha1 cannot do: an
+// access keeps its first claim, and is kept or deleted as planned (kept only if that claim is).
+// Secret refreshes stay: a refresh grants again, and the driver names another account for it.
+func fitV1alpha1(ns *namespacePlan) {
+	for i := range ns.access {
+		a := &ns.access[i]
+		a.claims = a.claims[:1]
+		a.periodic, a.rotations = false, nil
+	}
 }
 
 // minPeriodicKept is the least number of kept accesses of the class with periodic rotation.

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"maps"
 	"math"
 	"reflect"
 	"slices"
@@ -150,5 +151,66 @@ func TestFaultSpecs(t *testing.T) {
 	}
 	if r.cfg.DriverTimeout != 2*time.Second {
 		t.Errorf("default driver timeout %v", r.cfg.DriverTimeout)
+	}
+}
+
+// With a v1alpha1 driver the plan is the other drivers' less what v1alpha1 cannot do: every access
+// reaches one claim, and none rotates; refreshes, kept and deleted accesses stay.
+func TestPlanV1alpha1(t *testing.T) {
+	cfg := DefaultConfig(200)
+	full := newPlan(cfg)
+	cfg.Driver = DriverV1alpha1
+	p := newPlan(cfg)
+	if !reflect.DeepEqual(p, newPlan(cfg)) {
+		t.Error("two v1alpha1 plans of one seed differ")
+	}
+	seen := map[string]int{}
+	for i, ns := range p.namespaces {
+		if !reflect.DeepEqual(ns.claims, full.namespaces[i].claims) || len(ns.access) != len(full.namespaces[i].access) {
+			t.Errorf("%s: its claims or its number of accesses differ from the other drivers' plan", ns.name)
+		}
+		for j, a := range ns.access {
+			if len(a.claims) != 1 || a.claims[0] != full.namespaces[i].access[j].claims[0] {
+				t.Errorf("%s/%s reaches %v; want its first claim only", ns.name, a.name, a.claims)
+			}
+			if a.periodic || len(a.rotations) > 0 {
+				t.Errorf("%s/%s rotates", ns.name, a.name)
+			}
+			if a.keep && !ns.claims[a.claims[0]].keep {
+				t.Errorf("%s/%s is kept but reaches %s, which is deleted", ns.name, a.name, ns.claims[a.claims[0]].name)
+			}
+			switch {
+			case a.keep:
+				seen["access kept"]++
+			default:
+				seen["access deleted "+a.order.String()]++
+			}
+			if len(a.refreshes) > 0 {
+				seen["access refreshed"]++
+			}
+		}
+	}
+	for _, want := range []string{"access kept", "access deleted before", "access deleted with", "access deleted after",
+		"access refreshed"} {
+		if seen[want] == 0 {
+			t.Errorf("no %s in the plan: %v", want, seen)
+		}
+	}
+}
+
+// With a v1alpha1 driver the faults hit its four calls, none of the rotation's.
+func TestFaultSpecsV1alpha1(t *testing.T) {
+	r := &run{cfg: DefaultConfig(1)}
+	r.cfg.Driver = DriverV1alpha1
+	methods := map[string]bool{}
+	for _, spec := range r.faultSpecs() {
+		f, err := memory.ParseFault(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		methods[f.Method] = true
+	}
+	if got := slices.Sorted(maps.Keys(methods)); !slices.Equal(got, slices.Sorted(slices.Values(v1alpha1Methods))) {
+		t.Errorf("faults for %v, want %v", got, v1alpha1Methods)
 	}
 }

@@ -27,6 +27,9 @@ type ledger struct {
 	imported map[string]bool
 	// byUID finds an access's record by its UID.
 	byUID map[types.UID]*accessRecord
+	// leakReports are the DriverAccountMayHaveLeaked events seen (a v1alpha1 driver), by event
+	// namespace/name (audit_v1alpha1.go).
+	leakReports map[string]leakReport
 }
 
 type claimRecord struct {
@@ -43,6 +46,9 @@ type accessRecord struct {
 	plan      accessPlan
 	uid       types.UID
 	accountID string
+	// driverAccounts are the accounts a v1alpha1 driver named itself for the access, as its grant
+	// record last showed them.
+	driverAccounts []string
 	// claims are the records of the claims the access reaches.
 	claims []*claimRecord
 	// keys are the keys seen in the access's Secrets, with the bucket each opened, in the order
@@ -88,6 +94,18 @@ func (l *ledger) sawAccounts(accesses []cosiapi.BucketAccess) {
 	for _, a := range accesses {
 		if rec := l.byUID[a.UID]; rec != nil && rec.accountID == "" && a.Status.AccountID != "" {
 			rec.accountID = a.Status.AccountID
+		}
+	}
+}
+
+// sawDriverAccounts records the accounts that a v1alpha1 driver named itself for the ledger's
+// accesses, from their grant records (gone with the access).
+func (l *ledger) sawDriverAccounts(records map[types.UID]grantView) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for uid, g := range records {
+		if rec := l.byUID[uid]; rec != nil && len(g.DriverAccountIDs) > 0 {
+			rec.driverAccounts = slices.Clone(g.DriverAccountIDs)
 		}
 	}
 }

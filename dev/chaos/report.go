@@ -90,10 +90,13 @@ func (r *run) histories(ctx context.Context, vs []Violation) []Violation {
 			lines = append(lines, line{e.at, "harness: " + e.text})
 		}
 		for _, e := range journal {
-			if slices.Contains(subjects, e.Subject) {
+			if slices.Contains(subjects, e.Subject) || e.Account != "" && slices.Contains(subjects, e.Account) {
 				// At its end: when the driver acted (or not) and answered.
 				text := fmt.Sprintf("driver: %s %s → %s, after %s", e.Method, e.Subject, e.Code,
 					e.Took.Round(time.Millisecond))
+				if e.Account != "" {
+					text += " (the driver's account " + e.Account + ")"
+				}
 				switch {
 				case e.Acted:
 					text += " (injected, after the driver acted)"
@@ -201,11 +204,27 @@ func (res *Result) Print(w io.Writer) {
 	for _, k := range slices.Sorted(maps.Keys(res.Rotations)) {
 		fmt.Fprintf(w, "  %6d  %s\n", res.Rotations[k], k)
 	}
+	if res.ReportedLeaks != nil {
+		fmt.Fprintf(w, "%s: %d\n", ReportedLeaksTitle, len(res.ReportedLeaks))
+		for _, l := range res.ReportedLeaks {
+			fmt.Fprintf(w, "  %s\n", l)
+		}
+	}
 	fmt.Fprintf(w, "violations: %d\n", len(res.Violations))
 	for _, v := range res.Violations {
 		fmt.Fprintf(w, "- %s\n", v)
 		for _, h := range v.History {
 			fmt.Fprintf(w, "    %s\n", h)
+		}
+	}
+	if len(res.KnownGaps) > 0 {
+		fmt.Fprintf(w, "known gaps (checks whose findings come from a known gap in COSI, not counted as "+
+			"violations): %d\n", len(res.KnownGaps))
+		for _, v := range res.KnownGaps {
+			fmt.Fprintf(w, "- %s\n", v)
+			for _, h := range v.History {
+				fmt.Fprintf(w, "    %s\n", h)
+			}
 		}
 	}
 	if res.SelfCheck != nil {
@@ -228,8 +247,15 @@ func (res *Result) Summary() string {
 		kinds++
 		total += n
 	}
+	leaks := ""
+	if res.ReportedLeaks != nil {
+		leaks = fmt.Sprintf(", %d reported leaks", len(res.ReportedLeaks))
+	}
+	if len(res.KnownGaps) > 0 {
+		leaks += fmt.Sprintf(", %d findings of known gaps", len(res.KnownGaps))
+	}
 	return fmt.Sprintf(
-		"seed %d, %d claims, %d accesses, %d faults of %d kinds, workload %s, converged %v in %s, %d violations",
+		"seed %d, %d claims, %d accesses, %d faults of %d kinds, workload %s, converged %v in %s%s, %d violations",
 		res.Seed, res.Claims, res.Accesses, total, kinds, res.Workload.Round(time.Second), res.Converged,
-		res.Converge.Round(100*time.Millisecond), len(res.Violations))
+		res.Converge.Round(100*time.Millisecond), leaks, len(res.Violations))
 }

@@ -47,6 +47,15 @@ func (r *run) selfCheck(ctx context.Context) (map[string]bool, error) {
 		return nil, err
 	}
 	defer d.Close()
+	var p planter = planterV1alpha2{d}
+	if r.v1alpha1() {
+		p1, err := r.newPlanterV1alpha1()
+		if err != nil {
+			return nil, err
+		}
+		defer p1.close()
+		p = p1
+	}
 	var plants []plant
 	want := func(check, object string) { plants = append(plants, plant{check, object}) }
 	s3 := []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3}
@@ -56,22 +65,26 @@ func (r *run) selfCheck(ctx context.Context) (map[string]bool, error) {
 		return nil, err
 	}
 	want(CheckOrphanBucket, "backend bucket planted-orphan")
-	grant, err := d.DriverGrantBucketAccess(ctx, &cosiproto.DriverGrantBucketAccessRequest{
-		AccountId: "planted-account", Protocol: cosiproto.ObjectProtocol_S3,
-		AuthenticationType: cosiproto.AuthenticationType_KEY,
-		Buckets: []*cosiproto.AccessedBucket{{BucketId: "planted-orphan",
-			AccessModes: &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}}},
-	})
+	creds, err := p.grant(ctx, "planted-account", "planted-orphan", false)
 	if err != nil {
 		return nil, err
 	}
-	want(CheckOrphanAccount, "backend account planted-account")
+	// With a v1alpha1 driver that names its accounts itself, an account that no access explains is
+	// a leak that the sidecar must have reported on its bucket: none reports planted-orphan's.
+	orphanAccount := func(id string) {
+		if r.v1alpha1() {
+			want(CheckUnreportedLeak, "backend bucket planted-orphan")
+			return
+		}
+		want(CheckOrphanAccount, "backend account "+id)
+	}
+	orphanAccount("planted-account")
 	// That key, as if a deleted access had held it: it must be refused.
 	r.ledger.addAccess(&accessRecord{namespace: plantedNamespace, plan: accessPlan{name: "planted-deleted"},
 		uid: "planted-deleted-uid", keys: []seenKey{{secret: "planted", bucketID: "planted-orphan",
-			creds: grant.GetCredentials()}}})
+			creds: creds}}})
 	want(CheckLiveKey, "BucketAccess "+plantedNamespace+"/planted-deleted")
-	if err := r.plantFlakyRefusal(ctx, d, want); err != nil {
+	if err := r.plantFlakyRefusal(ctx, p, orphanAccount, want); err != nil {
 		return nil, err
 	}
 	// A backend bucket that only a Bucket of another driver names: it does not account for it.
@@ -101,13 +114,20 @@ func (r *run) selfCheck(ctx context.Context) (map[string]bool, error) {
 	// rotation runs). So does the late grant's key: a periodic rotation revokes every key but the
 	// one it rotates from, and would take the planted key away before the audit saw it. Any
 	// access does for the others.
-	var cut, minted, widened, lent, rotated, stuck, stale, retired, lost, corrupt, ahead, never, third *accessRecord
-	slots := []struct {
+	var cut, minted, widened, lent, rotated, stuck, stale, retired, lost, corrupt, ahead, never, third,
+		covered *accessRecord
+	type slot struct {
 		a        **accessRecord
 		periodic bool // a periodic access will do
-	}{{&rotated, false}, {&stuck, false}, {&cut, true}, {&minted, false}, {&widened, true}, {&lent, true},
-		{&stale, false}, {&retired, false}, {&lost, false}, {&corrupt, false}, {&ahead, false}, {&never, false},
-		{&third, false}}
+	}
+	slots := []slot{{&rotated, false}, {&stuck, false}, {&cut, true}, {&minted, false}, {&widened, true},
+		{&lent, true}, {&stale, false}, {&retired, false}, {&lost, false}, {&corrupt, false}, {&ahead, false},
+		{&never, false}, {&third, false}}
+	if r.v1alpha1() {
+		// No rotation plants (a v1alpha1 driver cannot rotate); a reported leak instead.
+		slots = []slot{{&stuck, false}, {&cut, true}, {&minted, false}, {&widened, true}, {&lent, true},
+			{&corrupt, false}, {&never, false}, {&third, false}, {&covered, true}}
+	}
 	fill := func(accesses []*accessRecord) (empty int) {
 		for _, a := range accesses {
 			if !a.plan.keep || a.accountID == "" || len(a.keys) == 0 || slices.ContainsFunc(a.keys, func(k seenKey) bool {
@@ -159,13 +179,18 @@ func (r *run) selfCheck(ctx context.Context) (map[string]bool, error) {
 	// A kept access's key revoked behind COSI's back (one that does not reach the victim's bucket,
 	// whose keys fail with it).
 	if cut != nil {
-		req := &cosiproto.DriverRevokeBucketAccessRequest{AccountId: cut.accountID, Protocol: cosiproto.ObjectProtocol_S3,
-			AuthenticationType: cosiproto.AuthenticationType_KEY}
+		var buckets []string
 		for _, k := range cut.keys {
-			req.Buckets = append(req.Buckets, &cosiproto.DriverRevokeBucketAccessRequest_Bucket{BucketId: k.bucketID})
+			buckets = append(buckets, k.bucketID)
 		}
-		if _, err := d.DriverRevokeBucketAccess(ctx, req); err != nil {
+		accounts, err := r.plantAccounts(ctx, cut)
+		if err != nil {
 			return nil, err
+		}
+		for _, account := range accounts {
+			if err := p.revoke(ctx, account, buckets); err != nil {
+				return nil, err
+			}
 		}
 		want(CheckLostKey, "BucketAccess "+cut.namespace+"/"+cut.plan.name)
 	}
@@ -176,7 +201,15 @@ func (r *run) selfCheck(ctx context.Context) (map[string]bool, error) {
 		if err := r.get(ctx, live); err != nil {
 			return nil, err
 		}
-		if _, err := d.DriverGrantBucketAccess(ctx, grantRequest(live)); err != nil {
+		if r.v1alpha1() {
+			account, err := r.plantAccount(ctx, minted)
+			if err != nil {
+				return nil, err
+			}
+			if _, err := p.grant(ctx, account, live.Status.AccessedBuckets[0].BucketID, false); err != nil {
+				return nil, err
+			}
+		} else if _, err := d.DriverGrantBucketAccess(ctx, grantRequest(live)); err != nil {
 			return nil, err
 		}
 		want(CheckStrayKey, "BucketAccess "+minted.namespace+"/"+minted.plan.name)
@@ -188,7 +221,11 @@ func (r *run) selfCheck(ctx context.Context) (map[string]bool, error) {
 		if err := r.get(ctx, live); err != nil {
 			return nil, err
 		}
-		if err := r.backend.widen(ctx, d, live, "planted-orphan"); err != nil {
+		account, err := r.plantAccount(ctx, widened)
+		if err != nil {
+			return nil, err
+		}
+		if err := r.backend.widen(ctx, d, live, account, "planted-orphan"); err != nil {
 			return nil, err
 		}
 		want(CheckWideGrant, "BucketAccess "+widened.namespace+"/"+widened.plan.name)
@@ -211,6 +248,12 @@ func (r *run) selfCheck(ctx context.Context) (map[string]bool, error) {
 	}
 	if err := r.plantRotations(ctx, d, want, stale, retired, lost, corrupt, ahead, never, third); err != nil {
 		return nil, err
+	}
+	coveredAccount := ""
+	if r.v1alpha1() {
+		if coveredAccount, err = r.plantLeaks(ctx, p, want, covered); err != nil {
+			return nil, err
+		}
 	}
 	// A kept claim and a kept access that vanished (in the ledger only: the audit must notice that
 	// what it was told to keep is gone).
@@ -242,12 +285,20 @@ func (r *run) selfCheck(ctx context.Context) (map[string]bool, error) {
 			missed = append(missed, p.check+": "+p.object)
 		}
 	}
+	// A leak the sidecar reported is not a violation: the planted report covers the planted account.
+	if coveredAccount != "" {
+		if !r.reportedAsLeak(coveredAccount) {
+			missed = append(missed, ReportedLeaksTitle+": account "+coveredAccount)
+		} else {
+			found[ReportedLeaksTitle] = true
+		}
+	}
 	for _, c := range []struct {
 		what string
 		got  bool
 	}{{"a kept claim with a backend bucket", victim != nil}, {"a second kept claim", twice != nil},
 		{"a third kept claim with a backend bucket", shared != nil},
-		{"kept accesses with keys for every plant", third != nil && lent != nil}} {
+		{"kept accesses with keys for every plant", third != nil && lent != nil && (covered != nil || !r.v1alpha1())}} {
 		if !c.got {
 			r.logf("self-check: no %s: fewer plants", c.what)
 		}
@@ -604,13 +655,17 @@ func (r *run) plantRotations(
 // and a grant whose answers were lost.
 func (r *run) thirdKey(ctx context.Context, d *driverclient.Client, a *accessRecord) (planted bool, _ error) {
 	if s3b, ok := r.backend.(*s3Backend); ok {
+		account, err := r.plantAccount(ctx, a)
+		if err != nil {
+			return false, err
+		}
 		// A second later than the Secrets' key: IAM dates keys to the second, and the journal
 		// does not know the admin's keys.
 		sleep(ctx, time.Second)
 		for i := range 2 {
-			_, err := s3b.iamAdmin.CreateAccessKey(ctx, &iam.CreateAccessKeyInput{UserName: aws.String(a.accountID)})
+			_, err := s3b.iamAdmin.CreateAccessKey(ctx, &iam.CreateAccessKeyInput{UserName: aws.String(account)})
 			if err != nil {
-				r.logf("self-check: IAM user %s refuses key %d: %v", a.accountID, i+2, err)
+				r.logf("self-check: IAM user %s refuses key %d: %v", account, i+2, err)
 				return i > 0, nil
 			}
 		}
@@ -660,25 +715,22 @@ func (r *run) editRecord(ctx context.Context, a *accessRecord, edit func(g map[s
 // plantFlakyRefusal (S3) plants an account's key as a deleted access's, and has the next S3
 // request that tries it answered with a 500, as a restarting gateway would; then it audits once,
 // so that the audit the self-check checks is the second to try the key.
-func (r *run) plantFlakyRefusal(ctx context.Context, d *driverclient.Client, want func(check, object string)) error {
+func (r *run) plantFlakyRefusal(
+	ctx context.Context, p planter, orphanAccount func(id string), want func(check, object string),
+) error {
 	s3b, ok := r.backend.(*s3Backend)
 	if !ok {
 		return nil // the memory backend answers from the driver's state
 	}
-	grant, err := d.DriverGrantBucketAccess(ctx, &cosiproto.DriverGrantBucketAccessRequest{
-		AccountId: "planted-flaky", Protocol: cosiproto.ObjectProtocol_S3,
-		AuthenticationType: cosiproto.AuthenticationType_KEY,
-		Buckets: []*cosiproto.AccessedBucket{{BucketId: "planted-orphan",
-			AccessModes: &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_ONLY}}},
-	})
+	creds, err := p.grant(ctx, "planted-flaky", "planted-orphan", true)
 	if err != nil {
 		return err
 	}
-	want(CheckOrphanAccount, "backend account planted-flaky")
+	orphanAccount("planted-flaky")
 	r.ledger.addAccess(&accessRecord{namespace: plantedNamespace, plan: accessPlan{name: "planted-flaky"},
 		uid: "planted-flaky-uid", keys: []seenKey{{secret: "planted-flaky", bucketID: "planted-orphan",
-			creds: grant.GetCredentials()}}})
-	s3b.failNext(grant.GetCredentials().GetS3().GetAccessKeyId())
+			creds: creds}}})
+	s3b.failNext(creds.GetS3().GetAccessKeyId())
 	if _, err := r.audit(ctx); err != nil {
 		return err
 	}

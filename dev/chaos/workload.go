@@ -371,6 +371,12 @@ func (r *run) watchSecrets(ctx context.Context) {
 		if err == nil {
 			r.ledger.sawSecrets(sl.Items)
 		}
+		if r.v1alpha1() {
+			// The leak reports, before a namespace deleted whole takes them with it.
+			listCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_ = r.sawLeakReports(listCtx)
+			cancel()
+		}
 		sleep(ctx, 300*time.Millisecond)
 	}
 }
@@ -471,9 +477,10 @@ func (c *claimRecord) subjects(more ...string) []string {
 		cosiapi.BucketNamePrefix + string(c.uid), c.plan.staticID}, more...)
 }
 
-// subjects are what an access's history is about: its UID and its account.
+// subjects are what an access's history is about: its UID and its accounts.
 func (a *accessRecord) subjects() []string {
-	return []string{string(a.uid), a.accountID, cosiapi.AccountNamePrefix + string(a.uid)}
+	return append([]string{string(a.uid), a.accountID, cosiapi.AccountNamePrefix + string(a.uid)},
+		a.driverAccounts...)
 }
 
 func (c claimPlan) describe() string {

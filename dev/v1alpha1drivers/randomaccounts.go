@@ -22,6 +22,11 @@ type RandomAccounts struct {
 	// answer is returned, with the account's ID: a test holds the answer there (a sidecar that
 	// stops now never receives it).
 	AfterGrant func(ctx context.Context, accountID string)
+	// BeforeGrant, when set, is called with the grant's request (the name it was given) and the ID
+	// of the account it is about to make, before the wrapped driver is asked: a fault suite learns
+	// which access and bucket each account was made for, also when the grant is cut short and
+	// nobody receives its answer.
+	BeforeGrant func(req *v1.DriverGrantBucketAccessRequest, accountID string)
 
 	mu      sync.Mutex
 	made    []string
@@ -38,6 +43,9 @@ func (d *RandomAccounts) DriverGrantBucketAccess(
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	id := "ba-" + hex.EncodeToString(b)
+	if d.BeforeGrant != nil {
+		d.BeforeGrant(req, id)
+	}
 	named := &v1.DriverGrantBucketAccessRequest{
 		BucketId: req.GetBucketId(), Name: id, AuthenticationType: req.GetAuthenticationType(),
 		Parameters: req.GetParameters(),

@@ -43,6 +43,12 @@ import (
 type grantOutcomes struct {
 	mu    sync.Mutex
 	asked map[types.UID]bool // value: the last answer may have been lost
+	// unrecorded are the account IDs a grant of the access answered with that could not be
+	// recorded (the API server was away, or refused the write) and whose revocation by the
+	// adapter, at once, failed too: a driver that names accounts anew never names the account
+	// again, so the ID is kept, recorded before the access's next grant (recordUnrecorded), and
+	// revoked with the access (withUnrecorded). A restart loses them, as it loses an answer.
+	unrecorded map[types.UID][]string
 }
 
 // ended records the end of a grant call of the access with err. An answer that may have been
@@ -67,6 +73,38 @@ func (o *grantOutcomes) mayBeLost(uid types.UID, existed, held bool) bool {
 	defer o.mu.Unlock()
 	lost, asked := o.asked[uid]
 	return lost || !asked && existed && !held
+}
+
+// notRecorded keeps id, an account ID of the access that the driver chose and that could not be
+// recorded.
+func (o *grantOutcomes) notRecorded(uid types.UID, id string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.unrecorded == nil {
+		o.unrecorded = map[types.UID][]string{}
+	}
+	if !slices.Contains(o.unrecorded[uid], id) {
+		o.unrecorded[uid] = append(o.unrecorded[uid], id)
+	}
+}
+
+// recorded forgets ids, recorded (or revoked) since.
+func (o *grantOutcomes) recorded(uid types.UID, ids ...string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	left := slices.DeleteFunc(o.unrecorded[uid], func(id string) bool { return slices.Contains(ids, id) })
+	if len(left) == 0 {
+		delete(o.unrecorded, uid)
+		return
+	}
+	o.unrecorded[uid] = left
+}
+
+// unrecordedOf returns the access's account IDs that could not be recorded.
+func (o *grantOutcomes) unrecordedOf(uid types.UID) []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.unrecorded[uid])
 }
 
 func (o *grantOutcomes) forget(uid types.UID) {
@@ -97,6 +135,7 @@ func (r *BucketAccessReconciler) withDriverAccounts(
 	}
 	return v1alpha1.WithDriverAccounts(ctx, v1alpha1.DriverAccounts{
 		Forget: func(ctx context.Context, id string) error {
+			r.Grants.outcomes.recorded(ba.UID, id)
 			return r.Grants.store.forgetDriverAccount(ctx, written, id)
 		},
 		Lost: func(_ context.Context, what string) {
@@ -107,6 +146,7 @@ func (r *BucketAccessReconciler) withDriverAccounts(
 		Known: slices.Clone(g.DriverAccountIDs),
 		Record: func(ctx context.Context, id string) error {
 			if err := r.Grants.store.addDriverAccount(ctx, written, id); err != nil {
+				r.Grants.outcomes.notRecorded(ba.UID, id)
 				return err
 			}
 			if mayBeLost {
@@ -121,6 +161,41 @@ func (r *BucketAccessReconciler) withDriverAccounts(
 			return nil
 		},
 	})
+}
+
+// recordUnrecorded records in the access's record written (as put returned it, before the grant)
+// the account IDs the driver chose for its earlier grants that could not be recorded then
+// (grantOutcomes.unrecorded): before the driver is asked again, so that they are revoked with the
+// access, and, when nobody holds their credentials, by the adapter once the grant succeeds.
+func (r *BucketAccessReconciler) recordUnrecorded(ctx context.Context, uid types.UID, written *corev1.ConfigMap) error {
+	for _, id := range r.Grants.outcomes.unrecordedOf(uid) {
+		if err := r.Grants.store.addDriverAccount(ctx, written, id); err != nil {
+			return err
+		}
+		r.Grants.outcomes.recorded(uid, id)
+	}
+	return nil
+}
+
+// withUnrecorded is the record g with the account IDs of its access that could not be recorded
+// (grantOutcomes.unrecorded), for its revocation; forgetUnrecorded forgets them once it succeeded.
+// A record that names no account of the driver's is revoked by its account ID too, as it would be
+// without them.
+func (b *grantBook) withUnrecorded(g grantRecord) grantRecord {
+	ids := b.outcomes.unrecordedOf(g.UID)
+	if len(ids) == 0 {
+		return g
+	}
+	known := g.DriverAccountIDs
+	if len(known) == 0 {
+		known = []string{g.AccountID}
+	}
+	g.DriverAccountIDs = append(slices.Clone(known), ids...)
+	return g
+}
+
+func (b *grantBook) forgetUnrecorded(g grantRecord) {
+	b.outcomes.recorded(g.UID, g.DriverAccountIDs...)
 }
 
 // addDriverAccount records the account ID id, which the driver chose, in the record written (as

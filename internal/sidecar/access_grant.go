@@ -52,6 +52,10 @@ func (r *BucketAccessReconciler) grantSteps(
 	if err != nil {
 		return time.Time{}, err
 	}
+	// The accounts earlier grants made whose IDs could not be recorded then (access_driveraccounts.go).
+	if err := r.recordUnrecorded(ctx, ba.UID, written); err != nil {
+		return time.Time{}, err
+	}
 	// Phase 2 (access_credentials.go); account IDs a v1alpha1 driver chooses itself are recorded
 	// on the way (access_driveraccounts.go).
 	resp, forget, err := r.askCredentials(r.withDriverAccounts(ctx, ba, written, existed, p.held), ba, p)

@@ -47,9 +47,11 @@ func (r *BucketAccessReconciler) delete(ctx context.Context, ba *cosiapi.BucketA
 		}
 	}
 	if rec != nil && rec.AccountID != "" && len(rec.BucketIDs) > 0 {
-		if err := revokeGrant(ctx, r.Driver, r.Grants.store, *rec, cm); err != nil {
+		g := r.Grants.withUnrecorded(*rec)
+		if err := revokeGrant(ctx, r.Driver, r.Grants.store, g, cm); err != nil {
 			return r.record.failed(ctx, ba, rpcError{"DriverRevokeBucketAccess", err}, cosiapi.EventFailedRevokeAccess)
 		}
+		r.Grants.forgetUnrecorded(g)
 	}
 	if cm != nil {
 		if err := r.Grants.store.remove(ctx, cm); err != nil {

@@ -91,6 +91,7 @@ func (b *grantBook) revoke(ctx context.Context, g grantRecord, cm *corev1.Config
 	if g.AccountID == "" || len(g.BucketIDs) == 0 {
 		return nil // nothing was granted: phase 1 records the account with its buckets
 	}
+	g = b.withUnrecorded(g)
 	if err := revokeGrant(ctx, b.driver, b.store, g, cm); err != nil {
 		rpc := rpcError{"DriverRevokeBucketAccess", err}
 		msg := conditions.Truncate(fmt.Sprintf("revoking the access of deleted BucketAccess %s/%s (UID %s): %s",
@@ -103,6 +104,7 @@ func (b *grantBook) revoke(ctx context.Context, g grantRecord, cm *corev1.Config
 		}
 		return rpc
 	}
+	b.forgetUnrecorded(g)
 	return nil
 }
 

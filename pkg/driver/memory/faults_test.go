@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	v1 "sigs.k8s.io/container-object-storage-interface/proto"
 
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
@@ -351,5 +352,77 @@ func TestFaultLateDetachesTheContext(t *testing.T) {
 		func(ctx context.Context, _ any) (any, error) { handlerErr = ctx.Err(); return "ok", nil })
 	if err != nil || handlerErr != nil {
 		t.Errorf("late call: %v; the handler's context: %v", err, handlerErr)
+	}
+}
+
+// Faults and Journal serve a proxy in front of a cosi.v1alpha1 driver as they serve a v1alpha2
+// one: faults and pauses match the v1alpha1 methods by name, and the journal names the account a
+// grant asks for and the one the driver answered with when it named the account itself.
+func TestV1alpha1Calls(t *testing.T) {
+	const chosen = "ba-0123abcd"
+	acted := 0
+	call := func(ctx context.Context, interceptors ...grpc.UnaryServerInterceptor) (any, error) {
+		info := &grpc.UnaryServerInfo{FullMethod: "/cosi.v1alpha1.Provisioner/DriverGrantBucketAccess"}
+		var handler grpc.UnaryHandler = func(context.Context, any) (any, error) {
+			acted++
+			return &v1.DriverGrantBucketAccessResponse{AccountId: chosen}, nil
+		}
+		for i := len(interceptors) - 1; i >= 0; i-- {
+			next, icp := handler, interceptors[i]
+			handler = func(ctx context.Context, req any) (any, error) { return icp(ctx, req, info, next) }
+		}
+		return handler(ctx, &v1.DriverGrantBucketAccessRequest{BucketId: "b", Name: "ba-uid"})
+	}
+	var journal strings.Builder
+	j := &Journal{W: &journal}
+	f := &Faults{}
+	f.Set(0, Fault{Method: "DriverGrantBucketAccess", Code: codes.Unavailable, Count: 1, After: true})
+	if _, err := call(t.Context(), j.Interceptor(), f.Interceptor()); status.Code(err) != codes.Unavailable ||
+		acted != 1 {
+		t.Fatalf("a fault after the driver acted: %v, the driver acted %d times", err, acted)
+	}
+	f.Pause("DriverGrantBucketAccess", true)
+	done := make(chan error, 1)
+	go func() {
+		_, err := call(t.Context(), j.Interceptor(), f.Interceptor())
+		done <- err
+	}()
+	held, ok := f.WaitPaused(t.Context())
+	if want := (PausedCall{Method: "DriverGrantBucketAccess", After: true, Subject: "ba-uid"}); !ok || held != want {
+		t.Errorf("held %+v (%v), want %+v", held, ok, want)
+	}
+	f.Release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	entries, err := ReadJournal(strings.NewReader(journal.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []JournalEntry{
+		{Method: "DriverGrantBucketAccess", Subject: "ba-uid", Code: "Unavailable", Injected: true, Acted: true,
+			Account: chosen},
+		{Method: "DriverGrantBucketAccess", Subject: "ba-uid", Code: "OK", Account: chosen},
+	}
+	if len(entries) != len(want) {
+		t.Fatalf("journal %+v, want %+v", entries, want)
+	}
+	for i, e := range entries {
+		e.Time, e.Took = time.Time{}, 0
+		if e != want[i] {
+			t.Errorf("entry %d: %+v, want %+v", i, e, want[i])
+		}
+	}
+	for _, tc := range []struct {
+		req  any
+		want string
+	}{
+		{&v1.DriverCreateBucketRequest{Name: "bc-1"}, "bc-1"},
+		{&v1.DriverDeleteBucketRequest{BucketId: "bc-1"}, "bc-1"},
+		{&v1.DriverRevokeBucketAccessRequest{BucketId: "bc-1", AccountId: chosen}, chosen},
+	} {
+		if got := Subject(tc.req); got != tc.want {
+			t.Errorf("Subject(%T) = %q, want %q", tc.req, got, tc.want)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
+	v1 "sigs.k8s.io/container-object-storage-interface/proto"
 
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
@@ -33,6 +34,9 @@ type JournalEntry struct {
 	// Issued the credential_id a grant or a rotation answered with. Neither is secret.
 	Credential string `json:"credential,omitempty"`
 	Issued     string `json:"issued,omitempty"`
+	// Account is the account_id that a cosi.v1alpha1 grant answered with when it is not the name
+	// the grant asked for (the Subject): a driver that names its accounts itself. Not secret.
+	Account string `json:"account,omitempty"`
 }
 
 // Journal writes one JSON line per call to W, for a fault suite that shows what the driver was
@@ -57,6 +61,9 @@ func (j *Journal) Interceptor() grpc.UnaryServerInterceptor {
 			Took:    time.Since(start),
 		}
 		e.Credential, e.Issued = credentialIDs(req, resp)
+		if r, ok := resp.(*v1.DriverGrantBucketAccessResponse); ok && r.GetAccountId() != e.Subject {
+			e.Account = r.GetAccountId()
+		}
 		if msg := status.Convert(err).Message(); err != nil && strings.HasPrefix(msg, injectedPrefix) {
 			e.Injected, e.Acted = true, strings.HasSuffix(msg, injectedAfterSuffix)
 		}

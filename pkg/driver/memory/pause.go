@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	v1 "sigs.k8s.io/container-object-storage-interface/proto"
 
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
@@ -112,7 +113,9 @@ func (f *Faults) hold(ctx context.Context, method string, after bool, req any) e
 }
 
 // Subject is the bucket or account a driver request is about: its bucket ID or account ID, or the
-// name phase 1 derives one from; empty for DriverGetInfo.
+// name phase 1 derives one from; empty for DriverGetInfo. Requests of the cosi.v1alpha1 protocol
+// are named the same way (a fault suite's proxy in front of a v1alpha1 driver applies Faults and
+// Journal too): a grant by the account name it asks for, a create by the bucket's name.
 func Subject(req any) string {
 	switch r := req.(type) {
 	case *cosiproto.DriverGenerateBucketIdRequest:
@@ -132,6 +135,14 @@ func Subject(req any) string {
 	case *cosiproto.DriverRotateBucketAccessCredentialsRequest:
 		return r.GetAccountId()
 	case *cosiproto.DriverRetireBucketAccessCredentialsRequest:
+		return r.GetAccountId()
+	case *v1.DriverCreateBucketRequest:
+		return r.GetName()
+	case *v1.DriverDeleteBucketRequest:
+		return r.GetBucketId()
+	case *v1.DriverGrantBucketAccessRequest:
+		return r.GetName()
+	case *v1.DriverRevokeBucketAccessRequest:
 		return r.GetAccountId()
 	}
 	return ""

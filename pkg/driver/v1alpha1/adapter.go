@@ -364,6 +364,7 @@ func (a *Adapter) DriverGrantBucketAccess(
 					return nil, cleanupFailed(fmt.Sprintf("revoking account_id %q, which the driver chose and which "+
 						"could not be recorded", id), rerr)
 				}
+				accounts.forget(ctx, id) // revoked: a caller that kept it to record later need not
 				return nil, status.Errorf(codes.Aborted, "v1alpha1 adapter: recording account_id %q, which the driver "+
 					"chose, failed (the account is revoked again; retried): %v", id, err)
 			}
@@ -441,7 +442,9 @@ type DriverAccounts struct {
 	// Record records, durably, an account ID that a grant returned and that Known lacks. The
 	// adapter calls it as soon as the driver answered, before it returns the credentials, with a
 	// context that is not canceled with the call's: an answer whose ID is not recorded is never
-	// returned (its account is revoked at once).
+	// returned (its account is revoked at once). That revocation may fail as well, and a driver
+	// that names accounts anew does not name the account again when the grant is retried: a
+	// caller whose Record failed keeps the ID, to record it (or revoke it) later.
 	Record func(ctx context.Context, accountID string) error
 	// Forget, when set, removes from the record an account ID that the adapter revoked (an answer it
 	// refused, an earlier account nobody or nobody any more holds the key of), so that nothing
