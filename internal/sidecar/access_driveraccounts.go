@@ -107,6 +107,37 @@ func (o *grantOutcomes) unrecordedOf(uid types.UID) []string {
 	return slices.Clone(o.unrecorded[uid])
 }
 
+// lost reports whether a grant of the access that this process made may have been answered
+// without the answer reaching it, with no grant succeeding since.
+func (o *grantOutcomes) lost(uid types.UID) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.asked[uid]
+}
+
+// lostAnswerReport is the message of the DriverAccountMayHaveLeaked event of a grant revoked after
+// one of its grants' answers may have been lost, with no grant after it that could say so.
+func lostAnswerReport(g grantRecord, cm *corev1.ConfigMap) string {
+	since := ""
+	if cm != nil {
+		since = " made since " + cm.CreationTimestamp.UTC().Format("2006-01-02T15:04:05Z")
+	}
+	return fmt.Sprintf("a grant of this access may have been answered without the answer reaching the sidecar "+
+		"(the call timed out, or failed on its way), and a v1alpha1 driver that names its accounts itself may have "+
+		"made an account for it that only the driver knows: COSI revoked the accounts it knows (%v). Look in the "+
+		"store for another account of bucket(s) %v%s and remove it (docs/v1alpha1-drivers.md)",
+		revokedAccounts(g), g.BucketIDs, since)
+}
+
+// revokedAccounts are the account IDs that the revocation of g addresses.
+func revokedAccounts(g grantRecord) []string {
+	var ids []string
+	for _, req := range g.revokeRequests() {
+		ids = append(ids, req.GetAccountId())
+	}
+	return ids
+}
+
 func (o *grantOutcomes) forget(uid types.UID) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -14,6 +15,7 @@ import (
 	"github.com/kube-cosi/cosi/internal/kube/conditions"
 	"github.com/kube-cosi/cosi/internal/kube/lookup"
 	"github.com/kube-cosi/cosi/internal/kube/patch"
+	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
 )
 
 // delete removes the Secrets, revokes the access, and tells the controller (KEP-1979 "Deleting a
@@ -33,6 +35,7 @@ func (r *BucketAccessReconciler) delete(ctx context.Context, ba *cosiapi.BucketA
 		return err
 	}
 	r.Grants.answers.forget(ba.UID)
+	lost := r.Grants.outcomes.lost(ba.UID) && r.Driver.Protocol() == driverclient.ProtocolV1alpha1
 	r.Grants.outcomes.forget(ba.UID)
 	// Revoked from the sidecar's own record of the grant, not from status, which someone who can
 	// write it could point at another access's account, nor from the Buckets, which an admin can
@@ -52,6 +55,12 @@ func (r *BucketAccessReconciler) delete(ctx context.Context, ba *cosiapi.BucketA
 			return r.record.failed(ctx, ba, rpcError{"DriverRevokeBucketAccess", err}, cosiapi.EventFailedRevokeAccess)
 		}
 		r.Grants.forgetUnrecorded(g)
+		// A grant whose answer may have been lost, with no grant after it to say so
+		// (access_driveraccounts.go), is reported now.
+		if lost {
+			r.Recorder.Eventf(ba, nil, corev1.EventTypeWarning, cosiapi.EventDriverAccountMayHaveLeaked,
+				"DriverRevokeBucketAccess", "%s", lostAnswerReport(g, cm))
+		}
 	}
 	if cm != nil {
 		if err := r.Grants.store.remove(ctx, cm); err != nil {

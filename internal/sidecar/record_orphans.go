@@ -75,9 +75,22 @@ func (b *grantBook) revokeOrphan(ctx context.Context, uid types.UID) (revoked bo
 		return false, errRequeue("a grant for a deleted BucketAccess is in flight; revoking it when it ends")
 	}
 	b.answers.forget(uid)
+	lost := b.outcomes.lost(uid) && b.driver.Protocol() == driverclient.ProtocolV1alpha1
 	if err := b.revoke(ctx, *g, cm); err != nil {
 		return false, err
 	}
+	// A grant whose answer may have been lost (access_driveraccounts.go) is reported on the
+	// grant's Buckets: the access is gone.
+	if lost {
+		for _, name := range g.BucketNames {
+			bucket := &cosiapi.Bucket{}
+			if b.client.Get(ctx, types.NamespacedName{Name: name}, bucket) == nil {
+				b.events.Eventf(bucket, nil, corev1.EventTypeWarning, cosiapi.EventDriverAccountMayHaveLeaked,
+					"DriverRevokeBucketAccess", "%s", "BucketAccess "+g.Namespace+"/"+g.Name+": "+lostAnswerReport(*g, cm))
+			}
+		}
+	}
+	b.outcomes.forget(uid)
 	return true, b.store.remove(ctx, cm)
 }
 

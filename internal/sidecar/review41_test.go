@@ -463,3 +463,41 @@ func TestReview41LostAnswerOfAKeyShownOnceDriverIsNotLeakedSilently(t *testing.T
 			live, cosiapi.EventDriverAccountMayHaveLeaked, events(t, ba))
 	}
 }
+
+// A grant whose answer is lost (DEADLINE_EXCEEDED after the driver made its account), then only
+// grants that fail, then the access's deletion: no grant answers with a new account to say so, so
+// the revocation does, with DriverAccountMayHaveLeaked on the access (the fault suite's
+// "answers lost before an access is deleted").
+func TestLostAnswerBeforeTheDeletionIsReported(t *testing.T) {
+	t.Parallel()
+	h, d := newRandomHarness(t, func(o *sidecar.Options) { o.DriverTimeout = 2 * time.Second },
+		func(d *randomV1alpha1) {
+			d.complete = true
+			d.slowOnce = 4 * time.Second
+		})
+	b := h.provisionedBucket(cosiapi.ProtocolS3)
+	ba := h.accessWith(nil, cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b)
+	testenv.Eventually(t, func() error {
+		if len(d.madeAccounts()) == 0 {
+			return fmt.Errorf("no grant yet")
+		}
+		return nil
+	})
+	fail := make([]error, 100)
+	for i := range fail {
+		fail[i] = status.Error(codes.Unavailable, "the store is away")
+	}
+	d.set(func(d *randomV1alpha1) { d.failNext = fail })
+	waitForEvent(t, ba, cosiapi.EventFailedGrantAccess+": DriverGrantBucketAccess: DeadlineExceeded")
+	deleteAccess(t, ba)
+	within(t, 20*time.Second, func() error {
+		if ev := events(t, ba); !slices.ContainsFunc(ev, func(s string) bool {
+			return strings.HasPrefix(s,
+				cosiapi.EventDriverAccountMayHaveLeaked+": a grant of this access may have been answered")
+		}) {
+			return fmt.Errorf("the lost answer's account %v is known only to the driver, and the access went "+
+				"without a %s event: %v", d.liveAccounts(), cosiapi.EventDriverAccountMayHaveLeaked, ev)
+		}
+		return nil
+	})
+}
