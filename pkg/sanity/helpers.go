@@ -13,9 +13,12 @@ import (
 
 var nameCounter atomic.Int64
 
-// name returns a name unique to this run, valid as an S3 bucket name.
+// name returns a name unique to this run, valid as an S3 bucket name. The suite chose it: a
+// secret that embeds it (a SAS token's URI) does not make it secret (Redacted).
 func (t *T) name(kind string) string {
-	return fmt.Sprintf("%s%s%d", t.s.prefix, kind, nameCounter.Add(1))
+	name := fmt.Sprintf("%s%s%d", t.s.prefix, kind, nameCounter.Add(1))
+	t.s.red.addOpen(name)
+	return name
 }
 
 // ok ends the case when err is not nil.
