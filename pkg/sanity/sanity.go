@@ -49,6 +49,10 @@ type Config struct {
 	IncompatibleBucketParameters map[string]string
 	// AccessParameters are valid access parameters for the driver.
 	AccessParameters map[string]string
+	// IncompatibleAccessParameters are valid access parameters that differ from AccessParameters
+	// in a way the driver cannot apply to an existing account (another expiry, another policy), so
+	// that granting an account again with them must fail with AlreadyExists. Skipped when nil.
+	IncompatibleAccessParameters map[string]string
 	// InvalidAccessParameters are access parameters the driver must refuse with InvalidArgument.
 	InvalidAccessParameters map[string]string
 	// BucketParameterKeys and AccessParameterKeys declare the parameter keys the driver documents

@@ -59,7 +59,7 @@ func main() {
 	var (
 		cfg                                       sanity.Config
 		bucket, invalidBucket, incompatibleBucket paramsFlag
-		access, invalidAccess                     paramsFlag
+		access, invalidAccess, incompatibleAccess paramsFlag
 		run                                       = flag.String("run", "",
 			"run only the cases whose name matches this regular expression")
 		junit     = flag.String("junit", "", "write a JUnit XML report to this file")
@@ -79,6 +79,9 @@ func main() {
 		"valid bucket parameters different from --bucket-parameters")
 	flag.Var(&access, "access-parameters", "valid access parameters, k=v,k=v")
 	flag.Var(&invalidAccess, "invalid-access-parameters", "access parameters the driver must refuse with InvalidArgument")
+	flag.Var(&incompatibleAccess, "incompatible-access-parameters",
+		"valid access parameters different from --access-parameters, which the driver cannot apply to an existing "+
+			"account (a repeat grant with them must fail with AlreadyExists)")
 	flag.Parse()
 
 	if *showVersion {
@@ -100,6 +103,7 @@ func main() {
 	cfg.BucketParameters, cfg.InvalidBucketParameters = bucket.m, invalidBucket.m
 	cfg.IncompatibleBucketParameters = incompatibleBucket.m
 	cfg.AccessParameters, cfg.InvalidAccessParameters = access.m, invalidAccess.m
+	cfg.IncompatibleAccessParameters = incompatibleAccess.m
 	if *run != "" {
 		re, err := regexp.Compile(*run)
 		if err != nil {

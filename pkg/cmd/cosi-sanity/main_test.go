@@ -159,6 +159,7 @@ func TestCLI(t *testing.T) {
 			"--incompatible-bucket-parameters", "versioning=true",
 			"--access-parameters", "sasExpiry=1h",
 			"--invalid-access-parameters", "sasExpiry=soon",
+			"--incompatible-access-parameters", "sasExpiry=2h",
 		).CombinedOutput()
 		if err != nil {
 			t.Fatalf("cosi-sanity: %v\n%s", err, out)
