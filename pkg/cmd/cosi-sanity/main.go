@@ -91,11 +91,11 @@ func main() {
 
 	if *list {
 		// One case a line; cases that need more than a socket say what, and what the suite
-		// cannot see without it (a Probe is only available from Go: sanity.Test).
+		// misses without it (a Probe is only available from Go: sanity.Test).
 		for _, c := range sanity.Cases() {
 			fmt.Println(c.Name)
 			if needs := c.Needs(); len(needs) > 0 {
-				fmt.Printf("    needs: %s\n    without: cannot see %s\n", strings.Join(needs, ", "), c.Blind())
+				fmt.Printf("    needs: %s\n    missed without it: %s\n", strings.Join(needs, ", "), c.Blind())
 			}
 		}
 		return

@@ -149,6 +149,31 @@ func TestCLI(t *testing.T) {
 		}
 	})
 
+	t.Run("--list names every case, with what it needs and what is missed without", func(t *testing.T) {
+		out, err := exec.CommandContext(t.Context(), sanityBin, "--list").CombinedOutput()
+		if err != nil {
+			t.Fatalf("cosi-sanity --list: %v\n%s", err, out)
+		}
+		var names []string
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			switch {
+			case !strings.HasPrefix(line, " "):
+				names = append(names, line)
+			case strings.HasPrefix(line, "    needs: "):
+			case strings.HasPrefix(line, "    missed without it: "):
+			default:
+				t.Errorf("unexpected line %q", line)
+			}
+		}
+		var want []string
+		for _, c := range sanity.Cases() {
+			want = append(want, c.Name)
+		}
+		if !slices.Equal(names, want) {
+			t.Errorf("--list names %d cases, want the %d of sanity.Cases:\n%s", len(names), len(want), out)
+		}
+	})
+
 	t.Run("memory driver passes", func(t *testing.T) {
 		endpoint, logFile, driverCmd := startDriver(t)
 		junit := filepath.Join(t.TempDir(), "report.xml")
