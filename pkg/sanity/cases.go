@@ -2,6 +2,8 @@ package sanity
 
 import (
 	"bytes"
+	"fmt"
+	"maps"
 	"slices"
 
 	"google.golang.org/grpc/codes"
@@ -217,6 +219,45 @@ var cases = []Case{
 			&cosiproto.DriverGetBucketRequest{BucketId: id, Parameters: t.s.cfg.IncompatibleBucketParameters},
 		)
 		t.code(err, "DriverGetBucket for a bucket created with other parameters", codes.AlreadyExists)
+	}},
+	{"DriverGetBucket/answers for the requested protocols, and only the bucket's", func(t *T) {
+		// A bucket supports the protocols DriverCreateBucket named (all it supports, KEP-1979), and
+		// they do not change: asked for one of them, DriverGetBucket names it and no protocol the
+		// bucket lacks; asked for a protocol the bucket lacks, it refuses rather than answer OK.
+		p := t.protocols()[0]
+		id, created := t.createBucket(p)
+		supported := driver.BucketInfoProtocols(created.GetProtocols())
+		resp, err := t.s.prov.DriverGetBucket(t.ctx, &cosiproto.DriverGetBucketRequest{
+			BucketId: id, Protocols: []cosiproto.ObjectProtocol_Type{p}, Parameters: t.s.cfg.BucketParameters,
+		})
+		t.ok(err, "DriverGetBucket for "+p.String())
+		if err := driver.ValidateBucketInfo(
+			resp.GetProtocols(), t.protocols(), []cosiproto.ObjectProtocol_Type{p},
+		); err != nil {
+			t.Errorf("DriverGetBucket for %v: %v", p, err)
+		}
+		for _, q := range driver.BucketInfoProtocols(resp.GetProtocols()) {
+			if !slices.Contains(supported, q) {
+				t.Errorf("DriverGetBucket for %v answered %v info for bucket %q, which DriverCreateBucket created "+
+					"for %v: a protocol the bucket does not support", p, q, id, supported)
+			}
+		}
+		for _, q := range t.protocols() {
+			if slices.Contains(supported, q) {
+				continue
+			}
+			_, err := t.s.prov.DriverGetBucket(t.ctx, &cosiproto.DriverGetBucketRequest{
+				BucketId: id, Protocols: []cosiproto.ObjectProtocol_Type{q}, Parameters: t.s.cfg.BucketParameters,
+			})
+			if err == nil {
+				t.Errorf("DriverGetBucket for %v answered OK for bucket %q, which DriverCreateBucket created for %v: "+
+					"a bucket that lacks a requested protocol is incompatible with the request (AlreadyExists)",
+					q, id, supported)
+				continue
+			}
+			t.code(err, fmt.Sprintf("DriverGetBucket for %v of bucket %q, created for %v", q, id, supported),
+				codes.AlreadyExists, codes.InvalidArgument)
+		}
 	}},
 	{"DriverGetBucket/rejects a missing bucket_id with InvalidArgument", func(t *T) {
 		_, err := t.s.prov.DriverGetBucket(t.ctx, &cosiproto.DriverGetBucketRequest{})
@@ -502,6 +543,24 @@ var cases = []Case{
 		_, err = t.s.prov.DriverGrantBucketAccess(t.ctx, t.keyGrant(p, readOnly, id).grantRequest(account))
 		t.code(err, "DriverGrantBucketAccess for a granted account_id with READ_ONLY instead of READ_WRITE",
 			codes.AlreadyExists)
+	}},
+	{"DriverGrantBucketAccess/returns AlreadyExists for a repeat grant with other access parameters", func(t *T) {
+		if t.s.cfg.IncompatibleAccessParameters == nil {
+			t.Skipf("no incompatible access parameters configured")
+		}
+		if maps.Equal(t.s.cfg.IncompatibleAccessParameters, t.s.cfg.AccessParameters) {
+			t.Fatalf("configuration: the incompatible access parameters are the access parameters")
+		}
+		p := t.protocols()[0]
+		id, _ := t.createBucket(p)
+		g := t.keyGrant(p, readWrite, id)
+		account, _, err := t.grant(g)
+		t.ok(err, "grant")
+		other := g
+		other.params = t.s.cfg.IncompatibleAccessParameters
+		_, err = t.s.prov.DriverGrantBucketAccess(t.ctx, other.grantRequest(account))
+		t.code(err, fmt.Sprintf("DriverGrantBucketAccess for a granted account_id with access parameters %v "+
+			"instead of %v", other.params, g.params), codes.AlreadyExists)
 	}},
 	{"DriverGrantBucketAccess/accepts each access mode or returns InvalidArgument", func(t *T) {
 		p := t.protocols()[0]
@@ -875,6 +934,18 @@ var cases = []Case{
 		_, err := t.s.prov.DriverRotateBucketAccessCredentials(t.ctx, req)
 		t.code(err, "DriverRotateBucketAccessCredentials for an account that does not exist", codes.NotFound)
 	}},
+	{"DriverRotateBucketAccessCredentials/returns NotFound for a credential the account does not have", func(t *T) {
+		// Not a new key: it would rotate a credential no Secret holds, and COSI would retire one
+		// that is still in use.
+		r := t.rotatableGrant()
+		unknown := t.name("missing")
+		_, err := t.s.prov.DriverRotateBucketAccessCredentials(t.ctx, r.rotateRequest(unknown))
+		if status.Code(err) == codes.Unimplemented {
+			t.Skipf("the driver does not rotate credentials (DriverRotateBucketAccessCredentials: Unimplemented)")
+		}
+		t.code(err, fmt.Sprintf("DriverRotateBucketAccessCredentials of account %q with credential_id %q, which it "+
+			"does not have", r.account, unknown), codes.NotFound)
+	}},
 	{"DriverRotateBucketAccessCredentials/rejects a missing credential_id with InvalidArgument", func(t *T) {
 		r := t.rotation()
 		_, err := t.s.prov.DriverRotateBucketAccessCredentials(t.ctx, r.rotateRequest(""))
@@ -890,6 +961,17 @@ var cases = []Case{
 		if !r.works(r.rotated.GetCredentials()) {
 			t.Errorf("retiring the old credential broke the new one")
 		}
+	}},
+	{"DriverRetireBucketAccessCredentials/refuses the account's only credential with FailedPrecondition", func(t *T) {
+		// A driver never leaves an account without a credential: DriverRevokeBucketAccess removes
+		// accounts.
+		r := t.rotatableGrant()
+		_, err := t.s.prov.DriverRetireBucketAccessCredentials(t.ctx, r.retireRequest(r.grantResp.GetCredentialId()))
+		if status.Code(err) == codes.Unimplemented {
+			t.Skipf("the driver does not rotate credentials (DriverRetireBucketAccessCredentials: Unimplemented)")
+		}
+		t.code(err, "DriverRetireBucketAccessCredentials of the only credential of a new grant",
+			codes.FailedPrecondition)
 	}},
 	{"DriverRetireBucketAccessCredentials/returns OK when retiring twice, and for an unknown account", func(t *T) {
 		r := t.rotation()

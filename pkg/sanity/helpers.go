@@ -13,9 +13,12 @@ import (
 
 var nameCounter atomic.Int64
 
-// name returns a name unique to this run, valid as an S3 bucket name.
+// name returns a name unique to this run, valid as an S3 bucket name. The suite chose it: a
+// secret that embeds it (a SAS token's URI) does not make it secret (Redacted).
 func (t *T) name(kind string) string {
-	return fmt.Sprintf("%s%s%d", t.s.prefix, kind, nameCounter.Add(1))
+	name := fmt.Sprintf("%s%s%d", t.s.prefix, kind, nameCounter.Add(1))
+	t.s.red.addOpen(name)
+	return name
 }
 
 // ok ends the case when err is not nil.
@@ -340,9 +343,9 @@ type rotationCase struct {
 	rotated   *cosiproto.DriverRotateBucketAccessCredentialsResponse
 }
 
-// rotation grants access to a new bucket and rotates its credential once. It skips the case for a
-// driver that grants without a credential_id or answers Unimplemented: rotation is optional.
-func (t *T) rotation() rotationCase {
+// rotatableGrant grants access to a new bucket. It skips the case for a driver that grants
+// without a credential_id: its credentials cannot rotate (rotation is optional).
+func (t *T) rotatableGrant() rotationCase {
 	p := t.protocols()[0]
 	id, _ := t.createBucket(p)
 	r := rotationCase{t: t, g: t.keyGrant(p, readWrite, id), bucketID: id}
@@ -352,6 +355,14 @@ func (t *T) rotation() rotationCase {
 	if r.grantResp.GetCredentialId() == "" {
 		t.Skipf("the driver grants without a credential_id: its credentials cannot rotate")
 	}
+	return r
+}
+
+// rotation is rotatableGrant, then one rotation of the credential. It skips the case for a driver
+// that answers Unimplemented.
+func (t *T) rotation() rotationCase {
+	r := t.rotatableGrant()
+	var err error
 	r.rotated, err = t.s.prov.DriverRotateBucketAccessCredentials(t.ctx, r.rotateRequest(r.grantResp.GetCredentialId()))
 	if status.Code(err) == codes.Unimplemented {
 		t.Skipf("the driver does not rotate credentials (DriverRotateBucketAccessCredentials: Unimplemented)")

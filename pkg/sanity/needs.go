@@ -9,6 +9,7 @@ const (
 	NeedInvalidBucketParams = "InvalidBucketParameters"
 	NeedIncompatibleParams  = "IncompatibleBucketParameters"
 	NeedInvalidAccessParams = "InvalidAccessParameters"
+	NeedIncompatibleAccess  = "IncompatibleAccessParameters"
 	NeedDriverLogs          = "DriverLogs"
 	NeedUnadvertised        = "a protocol the driver does not advertise"
 	NeedMultiBucket         = "multi-bucket access (else skipped on OutOfRange)"
@@ -68,6 +69,8 @@ var caseNeeds = map[string]need{
 		"a ServiceAccount grant that other ServiceAccounts (of the namespace, or of the name elsewhere) can use"},
 	"DriverGrantBucketAccess/rejects a protocol the driver does not advertise with InvalidArgument": {
 		[]string{NeedUnadvertised}, "nothing: a driver that supports every protocol has none to refuse"},
+	"DriverGrantBucketAccess/returns AlreadyExists for a repeat grant with other access parameters": {
+		[]string{NeedIncompatibleAccess}, "an existing account answered as if a grant with other parameters were the same"},
 	"DriverGrantBucketAccess/rejects invalid parameters with InvalidArgument": {
 		[]string{NeedInvalidAccessParams}, "parameter values accepted without validation"},
 	"DriverRevokeBucketAccess/revokes the credentials": {

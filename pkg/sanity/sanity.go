@@ -24,7 +24,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
@@ -50,6 +49,10 @@ type Config struct {
 	IncompatibleBucketParameters map[string]string
 	// AccessParameters are valid access parameters for the driver.
 	AccessParameters map[string]string
+	// IncompatibleAccessParameters are valid access parameters that differ from AccessParameters
+	// in a way the driver cannot apply to an existing account (another expiry, another policy), so
+	// that granting an account again with them must fail with AlreadyExists. Skipped when nil.
+	IncompatibleAccessParameters map[string]string
 	// InvalidAccessParameters are access parameters the driver must refuse with InvalidArgument.
 	InvalidAccessParameters map[string]string
 	// BucketParameterKeys and AccessParameterKeys declare the parameter keys the driver documents
@@ -152,8 +155,10 @@ const (
 
 // Result is the outcome of one case.
 type Result struct {
-	Name     string
-	Status   Status
+	Name   string
+	Status Status
+	// Message says why the case failed or was skipped, with every secret the driver returned
+	// replaced by Redacted.
 	Message  string
 	Duration time.Duration
 }
@@ -186,6 +191,11 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 		results = append(results, s.runCase(ctx, c))
 	}
+	// Redacted once all cases ran, with every secret of the run: the driver may return as a
+	// secret a value it put in an earlier case's ID or error.
+	for i := range results {
+		results[i].Message = s.red.redact(results[i].Message)
+	}
 	return results, nil
 }
 
@@ -203,6 +213,7 @@ func Test(t *testing.T, cfg Config) {
 		}
 		t.Run(c.Name, func(t *testing.T) {
 			r := s.runCase(t.Context(), c)
+			r.Message = s.red.redact(r.Message)
 			switch r.Status {
 			case Failed:
 				t.Error(r.Message)
@@ -226,6 +237,8 @@ type suite struct {
 	mu         sync.Mutex
 	violations []string // error scheme violations seen by the interceptor during the current case
 	secrets    []string // every secret value the driver returned during the run
+	// red redacts those secrets from every Result's message (Redacted).
+	red *redactor
 }
 
 func newSuite(ctx context.Context, cfg Config) (*suite, error) {
@@ -238,7 +251,7 @@ func newSuite(ctx context.Context, cfg Config) (*suite, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 30 * time.Second
 	}
-	s := &suite{cfg: cfg, prefix: "sanity-" + strings.ToLower(rand.Text()[:8]) + "-"}
+	s := &suite{cfg: cfg, prefix: "sanity-" + strings.ToLower(rand.Text()[:8]) + "-", red: newRedactor()}
 	conn, err := grpc.NewClient(cfg.Endpoint,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithUnaryInterceptor(s.intercept))
@@ -273,7 +286,8 @@ func newSuite(ctx context.Context, cfg Config) (*suite, error) {
 }
 
 // intercept applies the COSI error scheme to every call (a failed call carries a message and no
-// details) and collects every secret the driver returns, for the log-leak case.
+// details) and collects every secret the driver returns, for the log-leak case and the redactor,
+// with the strings it returns in the open (the redactor's exceptions).
 func (s *suite) intercept(
 	ctx context.Context,
 	method string,
@@ -313,34 +327,20 @@ func (s *suite) intercept(
 		return err
 	}
 	if m, ok := reply.(proto.Message); ok {
-		s.secrets = append(s.secrets, secretValues(m.ProtoReflect())...)
+		secrets, open := replyStrings(m.ProtoReflect())
+		s.secrets = append(s.secrets, secrets...)
+		for _, v := range secrets {
+			s.red.addSecret(v)
+		}
+		for _, v := range open {
+			s.red.addOpen(v)
+		}
 	}
 	return nil
 }
 
-// secretValues returns the values of every field marked cosi_secret in m.
-func secretValues(m protoreflect.Message) []string {
-	var values []string
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		secret, _ := proto.GetExtension(fd.Options(), cosiproto.E_CosiSecret).(bool)
-		switch {
-		case secret && fd.Kind() == protoreflect.StringKind && !fd.IsList() && !fd.IsMap():
-			if v.String() != "" {
-				values = append(values, v.String())
-			}
-		case fd.IsList() && fd.Message() != nil:
-			for i := range v.List().Len() {
-				values = append(values, secretValues(v.List().Get(i).Message())...)
-			}
-		case fd.Message() != nil && !fd.IsList() && !fd.IsMap():
-			values = append(values, secretValues(v.Message())...)
-		}
-		return true
-	})
-	return values
-}
-
 // runCase runs c in its own goroutine, so that Fatalf and Skipf can end it like testing.T does.
+// The Result's message is not redacted yet: Run and Test redact it (Redacted).
 func (s *suite) runCase(ctx context.Context, c Case) Result {
 	s.mu.Lock()
 	s.violations = nil

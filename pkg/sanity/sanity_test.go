@@ -91,6 +91,7 @@ func memoryConfig(endpoint string, d *memory.Driver, logs *logBuffer) sanity.Con
 		IncompatibleBucketParameters: map[string]string{memory.ParamVersioning: "true"},
 		AccessParameters:             map[string]string{memory.ParamSASExpiry: "1h"},
 		InvalidAccessParameters:      map[string]string{memory.ParamSASExpiry: "soon"},
+		IncompatibleAccessParameters: map[string]string{memory.ParamSASExpiry: "2h"},
 		DriverLogs:                   logs.bytes,
 		Probe: sanity.Probe{
 			BucketExists: func(_ context.Context, id string) (bool, error) { return b.BucketExists(id), nil },

@@ -1,6 +1,7 @@
 package sanity_test
 
 import (
+	"bytes"
 	"context"
 	"maps"
 	"net"
@@ -10,6 +11,8 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	v1 "sigs.k8s.io/container-object-storage-interface/proto"
 
 	"github.com/kube-cosi/cosi/pkg/driver/v1alpha1"
@@ -106,5 +109,50 @@ func TestV1alpha1CredentialsAsTheAdapterReadsThem(t *testing.T) {
 				t.Errorf("%s: %v %q, want %q", r.Name, r.Status, r.Message, tc.want)
 			}
 		})
+	}
+}
+
+// revokeQuotesKeys is a v1alpha1 driver whose revocations fail, quoting the keys of the account.
+type revokeQuotesKeys struct{ grantsSecrets }
+
+func (d revokeQuotesKeys) DriverRevokeBucketAccess(
+	context.Context, *v1.DriverRevokeBucketAccessRequest,
+) (*v1.DriverRevokeBucketAccessResponse, error) {
+	return nil, status.Errorf(codes.Internal, "cannot revoke: keys %v in use", d.secrets)
+}
+
+// A v1alpha1 driver's secrets are every value of its credentials' secrets map but those the adapter
+// maps to fields that are not secret (v1alpha1.NonSecretKeys): the suite's report shows
+// sanity.Redacted for them, and the rest as the driver sent it.
+func TestV1alpha1SecretsAreRedacted(t *testing.T) {
+	key, token := newSecret(), newSecret()
+	sock := filepath.Join(t.TempDir(), "driver.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	d := revokeQuotesKeys{grantsSecrets{secrets: map[string]string{
+		v1alpha1.S3AccessKeyID: "AKIDOPENTOEVERYONE", v1alpha1.S3AccessSecretKey: key, "sessionToken": token,
+		v1alpha1.S3Endpoint: "https://s3.example.com", v1alpha1.S3Region: "r1",
+	}}}
+	v1.RegisterIdentityServer(srv, d)
+	v1.RegisterProvisionerServer(srv, d)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	results, err := sanity.Run(t.Context(), sanity.Config{Endpoint: "unix://" + sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := report(results)
+	for _, secret := range []string{key, token} {
+		if part := leaked(out, secret); part != "" {
+			t.Errorf("the report holds %q of the secret %q:\n%s", part, secret, out)
+		}
+	}
+	if !bytes.Contains(out, []byte(sanity.Redacted)) || !bytes.Contains(out, []byte("AKIDOPENTOEVERYONE")) ||
+		!bytes.Contains(out, []byte("https://s3.example.com")) {
+		t.Errorf("the report does not quote the revocation's error with the secrets redacted and the rest "+
+			"as it is:\n%s", out)
 	}
 }

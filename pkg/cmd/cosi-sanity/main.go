@@ -59,7 +59,7 @@ func main() {
 	var (
 		cfg                                       sanity.Config
 		bucket, invalidBucket, incompatibleBucket paramsFlag
-		access, invalidAccess                     paramsFlag
+		access, invalidAccess, incompatibleAccess paramsFlag
 		run                                       = flag.String("run", "",
 			"run only the cases whose name matches this regular expression")
 		junit     = flag.String("junit", "", "write a JUnit XML report to this file")
@@ -79,6 +79,9 @@ func main() {
 		"valid bucket parameters different from --bucket-parameters")
 	flag.Var(&access, "access-parameters", "valid access parameters, k=v,k=v")
 	flag.Var(&invalidAccess, "invalid-access-parameters", "access parameters the driver must refuse with InvalidArgument")
+	flag.Var(&incompatibleAccess, "incompatible-access-parameters",
+		"valid access parameters different from --access-parameters, which the driver cannot apply to an existing "+
+			"account (a repeat grant with them must fail with AlreadyExists)")
 	flag.Parse()
 
 	if *showVersion {
@@ -88,11 +91,11 @@ func main() {
 
 	if *list {
 		// One case a line; cases that need more than a socket say what, and what the suite
-		// cannot see without it (a Probe is only available from Go: sanity.Test).
+		// misses without it (a Probe is only available from Go: sanity.Test).
 		for _, c := range sanity.Cases() {
 			fmt.Println(c.Name)
 			if needs := c.Needs(); len(needs) > 0 {
-				fmt.Printf("    needs: %s\n    without: cannot see %s\n", strings.Join(needs, ", "), c.Blind())
+				fmt.Printf("    needs: %s\n    missed without it: %s\n", strings.Join(needs, ", "), c.Blind())
 			}
 		}
 		return
@@ -100,6 +103,7 @@ func main() {
 	cfg.BucketParameters, cfg.InvalidBucketParameters = bucket.m, invalidBucket.m
 	cfg.IncompatibleBucketParameters = incompatibleBucket.m
 	cfg.AccessParameters, cfg.InvalidAccessParameters = access.m, invalidAccess.m
+	cfg.IncompatibleAccessParameters = incompatibleAccess.m
 	if *run != "" {
 		re, err := regexp.Compile(*run)
 		if err != nil {

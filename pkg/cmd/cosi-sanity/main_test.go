@@ -1,7 +1,9 @@
 package main_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/xml"
 	"errors"
 	"flag"
@@ -11,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,12 +24,18 @@ import (
 
 	"github.com/kube-cosi/cosi/pkg/driver"
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
+	"github.com/kube-cosi/cosi/pkg/sanity"
+	"github.com/kube-cosi/cosi/pkg/sanity/mutants"
 )
 
 // driverEnv makes the test binary the driver under test (startDriver): the memory driver served by
 // driver.Run at verbosity 5, as cmd/cosi-driver-memory serves it, with the faults in the variable
 // (memory.ParseFault's syntax, separated by ";"). The test stays within the SDK module.
 const driverEnv = "COSI_SANITY_TEST_DRIVER"
+
+// leakEnv, "<field>=<secret>", makes that driver one of mutants.Leaks: it returns the secret for
+// every credential and hides it in the field.
+const leakEnv = "COSI_SANITY_TEST_LEAK"
 
 func TestMain(m *testing.M) {
 	if faults, ok := os.LookupEnv(driverEnv); ok {
@@ -59,8 +68,16 @@ func serveMemory(faultSpecs string) error {
 	}
 	var faults memory.Faults
 	faults.Set(0, injected...)
+	var srv mutants.Server = d
+	if field, secret, ok := strings.Cut(os.Getenv(leakEnv), "="); ok {
+		i := slices.IndexFunc(mutants.Leaks(), func(l mutants.Leak) bool { return l.Field == field })
+		if i < 0 {
+			return fmt.Errorf("%s: no leak %q", leakEnv, field)
+		}
+		srv = mutants.Leaks()[i].New(d, secret)
+	}
 	return driver.Run(driver.Options{
-		Identity: d, Provisioner: d, Logger: log,
+		Identity: srv, Provisioner: srv, Logger: log,
 		Interceptors: []grpc.UnaryServerInterceptor{faults.Interceptor()},
 	})
 }
@@ -84,6 +101,12 @@ func buildSanity(t *testing.T) string {
 // process.
 func startDriver(t *testing.T, faults ...string) (string, string, *exec.Cmd) {
 	t.Helper()
+	return startDriverEnv(t, nil, faults...)
+}
+
+// startDriverEnv is startDriver with more environment for the driver.
+func startDriverEnv(t *testing.T, env []string, faults ...string) (string, string, *exec.Cmd) {
+	t.Helper()
 	dir := t.TempDir()
 	socket := filepath.Join(dir, "driver.sock")
 	logFile := filepath.Join(dir, "driver.log")
@@ -98,6 +121,7 @@ func startDriver(t *testing.T, faults ...string) (string, string, *exec.Cmd) {
 	}
 	cmd := exec.CommandContext(context.Background(), self)
 	cmd.Env = append(os.Environ(), "COSI_ENDPOINT=unix://"+socket, driverEnv+"="+strings.Join(faults, ";"))
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -125,6 +149,31 @@ func TestCLI(t *testing.T) {
 		}
 	})
 
+	t.Run("--list names every case, with what it needs and what is missed without", func(t *testing.T) {
+		out, err := exec.CommandContext(t.Context(), sanityBin, "--list").CombinedOutput()
+		if err != nil {
+			t.Fatalf("cosi-sanity --list: %v\n%s", err, out)
+		}
+		var names []string
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			switch {
+			case !strings.HasPrefix(line, " "):
+				names = append(names, line)
+			case strings.HasPrefix(line, "    needs: "):
+			case strings.HasPrefix(line, "    missed without it: "):
+			default:
+				t.Errorf("unexpected line %q", line)
+			}
+		}
+		var want []string
+		for _, c := range sanity.Cases() {
+			want = append(want, c.Name)
+		}
+		if !slices.Equal(names, want) {
+			t.Errorf("--list names %d cases, want the %d of sanity.Cases:\n%s", len(names), len(want), out)
+		}
+	})
+
 	t.Run("memory driver passes", func(t *testing.T) {
 		endpoint, logFile, driverCmd := startDriver(t)
 		junit := filepath.Join(t.TempDir(), "report.xml")
@@ -135,6 +184,7 @@ func TestCLI(t *testing.T) {
 			"--incompatible-bucket-parameters", "versioning=true",
 			"--access-parameters", "sasExpiry=1h",
 			"--invalid-access-parameters", "sasExpiry=soon",
+			"--incompatible-access-parameters", "sasExpiry=2h",
 		).CombinedOutput()
 		if err != nil {
 			t.Fatalf("cosi-sanity: %v\n%s", err, out)
@@ -213,6 +263,41 @@ func TestCLI(t *testing.T) {
 			t.Errorf("output does not report the failure:\n%s", out)
 		}
 	})
+
+	// The driver hides the secret it returns in its credential IDs (which six rotation cases quoted
+	// through the driver's errors), or in its account IDs (quoted by a case that runs before the
+	// driver first returns the secret): neither the output nor the JUnit report shows it.
+	for _, field := range []string{mutants.LeakCredentialID, mutants.LeakAccountID} {
+		t.Run("no secret in the output or the JUnit report: "+field, func(t *testing.T) {
+			secret := "wJalrXUtnFEMI/K7MDENG+" + strings.ToLower(rand.Text()[:18])
+			endpoint, _, _ := startDriverEnv(t, []string{leakEnv + "=" + field + "=" + secret})
+			junit := filepath.Join(t.TempDir(), "report.xml")
+			out, err := exec.CommandContext(t.Context(), sanityBin,
+				"--endpoint", endpoint, "--junit", junit,
+				"--bucket-parameters", "versioning=false", "--access-parameters", "sasExpiry=1h",
+			).CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+				t.Fatalf("cosi-sanity against a driver that hides its secret in its %s: %v, want exit code 1\n%s",
+					field, err, out)
+			}
+			report, err := os.ReadFile(junit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for what, b := range map[string][]byte{"the output": out, "the JUnit report": report} {
+				for i := 0; i+12 <= len(secret); i++ {
+					if bytes.Contains(b, []byte(secret[i:i+12])) {
+						t.Fatalf("%s holds %q of the secret %q:\n%s", what, secret[i:i+12], secret, b)
+					}
+				}
+				if !bytes.Contains(b, []byte(sanity.Redacted)) {
+					t.Errorf("%s shows no %s: no case quoted the %s, the check tested nothing:\n%s",
+						what, sanity.Redacted, field, b)
+				}
+			}
+		})
+	}
 
 	t.Run("no driver exits with code 2", func(t *testing.T) {
 		cmd := exec.CommandContext(t.Context(), sanityBin,

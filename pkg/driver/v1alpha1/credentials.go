@@ -30,6 +30,20 @@ const (
 	S3AccessSecretKeyAlias = "secretAccessKey"
 )
 
+// NonSecretKeys lists, for each credentials key (CredentialsS3, CredentialsAzure, CredentialsGCS),
+// the keys of its secrets map whose values the adapter maps to fields that are not secret (not
+// marked cosi_secret): key IDs, endpoint, region, expiry, the GCS service account's identity and
+// project. Every other value of a v1alpha1 secrets map, under any key, is secret: cosi-sanity
+// redacts it from everything it reports, as it does v1alpha2's cosi_secret fields.
+func NonSecretKeys() map[string][]string {
+	return map[string][]string{
+		CredentialsS3:    {S3AccessKeyID, S3AccessKeyIDAlias, S3Endpoint, S3Region},
+		CredentialsAzure: {AzureExpiry},
+		CredentialsGCS: {GCSServiceAccountName, GCSClientEmail, GCSClientID, GCSPrivateKeyID, GCSHMACAccessID,
+			GCSProjectID},
+	}
+}
+
 // s3Field is one value of an S3 answer: the keys it is read from, the upstream sidecar's first.
 type s3Field struct{ keys []string }
 

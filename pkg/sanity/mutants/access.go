@@ -43,6 +43,13 @@ func accessMutants() []Mutant {
 			New: plain(func(d *memory.Driver) Server { return &repeatReturnsOld{Driver: d} }),
 		},
 		{
+			Name: "grant-repeat-ignores-parameters", MustCatch: true,
+			Bug: "a repeated DriverGrantBucketAccess with other access parameters returns the existing account, " +
+				"as if the request were the same (the parameters are not compared)",
+			Case: caseGrantOtherParams, Says: "returned OK",
+			New: plain(func(d *memory.Driver) Server { return &repeatIgnoresParameters{Driver: d} }),
+		},
+		{
 			Name: "grant-new-account-per-call", MustCatch: true,
 			Bug:  "every DriverGrantBucketAccess creates a new backend user (random user names)",
 			Case: caseGrantOneAccount, Says: "want exactly one more",
@@ -783,4 +790,26 @@ func (d partialRevoke) DriverRevokeBucketAccess(
 ) (*cosiproto.DriverRevokeBucketAccessResponse, error) {
 	d.revoked.add(req.GetAccountId())
 	return &cosiproto.DriverRevokeBucketAccessResponse{}, nil
+}
+
+// repeatIgnoresParameters compares a repeated grant with the account's first without its
+// parameters.
+type repeatIgnoresParameters struct {
+	*memory.Driver
+	cache requestCache
+}
+
+func (d *repeatIgnoresParameters) DriverGrantBucketAccess(
+	ctx context.Context, req *cosiproto.DriverGrantBucketAccessRequest,
+) (*cosiproto.DriverGrantBucketAccessResponse, error) {
+	if first, _ := d.cache.get(req.GetAccountId()); first != nil && d.Backend().AccountBuckets(req.GetAccountId()) != nil {
+		r := clone(req)
+		r.Parameters = first.GetParameters() // the bug: the parameters are not compared
+		req = r
+	}
+	resp, err := d.Driver.DriverGrantBucketAccess(ctx, req)
+	if err == nil {
+		d.cache.remember(req, resp.GetCredentials())
+	}
+	return resp, err
 }

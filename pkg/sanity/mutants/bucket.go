@@ -111,6 +111,20 @@ func bucketMutants() []Mutant {
 			New: plain(func(d *memory.Driver) Server { return getWithoutLookup{d} }),
 		},
 		{
+			Name: "get-ignores-protocols", MustCatch: true,
+			Bug: "DriverGetBucket answers with the bucket's info whatever protocols were requested, so an " +
+				"S3 bucket imported for Azure is answered OK without Azure info",
+			Case: caseGetProtocols, Says: "answered OK",
+			New: plain(func(d *memory.Driver) Server { return getIgnoresProtocols{d} }),
+		},
+		{
+			Name: "get-every-protocol", MustCatch: true,
+			Bug: "DriverGetBucket answers with info for every protocol the driver has, not the protocols of " +
+				"the bucket (the backend's protocols taken for the bucket's)",
+			Case: caseGetProtocols, Says: "does not support",
+			New: plain(func(d *memory.Driver) Server { return getEveryProtocol{d} }),
+		},
+		{
 			Name: "delete-missing-not-found", MustCatch: true,
 			Bug:  "DriverDeleteBucket returns NotFound for a bucket that is already gone",
 			Case: caseDeleteUnknown, Says: "unexpected error NotFound",
@@ -387,4 +401,42 @@ func (d getWithoutLookup) DriverGetBucket(
 		}}, nil
 	}
 	return resp, err
+}
+
+// getIgnoresProtocols looks the bucket up by ID alone.
+type getIgnoresProtocols struct{ *memory.Driver }
+
+func (d getIgnoresProtocols) DriverGetBucket(
+	ctx context.Context, req *cosiproto.DriverGetBucketRequest,
+) (*cosiproto.DriverGetBucketResponse, error) {
+	return d.Driver.DriverGetBucket(ctx, &cosiproto.DriverGetBucketRequest{
+		BucketId: req.GetBucketId(), Parameters: req.GetParameters(),
+	})
+}
+
+// getEveryProtocol fills in info for each protocol the driver advertises that the bucket lacks.
+type getEveryProtocol struct{ *memory.Driver }
+
+func (d getEveryProtocol) DriverGetBucket(
+	ctx context.Context, req *cosiproto.DriverGetBucketRequest,
+) (*cosiproto.DriverGetBucketResponse, error) {
+	resp, err := d.Driver.DriverGetBucket(ctx, &cosiproto.DriverGetBucketRequest{
+		BucketId: req.GetBucketId(), Parameters: req.GetParameters(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	info, _ := d.DriverGetInfo(ctx, &cosiproto.DriverGetInfoRequest{})
+	b, id := resp.GetProtocols(), req.GetBucketId()
+	for _, p := range info.GetSupportedProtocols() {
+		switch {
+		case p == cosiproto.ObjectProtocol_S3 && b.GetS3() == nil:
+			b.S3 = &cosiproto.S3BucketInfo{BucketName: id, Endpoint: "https://s3.memory.invalid", Region: "memory-1"}
+		case p == cosiproto.ObjectProtocol_AZURE && b.GetAzure() == nil:
+			b.Azure = &cosiproto.AzureBucketInfo{StorageAccount: "memory"}
+		case p == cosiproto.ObjectProtocol_GCS && b.GetGcs() == nil:
+			b.Gcs = &cosiproto.GcsBucketInfo{ProjectId: "memory", BucketName: id}
+		}
+	}
+	return resp, nil
 }

@@ -82,6 +82,7 @@ const (
 	caseCreateProtocol     = "DriverCreateBucket/rejects a protocol the driver does not advertise with InvalidArgument"
 	caseGetNotFound        = "DriverGetBucket/returns NotFound for a missing bucket"
 	caseGetIncompatible    = "DriverGetBucket/returns AlreadyExists for a bucket incompatible with the parameters"
+	caseGetProtocols       = "DriverGetBucket/answers for the requested protocols, and only the bucket's"
 	caseDeleteGone         = "DriverDeleteBucket/deletes the bucket so that DriverGetBucket no longer finds it"
 	caseDeleteInBackend    = "DriverDeleteBucket/deletes the bucket in the backend"
 	caseDeleteUnknown      = "DriverDeleteBucket/returns OK for an unknown bucket_id"
@@ -97,9 +98,11 @@ const (
 	caseRevokeEveryBucket = "DriverRevokeBucketAccess/revokes every bucket of a multi-bucket access"
 	caseGrantComplete     = "DriverGrantBucketAccess/returns complete credentials and bucket info " +
 		"for each advertised protocol"
-	caseGrantIdempotent    = "DriverGrantBucketAccess/is idempotent for the same account_id"
-	caseGrantOneAccount    = "DriverGrantBucketAccess/creates one backend account however often it is called"
-	caseGrantOtherModes    = "DriverGrantBucketAccess/returns AlreadyExists for a repeat grant with other access modes"
+	caseGrantIdempotent  = "DriverGrantBucketAccess/is idempotent for the same account_id"
+	caseGrantOneAccount  = "DriverGrantBucketAccess/creates one backend account however often it is called"
+	caseGrantOtherModes  = "DriverGrantBucketAccess/returns AlreadyExists for a repeat grant with other access modes"
+	caseGrantOtherParams = "DriverGrantBucketAccess/returns AlreadyExists for a repeat grant with other access " +
+		"parameters"
 	caseGrantEnforces      = "DriverGrantBucketAccess/enforces each granted access mode"
 	caseGrantMulti         = "DriverGrantBucketAccess/gives multiple buckets one credential, or returns OutOfRange"
 	caseGrantPerBucket     = "DriverGrantBucketAccess/gives each bucket of a multi-bucket grant its own access modes"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kube-cosi/cosi/pkg/driver/memory"
@@ -15,6 +16,10 @@ const (
 		"the old one keeps working"
 	caseRotateIdempotent = "DriverRotateBucketAccessCredentials/is idempotent for the same credential_id"
 	caseRetireWorks      = "DriverRetireBucketAccessCredentials/refuses the retired credential and keeps the new one"
+	caseRetireOnly       = "DriverRetireBucketAccessCredentials/refuses the account's only credential " +
+		"with FailedPrecondition"
+	caseRotateUnknownCredential = "DriverRotateBucketAccessCredentials/returns NotFound for a credential " +
+		"the account does not have"
 )
 
 func rotationMutants() []Mutant {
@@ -30,6 +35,20 @@ func rotationMutants() []Mutant {
 			Bug:  "DriverRotateBucketAccessCredentials revokes the old key at once (no grace for running Pods)",
 			Case: caseRotateWorks, Says: "stopped working before it was retired",
 			New: plain(func(d *memory.Driver) Server { return rotateRevokesOld{d} }),
+		},
+		{
+			Name: "retire-only-key", MustCatch: true,
+			Bug: "DriverRetireBucketAccessCredentials of the account's only key deletes it and answers OK, " +
+				"leaving an account no credential opens",
+			Case: caseRetireOnly, Says: "returned OK",
+			New: plain(func(d *memory.Driver) Server { return retireOnlyKey{d} }),
+		},
+		{
+			Name: "rotate-unknown-credential", MustCatch: true,
+			Bug: "DriverRotateBucketAccessCredentials with a credential_id the account does not have rotates " +
+				"the account's current key instead of answering NotFound",
+			Case: caseRotateUnknownCredential, Says: "returned OK",
+			New: plain(func(d *memory.Driver) Server { return &rotateAnyCredential{Driver: d, current: map[string]string{}} }),
 		},
 		{
 			Name: "rotate-twice-two-keys", MustCatch: true,
@@ -83,6 +102,61 @@ func (d *rotateTwiceTwoKeys) DriverRotateBucketAccessCredentials(
 	resp, err := d.Driver.DriverRotateBucketAccessCredentials(ctx, req)
 	if err == nil {
 		d.issued[key] = resp.GetCredentialId()
+	}
+	return resp, err
+}
+
+// retireOnlyKey retires the only key by revoking the account it belongs to.
+type retireOnlyKey struct{ *memory.Driver }
+
+func (d retireOnlyKey) DriverRetireBucketAccessCredentials(
+	ctx context.Context, req *cosiproto.DriverRetireBucketAccessCredentialsRequest,
+) (*cosiproto.DriverRetireBucketAccessCredentialsResponse, error) {
+	resp, err := d.Driver.DriverRetireBucketAccessCredentials(ctx, req)
+	if isCode(err, codes.FailedPrecondition) { // the bug: the only key goes all the same
+		if _, err := d.Driver.DriverRevokeBucketAccess(ctx, &cosiproto.DriverRevokeBucketAccessRequest{
+			AccountId: req.GetAccountId(),
+		}); err != nil {
+			return nil, err
+		}
+		return &cosiproto.DriverRetireBucketAccessCredentialsResponse{}, nil
+	}
+	return resp, err
+}
+
+// rotateAnyCredential rotates from the account's current key when credential_id names none of its
+// keys.
+type rotateAnyCredential struct {
+	*memory.Driver
+	mu      sync.Mutex
+	current map[string]string // account ID -> credential ID of its last grant or rotation
+}
+
+func (d *rotateAnyCredential) DriverGrantBucketAccess(
+	ctx context.Context, req *cosiproto.DriverGrantBucketAccessRequest,
+) (*cosiproto.DriverGrantBucketAccessResponse, error) {
+	resp, err := d.Driver.DriverGrantBucketAccess(ctx, req)
+	if err == nil {
+		d.mu.Lock()
+		d.current[req.GetAccountId()] = resp.GetCredentialId()
+		d.mu.Unlock()
+	}
+	return resp, err
+}
+
+func (d *rotateAnyCredential) DriverRotateBucketAccessCredentials(
+	ctx context.Context, req *cosiproto.DriverRotateBucketAccessCredentialsRequest,
+) (*cosiproto.DriverRotateBucketAccessCredentialsResponse, error) {
+	resp, err := d.Driver.DriverRotateBucketAccessCredentials(ctx, req)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if current, ok := d.current[req.GetAccountId()]; ok && isCode(err, codes.NotFound) {
+		r := clone(req)
+		r.CredentialId = current // the bug: any credential_id rotates the current key
+		resp, err = d.Driver.DriverRotateBucketAccessCredentials(ctx, r)
+	}
+	if err == nil {
+		d.current[req.GetAccountId()] = resp.GetCredentialId()
 	}
 	return resp, err
 }
