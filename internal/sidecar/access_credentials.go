@@ -12,6 +12,7 @@ import (
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/pkg/driver"
+	"github.com/kube-cosi/cosi/pkg/driver/driverclient"
 	"github.com/kube-cosi/cosi/pkg/driver/v1alpha1"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
@@ -89,7 +90,10 @@ func (r *BucketAccessReconciler) askCredentials(
 		callCtx = v1alpha1.WithNoCredentialsHeld(ctx)
 	}
 	resp, err = r.Driver.DriverGrantBucketAccess(callCtx, grantReq)
-	r.Grants.outcomes.ended(uid, err)
+	if r.Driver.Protocol() == driverclient.ProtocolV1alpha1 {
+		// Only a v1alpha1 driver names accounts itself (access_driveraccounts.go).
+		r.Grants.outcomes.ended(uid, err)
+	}
 	if err != nil {
 		return nil, nil, driverFailed("DriverGrantBucketAccess", err)
 	}
