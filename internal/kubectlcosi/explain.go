@@ -141,6 +141,20 @@ var Explanations = map[string]Explanation{
 		Who:     WhoDriverOwner,
 		Action:  "fix the backend (a bucket that is not empty, missing rights); the sidecar retries until it succeeds",
 	},
+	cosiapi.EventBucketNotDeleted: {
+		Meaning: "the Bucket went with the Delete policy, but its backend bucket was not deleted: the driver had " +
+			"answered its creation ALREADY_EXISTS, so this Bucket did not create it and it may be someone else's",
+		Who: WhoAdmin,
+		Action: "check the bucket in the backend: delete it there if it is a leftover of this claim, keep it if it " +
+			"is someone else's",
+	},
+	cosiapi.EventDriverAccountMayHaveLeaked: {
+		Meaning: "a COSI v1alpha1 driver that names its accounts itself may have made an account for this access " +
+			"whose answer never reached the sidecar; COSI cannot revoke it",
+		Who: WhoAdmin,
+		Action: "look in the store for an account of the buckets the message names, made since the time it names, " +
+			"that it does not list, and remove it (docs/v1alpha1-drivers.md)",
+	},
 	cosiapi.EventWaitingForBucket: {
 		Meaning: "access cannot be granted yet because a bucket is not provisioned",
 		Who:     WhoNobody,
