@@ -12,7 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
-	v1 "sigs.k8s.io/container-object-storage-interface/proto"
+	"google.golang.org/protobuf/proto"
 
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
@@ -61,8 +61,10 @@ func (j *Journal) Interceptor() grpc.UnaryServerInterceptor {
 			Took:    time.Since(start),
 		}
 		e.Credential, e.Issued = credentialIDs(req, resp)
-		if r, ok := resp.(*v1.DriverGrantBucketAccessResponse); ok && r.GetAccountId() != e.Subject {
-			e.Account = r.GetAccountId()
+		if m, ok := resp.(proto.Message); ok && m.ProtoReflect().Descriptor().Name() == "DriverGrantBucketAccessResponse" {
+			if id := v1alpha1Field(m, "account_id"); id != "" && id != e.Subject {
+				e.Account = id
+			}
 		}
 		if msg := status.Convert(err).Message(); err != nil && strings.HasPrefix(msg, injectedPrefix) {
 			e.Injected, e.Acted = true, strings.HasSuffix(msg, injectedAfterSuffix)

@@ -5,7 +5,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	v1 "sigs.k8s.io/container-object-storage-interface/proto"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
@@ -136,14 +137,32 @@ func Subject(req any) string {
 		return r.GetAccountId()
 	case *cosiproto.DriverRetireBucketAccessCredentialsRequest:
 		return r.GetAccountId()
-	case *v1.DriverCreateBucketRequest:
-		return r.GetName()
-	case *v1.DriverDeleteBucketRequest:
-		return r.GetBucketId()
-	case *v1.DriverGrantBucketAccessRequest:
-		return r.GetName()
-	case *v1.DriverRevokeBucketAccessRequest:
-		return r.GetAccountId()
+	}
+	// The cosi.v1alpha1 requests (a fault proxy in front of a v1alpha1 driver), read by reflection:
+	// this package serves the v1alpha2 protocol, and the drivers built on it must not link the
+	// v1alpha1 module (test/imports).
+	field := map[protoreflect.Name]protoreflect.Name{
+		"DriverCreateBucketRequest":       "name",
+		"DriverDeleteBucketRequest":       "bucket_id",
+		"DriverGrantBucketAccessRequest":  "name",
+		"DriverRevokeBucketAccessRequest": "account_id",
+	}
+	if m, ok := req.(proto.Message); ok {
+		return v1alpha1Field(m, field[m.ProtoReflect().Descriptor().Name()])
 	}
 	return ""
+}
+
+// v1alpha1Field is the string field name of m when m is a cosi.v1alpha1 message, else "".
+func v1alpha1Field(m proto.Message, name protoreflect.Name) string {
+	r := m.ProtoReflect()
+	d := r.Descriptor()
+	if name == "" || d.ParentFile().Package() != "cosi.v1alpha1" {
+		return ""
+	}
+	f := d.Fields().ByName(name)
+	if f == nil || f.Kind() != protoreflect.StringKind {
+		return ""
+	}
+	return r.Get(f).String()
 }
