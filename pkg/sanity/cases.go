@@ -286,6 +286,44 @@ var cases = []Case{
 			t.Errorf("bucket %q still exists in the backend after DriverDeleteBucket returned OK", id)
 		}
 	}},
+	{"DriverDeleteBucket/deletes a bucket holding objects with them, or refuses with FailedPrecondition",
+		func(t *T) {
+			t.needProbe("BucketExists", "Put")
+			p := t.protocols()[0]
+			id, _ := t.createBucket(p)
+			g, account, resp, err := t.widestGrant(p, id)
+			t.ok(err, "grant")
+			const key = "cosi-sanity-object"
+			if !t.put(AccessCheck{Protocol: p, Credentials: resp.GetCredentials(), BucketID: id,
+				BucketInfo: bucketInfoFor(resp, id)}, key) {
+				t.Fatalf("a grant with object data read-write could not write an object into bucket %q", id)
+			}
+			t.revokeNow(g, account)
+			_, err = t.s.prov.DriverDeleteBucket(
+				t.ctx,
+				&cosiproto.DriverDeleteBucketRequest{BucketId: id, Parameters: t.s.cfg.BucketParameters},
+			)
+			switch status.Code(err) {
+			case codes.OK:
+				if t.bucketExists(id) {
+					t.Fatalf("DriverDeleteBucket of bucket %q, which holds an object, returned OK, but the bucket is "+
+						"still in the backend: delete it with its objects, or refuse with FailedPrecondition", id)
+				}
+			case codes.FailedPrecondition:
+				if !t.bucketExists(id) {
+					t.Fatalf("DriverDeleteBucket of bucket %q returned FailedPrecondition, but the bucket is gone: "+
+						"a refusal must delete nothing", id)
+				}
+				if objects, ok := t.objects(id); ok && !slices.Contains(objects, key) {
+					t.Fatalf("DriverDeleteBucket of bucket %q returned FailedPrecondition, but its object %q is gone: "+
+						"a refusal must delete nothing", id, key)
+				}
+			default:
+				t.Fatalf("DriverDeleteBucket of bucket %q, which holds an object, returned %v (%s); want OK (the "+
+					"bucket and its objects deleted) or FailedPrecondition (nothing deleted)",
+					id, status.Code(err), status.Convert(err).Message())
+			}
+		}},
 	{"DriverDeleteBucket/returns OK when deleting twice", func(t *T) {
 		id, _ := t.createBucket()
 		for i := range 2 {

@@ -37,7 +37,7 @@ func TestExtraCases(t *testing.T) {
 		sanity.NewCase("Vendor/skips", func(t *sanity.T) { t.Skipf("vendor skip %d", 2) }),
 	}
 	results := run(t, sanity.Config{Endpoint: endpoint, ExtraCases: extra})
-	if len(results) != len(sanity.Cases())+len(extra) {
+	if len(results) != len(sanity.Cases())+len(sanity.Properties())+len(extra) {
 		t.Errorf("%d results for %d cases and %d extra cases", len(results), len(sanity.Cases()), len(extra))
 	}
 	for name, want := range map[string]sanity.Result{

@@ -76,13 +76,12 @@ func (t *T) createBucket(protocols ...cosiproto.ObjectProtocol_Type) (string, *c
 	return id, resp
 }
 
+// deleteBucket is the cleanup of a bucket the case created: a failure is the cleanup's
+// (CleanupProperty), not the case's. A driver that refuses to delete a bucket holding objects
+// (FailedPrecondition) gets it emptied through the probe first (Probe.Empty).
 func (t *T) deleteBucket(id string) {
-	_, err := t.s.prov.DriverDeleteBucket(
-		t.ctx,
-		&cosiproto.DriverDeleteBucketRequest{BucketId: id, Parameters: t.s.cfg.BucketParameters},
-	)
-	if err != nil {
-		t.Errorf("cleanup: DriverDeleteBucket %q: %v", id, err)
+	if err := t.s.deleteBucket(t.ctx, id); err != nil {
+		t.s.cleanupFail(t.caseName, "%v", err)
 	}
 }
 
@@ -151,7 +150,8 @@ func (t *T) grantAs(g grant, accountName string) (string, *cosiproto.DriverGrant
 	}
 	t.Cleanup(func() {
 		if _, err := t.s.prov.DriverRevokeBucketAccess(t.ctx, g.revokeRequest(id)); err != nil {
-			t.Errorf("cleanup: DriverRevokeBucketAccess %q: %v", id, err)
+			st := status.Convert(err)
+			t.s.cleanupFail(t.caseName, "DriverRevokeBucketAccess %q: %v: %s", id, st.Code(), st.Message())
 		}
 	})
 	return id, resp, nil
@@ -264,6 +264,7 @@ func (t *T) needProbe(names ...string) {
 	has := map[string]bool{
 		"BucketExists": p.BucketExists != nil, "Accounts": p.Accounts != nil,
 		"Allowed": p.Allowed != nil, "AccountOf": p.AccountOf != nil,
+		"Put": p.Put != nil, "Objects": p.Objects != nil, "Empty": p.Empty != nil,
 	}
 	for _, n := range names {
 		if !has[n] {
@@ -283,6 +284,32 @@ func (t *T) withUnknownKey(params map[string]string, declared []string) map[stri
 		out[k] = v
 	}
 	return out
+}
+
+// put writes an object into a bucket with the credentials, through the probe (Probe.Put), and
+// reports whether the backend allowed it; it skips the case without Probe.Put.
+func (t *T) put(check AccessCheck, key string) bool {
+	if t.s.cfg.Probe.Put == nil {
+		t.Skipf("needs a backend probe (Probe.Put) to write an object")
+	}
+	check.Category, check.Write = ObjectData, true
+	ok, err := t.s.cfg.Probe.Put(t.ctx, check, key)
+	if err != nil {
+		t.Fatalf("probe: writing object %q into bucket %q: %v", key, check.BucketID, err)
+	}
+	return ok
+}
+
+// objects lists a bucket's objects through the probe (Probe.Objects); ok is false without it.
+func (t *T) objects(id string) (objects []string, ok bool) {
+	if t.s.cfg.Probe.Objects == nil {
+		return nil, false
+	}
+	objects, err := t.s.cfg.Probe.Objects(t.ctx, id)
+	if err != nil {
+		t.Fatalf("probe: the objects of bucket %q: %v", id, err)
+	}
+	return objects, true
 }
 
 func (t *T) bucketExists(id string) bool {

@@ -6,6 +6,8 @@ const (
 	NeedProbeAccounts       = "Probe.Accounts"
 	NeedProbeAllowed        = "Probe.Allowed"
 	NeedProbeAccountOf      = "Probe.AccountOf (optional)"
+	NeedProbePut            = "Probe.Put"
+	NeedProbeObjects        = "Probe.Objects (optional)"
 	NeedInvalidBucketParams = "InvalidBucketParameters"
 	NeedIncompatibleParams  = "IncompatibleBucketParameters"
 	NeedInvalidAccessParams = "InvalidAccessParameters"
@@ -43,6 +45,9 @@ var caseNeeds = map[string]need{
 		[]string{NeedIncompatibleParams}, "a bucket imported whatever the parameters say"},
 	"DriverDeleteBucket/deletes the bucket in the backend": {
 		[]string{NeedProbeBucketExists}, "a driver that forgets the bucket but leaves it in the backend"},
+	"DriverDeleteBucket/deletes a bucket holding objects with them, or refuses with FailedPrecondition": {
+		[]string{NeedProbeBucketExists, NeedProbePut, NeedProbeObjects},
+		"a driver that answers OK and keeps a bucket holding objects, or that deletes some of them and refuses"},
 	"DriverGenerateBucketAccessId/creates no account in the backend": {
 		[]string{NeedProbeAccounts}, "an account created in phase 1, which leaks"},
 	"DriverGrantBucketAccess/is idempotent for the same account_id": {

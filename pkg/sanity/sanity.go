@@ -70,6 +70,21 @@ type Config struct {
 	// no credential reaches the logs. Run the driver at its highest verbosity. Optional.
 	DriverLogs func() ([]byte, error)
 
+	// Settle is how long an effect of a driver call may take to show in the backend (a grant
+	// opening a bucket, a revoke or retirement closing it, a deleted bucket gone), for stores that
+	// apply changes eventually: each check of an effect asks the probe again until it sees the
+	// effect, for at most this long, and the suite reports how long effects took
+	// (SettleReport). Zero means at once: a driver must not return before what it did is in
+	// effect (docs/writing-a-driver.md, "Eventually consistent stores").
+	Settle time.Duration
+	// Seed chooses the random operations of the generated sequences (SequenceCases); zero means
+	// one chosen at random. Each sequence's result names its seed: run again with it to replay the
+	// sequence.
+	Seed uint64
+	// Sequences is how many generated sequences of operations to run, each of SequenceSteps
+	// operations; zero means DefaultSequences, and a negative number none.
+	Sequences int
+
 	// ExtraCases are the vendor's own cases (NewCase), run after the suite's against a v1alpha2
 	// driver, through the same error-scheme and secret checks, and selected by Run like them.
 	// Their names must differ from the suite's. Optional.
@@ -138,6 +153,20 @@ type Probe struct {
 	// AccountOf reports which backend account (as Accounts names it) the credentials authenticate
 	// as, or "" when they authenticate as none (never issued, deleted or revoked).
 	AccountOf func(ctx context.Context, creds *cosiproto.CredentialInfo) (string, error)
+
+	// Put writes an object named key into the check's bucket with the check's credentials (or as
+	// its ServiceAccount), as a workload would, and leaves it there; it reports whether the
+	// backend allowed it (Allowed's rules). The suite writes the object that makes a bucket
+	// non-empty with it, and the markers of the buckets it keeps through the run.
+	Put func(ctx context.Context, check AccessCheck, key string) (bool, error)
+	// Objects lists the names of the objects in the bucket, as the backend's administrator (up to
+	// a thousand: the suite's buckets hold a few). A missing bucket is an empty list.
+	Objects func(ctx context.Context, bucketID string) ([]string, error)
+	// Empty deletes every object of the bucket as the administrator (every version, and
+	// unfinished uploads), so that the suite can delete the buckets it made non-empty from a
+	// driver that refuses to delete a bucket holding objects (FailedPrecondition). A missing
+	// bucket is no error.
+	Empty func(ctx context.Context, bucketID string) error
 }
 
 // Status is the outcome of a case.
@@ -184,6 +213,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		return nil, err
 	}
 	defer s.conn.Close()
+	s.startStore(ctx)
 	var results []Result
 	for _, c := range s.runnable() {
 		if cfg.Run != nil && !cfg.Run.MatchString(c.Name) {
@@ -191,6 +221,8 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 		results = append(results, s.runCase(ctx, c))
 	}
+	s.stopStore(ctx)
+	results = append(results, s.storeResults()...)
 	// Redacted once all cases ran, with every secret of the run: the driver may return as a
 	// secret a value it put in an earlier case's ID or error.
 	for i := range results {
@@ -207,20 +239,25 @@ func Test(t *testing.T, cfg Config) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.conn.Close() })
+	s.startStore(t.Context())
+	report := func(t *testing.T, r Result) {
+		r.Message = s.red.redact(r.Message)
+		switch r.Status {
+		case Failed:
+			t.Error(r.Message)
+		case Skipped:
+			t.Skip(r.Message)
+		}
+	}
 	for _, c := range s.runnable() {
 		if cfg.Run != nil && !cfg.Run.MatchString(c.Name) {
 			continue
 		}
-		t.Run(c.Name, func(t *testing.T) {
-			r := s.runCase(t.Context(), c)
-			r.Message = s.red.redact(r.Message)
-			switch r.Status {
-			case Failed:
-				t.Error(r.Message)
-			case Skipped:
-				t.Skip(r.Message)
-			}
-		})
+		t.Run(c.Name, func(t *testing.T) { report(t, s.runCase(t.Context(), c)) })
+	}
+	s.stopStore(t.Context())
+	for _, r := range s.storeResults() {
+		t.Run(r.Name, func(t *testing.T) { report(t, r) })
 	}
 }
 
@@ -239,6 +276,16 @@ type suite struct {
 	secrets    []string // every secret value the driver returned during the run
 	// red redacts those secrets from every Result's message (Redacted).
 	red *redactor
+
+	// The store properties (store.go): the ledger of what the driver's answers say the backend
+	// holds (nil for a v1alpha1 driver), the case running, and what broke.
+	ledger             *ledger
+	current            string
+	propertyViolations []propertyViolation
+	cleanupFailures    []string
+	baseline, reported map[string]bool // backend accounts there before the run; accounts reported
+	keep               *keeper         // the bucket and grant the suite keeps through the run
+	effects            []time.Duration // how long each effect checked took to show (Settle)
 }
 
 func newSuite(ctx context.Context, cfg Config) (*suite, error) {
@@ -326,6 +373,9 @@ func (s *suite) intercept(
 		}
 		return err
 	}
+	if s.ledger != nil {
+		s.record(req, reply)
+	}
 	if m, ok := reply.(proto.Message); ok {
 		secrets, open := replyStrings(m.ProtoReflect())
 		s.secrets = append(s.secrets, secrets...)
@@ -344,8 +394,9 @@ func (s *suite) intercept(
 func (s *suite) runCase(ctx context.Context, c Case) Result {
 	s.mu.Lock()
 	s.violations = nil
+	s.current = c.Name
 	s.mu.Unlock()
-	t := &T{ctx: ctx, s: s}
+	t := &T{ctx: ctx, s: s, caseName: c.Name}
 	start := time.Now()
 	done := make(chan struct{})
 	go func() {
@@ -359,6 +410,7 @@ func (s *suite) runCase(ctx context.Context, c Case) Result {
 		c.run(t)
 	}()
 	<-done
+	s.checkStore(ctx, c.Name)
 
 	s.mu.Lock()
 	for _, v := range s.violations {
@@ -379,6 +431,7 @@ func (s *suite) runCase(ctx context.Context, c Case) Result {
 type T struct {
 	ctx        context.Context
 	s          *suite
+	caseName   string
 	failures   []string
 	skipReason string
 	cleanups   []func()

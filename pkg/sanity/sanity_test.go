@@ -106,6 +106,17 @@ func memoryConfig(endpoint string, d *memory.Driver, logs *logBuffer) sanity.Con
 			AccountOf: func(_ context.Context, creds *cosiproto.CredentialInfo) (string, error) {
 				return b.AccountOf(creds), nil
 			},
+			Put: func(_ context.Context, c sanity.AccessCheck, key string) (bool, error) {
+				if sa := c.ServiceAccount; sa != nil {
+					return b.PutServiceAccount(sa.GetNamespace(), sa.GetName(), c.BucketID, key), nil
+				}
+				return b.Put(c.Credentials, c.BucketID, key), nil
+			},
+			Objects: func(_ context.Context, id string) ([]string, error) { return b.Objects(id), nil },
+			Empty: func(_ context.Context, id string) error {
+				b.Empty(id)
+				return nil
+			},
 		},
 	}
 }
@@ -177,8 +188,8 @@ func TestMemoryDriverPassesEveryCase(t *testing.T) {
 			d := newMemory(t, tc.cfg)
 			results := run(t, memoryConfig(serve(t, d, logs.logger()), d, &logs))
 
-			if len(results) != len(sanity.Cases()) {
-				t.Errorf("%d results for %d cases", len(results), len(sanity.Cases()))
+			if want := len(sanity.Cases()) + len(sanity.Properties()); len(results) != want {
+				t.Errorf("%d results for %d cases and properties", len(results), want)
 			}
 			if failed := failedOrSkipped(results, sanity.Failed); len(failed) > 0 {
 				t.Errorf("failed cases:\n%s", strings.Join(failed, "\n"))

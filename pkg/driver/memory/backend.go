@@ -111,6 +111,62 @@ func (b Backend) AllowedServiceAccount(namespace, name, bucketID string, categor
 	return false
 }
 
+// Put writes an object named key into the bucket with creds, as a workload would, when they
+// allow writing its object data, and reports whether they did. The object holds nothing: the
+// driver keeps names only.
+func (b Backend) Put(creds *cosiproto.CredentialInfo, bucketID, key string) bool {
+	b.d.mu.Lock()
+	defer b.d.mu.Unlock()
+	_, acct, k := b.accountOf(creds)
+	if acct == nil || acct.keyExpired(k, time.Now()) || !b.allows(acct, bucketID, ObjectData, true) {
+		return false
+	}
+	b.putLocked(bucketID, key)
+	return true
+}
+
+// PutServiceAccount is Put for a workload that runs as the Kubernetes ServiceAccount
+// namespace/name.
+func (b Backend) PutServiceAccount(namespace, name, bucketID, key string) bool {
+	b.d.mu.Lock()
+	defer b.d.mu.Unlock()
+	for _, acct := range b.d.state.Accounts {
+		if acct.AuthenticationType == cosiproto.AuthenticationType_SERVICE_ACCOUNT &&
+			acct.ServiceAccount == namespace+"/"+name && b.allows(acct, bucketID, ObjectData, true) {
+			b.putLocked(bucketID, key)
+			return true
+		}
+	}
+	return false
+}
+
+func (b Backend) putLocked(bucketID, key string) {
+	bk := b.d.state.Buckets[bucketID]
+	if !slices.Contains(bk.Objects, key) {
+		bk.Objects = append(bk.Objects, key)
+		slices.Sort(bk.Objects)
+	}
+}
+
+// Objects returns the names of the bucket's objects, sorted; nil for a missing bucket.
+func (b Backend) Objects(bucketID string) []string {
+	b.d.mu.Lock()
+	defer b.d.mu.Unlock()
+	if bk, ok := b.d.state.Buckets[bucketID]; ok {
+		return slices.Clone(bk.Objects)
+	}
+	return nil
+}
+
+// Empty deletes every object of the bucket, as the backend's administrator would.
+func (b Backend) Empty(bucketID string) {
+	b.d.mu.Lock()
+	defer b.d.mu.Unlock()
+	if bk, ok := b.d.state.Buckets[bucketID]; ok {
+		bk.Objects = nil
+	}
+}
+
 // AccountOf returns the ID of the account that creds authenticate as, or "" when they
 // authenticate as none (never issued, or revoked).
 func (b Backend) AccountOf(creds *cosiproto.CredentialInfo) string {

@@ -30,6 +30,10 @@ func newState() state {
 type bucket struct {
 	Protocols  []cosiproto.ObjectProtocol_Type `json:"protocols"`
 	Parameters map[string]string               `json:"parameters,omitempty"`
+	// Objects are the names of the objects written into the bucket (Backend.Put): the driver
+	// stores no data, only enough for a test to see a bucket that holds objects. Deleting the
+	// bucket deletes them with it.
+	Objects []string `json:"objects,omitempty"`
 }
 
 func (b *bucket) equal(o *bucket) bool {
