@@ -30,8 +30,8 @@ import (
 const (
 	StoreCredentialsProperty = "Store/live grants keep working; revoked and retired credentials open nothing; " +
 		"no account outlives its grants"
-	StoreBucketsProperty     = "Store/buckets stay, with their objects, until the driver is asked to delete them"
-	CleanupProperty          = "Store/each case's buckets and accesses are removed when it ends"
+	StoreBucketsProperty = "Store/buckets stay, with their objects, until the driver is asked to delete them"
+	CleanupProperty      = "Store/each case's buckets and accesses are removed when it ends"
 	// SettleResult reports, with Config.Settle, how long the effects the suite checked took to
 	// show in the backend (passed, with the figures as its message).
 	SettleResult = "Store/effects show within the settle window"
