@@ -31,6 +31,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/service"
@@ -97,7 +98,63 @@ func (p *Probe) clientOptions() azcore.ClientOptions {
 
 // Probe returns the probe as sanity.Config takes it.
 func (p *Probe) Probe() sanity.Probe {
-	return sanity.Probe{BucketExists: p.BucketExists, Allowed: p.Allowed, Accounts: p.Accounts, AccountOf: p.AccountOf}
+	return sanity.Probe{BucketExists: p.BucketExists, Allowed: p.Allowed, Accounts: p.Accounts, AccountOf: p.AccountOf,
+		Put: p.Put, Objects: p.Objects, Empty: p.Empty}
+}
+
+// Put writes the blob key (a few bytes) into the check's container with the SAS token, and leaves
+// it there; refusals are Allowed's.
+func (p *Probe) Put(ctx context.Context, c sanity.AccessCheck, key string) (bool, error) {
+	if c.ServiceAccount != nil {
+		return false, fmt.Errorf("azureprobe: cannot act as ServiceAccount %s/%s: the probe knows SAS tokens only",
+			c.ServiceAccount.GetNamespace(), c.ServiceAccount.GetName())
+	}
+	user, err := p.userClient(c.Credentials, p.cfg.ContainerName(c.BucketID))
+	if err != nil {
+		return false, err
+	}
+	_, err = user.NewBlockBlobClient(key).UploadBuffer(ctx, []byte("cosi-sanity"), nil)
+	return outcome(err)
+}
+
+// Objects lists the container's blobs as the administrator (one page); a missing container has
+// none.
+func (p *Probe) Objects(ctx context.Context, bucketID string) ([]string, error) {
+	pager := p.admin.NewContainerClient(p.cfg.ContainerName(bucketID)).NewListBlobsFlatPager(nil)
+	page, err := pager.NextPage(ctx)
+	switch {
+	case bloberror.HasCode(err, bloberror.ContainerNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("azureprobe: listing the blobs of %q: %w", bucketID, err)
+	}
+	var names []string
+	for _, b := range page.Segment.BlobItems {
+		if b.Name != nil {
+			names = append(names, *b.Name)
+		}
+	}
+	return names, nil
+}
+
+// Empty deletes every blob of the container (with its snapshots) as the administrator; a
+// missing container is no error.
+func (p *Probe) Empty(ctx context.Context, bucketID string) error {
+	admin := p.admin.NewContainerClient(p.cfg.ContainerName(bucketID))
+	for range 100 { // pages of five thousand: the suite's containers hold a few blobs
+		names, err := p.Objects(ctx, bucketID)
+		if err != nil || len(names) == 0 {
+			return err
+		}
+		include := blob.DeleteSnapshotsOptionTypeInclude
+		for _, n := range names {
+			_, err := admin.NewBlobClient(n).Delete(ctx, &blob.DeleteOptions{DeleteSnapshots: &include})
+			if err != nil && !bloberror.HasCode(err, bloberror.BlobNotFound, bloberror.ContainerNotFound) {
+				return fmt.Errorf("azureprobe: deleting blob %s of %q: %w", n, bucketID, err)
+			}
+		}
+	}
+	return fmt.Errorf("azureprobe: container %q still holds blobs after deleting 100 pages of them", bucketID)
 }
 
 // BucketExists asks the account, as its administrator, whether the container exists.

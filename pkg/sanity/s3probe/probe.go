@@ -100,10 +100,12 @@ func New(cfg Config) (*Probe, error) {
 	return p, nil
 }
 
-// Probe returns the probe as sanity.Config takes it: BucketExists, Allowed and AccountOf always
-// (AccountOf unless Config.NoAccountOf), Accounts when Config.Accounts is set.
+// Probe returns the probe as sanity.Config takes it: BucketExists, Allowed, Put, Objects, Empty
+// and AccountOf always (AccountOf unless Config.NoAccountOf), Accounts when Config.Accounts is
+// set.
 func (p *Probe) Probe() sanity.Probe {
-	sp := sanity.Probe{BucketExists: p.BucketExists, Allowed: p.Allowed, Accounts: p.cfg.Accounts}
+	sp := sanity.Probe{BucketExists: p.BucketExists, Allowed: p.Allowed, Accounts: p.cfg.Accounts,
+		Put: p.Put, Objects: p.Objects, Empty: p.Empty}
 	if !p.cfg.NoAccountOf {
 		sp.AccountOf = p.AccountOf
 	}
@@ -130,10 +132,7 @@ func (p *Probe) client(endpoint, region string, creds aws.CredentialsProvider, p
 
 // BucketExists asks the store, as its administrator (HeadBucket), whether the bucket exists.
 func (p *Probe) BucketExists(ctx context.Context, bucketID string) (bool, error) {
-	name := bucketID
-	if p.cfg.BucketName != nil {
-		name = p.cfg.BucketName(bucketID)
-	}
+	name := p.bucketName(bucketID)
 	_, err := p.admin.HeadBucket(ctx, &awss3.HeadBucketInput{Bucket: aws.String(name)})
 	var notFound *types.NotFound
 	var noBucket *types.NoSuchBucket
@@ -164,10 +163,44 @@ const (
 // AccessDenied, an unknown or deleted key (InvalidAccessKeyId), a bad signature and a missing
 // bucket are false with a nil error; other failures are errors.
 func (p *Probe) Allowed(ctx context.Context, c sanity.AccessCheck) (bool, error) {
+	user, bucket, refused, err := p.user(ctx, c)
+	if err != nil || refused {
+		return false, err
+	}
+	if _, err := p.admin.PutObject(ctx, &awss3.PutObjectInput{
+		Bucket: aws.String(bucket), Key: aws.String(ProbeKey), Body: strings.NewReader("probe"),
+	}); err != nil {
+		if missingBucket(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("s3probe: the administrator's PutObject %s/%s: %w", bucket, ProbeKey, err)
+	}
+	return outcome(p.request(ctx, user, bucket, c))
+}
+
+// Put writes the object key (a few bytes) into the check's bucket with its credentials, and
+// leaves it there; refusals are Allowed's.
+func (p *Probe) Put(ctx context.Context, c sanity.AccessCheck, key string) (bool, error) {
+	user, bucket, refused, err := p.user(ctx, c)
+	if err != nil || refused {
+		return false, err
+	}
+	_, err = user.PutObject(ctx, &awss3.PutObjectInput{
+		Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader("cosi-sanity"),
+	})
+	return outcome(err)
+}
+
+// user is a client with the check's credentials (for a ServiceAccount, Config.ServiceAccount's),
+// addressed as the driver's bucket info says, and the bucket's name; refused is true when STS
+// refused the ServiceAccount's token.
+func (p *Probe) user(
+	ctx context.Context, c sanity.AccessCheck,
+) (user *awss3.Client, bucket string, refused bool, err error) {
 	s3info := c.BucketInfo.GetS3()
-	bucket := s3info.GetBucketName()
+	bucket = s3info.GetBucketName()
 	if bucket == "" {
-		return false, fmt.Errorf("s3probe: the driver returned no S3 bucket name for bucket %q", c.BucketID)
+		return nil, "", false, fmt.Errorf("s3probe: the driver returned no S3 bucket name for bucket %q", c.BucketID)
 	}
 	endpoint, region := s3info.GetEndpoint(), s3info.GetRegion()
 	if endpoint == "" {
@@ -179,31 +212,101 @@ func (p *Probe) Allowed(ctx context.Context, c sanity.AccessCheck) (bool, error)
 	var creds aws.CredentialsProvider
 	switch {
 	case c.ServiceAccount != nil && p.cfg.ServiceAccount == nil:
-		return false, fmt.Errorf("s3probe: cannot act as ServiceAccount %s/%s: set Config.ServiceAccount",
+		return nil, "", false, fmt.Errorf("s3probe: cannot act as ServiceAccount %s/%s: set Config.ServiceAccount",
 			c.ServiceAccount.GetNamespace(), c.ServiceAccount.GetName())
 	case c.ServiceAccount != nil:
-		var err error
 		if creds, err = p.cfg.ServiceAccount(ctx, c.ServiceAccount, c.Credentials); stsRefused(err) {
-			return false, nil
+			return nil, "", true, nil
 		} else if err != nil {
-			return false, fmt.Errorf("s3probe: credentials of ServiceAccount %s/%s: %w",
+			return nil, "", false, fmt.Errorf("s3probe: credentials of ServiceAccount %s/%s: %w",
 				c.ServiceAccount.GetNamespace(), c.ServiceAccount.GetName(), err)
 		}
 	default:
 		key := c.Credentials.GetS3()
 		creds = credentials.NewStaticCredentialsProvider(key.GetAccessKeyId(), key.GetAccessSecretKey(), "")
 	}
-	if _, err := p.admin.PutObject(ctx, &awss3.PutObjectInput{
-		Bucket: aws.String(bucket), Key: aws.String(ProbeKey), Body: strings.NewReader("probe"),
-	}); err != nil {
-		if missingBucket(err) {
-			return false, nil
-		}
-		return false, fmt.Errorf("s3probe: the administrator's PutObject %s/%s: %w", bucket, ProbeKey, err)
+	user = p.client(endpoint, region, creds, s3info.GetAddressingStyle() != cosiproto.S3AddressingStyle_VIRTUAL)
+	return user, bucket, false, nil
+}
+
+// bucketName is the store's name of the bucket with this bucket_id.
+func (p *Probe) bucketName(bucketID string) string {
+	if p.cfg.BucketName != nil {
+		return p.cfg.BucketName(bucketID)
 	}
-	user := p.client(endpoint, region, creds, s3info.GetAddressingStyle() != cosiproto.S3AddressingStyle_VIRTUAL)
-	err := p.request(ctx, user, bucket, c)
-	return outcome(err)
+	return bucketID
+}
+
+// Objects lists the bucket's objects as the administrator (ListObjectsV2, one page); a missing
+// bucket has none.
+func (p *Probe) Objects(ctx context.Context, bucketID string) ([]string, error) {
+	name := p.bucketName(bucketID)
+	out, err := p.admin.ListObjectsV2(ctx, &awss3.ListObjectsV2Input{Bucket: aws.String(name)})
+	switch {
+	case missingBucket(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("s3probe: ListObjectsV2 %q: %w", name, err)
+	}
+	var keys []string
+	for _, o := range out.Contents {
+		keys = append(keys, aws.ToString(o.Key))
+	}
+	return keys, nil
+}
+
+// Empty deletes every object of the bucket as the administrator: every version and delete
+// marker where the store keeps versions (else every object), and every unfinished multipart
+// upload. A missing bucket is no error.
+func (p *Probe) Empty(ctx context.Context, bucketID string) error {
+	name := aws.String(p.bucketName(bucketID))
+	uploads, err := p.admin.ListMultipartUploads(ctx, &awss3.ListMultipartUploadsInput{Bucket: name})
+	switch {
+	case missingBucket(err):
+		return nil
+	case err == nil:
+		for _, u := range uploads.Uploads {
+			if _, err := p.admin.AbortMultipartUpload(ctx, &awss3.AbortMultipartUploadInput{
+				Bucket: name, Key: u.Key, UploadId: u.UploadId,
+			}); err != nil {
+				return fmt.Errorf("s3probe: AbortMultipartUpload %s/%s: %w", *name, aws.ToString(u.Key), err)
+			}
+		}
+	}
+	for range 100 { // pages of a thousand: the suite's buckets hold a few objects
+		versions, err := p.admin.ListObjectVersions(ctx, &awss3.ListObjectVersionsInput{Bucket: name})
+		var objects []types.ObjectIdentifier
+		switch {
+		case missingBucket(err):
+			return nil
+		case err == nil:
+			for _, v := range versions.Versions {
+				objects = append(objects, types.ObjectIdentifier{Key: v.Key, VersionId: v.VersionId})
+			}
+			for _, m := range versions.DeleteMarkers {
+				objects = append(objects, types.ObjectIdentifier{Key: m.Key, VersionId: m.VersionId})
+			}
+		default: // a store without versions
+			keys, err := p.Objects(ctx, bucketID)
+			if err != nil {
+				return err
+			}
+			for _, k := range keys {
+				objects = append(objects, types.ObjectIdentifier{Key: aws.String(k)})
+			}
+		}
+		if len(objects) == 0 {
+			return nil
+		}
+		for _, o := range objects {
+			if _, err := p.admin.DeleteObject(ctx, &awss3.DeleteObjectInput{
+				Bucket: name, Key: o.Key, VersionId: o.VersionId,
+			}); err != nil && !missingBucket(err) {
+				return fmt.Errorf("s3probe: DeleteObject %s/%s: %w", *name, aws.ToString(o.Key), err)
+			}
+		}
+	}
+	return fmt.Errorf("s3probe: bucket %q still holds objects after deleting 100 pages of them", *name)
 }
 
 func (p *Probe) request(ctx context.Context, user *awss3.Client, bucket string, c sanity.AccessCheck) error {
