@@ -10,6 +10,7 @@ package sanity
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"regexp"
 	"runtime"
@@ -199,7 +200,7 @@ type Case struct {
 }
 
 // Cases lists every case, in the order they run.
-func Cases() []Case { return cases }
+func Cases() []Case { return slices.Concat(cases, sequenceCases(DefaultSequences)) }
 
 // NewCase returns a case of the vendor's own, for Config.ExtraCases: run calls the driver through
 // T's Identity and Provisioner and reports with Errorf, Fatalf and Skipf, as the suite's cases do.
@@ -270,6 +271,7 @@ type suite struct {
 	info     *cosiproto.DriverGetInfoResponse
 	prefix   string // makes this run's names unique in the backend
 	protocol string // driverclient.ProtocolV1alpha2 or ProtocolV1alpha1 (v1alpha1.go)
+	seed     uint64 // of the generated sequences (Config.Seed)
 
 	mu         sync.Mutex
 	violations []string // error scheme violations seen by the interceptor during the current case
@@ -298,7 +300,12 @@ func newSuite(ctx context.Context, cfg Config) (*suite, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 30 * time.Second
 	}
-	s := &suite{cfg: cfg, prefix: "sanity-" + strings.ToLower(rand.Text()[:8]) + "-", red: newRedactor()}
+	s := &suite{cfg: cfg, prefix: "sanity-" + strings.ToLower(rand.Text()[:8]) + "-", red: newRedactor(), seed: cfg.Seed}
+	for s.seed == 0 {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		s.seed = binary.LittleEndian.Uint64(b[:]) >> 1 // printable as a positive number everywhere
+	}
 	conn, err := grpc.NewClient(cfg.Endpoint,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithUnaryInterceptor(s.intercept))
@@ -440,7 +447,7 @@ type T struct {
 // checkExtraCases refuses extra cases without a name or function, or with a name already taken.
 func checkExtraCases(extra []Case) error {
 	names := map[string]bool{}
-	for _, c := range slices.Concat(cases, v1alpha1Cases) {
+	for _, c := range slices.Concat(Cases(), v1alpha1Cases) {
 		names[c.Name] = true
 	}
 	for i, c := range extra {

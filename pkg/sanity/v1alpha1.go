@@ -43,7 +43,14 @@ func (s *suite) runnable() []Case {
 	if s.protocol == driverclient.ProtocolV1alpha1 {
 		return v1alpha1Cases
 	}
-	return slices.Concat(cases, s.cfg.ExtraCases)
+	n := s.cfg.Sequences
+	switch {
+	case n == 0:
+		n = DefaultSequences
+	case n < 0:
+		n = 0
+	}
+	return slices.Concat(cases, sequenceCases(n), s.cfg.ExtraCases)
 }
 
 // V1alpha1Cases lists the cases run against a v1alpha1 driver.
