@@ -309,7 +309,16 @@ var cases = []Case{
 					t.Fatalf("DriverDeleteBucket of bucket %q, which holds an object, returned OK, but the bucket is "+
 						"still in the backend: delete it with its objects, or refuse with FailedPrecondition", id)
 				}
+				if t.s.cfg.NonEmptyBuckets == RefuseNonEmpty {
+					t.Fatalf("DriverDeleteBucket deleted bucket %q with its object, but the configuration says the "+
+						"driver refuses to delete a bucket holding objects (NonEmptyBuckets %q): data it was "+
+						"configured to keep is gone", id, RefuseNonEmpty)
+				}
 			case codes.FailedPrecondition:
+				if t.s.cfg.NonEmptyBuckets == PurgeNonEmpty {
+					t.Errorf("DriverDeleteBucket of bucket %q returned FailedPrecondition, but the configuration says "+
+						"the driver deletes a bucket with its objects (NonEmptyBuckets %q)", id, PurgeNonEmpty)
+				}
 				if !t.bucketExists(id) {
 					t.Fatalf("DriverDeleteBucket of bucket %q returned FailedPrecondition, but the bucket is gone: "+
 						"a refusal must delete nothing", id)

@@ -71,6 +71,14 @@ type Config struct {
 	// no credential reaches the logs. Run the driver at its highest verbosity. Optional.
 	DriverLogs func() ([]byte, error)
 
+	// NonEmptyBuckets is what DriverDeleteBucket does, with BucketParameters, to a bucket that
+	// holds objects, as the driver documents it: RefuseNonEmpty (FailedPrecondition, nothing
+	// deleted) or PurgeNonEmpty (the bucket deleted with its objects). Empty accepts either, as the
+	// protocol does (docs/writing-a-driver.md); a driver whose parameters choose should say which
+	// the parameters given choose, so that the suite catches a driver that purges data it was
+	// configured to keep.
+	NonEmptyBuckets string
+
 	// Settle is how long an effect of a driver call may take to show in the backend (a grant
 	// opening a bucket, a revoke or retirement closing it, a deleted bucket gone), for stores that
 	// apply changes eventually: each check of an effect asks the probe again until it sees the
@@ -91,6 +99,12 @@ type Config struct {
 	// Their names must differ from the suite's. Optional.
 	ExtraCases []Case
 }
+
+// The values of Config.NonEmptyBuckets.
+const (
+	RefuseNonEmpty = "refuse"
+	PurgeNonEmpty  = "purge"
+)
 
 // UnknownParameterKey is the parameter key the suite adds to valid parameters to check that the
 // driver refuses keys it does not know. A driver that passes unknown keys through to the backend
@@ -296,6 +310,9 @@ func newSuite(ctx context.Context, cfg Config) (*suite, error) {
 	}
 	if err := checkExtraCases(cfg.ExtraCases); err != nil {
 		return nil, err
+	}
+	if n := cfg.NonEmptyBuckets; n != "" && n != RefuseNonEmpty && n != PurgeNonEmpty {
+		return nil, fmt.Errorf("sanity: Config.NonEmptyBuckets %q: want %q, %q or empty", n, RefuseNonEmpty, PurgeNonEmpty)
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 30 * time.Second

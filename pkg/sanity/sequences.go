@@ -26,7 +26,7 @@ import (
 const DefaultSequences = 4
 
 // SequenceSteps is the number of operations of each sequence.
-const SequenceSteps = 24
+const SequenceSteps = 32
 
 const (
 	maxSeqBuckets  = 6
@@ -63,6 +63,33 @@ type seq struct {
 	noModes             map[string]bool
 	// okModes are the modes the driver granted in this sequence.
 	okModes map[string]*cosiproto.AccessModes
+	// recent is the account the last operation was about: operations prefer it, so that
+	// sequences of operations on one account (rotate, retire, grant again) are common.
+	recent    *seqAccount
+	following bool
+}
+
+// pick returns one of the accounts: the most recent one half the time (always in a follow-up),
+// if it is among them.
+func (q *seq) pick(accounts []*seqAccount) *seqAccount {
+	a := accounts[q.rnd.IntN(len(accounts))]
+	if slices.Contains(accounts, q.recent) && (q.following || q.rnd.IntN(2) == 0) {
+		a = q.recent
+	}
+	q.recent = a
+	return a
+}
+
+// follow runs op on the recent account right away, half the time, when ok: the orders in which
+// the sidecar calls a driver (a rotation, then the retirement of the old key; a Secret lost, and
+// the grant repeated) come up in most sequences.
+func (q *seq) follow(ok bool, op func()) {
+	if !ok || q.rnd.IntN(2) != 0 {
+		return
+	}
+	q.following = true
+	defer func() { q.following = false }()
+	op()
 }
 
 type seqBucket struct {
@@ -156,10 +183,10 @@ func (q *seq) step() {
 
 // familyName returns a new bucket or account name: a new stem, or an existing name extended
 // ("-logs", "0") or cut back to a shorter one, so that names of the run extend one another.
-func (q *seq) familyName(kind string, existing []string) string {
+func (q *seq) familyName(kind string, bases, existing []string) string {
 	taken := func(n string) bool { return slices.Contains(existing, n) }
-	if len(existing) > 0 && q.rnd.IntN(4) > 0 {
-		base := existing[q.rnd.IntN(len(existing))]
+	if len(bases) > 0 && q.rnd.IntN(4) > 0 {
+		base := bases[q.rnd.IntN(len(bases))]
 		var candidates []string
 		for _, n := range []string{base + "-logs", base + "0", strings.TrimSuffix(base, "-logs"),
 			strings.TrimSuffix(base, "0")} {
@@ -182,7 +209,16 @@ func (q *seq) createBucket() {
 	for _, b := range q.buckets {
 		names = append(names, b.name)
 	}
-	name := q.familyName("q", names)
+	q.createBucketFrom(names)
+}
+
+// createBucketFrom creates a bucket whose name extends or shortens one of bases, or a new one.
+func (q *seq) createBucketFrom(bases []string) {
+	var names []string
+	for _, b := range q.buckets {
+		names = append(names, b.name)
+	}
+	name := q.familyName("q", bases, names)
 	q.t.s.red.addOpen(name)
 	protocols := []cosiproto.ObjectProtocol_Type{q.protocol}
 	gen, err := q.t.s.prov.DriverGenerateBucketId(q.t.ctx, &cosiproto.DriverGenerateBucketIdRequest{
@@ -240,8 +276,21 @@ func (q *seq) grantNew() {
 	for _, a := range q.accounts {
 		names = append(names, a.name)
 	}
-	a := &seqAccount{name: q.familyName("u", names)}
+	a := &seqAccount{name: q.familyName("u", names, names)}
 	q.grantRandom(a)
+	if b := a.g.buckets; len(b) == 2 && modesKey(b[0].GetAccessModes()) != modesKey(b[1].GetAccessModes()) {
+		q.follow(true, q.grantOther)
+	}
+	// A bucket whose name extends one the account was granted: a wildcard policy opens it.
+	var granted []string
+	for _, ab := range a.g.buckets {
+		for _, b := range q.buckets {
+			if b.id == ab.GetBucketId() {
+				granted = append(granted, b.name)
+			}
+		}
+	}
+	q.follow(len(q.liveBuckets()) < maxSeqBuckets && len(granted) > 0, func() { q.createBucketFrom(granted) })
 }
 
 // grantRandom grants the account access to one or two random live buckets with random modes,
@@ -250,7 +299,7 @@ func (q *seq) grantRandom(a *seqAccount) {
 	buckets := q.liveBuckets()
 	q.rnd.Shuffle(len(buckets), func(i, j int) { buckets[i], buckets[j] = buckets[j], buckets[i] })
 	n := 1
-	if len(buckets) > 1 && !q.noMulti && q.rnd.IntN(3) == 0 {
+	if len(buckets) > 1 && !q.noMulti && q.rnd.IntN(2) == 0 {
 		n = 2
 	}
 	// Random modes first; after refusals the modes the driver did not refuse yet, then the widest
@@ -310,7 +359,7 @@ func (q *seq) grant(a *seqAccount, what string) codes.Code {
 	if !slices.Contains(q.accounts, a) {
 		q.accounts = append(q.accounts, a)
 	}
-	a.live, a.resp = true, resp
+	a.live, a.resp, q.recent = true, resp, a
 	for _, b := range a.g.buckets {
 		q.okModes[modesKey(b.GetAccessModes())] = b.GetAccessModes()
 	}
@@ -324,7 +373,7 @@ func (q *seq) grant(a *seqAccount, what string) codes.Code {
 // grant allows.
 func (q *seq) grantAgain() {
 	accounts := q.liveAccounts()
-	a := accounts[q.rnd.IntN(len(accounts))]
+	a := q.pick(accounts)
 	q.note("grant account %q again, the same", a.id)
 	resp, err := q.t.s.prov.DriverGrantBucketAccess(q.t.ctx, a.g.grantRequest(a.id))
 	if err != nil {
@@ -348,46 +397,59 @@ func (q *seq) grantAgain() {
 	q.checkAccount(a, allCategories)
 }
 
-// grantOther repeats an account's grant with other modes (swapped between its buckets, or one
-// category changed) or other parameters: AlreadyExists, and the old grant unchanged.
+// grantOther repeats an account's grant with another grant, in each way that applies: other
+// parameters (Config.IncompatibleAccessParameters), its buckets' modes swapped, other modes on one
+// bucket. Each must be refused with AlreadyExists (or InvalidArgument, for modes the driver
+// never granted), and the old grant stay as it was.
 func (q *seq) grantOther() {
 	accounts := q.liveAccounts()
-	a := accounts[q.rnd.IntN(len(accounts))]
-	other := a.g
-	other.buckets = nil
-	for _, b := range a.g.buckets {
-		other.buckets = append(other.buckets,
-			&cosiproto.AccessedBucket{BucketId: b.GetBucketId(), AccessModes: b.GetAccessModes()})
+	a := q.pick(accounts)
+	clone := func() grant {
+		other := a.g
+		other.buckets = nil
+		for _, b := range a.g.buckets {
+			other.buckets = append(other.buckets,
+				&cosiproto.AccessedBucket{BucketId: b.GetBucketId(), AccessModes: b.GetAccessModes()})
+		}
+		return other
 	}
-	incompatible := q.t.s.cfg.IncompatibleAccessParameters
-	switch {
-	case incompatible != nil && q.rnd.IntN(2) == 0:
+	if incompatible := q.t.s.cfg.IncompatibleAccessParameters; incompatible != nil {
+		other := clone()
 		other.params = incompatible
 		q.note("grant account %q again with other parameters", a.id)
-	case len(other.buckets) == 2 &&
-		modesKey(other.buckets[0].GetAccessModes()) != modesKey(other.buckets[1].GetAccessModes()):
+		q.grantRefused(a, other)
+	}
+	if b := a.g.buckets; len(b) == 2 && modesKey(b[0].GetAccessModes()) != modesKey(b[1].GetAccessModes()) {
+		other := clone()
 		b0, b1 := other.buckets[0], other.buckets[1]
 		b0.AccessModes, b1.AccessModes = b1.GetAccessModes(), b0.GetAccessModes()
 		q.note("grant account %q again with its buckets' modes swapped", a.id)
-	default:
-		// Other modes the driver granted before, else object data changed.
-		b := other.buckets[q.rnd.IntN(len(other.buckets))]
-		var m *cosiproto.AccessModes
-		for _, k := range slices.Sorted(maps.Keys(q.okModes)) {
-			if k != modesKey(b.GetAccessModes()) && (m == nil || q.rnd.IntN(2) == 0) {
-				m = q.okModes[k]
-			}
-		}
-		if m == nil {
-			m = &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE,
-				ObjectMetadata: b.GetAccessModes().GetObjectMetadata(), BucketMetadata: b.GetAccessModes().GetBucketMetadata()}
-			if b.GetAccessModes().GetObjectData() == cosiproto.AccessMode_READ_WRITE {
-				m.ObjectData = cosiproto.AccessMode_READ_ONLY
-			}
-		}
-		b.AccessModes = m
-		q.note("grant account %q again with modes %s on bucket %q", a.id, modesKey(m), b.GetBucketId())
+		q.grantRefused(a, other)
 	}
+	// Other modes the driver granted before, else object data changed.
+	other := clone()
+	b := other.buckets[q.rnd.IntN(len(other.buckets))]
+	var m *cosiproto.AccessModes
+	for _, k := range slices.Sorted(maps.Keys(q.okModes)) {
+		if k != modesKey(b.GetAccessModes()) && (m == nil || q.rnd.IntN(2) == 0) {
+			m = q.okModes[k]
+		}
+	}
+	if m == nil {
+		m = &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE,
+			ObjectMetadata: b.GetAccessModes().GetObjectMetadata(), BucketMetadata: b.GetAccessModes().GetBucketMetadata()}
+		if b.GetAccessModes().GetObjectData() == cosiproto.AccessMode_READ_WRITE {
+			m.ObjectData = cosiproto.AccessMode_READ_ONLY
+		}
+	}
+	b.AccessModes = m
+	q.note("grant account %q again with modes %s on bucket %q", a.id, modesKey(m), b.GetBucketId())
+	q.grantRefused(a, other)
+}
+
+// grantRefused sends the other grant for the account: it must be refused, and the account's
+// credentials open what its grant allows.
+func (q *seq) grantRefused(a *seqAccount, other grant) {
 	_, err := q.t.s.prov.DriverGrantBucketAccess(q.t.ctx, other.grantRequest(a.id))
 	refusedModes := status.Code(err) == codes.InvalidArgument &&
 		!slices.ContainsFunc(other.buckets, func(b *cosiproto.AccessedBucket) bool {
@@ -405,7 +467,7 @@ func (q *seq) grantOther() {
 
 func (q *seq) rotate() {
 	accounts := q.liveAccounts()
-	a := accounts[q.rnd.IntN(len(accounts))]
+	a := q.pick(accounts)
 	newest := a.creds[len(a.creds)-1]
 	if newest.id == "" {
 		q.noRotation = true // a driver that grants without a credential_id cannot rotate
@@ -420,9 +482,15 @@ func (q *seq) rotate() {
 		Parameters: a.g.params, CredentialId: newest.id,
 	}
 	resp, err := q.t.s.prov.DriverRotateBucketAccessCredentials(q.t.ctx, req)
-	if status.Code(err) == codes.Unimplemented {
+	switch status.Code(err) {
+	case codes.Unimplemented:
 		q.noRotation = true
 		q.steps = q.steps[:len(q.steps)-1]
+		return
+	case codes.ResourceExhausted, codes.FailedPrecondition:
+		// The account holds as many keys as the backend allows: a driver may refuse to rotate
+		// until one is retired.
+		q.note("(refused: %v; the account holds as many keys as the driver allows)", status.Code(err))
 		return
 	}
 	if err != nil {
@@ -442,6 +510,7 @@ func (q *seq) rotate() {
 	}
 	a.creds = append(a.creds, &seqCred{id: resp.GetCredentialId(), creds: resp.GetCredentials(), state: "live"})
 	q.checkAccount(a, allCategories)
+	q.follow(slices.Contains(q.retirable(), a), q.retire)
 }
 
 // retirable returns the accounts with two live credentials with IDs, one of which may be
@@ -464,7 +533,7 @@ func (q *seq) retirable() []*seqAccount {
 
 func (q *seq) retire() {
 	accounts := q.retirable()
-	a := accounts[q.rnd.IntN(len(accounts))]
+	a := q.pick(accounts)
 	var candidates []*seqCred
 	for _, c := range a.creds {
 		if c.state == "live" && c.id != "" {
@@ -487,11 +556,22 @@ func (q *seq) retire() {
 	c.state = "dead"
 	q.checkAccount(a, allCategories)
 	q.checkOthers(a)
+	q.follow(true, q.grantAgain)
 }
 
 func (q *seq) revoke() {
 	accounts := q.liveAccounts()
-	a := accounts[q.rnd.IntN(len(accounts))]
+	// Half the time an account whose name another live account's extends, if there is one.
+	var shorter []*seqAccount
+	for _, a := range accounts {
+		if slices.ContainsFunc(accounts, func(o *seqAccount) bool { return o != a && strings.HasPrefix(o.name, a.name) }) {
+			shorter = append(shorter, a)
+		}
+	}
+	if len(shorter) > 0 && q.rnd.IntN(2) == 0 {
+		accounts = shorter
+	}
+	a := q.pick(accounts)
 	q.note("revoke account %q", a.id)
 	if _, err := q.t.s.prov.DriverRevokeBucketAccess(q.t.ctx, a.g.revokeRequest(a.id)); err != nil {
 		q.fail("DriverRevokeBucketAccess: %v", err)
@@ -520,7 +600,7 @@ func (q *seq) regrantable() []*seqAccount {
 // allowed must not come back.
 func (q *seq) grantAfterRevoke() {
 	accounts := q.regrantable()
-	a := accounts[q.rnd.IntN(len(accounts))]
+	a := q.pick(accounts)
 	q.grantRandom(a)
 }
 

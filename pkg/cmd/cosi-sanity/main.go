@@ -82,6 +82,16 @@ func main() {
 	flag.Var(&incompatibleAccess, "incompatible-access-parameters",
 		"valid access parameters different from --access-parameters, which the driver cannot apply to an existing "+
 			"account (a repeat grant with them must fail with AlreadyExists)")
+	flag.StringVar(&cfg.NonEmptyBuckets, "non-empty-buckets", "",
+		"what DriverDeleteBucket does to a bucket holding objects with --bucket-parameters, as the driver documents it: "+
+			"refuse (FailedPrecondition, nothing deleted) or purge (deleted with its objects); empty accepts either")
+	flag.DurationVar(&cfg.Settle, "settle", 0,
+		"how long a grant, revoke or deletion may take to show in the backend (eventually consistent stores): checks "+
+			"of effects are repeated for at most this long, and the suite reports how long effects took")
+	flag.Uint64Var(&cfg.Seed, "seed", 0, "the seed of the generated sequences of operations (0: random; a failed "+
+		"sequence names its seed, to replay it)")
+	flag.IntVar(&cfg.Sequences, "sequences", 0, fmt.Sprintf("how many generated sequences of operations to run "+
+		"(0: %d; negative: none)", sanity.DefaultSequences))
 	flag.Parse()
 
 	if *showVersion {
@@ -97,6 +107,10 @@ func main() {
 			if needs := c.Needs(); len(needs) > 0 {
 				fmt.Printf("    needs: %s\n    missed without it: %s\n", strings.Join(needs, ", "), c.Blind())
 			}
+		}
+		for _, p := range sanity.Properties() {
+			fmt.Printf("%s\n    checked after every case, through the probe functions given (a Probe is only "+
+				"available from Go: sanity.Test)\n", p)
 		}
 		return
 	}
@@ -124,6 +138,10 @@ func main() {
 	for _, r := range results {
 		switch r.Status {
 		case sanity.Passed:
+			if r.Message != "" { // a report, such as the settle window's
+				fmt.Printf("PASS %s (%s): %s\n", r.Name, r.Duration.Round(time.Millisecond), r.Message)
+				continue
+			}
 			fmt.Printf("PASS %s (%s)\n", r.Name, r.Duration.Round(time.Millisecond))
 		case sanity.Failed:
 			fmt.Printf("FAIL %s: %s\n", r.Name, r.Message)

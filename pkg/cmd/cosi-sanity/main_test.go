@@ -161,6 +161,7 @@ func TestCLI(t *testing.T) {
 				names = append(names, line)
 			case strings.HasPrefix(line, "    needs: "):
 			case strings.HasPrefix(line, "    missed without it: "):
+			case strings.HasPrefix(line, "    checked after every case"):
 			default:
 				t.Errorf("unexpected line %q", line)
 			}
@@ -169,8 +170,10 @@ func TestCLI(t *testing.T) {
 		for _, c := range sanity.Cases() {
 			want = append(want, c.Name)
 		}
+		want = append(want, sanity.Properties()...)
 		if !slices.Equal(names, want) {
-			t.Errorf("--list names %d cases, want the %d of sanity.Cases:\n%s", len(names), len(want), out)
+			t.Errorf("--list names %d cases, want the %d of sanity.Cases and sanity.Properties:\n%s",
+				len(names), len(want), out)
 		}
 	})
 
