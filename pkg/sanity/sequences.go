@@ -67,6 +67,8 @@ type seq struct {
 	// sequences of operations on one account (rotate, retire, grant again) are common.
 	recent    *seqAccount
 	following bool
+	// rotatedFrom is the key the rotation being followed up replaced.
+	rotatedFrom *seqCred
 }
 
 // pick returns one of the accounts: the most recent one half the time (always in a follow-up),
@@ -248,8 +250,8 @@ func (q *seq) createBucketFrom(bases []string) {
 		for _, c := range a.liveCreds() {
 			for _, write := range []bool{false, true} {
 				if q.allowed(a, c, id, ObjectData, write, false) {
-					q.fail("account %q (granted %s) can %s objects of bucket %q, created after its grant and "+
-						"never granted to it", a.id, a.describe(), rw(write), id)
+					q.fail("account %q (granted %s) can %s objects of bucket %q, created after its grant: it was "+
+						"never granted it", a.id, a.describe(), rw(write), id)
 				}
 			}
 		}
@@ -510,7 +512,9 @@ func (q *seq) rotate() {
 	}
 	a.creds = append(a.creds, &seqCred{id: resp.GetCredentialId(), creds: resp.GetCredentials(), state: "live"})
 	q.checkAccount(a, allCategories)
+	q.rotatedFrom = newest
 	q.follow(slices.Contains(q.retirable(), a), q.retire)
+	q.rotatedFrom = nil
 }
 
 // retirable returns the accounts with two live credentials with IDs, one of which may be
@@ -541,6 +545,9 @@ func (q *seq) retire() {
 		}
 	}
 	c := candidates[q.rnd.IntN(len(candidates))]
+	if q.following && q.rotatedFrom != nil && slices.Contains(candidates, q.rotatedFrom) {
+		c = q.rotatedFrom // the sidecar's order: the key a rotation replaced, once Pods have the new one
+	}
 	which := "an older"
 	if c == a.creds[len(a.creds)-1] {
 		which = "the newest"
@@ -698,7 +705,8 @@ func (q *seq) checkAccount(a *seqAccount, categories []Category) {
 		switch c.state {
 		case "dead":
 			if who, ok := q.accountOf(c, ""); ok && who != "" {
-				q.fail("credential %s of account %q still authenticates as backend account %q", c.name(), a.id, who)
+				q.fail("credential %s of account %q (revoked or retired) still authenticates as backend account %q",
+					c.name(), a.id, who)
 			}
 			for _, b := range q.liveBuckets() {
 				for _, write := range []bool{false, true} {
@@ -727,8 +735,12 @@ func (q *seq) checkAccount(a *seqAccount, categories []Category) {
 						want := modes != nil && (mode == cosiproto.AccessMode_READ_WRITE ||
 							mode == cosiproto.AccessMode_READ_ONLY && !write || mode == cosiproto.AccessMode_WRITE_ONLY && write)
 						if got := q.allowed(a, c, b.id, cat, write, want); got != want {
-							q.fail("credential %s of account %q (granted %s) %s %s %v of bucket %q", c.name(), a.id,
-								a.describe(), map[bool]string{true: "can", false: "cannot"}[got], rw(write), cat, b.id)
+							whose := ""
+							if modes == nil {
+								whose = ": it was never granted it"
+							}
+							q.fail("credential %s of account %q (granted %s) %s %s %v of bucket %q%s", c.name(), a.id,
+								a.describe(), map[bool]string{true: "can", false: "cannot"}[got], rw(write), cat, b.id, whose)
 						}
 					}
 				}
@@ -750,7 +762,7 @@ func (q *seq) checkOthers(except *seqAccount) {
 func (q *seq) checkBuckets() {
 	for _, b := range q.liveBuckets() {
 		if !q.exists(b.id, true) {
-			q.fail("bucket %q is gone from the backend; it was never deleted", b.id)
+			q.fail("bucket %q is gone from the backend; it was never deleted through the driver", b.id)
 		}
 	}
 }

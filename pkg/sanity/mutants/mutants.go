@@ -56,7 +56,9 @@ type Mutant struct {
 	// spots: Blind says why the suite cannot see them.
 	MustCatch bool
 	Blind     string
-	// Case is the name of the case that must fail, and Says a part of its failure message.
+	// Case is the name of the case that must fail, and Says a part of its failure message. A Case
+	// that ends in "/" names a group: any case of it may be the one that fails (the generated
+	// sequences: which one meets the bug depends on the seed).
 	Case, Says string
 	// Memory adjusts the reference driver's configuration (e.g. a backend without ServiceAccount
 	// support), when the bug only shows on such a backend.
@@ -125,7 +127,8 @@ const (
 
 // All returns every mutant.
 func All() []Mutant {
-	return slicesConcat(bucketMutants(), accessMutants(), isolationMutants(), otherMutants(), rotationMutants())
+	return slicesConcat(bucketMutants(), accessMutants(), isolationMutants(), otherMutants(), rotationMutants(),
+		propertyMutants())
 }
 
 func slicesConcat(lists ...[]Mutant) []Mutant {
