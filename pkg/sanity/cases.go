@@ -47,7 +47,7 @@ var cases = []Case{
 			&cosiproto.DriverGenerateBucketIdRequest{Name: t.name("b"), Parameters: t.s.cfg.BucketParameters},
 		)
 		t.ok(err, "DriverGenerateBucketId")
-		if t.bucketExists(gen.GetBucketId()) {
+		if t.bucketExists(false, gen.GetBucketId()) {
 			t.Errorf("bucket %q exists after phase 1; it would leak if COSI never persisted the ID", gen.GetBucketId())
 			t.deleteBucket(gen.GetBucketId())
 		}
@@ -119,7 +119,7 @@ var cases = []Case{
 	}},
 	{"DriverCreateBucket/creates the bucket in the backend", func(t *T) {
 		id, _ := t.createBucket()
-		if !t.bucketExists(id) {
+		if !t.bucketExists(true, id) {
 			t.Errorf("bucket %q does not exist in the backend after DriverCreateBucket returned OK", id)
 		}
 	}},
@@ -282,7 +282,7 @@ var cases = []Case{
 			&cosiproto.DriverDeleteBucketRequest{BucketId: id, Parameters: t.s.cfg.BucketParameters},
 		)
 		t.ok(err, "DriverDeleteBucket")
-		if t.bucketExists(id) {
+		if t.bucketExists(false, id) {
 			t.Errorf("bucket %q still exists in the backend after DriverDeleteBucket returned OK", id)
 		}
 	}},
@@ -305,7 +305,7 @@ var cases = []Case{
 			)
 			switch status.Code(err) {
 			case codes.OK:
-				if t.bucketExists(id) {
+				if t.bucketExists(false, id) {
 					t.Fatalf("DriverDeleteBucket of bucket %q, which holds an object, returned OK, but the bucket is "+
 						"still in the backend: delete it with its objects, or refuse with FailedPrecondition", id)
 				}
@@ -319,7 +319,7 @@ var cases = []Case{
 					t.Errorf("DriverDeleteBucket of bucket %q returned FailedPrecondition, but the configuration says "+
 						"the driver deletes a bucket with its objects (NonEmptyBuckets %q)", id, PurgeNonEmpty)
 				}
-				if !t.bucketExists(id) {
+				if !t.bucketExists(true, id) {
 					t.Fatalf("DriverDeleteBucket of bucket %q returned FailedPrecondition, but the bucket is gone: "+
 						"a refusal must delete nothing", id)
 				}
@@ -470,7 +470,7 @@ var cases = []Case{
 		}
 		// Different credentials are acceptable if both work: a driver may issue a new key.
 		for i, creds := range []*cosiproto.CredentialInfo{first.GetCredentials(), second.GetCredentials()} {
-			if !t.allowed(p, creds, id, bucketInfoFor(second, id), ObjectData, false) {
+			if !t.allowed(true, p, creds, id, bucketInfoFor(second, id), ObjectData, false) {
 				t.Errorf("the credentials of grant %d do not work; repeating a grant must not break earlier credentials", i+1)
 			}
 		}
@@ -484,7 +484,7 @@ var cases = []Case{
 		t.ok(err, "grant")
 		_, err = t.s.prov.DriverGrantBucketAccess(t.ctx, g.grantRequest(account))
 		t.ok(err, "second DriverGrantBucketAccess")
-		if after := t.accounts(); len(after) != len(before)+1 {
+		if after := t.accountsSettled(func(after []string) bool { return len(after) == len(before)+1 }); len(after) != len(before)+1 {
 			t.Errorf(
 				"the backend has %d accounts after granting twice, %d before: want exactly one more",
 				len(after),
@@ -505,8 +505,8 @@ var cases = []Case{
 				"other, and the backend cannot tell their workloads apart (is the backend user named after the " +
 				"request instead of the account_id?)")
 		}
-		a, ok := t.accountOf(first.GetCredentials())
-		b, _ := t.accountOf(second.GetCredentials())
+		a, ok := t.accountOf(first.GetCredentials(), anyAccount)
+		b, _ := t.accountOf(second.GetCredentials(), anyAccount)
 		if ok && a != "" && a == b {
 			t.Errorf("the credentials of two accesses authenticate as the same backend account %q: revoking one "+
 				"would revoke the other", a)
@@ -521,13 +521,13 @@ var cases = []Case{
 		_, first, err := t.grant(g)
 		t.ok(err, "first access")
 		creds, info := first.GetCredentials(), bucketInfoFor(first, id)
-		if !t.allowed(p, creds, id, info, ObjectData, false) {
+		if !t.allowed(true, p, creds, id, info, ObjectData, false) {
 			t.Fatalf("the first access's credentials do not work")
 		}
 		account, _, err := t.grant(g)
 		t.ok(err, "second access to the same bucket")
 		for _, write := range []bool{false, true} {
-			if !t.allowed(p, creds, id, info, ObjectData, write) {
+			if !t.allowed(true, p, creds, id, info, ObjectData, write) {
 				t.Errorf("the first access can no longer %s object data after a second access to the same bucket was "+
 					"granted: a grant must add its own permissions, not replace the bucket's (PutBucketPolicy "+
 					"with one statement?)", rw(write))
@@ -536,7 +536,7 @@ var cases = []Case{
 		_, err = t.s.prov.DriverRevokeBucketAccess(t.ctx, g.revokeRequest(account))
 		t.ok(err, "revoking the second access")
 		for _, write := range []bool{false, true} {
-			if !t.allowed(p, creds, id, info, ObjectData, write) {
+			if !t.allowed(true, p, creds, id, info, ObjectData, write) {
 				t.Errorf("the first access can no longer %s object data after the second access to the same bucket "+
 					"was revoked: a revoke must remove its own account's access only", rw(write))
 			}
@@ -549,12 +549,12 @@ var cases = []Case{
 		_, _, resp, err := t.widestGrant(p, granted)
 		t.ok(err, "grant")
 		creds := resp.GetCredentials()
-		if !t.allowed(p, creds, granted, bucketInfoFor(resp, granted), ObjectData, false) {
+		if !t.allowed(true, p, creds, granted, bucketInfoFor(resp, granted), ObjectData, false) {
 			t.Fatalf("the credentials do not work on the granted bucket %q", granted)
 		}
 		for _, c := range []Category{ObjectData, ObjectMetadata, BucketMetadata} {
 			for _, write := range []bool{false, true} {
-				if t.allowed(p, creds, other, otherResp.GetProtocols(), c, write) {
+				if t.allowed(false, p, creds, other, otherResp.GetProtocols(), c, write) {
 					t.Errorf("the credentials granted for bucket %q can %s %v of bucket %q, which the grant did not "+
 						"list: the policy reaches beyond the granted buckets", granted, rw(write), c, other)
 				}
@@ -635,7 +635,7 @@ var cases = []Case{
 			info := bucketInfoFor(resp, id)
 			for _, write := range []bool{false, true} {
 				want := m.allows(write)
-				if got := t.allowed(p, resp.GetCredentials(), id, info, m.category, write); got != want {
+				if got := t.allowed(want, p, resp.GetCredentials(), id, info, m.category, write); got != want {
 					t.Errorf(
 						"%s: %v %s allowed=%v, want %v",
 						m.name,
@@ -663,7 +663,7 @@ var cases = []Case{
 			t.Fatalf("%v", err)
 		}
 		for _, id := range []string{a, b} {
-			if !t.allowed(p, resp.GetCredentials(), id, bucketInfoFor(resp, id), ObjectData, true) {
+			if !t.allowed(true, p, resp.GetCredentials(), id, bucketInfoFor(resp, id), ObjectData, true) {
 				t.Errorf("the shared credential does not open bucket %q", id)
 			}
 		}
@@ -700,7 +700,7 @@ var cases = []Case{
 				{roID, "READ_ONLY", false, true},
 				{roID, "READ_ONLY", true, false},
 			} {
-				if got := t.allowed(p, creds, c.id, bucketInfoFor(resp, c.id), ObjectData, c.write); got != c.want {
+				if got := t.allowed(c.want, p, creds, c.id, bucketInfoFor(resp, c.id), ObjectData, c.write); got != c.want {
 					t.Errorf("bucket %q granted object data %s next to a READ_WRITE bucket: %s allowed=%v, want %v",
 						c.id, c.mode, rw(c.write), got, c.want)
 				}
@@ -740,7 +740,7 @@ var cases = []Case{
 				"ServiceAccount's identity (workloads authenticate as their ServiceAccount, COSI writes no key to their " +
 				"Secret)")
 		}
-		if !t.allowedAs(p, g.sa, resp, id, ObjectData, true) {
+		if !t.allowedAs(true, p, g.sa, resp, id, ObjectData, true) {
 			t.Errorf("a workload running as ServiceAccount %s/%s cannot write object data in bucket %q: the grant "+
 				"mapped no backend identity to it", g.sa.GetNamespace(), g.sa.GetName(), id)
 		}
@@ -756,7 +756,7 @@ var cases = []Case{
 			t.Skipf("the driver does not support ServiceAccount authentication (InvalidArgument)")
 		}
 		t.ok(err, "ServiceAccount grant")
-		if !t.allowedAs(p, g.sa, resp, id, ObjectData, true) {
+		if !t.allowedAs(true, p, g.sa, resp, id, ObjectData, true) {
 			t.Fatalf("the granted ServiceAccount %s/%s cannot write object data in bucket %q",
 				g.sa.GetNamespace(), g.sa.GetName(), id)
 		}
@@ -769,7 +769,7 @@ var cases = []Case{
 			{"the same name in another namespace", &cosiproto.ServiceAccount{Namespace: t.name("ns"),
 				Name: g.sa.GetName()}},
 		} {
-			if t.allowedAs(p, other.sa, resp, id, ObjectData, true) {
+			if t.allowedAs(false, p, other.sa, resp, id, ObjectData, true) {
 				t.Errorf("%s (%s/%s) can write object data in bucket %q: the grant maps more than ServiceAccount %s/%s",
 					other.what, other.sa.GetNamespace(), other.sa.GetName(), id, g.sa.GetNamespace(), g.sa.GetName())
 			}
@@ -821,12 +821,12 @@ var cases = []Case{
 		account, resp, err := t.grant(g)
 		t.ok(err, "grant")
 		info := bucketInfoFor(resp, id)
-		if !t.allowed(p, resp.GetCredentials(), id, info, ObjectData, false) {
+		if !t.allowed(true, p, resp.GetCredentials(), id, info, ObjectData, false) {
 			t.Fatalf("the credentials do not work before revocation")
 		}
 		_, err = t.s.prov.DriverRevokeBucketAccess(t.ctx, g.revokeRequest(account))
 		t.ok(err, "DriverRevokeBucketAccess")
-		if t.allowed(p, resp.GetCredentials(), id, info, ObjectData, false) {
+		if t.allowed(false, p, resp.GetCredentials(), id, info, ObjectData, false) {
 			t.Errorf("the credentials still work after DriverRevokeBucketAccess returned OK")
 		}
 	}},
@@ -838,22 +838,25 @@ var cases = []Case{
 		g, account, resp, err := t.widestGrant(p, id)
 		t.ok(err, "grant")
 		creds, info := resp.GetCredentials(), bucketInfoFor(resp, id)
-		if !t.allowed(p, creds, id, info, ObjectData, false) {
+		if !t.allowed(true, p, creds, id, info, ObjectData, false) {
 			t.Fatalf("the credentials do not work before revocation")
 		}
 		_, err = t.s.prov.DriverRevokeBucketAccess(t.ctx, g.revokeRequest(account))
 		t.ok(err, "DriverRevokeBucketAccess")
 		for _, c := range []Category{ObjectData, ObjectMetadata, BucketMetadata} {
 			for _, write := range []bool{false, true} {
-				if t.allowed(p, creds, id, info, c, write) {
+				if t.allowed(false, p, creds, id, info, c, write) {
 					t.Errorf("%v %s is still allowed after DriverRevokeBucketAccess returned OK", c, rw(write))
 				}
 			}
 		}
-		if who, ok := t.accountOf(creds); ok && who != "" {
+		if who, ok := t.accountOf(creds, ""); ok && who != "" {
 			t.Errorf("the credentials still authenticate as backend account %q after DriverRevokeBucketAccess", who)
 		}
-		for _, a := range t.accounts() {
+		gone := func(list []string) bool {
+			return !slices.ContainsFunc(list, func(a string) bool { return !slices.Contains(before, a) })
+		}
+		for _, a := range t.accountsSettled(gone) {
 			if !slices.Contains(before, a) {
 				t.Errorf("backend account %q still exists after DriverRevokeBucketAccess returned OK", a)
 			}
@@ -870,7 +873,7 @@ var cases = []Case{
 		t.ok(err, "multi-bucket grant")
 		creds := resp.GetCredentials()
 		for _, id := range []string{a, b} {
-			if !t.allowed(p, creds, id, bucketInfoFor(resp, id), ObjectData, false) {
+			if !t.allowed(true, p, creds, id, bucketInfoFor(resp, id), ObjectData, false) {
 				t.Fatalf("the credentials do not work on bucket %q before revocation", id)
 			}
 		}
@@ -879,14 +882,14 @@ var cases = []Case{
 		for _, id := range []string{a, b} {
 			for _, c := range []Category{ObjectData, ObjectMetadata, BucketMetadata} {
 				for _, write := range []bool{false, true} {
-					if t.allowed(p, creds, id, bucketInfoFor(resp, id), c, write) {
+					if t.allowed(false, p, creds, id, bucketInfoFor(resp, id), c, write) {
 						t.Errorf("%v %s of bucket %q is still allowed after DriverRevokeBucketAccess of the multi-bucket "+
 							"access returned OK", c, rw(write), id)
 					}
 				}
 			}
 		}
-		if who, ok := t.accountOf(creds); ok && who != "" {
+		if who, ok := t.accountOf(creds, ""); ok && who != "" {
 			t.Errorf("the credentials still authenticate as backend account %q after DriverRevokeBucketAccess of the "+
 				"multi-bucket access", who)
 		}
@@ -902,7 +905,7 @@ var cases = []Case{
 			t.Skipf("the driver does not support ServiceAccount authentication (InvalidArgument)")
 		}
 		t.ok(err, "ServiceAccount grant")
-		if !t.allowedAs(p, g.sa, resp, id, ObjectData, false) {
+		if !t.allowedAs(true, p, g.sa, resp, id, ObjectData, false) {
 			t.Fatalf("the ServiceAccount cannot read object data before revocation")
 		}
 		for i := range 2 {
@@ -911,7 +914,7 @@ var cases = []Case{
 		}
 		for _, c := range []Category{ObjectData, ObjectMetadata, BucketMetadata} {
 			for _, write := range []bool{false, true} {
-				if t.allowedAs(p, g.sa, resp, id, c, write) {
+				if t.allowedAs(false, p, g.sa, resp, id, c, write) {
 					t.Errorf("%v %s by ServiceAccount %s/%s is still allowed after DriverRevokeBucketAccess returned OK",
 						c, rw(write), g.sa.GetNamespace(), g.sa.GetName())
 				}
@@ -951,10 +954,10 @@ var cases = []Case{
 		if err := driver.ValidateRotateResponse(r.rotateRequest(r.grantResp.GetCredentialId()), r.rotated); err != nil {
 			t.Fatalf("invalid answer: %v", err)
 		}
-		if !r.works(r.rotated.GetCredentials()) {
+		if !r.works(true, r.rotated.GetCredentials()) {
 			t.Errorf("the new credential does not work")
 		}
-		if !r.works(r.grantResp.GetCredentials()) {
+		if !r.works(true, r.grantResp.GetCredentials()) {
 			t.Errorf("the old credential stopped working before it was retired")
 		}
 	}},
@@ -962,15 +965,15 @@ var cases = []Case{
 		r := t.rotation()
 		again, err := t.s.prov.DriverRotateBucketAccessCredentials(t.ctx, r.rotateRequest(r.grantResp.GetCredentialId()))
 		t.ok(err, "second DriverRotateBucketAccessCredentials")
-		if !r.works(again.GetCredentials()) {
+		if !r.works(true, again.GetCredentials()) {
 			t.Errorf("the credential of the repeated call does not work")
 		}
 		// The same credential, or (a driver that cannot return a secret twice) a replacement of it.
-		if again.GetCredentialId() != r.rotated.GetCredentialId() && r.works(r.rotated.GetCredentials()) {
+		if again.GetCredentialId() != r.rotated.GetCredentialId() && r.works(false, r.rotated.GetCredentials()) {
 			t.Errorf("the repeated call issued credential %q and left the first call's %q working: "+
 				"one rotation must not leave two new credentials", again.GetCredentialId(), r.rotated.GetCredentialId())
 		}
-		if !r.works(r.grantResp.GetCredentials()) {
+		if !r.works(true, r.grantResp.GetCredentials()) {
 			t.Errorf("the old credential stopped working before it was retired")
 		}
 	}},
@@ -1002,10 +1005,10 @@ var cases = []Case{
 		r := t.rotation()
 		_, err := t.s.prov.DriverRetireBucketAccessCredentials(t.ctx, r.retireRequest(r.grantResp.GetCredentialId()))
 		t.ok(err, "DriverRetireBucketAccessCredentials")
-		if r.works(r.grantResp.GetCredentials()) {
+		if r.works(false, r.grantResp.GetCredentials()) {
 			t.Errorf("the retired credential still works after DriverRetireBucketAccessCredentials returned OK")
 		}
-		if !r.works(r.rotated.GetCredentials()) {
+		if !r.works(true, r.rotated.GetCredentials()) {
 			t.Errorf("retiring the old credential broke the new one")
 		}
 	}},

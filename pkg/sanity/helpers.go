@@ -1,6 +1,7 @@
 package sanity
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -191,7 +192,9 @@ func (t *T) widestGrant(
 }
 
 // allowed asks the probe whether creds can access a bucket, or skips the case without a probe.
+// Within the settle window (Config.Settle) it asks again until the backend answers want.
 func (t *T) allowed(
+	want bool,
 	protocol cosiproto.ObjectProtocol_Type,
 	creds *cosiproto.CredentialInfo,
 	bucketID string,
@@ -202,10 +205,10 @@ func (t *T) allowed(
 	if t.s.cfg.Probe.Allowed == nil {
 		t.Skipf("needs a backend probe (Probe.Allowed) to check what the credentials can do")
 	}
-	ok, err := t.s.cfg.Probe.Allowed(
-		t.ctx,
-		AccessCheck{Protocol: protocol, Credentials: creds, BucketID: bucketID, BucketInfo: info, Category: c, Write: write},
-	)
+	check := AccessCheck{Protocol: protocol, Credentials: creds, BucketID: bucketID, BucketInfo: info, Category: c,
+		Write: write}
+	ok, err := t.s.settleBool(t.ctx, func(ctx context.Context) (bool, error) { return t.s.cfg.Probe.Allowed(ctx, check) },
+		want)
 	if err != nil {
 		t.Fatalf(
 			"probe: checking %v %s access to %q: %v",
@@ -222,6 +225,7 @@ func (t *T) allowed(
 // the grant resp (its bucket info, and its credentials: no key, but for instance a role to
 // assume), can access a bucket.
 func (t *T) allowedAs(
+	want bool,
 	protocol cosiproto.ObjectProtocol_Type,
 	sa *cosiproto.ServiceAccount,
 	resp *cosiproto.DriverGrantBucketAccessResponse,
@@ -232,26 +236,30 @@ func (t *T) allowedAs(
 	if t.s.cfg.Probe.Allowed == nil {
 		t.Skipf("needs a backend probe (Probe.Allowed) to check what the ServiceAccount can do")
 	}
-	ok, err := t.s.cfg.Probe.Allowed(
-		t.ctx,
-		AccessCheck{
-			Protocol: protocol, ServiceAccount: sa, Credentials: resp.GetCredentials(), BucketID: bucketID,
-			BucketInfo: bucketInfoFor(resp, bucketID), Category: c, Write: write,
-		},
-	)
+	check := AccessCheck{
+		Protocol: protocol, ServiceAccount: sa, Credentials: resp.GetCredentials(), BucketID: bucketID,
+		BucketInfo: bucketInfoFor(resp, bucketID), Category: c, Write: write,
+	}
+	ok, err := t.s.settleBool(t.ctx, func(ctx context.Context) (bool, error) { return t.s.cfg.Probe.Allowed(ctx, check) },
+		want)
 	if err != nil {
 		t.Fatalf("probe: checking the ServiceAccount's %v access to %q: %v", c, bucketID, err)
 	}
 	return ok
 }
 
+// anyAccount, as accountOf's want, waits for some account.
+const anyAccount = "\x00any"
+
 // accountOf asks the probe which backend account creds authenticate as; ok is false without
-// Probe.AccountOf.
-func (t *T) accountOf(creds *cosiproto.CredentialInfo) (account string, ok bool) {
+// Probe.AccountOf. Within the settle window it asks again until the answer is want (anyAccount:
+// any account).
+func (t *T) accountOf(creds *cosiproto.CredentialInfo, want string) (account string, ok bool) {
 	if t.s.cfg.Probe.AccountOf == nil {
 		return "", false
 	}
-	account, err := t.s.cfg.Probe.AccountOf(t.ctx, creds)
+	account, err := t.s.settleString(t.ctx,
+		func(ctx context.Context) (string, error) { return t.s.cfg.Probe.AccountOf(ctx, creds) }, want)
 	if err != nil {
 		t.Fatalf("probe: which account the credentials authenticate as: %v", err)
 	}
@@ -312,15 +320,35 @@ func (t *T) objects(id string) (objects []string, ok bool) {
 	return objects, true
 }
 
-func (t *T) bucketExists(id string) bool {
+// bucketExists asks the probe whether the bucket exists, within the settle window until the
+// answer is want; it skips the case without Probe.BucketExists.
+func (t *T) bucketExists(want bool, id string) bool {
 	if t.s.cfg.Probe.BucketExists == nil {
 		t.Skipf("needs a backend probe (Probe.BucketExists) to see the backend's buckets")
 	}
-	ok, err := t.s.cfg.Probe.BucketExists(t.ctx, id)
+	ok, err := t.s.settleBool(t.ctx, func(ctx context.Context) (bool, error) { return t.s.cfg.Probe.BucketExists(ctx, id) },
+		want)
 	if err != nil {
 		t.Fatalf("probe: does bucket %q exist: %v", id, err)
 	}
 	return ok
+}
+
+// accountsSettled lists the backend's accounts, within the settle window until done says the
+// list is what the case waits for.
+func (t *T) accountsSettled(done func([]string) bool) []string {
+	list := t.accounts()
+	if t.s.cfg.Settle == 0 || done(list) {
+		return list
+	}
+	_, _ = t.s.settleBool(t.ctx, func(ctx context.Context) (bool, error) {
+		l, err := t.s.cfg.Probe.Accounts(ctx)
+		if err == nil {
+			list = l
+		}
+		return done(l), err
+	}, true)
+	return list
 }
 
 func (t *T) accounts() []string {
@@ -411,9 +439,10 @@ func (r rotationCase) retireRequest(credentialID string) *cosiproto.DriverRetire
 	}
 }
 
-// works reports whether the credentials read the case's bucket, per the backend probe.
-func (r rotationCase) works(creds *cosiproto.CredentialInfo) bool {
-	return r.t.allowed(r.g.protocol, creds, r.bucketID, bucketInfoFor(r.grantResp, r.bucketID), ObjectData, false)
+// works reports whether the credentials read the case's bucket, per the backend probe (within
+// the settle window until the answer is want).
+func (r rotationCase) works(want bool, creds *cosiproto.CredentialInfo) bool {
+	return r.t.allowed(want, r.g.protocol, creds, r.bucketID, bucketInfoFor(r.grantResp, r.bucketID), ObjectData, false)
 }
 
 // bucketInfoDiffs describes each field that both infos set and that differs (bucket name,

@@ -717,7 +717,7 @@ func (q *seq) checkAccount(a *seqAccount, categories []Category) {
 				}
 			}
 		case "live":
-			if who, ok := q.accountOf(c, "?"); ok && who == "" {
+			if who, ok := q.accountOf(c, anyAccount); ok && who == "" {
 				q.fail("credential %s of live account %q authenticates as nobody", c.name(), a.id)
 			}
 			for _, b := range q.liveBuckets() {
@@ -826,20 +826,14 @@ func withName(info *cosiproto.ProtocolBucketInfo, name string) *cosiproto.Protoc
 }
 
 // accountOf asks the probe, if it has AccountOf, which account the credential authenticates
-// as, within the settle window for want ("?": any account).
+// as, within the settle window for want (anyAccount: any account).
 func (q *seq) accountOf(c *seqCred, want string) (string, bool) {
 	p := q.t.s.cfg.Probe
 	if p.AccountOf == nil {
 		return "", false
 	}
-	check := func(ctx context.Context) (string, error) { return p.AccountOf(ctx, c.creds) }
-	var who string
-	var err error
-	if want == "?" {
-		who, err = check(q.t.ctx)
-	} else {
-		who, err = q.t.s.settleString(q.t.ctx, check, want)
-	}
+	who, err := q.t.s.settleString(q.t.ctx, func(ctx context.Context) (string, error) { return p.AccountOf(ctx, c.creds) },
+		want)
 	if err != nil {
 		q.fail("probe: which account credential %s authenticates as: %v", c.name(), err)
 	}

@@ -309,7 +309,25 @@ func (s *suite) checkStore(ctx context.Context, c string) {
 // baseline (there before the run) nor explained by a live grant of the ledger, once.
 func (s *suite) checkAccounts(ctx context.Context, violate func(property, format string, args ...any)) {
 	p := s.cfg.Probe
-	list, err := p.Accounts(ctx)
+	// Within the settle window, until no more accounts are there that were not before the run
+	// (and not reported) than grants are live: a revoked account may take a while to go.
+	list, err := settled(ctx, s, p.Accounts, func(list []string) bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		live := 0
+		for _, a := range s.ledger.accounts {
+			if a.live {
+				live++
+			}
+		}
+		fresh := 0
+		for _, a := range list {
+			if !s.baseline[a] && !s.reported[a] {
+				fresh++
+			}
+		}
+		return fresh <= live
+	})
 	if err != nil {
 		violate(StoreCredentialsProperty, "probe: listing accounts: %v", err)
 		return
