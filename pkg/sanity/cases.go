@@ -484,7 +484,8 @@ var cases = []Case{
 		t.ok(err, "grant")
 		_, err = t.s.prov.DriverGrantBucketAccess(t.ctx, g.grantRequest(account))
 		t.ok(err, "second DriverGrantBucketAccess")
-		if after := t.accountsSettled(func(after []string) bool { return len(after) == len(before)+1 }); len(after) != len(before)+1 {
+		oneMore := func(after []string) bool { return len(after) == len(before)+1 }
+		if after := t.accountsSettled(oneMore); len(after) != len(before)+1 {
 			t.Errorf(
 				"the backend has %d accounts after granting twice, %d before: want exactly one more",
 				len(after),

@@ -326,8 +326,8 @@ func (t *T) bucketExists(want bool, id string) bool {
 	if t.s.cfg.Probe.BucketExists == nil {
 		t.Skipf("needs a backend probe (Probe.BucketExists) to see the backend's buckets")
 	}
-	ok, err := t.s.settleBool(t.ctx, func(ctx context.Context) (bool, error) { return t.s.cfg.Probe.BucketExists(ctx, id) },
-		want)
+	exists := func(ctx context.Context) (bool, error) { return t.s.cfg.Probe.BucketExists(ctx, id) }
+	ok, err := t.s.settleBool(t.ctx, exists, want)
 	if err != nil {
 		t.Fatalf("probe: does bucket %q exist: %v", id, err)
 	}

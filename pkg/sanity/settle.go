@@ -10,7 +10,9 @@ import (
 // settled asks check until its answer is done or the settle window (Config.Settle) has passed,
 // and notes how long the effect took to show. It returns the last answer: a done one, or what
 // the backend still said when the window closed. Without a window it asks once.
-func settled[V any](ctx context.Context, s *suite, check func(context.Context) (V, error), done func(V) bool) (V, error) {
+func settled[V any](
+	ctx context.Context, s *suite, check func(context.Context) (V, error), done func(V) bool,
+) (V, error) {
 	start := time.Now()
 	deadline := start.Add(s.cfg.Settle)
 	wait := 10 * time.Millisecond
