@@ -293,7 +293,8 @@ var cases = []Case{
 			id, _ := t.createBucket(p)
 			g, account, resp, err := t.widestGrant(p, id)
 			t.ok(err, "grant")
-			const key = "cosi-sanity-object"
+			// Below a prefix: a bucket that holds only nested objects is not empty.
+			const key = "cosi-sanity/nested/object"
 			if !t.put(AccessCheck{Protocol: p, Credentials: resp.GetCredentials(), BucketID: id,
 				BucketInfo: bucketInfoFor(resp, id)}, key) {
 				t.Fatalf("a grant with object data read-write could not write an object into bucket %q", id)

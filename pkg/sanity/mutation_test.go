@@ -3,6 +3,7 @@ package sanity_test
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -61,10 +62,13 @@ func TestMutants(t *testing.T) {
 			results := run(t, scfg)
 			failed := failedOrSkipped(results, sanity.Failed)
 			r, ran := results[m.Case]
-			hit := ran && r.Status == sanity.Failed && strings.Contains(r.Message, m.Says)
+			says := func(msg string) bool {
+				return slices.ContainsFunc(strings.Split(m.Says, "|"), func(s string) bool { return strings.Contains(msg, s) })
+			}
+			hit := ran && r.Status == sanity.Failed && says(r.Message)
 			if strings.HasSuffix(m.Case, "/") { // a group: any of its cases
 				for name, gr := range results {
-					if strings.HasPrefix(name, m.Case) && gr.Status == sanity.Failed && strings.Contains(gr.Message, m.Says) {
+					if strings.HasPrefix(name, m.Case) && gr.Status == sanity.Failed && says(gr.Message) {
 						r, hit = gr, true
 					}
 				}

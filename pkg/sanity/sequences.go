@@ -168,6 +168,7 @@ func (q *seq) step() {
 		{map[bool]int{true: 2, false: 0}[q.regrantable() != nil && len(accounts) < maxSeqAccounts], q.grantAfterRevoke},
 		{map[bool]int{true: 2, false: 0}[q.deletable() != nil], q.deleteBucket},
 		{map[bool]int{true: 2, false: 0}[len(buckets) > 0], q.lookup},
+		{map[bool]int{true: 3, false: 0}[len(accounts) > 1 && !q.noRotation], q.foreignCredential},
 	}
 	total := 0
 	for _, o := range ops {
@@ -360,6 +361,9 @@ func (q *seq) grant(a *seqAccount, what string) codes.Code {
 	q.t.Cleanup(func() { _, _ = q.t.s.prov.DriverRevokeBucketAccess(q.t.ctx, g.revokeRequest(id)) })
 	if !slices.Contains(q.accounts, a) {
 		q.accounts = append(q.accounts, a)
+	}
+	if old := a.find(resp.GetCredentials()); old != nil && old.state == "dead" {
+		q.fail("DriverGrantBucketAccess of account %q returned credential %s, revoked or retired before", a.id, old.name())
 	}
 	a.live, a.resp, q.recent = true, resp, a
 	for _, b := range a.g.buckets {
@@ -603,12 +607,65 @@ func (q *seq) regrantable() []*seqAccount {
 	return out
 }
 
-// grantAfterRevoke grants a revoked account again, with new random modes: what the old grant
-// allowed must not come back.
+// grantAfterRevoke grants a revoked account again, with the same grant or new random modes:
+// neither the revoked key nor what the old grant allowed may come back.
 func (q *seq) grantAfterRevoke() {
 	accounts := q.regrantable()
 	a := q.pick(accounts)
+	if q.rnd.IntN(2) == 0 {
+		if q.grant(a, "grant again, after its revocation,") == codes.OK {
+			return
+		}
+		q.steps = q.steps[:len(q.steps)-1] // refused: a new grant instead
+	}
 	q.grantRandom(a)
+}
+
+// foreignCredential asks to rotate and to retire one account's key through another account:
+// the rotation is NotFound (the account has no such key), the retirement OK or NotFound, and the
+// key keeps working for the account it belongs to.
+func (q *seq) foreignCredential() {
+	accounts := q.liveAccounts()
+	a := q.pick(accounts)
+	var owners []*seqAccount
+	for _, o := range accounts {
+		if o != a && slices.ContainsFunc(o.creds, func(c *seqCred) bool { return c.state == "live" && c.id != "" }) {
+			owners = append(owners, o)
+		}
+	}
+	if len(owners) == 0 {
+		return
+	}
+	o := owners[q.rnd.IntN(len(owners))]
+	var c *seqCred
+	for _, oc := range o.liveCreds() {
+		if oc.id != "" {
+			c = oc
+		}
+	}
+	if !q.noRotation {
+		q.note("rotate credential %q of account %q through account %q", c.id, o.id, a.id)
+		rotate := &cosiproto.DriverRotateBucketAccessCredentialsRequest{
+			AccountId: a.id, Buckets: a.g.buckets, Protocol: a.g.protocol, AuthenticationType: a.g.auth,
+			Parameters: a.g.params, CredentialId: c.id,
+		}
+		_, err := q.t.s.prov.DriverRotateBucketAccessCredentials(q.t.ctx, rotate)
+		if code := status.Code(err); code != codes.NotFound && code != codes.Unimplemented {
+			q.fail("DriverRotateBucketAccessCredentials of account %q with a credential of account %q returned %v, "+
+				"want NotFound: the account has no such credential", a.id, o.id, code)
+		}
+		q.note("retire credential %q of account %q through account %q", c.id, o.id, a.id)
+		retire := &cosiproto.DriverRetireBucketAccessCredentialsRequest{
+			AccountId: a.id, CredentialId: c.id, Protocol: a.g.protocol, Parameters: a.g.params,
+		}
+		_, err = q.t.s.prov.DriverRetireBucketAccessCredentials(q.t.ctx, retire)
+		if code := status.Code(err); code != codes.OK && code != codes.NotFound && code != codes.Unimplemented {
+			q.fail("DriverRetireBucketAccessCredentials of account %q with a credential of account %q returned %v, "+
+				"want OK or NotFound", a.id, o.id, code)
+		}
+	}
+	q.checkAccount(o, objectDataOnly)
+	q.checkAccount(a, objectDataOnly)
 }
 
 // deletable returns the live buckets no live grant names.

@@ -58,7 +58,8 @@ type Mutant struct {
 	Blind     string
 	// Case is the name of the case that must fail, and Says a part of its failure message. A Case
 	// that ends in "/" names a group: any case of it may be the one that fails (the generated
-	// sequences: which one meets the bug depends on the seed).
+	// sequences: which one meets the bug depends on the seed). Says may list alternatives,
+	// separated by "|".
 	Case, Says string
 	// Memory adjusts the reference driver's configuration (e.g. a backend without ServiceAccount
 	// support), when the bug only shows on such a backend.

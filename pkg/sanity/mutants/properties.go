@@ -96,7 +96,68 @@ func propertyMutants() []Mutant {
 				return &modeUnion{Driver: d, last: map[string]*cosiproto.DriverGrantBucketAccessRequest{}}
 			}),
 		},
+		{
+			Name: "grant-cached-across-revoke", MustCatch: true,
+			Bug: "a grant answers from a cache of earlier answers for the same request that a revoke does not " +
+				"clear: the account granted again after its revocation gets the revoked key",
+			Case: caseSequences, Says: "revoked or retired before",
+			New: plain(func(d *memory.Driver) Server {
+				return &grantCachedAcrossRevoke{Driver: d, answers: map[string]*cosiproto.DriverGrantBucketAccessResponse{}}
+			}),
+		},
+		{
+			Name: "retire-foreign-credential", MustCatch: true,
+			Bug: "DriverRetireBucketAccessCredentials looks the credential_id up among all keys, not the account's: " +
+				"retiring another account's key through this one deletes it",
+			Case: caseSequences, Says: "with a credential of account|of live account",
+			New: plain(func(d *memory.Driver) Server { return retireForeign{d} }),
+		},
 	}
+}
+
+// grantCachedAcrossRevoke answers a grant request it answered before from its cache.
+type grantCachedAcrossRevoke struct {
+	*memory.Driver
+	mu      sync.Mutex
+	answers map[string]*cosiproto.DriverGrantBucketAccessResponse
+}
+
+func (d *grantCachedAcrossRevoke) DriverGrantBucketAccess(
+	ctx context.Context, req *cosiproto.DriverGrantBucketAccessRequest,
+) (*cosiproto.DriverGrantBucketAccessResponse, error) {
+	key := req.String()
+	d.mu.Lock()
+	cached := d.answers[key]
+	d.mu.Unlock()
+	resp, err := d.Driver.DriverGrantBucketAccess(ctx, req)
+	if err != nil {
+		return resp, err
+	}
+	if cached != nil {
+		return cached, nil // the bug: the cache outlived the revocation of the key it holds
+	}
+	d.mu.Lock()
+	d.answers[key] = resp
+	d.mu.Unlock()
+	return resp, nil
+}
+
+type retireForeign struct{ *memory.Driver }
+
+func (d retireForeign) DriverRetireBucketAccessCredentials(
+	ctx context.Context, req *cosiproto.DriverRetireBucketAccessCredentialsRequest,
+) (*cosiproto.DriverRetireBucketAccessCredentialsResponse, error) {
+	b := d.Backend()
+	for _, a := range b.Accounts() {
+		for _, k := range b.AccountKeys(a) {
+			if a != req.GetAccountId() && b.CredentialID(k) == req.GetCredentialId() {
+				r := clone(req)
+				r.AccountId = a // the bug: the key is found, whoever holds it
+				return d.Driver.DriverRetireBucketAccessCredentials(ctx, r)
+			}
+		}
+	}
+	return d.Driver.DriverRetireBucketAccessCredentials(ctx, req)
 }
 
 // prefixWildcard is the memory driver seen through a store whose policies match bucket*: a key
