@@ -26,7 +26,7 @@ import (
 const DefaultSequences = 4
 
 // SequenceSteps is the number of operations of each sequence.
-const SequenceSteps = 32
+const SequenceSteps = 48
 
 const (
 	maxSeqBuckets  = 6
@@ -281,9 +281,7 @@ func (q *seq) grantNew() {
 	}
 	a := &seqAccount{name: q.familyName("u", names, names)}
 	q.grantRandom(a)
-	if b := a.g.buckets; len(b) == 2 && modesKey(b[0].GetAccessModes()) != modesKey(b[1].GetAccessModes()) {
-		q.follow(true, q.grantOther)
-	}
+	q.follow(a.live, q.grantOther)
 	// A bucket whose name extends one the account was granted: a wildcard policy opens it.
 	var granted []string
 	for _, ab := range a.g.buckets {
@@ -549,7 +547,7 @@ func (q *seq) retire() {
 		}
 	}
 	c := candidates[q.rnd.IntN(len(candidates))]
-	if q.following && q.rotatedFrom != nil && slices.Contains(candidates, q.rotatedFrom) {
+	if q.following && q.rotatedFrom != nil && slices.Contains(candidates, q.rotatedFrom) && q.rnd.IntN(2) == 0 {
 		c = q.rotatedFrom // the sidecar's order: the key a rotation replaced, once Pods have the new one
 	}
 	which := "an older"
@@ -567,7 +565,10 @@ func (q *seq) retire() {
 	c.state = "dead"
 	q.checkAccount(a, allCategories)
 	q.checkOthers(a)
-	q.follow(true, q.grantAgain)
+	// A Secret lost after a rotation: the grant is repeated, and must answer with a live key.
+	q.following = true
+	q.grantAgain()
+	q.following = false
 }
 
 func (q *seq) revoke() {
