@@ -206,7 +206,9 @@ type ProvisionerClient interface {
 	// is incompatible with the parameters; INVALID_ARGUMENT when parameters are invalid.
 	DriverGetBucket(ctx context.Context, in *DriverGetBucketRequest, opts ...grpc.CallOption) (*DriverGetBucketResponse, error)
 	// DriverDeleteBucket deletes the bucket bucket_id in the backend. It MUST be idempotent: it
-	// returns OK when the bucket does not exist (already deleted, or never created).
+	// returns OK when the bucket does not exist (already deleted, or never created). A bucket that
+	// holds objects is either deleted with them, or refused with FAILED_PRECONDITION and nothing
+	// deleted (which one may be a parameter the admin chooses); OK means the bucket is gone.
 	DriverDeleteBucket(ctx context.Context, in *DriverDeleteBucketRequest, opts ...grpc.CallOption) (*DriverDeleteBucketResponse, error)
 	// DriverGenerateBucketAccessId (phase 1) returns the account_id COSI will use in every later
 	// call for the access. It MUST be idempotent: the same account_name and parameters return the
@@ -401,7 +403,9 @@ type ProvisionerServer interface {
 	// is incompatible with the parameters; INVALID_ARGUMENT when parameters are invalid.
 	DriverGetBucket(context.Context, *DriverGetBucketRequest) (*DriverGetBucketResponse, error)
 	// DriverDeleteBucket deletes the bucket bucket_id in the backend. It MUST be idempotent: it
-	// returns OK when the bucket does not exist (already deleted, or never created).
+	// returns OK when the bucket does not exist (already deleted, or never created). A bucket that
+	// holds objects is either deleted with them, or refused with FAILED_PRECONDITION and nothing
+	// deleted (which one may be a parameter the admin chooses); OK means the bucket is gone.
 	DriverDeleteBucket(context.Context, *DriverDeleteBucketRequest) (*DriverDeleteBucketResponse, error)
 	// DriverGenerateBucketAccessId (phase 1) returns the account_id COSI will use in every later
 	// call for the access. It MUST be idempotent: the same account_name and parameters return the

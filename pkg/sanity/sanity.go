@@ -84,7 +84,7 @@ type Config struct {
 	// apply changes eventually: each check of an effect asks the probe again until it sees the
 	// effect, for at most this long, and the suite reports how long effects took
 	// (SettleReport). Zero means at once: a driver must not return before what it did is in
-	// effect (docs/writing-a-driver.md, "Eventually consistent stores").
+	// effect (docs/writing-a-driver.md, "When a call returns").
 	Settle time.Duration
 	// Seed chooses the random operations of the generated sequences (SequenceCases); zero means
 	// one chosen at random. Each sequence's result names its seed: run again with it to replay the
