@@ -686,16 +686,7 @@ func (q *seq) deletable() []*seqBucket {
 
 func (q *seq) deleteBucket() {
 	buckets := q.deletable()
-	b := buckets[q.rnd.IntN(len(buckets))]
-	q.note("delete bucket %q", b.id)
-	if err := q.t.s.deleteBucket(q.t.ctx, b.id); err != nil {
-		q.fail("%v", err)
-	}
-	b.live = false
-	if q.exists(b.id, false) {
-		q.fail("bucket %q is still in the backend after DriverDeleteBucket returned OK", b.id)
-	}
-	q.checkBuckets()
+	q.delete(buckets[q.rnd.IntN(len(buckets))])
 	for _, a := range q.liveAccounts() {
 		q.checkAccount(a, objectDataOnly)
 	}
@@ -742,16 +733,22 @@ func (q *seq) finish() {
 		q.checkAccount(a, objectDataOnly)
 	}
 	for _, b := range q.liveBuckets() {
-		q.note("delete bucket %q", b.id)
-		if err := q.t.s.deleteBucket(q.t.ctx, b.id); err != nil {
-			q.fail("%v", err)
-		}
-		b.live = false
-		if q.exists(b.id, false) {
-			q.fail("bucket %q is still in the backend after DriverDeleteBucket returned OK", b.id)
-		}
-		q.checkBuckets()
+		q.delete(b)
 	}
+}
+
+// delete deletes the bucket (emptied through the probe if the driver refuses it for holding
+// objects), and checks that it is gone and every other live bucket is not.
+func (q *seq) delete(b *seqBucket) {
+	q.note("delete bucket %q", b.id)
+	if err := q.t.s.deleteBucket(q.t.ctx, b.id); err != nil {
+		q.fail("%v", err)
+	}
+	b.live = false
+	if q.exists(b.id, false) {
+		q.fail("bucket %q is still in the backend after DriverDeleteBucket returned OK", b.id)
+	}
+	q.checkBuckets()
 }
 
 var (
