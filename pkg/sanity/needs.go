@@ -9,6 +9,7 @@ const (
 	NeedProbeAllowed        = "Probe.Allowed"
 	NeedProbeAccountOf      = "Probe.AccountOf (optional)"
 	NeedProbePut            = "Probe.Put"
+	NeedProbeEmpty          = "Probe.Empty"
 	NeedProbeObjects        = "Probe.Objects (optional)"
 	NeedInvalidBucketParams = "InvalidBucketParameters"
 	NeedIncompatibleParams  = "IncompatibleBucketParameters"
@@ -48,7 +49,7 @@ var caseNeeds = map[string]need{
 	"DriverDeleteBucket/deletes the bucket in the backend": {
 		[]string{NeedProbeBucketExists}, "a driver that forgets the bucket but leaves it in the backend"},
 	"DriverDeleteBucket/deletes a bucket holding objects with them, or refuses with FailedPrecondition": {
-		[]string{NeedProbeBucketExists, NeedProbePut, NeedProbeObjects},
+		[]string{NeedProbeBucketExists, NeedProbePut, NeedProbeEmpty, NeedProbeObjects},
 		"a driver that answers OK and keeps a bucket holding objects, or that deletes some of them and refuses"},
 	"DriverGenerateBucketAccessId/creates no account in the backend": {
 		[]string{NeedProbeAccounts}, "an account created in phase 1, which leaks"},

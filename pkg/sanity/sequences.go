@@ -325,6 +325,11 @@ func (q *seq) grantRandom(a *seqAccount) {
 			return
 		case code == codes.OutOfRange && n > 1:
 			q.noMulti, n = true, 1
+		case code == codes.ResourceExhausted:
+			// The store holds as many accesses to a bucket as it allows (Azure: five stored access
+			// policies per container): no grant this step.
+			q.steps = q.steps[:len(q.steps)-1]
+			return
 		case code == codes.InvalidArgument && attempt < 6+len(fallback):
 			for _, b := range g.buckets {
 				q.noModes[modesKey(b.GetAccessModes())] = true
@@ -346,14 +351,16 @@ func (q *seq) grantRandom(a *seqAccount) {
 func (q *seq) grant(a *seqAccount, what string) codes.Code {
 	q.note("%s %s as account %q", what, a.describeGrant(), a.name)
 	gen, err := q.t.s.prov.DriverGenerateBucketAccessId(q.t.ctx, a.g.generateRequest(a.name))
-	if code := status.Code(err); code == codes.OutOfRange || code == codes.InvalidArgument {
+	if code := status.Code(err); code == codes.OutOfRange || code == codes.InvalidArgument ||
+		code == codes.ResourceExhausted {
 		return code
 	} else if err != nil {
 		q.fail("DriverGenerateBucketAccessId: %v", err)
 	}
 	a.id = gen.GetAccountId()
 	resp, err := q.t.s.prov.DriverGrantBucketAccess(q.t.ctx, a.g.grantRequest(a.id))
-	if code := status.Code(err); code == codes.OutOfRange || code == codes.InvalidArgument {
+	if code := status.Code(err); code == codes.OutOfRange || code == codes.InvalidArgument ||
+		code == codes.ResourceExhausted {
 		return code
 	} else if err != nil {
 		q.fail("DriverGrantBucketAccess %q: %v", a.id, err)
@@ -459,9 +466,11 @@ func (q *seq) grantOther() {
 // credentials open what its grant allows.
 func (q *seq) grantRefused(a *seqAccount, other grant) {
 	_, err := q.t.s.prov.DriverGrantBucketAccess(q.t.ctx, other.grantRequest(a.id))
+	// InvalidArgument is the answer for modes the driver never granted in this sequence: it may
+	// not grant them at all.
 	refusedModes := status.Code(err) == codes.InvalidArgument &&
-		!slices.ContainsFunc(other.buckets, func(b *cosiproto.AccessedBucket) bool {
-			return q.okModes[modesKey(b.GetAccessModes())] != nil
+		slices.ContainsFunc(other.buckets, func(b *cosiproto.AccessedBucket) bool {
+			return q.okModes[modesKey(b.GetAccessModes())] == nil
 		})
 	if status.Code(err) != codes.AlreadyExists && !refusedModes {
 		if err == nil {
@@ -632,9 +641,13 @@ func (q *seq) grantAfterRevoke() {
 func (q *seq) foreignCredential() {
 	accounts := q.liveAccounts()
 	a := q.pick(accounts)
+	// A key of another account whose credential_id this account's keys do not have: IDs may be
+	// unique per account only (key-1, key-2).
+	own := func(id string) bool { return slices.ContainsFunc(a.creds, func(c *seqCred) bool { return c.id == id }) }
+	foreign := func(c *seqCred) bool { return c.state == "live" && c.id != "" && !own(c.id) }
 	var owners []*seqAccount
 	for _, o := range accounts {
-		if o != a && slices.ContainsFunc(o.creds, func(c *seqCred) bool { return c.state == "live" && c.id != "" }) {
+		if o != a && slices.ContainsFunc(o.creds, foreign) {
 			owners = append(owners, o)
 		}
 	}
@@ -643,8 +656,8 @@ func (q *seq) foreignCredential() {
 	}
 	o := owners[q.rnd.IntN(len(owners))]
 	var c *seqCred
-	for _, oc := range o.liveCreds() {
-		if oc.id != "" {
+	for _, oc := range o.creds {
+		if foreign(oc) {
 			c = oc
 		}
 	}

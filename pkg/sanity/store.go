@@ -205,7 +205,18 @@ func (s *suite) checkStore(ctx context.Context, c string) {
 	k := s.keep
 	s.mu.Unlock()
 	if k != nil && k.resp != nil && !k.broken && p.Allowed != nil {
-		ok, err := s.settleBool(ctx, func(ctx context.Context) (bool, error) { return p.Allowed(ctx, k.check(false)) }, true)
+		works := func(ctx context.Context) (bool, error) { return p.Allowed(ctx, k.check(false)) }
+		ok, err := s.settleBool(ctx, works, true)
+		if err == nil && !ok {
+			// Keys that expire by design (a SAS token's expiry) are renewed as the sidecar renews
+			// them: with the grant repeated.
+			if resp, gerr := s.prov.DriverGrantBucketAccess(ctx, k.g.grantRequest(k.accountID)); gerr == nil {
+				s.mu.Lock()
+				k.resp = resp
+				s.mu.Unlock()
+				ok, err = s.settleBool(ctx, works, true)
+			}
+		}
 		switch {
 		case err != nil:
 			violate(StoreCredentialsProperty, "probe: the kept grant on bucket %q: %v", k.bucketID, err)
@@ -231,6 +242,20 @@ func (s *suite) checkStore(ctx context.Context, c string) {
 				ok = false
 			case who != "":
 				violate(StoreCredentialsProperty, "%s still authenticates as backend account %q", what, who)
+				ok = false
+			}
+		}
+		if p.Allowed != nil && k != nil && k.resp != nil && d.a.grant.GetProtocol() == k.g.protocol {
+			// Nor the kept bucket, which no case was granted.
+			check := k.check(false)
+			check.Protocol, check.Credentials = d.a.grant.GetProtocol(), d.c.creds
+			allowed, err := s.settleBool(ctx, func(ctx context.Context) (bool, error) { return p.Allowed(ctx, check) }, false)
+			switch {
+			case err != nil:
+				violate(StoreCredentialsProperty, "probe: %s on the kept bucket %q: %v", what, k.bucketID, err)
+				ok = false
+			case allowed:
+				violate(StoreCredentialsProperty, "%s can read objects of the kept bucket %q", what, k.bucketID)
 				ok = false
 			}
 		}
@@ -286,7 +311,10 @@ func (s *suite) checkStore(ctx context.Context, c string) {
 					"DriverDeleteBucket of %q answered OK, but the bucket is still in the backend: a driver that "+
 						"cannot delete a bucket (one holding objects, say) must refuse with FailedPrecondition", bc.id)
 			case live && len(markers) > 0 && p.Objects != nil:
-				objects, err := p.Objects(ctx, bc.id)
+				objects, err := settled(ctx, s, func(ctx context.Context) ([]string, error) { return p.Objects(ctx, bc.id) },
+					func(objects []string) bool {
+						return !slices.ContainsFunc(markers, func(m string) bool { return !slices.Contains(objects, m) })
+					})
 				if err != nil {
 					violate(StoreBucketsProperty, "probe: the objects of bucket %q: %v", bc.id, err)
 					break
@@ -339,18 +367,23 @@ func (s *suite) checkAccounts(ctx context.Context, violate func(property, format
 			fresh = append(fresh, a)
 		}
 	}
-	var liveCreds []*cosiproto.CredentialInfo
+	// Each live account's keys, newest first: one that authenticates names the account (an older
+	// one may have expired, or been replaced by a repeated grant).
+	var liveCreds [][]*cosiproto.CredentialInfo
 	liveAccounts := 0
 	for _, a := range s.ledger.accounts {
 		if !a.live {
 			continue
 		}
 		liveAccounts++
-		for _, c := range a.creds {
+		var keys []*cosiproto.CredentialInfo
+		for _, c := range slices.Backward(a.creds) {
 			if c.dead == "" {
-				liveCreds = append(liveCreds, c.creds)
-				break // one credential names the account
+				keys = append(keys, c.creds)
 			}
+		}
+		if len(keys) > 0 {
+			liveCreds = append(liveCreds, keys)
 		}
 	}
 	s.mu.Unlock()
@@ -368,9 +401,20 @@ func (s *suite) checkAccounts(ctx context.Context, violate func(property, format
 		return
 	}
 	explained := map[string]bool{}
-	for _, c := range liveCreds {
-		if who, err := p.AccountOf(ctx, c); err == nil && who != "" {
-			explained[who] = true
+	for _, keys := range liveCreds {
+		for i, c := range keys {
+			var who string
+			var err error
+			if i == 0 { // the newest key, within the settle window
+				who, err = s.settleString(ctx, func(ctx context.Context) (string, error) { return p.AccountOf(ctx, c) },
+					anyAccount)
+			} else {
+				who, err = p.AccountOf(ctx, c)
+			}
+			if err == nil && who != "" {
+				explained[who] = true
+				break
+			}
 		}
 	}
 	var unexplained []string
@@ -439,7 +483,7 @@ func (s *suite) storeResults() []Result {
 	}
 	byProperty[CleanupProperty] = s.cleanupFailures
 	var out []Result
-	selected := func(name string) bool { return s.cfg.Run == nil || s.cfg.Run.MatchString(name) }
+	selected := s.selected
 	for _, prop := range []struct {
 		name  string
 		skip  string
@@ -487,6 +531,9 @@ const (
 	KeptObject = "cosi-sanity-kept"
 )
 
+// selected reports whether Config.Run selects the result named.
+func (s *suite) selected(name string) bool { return s.cfg.Run == nil || s.cfg.Run.MatchString(name) }
+
 // startStore starts the ledger of a v1alpha2 run: it notes the backend's accounts, and creates
 // the bucket the suite keeps through the run when the probe can check it. Without a property
 // selected (Config.Run) it does nothing.
@@ -515,13 +562,18 @@ func (s *suite) startStore(ctx context.Context) {
 	k, err := s.keepBucket(ctx)
 	if err != nil {
 		s.violate(StoreBucketsProperty, startOfRun, "creating the bucket the suite keeps through the run: %v", err)
-		return
+		if k != nil {
+			k.resp = nil // no check of a grant that failed; stopStore removes what was made
+		}
 	}
 	s.keep = k
 }
 
 // keepBucket creates the kept bucket, grants it read-write access and writes KeptObject into it.
 func (s *suite) keepBucket(ctx context.Context) (*keeper, error) {
+	if len(s.info.GetSupportedProtocols()) == 0 {
+		return nil, nil // DriverGetInfo's case fails the driver
+	}
 	protocol := s.info.GetSupportedProtocols()[0]
 	name := s.prefix + "keep"
 	s.red.addOpen(name)
@@ -554,8 +606,11 @@ func (s *suite) keepBucket(ctx context.Context) (*keeper, error) {
 		}
 		return k, fmt.Errorf("DriverGrantBucketAccess: %w", err)
 	}
-	if put := s.cfg.Probe.Put; put != nil {
-		ok, err := put(ctx, k.check(false), KeptObject)
+	// The object only where the suite can remove it again: a driver may refuse to delete a bucket
+	// holding objects.
+	if put := s.cfg.Probe.Put; put != nil && s.cfg.Probe.Empty != nil {
+		ok, err := s.settleBool(ctx, func(ctx context.Context) (bool, error) { return put(ctx, k.check(true), KeptObject) },
+			true)
 		switch {
 		case err != nil:
 			return k, fmt.Errorf("probe: writing %s with the grant: %w", KeptObject, err)
@@ -594,6 +649,42 @@ func (s *suite) stopStore(ctx context.Context) {
 		}
 	}
 	s.checkStore(ctx, endOfRun)
+	s.recheckDead(ctx)
+}
+
+// recheckDead asks, at the end of the run, whom every key revoked or retired during the run
+// authenticates as: a revoke undone later (a user recreated, a key restored) shows here.
+func (s *suite) recheckDead(ctx context.Context) {
+	accountOf := s.cfg.Probe.AccountOf
+	if accountOf == nil {
+		return
+	}
+	s.mu.Lock()
+	type deadKey struct {
+		account string
+		c       *ledgerCredential
+	}
+	var dead []deadKey
+	for id, a := range s.ledger.accounts {
+		for _, c := range a.creds {
+			if c.dead != "" && c.checked {
+				dead = append(dead, deadKey{id, c})
+			}
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(dead, func(x, y deadKey) int { return strings.Compare(x.account, y.account) })
+	for _, d := range dead {
+		who, err := s.settleString(ctx, func(ctx context.Context) (string, error) { return accountOf(ctx, d.c.creds) }, "")
+		switch {
+		case err != nil:
+			s.violate(StoreCredentialsProperty, endOfRun, "probe: which account a %s key of account %q authenticates "+
+				"as: %v", d.c.dead, d.account, err)
+		case who != "":
+			s.violate(StoreCredentialsProperty, endOfRun, "a key of account %q, %s during the run and found so then, "+
+				"authenticates as backend account %q again", d.account, d.c.dead, who)
+		}
+	}
 }
 
 // deleteBucket deletes a bucket the suite made; when the driver refuses because it holds objects
@@ -623,8 +714,12 @@ func (s *suite) deleteBucket(ctx context.Context, id string) error {
 func (s *suite) violate(property, c, format string, args ...any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	after := fmt.Sprintf("after %q", c)
+	if strings.HasPrefix(c, "Sequences/") {
+		after += fmt.Sprintf(" (seed %d: --seed replays it)", s.seed)
+	}
 	s.propertyViolations = append(s.propertyViolations,
-		propertyViolation{property, fmt.Sprintf("after %q: %s", c, fmt.Sprintf(format, args...))})
+		propertyViolation{property, fmt.Sprintf("%s: %s", after, fmt.Sprintf(format, args...))})
 }
 
 // cleanupFail records a failure of the cleanup after the case c.
