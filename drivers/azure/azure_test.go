@@ -48,6 +48,7 @@ func TestSanity(t *testing.T) {
 		StaticBucketID:          static,
 		DriverLogs:              logs.bytes,
 		Probe:                   a.probe.Probe(),
+		Sequences:               2, // as drivers/s3's TestSanity
 	}
 	t.Run("refuse non-empty", func(t *testing.T) { sanity.Test(t, cfg) })
 	// With purgeOnDelete the deletion cases see a container deleted with its blobs.

@@ -50,6 +50,9 @@ func TestSanity(t *testing.T) {
 			InvalidAccessParameters:      map[string]string{"nope": "x"},
 			DriverLogs:                   logs.bytes,
 			Probe:                        probe.Probe(),
+			// Two generated sequences, not four: each takes a minute on RGW; pkg/sanity runs the
+			// full set against the memory driver and its mutants.
+			Sequences: 2,
 		}
 		t.Run("refuse non-empty", func(t *testing.T) { sanity.Test(t, cfg) })
 		// With purgeOnDelete the deletion cases see a bucket deleted with its objects.
