@@ -126,6 +126,9 @@ type Options struct {
 	SidecarDriverEndpoint string
 	// APIServerFeatureGates are the API server's --feature-gates (APIServerOptions.FeatureGates).
 	APIServerFeatureGates []string
+	// CRDPaths are the CRDs the API server installs (APIServerOptions.CRDPaths); empty means
+	// COSI's. cosi-bench's side-by-side mode gives the reference implementation's.
+	CRDPaths []string
 	// ControllerManager runs kube-controller-manager next to the API server (make run does), so
 	// that garbage collection and namespace deletion work as in a cluster.
 	ControllerManager bool
@@ -293,6 +296,7 @@ func (e *Env) startAPIServer() error {
 	// A fixed data directory keeps the objects across restarts.
 	o := APIServerOptions{RepoRoot: e.opts.RepoRoot, BinDir: e.opts.BinDir, EtcdDir: filepath.Join(e.opts.Dir, "etcd"),
 		LogDir: filepath.Join(e.opts.Dir, "log"), Issuer: e.opts.Issuer, FeatureGates: e.opts.APIServerFeatureGates,
+		CRDPaths: e.opts.CRDPaths,
 		// The cap docs/install.md asks of a cluster that offers keyless accesses (kubectl cosi
 		// doctor checks it); ServiceAccountTokenConfig's tokens of a day fit under it.
 		Flags: map[string][]string{"service-account-max-token-expiration": {"24h"}}}
