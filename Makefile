@@ -157,6 +157,21 @@ BENCH_FLAGS ?=
 bench: build $(KUBE_BINARIES) ## Measure throughput, latency, writes and memory (cosi-bench; about 20 minutes). BENCH_FLAGS=-h lists options.
 	$(BIN)/cosi-bench -json $(BIN)/bench.json $(BENCH_FLAGS)
 
+# The reference implementation (kubernetes-sigs/container-object-storage-interface) that
+# bench-reference compares with, built outside the repository by hack/reference/build.sh. Set
+# REFERENCE_SRC to a git repository that holds the commit where GitHub cannot be reached.
+REFERENCE_COMMIT ?= ee00c2690b877f9af3733acb8d03ea2c2a4bd521
+REFERENCE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/cosi-reference/$(REFERENCE_COMMIT)
+
+.PHONY: reference
+reference: ## Build the reference implementation's controller and sidecar, with a no-op driver, into REFERENCE_DIR (outside the repository).
+	REFERENCE_COMMIT=$(REFERENCE_COMMIT) hack/reference/build.sh $(REFERENCE_DIR)
+
+.PHONY: bench-reference
+bench-reference: build $(KUBE_BINARIES) ## This project and the reference side by side (cosi-bench -reference; N=500, 3 alternating runs each; about 10 minutes).
+	@test -x $(REFERENCE_DIR)/ref-sidecar || { echo "no reference build in $(REFERENCE_DIR): run make reference" >&2; exit 1; }
+	$(BIN)/cosi-bench -reference $(REFERENCE_DIR) -json $(BIN)/bench-reference.json $(BENCH_FLAGS)
+
 .PHONY: bench-cache
 bench-cache: $(KUBE_BINARIES) ## Measure a cache's Go heap per object set, as controller-runtime keeps objects and as COSI does (about a minute).
 	KUBEBUILDER_ASSETS=$(BIN) go test -run '^$$' -bench CacheMemory -benchtime 3x ./internal/cache/slim
