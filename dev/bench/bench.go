@@ -63,8 +63,12 @@ type Config struct {
 	// same objects, alternated (figures that move with the machine's load are compared as ratios).
 	CompareBinDir string
 	ComparePairs  int
-	JSON          string
-	Log           io.Writer
+	// ReferenceDir, when set, holds the reference implementation's builds (hack/reference/build.sh):
+	// the run is then the side-by-side mode only, this project and the reference measured with
+	// each size in turn, Runs times each, alternated (sidebyside.go).
+	ReferenceDir string
+	JSON         string
+	Log          io.Writer
 }
 
 // SizeResult is one throughput measurement with N claims and N accesses.
@@ -133,6 +137,9 @@ func (c Config) logf(format string, args ...any) {
 
 // Run measures cfg.Runs times, prints the summary to out and writes the JSON file.
 func Run(ctx context.Context, cfg Config, out io.Writer) error {
+	if cfg.ReferenceDir != "" {
+		return runSideBySide(ctx, cfg, out)
+	}
 	var runs []RunResult
 	for i := range cfg.Runs {
 		cfg.logf("run %d of %d", i+1, cfg.Runs)

@@ -75,6 +75,10 @@ func main() {
 			"between those and -bin's, their catch-ups compared on the same objects (empty: none)")
 	flag.IntVar(&cfg.ComparePairs, "restart-compare-pairs", 2,
 		"pairs of restarts with -restart-compare, in turn in either order (A B B A ...)")
+	flag.StringVar(&cfg.ReferenceDir, "reference", "",
+		"directory with the reference implementation's controller, sidecar, no-op driver and CRDs "+
+			"(hack/reference/build.sh): compare this project's and the reference's side by side, in alternating "+
+			"runs on fresh API servers, and nothing else (-n then defaults to 500)")
 	featureGates := flag.String("apiserver-feature-gates", "",
 		"the API server's --feature-gates, e.g. DetectCacheInconsistency=false (its periodic check of each watch "+
 			"cache against etcd, which costs a list of the resource every 5-7.5 minutes: it lands at random in a "+
@@ -82,6 +86,9 @@ func main() {
 	flag.StringVar(&cfg.JSON, "json", "", "write the results as JSON to this file")
 	version.AddFlag(flag.CommandLine)
 	flag.Parse()
+	if cfg.ReferenceDir != "" && !flagSet("n") {
+		*sizes = "500"
+	}
 	var err2 error
 	if cfg.Sizes, err2 = parseSizes("-n", *sizes); err2 == nil {
 		cfg.ScaleSizes, err2 = parseSizes("-scale", *scale)
@@ -104,6 +111,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "cosi-bench:", err)
 		os.Exit(1)
 	}
+}
+
+// flagSet says whether the flag name was given on the command line.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // parseSizes parses a comma-separated list of positive numbers; an empty list is none.
