@@ -165,6 +165,9 @@ func printSideRequests(w io.Writer, n int, this, reference sideRequests) {
 				continue
 			}
 			t, f := this[k], reference[k]
+			if t == (phaseFigures{}) && f == (phaseFigures{}) {
+				continue // counted in some runs only, in none at the median
+			}
 			thisTotal.Claims, thisTotal.Accesses = thisTotal.Claims+t.Claims, thisTotal.Accesses+t.Accesses
 			refTotal.Claims, refTotal.Accesses = refTotal.Claims+f.Claims, refTotal.Accesses+f.Accesses
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", k, fig(t.Claims), fig(t.Accesses), fig(f.Claims), fig(f.Accesses))

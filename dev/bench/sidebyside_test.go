@@ -151,12 +151,16 @@ func TestSideRequests(t *testing.T) {
 		t.Error("requestIsWrite: PUT is a write, GET is not")
 	}
 	var b bytes.Buffer
+	m["WATCH buckets 200"] = phaseFigures{}
 	printSideRequests(&b, 500, m, sideRequests{"POST secrets 201": {Accesses: 1}, "PUT secrets 200": {Accesses: 2}})
 	out := b.String()
 	for _, want := range []string{"POST secrets 201", "total writes", "total reads", "GET bucketaccesses 200"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
+	}
+	if strings.Contains(out, "WATCH buckets") {
+		t.Errorf("a request that is 0 for both should be left out:\n%s", out)
 	}
 	if w, r := strings.Index(out, "PUT secrets"), strings.Index(out, "GET bucketaccesses"); w > r {
 		t.Errorf("writes should come before reads:\n%s", out)
