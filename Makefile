@@ -265,6 +265,13 @@ APP_VERSION := $(shell sed -n 's/^appVersion: *//p' $(ROOT)/charts/cosi/Chart.ya
 VERSION ?= $(shell git describe --tags --exact-match --match 'v*' 2>/dev/null || echo $(APP_VERSION))
 REGISTRY ?= ghcr.io/kube-cosi
 PLATFORMS ?= linux/amd64,linux/arm64
+# The node's own platform: what make cluster and the cluster tier import. They build the images for
+# it alone (a second architecture compiles every command again: half an hour cold on 2 cores) unless
+# PLATFORMS is given on the command line or in the environment.
+NODE_PLATFORM := linux/$(shell go env GOARCH)
+ifeq ($(origin PLATFORMS),file)
+cluster test-cluster: PLATFORMS = $(NODE_PLATFORM)
+endif
 IMAGE_TOOL := $(BIN)/image
 NODE_BINARIES := $(BIN)/kube-scheduler $(BIN)/kubelet
 # Debian packages of the node's container runtime (containerd, runc) and network (CNI plugins, iptables).
