@@ -644,27 +644,9 @@ func newReadyWatcher(ctx context.Context, cfg *rest.Config, ready func(*unstruct
 
 // waitFor waits until every uid is ready and returns when each became so.
 func (w *readyWatcher) waitFor(ctx context.Context, uids []types.UID, timeout time.Duration) ([]time.Time, error) {
-	deadline := time.Now().Add(timeout)
-	for {
+	return pollTimes(ctx, len(uids), timeout, func() ([]time.Time, int) {
 		w.mu.Lock()
-		out, n := make([]time.Time, len(uids)), 0
-		for i, uid := range uids {
-			if t, ok := w.ready[uid]; ok {
-				out[i] = t
-				n++
-			}
-		}
-		w.mu.Unlock()
-		if n == len(uids) {
-			return out, nil
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%d of %d objects ready after %v", n, len(uids), timeout)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+		defer w.mu.Unlock()
+		return recordedTimes(w.ready, uids)
+	})
 }

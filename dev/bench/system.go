@@ -161,6 +161,12 @@ func newWatcher(ctx context.Context, cfg *rest.Config) (*watcher, error) {
 func (w *watcher) times(m map[types.UID]time.Time, uids []types.UID) ([]time.Time, int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return recordedTimes(m, uids)
+}
+
+// recordedTimes returns, for each uid, the time recorded in m, and how many are recorded. The
+// caller holds the lock of m.
+func recordedTimes(m map[types.UID]time.Time, uids []types.UID) ([]time.Time, int) {
 	out := make([]time.Time, len(uids))
 	n := 0
 	for i, uid := range uids {
@@ -179,14 +185,21 @@ func (w *watcher) waitFor(
 	uids []types.UID,
 	timeout time.Duration,
 ) ([]time.Time, error) {
+	return pollTimes(ctx, len(uids), timeout, func() ([]time.Time, int) { return w.times(m, uids) })
+}
+
+// pollTimes asks times every 5 ms until it has recorded all n objects, and returns their times.
+func pollTimes(
+	ctx context.Context, n int, timeout time.Duration, times func() ([]time.Time, int),
+) ([]time.Time, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		times, n := w.times(m, uids)
-		if n == len(uids) {
-			return times, nil
+		got, recorded := times()
+		if recorded == n {
+			return got, nil
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%d of %d objects after %v", n, len(uids), timeout)
+			return nil, fmt.Errorf("%d of %d objects after %v", recorded, n, timeout)
 		}
 		select {
 		case <-ctx.Done():

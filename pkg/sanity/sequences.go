@@ -105,9 +105,6 @@ type seqAccount struct {
 	live     bool
 	resp     *cosiproto.DriverGrantBucketAccessResponse
 	creds    []*seqCred
-	// revokedOnce: a grant of this account was revoked before (a grant again must not revive
-	// what the old grant allowed).
-	revokedOnce bool
 }
 
 type seqCred struct {
@@ -601,7 +598,7 @@ func (q *seq) revoke() {
 	if _, err := q.t.s.prov.DriverRevokeBucketAccess(q.t.ctx, a.g.revokeRequest(a.id)); err != nil {
 		q.fail("DriverRevokeBucketAccess: %v", err)
 	}
-	a.live, a.revokedOnce = false, true
+	a.live = false
 	for _, c := range a.creds {
 		c.state = "dead"
 	}
