@@ -484,10 +484,12 @@ func (s *sideSystem) measure(ctx context.Context, n int, r *SideRun) error {
 	if err != nil {
 		return err
 	}
+	profiled := s.profileAccesses(ctx, n)
 	accesses, err := s.provision(ctx, "bench", n, s.im.access, timeout)
 	if err != nil {
 		return fmt.Errorf("accesses: %w", err)
 	}
+	<-profiled
 	r.AccessesPerSec, r.AccessP50, _, r.AccessP99 = latency(accesses.starts, accesses.done)
 	accessesCPU := s.cpu()
 	time.Sleep(500 * time.Millisecond)
@@ -513,6 +515,24 @@ func (s *sideSystem) measure(ctx context.Context, n int, r *SideRun) error {
 		return fmt.Errorf("%d of %d access Secrets hold %s", r.SecretsWithKey, n, s.im.secretKey)
 	}
 	return nil
+}
+
+// profileAccesses saves, with Config.Profiles, the API server's CPU profile of the access phase's
+// first Config.ProfileCPU as kube-apiserver-<n>-accesses-<implementation>-<time>.pprof; the channel
+// closes when it is saved (at once without Config.Profiles).
+func (s *sideSystem) profileAccesses(ctx context.Context, n int) <-chan struct{} {
+	done := make(chan struct{})
+	if s.cfg.Profiles == "" {
+		close(done)
+		return done
+	}
+	sys := &system{cfg: s.cfg, rest: s.rest}
+	name := fmt.Sprintf("accesses-%s-%s", s.im.name, time.Now().Format("150405"))
+	go func() {
+		defer close(done)
+		sys.apiServerProfile(ctx, n, name)
+	}()
+	return done
 }
 
 // provisioned are the creation and provisioning times of objects.

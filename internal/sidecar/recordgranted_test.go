@@ -32,23 +32,32 @@ func TestRecordGrantedOnAReplacedAccess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	replace := func(ctx context.Context) {
+		if !replaced {
+			replaced = true
+			if err := env.Client.Delete(ctx, old); err != nil {
+				t.Fatal(err)
+			}
+			replacement = objects.BucketAccess(testNamespace, name, "class",
+				objects.Grant("claim", name, objects.ReadWrite))
+			if err := env.Client.Create(ctx, replacement); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = env.Client.Delete(context.Background(), replacement) })
+		}
+	}
 	c := interceptor.NewClient(watching, interceptor.Funcs{
 		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch,
 			opts ...client.SubResourcePatchOption,
 		) error {
-			if !replaced {
-				replaced = true
-				if err := env.Client.Delete(ctx, old); err != nil {
-					t.Fatal(err)
-				}
-				replacement = objects.BucketAccess(testNamespace, name, "class",
-					objects.Grant("claim", name, objects.ReadWrite))
-				if err := env.Client.Create(ctx, replacement); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = env.Client.Delete(context.Background(), replacement) })
-			}
+			replace(ctx)
 			return c.SubResource(sub).Patch(ctx, obj, p, opts...)
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object,
+			opts ...client.SubResourceUpdateOption,
+		) error {
+			replace(ctx)
+			return c.SubResource(sub).Update(ctx, obj, opts...)
 		},
 	})
 	granted := old.DeepCopy()
@@ -57,7 +66,7 @@ func TestRecordGrantedOnAReplacedAccess(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !replaced {
-		t.Fatal("the status patch was never made")
+		t.Fatal("the status write was never made")
 	}
 	live := &cosiapi.BucketAccess{}
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(old), live); err != nil {

@@ -213,6 +213,16 @@ func TestBucketAccessUpdate(t *testing.T) {
 			wantErrors:   []string{"status.accountID", "accountID cannot be changed or removed once set"},
 		},
 		{
+			name:         "the whole status cannot be removed once set",
+			statusBefore: func(a *cosiapi.BucketAccess) { handedOff(a); a.Status.AccountID = "ba-1234" },
+			update:       func(a *cosiapi.BucketAccess) { a.Status = cosiapi.BucketAccessStatus{} },
+			status:       true,
+			wantErrors: []string{
+				"status.accountID", "accountID cannot be changed or removed once set",
+				"status.driverName", "driverName cannot be changed or removed once set",
+			},
+		},
+		{
 			name:         "status.driverName cannot change once set",
 			statusBefore: handedOff,
 			update:       func(a *cosiapi.BucketAccess) { a.Status.DriverName = "other.example.com" },

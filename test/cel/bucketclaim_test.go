@@ -115,6 +115,16 @@ func TestBucketClaimUpdate(t *testing.T) {
 			wantErrors:   []string{"status.boundBucketName", "boundBucketName cannot be changed or removed once set"},
 		},
 		{
+			name: "status.boundBucketName cannot be removed while the rest of status stays",
+			statusBefore: func(c *cosiapi.BucketClaim) {
+				c.Status.BoundBucketName = "bc-1234"
+				c.Status.Protocols = []cosiapi.Protocol{cosiapi.ProtocolS3}
+			},
+			update:     func(c *cosiapi.BucketClaim) { c.Status.BoundBucketName = "" },
+			status:     true,
+			wantErrors: []string{"status.boundBucketName", "boundBucketName cannot be changed or removed once set"},
+		},
+		{
 			name: "status conditions must be well-formed",
 			update: func(c *cosiapi.BucketClaim) {
 				c.Status.Conditions = []metav1.Condition{{

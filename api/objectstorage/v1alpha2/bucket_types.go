@@ -87,6 +87,7 @@ type BucketClaimReference struct {
 }
 
 // BucketStatus is the observed state of a Bucket, written by the COSI sidecar.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.bucketID) || (has(self.bucketID) && self.bucketID == oldSelf.bucketID)",fieldPath=".bucketID",message="bucketID cannot be changed or removed once set"
 type BucketStatus struct {
 	// conditions report the state of the bucket: Provisioned, ResourcesValidated and
 	// ProvisionFailed.
@@ -136,7 +137,7 @@ type BucketStatus struct {
 // +kubebuilder:printcolumn:name="Bucket ID",type=string,JSONPath=`.status.bucketID`,priority=1
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Provisioned")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.bucketID) || (has(self.status) && has(self.status.bucketID) && self.status.bucketID == oldSelf.status.bucketID)",fieldPath=".status.bucketID",message="bucketID cannot be changed or removed once set"
+// +kubebuilder:validation:XValidation:rule="has(self.status) || !has(oldSelf.status) || !has(oldSelf.status.bucketID)",fieldPath=".status.bucketID",message="bucketID cannot be changed or removed once set"
 type Bucket struct {
 	metav1.TypeMeta `json:",inline"`
 	// metadata is the standard object metadata.

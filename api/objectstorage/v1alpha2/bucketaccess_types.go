@@ -107,6 +107,10 @@ type AccessedBucket struct {
 // BucketAccessStatus is the observed state of a BucketAccess. The controller writes
 // accessedBuckets, driverName, authenticationType and parameters (the hand-off to the sidecar);
 // the sidecar writes accountID.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.accountID) || (has(self.accountID) && self.accountID == oldSelf.accountID)",fieldPath=".accountID",message="accountID cannot be changed or removed once set"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.driverName) || (has(self.driverName) && self.driverName == oldSelf.driverName)",fieldPath=".driverName",message="driverName cannot be changed or removed once set"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.authenticationType) || (has(self.authenticationType) && self.authenticationType == oldSelf.authenticationType)",fieldPath=".authenticationType",message="authenticationType cannot be changed or removed once set"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.driverName) || (has(self.parameters) ? self.parameters : {}) == (has(oldSelf.parameters) ? oldSelf.parameters : {})",fieldPath=".parameters",message="parameters cannot change once driverName is set"
 type BucketAccessStatus struct {
 	// conditions report the state of the access: Provisioned, ResourcesValidated and
 	// ProvisionFailed.
@@ -168,10 +172,9 @@ type BucketAccessStatus struct {
 // +kubebuilder:printcolumn:name="Account ID",type=string,JSONPath=`.status.accountID`,priority=1
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Provisioned")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.accountID) || (has(self.status) && has(self.status.accountID) && self.status.accountID == oldSelf.status.accountID)",fieldPath=".status.accountID",message="accountID cannot be changed or removed once set"
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.driverName) || (has(self.status) && has(self.status.driverName) && self.status.driverName == oldSelf.status.driverName)",fieldPath=".status.driverName",message="driverName cannot be changed or removed once set"
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.authenticationType) || (has(self.status) && has(self.status.authenticationType) && self.status.authenticationType == oldSelf.status.authenticationType)",fieldPath=".status.authenticationType",message="authenticationType cannot be changed or removed once set"
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.driverName) || (has(self.status) && (has(self.status.parameters) ? self.status.parameters : {}) == (has(oldSelf.status.parameters) ? oldSelf.status.parameters : {}))",fieldPath=".status.parameters",message="parameters cannot change once driverName is set"
+// +kubebuilder:validation:XValidation:rule="has(self.status) || !has(oldSelf.status) || !has(oldSelf.status.accountID)",fieldPath=".status.accountID",message="accountID cannot be changed or removed once set"
+// +kubebuilder:validation:XValidation:rule="has(self.status) || !has(oldSelf.status) || !has(oldSelf.status.driverName)",fieldPath=".status.driverName",message="driverName cannot be changed or removed once set"
+// +kubebuilder:validation:XValidation:rule="has(self.status) || !has(oldSelf.status) || !has(oldSelf.status.authenticationType)",fieldPath=".status.authenticationType",message="authenticationType cannot be changed or removed once set"
 type BucketAccess struct {
 	metav1.TypeMeta `json:",inline"`
 	// metadata is the standard object metadata.

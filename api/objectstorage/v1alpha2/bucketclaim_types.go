@@ -32,6 +32,7 @@ type BucketClaimSpec struct {
 }
 
 // BucketClaimStatus is the observed state of a BucketClaim, written by the COSI controller.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.boundBucketName) || (has(self.boundBucketName) && self.boundBucketName == oldSelf.boundBucketName)",fieldPath=".boundBucketName",message="boundBucketName cannot be changed or removed once set"
 type BucketClaimStatus struct {
 	// conditions report the state of the claim: Provisioned (copied from the Bucket once it is
 	// provisioned), ResourcesValidated and ProvisionFailed.
@@ -73,7 +74,7 @@ type BucketClaimStatus struct {
 // +kubebuilder:printcolumn:name="Protocols",type=string,JSONPath=`.status.protocols`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Provisioned")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.boundBucketName) || (has(self.status) && has(self.status.boundBucketName) && self.status.boundBucketName == oldSelf.status.boundBucketName)",fieldPath=".status.boundBucketName",message="boundBucketName cannot be changed or removed once set"
+// +kubebuilder:validation:XValidation:rule="has(self.status) || !has(oldSelf.status) || !has(oldSelf.status.boundBucketName)",fieldPath=".status.boundBucketName",message="boundBucketName cannot be changed or removed once set"
 type BucketClaim struct {
 	metav1.TypeMeta `json:",inline"`
 	// metadata is the standard object metadata.

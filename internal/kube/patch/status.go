@@ -94,11 +94,16 @@ func (s *Status[T]) Patch(ctx context.Context, lock Lock) error {
 	if err := s.checkOwned(); err != nil {
 		return err
 	}
-	p := client.MergeFrom(s.before)
+	var err error
 	if lock {
-		p = client.MergeFromWithOptions(s.before, client.MergeFromWithOptimisticLock{})
+		// Locked to the version read, the whole status is what a merge patch would make of it,
+		// and an update costs the API server less: no patch to apply to a JSON copy of the stored
+		// object (about a tenth of its CPU for an access, docs/benchmark.md).
+		err = s.client.Status().Update(ctx, s.obj)
+	} else {
+		err = s.client.Status().Patch(ctx, s.obj, client.MergeFrom(s.before))
 	}
-	if err := s.client.Status().Patch(ctx, s.obj, p); err != nil {
+	if err != nil {
 		return err
 	}
 	s.snapshot()
