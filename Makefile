@@ -176,6 +176,10 @@ bench-reference: build $(KUBE_BINARIES) ## This project and the reference side b
 bench-cache: $(KUBE_BINARIES) ## Measure a cache's Go heap per object set, as controller-runtime keeps objects and as COSI does (about a minute).
 	KUBEBUILDER_ASSETS=$(BIN) go test -run '^$$' -bench CacheMemory -benchtime 3x ./internal/cache/slim
 
+.PHONY: bench-requests
+bench-requests: $(KUBE_BINARIES) ## Measure the API server's CPU per request of each kind an access makes (about a minute).
+	KUBEBUILDER_ASSETS=$(BIN) go test -run '^$$' -bench RequestCost -benchtime 1200x -count 3 ./dev/bench
+
 ##@ Fault suite
 
 CHAOS_FLAGS ?= -n 1100 -self-check

@@ -76,7 +76,9 @@ func (r *BucketAccessReconciler) prepareGrant(
 // provisioned meanwhile) as a read would, so ba is taken as it is and the read saved (about 2 % of
 // the API server's CPU for an access, docs/benchmark.md). A gone access costs at most a
 // DriverGenerateBucketAccessId, which creates nothing. Every other grant reads the access uncached.
-func (r *BucketAccessReconciler) liveAccess(ctx context.Context, ba *cosiapi.BucketAccess) (*cosiapi.BucketAccess, error) {
+func (r *BucketAccessReconciler) liveAccess(
+	ctx context.Context, ba *cosiapi.BucketAccess,
+) (*cosiapi.BucketAccess, error) {
 	if ba.Status.AccountID == "" {
 		return ba, nil
 	}

@@ -105,7 +105,8 @@ func vanish(t *testing.T, ba *cosiapi.BucketAccess) {
 // recordGone fails while a grant record of the access with uid exists.
 func recordGone(t *testing.T, uid types.UID) error {
 	cm := &corev1.ConfigMap{}
-	err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: sidecarNamespace, Name: "cosi-grant-" + string(uid)}, cm)
+	key := client.ObjectKey{Namespace: sidecarNamespace, Name: "cosi-grant-" + string(uid)}
+	err := env.Client.Get(t.Context(), key, cm)
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil

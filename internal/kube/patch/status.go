@@ -1,6 +1,14 @@
-// Package patch writes COSI objects with merge patches: the status a reconcile decided, once
-// (Status, modelled on cluster-api's util/patch), and the metadata that controller and sidecar
-// signal each other with: finalizers and annotations.
+// Package patch writes COSI objects: the status a reconcile decided, once (Status, modelled on
+// cluster-api's util/patch), and the metadata that controller and sidecar signal each other with:
+// finalizers and annotations.
+//
+// A write locked to the version read is an update (PUT) of the object or of its status: on that
+// version it gives what a merge patch would, at less API-server CPU. It sends the whole object,
+// so it is made only from copies that hold all of it (the caches drop managed fields, which the
+// API server then keeps as stored, and the controller drops Buckets' status.bucketInfo, which an
+// update of the object never writes), and, like the updates of Kubernetes' own controllers, it
+// drops status fields newer than the binary's types (a binary downgraded below its CRDs). Other
+// writes are merge patches: unlocked status patches, annotations, and objects not COSI's.
 package patch
 
 import (
