@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -185,6 +186,21 @@ func removeAll(dir string) error {
 		return fmt.Errorf("not removing %s: still mounted there: %v", dir, mps)
 	}
 	return os.RemoveAll(dir)
+}
+
+// removeAllBut removes what dir holds but the entries named keep.
+func removeAllBut(dir string, keep ...string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		if !slices.Contains(keep, e.Name()) {
+			errs = append(errs, removeAll(filepath.Join(dir, e.Name())))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func sysctlPath(name string) string {

@@ -89,6 +89,9 @@ func Cleanup() error {
 // removed (ownsDir).
 const dirMarker = ".cosi-node"
 
+// logDir is the directory of the node's logs in its directory: kept when the node stops.
+const logDir = "log"
+
 // claimDir makes dir the node's directory, tagged tag: a new or empty directory, or one an
 // earlier node left (--keep), whose content is removed. Any other non-empty directory is
 // refused: Stop removes the node's directory, and a --dir mistyped as a home or a source tree

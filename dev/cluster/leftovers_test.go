@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -287,5 +288,43 @@ func TestProcState(t *testing.T) {
 	}
 	if got := procStart(os.Getpid()); got == 0 {
 		t.Error("procStart of this process is 0")
+	}
+}
+
+// A node that stops keeps its logs and its marker, nothing else, and the next node takes the
+// directory (issue 45: the logs of a node that failed were gone once it stopped).
+func TestStopKeepsTheLogs(t *testing.T) {
+	const tag = "cosi-node-0123456789ab"
+	dir := filepath.Join(t.TempDir(), "node")
+	if err := claimDir(dir, tag); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"log/kubelet.log", "etcd/member/db", "kubelet/pki/kubelet.key", "admin.kubeconfig"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := removeAllBut(dir, dirMarker, logDir); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	if want := []string{dirMarker, logDir}; !slices.Equal(left, want) {
+		t.Errorf("left %v, want %v", left, want)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "log", "kubelet.log")); err != nil {
+		t.Errorf("the logs are gone: %v", err)
+	}
+	if err := claimDir(dir, "cosi-node-ba9876543210"); err != nil {
+		t.Errorf("the next node does not take the directory: %v", err)
 	}
 }

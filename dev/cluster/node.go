@@ -59,8 +59,8 @@ var ErrUnavailable = errors.New("the node cannot run on this machine")
 // Options configure Start.
 type Options struct {
 	// Dir holds the node's state (etcd, containerd, kubelet, certificates, logs in Dir/log); Stop
-	// removes it unless KeepDir. It must be new, empty, or one a node left: Start refuses any
-	// other (claimDir).
+	// removes it but its logs unless KeepDir, and the next Start removes the logs. It must be new,
+	// empty, or one a node left: Start refuses any other (claimDir).
 	Dir     string
 	KeepDir bool
 	// BinDir holds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubelet.
@@ -556,7 +556,7 @@ func (n *Node) Stop() error {
 	if n.host != nil {
 		errs = append(errs, n.host.restore(n.opts.Dir))
 		if !n.opts.KeepDir && ownsDir(n.opts.Dir, n.host.Tag) {
-			errs = append(errs, removeAll(n.opts.Dir))
+			errs = append(errs, removeAllBut(n.opts.Dir, dirMarker, logDir))
 		}
 	}
 	// Kept when the host is not restored: the next Start (or cosi-cluster --cleanup) retries.

@@ -121,10 +121,9 @@ func CacheOptions() cache.Options {
 
 // unread drops from the controller's cached objects what it never reads: each Bucket's
 // status.bucketInfo (the sidecar's: it writes it, and the Secrets from it), a few hundred bytes
-// per Bucket. Nothing dropped is ever written back: the controller writes a Bucket's metadata
-// and spec only (an update of the object, locked to the cached copy's version, keeps the status
-// stored, as the status subresource makes it), never its status, and reads from the API server
-// (APIReader) get whole objects. TestControllerNeverReadsBucketInfo keeps it
+// per Bucket. Nothing dropped is ever written back: the controller writes a Bucket only with
+// patches of its metadata and spec computed from the cached copy, never its status, and reads
+// from the API server (APIReader) get whole objects. TestControllerNeverReadsBucketInfo keeps it
 // from starting to read what its cache no longer holds.
 func unread(obj any) {
 	if b, ok := obj.(*cosiapi.Bucket); ok {

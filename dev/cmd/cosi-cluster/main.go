@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
@@ -26,7 +27,8 @@ func main() {
 		"directory of etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubelet",
 	)
 	images := flag.String("images", "bin/images", "directories of the images to import (make images), comma-separated")
-	flag.BoolVar(&o.KeepDir, "keep", false, "keep --dir after stopping (logs)")
+	flag.BoolVar(&o.KeepDir, "keep", false,
+		"keep all of --dir after stopping (without it, only its logs, log/, until the next start)")
 	cleanup := flag.Bool("cleanup", false, "only restore the host after a node that was killed before it stopped")
 	flag.Parse()
 	if *cleanup {
@@ -65,8 +67,17 @@ func main() {
 	}
 	fmt.Println("\nCtrl-C stops the node and restores the host.")
 	<-ctx.Done()
+	stop() // a second Ctrl-C ends the process at once, leaving the host for --cleanup
+	fmt.Println("\nstopping the node: its Pods, kubelet, containerd, the control plane; then the host is restored " +
+		"(about 30 s; Ctrl-C again leaves the rest to " + cluster.CleanupCommand + ")")
 	if err := n.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "cosi-cluster: stopping:", err)
 		os.Exit(1)
+	}
+	if o.KeepDir {
+		fmt.Printf("node stopped, host restored; the node's directory is kept: %s\n", o.Dir)
+	} else {
+		fmt.Printf("node stopped, host restored; its logs are kept in %s until the next start\n",
+			filepath.Join(o.Dir, "log"))
 	}
 }

@@ -21,19 +21,7 @@ func Locked(ctx context.Context, c client.Client, obj client.Object, mutate func
 	if !mutate() {
 		return nil
 	}
-	if isCOSI(c, obj) {
-		// Locked to the version read, the object is what a merge patch would make of it, and an
-		// update costs the API server less (see Status.Patch). Not for others' objects: an
-		// update sends the whole object, a Secret's data included.
-		return c.Update(ctx, obj)
-	}
 	return c.Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
-}
-
-// isCOSI reports whether obj is one of COSI's own objects.
-func isCOSI(c client.Client, obj client.Object) bool {
-	gvk, err := c.GroupVersionKindFor(obj)
-	return err == nil && gvk.Group == cosiapi.GroupName
 }
 
 // AddFinalizer adds the protection finalizer.
