@@ -16,6 +16,15 @@ import (
 	"github.com/kube-cosi/cosi/dev/cluster"
 )
 
+// helmEnvFlags are the Helm flags that give a chart's Pods the API server's address (extraEnv).
+func helmEnvFlags(n *cluster.Node) string {
+	var sets []string
+	for i, e := range n.APIServerEnv() {
+		sets = append(sets, fmt.Sprintf("extraEnv[%d].name=%s,extraEnv[%d].value=%s", i, e.Name, i, e.Value))
+	}
+	return "--set-string " + strings.Join(sets, ",")
+}
+
 func main() {
 	var o cluster.Options
 	flag.StringVar(&o.Dir, "dir", ".cluster",
@@ -49,13 +58,15 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf(
-		"node %s Ready after %.1fs\n\n  export KUBECONFIG=%s\n\nPods reach the API server at %s:%d "+
-			"(no kube-proxy: set KUBERNETES_SERVICE_HOST/PORT, see docs/cluster.md). Images:\n",
+		"node %s Ready after %.1fs\n\n  export KUBECONFIG=%s\n\nPods reach the API server at %s:%d; the node has "+
+			"no kube-proxy, so give each of COSI's charts (docs/install.md, \"Clusters without kube-proxy\"):"+
+			"\n\n  %s\n\nImages:\n",
 		cluster.NodeName,
 		n.Started.Seconds(),
 		n.Kubeconfig,
 		n.IP,
 		n.APIServerPort,
+		helmEnvFlags(n),
 	)
 	names := make([]string, 0, len(n.Images))
 	for name := range n.Images {
