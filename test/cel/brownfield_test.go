@@ -24,14 +24,6 @@ const brownfieldRuleMessage = "deletionPolicy must be Retain when existingBucket
 // after every parallel case of the tests before it has finished, and it puts the CRD back before
 // it returns.
 func TestBrownfieldDeleteStoredBeforeTheRule(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	crds, err := client.New(env.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
 	brownfieldDelete := func() *cosiapi.Bucket {
 		b := newBucket(uniqueName("brownfield"))
 		static(b)
@@ -44,30 +36,11 @@ func TestBrownfieldDeleteStoredBeforeTheRule(t *testing.T) {
 		return err != nil && strings.Contains(err.Error(), brownfieldRuleMessage)
 	}
 
-	rule := setRule(t, crds, nil)
-	restored := false
-	t.Cleanup(func() {
-		if !restored {
-			setRule(t, crds, rule)
-		}
-	})
-	testenv.Eventually(t, func() error {
-		if refusedNow() {
-			return fmt.Errorf("the CRD without the rule is not in force yet")
-		}
-		return nil
-	})
 	stored := brownfieldDelete()
-	if err := env.Client.Create(t.Context(), stored); err != nil {
-		t.Fatal(err)
-	}
-	setRule(t, crds, rule)
-	restored = true
-	testenv.Eventually(t, func() error {
-		if !refusedNow() {
-			return fmt.Errorf("the CRD with the rule is not in force yet")
+	beforeTheRule(t, refusedNow, func() {
+		if err := env.Client.Create(t.Context(), stored); err != nil {
+			t.Fatal(err)
 		}
-		return nil
 	})
 
 	for _, tc := range []struct {
@@ -107,6 +80,40 @@ func TestBrownfieldDeleteStoredBeforeTheRule(t *testing.T) {
 			tc.update(stored)
 			checkErrors(t, update(t.Context(), stored, tc.status), tc.wantErrors)
 		})
+	}
+}
+
+// beforeTheRule runs store while the brownfield rule is out of the installed Bucket CRD, then puts
+// it back; refused tells whether the rule is in force (a dry-run create), waited for each time.
+func beforeTheRule(t *testing.T, refused func() bool, store func()) {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	crds, err := client.New(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := setRule(t, crds, nil)
+	restored := false
+	t.Cleanup(func() {
+		if !restored {
+			setRule(t, crds, rule)
+		}
+	})
+	for _, in := range []bool{false, true} {
+		testenv.Eventually(t, func() error {
+			if refused() != in {
+				return fmt.Errorf("the CRD's change (rule in force: %t) is not in force yet", in)
+			}
+			return nil
+		})
+		if !in {
+			store()
+			setRule(t, crds, rule)
+			restored = true
+		}
 	}
 }
 

@@ -1,18 +1,15 @@
 package cel
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
-	"github.com/kube-cosi/cosi/dev/testenv"
 	"github.com/kube-cosi/cosi/internal/kube/patch"
 )
 
@@ -27,14 +24,6 @@ import (
 //
 // Not parallel: it takes the rule out of the installed CRD for a moment (setRule).
 func TestBrownfieldFinalizerWithEmptyParameters(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	crds, err := client.New(env.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
 	brownfield := func(finalizer bool) *unstructured.Unstructured {
 		b := newBucket(uniqueName("brownfield-empty"))
 		static(b)
@@ -59,39 +48,20 @@ func TestBrownfieldFinalizerWithEmptyParameters(t *testing.T) {
 		err := env.Client.Create(t.Context(), brownfield(false), client.DryRunAll)
 		return err != nil && strings.Contains(err.Error(), brownfieldRuleMessage)
 	}
-	rule := setRule(t, crds, nil)
-	restored := false
-	t.Cleanup(func() {
-		if !restored {
-			setRule(t, crds, rule)
-		}
-	})
-	testenv.Eventually(t, func() error {
-		if refusedNow() {
-			return fmt.Errorf("the CRD without the rule is not in force yet")
-		}
-		return nil
-	})
 	fresh, held := brownfield(false), brownfield(true)
-	for _, u := range []*unstructured.Unstructured{fresh, held} {
-		if err := env.Client.Create(t.Context(), u); err != nil {
-			t.Fatal(err)
+	beforeTheRule(t, refusedNow, func() {
+		for _, u := range []*unstructured.Unstructured{fresh, held} {
+			if err := env.Client.Create(t.Context(), u); err != nil {
+				t.Fatal(err)
+			}
+			if p, _, _ := unstructured.NestedMap(u.Object, "spec", "parameters"); p == nil {
+				t.Fatalf("spec.parameters: {} was not stored: %v", u.Object["spec"])
+			}
 		}
-		if p, _, _ := unstructured.NestedMap(u.Object, "spec", "parameters"); p == nil {
-			t.Fatalf("spec.parameters: {} was not stored: %v", u.Object["spec"])
-		}
-	}
+	})
 	t.Cleanup(func() {
 		noFinalizers := []byte(`{"metadata":{"finalizers":null}}`)
 		_ = env.Client.Patch(t.Context(), held, client.RawPatch(types.MergePatchType, noFinalizers))
-	})
-	setRule(t, crds, rule)
-	restored = true
-	testenv.Eventually(t, func() error {
-		if !refusedNow() {
-			return fmt.Errorf("the CRD with the rule is not in force yet")
-		}
-		return nil
 	})
 
 	t.Run("the sidecar adds its finalizer", func(t *testing.T) {
