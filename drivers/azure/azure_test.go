@@ -598,6 +598,15 @@ func TestRefusals(t *testing.T) {
 	) != codes.InvalidArgument {
 		t.Errorf("DriverCreateBucket with an invalid container name: %v, want InvalidArgument", err)
 	}
+	// The S3 driver's quota parameters: refused, saying the store has no container quota.
+	for _, param := range []string{"maxSize", "maxObjects"} {
+		_, err := p.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{
+			BucketId: "quota-" + rand8(), Parameters: map[string]string{param: "10"},
+		})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "parameter "+param+": Azure") {
+			t.Errorf("a bucket with %s: %v, want InvalidArgument naming it and the store", param, err)
+		}
+	}
 	missing := accessRequest("ba-y", readWrite, nil, "missing-"+bucket)
 	if _, err := p.DriverGrantBucketAccess(ctx, grantRequest(missing, "ba-y")); status.Code(err) != codes.NotFound {
 		t.Errorf("a grant to a missing container: %v, want NotFound", err)

@@ -185,7 +185,14 @@ func parseBool(params map[string]string, key string) (bool, error) {
 func parseBucketParams(params map[string]string) (bucketParams, error) {
 	var p bucketParams
 	for k := range params {
-		if k != ParamPurgeOnDelete {
+		switch k {
+		case ParamPurgeOnDelete:
+		case "maxSize", "maxObjects":
+			// The S3 driver's bucket quota parameters (drivers/s3 quota.go): a class moved from it
+			// is told why, not only that the key is unknown.
+			return p, status.Errorf(codes.InvalidArgument, "parameter %s: Azure Blob Storage has no quota per "+
+				"container, and the driver does not pretend to enforce one", k)
+		default:
 			return p, status.Errorf(codes.InvalidArgument, "unknown bucket parameter %q (known: %s)", k, ParamPurgeOnDelete)
 		}
 	}

@@ -245,6 +245,9 @@ type bucketParams struct {
 	region                        string
 	versioning, objectLock, purge bool
 	versioningSet, objectLockSet  bool
+	// quota, when quotaSet, is what the store is to enforce (quota.go).
+	quota    Quota
+	quotaSet bool
 }
 
 func parseBool(params map[string]string, key string) (value, set bool, err error) {
@@ -268,13 +271,16 @@ func (d *Driver) parseBucketParams(params map[string]string) (bucketParams, erro
 				return p, status.Errorf(codes.InvalidArgument, "parameter %s must not be empty", ParamRegion)
 			}
 			p.region = v
-		case ParamVersioning, ParamObjectLock, ParamPurgeOnDelete:
+		case ParamVersioning, ParamObjectLock, ParamPurgeOnDelete, ParamMaxSize, ParamMaxObjects:
 		default:
-			return p, status.Errorf(codes.InvalidArgument, "unknown bucket parameter %q (known: %s, %s, %s, %s)",
-				k, ParamRegion, ParamVersioning, ParamObjectLock, ParamPurgeOnDelete)
+			return p, status.Errorf(codes.InvalidArgument, "unknown bucket parameter %q (known: %s, %s, %s, %s, %s, %s)",
+				k, ParamRegion, ParamVersioning, ParamObjectLock, ParamPurgeOnDelete, ParamMaxSize, ParamMaxObjects)
 		}
 	}
 	var err error
+	if p.quota, p.quotaSet, err = d.quotaFor(params); err != nil {
+		return p, err
+	}
 	if p.versioning, p.versioningSet, err = parseBool(params, ParamVersioning); err != nil {
 		return p, err
 	}
@@ -383,9 +389,12 @@ func (d *Driver) DriverCreateBucket(
 		if err := d.checkCompatible(ctx, id, p, true); err != nil {
 			return nil, err
 		}
-		// A creation that stopped before the public access block was set (or a bucket created
-		// before the driver set it) is finished now.
+		// A creation that stopped before the public access block or the quota was set (or a
+		// bucket created before the driver set them) is finished now.
 		if err := d.ensureIgnorePublicACLs(ctx, id); err != nil {
+			return nil, err
+		}
+		if err := d.applyQuota(ctx, id, p.quota, p.quotaSet); err != nil {
 			return nil, err
 		}
 		return &cosiproto.DriverCreateBucketResponse{
@@ -428,7 +437,7 @@ func (d *Driver) configure(ctx context.Context, id string, p bucketParams) error
 			return toStatus(err, "enabling versioning of bucket %q", id)
 		}
 	}
-	return nil
+	return d.applyQuota(ctx, id, p.quota, p.quotaSet)
 }
 
 // DriverGetBucket finds an existing bucket for static provisioning: NotFound when it does not
@@ -453,6 +462,11 @@ func (d *Driver) DriverGetBucket(
 		return nil, err
 	}
 	if err := d.checkCompatible(ctx, id, p, false); err != nil {
+		return nil, err
+	}
+	// An imported bucket's quota parameters are applied to it as to a new one: the admin who
+	// writes them on the Bucket asks the store to enforce them.
+	if err := d.applyQuota(ctx, id, p.quota, p.quotaSet); err != nil {
 		return nil, err
 	}
 	return &cosiproto.DriverGetBucketResponse{

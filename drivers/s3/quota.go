@@ -1,0 +1,144 @@
+package s3
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// Bucket quota parameters (BucketClass.spec.parameters, or Bucket.spec.parameters of a static
+// bucket): the store refuses writes past them. Only stores that enforce bucket quotas take them
+// (Ceph RGW: --accounts=rgw); elsewhere they are refused with InvalidArgument, never ignored.
+const (
+	// ParamMaxSize is the most bytes the bucket may hold, a Kubernetes quantity ("10Gi", "500M").
+	ParamMaxSize = "maxSize"
+	// ParamMaxObjects is the most objects the bucket may hold, a positive integer.
+	ParamMaxObjects = "maxObjects"
+)
+
+// Quota is what a bucket may hold; zero is no limit.
+type Quota struct {
+	MaxSize, MaxObjects int64
+}
+
+// BucketQuotas is implemented by account back-ends whose store enforces a bucket quota.
+type BucketQuotas interface {
+	// SetBucketQuota makes the store refuse writes that would take bucket past q (zero fields:
+	// no limit), and checks that it took it.
+	SetBucketQuota(ctx context.Context, bucket string, q Quota) error
+}
+
+// parseQuota parses the quota parameters; set is false when neither is given.
+func parseQuota(params map[string]string) (q Quota, set bool, err error) {
+	if v, ok := params[ParamMaxSize]; ok {
+		n, perr := resource.ParseQuantity(v)
+		if perr != nil || n.Sign() <= 0 {
+			return q, true, status.Errorf(codes.InvalidArgument,
+				"parameter %s must be a positive quantity of bytes such as 10Gi, not %q", ParamMaxSize, v)
+		}
+		size, ok := n.AsInt64()
+		if !ok {
+			return q, true, status.Errorf(codes.InvalidArgument, "parameter %s %q is too large", ParamMaxSize, v)
+		}
+		q.MaxSize, set = size, true
+	}
+	if v, ok := params[ParamMaxObjects]; ok {
+		n, perr := strconv.ParseInt(v, 10, 64)
+		if perr != nil || n <= 0 {
+			return q, true, status.Errorf(codes.InvalidArgument,
+				"parameter %s must be a positive integer, not %q", ParamMaxObjects, v)
+		}
+		q.MaxObjects, set = n, true
+	}
+	return q, set, nil
+}
+
+// quotaFor checks that the driver's store can enforce the quota parameters, before anything is
+// created: a store without bucket quotas refuses them, naming the parameter and the store.
+func (d *Driver) quotaFor(params map[string]string) (Quota, bool, error) {
+	q, set, err := parseQuota(params)
+	if err != nil || !set {
+		return q, set, err
+	}
+	if _, ok := d.cfg.Accounts.(BucketQuotas); !ok {
+		name := ParamMaxSize
+		if _, ok := params[ParamMaxSize]; !ok {
+			name = ParamMaxObjects
+		}
+		return q, true, status.Errorf(codes.InvalidArgument,
+			"parameter %s: this driver's store (the iam account back-end: AWS S3, the Versity gateway) does not "+
+				"enforce bucket quotas, and the driver does not pretend to; Ceph RGW (--accounts=rgw) does", name)
+	}
+	return q, true, nil
+}
+
+// applyQuota makes the store enforce q on bucket id, when the parameters set one.
+func (d *Driver) applyQuota(ctx context.Context, id string, q Quota, set bool) error {
+	if !set {
+		return nil
+	}
+	return d.cfg.Accounts.(BucketQuotas).SetBucketQuota(ctx, id, q)
+}
+
+// rgwBucketInfo is what the Admin Ops API says of a bucket.
+type rgwBucketInfo struct {
+	Owner string `json:"owner"`
+	Quota struct {
+		Enabled    bool  `json:"enabled"`
+		MaxSize    int64 `json:"max_size"`
+		MaxObjects int64 `json:"max_objects"`
+	} `json:"bucket_quota"`
+	Usage map[string]struct {
+		Size       int64 `json:"size"`
+		NumObjects int64 `json:"num_objects"`
+	} `json:"usage"`
+}
+
+// SetBucketQuota sets the bucket's quota with the Admin Ops API and reads it back: an RGW that
+// answered without taking it would otherwise leave the bucket without the limit its class asks.
+func (a *RGWAccounts) SetBucketQuota(ctx context.Context, bucket string, q Quota) error {
+	var info rgwBucketInfo
+	if err := a.admin(ctx, http.MethodGet, "bucket", url.Values{"bucket": {bucket}}, &info); err != nil {
+		return rgwStatus(err, fmt.Sprintf("reading bucket %q", bucket))
+	}
+	// RGW before 17 (Debian bookworm's 16.2) reads the size in KiB only (max-size-kb), later
+	// ones in bytes too (max-size): both are sent, the KiB rounded up. -1 is no limit.
+	kib := int64(-1)
+	if q.MaxSize > 0 {
+		kib = (q.MaxSize + 1023) / 1024
+	}
+	set := url.Values{
+		"quota": {""}, "uid": {info.Owner}, "bucket": {bucket}, "enabled": {"true"},
+		"max-size": {strconv.FormatInt(atLeast(q.MaxSize), 10)}, "max-size-kb": {strconv.FormatInt(kib, 10)},
+		"max-objects": {strconv.FormatInt(atLeast(q.MaxObjects), 10)},
+	}
+	if err := a.admin(ctx, http.MethodPut, "bucket", set, nil); err != nil {
+		return rgwStatus(err, fmt.Sprintf("setting the quota of bucket %q", bucket))
+	}
+	if err := a.admin(ctx, http.MethodGet, "bucket", url.Values{"bucket": {bucket}}, &info); err != nil {
+		return rgwStatus(err, fmt.Sprintf("reading bucket %q", bucket))
+	}
+	got := info.Quota
+	sizeTaken := got.MaxSize == q.MaxSize || got.MaxSize == kib*1024 || q.MaxSize <= 0 && got.MaxSize < 0
+	objectsTaken := got.MaxObjects == q.MaxObjects || q.MaxObjects <= 0 && got.MaxObjects < 0
+	if !got.Enabled || !sizeTaken || !objectsTaken {
+		return status.Errorf(codes.Internal, "bucket %q: RGW holds the quota enabled=%t max_size=%d max_objects=%d "+
+			"after it was set to max_size=%d max_objects=%d", bucket, got.Enabled, got.MaxSize, got.MaxObjects,
+			atLeast(q.MaxSize), atLeast(q.MaxObjects))
+	}
+	return nil
+}
+
+// atLeast is n, or -1 (RGW's "no limit") for zero.
+func atLeast(n int64) int64 {
+	if n <= 0 {
+		return -1
+	}
+	return n
+}

@@ -1,0 +1,87 @@
+package s3_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kube-cosi/cosi/drivers/s3"
+	cosiproto "github.com/kube-cosi/cosi/proto"
+)
+
+// TestBucketQuota: a class's quota parameters are enforced by a store that has bucket quotas
+// (Ceph RGW: writes past them are refused to the access's own key), refused with InvalidArgument
+// naming the parameter and the store where it has none (the Versity gateway), and refused when
+// malformed, before anything is created.
+func TestBucketQuota(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		_, p := serve(t, b.newDriver(t, ""), logr.Discard())
+		ctx := t.Context()
+		for _, params := range []map[string]string{
+			{s3.ParamMaxSize: "-1Gi"}, {s3.ParamMaxSize: "lots"}, {s3.ParamMaxSize: "0"},
+			{s3.ParamMaxObjects: "0"}, {s3.ParamMaxObjects: "1.5"}, {s3.ParamMaxObjects: "-3"},
+		} {
+			_, err := p.DriverGenerateBucketId(ctx, &cosiproto.DriverGenerateBucketIdRequest{Name: "bc-bad-quota",
+				Parameters: params})
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "parameter max") {
+				t.Errorf("quota parameters %v: %v, want InvalidArgument naming the parameter", params, err)
+			}
+		}
+		if b.name == "versity-iam" {
+			for _, param := range []string{s3.ParamMaxSize, s3.ParamMaxObjects} {
+				id := "cosi-quota-" + strings.ToLower(param)
+				_, err := p.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: id,
+					Parameters: map[string]string{param: "10"}})
+				if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "parameter "+param) ||
+					!strings.Contains(err.Error(), "does not enforce bucket quotas") {
+					t.Errorf("%s on a store without bucket quotas: %v, want InvalidArgument naming it and the store", param, err)
+				}
+				if exists, err := b.bucketExists(ctx, id); err != nil || exists {
+					t.Errorf("a bucket was created for a class whose quota the store cannot enforce: %v, %v", exists, err)
+				}
+			}
+			return
+		}
+
+		rw := &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}
+		counted := createBucket(t, p, map[string]string{s3.ParamMaxObjects: "2"})
+		a := grant(t, p, rw, counted)
+		expect(t, "the first object", true, put(a, counted, "one"))
+		expect(t, "the second object", true, put(a, counted, "two"))
+		refused(t, "a third object past maxObjects 2", putSized(a, counted, "three", 10))
+		// A repeated creation applies the quota again, and keeps it.
+		if _, err := p.DriverCreateBucket(ctx, &cosiproto.DriverCreateBucketRequest{BucketId: counted,
+			Parameters: map[string]string{s3.ParamMaxObjects: "2"}}); err != nil {
+			t.Fatal(err)
+		}
+		refused(t, "a third object after the repeated creation", putSized(a, counted, "three", 10))
+
+		sized := createBucket(t, p, map[string]string{s3.ParamMaxSize: "4Ki"})
+		s := grant(t, p, rw, sized)
+		expect(t, "3 KiB in a bucket of 4 KiB", true, putSized(s, sized, "small", 3<<10))
+		refused(t, "3 KiB more, past maxSize 4Ki", putSized(s, sized, "more", 3<<10))
+		refused(t, "one object of 8 KiB", putSized(s, sized, "large", 8<<10))
+	})
+}
+
+// putSized writes size bytes as key with a's key.
+func putSized(a *access, bucket, key string, size int) error {
+	_, err := a.client.PutObject(context.Background(), &awss3.PutObjectInput{
+		Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader(strings.Repeat("x", size)),
+	})
+	return err
+}
+
+// refused fails unless err is the store's refusal of a write past a quota.
+func refused(t *testing.T, what string, err error) {
+	t.Helper()
+	if err == nil || !strings.Contains(err.Error(), "QuotaExceeded") {
+		t.Errorf("%s: %v, want the store's QuotaExceeded", what, err)
+	}
+}
