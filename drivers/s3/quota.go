@@ -3,6 +3,7 @@ package s3
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -32,7 +33,13 @@ type BucketQuotas interface {
 	// SetBucketQuota makes the store refuse writes that would take bucket past q (zero fields:
 	// no limit), and checks that it took it.
 	SetBucketQuota(ctx context.Context, bucket string, q Quota) error
+	// QuotaUnit is the unit in which the store counts each object's size against a quota: a
+	// smaller maxSize would hold no object with data.
+	QuotaUnit() int64
 }
+
+// maxQuotaSize is the largest maxSize: its size rounded up to KiB, in bytes, still fits an int64.
+const maxQuotaSize = math.MaxInt64 - 1023
 
 // parseQuota parses the quota parameters; set is false when neither is given.
 func parseQuota(params map[string]string) (q Quota, set bool, err error) {
@@ -43,7 +50,11 @@ func parseQuota(params map[string]string) (q Quota, set bool, err error) {
 				"parameter %s must be a positive quantity of bytes such as 10Gi, not %q", ParamMaxSize, v)
 		}
 		size, ok := n.AsInt64()
-		if !ok {
+		switch {
+		case !ok && n.AsApproximateFloat64() < maxQuotaSize:
+			return q, true, status.Errorf(codes.InvalidArgument,
+				"parameter %s must be a whole number of bytes, not %q", ParamMaxSize, v)
+		case !ok || size > maxQuotaSize:
 			return q, true, status.Errorf(codes.InvalidArgument, "parameter %s %q is too large", ParamMaxSize, v)
 		}
 		q.MaxSize, set = size, true
@@ -66,7 +77,8 @@ func (d *Driver) quotaFor(params map[string]string) (Quota, bool, error) {
 	if err != nil || !set {
 		return q, set, err
 	}
-	if _, ok := d.cfg.Accounts.(BucketQuotas); !ok {
+	quotas, ok := d.cfg.Accounts.(BucketQuotas)
+	if !ok {
 		name := ParamMaxSize
 		if _, ok := params[ParamMaxSize]; !ok {
 			name = ParamMaxObjects
@@ -74,6 +86,10 @@ func (d *Driver) quotaFor(params map[string]string) (Quota, bool, error) {
 		return q, true, status.Errorf(codes.InvalidArgument,
 			"parameter %s: this driver's store (the iam account back-end: AWS S3, the Versity gateway) does not "+
 				"enforce bucket quotas, and the driver does not pretend to; Ceph RGW (--accounts=rgw) does", name)
+	}
+	if unit := quotas.QuotaUnit(); q.MaxSize > 0 && q.MaxSize < unit {
+		return q, true, status.Errorf(codes.InvalidArgument, "parameter %s %q: the store counts each object as at "+
+			"least %d bytes, so a bucket this small could hold no object with data", ParamMaxSize, params[ParamMaxSize], unit)
 	}
 	return q, true, nil
 }
@@ -99,6 +115,9 @@ type rgwBucketInfo struct {
 		NumObjects int64 `json:"num_objects"`
 	} `json:"usage"`
 }
+
+// QuotaUnit is 4 KiB: RGW counts each object's size rounded up to it (rgw_rounded_objsize).
+func (a *RGWAccounts) QuotaUnit() int64 { return 4096 }
 
 // SetBucketQuota sets the bucket's quota with the Admin Ops API and reads it back: an RGW that
 // answered without taking it would otherwise leave the bucket without the limit its class asks.

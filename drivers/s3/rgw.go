@@ -175,7 +175,7 @@ func rgwStatus(err error, what string) error {
 		// an admin fixes, so it is retried (see adminAuthCodes).
 		code = codes.Unavailable
 		hint = ": the object store refused the driver's own identity; " +
-			"the driver's administrator must check its credentials and its caps (users=*)"
+			"the driver's administrator must check its credentials and its caps (users=*; buckets=* for bucket quotas)"
 	case e.Status == http.StatusBadRequest:
 		code = codes.InvalidArgument
 	case e.Status >= 500:
