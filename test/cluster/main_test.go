@@ -153,6 +153,14 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "test/cluster: the host changed:\n%s\n", lineDiff(before, after))
 		code = 1
 	}
+	// The node keeps its logs when it stops: for a failed tier, to read; otherwise removed.
+	if code == 0 {
+		if err := os.RemoveAll(dir); err != nil {
+			fmt.Fprintln(os.Stderr, "test/cluster: removing the node's directory:", err)
+		}
+	} else {
+		fmt.Fprintf(os.Stderr, "test/cluster: the node's logs are kept in %s\n", filepath.Join(dir, "log"))
+	}
 	fmt.Printf("test/cluster: tier took %.1fs (node start %.1fs)\n", time.Since(begin).Seconds(), node.Started.Seconds())
 	return code
 }
