@@ -132,6 +132,9 @@ func (a *RGWAccounts) SetBucketQuota(ctx context.Context, bucket string, q Quota
 	if q.MaxSize > 0 {
 		kib = (q.MaxSize + 1023) / 1024
 	}
+	if holds(info, q, kib) {
+		return nil // as asked already: a refresh costs one read
+	}
 	set := url.Values{
 		"quota": {""}, "uid": {info.Owner}, "bucket": {bucket}, "enabled": {"true"},
 		"max-size": {strconv.FormatInt(atLeast(q.MaxSize), 10)}, "max-size-kb": {strconv.FormatInt(kib, 10)},
@@ -143,15 +146,22 @@ func (a *RGWAccounts) SetBucketQuota(ctx context.Context, bucket string, q Quota
 	if err := a.admin(ctx, http.MethodGet, "bucket", url.Values{"bucket": {bucket}}, &info); err != nil {
 		return rgwStatus(err, fmt.Sprintf("reading bucket %q", bucket))
 	}
-	got := info.Quota
-	sizeTaken := got.MaxSize == q.MaxSize || got.MaxSize == kib*1024 || q.MaxSize <= 0 && got.MaxSize < 0
-	objectsTaken := got.MaxObjects == q.MaxObjects || q.MaxObjects <= 0 && got.MaxObjects < 0
-	if !got.Enabled || !sizeTaken || !objectsTaken {
+	if got := info.Quota; !holds(info, q, kib) {
 		return status.Errorf(codes.Internal, "bucket %q: RGW holds the quota enabled=%t max_size=%d max_objects=%d "+
 			"after it was set to max_size=%d max_objects=%d", bucket, got.Enabled, got.MaxSize, got.MaxObjects,
 			atLeast(q.MaxSize), atLeast(q.MaxObjects))
 	}
 	return nil
+}
+
+// holds reports whether the bucket's quota in info is q (its size in KiB: kib, -1 for no limit).
+func holds(info rgwBucketInfo, q Quota, kib int64) bool {
+	got := info.Quota
+	// No limit is a negative figure in RGW; zero is a limit of nothing.
+	sizeTaken := q.MaxSize > 0 && (got.MaxSize == q.MaxSize || got.MaxSize == kib*1024) ||
+		q.MaxSize <= 0 && got.MaxSize < 0
+	objectsTaken := q.MaxObjects > 0 && got.MaxObjects == q.MaxObjects || q.MaxObjects <= 0 && got.MaxObjects < 0
+	return got.Enabled && sizeTaken && objectsTaken
 }
 
 // atLeast is n, or -1 (RGW's "no limit") for zero.

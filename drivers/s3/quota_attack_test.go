@@ -143,3 +143,35 @@ func TestQuotaAttackFractionalMaxSize(t *testing.T) {
 		}
 	}
 }
+
+// TestQuotaPutBack: the Bucket's parameters are the limit. A quota an admin changed in RGW by hand
+// is put back when the driver next looks at the bucket, and a size limit of zero (RGW: nothing
+// may be stored) left on a bucket whose class limits only its objects is not taken for "no size
+// limit" (the read that lets a refresh skip its write compares them).
+func TestQuotaPutBack(t *testing.T) {
+	b := rgwBackend(t)
+	_, p := serve(t, b.newDriver(t, ""), logr.Discard())
+	params := map[string]string{s3.ParamMaxObjects: "2"}
+	bucket := createBucket(t, p, params)
+	for _, manual := range []url.Values{
+		{"max-objects": {"100"}},
+		{"max-objects": {"2"}, "max-size-kb": {"0"}, "max-size": {"0"}},
+	} {
+		set := url.Values{"quota": {""}, "uid": {bucketStats(t, b, bucket).Owner}, "bucket": {bucket}, "enabled": {"true"}}
+		for k, v := range manual {
+			set[k] = v
+		}
+		body, code, err := rgwAdminCall(t.Context(), b, http.MethodPut, "bucket", set)
+		if err != nil || code != http.StatusOK {
+			t.Fatalf("the admin's quota change: %v, HTTP %d %s", err, code, body)
+		}
+		if _, err := p.DriverCreateBucket(t.Context(),
+			&cosiproto.DriverCreateBucketRequest{BucketId: bucket, Parameters: params}); err != nil {
+			t.Fatal(err)
+		}
+		if q := bucketStats(t, b, bucket).Quota; !q.Enabled || q.MaxObjects != 2 || q.MaxSize >= 0 {
+			t.Errorf("after the admin set %v and the driver looked again: quota %+v, want max_objects 2, no size limit",
+				manual, q)
+		}
+	}
+}
