@@ -527,7 +527,7 @@ func (s *sideSystem) profileAccesses(ctx context.Context, n int) <-chan struct{}
 		return done
 	}
 	sys := &system{cfg: s.cfg, rest: s.rest}
-	name := fmt.Sprintf("accesses-%s-%s", s.im.name, time.Now().Format("150405"))
+	name := fmt.Sprintf("accesses-%s-%s", strings.ReplaceAll(s.im.name, " ", "-"), time.Now().Format("150405"))
 	go func() {
 		defer close(done)
 		sys.apiServerProfile(ctx, n, name)
