@@ -115,10 +115,40 @@ evictionHard:
   imagefs.available: 1%%
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-clusterDomain: cluster.local
+clusterDomain: %[8]s
+clusterDNS: [%[2]s]
 serializeImagePulls: false
 fileCheckFrequency: 5s
 nodeStatusUpdateFrequency: 2s
 syncFrequency: 10s
-`, sock, ip, port, healthPort, clientCA, filepath.Join(dir, "pods"), cgroupRoot)
+`, sock, ip, port, healthPort, clientCA, filepath.Join(dir, "pods"), cgroupRoot, clusterDomain)
+}
+
+// proxyConfig: iptables mode; NodePorts on the node's address alone (nodeAddresses: no other host
+// reaches it), none on localhost (which would set route_localnet); health and metrics on loopback;
+// the conntrack limits and timeouts left as the host has them (zero: kube-proxy does not set them),
+// so that the host's sysctls stay its own.
+func proxyConfig(kubeconfig, ip, healthAddr, metricsAddr string) string {
+	return fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: %[1]s
+hostnameOverride: %[2]s
+bindAddress: %[3]s
+mode: iptables
+clusterCIDR: %[4]s
+detectLocalMode: ClusterCIDR
+healthzBindAddress: %[5]s
+metricsBindAddress: %[6]s
+nodePortAddresses: [%[3]s/32]
+iptables:
+  localhostNodePorts: false
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+  udpTimeout: 0s
+  udpStreamTimeout: 0s
+`, kubeconfig, NodeName, ip, PodSubnet, healthAddr, metricsAddr)
 }

@@ -24,11 +24,15 @@ import (
 var (
 	// sysctls the kubelet sets at start (pkg/kubelet/cm's setupKernelTunables, the container
 	// manager's defaults), and the forwarding the CNI bridge plugin turns on for a gateway bridge
-	// ("isGateway": true in cniConfig).
+	// ("isGateway": true in cniConfig). kube-proxy's: proxyConfig keeps it from setting its
+	// conntrack limits and localhost NodePorts' route_localnet, and the rest are recorded in case
+	// a version of it sets them anyway.
 	hostSysctls = []string{
 		"vm.overcommit_memory", "vm.panic_on_oom", "kernel.panic", "kernel.panic_on_oops",
 		"kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes",
 		"net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding",
+		"net.ipv4.conf.all.route_localnet", "net.netfilter.nf_conntrack_max",
+		"net.netfilter.nf_conntrack_tcp_be_liberal", "net.bridge.bridge-nf-call-iptables",
 	}
 	// paths written whatever the node's configuration says: the kubelet's device-plugin and pod
 	// resources sockets and container log links, containerd's shim sockets and runc's state,
@@ -43,6 +47,16 @@ var (
 	// the hint for iptables-legacy or -nft, the martian-packet firewall, the canary it watches
 	// to notice a flush), whatever its configuration.
 	kubeletChains = map[string]bool{"KUBE-IPTABLES-HINT": true, "KUBE-FIREWALL": true, "KUBE-KUBELET-CANARY": true}
+	// proxyChains and proxyChainPrefixes are the chains the node's kube-proxy makes in iptables
+	// mode (pkg/proxy/iptables/proxier.go): its fixed ones, and one per Service (KUBE-SVC-,
+	// KUBE-SVL-, KUBE-EXT-, KUBE-FW-, hashed) and per endpoint (KUBE-SEP-). Start refuses to run
+	// beside another kube-proxy (foreignRuntime), whose chains these would be.
+	proxyChains = map[string]bool{
+		"KUBE-SERVICES": true, "KUBE-EXTERNAL-SERVICES": true, "KUBE-NODEPORTS": true, "KUBE-POSTROUTING": true,
+		"KUBE-MARK-MASQ": true, "KUBE-MARK-DROP": true, "KUBE-FORWARD": true, "KUBE-PROXY-FIREWALL": true,
+		"KUBE-PROXY-CANARY": true,
+	}
+	proxyChainPrefixes = []string{"KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KUBE-SEP-"}
 	// addressChain is the node's chain that drops what comes to its address from outside this
 	// machine (guardAddress).
 	addressChain = "COSI-NODE-ADDRESS"
@@ -469,9 +483,17 @@ func iptablesUndo(before, now []string) (rules [][]string, chains []string) {
 	for c := range kubeletChains {
 		own[c] = true
 	}
+	for c := range proxyChains {
+		own[c] = true
+	}
 	for _, args := range added {
 		if t := ruleTarget(args); strings.HasPrefix(t, "CNI-") && cniRule(args) {
 			own[t] = true
+		}
+		if args[0] == "-N" && slices.ContainsFunc(proxyChainPrefixes, func(p string) bool {
+			return strings.HasPrefix(args[1], p)
+		}) {
+			own[args[1]] = true
 		}
 	}
 	for _, args := range added {
@@ -491,8 +513,9 @@ func iptablesUndo(before, now []string) (rules [][]string, chains []string) {
 
 // nodeRule tells whether a split line of iptables -S is the node's: one of the chains own (the
 // kubelet's, kubeletChains, and those of its CNI network), a rule in one or jumping to one, or a
-// rule of its CNI network (cniRule). Other KUBE-* and CNI-* chains (a kube-proxy's, another CNI
-// network's) are not, nor are the rules of a kubelet's older versions ("kubernetes ..." comments).
+// rule of its CNI network (cniRule), and its kube-proxy's chains (proxyChains) that were not there
+// before. Other KUBE-* and CNI-* chains (another CNI network's) are not, nor are the rules of a
+// kubelet's older versions ("kubernetes ..." comments).
 func nodeRule(args []string, own map[string]bool) bool {
 	return own[args[1]] || own[ruleTarget(args)] || cniRule(args)
 }

@@ -76,8 +76,8 @@ func (f *fakeIPTables) run(_ string, args ...string) ([]byte, error) {
 	return nil, nil
 }
 
-// Only what the node's kubelet and CNI network add is undone: a rule or chain someone else
-// (Docker, ufw, fail2ban, an admin, a kube-proxy, another CNI network) adds while the node runs
+// Only what the node's kubelet, kube-proxy and CNI network add is undone: a rule or chain someone
+// else (Docker, ufw, fail2ban, an admin, kube-router, another CNI network) adds while the node runs
 // stays, even when its name starts with KUBE- or CNI-.
 func TestRestoreIPTablesKeepsOthersRules(t *testing.T) {
 	before := []string{"-P INPUT ACCEPT", "-P FORWARD ACCEPT", "-A INPUT -s 10.0.0.1/32 -j ACCEPT"}
@@ -87,6 +87,8 @@ func TestRestoreIPTablesKeepsOthersRules(t *testing.T) {
 		"-N KUBE-FIREWALL",
 		"-N KUBE-KUBELET-CANARY",
 		"-N KUBE-SERVICES",
+		"-N KUBE-SVC-NPX46M4PTMTKRN6Y",
+		"-N KUBE-ROUTER-INPUT",
 		"-N CNI-HOSTPORT-DNAT",
 		"-N CNI-abc123",
 		"-N CNI-def456",
@@ -101,7 +103,10 @@ func TestRestoreIPTablesKeepsOthersRules(t *testing.T) {
 		"-A CNI-abc123 -d 10.217.0.0/24 "+cosi+" -j ACCEPT",
 		"-A CNI-def456 -j MASQUERADE",
 		"-A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -j DROP",
-		"-A KUBE-SERVICES -j RETURN",
+		"-A KUBE-SERVICES -d 10.218.0.1/32 -p tcp -j KUBE-SVC-NPX46M4PTMTKRN6Y",
+		"-A KUBE-SVC-NPX46M4PTMTKRN6Y -j RETURN",
+		"-A INPUT -j KUBE-ROUTER-INPUT",
+		"-A KUBE-ROUTER-INPUT -j RETURN",
 		"-A FORWARD -j DOCKER-USER",
 		"-A DOCKER-USER -j RETURN",
 		"-N COSI-NODE-ADDRESS",
@@ -116,13 +121,18 @@ func TestRestoreIPTablesKeepsOthersRules(t *testing.T) {
 	cosiArgs := `-m comment --comment name: "cosi" id: "abc"`
 	want := []string{
 		"-D INPUT -j KUBE-FIREWALL",
+		"-D OUTPUT -m comment --comment kubernetes service portals -j KUBE-SERVICES",
 		"-D POSTROUTING -s 10.217.0.5/32 " + cosiArgs + " -j CNI-abc123",
 		"-D CNI-abc123 -d 10.217.0.0/24 " + cosiArgs + " -j ACCEPT",
 		"-D KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -j DROP",
+		"-D KUBE-SERVICES -d 10.218.0.1/32 -p tcp -j KUBE-SVC-NPX46M4PTMTKRN6Y",
+		"-D KUBE-SVC-NPX46M4PTMTKRN6Y -j RETURN",
 		"-D INPUT -d 203.0.113.254/32 -j COSI-NODE-ADDRESS",
 		"-D COSI-NODE-ADDRESS -j DROP",
-		"-F KUBE-FIREWALL", "-F KUBE-KUBELET-CANARY", "-F CNI-abc123", "-F COSI-NODE-ADDRESS",
-		"-X KUBE-FIREWALL", "-X KUBE-KUBELET-CANARY", "-X CNI-abc123", "-X COSI-NODE-ADDRESS",
+		"-F KUBE-FIREWALL", "-F KUBE-KUBELET-CANARY", "-F KUBE-SERVICES", "-F KUBE-SVC-NPX46M4PTMTKRN6Y",
+		"-F CNI-abc123", "-F COSI-NODE-ADDRESS",
+		"-X KUBE-FIREWALL", "-X KUBE-KUBELET-CANARY", "-X KUBE-SERVICES", "-X KUBE-SVC-NPX46M4PTMTKRN6Y",
+		"-X CNI-abc123", "-X COSI-NODE-ADDRESS",
 	}
 	if !reflect.DeepEqual(f.calls, want) {
 		t.Errorf("iptables calls:\n%s\nwant:\n%s", strings.Join(f.calls, "\n"), strings.Join(want, "\n"))

@@ -309,7 +309,7 @@ func checkNoRuntime() error {
 func foreignRuntime(procs []procInfo, serving func(socket string) bool) error {
 	var found []string
 	for _, p := range procs {
-		if p.comm == "containerd" || p.comm == "kubelet" || p.comm == "dockerd" {
+		if p.comm == "containerd" || p.comm == "kubelet" || p.comm == "kube-proxy" || p.comm == "dockerd" {
 			found = append(found, fmt.Sprintf("%s (pid %d)", p.comm, p.pid))
 		}
 	}
@@ -321,7 +321,7 @@ func foreignRuntime(procs []procInfo, serving func(socket string) bool) error {
 	if len(found) == 0 {
 		return nil
 	}
-	return fmt.Errorf("another container runtime or kubelet runs on this machine: %s; the node would share "+
+	return fmt.Errorf("another container runtime, kubelet or kube-proxy runs on this machine: %s; the node would share "+
 		"its paths, cgroups and iptables chains and remove them when it stops: stop it first",
 		strings.Join(found, ", "))
 }

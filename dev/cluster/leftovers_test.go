@@ -272,6 +272,11 @@ func TestForeignRuntime(t *testing.T) {
 		!strings.Contains(err.Error(), "containerd (pid 7)") {
 		t.Errorf("a running containerd: %v", err)
 	}
+	// Its iptables chains would be the node's kube-proxy's (proxyChains), removed at Stop.
+	if err := foreignRuntime([]procInfo{{pid: 8, comm: "kube-proxy"}}, none); err == nil ||
+		!strings.Contains(err.Error(), "kube-proxy (pid 8)") {
+		t.Errorf("a running kube-proxy: %v", err)
+	}
 	sock := func(s string) bool { return s == "/run/containerd/containerd.sock" }
 	if err := foreignRuntime(nil, sock); err == nil {
 		t.Error("a serving containerd socket was accepted")

@@ -4,9 +4,11 @@
 // (make images) imported into containerd, so that nothing is pulled. make cluster and the
 // test/cluster tier run it; docs/cluster.md says how it is built and what it leaves out.
 //
-// There is no kube-proxy and no cluster DNS: the API server serves on the node's address, and Pods
-// reach it with KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT set to it (Node.APIServerEnv),
-// which keeps them in the Pod network, so Pod Security "restricted" can hold.
+// Services route as on any cluster: kube-proxy (iptables mode) sends a ClusterIP's traffic to the
+// Service's endpoints, the API server's kubernetes Service included, and the node's cluster DNS
+// (DNS, served by the process that started the node) answers the Services' names under
+// cluster.local, so charts install unchanged and Pods reach a Service by its name. NodePorts are
+// opened on the node's own address only.
 //
 // Stop restores the host: the sysctls the kubelet changed, the iptables rules and chains it added,
 // mounts, the Pod bridge and its veths, the node's cgroup, and the directories it wrote outside
@@ -48,8 +50,10 @@ const (
 	bridgeName = "cosi0"
 	// nodeLinkName is the link of the node's address (makeAddressLink).
 	nodeLinkName = "cosi-node0"
-	// serviceSubnet has no kube-proxy behind it; the API server needs one.
+	// serviceSubnet is the Services' ClusterIPs; kube-proxy routes them.
 	serviceSubnet = "10.218.0.0/24"
+	// dnsPort is the cluster DNS's port on the node's address (the kubelet's clusterDNS).
+	dnsPort = "53"
 )
 
 // ErrUnavailable wraps the reasons the node cannot run on this machine (not root, no containerd,
@@ -63,7 +67,8 @@ type Options struct {
 	// empty, or one a node left: Start refuses any other (claimDir).
 	Dir     string
 	KeepDir bool
-	// BinDir holds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubelet.
+	// BinDir holds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and
+	// kube-proxy.
 	BinDir string
 	// ImagesDirs hold the docker archives that make images writes (<name>.tar); every one is
 	// imported, and pause.tar is the Pod sandbox image.
@@ -96,6 +101,7 @@ type Node struct {
 	opts      Options
 	host      *hostState
 	procs     []*process.Process // in start order
+	dns       *DNS
 	pki       *pki
 	sock      string
 	clientset kubernetes.Interface
@@ -107,8 +113,9 @@ type Step struct {
 	Duration time.Duration
 }
 
-// APIServerEnv is what a Pod needs to reach the API server without kube-proxy: client-go's
-// in-cluster configuration reads these.
+// APIServerEnv is what a Pod needs to reach the API server where no kube-proxy routes the
+// kubernetes Service (docs/install.md, "Clusters without kube-proxy"): client-go's in-cluster
+// configuration reads these. The node's Pods do not need them.
 func (n *Node) APIServerEnv() []corev1.EnvVar {
 	return []corev1.EnvVar{
 		{Name: "KUBERNETES_SERVICE_HOST", Value: n.IP},
@@ -150,7 +157,9 @@ func Preflight() error {
 
 func checkBuilds(o Options) error {
 	var missing []string
-	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet"} {
+	for _, b := range []string{
+		"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy",
+	} {
 		if _, err := os.Stat(filepath.Join(o.BinDir, b)); err != nil {
 			missing = append(missing, b+" not in "+o.BinDir+" (make kube-binaries node-binaries)")
 		}
@@ -243,6 +252,7 @@ func Start(ctx context.Context, o Options) (n *Node, err error) {
 		{"containerd, CNI", n.startContainerd},
 		{"images imported", n.importImages},
 		{"kubelet, node Ready", n.startKubelet},
+		{"kube-proxy, cluster DNS", n.startServices},
 	}
 	for _, s := range steps {
 		t := time.Now()
@@ -365,10 +375,6 @@ func (n *Node) startControlPlane(ctx context.Context) error {
 		"--service-cluster-ip-range", serviceSubnet,
 		"--authorization-mode", "Node,RBAC",
 		"--enable-admission-plugins", "NodeRestriction",
-		// No Endpoints for the kubernetes Service: nothing could route to it without kube-proxy,
-		// and the reconciler wants the advertised address to be the bind address of a
-		// multi-node control plane.
-		"--endpoint-reconciler-type", "none",
 		"--kubelet-client-certificate", pki.path("apiserver-kubelet-client.crt"),
 		"--kubelet-client-key", pki.path("apiserver-kubelet-client.key"),
 		"--kubelet-preferred-address-types", "InternalIP,Hostname",
@@ -527,12 +533,43 @@ func (n *Node) waitReady(ctx context.Context) error {
 	}
 }
 
+// startServices starts kube-proxy and the cluster DNS, and waits until the kubernetes Service
+// has its endpoint and kube-proxy has written its rules (its /healthz answers 200 after a sync).
+func (n *Node) startServices(ctx context.Context) error {
+	kc, err := n.pki.kubeconfig("kube-proxy", n.Config.Host, "system:kube-proxy")
+	if err != nil {
+		return err
+	}
+	var healthAddr, metricsAddr string
+	if err := process.FreeAddresses(&healthAddr, &metricsAddr); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(n.path("kube-proxy"), 0o700); err != nil {
+		return err
+	}
+	if err := os.WriteFile(
+		n.path("kube-proxy", "config.yaml"),
+		[]byte(proxyConfig(kc, n.IP, healthAddr, metricsAddr)),
+		0o600,
+	); err != nil {
+		return err
+	}
+	if err := n.proc("kube-proxy", []string{"--config", n.path("kube-proxy", "config.yaml")},
+		process.HTTPReady("http://"+healthAddr+"/healthz")).Start(ctx); err != nil {
+		return err
+	}
+	n.dns, err = StartDNS(context.Background(), n.clientset, net.JoinHostPort(n.IP, dnsPort))
+	return err
+}
+
 // Stop deletes every Pod, stops the components in reverse order, removes what containerd still
 // runs, and restores the host (see the package comment).
 func (n *Node) Stop() error {
 	if n == nil {
 		return nil
 	}
+	// The cluster DNS's watches first: the API server waits for them before it exits.
+	n.dns.Stop()
 	var errs []error
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

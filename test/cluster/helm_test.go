@@ -57,18 +57,13 @@ func TestProjectImageRuns(t *testing.T) {
 	}
 }
 
-// helmValues writes values for a chart: the images built for this commit, tag as their tag, and
-// the API server's address for Pods (no kube-proxy on the node: docs/cluster.md).
+// helmValues writes values for a chart: the images built for this commit, tag as their tag. Pods
+// reach the API server through the kubernetes Service, as on any cluster (kube-proxy on the node).
 func helmValues(t *testing.T, tag string, extra map[string]any) string {
 	t.Helper()
-	var env []map[string]string
-	for _, e := range node.APIServerEnv() {
-		env = append(env, map[string]string{"name": e.Name, "value": e.Value})
-	}
 	ref := node.Images["cosi-controller"]
 	v := map[string]any{
-		"image":    map[string]any{"registry": ref[:strings.LastIndex(ref, "/")], "tag": tag},
-		"extraEnv": env,
+		"image": map[string]any{"registry": ref[:strings.LastIndex(ref, "/")], "tag": tag},
 	}
 	for k, x := range extra {
 		v[k] = x

@@ -15,8 +15,8 @@ import (
 )
 
 // overlay writes a kustomization over one of config/ as docs/install.md has admins write theirs:
-// the images of this commit, the API server's address for Pods (no kube-proxy on the node), and
-// patches.
+// the images of this commit, the API server's address for Pods as on clusters without kube-proxy
+// (docs/install.md: the node has one, so this keeps that path tested), and patches.
 func overlay(t *testing.T, base string, images []string, envContainers map[string][]string, patches string) string {
 	t.Helper()
 	dir := t.TempDir()

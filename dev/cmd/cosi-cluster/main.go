@@ -16,15 +16,6 @@ import (
 	"github.com/kube-cosi/cosi/dev/cluster"
 )
 
-// helmEnvFlags are the Helm flags that give a chart's Pods the API server's address (extraEnv).
-func helmEnvFlags(n *cluster.Node) string {
-	var sets []string
-	for i, e := range n.APIServerEnv() {
-		sets = append(sets, fmt.Sprintf("extraEnv[%d].name=%s,extraEnv[%d].value=%s", i, e.Name, i, e.Value))
-	}
-	return "--set-string " + strings.Join(sets, ",")
-}
-
 func main() {
 	var o cluster.Options
 	flag.StringVar(&o.Dir, "dir", ".cluster",
@@ -33,7 +24,7 @@ func main() {
 		&o.BinDir,
 		"bin",
 		"bin",
-		"directory of etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubelet",
+		"directory of etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy",
 	)
 	images := flag.String("images", "bin/images", "directories of the images to import (make images), comma-separated")
 	flag.BoolVar(&o.KeepDir, "keep", false,
@@ -58,15 +49,14 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf(
-		"node %s Ready after %.1fs\n\n  export KUBECONFIG=%s\n\nPods reach the API server at %s:%d; the node has "+
-			"no kube-proxy, so give each of COSI's charts (docs/install.md, \"Clusters without kube-proxy\"):"+
-			"\n\n  %s\n\nImages:\n",
+		"node %s Ready after %.1fs\n\n  export KUBECONFIG=%s\n\nServices route (kube-proxy) and Pods "+
+			"resolve their names under cluster.local (the node's DNS, %s:53); NodePorts open on %s only."+
+			"\n\nImages:\n",
 		cluster.NodeName,
 		n.Started.Seconds(),
 		n.Kubeconfig,
 		n.IP,
-		n.APIServerPort,
-		helmEnvFlags(n),
+		n.IP,
 	)
 	names := make([]string, 0, len(n.Images))
 	for name := range n.Images {
