@@ -38,8 +38,8 @@ const (
 // IAM service fetches the issuer's keys); the same Pod under another ServiceAccount is refused;
 // no Secret in the cluster holds a key for the access.
 //
-// Its file sorts before helm_test.go, so that in the whole tier it runs first, and it uninstalls
-// what it installed, as TestHelm does, before TestHelm installs its releases.
+// Its file sorts before helm_test.go, so that it runs after TestInstallDoc and before TestHelm;
+// it uninstalls what it installed, as TestHelm does, before TestHelm installs its releases.
 func TestServiceAccountPod(t *testing.T) {
 	needNode(t)
 	if noIssuer != nil {

@@ -301,7 +301,12 @@ const appClaim = "uploads"
 // app runs the application image in namespace with envFrom on appClaim's Secret, to completion,
 // and returns its output: what a workload of the bucket sees.
 func app(t *testing.T, namespace string, args ...string) string {
-	secret := appClaim + "-creds"
+	t.Helper()
+	return appWith(t, namespace, appClaim+"-creds", args...)
+}
+
+// appWith is app with the Secret secret.
+func appWith(t *testing.T, namespace, secret string, args ...string) string {
 	t.Helper()
 	ctx := context.Background()
 	name := "app-" + randomKey()[:6]

@@ -1,10 +1,6 @@
-// Package runnable runs the documented commands: every shell block of README.md and docs/ that is
-// marked runnable (docs/development.md, "Docs that run") runs, in order per file, against the
-// local environment as make run leaves it, so that no documented command rots.
 package runnable
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -21,14 +17,6 @@ import (
 	"github.com/kube-cosi/cosi/dev/issuer"
 	"github.com/kube-cosi/cosi/dev/localenv"
 	"github.com/kube-cosi/cosi/dev/testenv"
-)
-
-// Marker is the line before a shell block that the docs test runs. IssuerMarker marks a block
-// that needs ServiceAccount authentication (make run's published issuer): it runs where the
-// machine can publish one, and is skipped, saying why, elsewhere.
-const (
-	Marker       = "<!-- runnable -->"
-	IssuerMarker = "<!-- runnable: issuer -->"
 )
 
 var (
@@ -66,74 +54,6 @@ func TestMain(m *testing.M) {
 	})
 }
 
-// Block is a runnable shell block of a Markdown file.
-type Block struct {
-	// Line is the line of the opening fence, from 1.
-	Line int
-	// Script is the block's text, without the fences.
-	Script string
-	// NeedsIssuer: the block is marked with IssuerMarker.
-	NeedsIssuer bool
-}
-
-// Blocks returns the runnable blocks of a Markdown document: each fenced sh or bash block whose
-// previous non-empty line is Marker. A marker before anything else is an error, so that a
-// misplaced marker does not silently leave a block unchecked.
-func Blocks(doc string) ([]Block, error) {
-	var blocks []Block
-	sc := bufio.NewScanner(strings.NewReader(doc))
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	marked, markLine, line, needsIssuer := false, 0, 0, false
-	var cur *Block
-	var body []string
-	for sc.Scan() {
-		line++
-		raw := sc.Text()
-		text := strings.TrimSpace(raw)
-		// Four spaces or more make an indented code block: a marker shown as an example there
-		// (docs/development.md) marks nothing.
-		if cur == nil && strings.HasPrefix(raw, "    ") {
-			if marked {
-				return nil, fmt.Errorf("line %d: %s is followed by an indented code block, not a ```sh or ```bash block",
-					markLine, Marker)
-			}
-			continue
-		}
-		switch {
-		case cur != nil:
-			if text == "```" {
-				cur.Script = strings.Join(body, "\n") + "\n"
-				blocks = append(blocks, *cur)
-				cur, body = nil, nil
-				continue
-			}
-			body = append(body, sc.Text())
-		case text == Marker || text == IssuerMarker:
-			if marked {
-				return nil, fmt.Errorf("line %d: %s twice, without a shell block after line %d", line, Marker, markLine)
-			}
-			marked, markLine, needsIssuer = true, line, text == IssuerMarker
-		case marked && text == "":
-		case marked:
-			if lang, ok := strings.CutPrefix(text, "```"); !ok || (lang != "sh" && lang != "bash") {
-				return nil, fmt.Errorf("line %d: %s is followed by %q, not a ```sh or ```bash block",
-					markLine, Marker, text)
-			}
-			cur, marked = &Block{Line: line, NeedsIssuer: needsIssuer}, false
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	if cur != nil {
-		return nil, fmt.Errorf("line %d: the runnable block is not closed", cur.Line)
-	}
-	if marked {
-		return nil, fmt.Errorf("line %d: %s at the end of the document", markLine, Marker)
-	}
-	return blocks, nil
-}
-
 func TestBlocks(t *testing.T) {
 	for _, tc := range []struct {
 		name, doc string
@@ -158,6 +78,11 @@ func TestBlocks(t *testing.T) {
 			name: "needs the issuer",
 			doc:  IssuerMarker + "\n```sh\ntrue\n```\n" + Marker + "\n```sh\nfalse\n```\n",
 			want: []Block{{Line: 2, Script: "true\n", NeedsIssuer: true}, {Line: 6, Script: "false\n"}},
+		},
+		{
+			name: "on the node",
+			doc:  NodeMarker + "\n```sh\nhelm install\n```\n" + Marker + "\n```sh\ntrue\n```\n",
+			want: []Block{{Line: 2, Script: "helm install\n", OnNode: true}, {Line: 6, Script: "true\n"}},
 		},
 		{name: "marker before yaml", doc: Marker + "\n```yaml\na: b\n```\n", wantErr: "not a ```sh"},
 		{name: "marker before text", doc: Marker + "\nsome text\n", wantErr: "not a ```sh"},
@@ -221,6 +146,9 @@ func TestDocsRun(t *testing.T) {
 		total += len(blocks)
 		t.Run(file, func(t *testing.T) {
 			for _, b := range blocks {
+				if b.OnNode {
+					continue // the cluster tier runs it (test/cluster, TestInstallDoc)
+				}
 				if b.NeedsIssuer && noIssuer != nil {
 					t.Logf("%s:%d: skipped, no ServiceAccount issuer here (as make run says): %v", file, b.Line, noIssuer)
 					continue
