@@ -347,7 +347,7 @@ $(HELM): hack/helm/go.mod hack/helm/go.sum
 
 .PHONY: lint-charts
 lint-charts: $(HELM) ## Lint the Helm charts (templates, values.schema.json) with helm lint --strict.
-	$(HELM) lint --strict charts/cosi charts/cosi-driver
+	$(HELM) lint --strict charts/cosi charts/cosi-driver charts/versitygw
 
 .PHONY: verify-mod-helm
 verify-mod-helm: ## Fail if hack/helm's go.mod or go.sum is not tidy.

@@ -5,7 +5,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,12 +15,10 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -107,13 +107,20 @@ func randomKey() string {
 	return hex.EncodeToString(b)
 }
 
-// store is the Versity S3 gateway running in the cluster: one Pod with its IAM service and its S3
-// service (two containers of the project's versitygw image sharing the IAM socket), reached at
-// its Pod address (no kube-proxy: docs/cluster.md).
+// store is the Versity S3 gateway running in the cluster, installed as an admin installs it: the
+// chart charts/versitygw, release storeRelease in storeNamespace (one Pod with the IAM service and
+// the S3 gateway). Pods, the S3 driver's among them, reach it by its Service's name (S3Endpoint,
+// IAMEndpoint: the node's cluster DNS answers them); the test process on the host, which does not
+// ask that DNS, at the Service's cluster IP (HostS3Endpoint, HostIAMEndpoint: kube-proxy routes it
+// on the node).
 type store struct {
-	S3Endpoint, IAMEndpoint string
-	RootKey, RootSecret     string
+	S3Endpoint, IAMEndpoint         string
+	HostS3Endpoint, HostIAMEndpoint string
+	RootKey, RootSecret             string
 }
+
+// storeRelease is the store's Helm release, which names its Service (and every object of it).
+const storeRelease = "versitygw"
 
 var theStoreOnce *store
 
@@ -128,6 +135,9 @@ func theStore(t *testing.T) *store {
 
 func clientKey(name string) client.ObjectKey { return client.ObjectKey{Name: name} }
 
+// startStore installs the store as the chart's README says: the root key in a Secret of the
+// admin's first, then the chart with the images built for this commit. Without persistence: the
+// node has no StorageClass, and the store lives as long as the tier's node.
 func startStore(t *testing.T) *store {
 	t.Helper()
 	ctx := context.Background()
@@ -135,101 +145,48 @@ func startStore(t *testing.T) *store {
 	s := &store{RootKey: "root" + randomKey()[:8], RootSecret: randomKey()}
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: storeNamespace, Name: "versitygw-root"},
-		StringData: map[string]string{
-			"ROOT_ACCESS_KEY_ID":     s.RootKey,
-			"ROOT_SECRET_ACCESS_KEY": s.RootSecret,
-			"VGW_QUIET":              "true",
-		},
+		StringData: map[string]string{"ROOT_ACCESS_KEY_ID": s.RootKey, "ROOT_SECRET_ACCESS_KEY": s.RootSecret},
 	}
 	if err := c.Create(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
-	mount := func(names ...string) []corev1.VolumeMount {
-		var m []corev1.VolumeMount
-		for _, n := range names {
-			m = append(m, corev1.VolumeMount{Name: n, MountPath: "/" + n})
-		}
-		return m
+	ref := node.Images["versitygw"]
+	slash, colon := strings.LastIndex(ref, "/"), strings.LastIndex(ref, ":")
+	values := writeValues(t, map[string]any{
+		"image":           map[string]any{"registry": ref[:slash], "name": ref[slash+1 : colon], "tag": ref[colon+1:]},
+		"rootCredentials": map[string]any{"existingSecret": secret.Name},
+		"persistence":     map[string]any{"enabled": false},
+	})
+	if _, err := tryCommand("helm", "install", storeRelease, filepath.Join(repo, "charts/versitygw"),
+		"-n", storeNamespace, "-f", values, "--wait", "--timeout", "2m"); err != nil {
+		pods, _ := tryCommand("kubectl", "-n", storeNamespace, "describe", "pods")
+		t.Fatalf("the Versity store: %v\n%s", err, pods)
 	}
-	container := func(name string, port int32, args ...string) corev1.Container {
-		return corev1.Container{
-			Name:            name,
-			Image:           node.Images["versitygw"],
-			ImagePullPolicy: corev1.PullIfNotPresent,
-			Args:            append([]string{"-p", fmt.Sprintf(":%d", port), "--health", "/healthz"}, args...),
-			EnvFrom: []corev1.EnvFromSource{
-				{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: secret.Name}}},
-			},
-			Ports: []corev1.ContainerPort{{Name: name, ContainerPort: port}},
-			ReadinessProbe: &corev1.Probe{
-				ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(port)}},
-				PeriodSeconds: 1,
-			},
-			SecurityContext: restricted(),
-		}
-	}
-	iam := container("iam", 7071, "iam", "--dir", "/iam", "--private-ports", "/socket/iam.sock")
-	iam.VolumeMounts = mount("iam", "socket")
-	s3 := container(
-		"s3",
-		7070,
-		"--iam-standalone-endpoint",
-		"/socket/iam.sock",
-		"posix",
-		"--versioning-dir",
-		"/versions",
-		"/data",
-	)
-	s3.VolumeMounts = mount("data", "versions", "socket")
-	var volumes []corev1.Volume
-	for _, v := range []string{"iam", "socket", "data", "versions"} {
-		volumes = append(
-			volumes,
-			corev1.Volume{Name: v, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-		)
-	}
-	labels := map[string]string{"app": "versitygw"}
-	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: storeNamespace, Name: "versitygw"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](1),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			// The data is in the Pod's emptyDirs: never two Pods, never a replaced one.
-			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					Containers: []corev1.Container{iam, s3},
-					Volumes:    volumes,
-					SecurityContext: &corev1.PodSecurityContext{
-						RunAsNonRoot: ptr.To(true), FSGroup: ptr.To[int64](65532),
-						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-					},
-				},
-			},
-		},
-	}
-	if err := c.Create(ctx, d); err != nil {
+	svc, err := cs.CoreV1().Services(storeNamespace).Get(ctx, storeRelease, metav1.GetOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	var ip string
-	eventually(t, 2*time.Minute, "the Versity store's Pod is Ready", func(ctx context.Context) error {
-		pods, err := cs.CoreV1().Pods(storeNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=versitygw"})
-		if err != nil {
-			return err
-		}
-		for _, p := range pods.Items {
-			for _, cond := range p.Status.Conditions {
-				if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
-					ip = p.Status.PodIP
-					return nil
-				}
-			}
-		}
-		return fmt.Errorf("%d Pods, none Ready", len(pods.Items))
-	})
-	s.S3Endpoint, s.IAMEndpoint = "http://"+ip+":7070", "http://"+ip+":7071"
+	inCluster := func(port string) string {
+		return fmt.Sprintf("http://%s.%s.svc.cluster.local:%s", svc.Name, storeNamespace, port)
+	}
+	onHost := func(port string) string { return "http://" + net.JoinHostPort(svc.Spec.ClusterIP, port) }
+	s.S3Endpoint, s.IAMEndpoint = inCluster("7070"), inCluster("7071")
+	s.HostS3Endpoint, s.HostIAMEndpoint = onHost("7070"), onHost("7071")
 	return s
+}
+
+// writeValues writes Helm values into a file of the test's and returns its path.
+func writeValues(t *testing.T, v map[string]any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(f, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
 
 // waitDeployment waits until every replica of the COSI Deployment runs its current template.

@@ -68,25 +68,32 @@ func TestAppliedToAPIServer(t *testing.T) {
 	}
 
 	for _, d := range deployments {
-		pod := podOf(t, d)
-		if err := env.Client.Create(ctx, pod, client.DryRunAll); err != nil {
-			t.Errorf("a Pod of Deployment %s is refused in %s: %v", d.GetName(), namespace, err)
-		}
-		// The control: the same Pod without its securityContexts is refused, so the check above
-		// is one.
-		pod = podOf(t, d)
-		pod.Spec.SecurityContext = nil
-		for i := range pod.Spec.Containers {
-			pod.Spec.Containers[i].SecurityContext = nil
-		}
-		err := env.Client.Create(ctx, pod, client.DryRunAll)
-		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "restricted") {
-			t.Errorf(
-				"a Pod of Deployment %s without securityContext: got %v, want Pod Security restricted to forbid it",
-				d.GetName(),
-				err,
-			)
-		}
+		admittedRestricted(ctx, t, d)
+	}
+}
+
+// admittedRestricted checks that a Pod made of Deployment d's template is admitted in d's
+// namespace, which enforces Pod Security "restricted" (the API server checks Pods only, and merely
+// warns on a Deployment's template), with a dry run. The control: the same Pod without its
+// securityContexts is refused there, so the check is one.
+func admittedRestricted(ctx context.Context, t *testing.T, d *unstructured.Unstructured) {
+	t.Helper()
+	pod := podOf(t, d)
+	if err := env.Client.Create(ctx, pod, client.DryRunAll); err != nil {
+		t.Errorf("a Pod of Deployment %s is refused in %s: %v", d.GetName(), d.GetNamespace(), err)
+	}
+	pod = podOf(t, d)
+	pod.Spec.SecurityContext = nil
+	for i := range pod.Spec.Containers {
+		pod.Spec.Containers[i].SecurityContext = nil
+	}
+	err := env.Client.Create(ctx, pod, client.DryRunAll)
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "restricted") {
+		t.Errorf(
+			"a Pod of Deployment %s without securityContext: got %v, want Pod Security restricted to forbid it",
+			d.GetName(),
+			err,
+		)
 	}
 }
 

@@ -1,7 +1,8 @@
 // Package install tests what admins install: config/default and config/driver/s3 (kustomize) and
 // charts/cosi and charts/cosi-driver (Helm). Both renderings must be the same objects (one cannot
 // drift from the other), and a real kube-apiserver must accept them, with Pod Security
-// "restricted" enforced on the namespace.
+// "restricted" enforced on the namespace. charts/versitygw, the example store, is checked the same
+// way, and its README's install commands run (versitygw_test.go).
 package install
 
 import (

@@ -209,6 +209,9 @@ func TestChartSchemas(t *testing.T) {
 		// Without leader election every replica is active: two controllers, two sidecars.
 		{"charts/cosi", "leaderElection.enabled=false", "/replicas"},
 		{"charts/cosi-driver", "leaderElection.enabled=false,replicas=3", "/replicas"},
+		{"charts/versitygw", "persistence.enable=false", "enable"},
+		{"charts/versitygw", "persistence.size=ten", "/persistence/size"},
+		{"charts/versitygw", "s3.extraArgs=--region", "/s3/extraArgs"},
 	} {
 		_, err := helm("template", "x", filepath.Join(env.RepoRoot, c.chart), "--set", c.set)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

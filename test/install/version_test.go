@@ -11,12 +11,13 @@ import (
 )
 
 // TestVersionsAgree checks that `make images` tags the images with what the installations pull:
-// the charts' appVersion (their default image.tag), the tags of the images in config/ and the
-// Makefile's default VERSION (`make -s print-version`, without a release tag on HEAD) are one
-// version. Otherwise `make images && make push` then `helm install` pulls a tag nobody pushed.
+// the charts' appVersion (their default image.tag; the versitygw chart's image is built and tagged
+// with the others), the tags of the images in config/ and the Makefile's default VERSION (`make -s
+// print-version`, without a release tag on HEAD) are one version. Otherwise `make images && make
+// push` then `helm install` pulls a tag nobody pushed.
 func TestVersionsAgree(t *testing.T) {
 	versions := map[string]string{} // where → version
-	for _, chart := range []string{"charts/cosi", "charts/cosi-driver"} {
+	for _, chart := range []string{"charts/cosi", "charts/cosi-driver", "charts/versitygw"} {
 		data, err := os.ReadFile(filepath.Join(env.RepoRoot, chart, "Chart.yaml"))
 		if err != nil {
 			t.Fatal(err)
