@@ -54,16 +54,16 @@ func TestInstallDoc(t *testing.T) {
 		}
 	}
 	// The doc's walk has these; a marker lost in an edit must not pass as a shorter walk.
-	if len(install) < 5 || len(remove) < 2 {
-		t.Fatalf("%s: %d node blocks before \"## Uninstall\" and %d after; want at least 5 and 2",
+	if len(install) < 5 || len(remove) < 3 {
+		t.Fatalf("%s: %d node blocks before \"## Uninstall\" and %d after; want at least 5 and 3",
 			installDoc, len(install), len(remove))
 	}
 	t.Cleanup(func() {
-		for _, ns := range []string{"cosi-demo", "cosi-store", cosiNamespace} {
+		for _, ns := range []string{"cosi-demo", "s3-store", cosiNamespace} {
 			_ = cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
 		}
 		eventually(t, 3*time.Minute, "the doc's namespaces are gone", func(ctx context.Context) error {
-			for _, ns := range []string{"cosi-demo", "cosi-store", cosiNamespace} {
+			for _, ns := range []string{"cosi-demo", "s3-store", cosiNamespace} {
 				if _, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 					return errNotYet
 				}
@@ -79,7 +79,7 @@ func TestInstallDoc(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		const endpoint = "http://versitygw.cosi-store.svc.cluster.local:7070"
+		const endpoint = "http://versitygw.s3-store.svc.cluster.local:7070"
 		if got := string(secret.Data["AWS_ENDPOINT_URL"]); got != endpoint {
 			t.Errorf("the Secret's endpoint is %q, want the store's Service name %q", got, endpoint)
 		}

@@ -33,8 +33,8 @@ type Block struct {
 }
 
 // Blocks returns the runnable blocks of a Markdown document: each fenced sh or bash block whose
-// previous non-empty line is a marker (Marker, IssuerMarker, NodeMarker). A marker before anything else is an error, so that a
-// misplaced marker does not silently leave a block unchecked.
+// previous non-empty line is a marker (Marker, IssuerMarker, NodeMarker). A marker before anything
+// else is an error, so that a misplaced marker does not silently leave a block unchecked.
 func Blocks(doc string) ([]Block, error) {
 	var blocks []Block
 	sc := bufio.NewScanner(strings.NewReader(doc))
