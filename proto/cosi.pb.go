@@ -270,6 +270,53 @@ func (S3AddressingStyle_Style) EnumDescriptor() ([]byte, []int) {
 	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{3, 0}
 }
 
+type DriverCapability_Type int32
+
+const (
+	DriverCapability_UNKNOWN DriverCapability_Type = 0
+	// BUCKET_USAGE: the driver implements DriverGetBucketUsage.
+	DriverCapability_BUCKET_USAGE DriverCapability_Type = 1
+)
+
+// Enum value maps for DriverCapability_Type.
+var (
+	DriverCapability_Type_name = map[int32]string{
+		0: "UNKNOWN",
+		1: "BUCKET_USAGE",
+	}
+	DriverCapability_Type_value = map[string]int32{
+		"UNKNOWN":      0,
+		"BUCKET_USAGE": 1,
+	}
+)
+
+func (x DriverCapability_Type) Enum() *DriverCapability_Type {
+	p := new(DriverCapability_Type)
+	*p = x
+	return p
+}
+
+func (x DriverCapability_Type) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DriverCapability_Type) Descriptor() protoreflect.EnumDescriptor {
+	return file_cosi_v1alpha2_cosi_proto_enumTypes[4].Descriptor()
+}
+
+func (DriverCapability_Type) Type() protoreflect.EnumType {
+	return &file_cosi_v1alpha2_cosi_proto_enumTypes[4]
+}
+
+func (x DriverCapability_Type) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DriverCapability_Type.Descriptor instead.
+func (DriverCapability_Type) EnumDescriptor() ([]byte, []int) {
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{6, 0}
+}
+
 // ObjectProtocol namespaces the Protocol enum.
 type ObjectProtocol struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -463,8 +510,12 @@ type DriverGetInfoResponse struct {
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// supported_protocols lists the protocols the driver can provision. REQUIRED: at least one.
 	SupportedProtocols []ObjectProtocol_Type `protobuf:"varint,2,rep,packed,name=supported_protocols,json=supportedProtocols,proto3,enum=cosi.v1alpha2.ObjectProtocol_Type" json:"supported_protocols,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// capabilities lists the optional COSI extensions the driver implements beyond KEP-1979.
+	// OPTIONAL: empty for a driver of KEP-1979 alone. COSI calls an extension's RPC only when it is
+	// listed (an older COSI ignores the field).
+	Capabilities  []DriverCapability_Type `protobuf:"varint,3,rep,packed,name=capabilities,proto3,enum=cosi.v1alpha2.DriverCapability_Type" json:"capabilities,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DriverGetInfoResponse) Reset() {
@@ -511,6 +562,50 @@ func (x *DriverGetInfoResponse) GetSupportedProtocols() []ObjectProtocol_Type {
 	return nil
 }
 
+func (x *DriverGetInfoResponse) GetCapabilities() []DriverCapability_Type {
+	if x != nil {
+		return x.Capabilities
+	}
+	return nil
+}
+
+// DriverCapability names an optional COSI extension.
+type DriverCapability struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DriverCapability) Reset() {
+	*x = DriverCapability{}
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DriverCapability) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DriverCapability) ProtoMessage() {}
+
+func (x *DriverCapability) ProtoReflect() protoreflect.Message {
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DriverCapability.ProtoReflect.Descriptor instead.
+func (*DriverCapability) Descriptor() ([]byte, []int) {
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{6}
+}
+
 type DriverGenerateBucketIdRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name is COSI's idempotency key for the bucket: the Bucket object's name, "bc-<BucketClaim
@@ -528,7 +623,7 @@ type DriverGenerateBucketIdRequest struct {
 
 func (x *DriverGenerateBucketIdRequest) Reset() {
 	*x = DriverGenerateBucketIdRequest{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[6]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -540,7 +635,7 @@ func (x *DriverGenerateBucketIdRequest) String() string {
 func (*DriverGenerateBucketIdRequest) ProtoMessage() {}
 
 func (x *DriverGenerateBucketIdRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[6]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -553,7 +648,7 @@ func (x *DriverGenerateBucketIdRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverGenerateBucketIdRequest.ProtoReflect.Descriptor instead.
 func (*DriverGenerateBucketIdRequest) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{6}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DriverGenerateBucketIdRequest) GetName() string {
@@ -588,7 +683,7 @@ type DriverGenerateBucketIdResponse struct {
 
 func (x *DriverGenerateBucketIdResponse) Reset() {
 	*x = DriverGenerateBucketIdResponse{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[7]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -600,7 +695,7 @@ func (x *DriverGenerateBucketIdResponse) String() string {
 func (*DriverGenerateBucketIdResponse) ProtoMessage() {}
 
 func (x *DriverGenerateBucketIdResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[7]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -613,7 +708,7 @@ func (x *DriverGenerateBucketIdResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverGenerateBucketIdResponse.ProtoReflect.Descriptor instead.
 func (*DriverGenerateBucketIdResponse) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{7}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DriverGenerateBucketIdResponse) GetBucketId() string {
@@ -637,7 +732,7 @@ type DriverCreateBucketRequest struct {
 
 func (x *DriverCreateBucketRequest) Reset() {
 	*x = DriverCreateBucketRequest{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[8]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -649,7 +744,7 @@ func (x *DriverCreateBucketRequest) String() string {
 func (*DriverCreateBucketRequest) ProtoMessage() {}
 
 func (x *DriverCreateBucketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[8]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -662,7 +757,7 @@ func (x *DriverCreateBucketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverCreateBucketRequest.ProtoReflect.Descriptor instead.
 func (*DriverCreateBucketRequest) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{8}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DriverCreateBucketRequest) GetBucketId() string {
@@ -698,7 +793,7 @@ type DriverCreateBucketResponse struct {
 
 func (x *DriverCreateBucketResponse) Reset() {
 	*x = DriverCreateBucketResponse{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[9]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -710,7 +805,7 @@ func (x *DriverCreateBucketResponse) String() string {
 func (*DriverCreateBucketResponse) ProtoMessage() {}
 
 func (x *DriverCreateBucketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[9]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -723,7 +818,7 @@ func (x *DriverCreateBucketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverCreateBucketResponse.ProtoReflect.Descriptor instead.
 func (*DriverCreateBucketResponse) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{9}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DriverCreateBucketResponse) GetProtocols() *ProtocolBucketInfo {
@@ -747,7 +842,7 @@ type DriverGetBucketRequest struct {
 
 func (x *DriverGetBucketRequest) Reset() {
 	*x = DriverGetBucketRequest{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[10]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -759,7 +854,7 @@ func (x *DriverGetBucketRequest) String() string {
 func (*DriverGetBucketRequest) ProtoMessage() {}
 
 func (x *DriverGetBucketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[10]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -772,7 +867,7 @@ func (x *DriverGetBucketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverGetBucketRequest.ProtoReflect.Descriptor instead.
 func (*DriverGetBucketRequest) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{10}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DriverGetBucketRequest) GetBucketId() string {
@@ -806,7 +901,7 @@ type DriverGetBucketResponse struct {
 
 func (x *DriverGetBucketResponse) Reset() {
 	*x = DriverGetBucketResponse{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[11]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -818,7 +913,7 @@ func (x *DriverGetBucketResponse) String() string {
 func (*DriverGetBucketResponse) ProtoMessage() {}
 
 func (x *DriverGetBucketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[11]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -831,7 +926,7 @@ func (x *DriverGetBucketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverGetBucketResponse.ProtoReflect.Descriptor instead.
 func (*DriverGetBucketResponse) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{11}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DriverGetBucketResponse) GetProtocols() *ProtocolBucketInfo {
@@ -853,7 +948,7 @@ type DriverDeleteBucketRequest struct {
 
 func (x *DriverDeleteBucketRequest) Reset() {
 	*x = DriverDeleteBucketRequest{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[12]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -865,7 +960,7 @@ func (x *DriverDeleteBucketRequest) String() string {
 func (*DriverDeleteBucketRequest) ProtoMessage() {}
 
 func (x *DriverDeleteBucketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[12]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -878,7 +973,7 @@ func (x *DriverDeleteBucketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverDeleteBucketRequest.ProtoReflect.Descriptor instead.
 func (*DriverDeleteBucketRequest) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{12}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DriverDeleteBucketRequest) GetBucketId() string {
@@ -903,7 +998,7 @@ type DriverDeleteBucketResponse struct {
 
 func (x *DriverDeleteBucketResponse) Reset() {
 	*x = DriverDeleteBucketResponse{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[13]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -915,7 +1010,7 @@ func (x *DriverDeleteBucketResponse) String() string {
 func (*DriverDeleteBucketResponse) ProtoMessage() {}
 
 func (x *DriverDeleteBucketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[13]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -928,7 +1023,7 @@ func (x *DriverDeleteBucketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverDeleteBucketResponse.ProtoReflect.Descriptor instead.
 func (*DriverDeleteBucketResponse) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{13}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{14}
 }
 
 // ProtocolBucketInfo holds bucket information per protocol. A set field means the bucket supports
@@ -945,7 +1040,7 @@ type ProtocolBucketInfo struct {
 
 func (x *ProtocolBucketInfo) Reset() {
 	*x = ProtocolBucketInfo{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[14]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -957,7 +1052,7 @@ func (x *ProtocolBucketInfo) String() string {
 func (*ProtocolBucketInfo) ProtoMessage() {}
 
 func (x *ProtocolBucketInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[14]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -970,7 +1065,7 @@ func (x *ProtocolBucketInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProtocolBucketInfo.ProtoReflect.Descriptor instead.
 func (*ProtocolBucketInfo) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{14}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ProtocolBucketInfo) GetS3() *S3BucketInfo {
@@ -1013,7 +1108,7 @@ type S3BucketInfo struct {
 
 func (x *S3BucketInfo) Reset() {
 	*x = S3BucketInfo{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[15]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +1120,7 @@ func (x *S3BucketInfo) String() string {
 func (*S3BucketInfo) ProtoMessage() {}
 
 func (x *S3BucketInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[15]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +1133,7 @@ func (x *S3BucketInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use S3BucketInfo.ProtoReflect.Descriptor instead.
 func (*S3BucketInfo) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{15}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *S3BucketInfo) GetBucketName() string {
@@ -1081,7 +1176,7 @@ type AzureBucketInfo struct {
 
 func (x *AzureBucketInfo) Reset() {
 	*x = AzureBucketInfo{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[16]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1093,7 +1188,7 @@ func (x *AzureBucketInfo) String() string {
 func (*AzureBucketInfo) ProtoMessage() {}
 
 func (x *AzureBucketInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[16]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1106,7 +1201,7 @@ func (x *AzureBucketInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AzureBucketInfo.ProtoReflect.Descriptor instead.
 func (*AzureBucketInfo) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{16}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AzureBucketInfo) GetStorageAccount() string {
@@ -1130,7 +1225,7 @@ type GcsBucketInfo struct {
 
 func (x *GcsBucketInfo) Reset() {
 	*x = GcsBucketInfo{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[17]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1142,7 +1237,7 @@ func (x *GcsBucketInfo) String() string {
 func (*GcsBucketInfo) ProtoMessage() {}
 
 func (x *GcsBucketInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[17]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1155,7 +1250,7 @@ func (x *GcsBucketInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GcsBucketInfo.ProtoReflect.Descriptor instead.
 func (*GcsBucketInfo) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{17}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GcsBucketInfo) GetProjectId() string {
@@ -1185,7 +1280,7 @@ type AccessedBucket struct {
 
 func (x *AccessedBucket) Reset() {
 	*x = AccessedBucket{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[18]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1197,7 +1292,7 @@ func (x *AccessedBucket) String() string {
 func (*AccessedBucket) ProtoMessage() {}
 
 func (x *AccessedBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[18]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1210,7 +1305,7 @@ func (x *AccessedBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessedBucket.ProtoReflect.Descriptor instead.
 func (*AccessedBucket) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{18}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AccessedBucket) GetBucketId() string {
@@ -1244,7 +1339,7 @@ type AccessModes struct {
 
 func (x *AccessModes) Reset() {
 	*x = AccessModes{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[19]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1256,7 +1351,7 @@ func (x *AccessModes) String() string {
 func (*AccessModes) ProtoMessage() {}
 
 func (x *AccessModes) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[19]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1269,7 +1364,7 @@ func (x *AccessModes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessModes.ProtoReflect.Descriptor instead.
 func (*AccessModes) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{19}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AccessModes) GetObjectData() AccessMode_Mode {
@@ -1306,7 +1401,7 @@ type ServiceAccount struct {
 
 func (x *ServiceAccount) Reset() {
 	*x = ServiceAccount{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[20]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1318,7 +1413,7 @@ func (x *ServiceAccount) String() string {
 func (*ServiceAccount) ProtoMessage() {}
 
 func (x *ServiceAccount) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[20]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1331,7 +1426,7 @@ func (x *ServiceAccount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceAccount.ProtoReflect.Descriptor instead.
 func (*ServiceAccount) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{20}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ServiceAccount) GetNamespace() string {
@@ -1373,7 +1468,7 @@ type DriverGenerateBucketAccessIdRequest struct {
 
 func (x *DriverGenerateBucketAccessIdRequest) Reset() {
 	*x = DriverGenerateBucketAccessIdRequest{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[21]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1385,7 +1480,7 @@ func (x *DriverGenerateBucketAccessIdRequest) String() string {
 func (*DriverGenerateBucketAccessIdRequest) ProtoMessage() {}
 
 func (x *DriverGenerateBucketAccessIdRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[21]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1398,7 +1493,7 @@ func (x *DriverGenerateBucketAccessIdRequest) ProtoReflect() protoreflect.Messag
 
 // Deprecated: Use DriverGenerateBucketAccessIdRequest.ProtoReflect.Descriptor instead.
 func (*DriverGenerateBucketAccessIdRequest) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{21}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DriverGenerateBucketAccessIdRequest) GetAccountName() string {
@@ -1454,7 +1549,7 @@ type DriverGenerateBucketAccessIdResponse struct {
 
 func (x *DriverGenerateBucketAccessIdResponse) Reset() {
 	*x = DriverGenerateBucketAccessIdResponse{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[22]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1466,7 +1561,7 @@ func (x *DriverGenerateBucketAccessIdResponse) String() string {
 func (*DriverGenerateBucketAccessIdResponse) ProtoMessage() {}
 
 func (x *DriverGenerateBucketAccessIdResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[22]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1479,7 +1574,7 @@ func (x *DriverGenerateBucketAccessIdResponse) ProtoReflect() protoreflect.Messa
 
 // Deprecated: Use DriverGenerateBucketAccessIdResponse.ProtoReflect.Descriptor instead.
 func (*DriverGenerateBucketAccessIdResponse) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{22}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DriverGenerateBucketAccessIdResponse) GetAccountId() string {
@@ -1510,7 +1605,7 @@ type DriverGrantBucketAccessRequest struct {
 
 func (x *DriverGrantBucketAccessRequest) Reset() {
 	*x = DriverGrantBucketAccessRequest{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[23]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1522,7 +1617,7 @@ func (x *DriverGrantBucketAccessRequest) String() string {
 func (*DriverGrantBucketAccessRequest) ProtoMessage() {}
 
 func (x *DriverGrantBucketAccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[23]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1535,7 +1630,7 @@ func (x *DriverGrantBucketAccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverGrantBucketAccessRequest.ProtoReflect.Descriptor instead.
 func (*DriverGrantBucketAccessRequest) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{23}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DriverGrantBucketAccessRequest) GetAccountId() string {
@@ -1601,7 +1696,7 @@ type DriverGrantBucketAccessResponse struct {
 
 func (x *DriverGrantBucketAccessResponse) Reset() {
 	*x = DriverGrantBucketAccessResponse{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[24]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1708,7 @@ func (x *DriverGrantBucketAccessResponse) String() string {
 func (*DriverGrantBucketAccessResponse) ProtoMessage() {}
 
 func (x *DriverGrantBucketAccessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[24]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +1721,7 @@ func (x *DriverGrantBucketAccessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverGrantBucketAccessResponse.ProtoReflect.Descriptor instead.
 func (*DriverGrantBucketAccessResponse) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{24}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DriverGrantBucketAccessResponse) GetBuckets() []*DriverGrantBucketAccessResponse_BucketInfo {
@@ -1669,7 +1764,7 @@ type CredentialInfo struct {
 
 func (x *CredentialInfo) Reset() {
 	*x = CredentialInfo{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[25]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1681,7 +1776,7 @@ func (x *CredentialInfo) String() string {
 func (*CredentialInfo) ProtoMessage() {}
 
 func (x *CredentialInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[25]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1694,7 +1789,7 @@ func (x *CredentialInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CredentialInfo.ProtoReflect.Descriptor instead.
 func (*CredentialInfo) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{25}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CredentialInfo) GetS3() *S3Credentials {
@@ -1745,7 +1840,7 @@ type S3Credentials struct {
 
 func (x *S3Credentials) Reset() {
 	*x = S3Credentials{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[26]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1757,7 +1852,7 @@ func (x *S3Credentials) String() string {
 func (*S3Credentials) ProtoMessage() {}
 
 func (x *S3Credentials) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[26]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1770,7 +1865,7 @@ func (x *S3Credentials) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use S3Credentials.ProtoReflect.Descriptor instead.
 func (*S3Credentials) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{26}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *S3Credentials) GetAccessKeyId() string {
@@ -1823,7 +1918,7 @@ type AzureCredentials struct {
 
 func (x *AzureCredentials) Reset() {
 	*x = AzureCredentials{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[27]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1835,7 +1930,7 @@ func (x *AzureCredentials) String() string {
 func (*AzureCredentials) ProtoMessage() {}
 
 func (x *AzureCredentials) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[27]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1848,7 +1943,7 @@ func (x *AzureCredentials) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AzureCredentials.ProtoReflect.Descriptor instead.
 func (*AzureCredentials) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{27}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AzureCredentials) GetAccessToken() string {
@@ -1889,7 +1984,7 @@ type GcsCredentials struct {
 
 func (x *GcsCredentials) Reset() {
 	*x = GcsCredentials{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[28]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1901,7 +1996,7 @@ func (x *GcsCredentials) String() string {
 func (*GcsCredentials) ProtoMessage() {}
 
 func (x *GcsCredentials) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[28]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1914,7 +2009,7 @@ func (x *GcsCredentials) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GcsCredentials.ProtoReflect.Descriptor instead.
 func (*GcsCredentials) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{28}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GcsCredentials) GetServiceAccountName() string {
@@ -1986,7 +2081,7 @@ type DriverRevokeBucketAccessRequest struct {
 
 func (x *DriverRevokeBucketAccessRequest) Reset() {
 	*x = DriverRevokeBucketAccessRequest{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[29]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1998,7 +2093,7 @@ func (x *DriverRevokeBucketAccessRequest) String() string {
 func (*DriverRevokeBucketAccessRequest) ProtoMessage() {}
 
 func (x *DriverRevokeBucketAccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[29]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2011,7 +2106,7 @@ func (x *DriverRevokeBucketAccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverRevokeBucketAccessRequest.ProtoReflect.Descriptor instead.
 func (*DriverRevokeBucketAccessRequest) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{29}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DriverRevokeBucketAccessRequest) GetAccountId() string {
@@ -2064,7 +2159,7 @@ type DriverRevokeBucketAccessResponse struct {
 
 func (x *DriverRevokeBucketAccessResponse) Reset() {
 	*x = DriverRevokeBucketAccessResponse{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[30]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2076,7 +2171,7 @@ func (x *DriverRevokeBucketAccessResponse) String() string {
 func (*DriverRevokeBucketAccessResponse) ProtoMessage() {}
 
 func (x *DriverRevokeBucketAccessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[30]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2089,7 +2184,7 @@ func (x *DriverRevokeBucketAccessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverRevokeBucketAccessResponse.ProtoReflect.Descriptor instead.
 func (*DriverRevokeBucketAccessResponse) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{30}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{31}
 }
 
 type DriverRotateBucketAccessCredentialsRequest struct {
@@ -2113,7 +2208,7 @@ type DriverRotateBucketAccessCredentialsRequest struct {
 
 func (x *DriverRotateBucketAccessCredentialsRequest) Reset() {
 	*x = DriverRotateBucketAccessCredentialsRequest{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[31]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2125,7 +2220,7 @@ func (x *DriverRotateBucketAccessCredentialsRequest) String() string {
 func (*DriverRotateBucketAccessCredentialsRequest) ProtoMessage() {}
 
 func (x *DriverRotateBucketAccessCredentialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[31]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2138,7 +2233,7 @@ func (x *DriverRotateBucketAccessCredentialsRequest) ProtoReflect() protoreflect
 
 // Deprecated: Use DriverRotateBucketAccessCredentialsRequest.ProtoReflect.Descriptor instead.
 func (*DriverRotateBucketAccessCredentialsRequest) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{31}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DriverRotateBucketAccessCredentialsRequest) GetAccountId() string {
@@ -2205,7 +2300,7 @@ type DriverRotateBucketAccessCredentialsResponse struct {
 
 func (x *DriverRotateBucketAccessCredentialsResponse) Reset() {
 	*x = DriverRotateBucketAccessCredentialsResponse{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[32]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2217,7 +2312,7 @@ func (x *DriverRotateBucketAccessCredentialsResponse) String() string {
 func (*DriverRotateBucketAccessCredentialsResponse) ProtoMessage() {}
 
 func (x *DriverRotateBucketAccessCredentialsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[32]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2230,7 +2325,7 @@ func (x *DriverRotateBucketAccessCredentialsResponse) ProtoReflect() protoreflec
 
 // Deprecated: Use DriverRotateBucketAccessCredentialsResponse.ProtoReflect.Descriptor instead.
 func (*DriverRotateBucketAccessCredentialsResponse) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{32}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DriverRotateBucketAccessCredentialsResponse) GetBuckets() []*DriverGrantBucketAccessResponse_BucketInfo {
@@ -2276,7 +2371,7 @@ type DriverRetireBucketAccessCredentialsRequest struct {
 
 func (x *DriverRetireBucketAccessCredentialsRequest) Reset() {
 	*x = DriverRetireBucketAccessCredentialsRequest{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[33]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2288,7 +2383,7 @@ func (x *DriverRetireBucketAccessCredentialsRequest) String() string {
 func (*DriverRetireBucketAccessCredentialsRequest) ProtoMessage() {}
 
 func (x *DriverRetireBucketAccessCredentialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[33]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2301,7 +2396,7 @@ func (x *DriverRetireBucketAccessCredentialsRequest) ProtoReflect() protoreflect
 
 // Deprecated: Use DriverRetireBucketAccessCredentialsRequest.ProtoReflect.Descriptor instead.
 func (*DriverRetireBucketAccessCredentialsRequest) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{33}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DriverRetireBucketAccessCredentialsRequest) GetAccountId() string {
@@ -2340,7 +2435,7 @@ type DriverRetireBucketAccessCredentialsResponse struct {
 
 func (x *DriverRetireBucketAccessCredentialsResponse) Reset() {
 	*x = DriverRetireBucketAccessCredentialsResponse{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[34]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2352,7 +2447,7 @@ func (x *DriverRetireBucketAccessCredentialsResponse) String() string {
 func (*DriverRetireBucketAccessCredentialsResponse) ProtoMessage() {}
 
 func (x *DriverRetireBucketAccessCredentialsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[34]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2365,7 +2460,136 @@ func (x *DriverRetireBucketAccessCredentialsResponse) ProtoReflect() protoreflec
 
 // Deprecated: Use DriverRetireBucketAccessCredentialsResponse.ProtoReflect.Descriptor instead.
 func (*DriverRetireBucketAccessCredentialsResponse) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{34}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{35}
+}
+
+type DriverGetBucketUsageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// bucket_id from Bucket.status.bucketID. REQUIRED.
+	BucketId string `protobuf:"bytes,1,opt,name=bucket_id,json=bucketId,proto3" json:"bucket_id,omitempty"`
+	// parameters copied from Bucket.spec.parameters. OPTIONAL.
+	Parameters    map[string]string `protobuf:"bytes,2,rep,name=parameters,proto3" json:"parameters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DriverGetBucketUsageRequest) Reset() {
+	*x = DriverGetBucketUsageRequest{}
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DriverGetBucketUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DriverGetBucketUsageRequest) ProtoMessage() {}
+
+func (x *DriverGetBucketUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DriverGetBucketUsageRequest.ProtoReflect.Descriptor instead.
+func (*DriverGetBucketUsageRequest) Descriptor() ([]byte, []int) {
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *DriverGetBucketUsageRequest) GetBucketId() string {
+	if x != nil {
+		return x.BucketId
+	}
+	return ""
+}
+
+func (x *DriverGetBucketUsageRequest) GetParameters() map[string]string {
+	if x != nil {
+		return x.Parameters
+	}
+	return nil
+}
+
+type DriverGetBucketUsageResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// size_bytes is the bytes the bucket's objects hold, as the backend accounts them against a
+	// quota (object versions and incomplete multipart uploads included where the backend counts
+	// them). REQUIRED, zero or more.
+	SizeBytes int64 `protobuf:"varint,1,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// object_count is the number of objects, as the backend counts them. REQUIRED, zero or more.
+	ObjectCount int64 `protobuf:"varint,2,opt,name=object_count,json=objectCount,proto3" json:"object_count,omitempty"`
+	// max_size_bytes is the size limit the backend enforces on the bucket. OPTIONAL: unset when
+	// there is none; zero is a limit (nothing may be written).
+	MaxSizeBytes *int64 `protobuf:"varint,3,opt,name=max_size_bytes,json=maxSizeBytes,proto3,oneof" json:"max_size_bytes,omitempty"`
+	// max_object_count is the object count limit the backend enforces. OPTIONAL, as max_size_bytes.
+	MaxObjectCount *int64 `protobuf:"varint,4,opt,name=max_object_count,json=maxObjectCount,proto3,oneof" json:"max_object_count,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *DriverGetBucketUsageResponse) Reset() {
+	*x = DriverGetBucketUsageResponse{}
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DriverGetBucketUsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DriverGetBucketUsageResponse) ProtoMessage() {}
+
+func (x *DriverGetBucketUsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DriverGetBucketUsageResponse.ProtoReflect.Descriptor instead.
+func (*DriverGetBucketUsageResponse) Descriptor() ([]byte, []int) {
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *DriverGetBucketUsageResponse) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *DriverGetBucketUsageResponse) GetObjectCount() int64 {
+	if x != nil {
+		return x.ObjectCount
+	}
+	return 0
+}
+
+func (x *DriverGetBucketUsageResponse) GetMaxSizeBytes() int64 {
+	if x != nil && x.MaxSizeBytes != nil {
+		return *x.MaxSizeBytes
+	}
+	return 0
+}
+
+func (x *DriverGetBucketUsageResponse) GetMaxObjectCount() int64 {
+	if x != nil && x.MaxObjectCount != nil {
+		return *x.MaxObjectCount
+	}
+	return 0
 }
 
 // BucketInfo is the information of one granted bucket.
@@ -2382,7 +2606,7 @@ type DriverGrantBucketAccessResponse_BucketInfo struct {
 
 func (x *DriverGrantBucketAccessResponse_BucketInfo) Reset() {
 	*x = DriverGrantBucketAccessResponse_BucketInfo{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[41]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2394,7 +2618,7 @@ func (x *DriverGrantBucketAccessResponse_BucketInfo) String() string {
 func (*DriverGrantBucketAccessResponse_BucketInfo) ProtoMessage() {}
 
 func (x *DriverGrantBucketAccessResponse_BucketInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[41]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2407,7 +2631,7 @@ func (x *DriverGrantBucketAccessResponse_BucketInfo) ProtoReflect() protoreflect
 
 // Deprecated: Use DriverGrantBucketAccessResponse_BucketInfo.ProtoReflect.Descriptor instead.
 func (*DriverGrantBucketAccessResponse_BucketInfo) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{24, 0}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{25, 0}
 }
 
 func (x *DriverGrantBucketAccessResponse_BucketInfo) GetBucketId() string {
@@ -2435,7 +2659,7 @@ type DriverRevokeBucketAccessRequest_Bucket struct {
 
 func (x *DriverRevokeBucketAccessRequest_Bucket) Reset() {
 	*x = DriverRevokeBucketAccessRequest_Bucket{}
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[42]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2447,7 +2671,7 @@ func (x *DriverRevokeBucketAccessRequest_Bucket) String() string {
 func (*DriverRevokeBucketAccessRequest_Bucket) ProtoMessage() {}
 
 func (x *DriverRevokeBucketAccessRequest_Bucket) ProtoReflect() protoreflect.Message {
-	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[42]
+	mi := &file_cosi_v1alpha2_cosi_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2460,7 +2684,7 @@ func (x *DriverRevokeBucketAccessRequest_Bucket) ProtoReflect() protoreflect.Mes
 
 // Deprecated: Use DriverRevokeBucketAccessRequest_Bucket.ProtoReflect.Descriptor instead.
 func (*DriverRevokeBucketAccessRequest_Bucket) Descriptor() ([]byte, []int) {
-	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{29, 0}
+	return file_cosi_v1alpha2_cosi_proto_rawDescGZIP(), []int{30, 0}
 }
 
 func (x *DriverRevokeBucketAccessRequest_Bucket) GetBucketId() string {
@@ -2521,10 +2745,15 @@ const file_cosi_v1alpha2_cosi_proto_rawDesc = "" +
 	"\aUNKNOWN\x10\x00\x12\b\n" +
 	"\x04PATH\x10\x01\x12\v\n" +
 	"\aVIRTUAL\x10\x02\"\x16\n" +
-	"\x14DriverGetInfoRequest\"\x80\x01\n" +
+	"\x14DriverGetInfoRequest\"\xca\x01\n" +
 	"\x15DriverGetInfoResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12S\n" +
-	"\x13supported_protocols\x18\x02 \x03(\x0e2\".cosi.v1alpha2.ObjectProtocol.TypeR\x12supportedProtocols\"\x92\x02\n" +
+	"\x13supported_protocols\x18\x02 \x03(\x0e2\".cosi.v1alpha2.ObjectProtocol.TypeR\x12supportedProtocols\x12H\n" +
+	"\fcapabilities\x18\x03 \x03(\x0e2$.cosi.v1alpha2.DriverCapability.TypeR\fcapabilities\"9\n" +
+	"\x10DriverCapability\"%\n" +
+	"\x04Type\x12\v\n" +
+	"\aUNKNOWN\x10\x00\x12\x10\n" +
+	"\fBUCKET_USAGE\x10\x01\"\x92\x02\n" +
 	"\x1dDriverGenerateBucketIdRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12@\n" +
 	"\tprotocols\x18\x02 \x03(\x0e2\".cosi.v1alpha2.ObjectProtocol.TypeR\tprotocols\x12\\\n" +
@@ -2702,9 +2931,26 @@ const file_cosi_v1alpha2_cosi_proto_rawDesc = "" +
 	"\x0fParametersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"-\n" +
-	"+DriverRetireBucketAccessCredentialsResponse2h\n" +
+	"+DriverRetireBucketAccessCredentialsResponse\"\xd5\x01\n" +
+	"\x1bDriverGetBucketUsageRequest\x12\x1b\n" +
+	"\tbucket_id\x18\x01 \x01(\tR\bbucketId\x12Z\n" +
+	"\n" +
+	"parameters\x18\x02 \x03(\v2:.cosi.v1alpha2.DriverGetBucketUsageRequest.ParametersEntryR\n" +
+	"parameters\x1a=\n" +
+	"\x0fParametersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe2\x01\n" +
+	"\x1cDriverGetBucketUsageResponse\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x01 \x01(\x03R\tsizeBytes\x12!\n" +
+	"\fobject_count\x18\x02 \x01(\x03R\vobjectCount\x12)\n" +
+	"\x0emax_size_bytes\x18\x03 \x01(\x03H\x00R\fmaxSizeBytes\x88\x01\x01\x12-\n" +
+	"\x10max_object_count\x18\x04 \x01(\x03H\x01R\x0emaxObjectCount\x88\x01\x01B\x11\n" +
+	"\x0f_max_size_bytesB\x13\n" +
+	"\x11_max_object_count2h\n" +
 	"\bIdentity\x12\\\n" +
-	"\rDriverGetInfo\x12#.cosi.v1alpha2.DriverGetInfoRequest\x1a$.cosi.v1alpha2.DriverGetInfoResponse\"\x002\x8d\t\n" +
+	"\rDriverGetInfo\x12#.cosi.v1alpha2.DriverGetInfoRequest\x1a$.cosi.v1alpha2.DriverGetInfoResponse\"\x002\x80\n" +
+	"\n" +
 	"\vProvisioner\x12w\n" +
 	"\x16DriverGenerateBucketId\x12,.cosi.v1alpha2.DriverGenerateBucketIdRequest\x1a-.cosi.v1alpha2.DriverGenerateBucketIdResponse\"\x00\x12k\n" +
 	"\x12DriverCreateBucket\x12(.cosi.v1alpha2.DriverCreateBucketRequest\x1a).cosi.v1alpha2.DriverCreateBucketResponse\"\x00\x12b\n" +
@@ -2714,7 +2960,8 @@ const file_cosi_v1alpha2_cosi_proto_rawDesc = "" +
 	"\x17DriverGrantBucketAccess\x12-.cosi.v1alpha2.DriverGrantBucketAccessRequest\x1a..cosi.v1alpha2.DriverGrantBucketAccessResponse\"\x00\x12}\n" +
 	"\x18DriverRevokeBucketAccess\x12..cosi.v1alpha2.DriverRevokeBucketAccessRequest\x1a/.cosi.v1alpha2.DriverRevokeBucketAccessResponse\"\x00\x12\x9e\x01\n" +
 	"#DriverRotateBucketAccessCredentials\x129.cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest\x1a:.cosi.v1alpha2.DriverRotateBucketAccessCredentialsResponse\"\x00\x12\x9e\x01\n" +
-	"#DriverRetireBucketAccessCredentials\x129.cosi.v1alpha2.DriverRetireBucketAccessCredentialsRequest\x1a:.cosi.v1alpha2.DriverRetireBucketAccessCredentialsResponse\"\x00:?\n" +
+	"#DriverRetireBucketAccessCredentials\x129.cosi.v1alpha2.DriverRetireBucketAccessCredentialsRequest\x1a:.cosi.v1alpha2.DriverRetireBucketAccessCredentialsResponse\"\x00\x12q\n" +
+	"\x14DriverGetBucketUsage\x12*.cosi.v1alpha2.DriverGetBucketUsageRequest\x1a+.cosi.v1alpha2.DriverGetBucketUsageResponse\"\x00:?\n" +
 	"\vcosi_secret\x12\x1d.google.protobuf.FieldOptions\x18\xe5\b \x01(\bR\n" +
 	"cosiSecretB&Z$github.com/kube-cosi/cosi/proto;cosib\x06proto3"
 
@@ -2730,138 +2977,147 @@ func file_cosi_v1alpha2_cosi_proto_rawDescGZIP() []byte {
 	return file_cosi_v1alpha2_cosi_proto_rawDescData
 }
 
-var file_cosi_v1alpha2_cosi_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cosi_v1alpha2_cosi_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_cosi_v1alpha2_cosi_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_cosi_v1alpha2_cosi_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_cosi_v1alpha2_cosi_proto_goTypes = []any{
 	(ObjectProtocol_Type)(0),                            // 0: cosi.v1alpha2.ObjectProtocol.Type
 	(AuthenticationType_Type)(0),                        // 1: cosi.v1alpha2.AuthenticationType.Type
 	(AccessMode_Mode)(0),                                // 2: cosi.v1alpha2.AccessMode.Mode
 	(S3AddressingStyle_Style)(0),                        // 3: cosi.v1alpha2.S3AddressingStyle.Style
-	(*ObjectProtocol)(nil),                              // 4: cosi.v1alpha2.ObjectProtocol
-	(*AuthenticationType)(nil),                          // 5: cosi.v1alpha2.AuthenticationType
-	(*AccessMode)(nil),                                  // 6: cosi.v1alpha2.AccessMode
-	(*S3AddressingStyle)(nil),                           // 7: cosi.v1alpha2.S3AddressingStyle
-	(*DriverGetInfoRequest)(nil),                        // 8: cosi.v1alpha2.DriverGetInfoRequest
-	(*DriverGetInfoResponse)(nil),                       // 9: cosi.v1alpha2.DriverGetInfoResponse
-	(*DriverGenerateBucketIdRequest)(nil),               // 10: cosi.v1alpha2.DriverGenerateBucketIdRequest
-	(*DriverGenerateBucketIdResponse)(nil),              // 11: cosi.v1alpha2.DriverGenerateBucketIdResponse
-	(*DriverCreateBucketRequest)(nil),                   // 12: cosi.v1alpha2.DriverCreateBucketRequest
-	(*DriverCreateBucketResponse)(nil),                  // 13: cosi.v1alpha2.DriverCreateBucketResponse
-	(*DriverGetBucketRequest)(nil),                      // 14: cosi.v1alpha2.DriverGetBucketRequest
-	(*DriverGetBucketResponse)(nil),                     // 15: cosi.v1alpha2.DriverGetBucketResponse
-	(*DriverDeleteBucketRequest)(nil),                   // 16: cosi.v1alpha2.DriverDeleteBucketRequest
-	(*DriverDeleteBucketResponse)(nil),                  // 17: cosi.v1alpha2.DriverDeleteBucketResponse
-	(*ProtocolBucketInfo)(nil),                          // 18: cosi.v1alpha2.ProtocolBucketInfo
-	(*S3BucketInfo)(nil),                                // 19: cosi.v1alpha2.S3BucketInfo
-	(*AzureBucketInfo)(nil),                             // 20: cosi.v1alpha2.AzureBucketInfo
-	(*GcsBucketInfo)(nil),                               // 21: cosi.v1alpha2.GcsBucketInfo
-	(*AccessedBucket)(nil),                              // 22: cosi.v1alpha2.AccessedBucket
-	(*AccessModes)(nil),                                 // 23: cosi.v1alpha2.AccessModes
-	(*ServiceAccount)(nil),                              // 24: cosi.v1alpha2.ServiceAccount
-	(*DriverGenerateBucketAccessIdRequest)(nil),         // 25: cosi.v1alpha2.DriverGenerateBucketAccessIdRequest
-	(*DriverGenerateBucketAccessIdResponse)(nil),        // 26: cosi.v1alpha2.DriverGenerateBucketAccessIdResponse
-	(*DriverGrantBucketAccessRequest)(nil),              // 27: cosi.v1alpha2.DriverGrantBucketAccessRequest
-	(*DriverGrantBucketAccessResponse)(nil),             // 28: cosi.v1alpha2.DriverGrantBucketAccessResponse
-	(*CredentialInfo)(nil),                              // 29: cosi.v1alpha2.CredentialInfo
-	(*S3Credentials)(nil),                               // 30: cosi.v1alpha2.S3Credentials
-	(*AzureCredentials)(nil),                            // 31: cosi.v1alpha2.AzureCredentials
-	(*GcsCredentials)(nil),                              // 32: cosi.v1alpha2.GcsCredentials
-	(*DriverRevokeBucketAccessRequest)(nil),             // 33: cosi.v1alpha2.DriverRevokeBucketAccessRequest
-	(*DriverRevokeBucketAccessResponse)(nil),            // 34: cosi.v1alpha2.DriverRevokeBucketAccessResponse
-	(*DriverRotateBucketAccessCredentialsRequest)(nil),  // 35: cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest
-	(*DriverRotateBucketAccessCredentialsResponse)(nil), // 36: cosi.v1alpha2.DriverRotateBucketAccessCredentialsResponse
-	(*DriverRetireBucketAccessCredentialsRequest)(nil),  // 37: cosi.v1alpha2.DriverRetireBucketAccessCredentialsRequest
-	(*DriverRetireBucketAccessCredentialsResponse)(nil), // 38: cosi.v1alpha2.DriverRetireBucketAccessCredentialsResponse
-	nil, // 39: cosi.v1alpha2.DriverGenerateBucketIdRequest.ParametersEntry
-	nil, // 40: cosi.v1alpha2.DriverCreateBucketRequest.ParametersEntry
-	nil, // 41: cosi.v1alpha2.DriverGetBucketRequest.ParametersEntry
-	nil, // 42: cosi.v1alpha2.DriverDeleteBucketRequest.ParametersEntry
-	nil, // 43: cosi.v1alpha2.DriverGenerateBucketAccessIdRequest.ParametersEntry
-	nil, // 44: cosi.v1alpha2.DriverGrantBucketAccessRequest.ParametersEntry
-	(*DriverGrantBucketAccessResponse_BucketInfo)(nil), // 45: cosi.v1alpha2.DriverGrantBucketAccessResponse.BucketInfo
-	(*DriverRevokeBucketAccessRequest_Bucket)(nil),     // 46: cosi.v1alpha2.DriverRevokeBucketAccessRequest.Bucket
-	nil,                               // 47: cosi.v1alpha2.DriverRevokeBucketAccessRequest.ParametersEntry
-	nil,                               // 48: cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest.ParametersEntry
-	nil,                               // 49: cosi.v1alpha2.DriverRetireBucketAccessCredentialsRequest.ParametersEntry
-	(*timestamppb.Timestamp)(nil),     // 50: google.protobuf.Timestamp
-	(*descriptorpb.FieldOptions)(nil), // 51: google.protobuf.FieldOptions
+	(DriverCapability_Type)(0),                          // 4: cosi.v1alpha2.DriverCapability.Type
+	(*ObjectProtocol)(nil),                              // 5: cosi.v1alpha2.ObjectProtocol
+	(*AuthenticationType)(nil),                          // 6: cosi.v1alpha2.AuthenticationType
+	(*AccessMode)(nil),                                  // 7: cosi.v1alpha2.AccessMode
+	(*S3AddressingStyle)(nil),                           // 8: cosi.v1alpha2.S3AddressingStyle
+	(*DriverGetInfoRequest)(nil),                        // 9: cosi.v1alpha2.DriverGetInfoRequest
+	(*DriverGetInfoResponse)(nil),                       // 10: cosi.v1alpha2.DriverGetInfoResponse
+	(*DriverCapability)(nil),                            // 11: cosi.v1alpha2.DriverCapability
+	(*DriverGenerateBucketIdRequest)(nil),               // 12: cosi.v1alpha2.DriverGenerateBucketIdRequest
+	(*DriverGenerateBucketIdResponse)(nil),              // 13: cosi.v1alpha2.DriverGenerateBucketIdResponse
+	(*DriverCreateBucketRequest)(nil),                   // 14: cosi.v1alpha2.DriverCreateBucketRequest
+	(*DriverCreateBucketResponse)(nil),                  // 15: cosi.v1alpha2.DriverCreateBucketResponse
+	(*DriverGetBucketRequest)(nil),                      // 16: cosi.v1alpha2.DriverGetBucketRequest
+	(*DriverGetBucketResponse)(nil),                     // 17: cosi.v1alpha2.DriverGetBucketResponse
+	(*DriverDeleteBucketRequest)(nil),                   // 18: cosi.v1alpha2.DriverDeleteBucketRequest
+	(*DriverDeleteBucketResponse)(nil),                  // 19: cosi.v1alpha2.DriverDeleteBucketResponse
+	(*ProtocolBucketInfo)(nil),                          // 20: cosi.v1alpha2.ProtocolBucketInfo
+	(*S3BucketInfo)(nil),                                // 21: cosi.v1alpha2.S3BucketInfo
+	(*AzureBucketInfo)(nil),                             // 22: cosi.v1alpha2.AzureBucketInfo
+	(*GcsBucketInfo)(nil),                               // 23: cosi.v1alpha2.GcsBucketInfo
+	(*AccessedBucket)(nil),                              // 24: cosi.v1alpha2.AccessedBucket
+	(*AccessModes)(nil),                                 // 25: cosi.v1alpha2.AccessModes
+	(*ServiceAccount)(nil),                              // 26: cosi.v1alpha2.ServiceAccount
+	(*DriverGenerateBucketAccessIdRequest)(nil),         // 27: cosi.v1alpha2.DriverGenerateBucketAccessIdRequest
+	(*DriverGenerateBucketAccessIdResponse)(nil),        // 28: cosi.v1alpha2.DriverGenerateBucketAccessIdResponse
+	(*DriverGrantBucketAccessRequest)(nil),              // 29: cosi.v1alpha2.DriverGrantBucketAccessRequest
+	(*DriverGrantBucketAccessResponse)(nil),             // 30: cosi.v1alpha2.DriverGrantBucketAccessResponse
+	(*CredentialInfo)(nil),                              // 31: cosi.v1alpha2.CredentialInfo
+	(*S3Credentials)(nil),                               // 32: cosi.v1alpha2.S3Credentials
+	(*AzureCredentials)(nil),                            // 33: cosi.v1alpha2.AzureCredentials
+	(*GcsCredentials)(nil),                              // 34: cosi.v1alpha2.GcsCredentials
+	(*DriverRevokeBucketAccessRequest)(nil),             // 35: cosi.v1alpha2.DriverRevokeBucketAccessRequest
+	(*DriverRevokeBucketAccessResponse)(nil),            // 36: cosi.v1alpha2.DriverRevokeBucketAccessResponse
+	(*DriverRotateBucketAccessCredentialsRequest)(nil),  // 37: cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest
+	(*DriverRotateBucketAccessCredentialsResponse)(nil), // 38: cosi.v1alpha2.DriverRotateBucketAccessCredentialsResponse
+	(*DriverRetireBucketAccessCredentialsRequest)(nil),  // 39: cosi.v1alpha2.DriverRetireBucketAccessCredentialsRequest
+	(*DriverRetireBucketAccessCredentialsResponse)(nil), // 40: cosi.v1alpha2.DriverRetireBucketAccessCredentialsResponse
+	(*DriverGetBucketUsageRequest)(nil),                 // 41: cosi.v1alpha2.DriverGetBucketUsageRequest
+	(*DriverGetBucketUsageResponse)(nil),                // 42: cosi.v1alpha2.DriverGetBucketUsageResponse
+	nil,                                                 // 43: cosi.v1alpha2.DriverGenerateBucketIdRequest.ParametersEntry
+	nil,                                                 // 44: cosi.v1alpha2.DriverCreateBucketRequest.ParametersEntry
+	nil,                                                 // 45: cosi.v1alpha2.DriverGetBucketRequest.ParametersEntry
+	nil,                                                 // 46: cosi.v1alpha2.DriverDeleteBucketRequest.ParametersEntry
+	nil,                                                 // 47: cosi.v1alpha2.DriverGenerateBucketAccessIdRequest.ParametersEntry
+	nil,                                                 // 48: cosi.v1alpha2.DriverGrantBucketAccessRequest.ParametersEntry
+	(*DriverGrantBucketAccessResponse_BucketInfo)(nil),  // 49: cosi.v1alpha2.DriverGrantBucketAccessResponse.BucketInfo
+	(*DriverRevokeBucketAccessRequest_Bucket)(nil),      // 50: cosi.v1alpha2.DriverRevokeBucketAccessRequest.Bucket
+	nil,                               // 51: cosi.v1alpha2.DriverRevokeBucketAccessRequest.ParametersEntry
+	nil,                               // 52: cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest.ParametersEntry
+	nil,                               // 53: cosi.v1alpha2.DriverRetireBucketAccessCredentialsRequest.ParametersEntry
+	nil,                               // 54: cosi.v1alpha2.DriverGetBucketUsageRequest.ParametersEntry
+	(*timestamppb.Timestamp)(nil),     // 55: google.protobuf.Timestamp
+	(*descriptorpb.FieldOptions)(nil), // 56: google.protobuf.FieldOptions
 }
 var file_cosi_v1alpha2_cosi_proto_depIdxs = []int32{
 	0,  // 0: cosi.v1alpha2.DriverGetInfoResponse.supported_protocols:type_name -> cosi.v1alpha2.ObjectProtocol.Type
-	0,  // 1: cosi.v1alpha2.DriverGenerateBucketIdRequest.protocols:type_name -> cosi.v1alpha2.ObjectProtocol.Type
-	39, // 2: cosi.v1alpha2.DriverGenerateBucketIdRequest.parameters:type_name -> cosi.v1alpha2.DriverGenerateBucketIdRequest.ParametersEntry
-	0,  // 3: cosi.v1alpha2.DriverCreateBucketRequest.protocols:type_name -> cosi.v1alpha2.ObjectProtocol.Type
-	40, // 4: cosi.v1alpha2.DriverCreateBucketRequest.parameters:type_name -> cosi.v1alpha2.DriverCreateBucketRequest.ParametersEntry
-	18, // 5: cosi.v1alpha2.DriverCreateBucketResponse.protocols:type_name -> cosi.v1alpha2.ProtocolBucketInfo
-	0,  // 6: cosi.v1alpha2.DriverGetBucketRequest.protocols:type_name -> cosi.v1alpha2.ObjectProtocol.Type
-	41, // 7: cosi.v1alpha2.DriverGetBucketRequest.parameters:type_name -> cosi.v1alpha2.DriverGetBucketRequest.ParametersEntry
-	18, // 8: cosi.v1alpha2.DriverGetBucketResponse.protocols:type_name -> cosi.v1alpha2.ProtocolBucketInfo
-	42, // 9: cosi.v1alpha2.DriverDeleteBucketRequest.parameters:type_name -> cosi.v1alpha2.DriverDeleteBucketRequest.ParametersEntry
-	19, // 10: cosi.v1alpha2.ProtocolBucketInfo.s3:type_name -> cosi.v1alpha2.S3BucketInfo
-	20, // 11: cosi.v1alpha2.ProtocolBucketInfo.azure:type_name -> cosi.v1alpha2.AzureBucketInfo
-	21, // 12: cosi.v1alpha2.ProtocolBucketInfo.gcs:type_name -> cosi.v1alpha2.GcsBucketInfo
-	3,  // 13: cosi.v1alpha2.S3BucketInfo.addressing_style:type_name -> cosi.v1alpha2.S3AddressingStyle.Style
-	23, // 14: cosi.v1alpha2.AccessedBucket.access_modes:type_name -> cosi.v1alpha2.AccessModes
-	2,  // 15: cosi.v1alpha2.AccessModes.object_data:type_name -> cosi.v1alpha2.AccessMode.Mode
-	2,  // 16: cosi.v1alpha2.AccessModes.object_metadata:type_name -> cosi.v1alpha2.AccessMode.Mode
-	2,  // 17: cosi.v1alpha2.AccessModes.bucket_metadata:type_name -> cosi.v1alpha2.AccessMode.Mode
-	22, // 18: cosi.v1alpha2.DriverGenerateBucketAccessIdRequest.buckets:type_name -> cosi.v1alpha2.AccessedBucket
-	0,  // 19: cosi.v1alpha2.DriverGenerateBucketAccessIdRequest.protocol:type_name -> cosi.v1alpha2.ObjectProtocol.Type
-	1,  // 20: cosi.v1alpha2.DriverGenerateBucketAccessIdRequest.authentication_type:type_name -> cosi.v1alpha2.AuthenticationType.Type
-	24, // 21: cosi.v1alpha2.DriverGenerateBucketAccessIdRequest.service_account:type_name -> cosi.v1alpha2.ServiceAccount
-	43, // 22: cosi.v1alpha2.DriverGenerateBucketAccessIdRequest.parameters:type_name -> cosi.v1alpha2.DriverGenerateBucketAccessIdRequest.ParametersEntry
-	22, // 23: cosi.v1alpha2.DriverGrantBucketAccessRequest.buckets:type_name -> cosi.v1alpha2.AccessedBucket
-	0,  // 24: cosi.v1alpha2.DriverGrantBucketAccessRequest.protocol:type_name -> cosi.v1alpha2.ObjectProtocol.Type
-	1,  // 25: cosi.v1alpha2.DriverGrantBucketAccessRequest.authentication_type:type_name -> cosi.v1alpha2.AuthenticationType.Type
-	24, // 26: cosi.v1alpha2.DriverGrantBucketAccessRequest.service_account:type_name -> cosi.v1alpha2.ServiceAccount
-	44, // 27: cosi.v1alpha2.DriverGrantBucketAccessRequest.parameters:type_name -> cosi.v1alpha2.DriverGrantBucketAccessRequest.ParametersEntry
-	45, // 28: cosi.v1alpha2.DriverGrantBucketAccessResponse.buckets:type_name -> cosi.v1alpha2.DriverGrantBucketAccessResponse.BucketInfo
-	29, // 29: cosi.v1alpha2.DriverGrantBucketAccessResponse.credentials:type_name -> cosi.v1alpha2.CredentialInfo
-	30, // 30: cosi.v1alpha2.CredentialInfo.s3:type_name -> cosi.v1alpha2.S3Credentials
-	31, // 31: cosi.v1alpha2.CredentialInfo.azure:type_name -> cosi.v1alpha2.AzureCredentials
-	32, // 32: cosi.v1alpha2.CredentialInfo.gcs:type_name -> cosi.v1alpha2.GcsCredentials
-	50, // 33: cosi.v1alpha2.AzureCredentials.expiry_timestamp:type_name -> google.protobuf.Timestamp
-	46, // 34: cosi.v1alpha2.DriverRevokeBucketAccessRequest.buckets:type_name -> cosi.v1alpha2.DriverRevokeBucketAccessRequest.Bucket
-	0,  // 35: cosi.v1alpha2.DriverRevokeBucketAccessRequest.protocol:type_name -> cosi.v1alpha2.ObjectProtocol.Type
-	1,  // 36: cosi.v1alpha2.DriverRevokeBucketAccessRequest.authentication_type:type_name -> cosi.v1alpha2.AuthenticationType.Type
-	24, // 37: cosi.v1alpha2.DriverRevokeBucketAccessRequest.service_account:type_name -> cosi.v1alpha2.ServiceAccount
-	47, // 38: cosi.v1alpha2.DriverRevokeBucketAccessRequest.parameters:type_name -> cosi.v1alpha2.DriverRevokeBucketAccessRequest.ParametersEntry
-	22, // 39: cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest.buckets:type_name -> cosi.v1alpha2.AccessedBucket
-	0,  // 40: cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest.protocol:type_name -> cosi.v1alpha2.ObjectProtocol.Type
-	1,  // 41: cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest.authentication_type:type_name -> cosi.v1alpha2.AuthenticationType.Type
-	24, // 42: cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest.service_account:type_name -> cosi.v1alpha2.ServiceAccount
-	48, // 43: cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest.parameters:type_name -> cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest.ParametersEntry
-	45, // 44: cosi.v1alpha2.DriverRotateBucketAccessCredentialsResponse.buckets:type_name -> cosi.v1alpha2.DriverGrantBucketAccessResponse.BucketInfo
-	29, // 45: cosi.v1alpha2.DriverRotateBucketAccessCredentialsResponse.credentials:type_name -> cosi.v1alpha2.CredentialInfo
-	0,  // 46: cosi.v1alpha2.DriverRetireBucketAccessCredentialsRequest.protocol:type_name -> cosi.v1alpha2.ObjectProtocol.Type
-	49, // 47: cosi.v1alpha2.DriverRetireBucketAccessCredentialsRequest.parameters:type_name -> cosi.v1alpha2.DriverRetireBucketAccessCredentialsRequest.ParametersEntry
-	18, // 48: cosi.v1alpha2.DriverGrantBucketAccessResponse.BucketInfo.bucket_info:type_name -> cosi.v1alpha2.ProtocolBucketInfo
-	51, // 49: cosi.v1alpha2.cosi_secret:extendee -> google.protobuf.FieldOptions
-	8,  // 50: cosi.v1alpha2.Identity.DriverGetInfo:input_type -> cosi.v1alpha2.DriverGetInfoRequest
-	10, // 51: cosi.v1alpha2.Provisioner.DriverGenerateBucketId:input_type -> cosi.v1alpha2.DriverGenerateBucketIdRequest
-	12, // 52: cosi.v1alpha2.Provisioner.DriverCreateBucket:input_type -> cosi.v1alpha2.DriverCreateBucketRequest
-	14, // 53: cosi.v1alpha2.Provisioner.DriverGetBucket:input_type -> cosi.v1alpha2.DriverGetBucketRequest
-	16, // 54: cosi.v1alpha2.Provisioner.DriverDeleteBucket:input_type -> cosi.v1alpha2.DriverDeleteBucketRequest
-	25, // 55: cosi.v1alpha2.Provisioner.DriverGenerateBucketAccessId:input_type -> cosi.v1alpha2.DriverGenerateBucketAccessIdRequest
-	27, // 56: cosi.v1alpha2.Provisioner.DriverGrantBucketAccess:input_type -> cosi.v1alpha2.DriverGrantBucketAccessRequest
-	33, // 57: cosi.v1alpha2.Provisioner.DriverRevokeBucketAccess:input_type -> cosi.v1alpha2.DriverRevokeBucketAccessRequest
-	35, // 58: cosi.v1alpha2.Provisioner.DriverRotateBucketAccessCredentials:input_type -> cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest
-	37, // 59: cosi.v1alpha2.Provisioner.DriverRetireBucketAccessCredentials:input_type -> cosi.v1alpha2.DriverRetireBucketAccessCredentialsRequest
-	9,  // 60: cosi.v1alpha2.Identity.DriverGetInfo:output_type -> cosi.v1alpha2.DriverGetInfoResponse
-	11, // 61: cosi.v1alpha2.Provisioner.DriverGenerateBucketId:output_type -> cosi.v1alpha2.DriverGenerateBucketIdResponse
-	13, // 62: cosi.v1alpha2.Provisioner.DriverCreateBucket:output_type -> cosi.v1alpha2.DriverCreateBucketResponse
-	15, // 63: cosi.v1alpha2.Provisioner.DriverGetBucket:output_type -> cosi.v1alpha2.DriverGetBucketResponse
-	17, // 64: cosi.v1alpha2.Provisioner.DriverDeleteBucket:output_type -> cosi.v1alpha2.DriverDeleteBucketResponse
-	26, // 65: cosi.v1alpha2.Provisioner.DriverGenerateBucketAccessId:output_type -> cosi.v1alpha2.DriverGenerateBucketAccessIdResponse
-	28, // 66: cosi.v1alpha2.Provisioner.DriverGrantBucketAccess:output_type -> cosi.v1alpha2.DriverGrantBucketAccessResponse
-	34, // 67: cosi.v1alpha2.Provisioner.DriverRevokeBucketAccess:output_type -> cosi.v1alpha2.DriverRevokeBucketAccessResponse
-	36, // 68: cosi.v1alpha2.Provisioner.DriverRotateBucketAccessCredentials:output_type -> cosi.v1alpha2.DriverRotateBucketAccessCredentialsResponse
-	38, // 69: cosi.v1alpha2.Provisioner.DriverRetireBucketAccessCredentials:output_type -> cosi.v1alpha2.DriverRetireBucketAccessCredentialsResponse
-	60, // [60:70] is the sub-list for method output_type
-	50, // [50:60] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	49, // [49:50] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	4,  // 1: cosi.v1alpha2.DriverGetInfoResponse.capabilities:type_name -> cosi.v1alpha2.DriverCapability.Type
+	0,  // 2: cosi.v1alpha2.DriverGenerateBucketIdRequest.protocols:type_name -> cosi.v1alpha2.ObjectProtocol.Type
+	43, // 3: cosi.v1alpha2.DriverGenerateBucketIdRequest.parameters:type_name -> cosi.v1alpha2.DriverGenerateBucketIdRequest.ParametersEntry
+	0,  // 4: cosi.v1alpha2.DriverCreateBucketRequest.protocols:type_name -> cosi.v1alpha2.ObjectProtocol.Type
+	44, // 5: cosi.v1alpha2.DriverCreateBucketRequest.parameters:type_name -> cosi.v1alpha2.DriverCreateBucketRequest.ParametersEntry
+	20, // 6: cosi.v1alpha2.DriverCreateBucketResponse.protocols:type_name -> cosi.v1alpha2.ProtocolBucketInfo
+	0,  // 7: cosi.v1alpha2.DriverGetBucketRequest.protocols:type_name -> cosi.v1alpha2.ObjectProtocol.Type
+	45, // 8: cosi.v1alpha2.DriverGetBucketRequest.parameters:type_name -> cosi.v1alpha2.DriverGetBucketRequest.ParametersEntry
+	20, // 9: cosi.v1alpha2.DriverGetBucketResponse.protocols:type_name -> cosi.v1alpha2.ProtocolBucketInfo
+	46, // 10: cosi.v1alpha2.DriverDeleteBucketRequest.parameters:type_name -> cosi.v1alpha2.DriverDeleteBucketRequest.ParametersEntry
+	21, // 11: cosi.v1alpha2.ProtocolBucketInfo.s3:type_name -> cosi.v1alpha2.S3BucketInfo
+	22, // 12: cosi.v1alpha2.ProtocolBucketInfo.azure:type_name -> cosi.v1alpha2.AzureBucketInfo
+	23, // 13: cosi.v1alpha2.ProtocolBucketInfo.gcs:type_name -> cosi.v1alpha2.GcsBucketInfo
+	3,  // 14: cosi.v1alpha2.S3BucketInfo.addressing_style:type_name -> cosi.v1alpha2.S3AddressingStyle.Style
+	25, // 15: cosi.v1alpha2.AccessedBucket.access_modes:type_name -> cosi.v1alpha2.AccessModes
+	2,  // 16: cosi.v1alpha2.AccessModes.object_data:type_name -> cosi.v1alpha2.AccessMode.Mode
+	2,  // 17: cosi.v1alpha2.AccessModes.object_metadata:type_name -> cosi.v1alpha2.AccessMode.Mode
+	2,  // 18: cosi.v1alpha2.AccessModes.bucket_metadata:type_name -> cosi.v1alpha2.AccessMode.Mode
+	24, // 19: cosi.v1alpha2.DriverGenerateBucketAccessIdRequest.buckets:type_name -> cosi.v1alpha2.AccessedBucket
+	0,  // 20: cosi.v1alpha2.DriverGenerateBucketAccessIdRequest.protocol:type_name -> cosi.v1alpha2.ObjectProtocol.Type
+	1,  // 21: cosi.v1alpha2.DriverGenerateBucketAccessIdRequest.authentication_type:type_name -> cosi.v1alpha2.AuthenticationType.Type
+	26, // 22: cosi.v1alpha2.DriverGenerateBucketAccessIdRequest.service_account:type_name -> cosi.v1alpha2.ServiceAccount
+	47, // 23: cosi.v1alpha2.DriverGenerateBucketAccessIdRequest.parameters:type_name -> cosi.v1alpha2.DriverGenerateBucketAccessIdRequest.ParametersEntry
+	24, // 24: cosi.v1alpha2.DriverGrantBucketAccessRequest.buckets:type_name -> cosi.v1alpha2.AccessedBucket
+	0,  // 25: cosi.v1alpha2.DriverGrantBucketAccessRequest.protocol:type_name -> cosi.v1alpha2.ObjectProtocol.Type
+	1,  // 26: cosi.v1alpha2.DriverGrantBucketAccessRequest.authentication_type:type_name -> cosi.v1alpha2.AuthenticationType.Type
+	26, // 27: cosi.v1alpha2.DriverGrantBucketAccessRequest.service_account:type_name -> cosi.v1alpha2.ServiceAccount
+	48, // 28: cosi.v1alpha2.DriverGrantBucketAccessRequest.parameters:type_name -> cosi.v1alpha2.DriverGrantBucketAccessRequest.ParametersEntry
+	49, // 29: cosi.v1alpha2.DriverGrantBucketAccessResponse.buckets:type_name -> cosi.v1alpha2.DriverGrantBucketAccessResponse.BucketInfo
+	31, // 30: cosi.v1alpha2.DriverGrantBucketAccessResponse.credentials:type_name -> cosi.v1alpha2.CredentialInfo
+	32, // 31: cosi.v1alpha2.CredentialInfo.s3:type_name -> cosi.v1alpha2.S3Credentials
+	33, // 32: cosi.v1alpha2.CredentialInfo.azure:type_name -> cosi.v1alpha2.AzureCredentials
+	34, // 33: cosi.v1alpha2.CredentialInfo.gcs:type_name -> cosi.v1alpha2.GcsCredentials
+	55, // 34: cosi.v1alpha2.AzureCredentials.expiry_timestamp:type_name -> google.protobuf.Timestamp
+	50, // 35: cosi.v1alpha2.DriverRevokeBucketAccessRequest.buckets:type_name -> cosi.v1alpha2.DriverRevokeBucketAccessRequest.Bucket
+	0,  // 36: cosi.v1alpha2.DriverRevokeBucketAccessRequest.protocol:type_name -> cosi.v1alpha2.ObjectProtocol.Type
+	1,  // 37: cosi.v1alpha2.DriverRevokeBucketAccessRequest.authentication_type:type_name -> cosi.v1alpha2.AuthenticationType.Type
+	26, // 38: cosi.v1alpha2.DriverRevokeBucketAccessRequest.service_account:type_name -> cosi.v1alpha2.ServiceAccount
+	51, // 39: cosi.v1alpha2.DriverRevokeBucketAccessRequest.parameters:type_name -> cosi.v1alpha2.DriverRevokeBucketAccessRequest.ParametersEntry
+	24, // 40: cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest.buckets:type_name -> cosi.v1alpha2.AccessedBucket
+	0,  // 41: cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest.protocol:type_name -> cosi.v1alpha2.ObjectProtocol.Type
+	1,  // 42: cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest.authentication_type:type_name -> cosi.v1alpha2.AuthenticationType.Type
+	26, // 43: cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest.service_account:type_name -> cosi.v1alpha2.ServiceAccount
+	52, // 44: cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest.parameters:type_name -> cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest.ParametersEntry
+	49, // 45: cosi.v1alpha2.DriverRotateBucketAccessCredentialsResponse.buckets:type_name -> cosi.v1alpha2.DriverGrantBucketAccessResponse.BucketInfo
+	31, // 46: cosi.v1alpha2.DriverRotateBucketAccessCredentialsResponse.credentials:type_name -> cosi.v1alpha2.CredentialInfo
+	0,  // 47: cosi.v1alpha2.DriverRetireBucketAccessCredentialsRequest.protocol:type_name -> cosi.v1alpha2.ObjectProtocol.Type
+	53, // 48: cosi.v1alpha2.DriverRetireBucketAccessCredentialsRequest.parameters:type_name -> cosi.v1alpha2.DriverRetireBucketAccessCredentialsRequest.ParametersEntry
+	54, // 49: cosi.v1alpha2.DriverGetBucketUsageRequest.parameters:type_name -> cosi.v1alpha2.DriverGetBucketUsageRequest.ParametersEntry
+	20, // 50: cosi.v1alpha2.DriverGrantBucketAccessResponse.BucketInfo.bucket_info:type_name -> cosi.v1alpha2.ProtocolBucketInfo
+	56, // 51: cosi.v1alpha2.cosi_secret:extendee -> google.protobuf.FieldOptions
+	9,  // 52: cosi.v1alpha2.Identity.DriverGetInfo:input_type -> cosi.v1alpha2.DriverGetInfoRequest
+	12, // 53: cosi.v1alpha2.Provisioner.DriverGenerateBucketId:input_type -> cosi.v1alpha2.DriverGenerateBucketIdRequest
+	14, // 54: cosi.v1alpha2.Provisioner.DriverCreateBucket:input_type -> cosi.v1alpha2.DriverCreateBucketRequest
+	16, // 55: cosi.v1alpha2.Provisioner.DriverGetBucket:input_type -> cosi.v1alpha2.DriverGetBucketRequest
+	18, // 56: cosi.v1alpha2.Provisioner.DriverDeleteBucket:input_type -> cosi.v1alpha2.DriverDeleteBucketRequest
+	27, // 57: cosi.v1alpha2.Provisioner.DriverGenerateBucketAccessId:input_type -> cosi.v1alpha2.DriverGenerateBucketAccessIdRequest
+	29, // 58: cosi.v1alpha2.Provisioner.DriverGrantBucketAccess:input_type -> cosi.v1alpha2.DriverGrantBucketAccessRequest
+	35, // 59: cosi.v1alpha2.Provisioner.DriverRevokeBucketAccess:input_type -> cosi.v1alpha2.DriverRevokeBucketAccessRequest
+	37, // 60: cosi.v1alpha2.Provisioner.DriverRotateBucketAccessCredentials:input_type -> cosi.v1alpha2.DriverRotateBucketAccessCredentialsRequest
+	39, // 61: cosi.v1alpha2.Provisioner.DriverRetireBucketAccessCredentials:input_type -> cosi.v1alpha2.DriverRetireBucketAccessCredentialsRequest
+	41, // 62: cosi.v1alpha2.Provisioner.DriverGetBucketUsage:input_type -> cosi.v1alpha2.DriverGetBucketUsageRequest
+	10, // 63: cosi.v1alpha2.Identity.DriverGetInfo:output_type -> cosi.v1alpha2.DriverGetInfoResponse
+	13, // 64: cosi.v1alpha2.Provisioner.DriverGenerateBucketId:output_type -> cosi.v1alpha2.DriverGenerateBucketIdResponse
+	15, // 65: cosi.v1alpha2.Provisioner.DriverCreateBucket:output_type -> cosi.v1alpha2.DriverCreateBucketResponse
+	17, // 66: cosi.v1alpha2.Provisioner.DriverGetBucket:output_type -> cosi.v1alpha2.DriverGetBucketResponse
+	19, // 67: cosi.v1alpha2.Provisioner.DriverDeleteBucket:output_type -> cosi.v1alpha2.DriverDeleteBucketResponse
+	28, // 68: cosi.v1alpha2.Provisioner.DriverGenerateBucketAccessId:output_type -> cosi.v1alpha2.DriverGenerateBucketAccessIdResponse
+	30, // 69: cosi.v1alpha2.Provisioner.DriverGrantBucketAccess:output_type -> cosi.v1alpha2.DriverGrantBucketAccessResponse
+	36, // 70: cosi.v1alpha2.Provisioner.DriverRevokeBucketAccess:output_type -> cosi.v1alpha2.DriverRevokeBucketAccessResponse
+	38, // 71: cosi.v1alpha2.Provisioner.DriverRotateBucketAccessCredentials:output_type -> cosi.v1alpha2.DriverRotateBucketAccessCredentialsResponse
+	40, // 72: cosi.v1alpha2.Provisioner.DriverRetireBucketAccessCredentials:output_type -> cosi.v1alpha2.DriverRetireBucketAccessCredentialsResponse
+	42, // 73: cosi.v1alpha2.Provisioner.DriverGetBucketUsage:output_type -> cosi.v1alpha2.DriverGetBucketUsageResponse
+	63, // [63:74] is the sub-list for method output_type
+	52, // [52:63] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	51, // [51:52] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_cosi_v1alpha2_cosi_proto_init() }
@@ -2869,13 +3125,14 @@ func file_cosi_v1alpha2_cosi_proto_init() {
 	if File_cosi_v1alpha2_cosi_proto != nil {
 		return
 	}
+	file_cosi_v1alpha2_cosi_proto_msgTypes[37].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cosi_v1alpha2_cosi_proto_rawDesc), len(file_cosi_v1alpha2_cosi_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   46,
+			NumEnums:      5,
+			NumMessages:   50,
 			NumExtensions: 1,
 			NumServices:   2,
 		},

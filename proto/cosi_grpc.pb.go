@@ -163,6 +163,7 @@ const (
 	Provisioner_DriverRevokeBucketAccess_FullMethodName            = "/cosi.v1alpha2.Provisioner/DriverRevokeBucketAccess"
 	Provisioner_DriverRotateBucketAccessCredentials_FullMethodName = "/cosi.v1alpha2.Provisioner/DriverRotateBucketAccessCredentials"
 	Provisioner_DriverRetireBucketAccessCredentials_FullMethodName = "/cosi.v1alpha2.Provisioner/DriverRetireBucketAccessCredentials"
+	Provisioner_DriverGetBucketUsage_FullMethodName                = "/cosi.v1alpha2.Provisioner/DriverGetBucketUsage"
 )
 
 // ProvisionerClient is the client API for Provisioner service.
@@ -262,6 +263,21 @@ type ProvisionerClient interface {
 	// never leaves an account without one: DriverRevokeBucketAccess removes accounts);
 	// UNIMPLEMENTED when the driver cannot rotate credentials; INVALID_ARGUMENT for a missing field.
 	DriverRetireBucketAccessCredentials(ctx context.Context, in *DriverRetireBucketAccessCredentialsRequest, opts ...grpc.CallOption) (*DriverRetireBucketAccessCredentialsResponse, error)
+	// DriverGetBucketUsage (a COSI extension: KEP-1979 has no usage) returns how much the bucket
+	// bucket_id holds, and the limits the backend enforces on it, as the backend accounts them.
+	// COSI calls it only when the driver advertises the BUCKET_USAGE capability (DriverGetInfo),
+	// for every provisioned Bucket, at an interval the admin chooses (the sidecar's
+	// --usage-interval, 15 minutes by default), and exports the answer as metrics and in the
+	// Bucket's status.
+	//
+	// It MUST NOT change the backend, and MUST answer from what the backend already accounts (a
+	// bucket's statistics, its quota): one or a few requests whatever the bucket holds, never a
+	// listing of its objects. A driver whose backend cannot answer so cheaply does not advertise
+	// the capability.
+	//
+	// Codes: NOT_FOUND when the bucket does not exist; UNIMPLEMENTED when the driver cannot report
+	// usage (COSI then stops asking); INVALID_ARGUMENT for a missing field.
+	DriverGetBucketUsage(ctx context.Context, in *DriverGetBucketUsageRequest, opts ...grpc.CallOption) (*DriverGetBucketUsageResponse, error)
 }
 
 type provisionerClient struct {
@@ -356,6 +372,16 @@ func (c *provisionerClient) DriverRetireBucketAccessCredentials(ctx context.Cont
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DriverRetireBucketAccessCredentialsResponse)
 	err := c.cc.Invoke(ctx, Provisioner_DriverRetireBucketAccessCredentials_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *provisionerClient) DriverGetBucketUsage(ctx context.Context, in *DriverGetBucketUsageRequest, opts ...grpc.CallOption) (*DriverGetBucketUsageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DriverGetBucketUsageResponse)
+	err := c.cc.Invoke(ctx, Provisioner_DriverGetBucketUsage_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -459,6 +485,21 @@ type ProvisionerServer interface {
 	// never leaves an account without one: DriverRevokeBucketAccess removes accounts);
 	// UNIMPLEMENTED when the driver cannot rotate credentials; INVALID_ARGUMENT for a missing field.
 	DriverRetireBucketAccessCredentials(context.Context, *DriverRetireBucketAccessCredentialsRequest) (*DriverRetireBucketAccessCredentialsResponse, error)
+	// DriverGetBucketUsage (a COSI extension: KEP-1979 has no usage) returns how much the bucket
+	// bucket_id holds, and the limits the backend enforces on it, as the backend accounts them.
+	// COSI calls it only when the driver advertises the BUCKET_USAGE capability (DriverGetInfo),
+	// for every provisioned Bucket, at an interval the admin chooses (the sidecar's
+	// --usage-interval, 15 minutes by default), and exports the answer as metrics and in the
+	// Bucket's status.
+	//
+	// It MUST NOT change the backend, and MUST answer from what the backend already accounts (a
+	// bucket's statistics, its quota): one or a few requests whatever the bucket holds, never a
+	// listing of its objects. A driver whose backend cannot answer so cheaply does not advertise
+	// the capability.
+	//
+	// Codes: NOT_FOUND when the bucket does not exist; UNIMPLEMENTED when the driver cannot report
+	// usage (COSI then stops asking); INVALID_ARGUMENT for a missing field.
+	DriverGetBucketUsage(context.Context, *DriverGetBucketUsageRequest) (*DriverGetBucketUsageResponse, error)
 	mustEmbedUnimplementedProvisionerServer()
 }
 
@@ -495,6 +536,9 @@ func (UnimplementedProvisionerServer) DriverRotateBucketAccessCredentials(contex
 }
 func (UnimplementedProvisionerServer) DriverRetireBucketAccessCredentials(context.Context, *DriverRetireBucketAccessCredentialsRequest) (*DriverRetireBucketAccessCredentialsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DriverRetireBucketAccessCredentials not implemented")
+}
+func (UnimplementedProvisionerServer) DriverGetBucketUsage(context.Context, *DriverGetBucketUsageRequest) (*DriverGetBucketUsageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DriverGetBucketUsage not implemented")
 }
 func (UnimplementedProvisionerServer) mustEmbedUnimplementedProvisionerServer() {}
 func (UnimplementedProvisionerServer) testEmbeddedByValue()                     {}
@@ -679,6 +723,24 @@ func _Provisioner_DriverRetireBucketAccessCredentials_Handler(srv interface{}, c
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Provisioner_DriverGetBucketUsage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DriverGetBucketUsageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ProvisionerServer).DriverGetBucketUsage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Provisioner_DriverGetBucketUsage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ProvisionerServer).DriverGetBucketUsage(ctx, req.(*DriverGetBucketUsageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Provisioner_ServiceDesc is the grpc.ServiceDesc for Provisioner service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -721,6 +783,10 @@ var Provisioner_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DriverRetireBucketAccessCredentials",
 			Handler:    _Provisioner_DriverRetireBucketAccessCredentials_Handler,
+		},
+		{
+			MethodName: "DriverGetBucketUsage",
+			Handler:    _Provisioner_DriverGetBucketUsage_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

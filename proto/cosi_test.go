@@ -57,8 +57,8 @@ func TestSecretFields(t *testing.T) {
 	}
 }
 
-// TestServices checks that the generated services carry the KEP's eight RPCs and COSI's two
-// rotation RPCs.
+// TestServices checks that the generated services carry the KEP's eight RPCs, COSI's two
+// rotation RPCs and its usage RPC.
 func TestServices(t *testing.T) {
 	want := map[string][]string{
 		"Identity": {"DriverGetInfo"},
@@ -67,6 +67,8 @@ func TestServices(t *testing.T) {
 			"DriverGenerateBucketAccessId", "DriverGrantBucketAccess", "DriverRevokeBucketAccess",
 			// COSI extensions (issue 20): optional, Unimplemented from a driver that cannot rotate.
 			"DriverRotateBucketAccessCredentials", "DriverRetireBucketAccessCredentials",
+			// COSI extension (issue 44): called only for drivers that advertise BUCKET_USAGE.
+			"DriverGetBucketUsage",
 		},
 	}
 	services := File_cosi_v1alpha2_cosi_proto.Services()

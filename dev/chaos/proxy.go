@@ -187,3 +187,10 @@ func (p *proxy) DriverRetireBucketAccessCredentials(
 ) (*cosiproto.DriverRetireBucketAccessCredentialsResponse, error) {
 	return p.provisioner.DriverRetireBucketAccessCredentials(ctx, r)
 }
+
+func (p *proxy) DriverGetBucketUsage(
+	ctx context.Context,
+	r *cosiproto.DriverGetBucketUsageRequest,
+) (*cosiproto.DriverGetBucketUsageResponse, error) {
+	return p.provisioner.DriverGetBucketUsage(ctx, r)
+}

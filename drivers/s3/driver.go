@@ -237,6 +237,7 @@ func (d *Driver) DriverGetInfo(
 	return &cosiproto.DriverGetInfoResponse{
 		Name:               d.cfg.Name,
 		SupportedProtocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3},
+		Capabilities:       d.capabilities(),
 	}, nil
 }
 

@@ -110,8 +110,11 @@ type rgwBucketInfo struct {
 		MaxSize    int64 `json:"max_size"`
 		MaxObjects int64 `json:"max_objects"`
 	} `json:"bucket_quota"`
+	// Usage is per category (rgw.main, rgw.multimeta): size is the objects' bytes, size_actual
+	// each rounded up to QuotaUnit, as the quota counts them.
 	Usage map[string]struct {
 		Size       int64 `json:"size"`
+		SizeActual int64 `json:"size_actual"`
 		NumObjects int64 `json:"num_objects"`
 	} `json:"usage"`
 }

@@ -2,14 +2,19 @@ package s3_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"k8s.io/utils/ptr"
 
 	"github.com/kube-cosi/cosi/drivers/s3"
 	cosiproto "github.com/kube-cosi/cosi/proto"
@@ -92,4 +97,67 @@ func refused(t *testing.T, what string, write func() error) {
 	if err == nil || !strings.Contains(err.Error(), "QuotaExceeded") {
 		t.Errorf("%s: %v, want the store's QuotaExceeded", what, err)
 	}
+}
+
+// TestBucketUsage: where the store keeps each bucket's usage (Ceph RGW), the driver advertises
+// BUCKET_USAGE and answers with what the store counts against the quota, and the quota; where it
+// keeps none (the Versity gateway), it advertises nothing and answers UNIMPLEMENTED.
+func TestBucketUsage(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		d := b.newDriver(t, "")
+		_, p := serve(t, d, logr.Discard())
+		ctx := t.Context()
+		info, err := d.DriverGetInfo(ctx, &cosiproto.DriverGetInfoRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		advertised := slices.Contains(info.GetCapabilities(), cosiproto.DriverCapability_BUCKET_USAGE)
+		if b.name == "versity-iam" {
+			if advertised {
+				t.Error("BUCKET_USAGE is advertised by a driver whose store keeps no usage")
+			}
+			_, err := p.DriverGetBucketUsage(ctx, &cosiproto.DriverGetBucketUsageRequest{BucketId: "cosi-any"})
+			if status.Code(err) != codes.Unimplemented {
+				t.Errorf("DriverGetBucketUsage on the iam back-end: %v, want Unimplemented", err)
+			}
+			return
+		}
+		if !advertised {
+			t.Fatalf("capabilities %v: BUCKET_USAGE is not advertised on RGW", info.GetCapabilities())
+		}
+		if _, err := p.DriverGetBucketUsage(ctx, &cosiproto.DriverGetBucketUsageRequest{
+			BucketId: "cosi-never-created",
+		}); status.Code(err) != codes.NotFound {
+			t.Errorf("a bucket that does not exist: %v, want NotFound", err)
+		}
+		plain := createBucket(t, p, nil)
+		u, err := p.DriverGetBucketUsage(ctx, &cosiproto.DriverGetBucketUsageRequest{BucketId: plain})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u.GetSizeBytes() != 0 || u.GetObjectCount() != 0 || u.MaxSizeBytes != nil || u.MaxObjectCount != nil {
+			t.Errorf("an empty bucket without a quota: %v", u)
+		}
+
+		limited := createBucket(t, p, map[string]string{s3.ParamMaxSize: "1Mi", s3.ParamMaxObjects: "10"})
+		a := grant(t, p, &cosiproto.AccessModes{ObjectData: cosiproto.AccessMode_READ_WRITE}, limited)
+		for i, size := range []int{1, 5000, 10 << 10} {
+			expect(t, fmt.Sprintf("object %d", i), true, putSized(a, limited, fmt.Sprintf("o%d", i), size))
+		}
+		// RGW counts each object rounded up to 4 KiB: 4 + 8 + 12 KiB.
+		want := &cosiproto.DriverGetBucketUsageResponse{
+			SizeBytes: 24 << 10, ObjectCount: 3, MaxSizeBytes: ptr.To[int64](1 << 20), MaxObjectCount: ptr.To[int64](10),
+		}
+		var got *cosiproto.DriverGetBucketUsageResponse
+		for range 50 { // RGW updates its statistics as it writes, a moment later at most
+			if got, err = p.DriverGetBucketUsage(ctx, &cosiproto.DriverGetBucketUsageRequest{BucketId: limited}); err != nil {
+				t.Fatal(err)
+			}
+			if proto.Equal(got, want) {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Errorf("usage %v, want %v", got, want)
+	})
 }

@@ -31,6 +31,8 @@ func serverKeys(req any) []calls.LockKey {
 		return calls.AccessKeys(false, r.GetAccountId(), calls.AccessedIDs(r.GetBuckets()))
 	case *cosiproto.DriverRetireBucketAccessCredentialsRequest:
 		return calls.AccessKeys(false, r.GetAccountId(), nil)
+	case *cosiproto.DriverGetBucketUsageRequest:
+		return calls.BucketKeys(r.GetBucketId())
 	}
 	return nil
 }

@@ -85,6 +85,10 @@ func ValidateRequest(req any) error {
 			checkString("account_id", r.GetAccountId(), MaxIDLength),
 			checkString("credential_id", r.GetCredentialId(), MaxIDLength),
 			checkParameters(r.GetParameters()))
+	case *cosiproto.DriverGetBucketUsageRequest:
+		err = firstError(
+			checkString("bucket_id", r.GetBucketId(), MaxIDLength),
+			checkParameters(r.GetParameters()))
 	default:
 		return status.Errorf(codes.Unimplemented, "unknown request type %T", req)
 	}
@@ -267,6 +271,28 @@ func ValidateGetInfoResponse(resp *cosiproto.DriverGetInfoResponse) error {
 		return fmt.Errorf("supported_protocols is empty: a driver supports at least one protocol")
 	}
 	return checkProtocols("supported_protocols", resp.GetSupportedProtocols())
+}
+
+// HasCapability tells whether a driver advertises the capability c. Values this COSI does not know
+// (a newer driver's) are ignored, not refused.
+func HasCapability(info *cosiproto.DriverGetInfoResponse, c cosiproto.DriverCapability_Type) bool {
+	return slices.Contains(info.GetCapabilities(), c)
+}
+
+// ValidateUsageResponse checks a DriverGetBucketUsage answer: no negative count or limit.
+func ValidateUsageResponse(resp *cosiproto.DriverGetBucketUsageResponse) error {
+	for _, f := range []struct {
+		name  string
+		value int64
+	}{
+		{"size_bytes", resp.GetSizeBytes()}, {"object_count", resp.GetObjectCount()},
+		{"max_size_bytes", resp.GetMaxSizeBytes()}, {"max_object_count", resp.GetMaxObjectCount()},
+	} {
+		if f.value < 0 {
+			return fmt.Errorf("%s is negative (%d)", f.name, f.value)
+		}
+	}
+	return nil
 }
 
 // BucketInfoProtocols returns the protocols present in a bucket info message, in S3, Azure, GCS

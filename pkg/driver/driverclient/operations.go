@@ -138,3 +138,9 @@ func (o *operations) DriverRetireBucketAccessCredentials(
 	return run(ctx, o, "DriverRetireBucketAccessCredentials", keys, req,
 		o.provisioner.DriverRetireBucketAccessCredentials, opts)
 }
+
+func (o *operations) DriverGetBucketUsage(
+	ctx context.Context, req *cosiproto.DriverGetBucketUsageRequest, opts ...grpc.CallOption,
+) (*cosiproto.DriverGetBucketUsageResponse, error) {
+	return run(ctx, o, "DriverGetBucketUsage", bucketKeys(req.GetBucketId()), req, o.provisioner.DriverGetBucketUsage, opts)
+}

@@ -557,6 +557,14 @@ func (a *Adapter) DriverRetireBucketAccessCredentials(
 	return nil, status.Error(codes.Unimplemented, "v1alpha1 drivers cannot rotate credentials")
 }
 
+// DriverGetBucketUsage returns UNIMPLEMENTED: v1alpha1 has no usage, and the adapter advertises
+// no capability, so the sidecar does not ask.
+func (a *Adapter) DriverGetBucketUsage(
+	context.Context, *cosiproto.DriverGetBucketUsageRequest, ...grpc.CallOption,
+) (*cosiproto.DriverGetBucketUsageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "v1alpha1 drivers cannot report bucket usage")
+}
+
 func (a *Adapter) revoke(
 	ctx context.Context,
 	bucketID, accountID string,
