@@ -33,6 +33,9 @@ func main() {
 	flag.DurationVar(&opts.RotationGracePeriod, "rotation-grace-period", sidecar.DefaultRotationGracePeriod,
 		"how long a rotated credential keeps working once the new one is in every Secret of its access, "+
 			"so that workloads re-read their Secret (docs/sidecar.md, \"Credential rotation\")")
+	flag.DurationVar(&opts.UsageInterval, "usage-interval", sidecar.DefaultUsageInterval,
+		"how often each bucket's usage is read from a driver that can report it (the BUCKET_USAGE capability: one "+
+			"driver call per bucket, and a Bucket status write when it changed); 0 turns it off")
 	flag.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one leader among the sidecars of this driver")
 	flag.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "",
 		"namespace of the leader election Lease (default: the pod's namespace)")

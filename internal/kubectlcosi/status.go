@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -188,6 +189,9 @@ func (c *Command) claim(ctx context.Context, ch *chain, name string) (*claimLink
 			"deletionPolicy: "+string(b.Spec.DeletionPolicy))
 		if b.Status.BucketID != "" {
 			l.bucket.Details = append(l.bucket.Details, "bucketID: "+b.Status.BucketID)
+		}
+		if u := b.Status.Usage; u != nil {
+			l.bucket.Details = append(l.bucket.Details, usageDetail(u))
 		}
 		c.events(ctx, l.bucket)
 	case forbidden:
@@ -628,4 +632,42 @@ func (c *Command) checkInterval(annotations map[string]string) time.Duration {
 		return d
 	}
 	return c.SecretCheckInterval
+}
+
+// usageDetail says what a Bucket holds and how much of its quota that is.
+func usageDetail(u *cosiapi.BucketUsage) string {
+	d := fmt.Sprintf("usage: %s in %d objects", bytesOf(u.SizeBytes), u.ObjectCount)
+	var quota []string
+	if u.MaxSizeBytes != nil {
+		quota = append(quota, fmt.Sprintf("%s (%s used)", bytesOf(*u.MaxSizeBytes), percent(u.SizeBytes, *u.MaxSizeBytes)))
+	}
+	if u.MaxObjectCount != nil {
+		quota = append(quota, fmt.Sprintf("%d objects (%s used)", *u.MaxObjectCount, percent(u.ObjectCount, *u.MaxObjectCount)))
+	}
+	if len(quota) == 0 {
+		return d + "; no quota"
+	}
+	return d + "; quota: " + strings.Join(quota, ", ")
+}
+
+// bytesOf is n in the largest binary unit that keeps it at 1 or more (1.5 GiB).
+func bytesOf(n int64) string {
+	const units = "KMGTPE"
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, i := float64(n)/1024, 0
+	for v >= 1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64) + " " + units[i:i+1] + "iB"
+}
+
+// percent is used of limit in whole percent; a limit of zero is full.
+func percent(used, limit int64) string {
+	if limit <= 0 {
+		return "100%"
+	}
+	return fmt.Sprintf("%d%%", int64(float64(used)*100/float64(limit)))
 }

@@ -48,18 +48,26 @@ type BucketReconciler struct {
 	// RefreshInterval is how often a provisioned Bucket's information is asked of the driver
 	// again (bucket_refresh.go); zero: never.
 	RefreshInterval time.Duration
+	// UsageInterval is how often a provisioned Bucket's usage is asked of a driver that
+	// advertises BUCKET_USAGE (bucket_usage.go); zero: never.
+	UsageInterval time.Duration
 	// AccessesByUID finds the access a grant recorded by an earlier version names.
 	AccessesByUID *index.Lazy
 
 	log       logr.Logger
 	record    statusRecorder[*cosiapi.Bucket]
 	refreshes secretChecks
+	usage     usageChecks
 }
 
 // SetupWithManager registers the reconciler for this driver's Buckets.
 func (r *BucketReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
 	r.log = mgr.GetLogger().WithValues("controller", "sidecar-bucket")
 	r.refreshes.countDecisions(scheduledCheckMetric(), r.Info.GetName(), scheduledCheckBucketInfo)
+	r.usage.interval = r.UsageInterval
+	if r.usage.enabled(r.Info) {
+		r.usage.checks.countDecisions(scheduledCheckMetric(), r.Info.GetName(), scheduledCheckUsage)
+	}
 	r.record = statusRecorder[*cosiapi.Bucket]{
 		client: r.Client, events: r.Recorder, lock: patch.NoLock, kind: "Bucket", backoff: opts.RateLimiter,
 		initial:      []string{cosiapi.ConditionResourcesValidated, cosiapi.ConditionProvisionFailed},
@@ -69,7 +77,7 @@ func (r *BucketReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Op
 		return o.(*cosiapi.Bucket).Spec.DriverName == r.Info.GetName()
 	})
 	wake := predicate.Or[client.Object](predicates.SpecOrLifecycleChanged, predicates.ProtectionRemoved)
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("sidecar-bucket").
 		For(&cosiapi.Bucket{}, builder.WithPredicates(ours, wake)).
 
@@ -83,9 +91,12 @@ func (r *BucketReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Op
 				UpdateFunc: func(event.UpdateEvent) bool { return false },
 			})).
 		// The information refreshes that fall due (bucket_refresh.go, schedule.go).
-		WatchesRawSource(r.refreshes.wakeChecks(r.RefreshInterval)).
-		WithOptions(opts).
-		Complete(r)
+		WatchesRawSource(r.refreshes.wakeChecks(r.RefreshInterval))
+	if r.usage.enabled(r.Info) {
+		// The usage checks that fall due (bucket_usage.go).
+		b = b.WatchesRawSource(r.usage.checks.wakeChecks(r.usage.interval))
+	}
+	return b.WithOptions(opts).Complete(r)
 }
 
 // bucketsOfAccess maps an access to the Buckets it names in status and to those of its grant
@@ -129,6 +140,8 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if err := r.Client.Get(ctx, req.NamespacedName, bucket); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.refreshes.gone(req.NamespacedName) // gone without its deletion seen: no refresh left behind
+			r.usage.checks.gone(req.NamespacedName)
+			usageMetrics().drop(r.Info.GetName(), req.Name)
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
@@ -141,6 +154,7 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 	if bucket.DeletionTimestamp != nil || bucket.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] != "" {
 		r.refreshes.forget(req.NamespacedName, bucket.UID)
+		r.forgetUsage(req.NamespacedName, bucket.UID)
 		return r.result(bucket, cosiapi.EventFailedDeleteBucket, r.delete(ctx, bucket))
 	}
 	// The finalizer on every reconcile: it is put back when someone removed it.
@@ -148,11 +162,25 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		return r.result(bucket, cosiapi.EventFailedCreateBucket, err)
 	}
 	if conditions.IsTrue(bucket, cosiapi.ConditionProvisioned) && bucket.Status.BucketID != "" {
-		// Provisioned: no second DriverCreateBucket; its information is refreshed at intervals.
-		return r.refreshBucket(ctx, bucket)
+		// Provisioned: no second DriverCreateBucket; its information is refreshed, and its usage
+		// read, at intervals.
+		res, err := r.refreshBucket(ctx, bucket)
+		if err != nil {
+			return res, err
+		}
+		if err := r.checkUsage(ctx, bucket); err != nil {
+			return r.result(bucket, cosiapi.EventFailedUsage, err)
+		}
+		return res, nil
 	}
 	if err := r.provision(ctx, bucket); err != nil {
 		return r.result(bucket, cosiapi.EventFailedCreateBucket, err)
+	}
+	if conditions.IsTrue(bucket, cosiapi.ConditionProvisioned) && bucket.Status.BucketID != "" {
+		// Its first usage now, and the next ones an interval apart.
+		if err := r.checkUsage(ctx, bucket); err != nil {
+			return r.result(bucket, cosiapi.EventFailedUsage, err)
+		}
 	}
 	if r.RefreshInterval > 0 && refreshable(bucket) && conditions.IsTrue(bucket, cosiapi.ConditionProvisioned) {
 		// The driver has just answered: its information is asked again an interval from now,

@@ -23,6 +23,7 @@ const (
 const (
 	scheduledCheckSecrets    = "Secrets"    // an access's Secrets (BucketAccessReconciler.check)
 	scheduledCheckBucketInfo = "BucketInfo" // a Bucket's information (BucketReconciler.refreshBucket)
+	scheduledCheckUsage      = "Usage"      // a Bucket's usage (BucketReconciler.checkUsage)
 )
 
 var (

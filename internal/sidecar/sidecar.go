@@ -77,6 +77,11 @@ type Options struct {
 	// new one is in every Secret of the access, so that workloads re-read their Secret (zero:
 	// DefaultRotationGracePeriod).
 	RotationGracePeriod time.Duration
+	// UsageInterval is how often each provisioned Bucket's usage is asked of a driver that
+	// advertises the BUCKET_USAGE capability (one DriverGetBucketUsage per Bucket, and a status
+	// write when the figures changed); zero or negative: never. cosi-sidecar's default is
+	// DefaultUsageInterval.
+	UsageInterval time.Duration
 	// DriverProtocol forces the driver protocol (driverclient.ProtocolV1alpha2 or ProtocolV1alpha1);
 	// empty detects it. V1alpha1Protocols are the object protocols a v1alpha1 driver serves.
 	DriverProtocol    string
@@ -218,6 +223,7 @@ func setup(
 	}
 	buckets := &BucketReconciler{
 		Client: c, APIReader: reader, Driver: drv, Info: info, Recorder: recorder, Grants: grants, RefreshInterval: checks,
+		UsageInterval: opts.UsageInterval,
 		// Only grants recorded by an earlier version look accesses up by UID (migrateLegacyGrant).
 		AccessesByUID: index.NewLazy(mgr.GetCache(), index.AccessesByUID),
 	}

@@ -119,6 +119,37 @@ type BucketStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
 	BucketInfo map[string]string `json:"bucketInfo,omitempty"`
+
+	// usage is what the bucket holds and the limits the object store enforces on it, as the
+	// store accounts them, read at intervals by the driver's sidecar from drivers that can say
+	// cheaply (a COSI extension: the BUCKET_USAGE capability; KEP-1979 has no usage). Unset for
+	// other drivers. Written only when the figures change.
+	// +optional
+	Usage *BucketUsage `json:"usage,omitempty"`
+}
+
+// BucketUsage is a bucket's usage and quota as its object store accounts them.
+type BucketUsage struct {
+	// sizeBytes is the bytes the bucket's objects hold, as the store counts them against a
+	// quota (Ceph RGW: each object rounded up to 4 KiB).
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	SizeBytes int64 `json:"sizeBytes"`
+
+	// objectCount is the number of objects in the bucket.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	ObjectCount int64 `json:"objectCount"`
+
+	// maxSizeBytes is the size limit the store enforces on the bucket; unset: none.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MaxSizeBytes *int64 `json:"maxSizeBytes,omitempty"`
+
+	// maxObjectCount is the object count limit the store enforces; unset: none.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MaxObjectCount *int64 `json:"maxObjectCount,omitempty"`
 }
 
 // Bucket represents one bucket in an object store, the way a PersistentVolume represents a volume.
@@ -136,6 +167,8 @@ type BucketStatus struct {
 // +kubebuilder:printcolumn:name="Claim",type=string,JSONPath=`.spec.bucketClaimRef.name`
 // +kubebuilder:printcolumn:name="Bucket ID",type=string,JSONPath=`.status.bucketID`,priority=1
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Provisioned")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Bytes",type=integer,JSONPath=`.status.usage.sizeBytes`,priority=1
+// +kubebuilder:printcolumn:name="Objects",type=integer,JSONPath=`.status.usage.objectCount`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="has(self.status) || !has(oldSelf.status) || !has(oldSelf.status.bucketID)",fieldPath=".status.bucketID",message="bucketID cannot be changed or removed once set"
 type Bucket struct {

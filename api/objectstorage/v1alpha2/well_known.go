@@ -321,6 +321,10 @@ const (
 	// Bucket's check, on the Bucket; DriverGrantBucketAccess for AnnotationRefreshSecret, on the
 	// access). The Secrets keep what they hold; retried at the next check, or with backoff.
 	EventFailedRefresh = "FailedRefresh"
+	// EventFailedUsage (Warning, on a Bucket): DriverGetBucketUsage failed at a usage check (a COSI
+	// extension, drivers with the BUCKET_USAGE capability). The Bucket's status keeps the usage it
+	// holds; retried at the next check.
+	EventFailedUsage = "FailedUsage"
 	// EventUpdateConflict (Normal): a write of the Controller or the Sidecar was refused because
 	// another writer changed the object since it was read (HTTP 409), so the object's work is
 	// retried (KEP-1979 "Conditions": update conflicts are Kubernetes API issues reported as
