@@ -168,7 +168,7 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		if err != nil {
 			return res, err
 		}
-		if err := r.checkUsage(ctx, bucket); err != nil {
+		if err := r.checkUsage(ctx, bucket, false); err != nil {
 			return r.result(bucket, cosiapi.EventFailedUsage, err)
 		}
 		return res, nil
@@ -178,7 +178,7 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 	if conditions.IsTrue(bucket, cosiapi.ConditionProvisioned) && bucket.Status.BucketID != "" {
 		// Its first usage now, and the next ones an interval apart.
-		if err := r.checkUsage(ctx, bucket); err != nil {
+		if err := r.checkUsage(ctx, bucket, true); err != nil {
 			return r.result(bucket, cosiapi.EventFailedUsage, err)
 		}
 	}

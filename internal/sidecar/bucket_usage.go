@@ -45,16 +45,21 @@ func (u *usageChecks) enabled(info *cosiproto.DriverGetInfoResponse) bool {
 		!u.unimplemented.Load()
 }
 
-// checkUsage runs a provisioned Bucket's usage check when it is due. A failure is a Warning event
+// checkUsage runs a provisioned Bucket's usage check when it is due, or at once when now is set
+// (a Bucket just provisioned). Until it is due, the metrics show what the Bucket's status holds,
+// so that a restarted sidecar exports them before its first check. A failure is a Warning event
 // on the Bucket, and the check runs again at the next interval: usage is information, never a
 // reason to hold the Bucket.
-func (r *BucketReconciler) checkUsage(ctx context.Context, bucket *cosiapi.Bucket) error {
+func (r *BucketReconciler) checkUsage(ctx context.Context, bucket *cosiapi.Bucket, now bool) error {
 	key := client.ObjectKeyFromObject(bucket)
 	if !r.usage.enabled(r.Info) {
 		r.usage.checks.forget(key, bucket.UID)
 		return nil
 	}
-	if r.usage.checks.due(key, bucket.UID, r.usage.interval) > 0 {
+	if !now && r.usage.checks.due(key, bucket.UID, r.usage.interval) > 0 {
+		if bucket.Status.Usage != nil {
+			usageMetrics().set(r.Info.GetName(), bucket, bucket.Status.Usage)
+		}
 		return nil
 	}
 	resp, err := r.Driver.DriverGetBucketUsage(ctx, &cosiproto.DriverGetBucketUsageRequest{

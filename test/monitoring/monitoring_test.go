@@ -37,7 +37,8 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	opts := localenv.Options{Metrics: true, LeaderElection: true}
+	// Ceph RGW: the store whose driver reports bucket usage, so that the usage gauges have series.
+	opts := localenv.Options{Metrics: true, LeaderElection: true, Store: localenv.StoreRGW}
 	testenv.RunSystem(m, opts, func(_ context.Context, e *localenv.Env) error {
 		fw, env = framework.New(e, localenv.DriverName, "monitoring"), e
 		var err error
@@ -247,7 +248,8 @@ func scrape(t *testing.T, address string, names map[string]bool) {
 // use that neither the controller, the sidecar nor the driver exports.
 func TestMetricsExported(t *testing.T) {
 	ns := fw.Namespace(t)
-	class := fw.BucketClass(cosiapi.DeletionPolicyDelete, nil)
+	// A quota, so that the quota gauges have series too.
+	class := fw.BucketClass(cosiapi.DeletionPolicyDelete, map[string]string{"maxSize": "1Mi", "maxObjects": "100"})
 	bad := fw.BucketClass(cosiapi.DeletionPolicyDelete, map[string]string{"notAParameter": "x"})
 	ac := fw.AccessClass(false)
 	fw.Create(t, class, bad, ac)
