@@ -334,6 +334,11 @@ cluster: build images $(KUBE_BINARIES) $(NODE_BINARIES) node-runtime ## Run a si
 	go build -o $(BIN)/cosi-cluster ./dev/cmd/cosi-cluster
 	$(SUDO) $(BIN)/cosi-cluster --dir $(ROOT)/.cluster --bin $(BIN) --images $(BIN)/images $(CLUSTER_FLAGS)
 
+.PHONY: cluster-cleanup
+cluster-cleanup: ## Restore the host after a make cluster whose process was killed (cosi-cluster --cleanup); builds nothing else.
+	go build -o $(BIN)/cosi-cluster ./dev/cmd/cosi-cluster
+	$(SUDO) $(BIN)/cosi-cluster --cleanup
+
 ##@ Manifests and charts (config/default, config/driver, charts/; docs/install.md)
 
 HELM := $(BIN)/helm

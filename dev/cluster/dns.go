@@ -33,24 +33,27 @@ const dnsTTL = 5
 // the Kubernetes DNS specification, "DNS for Services and Pods"):
 //
 //   - <service>.<namespace>.svc.cluster.local: A, the Service's ClusterIP; for a headless Service,
-//     the IPv4 addresses of its ready endpoints; for an ExternalName Service, a CNAME to that name
-//     (not followed: there is nothing outside to ask).
+//     the IPv4 addresses of its ready endpoints; for an ExternalName Service, a CNAME to that name,
+//     followed when the name is in cluster.local (another Service), as CoreDNS does.
 //   - <hostname>.<service>.<namespace>.svc.cluster.local: A, the endpoint of a headless Service
 //     with that hostname (a StatefulSet's Pods).
 //   - Other types on those names, and the names between (svc.cluster.local, <namespace>.svc...),
 //     answer no records; other names under cluster.local, NXDOMAIN.
 //
-// Every name outside cluster.local is REFUSED: it forwards nothing, so the node's Pods contact
-// no resolver, and no address, the user did not give them. It listens on the node's own address
-// (Start), which nothing outside this machine reaches (guardAddress).
+// Every name outside cluster.local is NXDOMAIN, not authoritative: it forwards nothing, so the
+// node's Pods contact no resolver, and no address, the user did not give them; nothing outside is
+// reachable from the node anyway, and a client's search path then ends in "no such host" rather
+// than a resolver error. It listens on the node's own address (Start), which nothing outside this
+// machine reaches (guardAddress), and serves at most maxTCPConns TCP connections at once.
 type DNS struct {
 	services  corelisters.ServiceLister
 	endpoints discoverylisters.EndpointSliceLister
 
-	udp  net.PacketConn
-	tcp  net.Listener
-	wg   sync.WaitGroup
-	stop context.CancelFunc
+	udp   net.PacketConn
+	tcp   net.Listener
+	conns chan struct{} // a token per TCP connection served
+	wg    sync.WaitGroup
+	stop  context.CancelFunc
 }
 
 // StartDNS serves the cluster's names on addr (UDP and TCP, host:port) from cs's Services
@@ -62,6 +65,7 @@ func StartDNS(ctx context.Context, cs kubernetes.Interface, addr string) (*DNS, 
 		services:  f.Core().V1().Services().Lister(),
 		endpoints: f.Discovery().V1().EndpointSlices().Lister(),
 		stop:      cancel,
+		conns:     make(chan struct{}, maxTCPConns),
 	}
 	f.Start(ctx.Done())
 	syncCtx, syncCancel := context.WithTimeout(ctx, time.Minute)
@@ -73,14 +77,7 @@ func StartDNS(ctx context.Context, cs kubernetes.Interface, addr string) (*DNS, 
 			return nil, fmt.Errorf("the cluster DNS's cache of %v did not fill", typ)
 		}
 	}
-	var err error
-	if d.udp, err = net.ListenPacket("udp4", addr); err != nil {
-		cancel()
-		f.Shutdown()
-		return nil, err
-	}
-	if d.tcp, err = net.Listen("tcp4", d.udp.LocalAddr().String()); err != nil {
-		d.udp.Close()
+	if err := d.listen(addr); err != nil {
 		cancel()
 		f.Shutdown()
 		return nil, err
@@ -96,6 +93,27 @@ func StartDNS(ctx context.Context, cs kubernetes.Interface, addr string) (*DNS, 
 	go func() { defer d.wg.Done(); d.serveUDP() }()
 	go func() { defer d.wg.Done(); d.serveTCP() }()
 	return d, nil
+}
+
+// listen listens on addr with UDP and TCP, on one port: a free one for port 0 (tests), tried
+// again when TCP's is taken.
+func (d *DNS) listen(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		if d.udp, err = net.ListenPacket("udp4", addr); err != nil {
+			return err
+		}
+		if d.tcp, err = net.Listen("tcp4", d.udp.LocalAddr().String()); err == nil {
+			return nil
+		}
+		d.udp.Close()
+		if port != "0" || attempt == 10 {
+			return err
+		}
+	}
 }
 
 // Addr is the address the cluster DNS serves on.
@@ -126,10 +144,15 @@ func (d *DNS) serveUDP() {
 	}
 }
 
+// maxTCPConns bounds the TCP connections served at once: more wait in the listener's backlog.
+const maxTCPConns = 64
+
 func (d *DNS) serveTCP() {
 	for {
+		d.conns <- struct{}{}
 		conn, err := d.tcp.Accept()
 		if err != nil {
+			<-d.conns
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
@@ -138,6 +161,7 @@ func (d *DNS) serveTCP() {
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
+			defer func() { <-d.conns }()
 			defer conn.Close()
 			d.serveConn(conn)
 		}()
@@ -187,7 +211,7 @@ func (d *DNS) answer(query []byte, limit int) []byte {
 	}
 	name := strings.ToLower(q.Name.String())
 	if q.Class != dnsmessage.ClassINET || !inZone(name) {
-		resp.RCode = dnsmessage.RCodeRefused
+		resp.RCode = dnsmessage.RCodeNameError
 		return build(resp, &q, nil)
 	}
 	resp.Authoritative = true
@@ -209,10 +233,12 @@ func (d *DNS) answer(query []byte, limit int) []byte {
 	return out
 }
 
-// record is one answer: an A record, or a CNAME when cname is set.
+// record is one answer: an A record, or a CNAME when cname is set; owner is its name when it is
+// not the question's (a record that follows a CNAME).
 type record struct {
 	a     [4]byte
 	cname string
+	owner string
 }
 
 func inZone(name string) bool {
@@ -245,6 +271,18 @@ func (d *DNS) lookup(name string) ([]record, bool) {
 
 var everything = labels.Everything()
 
+// lookupDirect is lookup for the target of an ExternalName: its A records, not another CNAME's.
+func (d *DNS) lookupDirect(name string) ([]record, bool) {
+	records, ok := d.lookup(name)
+	var direct []record
+	for _, r := range records {
+		if r.cname == "" {
+			direct = append(direct, r)
+		}
+	}
+	return direct, ok
+}
+
 func (d *DNS) serviceRecords(namespace, name string) ([]record, bool) {
 	svc, err := d.services.Services(namespace).Get(name)
 	if err != nil {
@@ -252,7 +290,19 @@ func (d *DNS) serviceRecords(namespace, name string) ([]record, bool) {
 	}
 	switch {
 	case svc.Spec.Type == corev1.ServiceTypeExternalName:
-		return []record{{cname: strings.TrimSuffix(svc.Spec.ExternalName, ".") + "."}}, true
+		target := strings.ToLower(strings.TrimSuffix(svc.Spec.ExternalName, ".") + ".")
+		records := []record{{cname: target}}
+		if inZone(target) && target != namespace+"."+name+".svc."+clusterDomain+"." {
+			// Another Service: its records follow the CNAME (one level: an ExternalName to an
+			// ExternalName is answered with its CNAME alone).
+			if t, ok := d.lookupDirect(target); ok {
+				for _, r := range t {
+					r.owner = target
+					records = append(records, r)
+				}
+			}
+		}
+		return records, true
 	case svc.Spec.ClusterIP != corev1.ClusterIPNone:
 		if a, ok := ipv4(svc.Spec.ClusterIP); ok {
 			return []record{{a: a}}, true
@@ -271,6 +321,10 @@ func (d *DNS) serviceRecords(namespace, name string) ([]record, bool) {
 }
 
 func (d *DNS) hostRecords(namespace, service, host string) ([]record, bool) {
+	svc, err := d.services.Services(namespace).Get(service)
+	if err != nil || svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		return nil, false // hostnames are a headless Service's
+	}
 	var records []record
 	d.readyEndpoints(namespace, service, func(e discoveryv1.Endpoint, a [4]byte) {
 		if e.Hostname != nil && strings.EqualFold(*e.Hostname, host) {
@@ -325,6 +379,13 @@ func build(h dnsmessage.Header, q *dnsmessage.Question, answers []record) []byte
 	_ = b.StartAnswers()
 	for _, r := range answers {
 		rh := dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: dnsTTL}
+		if r.owner != "" {
+			owner, err := dnsmessage.NewName(r.owner)
+			if err != nil {
+				continue
+			}
+			rh.Name = owner
+		}
 		if r.cname != "" {
 			target, err := dnsmessage.NewName(r.cname)
 			if err != nil {

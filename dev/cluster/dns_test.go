@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"slices"
 	"strings"
@@ -48,6 +49,9 @@ func TestClusterDNS(t *testing.T) {
 		},
 		{ObjectMeta: metav1.ObjectMeta{Name: "outside"}, Spec: corev1.ServiceSpec{
 			Type: corev1.ServiceTypeExternalName, ExternalName: "s3.example.com",
+		}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "alias"}, Spec: corev1.ServiceSpec{
+			Type: corev1.ServiceTypeExternalName, ExternalName: "versitygw.store.svc.cluster.local",
 		}},
 	} {
 		if _, err := cs.CoreV1().Services("store").Create(ctx, s, metav1.CreateOptions{}); err != nil {
@@ -104,6 +108,8 @@ func TestClusterDNS(t *testing.T) {
 				{"VersityGW.Store.SVC.Cluster.Local.", []string{svc.Spec.ClusterIP}},
 				{"headless.store.svc.cluster.local", []string{"10.217.0.7", "10.217.0.8"}},
 				{"store-1.headless.store.svc.cluster.local", []string{"10.217.0.8"}},
+				// An ExternalName to another Service: the CNAME is followed, as CoreDNS does.
+				{"alias.store.svc.cluster.local", []string{svc.Spec.ClusterIP}},
 			} {
 				got, err := lookup(tc.name)
 				if err != nil || !slices.Equal(got, tc.want) {
@@ -114,6 +120,9 @@ func TestClusterDNS(t *testing.T) {
 				"nothing.store.svc.cluster.local", "versitygw.other.svc.cluster.local",
 				"store-2.headless.store.svc.cluster.local", // not ready
 				"versitygw.store.pod.cluster.local", "a.b.c.store.svc.cluster.local",
+				"s3.versitygw.store.svc.cluster.local", // a hostname of a Service that is not headless
+				// Outside the zone: no such host (nothing is forwarded), so a search path ends so.
+				"example.com", "versitygw",
 			} {
 				if got, err := lookup(name); !isNotFound(err) {
 					t.Errorf("%s: %v, %v; want not found", name, got, err)
@@ -126,12 +135,57 @@ func TestClusterDNS(t *testing.T) {
 		})
 	}
 
-	t.Run("refused outside the zone", func(t *testing.T) {
+	t.Run("nothing outside the zone", func(t *testing.T) {
 		for _, name := range []string{"example.com.", "kubernetes.io.", "local.", "7.0.217.10.in-addr.arpa."} {
-			h, _ := query(t, dns.Addr(), name, dnsmessage.TypeA)
-			if h.RCode != dnsmessage.RCodeRefused {
-				t.Errorf("%s: %v, want REFUSED (nothing is forwarded)", name, h.RCode)
+			h, msg := query(t, dns.Addr(), name, dnsmessage.TypeA)
+			if h.RCode != dnsmessage.RCodeNameError || h.Authoritative || len(msg.Answers) > 0 {
+				t.Errorf("%s: %v, authoritative %t, %d answers; want a non-authoritative NXDOMAIN (nothing is "+
+					"forwarded)", name, h.RCode, h.Authoritative, len(msg.Answers))
 			}
+		}
+	})
+	t.Run("TCP connections are bounded", func(t *testing.T) {
+		var idle []net.Conn
+		defer func() {
+			for _, c := range idle {
+				c.Close()
+			}
+		}()
+		for range 64 { // maxTCPConns idle connections: each holds its place until it closes or idles out
+			c, err := net.Dial("tcp", dns.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			idle = append(idle, c)
+		}
+		c, err := net.Dial("tcp", dns.Addr()) // accepted by the kernel, not served yet
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		q, err := (&dnsmessage.Message{Header: dnsmessage.Header{ID: 9}, Questions: []dnsmessage.Question{{
+			Name: dnsmessage.MustNewName("versitygw.store.svc.cluster.local."), Type: dnsmessage.TypeA,
+			Class: dnsmessage.ClassINET,
+		}}}).Pack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write(append([]byte{byte(len(q) >> 8), byte(len(q))}, q...)); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+		buf := make([]byte, 512)
+		if n, err := c.Read(buf); err == nil {
+			t.Fatalf("a connection past the bound was served (%d bytes)", n)
+		}
+		// UDP is served meanwhile, and the waiting connection once one closes.
+		if h, _ := query(t, dns.Addr(), "versitygw.store.svc.cluster.local.", dnsmessage.TypeA); h.RCode != 0 {
+			t.Errorf("UDP with the TCP connections taken: %v", h.RCode)
+		}
+		idle[0].Close()
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		if _, err := io.ReadFull(c, buf[:2]); err != nil {
+			t.Fatalf("the waiting connection was not served once one closed: %v", err)
 		}
 	})
 	t.Run("no AAAA, and the SOA for caching", func(t *testing.T) {

@@ -19,7 +19,7 @@ import (
 var stateFile = "/run/cosi-node/state.json"
 
 // CleanupCommand is what a user runs to restore the host after a node that was not stopped.
-const CleanupCommand = "cosi-cluster --cleanup (make cluster CLUSTER_FLAGS=--cleanup)"
+const CleanupCommand = "cosi-cluster --cleanup (make cluster-cleanup)"
 
 func saveState(path string, h *hostState) error {
 	b, err := json.Marshal(h)
@@ -64,7 +64,7 @@ func removeState(path string) error {
 // Cleanup restores the host after a node whose process was killed before Stop (the state Start
 // wrote is still there): it kills the node's processes (nodeProcesses: the components it
 // recorded, containerd's shims, the containers in its cgroup) and undoes what the node changed,
-// as Stop does. Without such a state it does nothing. Start does the same first; cosi-cluster
+// as Stop does, keeping the node's logs. Without such a state it does nothing. Start does the same first; cosi-cluster
 // --cleanup runs it alone.
 func Cleanup() error {
 	h, err := loadState(stateFile)
@@ -76,7 +76,8 @@ func Cleanup() error {
 	}
 	errs := []error{killNodeProcesses(h), h.restore(h.Dir)}
 	if !h.Keep && ownsDir(h.Dir, h.Tag) {
-		errs = append(errs, removeAll(h.Dir))
+		// As Stop: the logs stay until the next start, to read why the node was killed.
+		errs = append(errs, removeAllBut(h.Dir, dirMarker, logDir))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -214,59 +215,45 @@ func processes() []procInfo {
 
 // nodeProcesses picks the node's processes among procs: the components it recorded (h.Procs),
 // each still the same process (same start time: a PID reused since is someone else's), and the
-// containerd shims whose pid files (shims: PID -> bundle) the node's containerd wrote in the
-// bundles below its directory, each a containerd-shim working in that bundle. Nothing else: a
-// process that merely names the node's directory (a tail -f of its logs, an editor, a shell in
-// it) is not the node's. The containers are in the node's cgroup: removeCgroup kills them.
-func nodeProcesses(h *hostState, procs []procInfo, shims map[int]string, self int) []int {
-	byPID := map[int]procInfo{}
-	for _, p := range procs {
-		if p.pid > 1 && p.pid != self {
-			byPID[p.pid] = p
-		}
-	}
+// containerd shims working in a task bundle below the node's directory (taskDir), even one
+// removed since: containerd starts each shim in its bundle, and the node's containerd keeps its
+// bundles there. Nothing else: a process that merely names the node's directory (a tail -f of its
+// logs, an editor, a shell in it) is not the node's. (containerd 1.6 writes no shim.pid in its
+// bundles, so the working directory is what tells a shim's node.) The containers are in the
+// node's cgroup: removeCgroup kills them.
+func nodeProcesses(h *hostState, procs []procInfo, self int) []int {
+	tasks := taskDir(h.Dir)
 	var pids []int
-	for _, r := range h.Procs {
-		if p, ok := byPID[r.PID]; ok && r.Start != 0 && p.start == r.Start {
-			pids = append(pids, r.PID)
+	for _, p := range procs {
+		if p.pid <= 1 || p.pid == self {
+			continue
 		}
-	}
-	for pid, bundle := range shims {
-		p, ok := byPID[pid]
-		if ok && strings.HasPrefix(p.comm, "containerd-shim") &&
-			strings.TrimSuffix(p.cwd, " (deleted)") == bundle && !slices.Contains(pids, pid) {
-			pids = append(pids, pid)
+		recorded := slices.ContainsFunc(h.Procs, func(r procRecord) bool {
+			return r.PID == p.pid && r.Start != 0 && p.start == r.Start
+		})
+		shim := tasks != "" && strings.HasPrefix(p.comm, "containerd-shim") &&
+			strings.HasPrefix(strings.TrimSuffix(p.cwd, " (deleted)"), tasks+string(filepath.Separator))
+		if recorded || shim {
+			pids = append(pids, p.pid)
 		}
 	}
 	sort.Ints(pids)
 	return pids
 }
 
-// shimPIDs reads the pid files that containerd's shims write in their bundles (shim.pid) below
-// the node's directory: PID -> bundle.
-func shimPIDs(dir string) map[int]string {
+// taskDir is where the node's containerd keeps its task bundles, a directory per namespace and
+// container below it ("" for no directory).
+func taskDir(dir string) string {
 	if len(dir) <= 1 {
-		return nil
+		return ""
 	}
-	files, _ := filepath.Glob(filepath.Join(dir, "containerd", "state", "io.containerd.runtime.v2.task", "*", "*",
-		"shim.pid"))
-	out := map[int]string{}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
-			out[pid] = filepath.Dir(f)
-		}
-	}
-	return out
+	return filepath.Join(dir, "containerd", "state", "io.containerd.runtime.v2.task")
 }
 
 // killNodeProcesses kills the node's processes (nodeProcesses) and waits until they are gone.
 func killNodeProcesses(h *hostState) error {
 	dir := h.Dir
-	pids := nodeProcesses(h, processes(), shimPIDs(dir), os.Getpid())
+	pids := nodeProcesses(h, processes(), os.Getpid())
 	for _, pid := range pids {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}

@@ -136,8 +136,9 @@ func TestStateFile(t *testing.T) {
 }
 
 // After a killed run, the node's processes are the components it recorded, if they are still
-// the same processes, and the shims whose pid files its containerd wrote, if they are shims in
-// that bundle; a process that names the node's directory or works in it is not one of them.
+// the same processes, and the shims working in a task bundle below its directory (removed or
+// not); a process that names the node's directory or works in it is not one of them, nor is
+// another node's shim.
 func TestNodeProcesses(t *testing.T) {
 	const dir = "/tmp/cosi-node1"
 	bundle := dir + "/containerd/state/io.containerd.runtime.v2.task/k8s.io/abc"
@@ -151,6 +152,9 @@ func TestNodeProcesses(t *testing.T) {
 		{pid: 15, start: 980, comm: "go", cmdline: "go test"},
 		{pid: 16, start: 990, comm: "bash", cwd: bundle},
 		{pid: 17, start: 999, comm: "containerd-shim", cwd: bundle + " (deleted)"},
+		{pid: 19, start: 999, comm: "containerd-shim",
+			cwd: "/tmp/cosi-node10/containerd/state/io.containerd.runtime.v2.task/k8s.io/abc"},
+		{pid: 20, start: 999, comm: "containerd-shim", cwd: dir + "/containerd/state/io.containerd.runtime.v2.task"},
 	}
 	h := &hostState{Dir: dir, Procs: []procRecord{
 		{Name: "etcd", PID: 10, Start: 500},       // still running
@@ -158,108 +162,11 @@ func TestNodeProcesses(t *testing.T) {
 		{Name: "kubelet", PID: 18, Start: 600},    // exited
 		{Name: "old", PID: 15},                    // no start time: never taken
 	}}
-	shims := map[int]string{12: bundle, 13: bundle, 16: bundle, 17: bundle, 1: bundle}
-	if got := nodeProcesses(h, procs, shims, 15); !reflect.DeepEqual(got, []int{10, 12, 17}) {
+	if got := nodeProcesses(h, procs, 15); !reflect.DeepEqual(got, []int{10, 12, 17}) {
 		t.Errorf("nodeProcesses = %v, want [10 12 17]", got)
 	}
-	if got := nodeProcesses(&hostState{Dir: dir}, procs, nil, 15); got != nil {
-		t.Errorf("nodeProcesses with nothing recorded = %v", got)
-	}
-}
-
-// The shims' pid files are read from the bundles below the node's directory only.
-func TestShimPIDs(t *testing.T) {
-	dir := t.TempDir()
-	tasks := filepath.Join(dir, "containerd", "state", "io.containerd.runtime.v2.task")
-	for id, content := range map[string]string{"k8s.io/abc": "123\n", "k8s.io/def": "garbage", "moby/x": "1"} {
-		if err := os.MkdirAll(filepath.Join(tasks, id), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(tasks, id, "shim.pid"), []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want := map[int]string{123: filepath.Join(tasks, "k8s.io", "abc")}
-	if got := shimPIDs(dir); !reflect.DeepEqual(got, want) {
-		t.Errorf("shimPIDs = %v, want %v", got, want)
-	}
-	if got := shimPIDs("/"); got != nil {
-		t.Errorf("shimPIDs(/) = %v", got)
-	}
-}
-
-// The node takes a new or empty directory, or one an earlier node left, and refuses any other
-// non-empty one; it removes only a directory that holds its own tag.
-func TestClaimDir(t *testing.T) {
-	const tag, other = "cosi-node-0123456789ab", "cosi-node-ba9876543210"
-	base := t.TempDir()
-	fresh := filepath.Join(base, "new", "node")
-	if err := claimDir(fresh, tag); err != nil {
-		t.Fatalf("a new directory: %v", err)
-	}
-	if !ownsDir(fresh, tag) || ownsDir(fresh, other) || ownsDir(fresh, "") {
-		t.Error("ownsDir does not match the marker's tag")
-	}
-
-	empty := filepath.Join(base, "empty")
-	if err := os.Mkdir(empty, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := claimDir(empty, tag); err != nil {
-		t.Fatalf("an empty directory: %v", err)
-	}
-
-	// Left by an earlier node (--keep): taken, its content replaced.
-	if err := os.WriteFile(filepath.Join(fresh, "etcd.log"), []byte("x"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := claimDir(fresh, other); err != nil {
-		t.Fatalf("a directory a node left: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(fresh, "etcd.log")); err == nil || !ownsDir(fresh, other) {
-		t.Error("the earlier node's directory was not replaced")
-	}
-
-	home := filepath.Join(base, "home")
-	if err := os.Mkdir(home, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(home, "thesis.tex"), []byte("years of work"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := claimDir(home, tag); err == nil || !strings.Contains(err.Error(), "not empty") {
-		t.Errorf("a non-empty directory without the marker: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(home, "thesis.tex")); err != nil {
-		t.Errorf("the refused directory lost its content: %v", err)
-	}
-	if ownsDir(home, tag) {
-		t.Error("a refused directory is owned")
-	}
-
-	link := filepath.Join(base, "link")
-	if err := os.Symlink(empty, link); err != nil {
-		t.Fatal(err)
-	}
-	if err := claimDir(link, tag); err == nil {
-		t.Error("a symbolic link was taken")
-	}
-	for _, d := range []string{"", "/"} {
-		if err := claimDir(d, tag); err == nil {
-			t.Errorf("claimDir(%q) was accepted", d)
-		}
-	}
-}
-
-func TestTags(t *testing.T) {
-	tag, err := newTag()
-	if err != nil || !validTag(tag) {
-		t.Fatalf("newTag = %q, %v", tag, err)
-	}
-	for _, bad := range []string{"", tagPrefix, tagPrefix + "0123456789aZ", tagPrefix + "0123456789ab0", "x" + tag[1:]} {
-		if validTag(bad) {
-			t.Errorf("validTag(%q)", bad)
-		}
+	if got := nodeProcesses(&hostState{}, procs, 15); got != nil {
+		t.Errorf("nodeProcesses with no directory and nothing recorded = %v", got)
 	}
 }
 

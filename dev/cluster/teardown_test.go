@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -207,8 +208,8 @@ func TestCleanupTouchesOnlyWhatTheNodeMade(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, ".cosi-node"), []byte(tag+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// The node's: a component it started, a shim that containerd started (its pid file in its
-	// bundle, its working directory), the Pod bridge tagged with the node's alias and a veth on it,
+	// The node's: a component it started, a shim that containerd started (working in its bundle,
+	// with no pid file: containerd 1.6 writes none), the Pod bridge tagged with the node's alias and a veth on it,
 	// and a Pod's cgroup below the node's tagged cgroup.
 	etcd := sleeper(t, "", dir, "--data-dir", filepath.Join(dir, "etcd"))
 	bundle := filepath.Join(dir, "containerd", "state", "io.containerd.runtime.v2.task", "k8s.io", "abc")
@@ -216,9 +217,6 @@ func TestCleanupTouchesOnlyWhatTheNodeMade(t *testing.T) {
 		t.Fatal(err)
 	}
 	shim := sleeper(t, "containerd-shim-runc-v2", bundle)
-	if err := os.WriteFile(filepath.Join(bundle, "shim.pid"), []byte(strconv.Itoa(shim)), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	bridge, podVeth, podPeer := "cosibr"+id, "vethcosip"+id, "vethcosiq"+id
 	t.Cleanup(func() {
 		_ = exec.Command("ip", "link", "delete", podVeth).Run()
@@ -238,17 +236,16 @@ func TestCleanupTouchesOnlyWhatTheNodeMade(t *testing.T) {
 	})
 
 	// Not the node's, made while it ran: a process naming the node's directory (tail -f of a log)
-	// and working in it, a process whose PID a shim's pid file holds (a PID reused), another
+	// and working in it, a process that is no shim working in a bundle (a shell), another
 	// runtime's veth pair, network namespace and kubepods cgroup with a process in it.
+	if err := os.MkdirAll(filepath.Join(dir, "log"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "log", "kubelet.log"), []byte("the node's log\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tail := sleeper(t, "", dir, filepath.Join(dir, "log", "kubelet.log"))
 	reused := sleeper(t, "", bundle)
-	other := filepath.Join(dir, "containerd", "state", "io.containerd.runtime.v2.task", "k8s.io", "def")
-	if err := os.MkdirAll(other, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(other, "shim.pid"), []byte(strconv.Itoa(reused)), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	veth, peer, netns := "vethcosid"+id, "vethcosie"+id, "cosi-decoy-"+id
 	t.Cleanup(func() {
 		_ = exec.Command("ip", "link", "delete", veth).Run()
@@ -264,7 +261,9 @@ func TestCleanupTouchesOnlyWhatTheNodeMade(t *testing.T) {
 		t.Fatalf("Cleanup: %v", err)
 	}
 
-	for name, pid := range map[string]int{"tail -f of a log": tail, "a reused PID": reused, "another cgroup's": docker} {
+	for name, pid := range map[string]int{
+		"tail -f of a log": tail, "a process working in a bundle": reused, "another cgroup's": docker,
+	} {
 		if !processAlive(pid) {
 			t.Errorf("%s process %d (not the node's) was killed", name, pid)
 		}
@@ -293,8 +292,20 @@ func TestCleanupTouchesOnlyWhatTheNodeMade(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(h, tag)); err == nil {
 		t.Errorf("the node's cgroup %s is left", filepath.Join(h, tag))
 	}
-	if _, err := os.Stat(dir); err == nil {
-		t.Errorf("the node's directory %s is left", dir)
+	// Its directory goes but its logs, as after Stop: to read why the node was killed.
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	if !slices.Equal(left, []string{".cosi-node", "log"}) {
+		t.Errorf("the node's directory holds %v after the clean-up, want its marker and its logs", left)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "log", "kubelet.log")); err != nil {
+		t.Errorf("the node's log is gone: %v", err)
 	}
 }
 
