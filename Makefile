@@ -330,9 +330,9 @@ node-runtime: ## Install containerd, runc and the CNI plugins from Debian packag
 	fi
 
 .PHONY: cluster
-cluster: build images $(KUBE_BINARIES) $(NODE_BINARIES) node-runtime ## Run a single-node Kubernetes (etcd, API server, controller-manager, scheduler, kubelet, containerd) with the images imported; Ctrl-C stops it and restores the host. Data: .cluster/
+cluster: build images test-images $(KUBE_BINARIES) $(NODE_BINARIES) node-runtime ## Run a single-node Kubernetes (etcd, API server, controller-manager, scheduler, kubelet, kube-proxy, containerd, a cluster DNS) with the images and the test workload (cosi-test-app) imported; Ctrl-C stops it and restores the host. Data: .cluster/
 	go build -o $(BIN)/cosi-cluster ./dev/cmd/cosi-cluster
-	$(SUDO) $(BIN)/cosi-cluster --dir $(ROOT)/.cluster --bin $(BIN) --images $(BIN)/images $(CLUSTER_FLAGS)
+	$(SUDO) $(BIN)/cosi-cluster --dir $(ROOT)/.cluster --bin $(BIN) --images $(BIN)/images,$(BIN)/test-images $(CLUSTER_FLAGS)
 
 .PHONY: cluster-cleanup
 cluster-cleanup: ## Restore the host after a make cluster whose process was killed (cosi-cluster --cleanup); builds nothing else.

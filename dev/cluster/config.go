@@ -152,3 +152,24 @@ conntrack:
   udpStreamTimeout: 0s
 `, kubeconfig, NodeName, ip, PodSubnet, healthAddr, metricsAddr)
 }
+
+// podSecurityDefaults is the API server's admission configuration: Pod Security "baseline" is
+// enforced in every namespace that does not say otherwise (its pod-security.kubernetes.io labels),
+// and "restricted" is warned about. The node's directory (its certificates and kubeconfigs among
+// them) is on the host: without a default, a tenant allowed to create Pods in an unlabeled
+// namespace could mount it (hostPath) or join the host's network, and be cluster admin. The
+// node runs no Pod of its own that needs more (kube-proxy and the cluster DNS are host processes).
+const podSecurityDefaults = `apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: PodSecurity
+  configuration:
+    apiVersion: pod-security.admission.config.k8s.io/v1
+    kind: PodSecurityConfiguration
+    defaults:
+      enforce: baseline
+      enforce-version: latest
+      warn: restricted
+      warn-version: latest
+    exemptions: {}
+`

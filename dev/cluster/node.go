@@ -365,6 +365,10 @@ func (n *Node) startControlPlane(ctx context.Context) error {
 		issuer = n.opts.ServiceAccountIssuer
 		jwksURI = []string{"--service-account-jwks-uri", n.opts.ServiceAccountJWKSURI}
 	}
+	admissionConfig := n.path("pki", "admission.yaml")
+	if err := os.WriteFile(admissionConfig, []byte(podSecurityDefaults), 0o600); err != nil {
+		return err
+	}
 	api := n.proc("kube-apiserver", append([]string{
 		"--etcd-servers", "http://" + etcdClient,
 		"--bind-address", n.IP, "--advertise-address", n.IP, "--secure-port", port,
@@ -375,6 +379,7 @@ func (n *Node) startControlPlane(ctx context.Context) error {
 		"--service-cluster-ip-range", serviceSubnet,
 		"--authorization-mode", "Node,RBAC",
 		"--enable-admission-plugins", "NodeRestriction",
+		"--admission-control-config-file", admissionConfig,
 		"--kubelet-client-certificate", pki.path("apiserver-kubelet-client.crt"),
 		"--kubelet-client-key", pki.path("apiserver-kubelet-client.key"),
 		"--kubelet-preferred-address-types", "InternalIP,Hostname",

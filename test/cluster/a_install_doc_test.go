@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,8 +55,8 @@ func TestInstallDoc(t *testing.T) {
 		}
 	}
 	// The doc's walk has these; a marker lost in an edit must not pass as a shorter walk.
-	if len(install) < 5 || len(remove) < 3 {
-		t.Fatalf("%s: %d node blocks before \"## Uninstall\" and %d after; want at least 5 and 3",
+	if len(install) < 6 || len(remove) < 4 {
+		t.Fatalf("%s: %d node blocks before \"## Uninstall\" and %d after; want at least 6 and 4",
 			installDoc, len(install), len(remove))
 	}
 	t.Cleanup(func() {
@@ -94,6 +95,14 @@ func TestInstallDoc(t *testing.T) {
 		runDocBlock(t, b)
 	}
 	step(t, "nothing of COSI is left", func(t *testing.T) {
+		eventually(t, 3*time.Minute, "the namespaces the doc deletes are gone", func(ctx context.Context) error {
+			for _, ns := range []string{"cosi-demo", "s3-store", cosiNamespace} {
+				if _, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+					return fmt.Errorf("namespace %s: %v", ns, err)
+				}
+			}
+			return nil
+		})
 		out, err := tryCommand("kubectl", "get", "crd", "-o", "name")
 		if err != nil {
 			t.Fatal(err)
