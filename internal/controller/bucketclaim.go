@@ -412,9 +412,17 @@ func (r *BucketClaimReconciler) createBucket(
 func (r *BucketClaimReconciler) bind(ctx context.Context, claim *cosiapi.BucketClaim, bucket *cosiapi.Bucket) error {
 	ref := bucket.Spec.BucketClaimRef
 	if ref.Namespace != claim.Namespace || ref.Name != claim.Name || (ref.UID != "" && ref.UID != claim.UID) {
-		// Final until the Bucket changes: a Bucket reserved for another claim is never taken.
-		msg := fmt.Sprintf("Bucket %s is bound to BucketClaim %s/%s (uid %q), not to this claim", bucket.Name, ref.Namespace,
-			ref.Name, ref.UID)
+		// Final until the Bucket changes: a Bucket reserved for another claim is never taken. The
+		// claim's tenant reads this: another namespace's claim is not named (its owner's admin
+		// sees it in the Bucket's spec).
+		owner := "a BucketClaim of another namespace"
+		if ref.Namespace == claim.Namespace {
+			owner = "BucketClaim " + ref.Name
+			if ref.Name == claim.Name {
+				owner = "an earlier BucketClaim of this name"
+			}
+		}
+		msg := fmt.Sprintf("Bucket %s is bound to %s, not to this claim", bucket.Name, owner)
 		conditions.MarkFalse(claim, cosiapi.ConditionProvisioned, cosiapi.ReasonProvisioningFailed, msg)
 		conditions.MarkFalse(claim, cosiapi.ConditionResourcesValidated, cosiapi.ReasonInvalidReference, msg)
 		return nil

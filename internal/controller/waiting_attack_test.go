@@ -298,3 +298,35 @@ func TestWaitingForDriverManyClaimsTwoDrivers(t *testing.T) {
 		t.Errorf("reconciled while nothing changed: %v → %v", before, after)
 	}
 }
+
+// A tenant who names another namespace's Bucket learns that it is taken, not whose it is: the
+// refusal on the claim (which the tenant reads) names no other namespace, claim or UID.
+func TestRefusedBucketDoesNotNameItsOwner(t *testing.T) {
+	t.Parallel()
+	api := ownAPIServer(t)
+	runController(t, api, controller.Options{}, logr.Discard())
+	driver := uniqueName("owner") + ".controller-test.cosi.io"
+	sidecarLease(t, api, driver, "")
+	b := objects.Bucket(uniqueName("static"), driver, cosiapi.DeletionPolicyRetain,
+		objects.ClaimedBy("acme-payroll", "salaries-2027", "0b7c1e9a-uid-of-the-owner"),
+		func(b *cosiapi.Bucket) { b.Spec.ExistingBucketID = "legacy" })
+	intruder := &cosiapi.BucketClaim{ObjectMeta: metav1.ObjectMeta{Name: uniqueName("claim"), Namespace: testNamespace},
+		Spec: cosiapi.BucketClaimSpec{ExistingBucketName: b.Name}}
+	for _, o := range []client.Object{b, intruder} {
+		if err := api.Client.Create(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Condition(t, api, intruder, claimConditions, cosiapi.ConditionResourcesValidated, metav1.ConditionFalse,
+		cosiapi.ReasonInvalidReference)
+	if err := api.Client.Get(t.Context(), client.ObjectKeyFromObject(intruder), intruder); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range intruder.Status.Conditions {
+		for _, secret := range []string{"acme-payroll", "salaries-2027", "0b7c1e9a"} {
+			if strings.Contains(c.Message, secret) {
+				t.Errorf("condition %s tells the tenant %q: %s", c.Type, secret, c.Message)
+			}
+		}
+	}
+}
