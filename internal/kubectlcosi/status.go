@@ -642,7 +642,8 @@ func usageDetail(u *cosiapi.BucketUsage) string {
 		quota = append(quota, fmt.Sprintf("%s (%s used)", bytesOf(*u.MaxSizeBytes), percent(u.SizeBytes, *u.MaxSizeBytes)))
 	}
 	if u.MaxObjectCount != nil {
-		quota = append(quota, fmt.Sprintf("%d objects (%s used)", *u.MaxObjectCount, percent(u.ObjectCount, *u.MaxObjectCount)))
+		quota = append(quota, fmt.Sprintf("%d objects (%s used)", *u.MaxObjectCount,
+			percent(u.ObjectCount, *u.MaxObjectCount)))
 	}
 	if len(quota) == 0 {
 		return d + "; no quota"

@@ -2,6 +2,7 @@ package sanity
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -12,6 +13,14 @@ import (
 
 	"github.com/kube-cosi/cosi/pkg/driver"
 	cosiproto "github.com/kube-cosi/cosi/proto"
+)
+
+// The cases of DriverGetBucketUsage (COSI's extension), named for package mutants.
+const (
+	caseUsageUnadvertised = "DriverGetBucketUsage/answers Unimplemented unless BUCKET_USAGE is advertised"
+	caseUsageEmpty        = "DriverGetBucketUsage/a new bucket holds nothing"
+	caseUsageCounts       = "DriverGetBucketUsage/counts the objects written"
+	caseUsageMissing      = "DriverGetBucketUsage/returns NotFound for a missing bucket"
 )
 
 // cases are the requirements of KEP-1979 "COSI Driver" and the COSI spec's "Error Scheme", one
@@ -947,6 +956,66 @@ var cases = []Case{
 		p := t.protocols()[0]
 		_, err := t.s.prov.DriverRevokeBucketAccess(t.ctx, t.keyGrant(p, readWrite, t.name("b")).revokeRequest(""))
 		t.code(err, "DriverRevokeBucketAccess without account_id", codes.InvalidArgument)
+	}},
+
+	// DriverGetBucketUsage (COSI's extension): a driver that does not advertise BUCKET_USAGE
+	// must answer Unimplemented; one that does, what its buckets hold.
+	{caseUsageUnadvertised, func(t *T) {
+		if t.usage() {
+			t.Skipf("the driver advertises BUCKET_USAGE")
+		}
+		_, err := t.s.prov.DriverGetBucketUsage(t.ctx, &cosiproto.DriverGetBucketUsageRequest{BucketId: t.name("b")})
+		t.code(err, "DriverGetBucketUsage of a driver that does not advertise BUCKET_USAGE", codes.Unimplemented)
+	}},
+	{caseUsageEmpty, func(t *T) {
+		t.needUsage()
+		id, _ := t.createBucket(t.protocols()[0])
+		u, err := t.s.prov.DriverGetBucketUsage(t.ctx, &cosiproto.DriverGetBucketUsageRequest{
+			BucketId: id, Parameters: t.s.cfg.BucketParameters,
+		})
+		t.ok(err, "DriverGetBucketUsage of a new bucket")
+		if err := driver.ValidateUsageResponse(u); err != nil {
+			t.Errorf("invalid answer: %v", err)
+		}
+		if u.GetSizeBytes() != 0 || u.GetObjectCount() != 0 {
+			t.Errorf("a new bucket holds %d bytes in %d objects, want nothing", u.GetSizeBytes(), u.GetObjectCount())
+		}
+	}},
+	{caseUsageCounts, func(t *T) {
+		t.needUsage()
+		t.needProbe("Put")
+		p := t.protocols()[0]
+		id, _ := t.createBucket(p)
+		_, _, resp, err := t.widestGrant(p, id)
+		t.ok(err, "grant")
+		for _, key := range []string{"cosi-sanity/usage/one", "cosi-sanity/usage/two"} {
+			if !t.put(AccessCheck{Protocol: p, Credentials: resp.GetCredentials(), BucketID: id,
+				BucketInfo: bucketInfoFor(resp, id)}, key) {
+				t.Fatalf("the grant could not write %q", key)
+			}
+		}
+		got, err := t.s.settleString(t.ctx, func(ctx context.Context) (string, error) {
+			u, err := t.s.prov.DriverGetBucketUsage(ctx, &cosiproto.DriverGetBucketUsageRequest{
+				BucketId: id, Parameters: t.s.cfg.BucketParameters,
+			})
+			if err == nil {
+				err = driver.ValidateUsageResponse(u)
+			}
+			return fmt.Sprintf("%d objects", u.GetObjectCount()), err
+		}, "2 objects")
+		if err != nil {
+			t.Fatalf("DriverGetBucketUsage: %v", err)
+		}
+		if got != "2 objects" {
+			t.Errorf("after 2 objects were written, DriverGetBucketUsage counts %s", got)
+		}
+	}},
+	{caseUsageMissing, func(t *T) {
+		t.needUsage()
+		_, err := t.s.prov.DriverGetBucketUsage(t.ctx, &cosiproto.DriverGetBucketUsageRequest{
+			BucketId: t.name("missing"), Parameters: t.s.cfg.BucketParameters,
+		})
+		t.code(err, "DriverGetBucketUsage of a bucket that does not exist", codes.NotFound)
 	}},
 
 	// DriverRotateBucketAccessCredentials and DriverRetireBucketAccessCredentials (COSI's

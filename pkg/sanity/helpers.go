@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kube-cosi/cosi/pkg/driver"
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
@@ -488,4 +489,16 @@ func hasKey(creds *cosiproto.CredentialInfo) bool {
 	s3, azure, gcs := creds.GetS3(), creds.GetAzure(), creds.GetGcs()
 	return s3.GetAccessKeyId() != "" || s3.GetAccessSecretKey() != "" || azure.GetAccessToken() != "" ||
 		gcs.GetPrivateKey() != "" || gcs.GetHmacAccessId() != "" || gcs.GetHmacSecret() != ""
+}
+
+// usage tells whether the driver advertises BUCKET_USAGE (DriverGetBucketUsage).
+func (t *T) usage() bool {
+	return driver.HasCapability(t.s.info, cosiproto.DriverCapability_BUCKET_USAGE)
+}
+
+// needUsage skips the case unless the driver advertises BUCKET_USAGE.
+func (t *T) needUsage() {
+	if !t.usage() {
+		t.Skipf("the driver does not advertise BUCKET_USAGE (DriverGetBucketUsage)")
+	}
 }

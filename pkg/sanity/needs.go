@@ -19,6 +19,7 @@ const (
 	NeedUnadvertised        = "a protocol the driver does not advertise"
 	NeedMultiBucket         = "multi-bucket access (else skipped on OutOfRange)"
 	NeedServiceAccount      = "ServiceAccount authentication (else skipped on InvalidArgument)"
+	NeedUsage               = "the BUCKET_USAGE capability (COSI's usage extension)"
 )
 
 // need is what one case needs, and what the suite cannot see without it.
@@ -99,6 +100,12 @@ var caseNeeds = map[string]need{
 		[]string{NeedProbeAllowed}, "a retried rotation that leaves an extra key working"},
 	"DriverRetireBucketAccessCredentials/refuses the retired credential and keeps the new one": {
 		[]string{NeedProbeAllowed}, "a retired key that keeps working, or a retire that breaks the new key"},
+	caseUsageEmpty: {
+		[]string{NeedUsage}, "nothing: COSI asks a driver for usage only when it advertises it"},
+	caseUsageCounts: {
+		[]string{NeedUsage, NeedProbePut}, "usage that does not follow what the bucket holds"},
+	caseUsageMissing: {
+		[]string{NeedUsage}, "nothing: COSI asks a driver for usage only when it advertises it"},
 }
 
 // Needs lists what the case needs beyond a driver socket: probe functions, parameters, logs or

@@ -153,12 +153,14 @@ func TestMemoryDriverPassesEveryCase(t *testing.T) {
 		wantSkipped []string
 	}{
 		{
-			name: "all protocols, multi-bucket, ServiceAccount",
-			cfg:  memory.Config{},
-			// Only cases that need a protocol the driver lacks.
+			name: "all protocols, multi-bucket, ServiceAccount, usage",
+			cfg:  memory.Config{Usage: true},
+			// Only cases that need a protocol the driver lacks, and the one of drivers without usage.
 			wantSkipped: []string{
 				"DriverCreateBucket/rejects a protocol the driver does not advertise with InvalidArgument: " +
 					"the driver supports every protocol",
+				"DriverGetBucketUsage/answers Unimplemented unless BUCKET_USAGE is advertised: " +
+					"the driver advertises BUCKET_USAGE",
 				"DriverGrantBucketAccess/rejects a protocol the driver does not advertise with InvalidArgument: " +
 					"the driver supports every protocol",
 			},
@@ -170,6 +172,12 @@ func TestMemoryDriverPassesEveryCase(t *testing.T) {
 				SingleBucketAccess: true, NoServiceAccountAuth: true,
 			},
 			wantSkipped: []string{
+				"DriverGetBucketUsage/a new bucket holds nothing: " +
+					"the driver does not advertise BUCKET_USAGE (DriverGetBucketUsage)",
+				"DriverGetBucketUsage/counts the objects written: " +
+					"the driver does not advertise BUCKET_USAGE (DriverGetBucketUsage)",
+				"DriverGetBucketUsage/returns NotFound for a missing bucket: " +
+					"the driver does not advertise BUCKET_USAGE (DriverGetBucketUsage)",
 				"DriverGrantBucketAccess/gives each bucket of a multi-bucket grant its own access modes: " +
 					"the driver cannot give several buckets one credential (OutOfRange)",
 				"DriverGrantBucketAccess/maps only the granted ServiceAccount: " +

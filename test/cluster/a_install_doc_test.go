@@ -98,7 +98,7 @@ func TestInstallDoc(t *testing.T) {
 		eventually(t, 3*time.Minute, "the namespaces the doc deletes are gone", func(ctx context.Context) error {
 			for _, ns := range []string{"cosi-demo", "s3-store", cosiNamespace} {
 				if _, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-					return fmt.Errorf("namespace %s: %v", ns, err)
+					return fmt.Errorf("namespace %s: %w", ns, err)
 				}
 			}
 			return nil

@@ -142,5 +142,6 @@ func (o *operations) DriverRetireBucketAccessCredentials(
 func (o *operations) DriverGetBucketUsage(
 	ctx context.Context, req *cosiproto.DriverGetBucketUsageRequest, opts ...grpc.CallOption,
 ) (*cosiproto.DriverGetBucketUsageResponse, error) {
-	return run(ctx, o, "DriverGetBucketUsage", bucketKeys(req.GetBucketId()), req, o.provisioner.DriverGetBucketUsage, opts)
+	return run(ctx, o, "DriverGetBucketUsage", bucketKeys(req.GetBucketId()), req,
+		o.provisioner.DriverGetBucketUsage, opts)
 }

@@ -57,6 +57,11 @@ type Config struct {
 	// token: the expiry moves, the token stays. By default, as the Azure driver, a token's expiry
 	// never moves: a repeated grant returns it as it is until it expired, and renewal is a rotation.
 	RenewByGrant bool
+	// Usage makes the driver advertise BUCKET_USAGE and answer DriverGetBucketUsage with each
+	// bucket's object count (the objects of Backend.Put; it stores no data, so zero bytes) and no
+	// quota. Off by default, as a driver of KEP-1979 alone: DriverGetBucketUsage answers
+	// Unimplemented.
+	Usage bool
 }
 
 // Driver is the memory driver. It implements cosiproto.IdentityServer and cosiproto.ProvisionerServer.
@@ -140,7 +145,29 @@ func (d *Driver) DriverGetInfo(
 	context.Context,
 	*cosiproto.DriverGetInfoRequest,
 ) (*cosiproto.DriverGetInfoResponse, error) {
-	return &cosiproto.DriverGetInfoResponse{Name: d.cfg.Name, SupportedProtocols: d.cfg.Protocols}, nil
+	info := &cosiproto.DriverGetInfoResponse{Name: d.cfg.Name, SupportedProtocols: d.cfg.Protocols}
+	if d.cfg.Usage {
+		info.Capabilities = []cosiproto.DriverCapability_Type{cosiproto.DriverCapability_BUCKET_USAGE}
+	}
+	return info, nil
+}
+
+// DriverGetBucketUsage answers with the bucket's object count, with Config.Usage; Unimplemented
+// without.
+func (d *Driver) DriverGetBucketUsage(
+	_ context.Context,
+	req *cosiproto.DriverGetBucketUsageRequest,
+) (*cosiproto.DriverGetBucketUsageResponse, error) {
+	if !d.cfg.Usage {
+		return nil, status.Error(codes.Unimplemented, "the memory driver reports usage only with Config.Usage")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	b, ok := d.state.Buckets[req.GetBucketId()]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "bucket %q does not exist", req.GetBucketId())
+	}
+	return &cosiproto.DriverGetBucketUsageResponse{ObjectCount: int64(len(b.Objects))}, nil
 }
 
 // DriverGenerateBucketId is phase 1: the ID is the request name, so it is deterministic and no

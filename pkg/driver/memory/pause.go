@@ -137,6 +137,8 @@ func Subject(req any) string {
 		return r.GetAccountId()
 	case *cosiproto.DriverRetireBucketAccessCredentialsRequest:
 		return r.GetAccountId()
+	case *cosiproto.DriverGetBucketUsageRequest:
+		return r.GetBucketId()
 	}
 	// The cosi.v1alpha1 requests (a fault proxy in front of a v1alpha1 driver), read by reflection:
 	// this package serves the v1alpha2 protocol, and the drivers built on it must not link the

@@ -129,7 +129,7 @@ const (
 // All returns every mutant.
 func All() []Mutant {
 	return slicesConcat(bucketMutants(), accessMutants(), isolationMutants(), otherMutants(), rotationMutants(),
-		propertyMutants())
+		propertyMutants(), usageMutants())
 }
 
 func slicesConcat(lists ...[]Mutant) []Mutant {

@@ -144,7 +144,7 @@ func refusedPastQuota(c *awss3.Client, bucket string) error {
 		}
 	}
 	if err == nil || !strings.Contains(err.Error(), "QuotaExceeded") {
-		return fmt.Errorf("a 4th object past maxObjects 3: %v, want the store's QuotaExceeded", err)
+		return fmt.Errorf("a 4th object past maxObjects 3: %w, want the store's QuotaExceeded", err)
 	}
 	return nil
 }
