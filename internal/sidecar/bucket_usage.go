@@ -53,8 +53,7 @@ func (u *usageChecks) enabled(info *cosiproto.DriverGetInfoResponse) bool {
 func (r *BucketReconciler) checkUsage(ctx context.Context, bucket *cosiapi.Bucket, now bool) error {
 	key := client.ObjectKeyFromObject(bucket)
 	if !r.usage.enabled(r.Info) {
-		r.usage.checks.forget(key, bucket.UID)
-		return nil
+		return r.usageNotRead(ctx, bucket)
 	}
 	if !now && r.usage.checks.due(key, bucket.UID, r.usage.interval) > 0 {
 		if bucket.Status.Usage != nil {
@@ -70,8 +69,7 @@ func (r *BucketReconciler) checkUsage(ctx context.Context, bucket *cosiapi.Bucke
 		r.usage.unimplemented.Store(true)
 		r.log.Info("the driver advertises BUCKET_USAGE but answered DriverGetBucketUsage with UNIMPLEMENTED: "+
 			"usage is not asked again until the sidecar restarts", "bucket", bucket.Name)
-		r.usage.checks.forget(key, bucket.UID)
-		return nil
+		return r.usageNotRead(ctx, bucket)
 	}
 	if err == nil {
 		err = driver.ValidateUsageResponse(resp)
@@ -96,6 +94,21 @@ func (r *BucketReconciler) checkUsage(ctx context.Context, bucket *cosiapi.Bucke
 	}
 	r.usage.checks.done(key, bucket.UID)
 	return nil
+}
+
+// usageNotRead forgets a Bucket's usage when it is not read (--usage-interval=0, or the driver does
+// not report usage): no check, no metrics, and no status.usage, which is documented unset for such
+// drivers. Figures left from before (a sidecar that read them, then restarted without) would be
+// shown by kubectl cosi status as the bucket's usage for good, with nothing saying how old they are
+// (TestAttack44UsageNotReadIsNotShown). One write per such Bucket, once.
+func (r *BucketReconciler) usageNotRead(ctx context.Context, bucket *cosiapi.Bucket) error {
+	r.forgetUsage(client.ObjectKeyFromObject(bucket), bucket.UID)
+	if bucket.Status.Usage == nil {
+		return nil
+	}
+	s := r.record.status(bucket)
+	bucket.Status.Usage = nil
+	return s.Patch(ctx, patch.NoLock)
 }
 
 // forgetUsage drops a Bucket's usage check and its metrics (deleted, or no longer provisioned).

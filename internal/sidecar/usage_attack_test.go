@@ -299,3 +299,27 @@ func TestAttack44SlowUsageDoesNotHoldUpGrants(t *testing.T) {
 		t.Errorf("the access's grant waited %v for a usage call of its bucket", took)
 	}
 }
+
+// status.usage is documented "unset for other drivers": once usage is no longer read (the sidecar
+// restarted with --usage-interval=0, or its driver no longer advertises BUCKET_USAGE), the last
+// figures must not stay in the Bucket's status for good, where kubectl cosi status shows them as
+// the bucket's usage, with nothing saying how old they are.
+func TestAttack44UsageNotReadIsNotShown(t *testing.T) {
+	t.Parallel()
+	h, d := newUsageHarness(t, true, 200*time.Millisecond, nil)
+	d.setAnswer(answerUsage(&cosiproto.DriverGetBucketUsageResponse{SizeBytes: 10, ObjectCount: 1}))
+	b := h.provisionedBucket(cosiapi.ProtocolS3)
+	within(t, 10*time.Second, func() error {
+		if u := getBucket(t, b).Status.Usage; u == nil || u.SizeBytes != 10 {
+			return fmt.Errorf("status.usage %+v", u)
+		}
+		return nil
+	})
+	h.restartSidecar(sidecarConfig, func(o *sidecar.Options) { o.UsageInterval = 0 })
+	within(t, 10*time.Second, func() error {
+		if u := getBucket(t, b).Status.Usage; u != nil {
+			return fmt.Errorf("status.usage %+v stays although usage is no longer read (--usage-interval=0)", u)
+		}
+		return nil
+	})
+}
