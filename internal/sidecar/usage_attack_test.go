@@ -26,6 +26,11 @@ import (
 	cosiproto "github.com/kube-cosi/cosi/proto"
 )
 
+// usageAnswer answers DriverGetBucketUsage.
+type usageAnswer = func(
+	context.Context, *cosiproto.DriverGetBucketUsageRequest,
+) (*cosiproto.DriverGetBucketUsageResponse, error)
+
 // usageDriver is the memory driver with the BUCKET_USAGE extension: it advertises the capability
 // when advertise is set, and answers DriverGetBucketUsage with answer, counting the calls per
 // bucket ID.
@@ -34,7 +39,7 @@ type usageDriver struct {
 	advertise bool
 
 	mu     sync.Mutex
-	answer func(ctx context.Context, req *cosiproto.DriverGetBucketUsageRequest) (*cosiproto.DriverGetBucketUsageResponse, error)
+	answer usageAnswer
 	calls  map[string]int
 }
 
@@ -61,9 +66,7 @@ func (d *usageDriver) DriverGetBucketUsage(
 	return answer(ctx, req)
 }
 
-func (d *usageDriver) setAnswer(
-	f func(ctx context.Context, req *cosiproto.DriverGetBucketUsageRequest) (*cosiproto.DriverGetBucketUsageResponse, error),
-) {
+func (d *usageDriver) setAnswer(f usageAnswer) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.answer = f
@@ -85,9 +88,7 @@ func (d *usageDriver) allCalls() int {
 	return n
 }
 
-func answerUsage(u *cosiproto.DriverGetBucketUsageResponse) func(
-	context.Context, *cosiproto.DriverGetBucketUsageRequest,
-) (*cosiproto.DriverGetBucketUsageResponse, error) {
+func answerUsage(u *cosiproto.DriverGetBucketUsageResponse) usageAnswer {
 	return func(context.Context, *cosiproto.DriverGetBucketUsageRequest) (*cosiproto.DriverGetBucketUsageResponse, error) {
 		return u, nil
 	}
@@ -95,7 +96,9 @@ func answerUsage(u *cosiproto.DriverGetBucketUsageResponse) func(
 
 // newUsageHarness is a harness whose driver is a usageDriver, and whose sidecar reads usage every
 // interval.
-func newUsageHarness(t *testing.T, advertise bool, interval time.Duration, set func(*sidecar.Options)) (*harness, *usageDriver) {
+func newUsageHarness(
+	t *testing.T, advertise bool, interval time.Duration, set func(*sidecar.Options),
+) (*harness, *usageDriver) {
 	t.Helper()
 	h := &harness{t: t, faults: &memory.Faults{}, calls: &memory.Calls{}, config: sidecarConfig}
 	h.name = fmt.Sprintf("memory-usage-%d.sidecar-test.cosi.io", driverCounter.Add(1))
@@ -182,9 +185,12 @@ func TestAttack44UsageNotAskedWithoutCapability(t *testing.T) {
 func TestAttack44UsageUnimplementedStopsAsking(t *testing.T) {
 	t.Parallel()
 	h, d := newUsageHarness(t, true, 100*time.Millisecond, nil)
-	d.setAnswer(func(context.Context, *cosiproto.DriverGetBucketUsageRequest) (*cosiproto.DriverGetBucketUsageResponse, error) {
+	unimplemented := func(context.Context, *cosiproto.DriverGetBucketUsageRequest) (
+		*cosiproto.DriverGetBucketUsageResponse, error,
+	) {
 		return nil, status.Error(codes.Unimplemented, "no")
-	})
+	}
+	d.setAnswer(unimplemented)
 	h.provisionedBucket(cosiapi.ProtocolS3)
 	h.provisionedBucket(cosiapi.ProtocolS3)
 	time.Sleep(time.Second)
@@ -261,7 +267,9 @@ func TestAttack44SlowUsageDoesNotHoldUpGrants(t *testing.T) {
 	h, d := newUsageHarness(t, true, time.Hour, func(o *sidecar.Options) { o.DriverTimeout = 3 * time.Second })
 	release := make(chan struct{})
 	var blocked atomic.Int64
-	d.setAnswer(func(_ context.Context, _ *cosiproto.DriverGetBucketUsageRequest) (*cosiproto.DriverGetBucketUsageResponse, error) {
+	d.setAnswer(func(context.Context, *cosiproto.DriverGetBucketUsageRequest) (
+		*cosiproto.DriverGetBucketUsageResponse, error,
+	) {
 		// A handler that does not pass its context on: it goes on after the sidecar gave up.
 		blocked.Add(1)
 		select {
@@ -319,6 +327,52 @@ func TestAttack44UsageNotReadIsNotShown(t *testing.T) {
 	within(t, 10*time.Second, func() error {
 		if u := getBucket(t, b).Status.Usage; u != nil {
 			return fmt.Errorf("status.usage %+v stays although usage is no longer read (--usage-interval=0)", u)
+		}
+		return nil
+	})
+}
+
+// A Bucket deleted and made again under its name (a new UID) has its series dropped with the old
+// one, and the new one's read at once: nothing of the old Bucket is exported under its name.
+func TestAttack44UsageOfABucketReplaced(t *testing.T) {
+	t.Parallel()
+	h, d := newUsageHarness(t, true, time.Hour, nil)
+	d.setAnswer(func(_ context.Context, req *cosiproto.DriverGetBucketUsageRequest) (
+		*cosiproto.DriverGetBucketUsageResponse, error,
+	) {
+		return &cosiproto.DriverGetBucketUsageResponse{SizeBytes: int64(len(req.GetBucketId())), ObjectCount: 1,
+			MaxSizeBytes: ptr.To[int64](1000)}, nil
+	})
+	b := h.provisionedBucket(cosiapi.ProtocolS3)
+	within(t, 10*time.Second, func() error {
+		if s := usageSeries(t, h.name, b.Name); len(s["cosi_bucket_quota_bytes"]) != 1 {
+			return fmt.Errorf("series %v", s)
+		}
+		return nil
+	})
+	deleteAsController(t, b)
+	env.Gone(t, b)
+	within(t, 10*time.Second, func() error {
+		if s := usageSeries(t, h.name, b.Name); len(s) != 0 {
+			return fmt.Errorf("series of a deleted Bucket: %v", s)
+		}
+		return nil
+	})
+	// The same name, another claim, and a driver that now reports no quota.
+	d.setAnswer(answerUsage(&cosiproto.DriverGetBucketUsageResponse{SizeBytes: 5, ObjectCount: 5}))
+	again := h.bucket(cosiapi.DeletionPolicyDelete, cosiapi.ProtocolS3)
+	again.Name = b.Name
+	h.create(again)
+	again = provisioned(t, again, bucketConditions)
+	within(t, 10*time.Second, func() error {
+		s := usageSeries(t, h.name, b.Name)
+		if len(s) != 2 || len(s["cosi_bucket_usage_bytes"]) != 1 {
+			return fmt.Errorf("series %v", s)
+		}
+		for labels, v := range s["cosi_bucket_usage_bytes"] {
+			if v != 5 || !strings.Contains(labels, "claim_name="+again.Spec.BucketClaimRef.Name) {
+				return fmt.Errorf("series %s = %v", labels, v)
+			}
 		}
 		return nil
 	})
