@@ -377,3 +377,36 @@ func TestAttack44UsageOfABucketReplaced(t *testing.T) {
 		return nil
 	})
 }
+
+// Each Bucket's usage is asked once per interval, not once per wake-up: Buckets whose information
+// is refreshed too (woken every second by that schedule), and accesses that wake their Buckets, do
+// not add calls.
+func TestAttack44UsageCallsPerInterval(t *testing.T) {
+	t.Parallel()
+	const interval = 2 * time.Second
+	h, d := newUsageHarness(t, true, interval, nil)
+	d.setAnswer(answerUsage(&cosiproto.DriverGetBucketUsageResponse{SizeBytes: 1, ObjectCount: 1}))
+	var buckets []*cosiapi.Bucket
+	for i := range 10 {
+		if i%2 == 0 {
+			buckets = append(buckets, h.refreshedBucket(cosiapi.ProtocolS3))
+		} else {
+			buckets = append(buckets, h.provisionedBucket(cosiapi.ProtocolS3))
+		}
+	}
+	for _, b := range buckets[:3] {
+		h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b)
+	}
+	before := map[string]int{}
+	for _, b := range buckets {
+		before[b.Status.BucketID] = d.callsOf(b.Status.BucketID)
+	}
+	const window = 8 * time.Second
+	time.Sleep(window)
+	for _, b := range buckets {
+		// At most one per interval, and one more for a check late within the window.
+		if n := d.callsOf(b.Status.BucketID) - before[b.Status.BucketID]; n > int(window/interval)+1 || n < 2 {
+			t.Errorf("Bucket %s: %d usage calls in %v at an interval of %v", b.Name, n, window, interval)
+		}
+	}
+}
