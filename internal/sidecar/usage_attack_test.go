@@ -410,3 +410,41 @@ func TestAttack44UsageCallsPerInterval(t *testing.T) {
 		}
 	}
 }
+
+// A driver that answers NOT_FOUND (the bucket was removed behind COSI's back) or another error: a
+// FailedUsage event, the Bucket stays Provisioned with the usage it holds, and the driver is asked
+// again at the next interval, not at once.
+func TestAttack44UsageErrorsAskAgainAtTheInterval(t *testing.T) {
+	t.Parallel()
+	const interval = time.Second
+	h, d := newUsageHarness(t, true, interval, nil)
+	d.setAnswer(answerUsage(&cosiproto.DriverGetBucketUsageResponse{SizeBytes: 3, ObjectCount: 3}))
+	b := h.provisionedBucket(cosiapi.ProtocolS3)
+	within(t, 10*time.Second, func() error {
+		if u := getBucket(t, b).Status.Usage; u == nil || u.SizeBytes != 3 {
+			return fmt.Errorf("status.usage %+v", u)
+		}
+		return nil
+	})
+	notFound := func(context.Context, *cosiproto.DriverGetBucketUsageRequest) (
+		*cosiproto.DriverGetBucketUsageResponse, error,
+	) {
+		return nil, status.Error(codes.NotFound, "no such bucket")
+	}
+	d.setAnswer(notFound)
+	waitForEvent(t, b, cosiapi.EventFailedUsage)
+	calls := d.callsOf(b.Status.BucketID)
+	time.Sleep(4 * interval)
+	if n := d.callsOf(b.Status.BucketID) - calls; n > 5 || n < 2 {
+		t.Errorf("%d usage calls in %v at an interval of %v after NOT_FOUND", n, 4*interval, interval)
+	}
+	got := getBucket(t, b)
+	if u := got.Status.Usage; u == nil || u.SizeBytes != 3 {
+		t.Errorf("status.usage %+v after NOT_FOUND, want the last figures", u)
+	}
+	for _, c := range got.Status.Conditions {
+		if c.Type == cosiapi.ConditionProvisioned && c.Status != "True" {
+			t.Errorf("a failed usage read changed Provisioned: %+v", c)
+		}
+	}
+}
