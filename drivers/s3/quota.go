@@ -104,12 +104,8 @@ func (d *Driver) applyQuota(ctx context.Context, id string, q Quota, set bool) e
 
 // rgwBucketInfo is what the Admin Ops API says of a bucket.
 type rgwBucketInfo struct {
-	Owner string `json:"owner"`
-	Quota struct {
-		Enabled    bool  `json:"enabled"`
-		MaxSize    int64 `json:"max_size"`
-		MaxObjects int64 `json:"max_objects"`
-	} `json:"bucket_quota"`
+	Owner string   `json:"owner"`
+	Quota rgwQuota `json:"bucket_quota"`
 	// Usage is per category (rgw.main, rgw.multimeta): size is the objects' bytes, size_actual
 	// each rounded up to QuotaUnit, as the quota counts them.
 	Usage map[string]struct {
@@ -117,6 +113,14 @@ type rgwBucketInfo struct {
 		SizeActual int64 `json:"size_actual"`
 		NumObjects int64 `json:"num_objects"`
 	} `json:"usage"`
+}
+
+// rgwQuota is a quota as the Admin Ops API says it: a bucket's, or a user's for its buckets.
+// Negative figures are no limit; zero is a limit of nothing.
+type rgwQuota struct {
+	Enabled    bool  `json:"enabled"`
+	MaxSize    int64 `json:"max_size"`
+	MaxObjects int64 `json:"max_objects"`
 }
 
 // QuotaUnit is 4 KiB: RGW counts each object's size rounded up to it (rgw_rounded_objsize).

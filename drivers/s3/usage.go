@@ -64,10 +64,18 @@ func (d *Driver) DriverGetBucketUsage(
 	}, nil
 }
 
-// BucketUsage reads the bucket's statistics and quota with one Admin Ops request. The figures are
-// RGW's own, summed over its categories (rgw.main, and rgw.multimeta for multipart uploads in
-// progress), as its quota counts them: each object's size rounded up to QuotaUnit (size_actual).
-// RGW updates them as it writes; they may lag a write by a moment.
+// BucketUsage reads the bucket's statistics and quota with one Admin Ops request, two for a
+// bucket without a quota of its own. The figures are RGW's own, summed over its categories
+// (rgw.main, and rgw.multimeta for multipart uploads in progress), as its quota counts them: each
+// object's size rounded up to QuotaUnit (size_actual). RGW updates them as it writes; they may lag
+// a write by a moment.
+//
+// The limit is the one RGW holds the bucket to: its own quota when enabled, else its owner's
+// bucket quota (radosgw-admin quota set --quota-scope=bucket --uid=..., which caps every bucket of
+// the user, and every bucket COSI creates is owned by the driver's identity), as RGW chooses
+// (TestAttack44UsageShowsTheQuotaRGWEnforces). Not reported: the owner's user quota, a total over
+// all its buckets, and a zonegroup-wide default set with radosgw-admin global quota, which the
+// Admin Ops API does not show.
 func (a *RGWAccounts) BucketUsage(ctx context.Context, bucket string) (Usage, error) {
 	var info rgwBucketInfo
 	q := url.Values{"bucket": {bucket}, "stats": {"true"}}
@@ -79,13 +87,20 @@ func (a *RGWAccounts) BucketUsage(ctx context.Context, bucket string) (Usage, er
 		u.Size += c.SizeActual
 		u.Objects += c.NumObjects
 	}
-	if info.Quota.Enabled {
-		// Negative: no limit; zero is a limit of nothing.
-		if info.Quota.MaxSize >= 0 {
-			u.MaxSize = ptr.To(info.Quota.MaxSize)
+	quota := info.Quota
+	if !quota.Enabled && info.Owner != "" {
+		q := url.Values{"quota": {""}, "uid": {info.Owner}, "quota-type": {"bucket"}}
+		if err := a.admin(ctx, http.MethodGet, "user", q, &quota); err != nil {
+			return Usage{}, rgwStatus(err, fmt.Sprintf("reading the bucket quota of the owner of bucket %q", bucket))
 		}
-		if info.Quota.MaxObjects >= 0 {
-			u.MaxObjects = ptr.To(info.Quota.MaxObjects)
+	}
+	if quota.Enabled {
+		// Negative: no limit; zero is a limit of nothing.
+		if quota.MaxSize >= 0 {
+			u.MaxSize = ptr.To(quota.MaxSize)
+		}
+		if quota.MaxObjects >= 0 {
+			u.MaxObjects = ptr.To(quota.MaxObjects)
 		}
 	}
 	return u, nil

@@ -215,6 +215,12 @@ var Explanations = map[string]Explanation{
 		Who:     WhoDriverOwner,
 		Action:  "read the message; the Secrets keep their previous values meanwhile",
 	},
+	cosiapi.EventFailedUsage: {
+		Meaning: "a usage check of the Bucket failed (DriverGetBucketUsage, or writing it to status); " +
+			"tried again at the next --usage-interval",
+		Who:    WhoDriverOwner,
+		Action: "read the message; status.usage and the usage gauges keep the last figures meanwhile",
+	},
 	cosiapi.EventFailedRevokeAccess: {
 		Meaning: "the driver failed to revoke the access",
 		Who:     WhoDriverOwner,

@@ -1,6 +1,7 @@
 package kubectlcosi
 
 import (
+	"math"
 	"testing"
 
 	"k8s.io/utils/ptr"
@@ -27,6 +28,28 @@ func TestUsageDetail(t *testing.T) {
 			cosiapi.BucketUsage{SizeBytes: 1 << 62, ObjectCount: 1 << 40, MaxObjectCount: ptr.To[int64](1 << 41)},
 			"usage: 4.0 EiB in 1099511627776 objects; quota: 2199023255552 objects (50% used)",
 		},
+	} {
+		if got := usageDetail(&tc.u); got != tc.want {
+			t.Errorf("usageDetail(%+v) = %q, want %q", tc.u, got, tc.want)
+		}
+	}
+}
+
+// Odd figures a driver may report (status.usage holds any int64 of zero or more): a bucket far past
+// a quota set outside COSI, a size just below a unit.
+func TestAttack44UsageDetailOddValues(t *testing.T) {
+	for _, tc := range []struct {
+		u    cosiapi.BucketUsage
+		want string
+	}{
+		{
+			cosiapi.BucketUsage{SizeBytes: math.MaxInt64, ObjectCount: math.MaxInt64, MaxSizeBytes: ptr.To[int64](1),
+				MaxObjectCount: ptr.To[int64](1)},
+			"usage: 8.0 EiB in 9223372036854775807 objects; quota: 1 B (922337203685477580800% used), " +
+				"1 objects (922337203685477580800% used)",
+		},
+		{cosiapi.BucketUsage{SizeBytes: 1<<20 - 1}, "usage: 1.0 MiB in 0 objects; no quota"},
+		{cosiapi.BucketUsage{SizeBytes: math.MaxInt64}, "usage: 8.0 EiB in 0 objects; no quota"},
 	} {
 		if got := usageDetail(&tc.u); got != tc.want {
 			t.Errorf("usageDetail(%+v) = %q, want %q", tc.u, got, tc.want)

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,8 +54,7 @@ func (u *usageChecks) enabled(info *cosiproto.DriverGetInfoResponse) bool {
 func (r *BucketReconciler) checkUsage(ctx context.Context, bucket *cosiapi.Bucket, now bool) error {
 	key := client.ObjectKeyFromObject(bucket)
 	if !r.usage.enabled(r.Info) {
-		r.usage.checks.forget(key, bucket.UID)
-		return nil
+		return r.usageNotRead(ctx, bucket)
 	}
 	if !now && r.usage.checks.due(key, bucket.UID, r.usage.interval) > 0 {
 		if bucket.Status.Usage != nil {
@@ -70,8 +70,7 @@ func (r *BucketReconciler) checkUsage(ctx context.Context, bucket *cosiapi.Bucke
 		r.usage.unimplemented.Store(true)
 		r.log.Info("the driver advertises BUCKET_USAGE but answered DriverGetBucketUsage with UNIMPLEMENTED: "+
 			"usage is not asked again until the sidecar restarts", "bucket", bucket.Name)
-		r.usage.checks.forget(key, bucket.UID)
-		return nil
+		return r.usageNotRead(ctx, bucket)
 	}
 	if err == nil {
 		err = driver.ValidateUsageResponse(resp)
@@ -98,6 +97,21 @@ func (r *BucketReconciler) checkUsage(ctx context.Context, bucket *cosiapi.Bucke
 	return nil
 }
 
+// usageNotRead forgets a Bucket's usage when it is not read (--usage-interval=0, or the driver does
+// not report usage): no check, no metrics, and no status.usage, which is documented unset for such
+// drivers. Figures left from before (a sidecar that read them, then restarted without) would be
+// shown by kubectl cosi status as the bucket's usage for good, with nothing saying how old they are
+// (TestAttack44UsageNotReadIsNotShown). One write per such Bucket, once.
+func (r *BucketReconciler) usageNotRead(ctx context.Context, bucket *cosiapi.Bucket) error {
+	r.forgetUsage(client.ObjectKeyFromObject(bucket), bucket.UID)
+	if bucket.Status.Usage == nil {
+		return nil
+	}
+	s := r.record.status(bucket)
+	bucket.Status.Usage = nil
+	return s.Patch(ctx, patch.NoLock)
+}
+
 // forgetUsage drops a Bucket's usage check and its metrics (deleted, or no longer provisioned).
 func (r *BucketReconciler) forgetUsage(key types.NamespacedName, uid types.UID) {
 	r.usage.checks.forget(key, uid)
@@ -108,6 +122,10 @@ func (r *BucketReconciler) forgetUsage(key types.NamespacedName, uid types.UID) 
 // name and its claim's namespace and name, so that dashboards sum them per namespace.
 type bucketUsageMetrics struct {
 	size, objects, maxSize, maxObjects *prometheus.GaugeVec
+	// mu guards exported: the labels each Bucket's series were last exported with, by driver and
+	// Bucket name.
+	mu       sync.Mutex
+	exported map[[2]string]prometheus.Labels
 }
 
 var (
@@ -124,6 +142,7 @@ func usageMetrics() *bucketUsageMetrics {
 			}, labels))
 		}
 		usageGauges = &bucketUsageMetrics{
+			exported: map[[2]string]prometheus.Labels{},
 			size: gauge("cosi_bucket_usage_bytes",
 				"Bytes a provisioned bucket holds, as its object store accounts them against a quota (drivers with "+
 					"the BUCKET_USAGE capability), read every --usage-interval."),
@@ -143,19 +162,39 @@ func (m *bucketUsageMetrics) set(driverName string, bucket *cosiapi.Bucket, u *c
 		"driver_name": driverName, "bucket": bucket.Name,
 		"claim_namespace": bucket.Spec.BucketClaimRef.Namespace, "claim_name": bucket.Spec.BucketClaimRef.Name,
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	// A Bucket's claim never changes, but a series left under other labels would count twice.
-	m.drop(driverName, bucket.Name)
+	// Series under the same labels are set in place, never dropped and made again: a scrape
+	// between the two would miss them, and Prometheus would mark them stale
+	// (TestAttack44UsageSeriesNeverMissingFromAScrape).
+	key := [2]string{driverName, bucket.Name}
+	if old, ok := m.exported[key]; ok && !maps.Equal(old, l) {
+		m.dropLocked(driverName, bucket.Name)
+	}
+	m.exported[key] = l
 	m.size.With(l).Set(float64(u.SizeBytes))
 	m.objects.With(l).Set(float64(u.ObjectCount))
 	if u.MaxSizeBytes != nil {
 		m.maxSize.With(l).Set(float64(ptr.Deref(u.MaxSizeBytes, 0)))
+	} else {
+		m.maxSize.Delete(l)
 	}
 	if u.MaxObjectCount != nil {
 		m.maxObjects.With(l).Set(float64(ptr.Deref(u.MaxObjectCount, 0)))
+	} else {
+		m.maxObjects.Delete(l)
 	}
 }
 
 func (m *bucketUsageMetrics) drop(driverName, bucket string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.dropLocked(driverName, bucket)
+}
+
+func (m *bucketUsageMetrics) dropLocked(driverName, bucket string) {
+	delete(m.exported, [2]string{driverName, bucket})
 	l := prometheus.Labels{"driver_name": driverName, "bucket": bucket}
 	for _, g := range []*prometheus.GaugeVec{m.size, m.objects, m.maxSize, m.maxObjects} {
 		g.DeletePartialMatch(l)

@@ -10,7 +10,9 @@ import (
 )
 
 // serverKeys are the keys a v1alpha2 call holds in the driver's process (see inFlightInterceptor):
-// the same as the sidecar's client takes for it. Calls that name no bucket or account hold none.
+// the same as the sidecar's client takes for it. Calls that name no bucket or account hold none,
+// nor does DriverGetBucketUsage, a read that changes nothing: a slow one must not hold up the
+// bucket's grants (TestAttack44SlowUsageDoesNotHoldUpGrants).
 func serverKeys(req any) []calls.LockKey {
 	switch r := req.(type) {
 	case *cosiproto.DriverGenerateBucketIdRequest:
@@ -31,8 +33,6 @@ func serverKeys(req any) []calls.LockKey {
 		return calls.AccessKeys(false, r.GetAccountId(), calls.AccessedIDs(r.GetBuckets()))
 	case *cosiproto.DriverRetireBucketAccessCredentialsRequest:
 		return calls.AccessKeys(false, r.GetAccountId(), nil)
-	case *cosiproto.DriverGetBucketUsageRequest:
-		return calls.BucketKeys(r.GetBucketId())
 	}
 	return nil
 }
