@@ -64,10 +64,6 @@ type BucketReconciler struct {
 func (r *BucketReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
 	r.log = mgr.GetLogger().WithValues("controller", "sidecar-bucket")
 	r.refreshes.countDecisions(scheduledCheckMetric(), r.Info.GetName(), scheduledCheckBucketInfo)
-	r.usage.interval = r.UsageInterval
-	if r.usage.enabled(r.Info) {
-		r.usage.checks.countDecisions(scheduledCheckMetric(), r.Info.GetName(), scheduledCheckUsage)
-	}
 	r.record = statusRecorder[*cosiapi.Bucket]{
 		client: r.Client, events: r.Recorder, lock: patch.NoLock, kind: "Bucket", backoff: opts.RateLimiter,
 		initial:      []string{cosiapi.ConditionResourcesValidated, cosiapi.ConditionProvisionFailed},
@@ -77,7 +73,7 @@ func (r *BucketReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Op
 		return o.(*cosiapi.Bucket).Spec.DriverName == r.Info.GetName()
 	})
 	wake := predicate.Or[client.Object](predicates.SpecOrLifecycleChanged, predicates.ProtectionRemoved)
-	b := ctrl.NewControllerManagedBy(mgr).
+	err := ctrl.NewControllerManagedBy(mgr).
 		Named("sidecar-bucket").
 		For(&cosiapi.Bucket{}, builder.WithPredicates(ours, wake)).
 
@@ -91,12 +87,13 @@ func (r *BucketReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Op
 				UpdateFunc: func(event.UpdateEvent) bool { return false },
 			})).
 		// The information refreshes that fall due (bucket_refresh.go, schedule.go).
-		WatchesRawSource(r.refreshes.wakeChecks(r.RefreshInterval))
-	if r.usage.enabled(r.Info) {
-		// The usage checks that fall due (bucket_usage.go).
-		b = b.WatchesRawSource(r.usage.checks.wakeChecks(r.usage.interval))
+		WatchesRawSource(r.refreshes.wakeChecks(r.RefreshInterval)).
+		WithOptions(opts).
+		Complete(r)
+	if err != nil {
+		return err
 	}
-	return b.WithOptions(opts).Complete(r)
+	return r.setupUsage(mgr, opts, ours)
 }
 
 // bucketsOfAccess maps an access to the Buckets it names in status and to those of its grant
@@ -140,8 +137,6 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if err := r.Client.Get(ctx, req.NamespacedName, bucket); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.refreshes.gone(req.NamespacedName) // gone without its deletion seen: no refresh left behind
-			r.usage.checks.gone(req.NamespacedName)
-			usageMetrics().drop(r.Info.GetName(), req.Name)
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
@@ -154,7 +149,6 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 	if bucket.DeletionTimestamp != nil || bucket.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] != "" {
 		r.refreshes.forget(req.NamespacedName, bucket.UID)
-		r.forgetUsage(req.NamespacedName, bucket.UID)
 		return r.result(bucket, cosiapi.EventFailedDeleteBucket, r.delete(ctx, bucket))
 	}
 	// The finalizer on every reconcile: it is put back when someone removed it.
@@ -162,25 +156,12 @@ func (r *BucketReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		return r.result(bucket, cosiapi.EventFailedCreateBucket, err)
 	}
 	if conditions.IsTrue(bucket, cosiapi.ConditionProvisioned) && bucket.Status.BucketID != "" {
-		// Provisioned: no second DriverCreateBucket; its information is refreshed, and its usage
-		// read, at intervals.
-		res, err := r.refreshBucket(ctx, bucket)
-		if err != nil {
-			return res, err
-		}
-		if err := r.checkUsage(ctx, bucket, false); err != nil {
-			return r.result(bucket, cosiapi.EventFailedUsage, err)
-		}
-		return res, nil
+		// Provisioned: no second DriverCreateBucket; its information is refreshed at intervals
+		// (and its usage read by the usage controller, bucket_usage.go).
+		return r.refreshBucket(ctx, bucket)
 	}
 	if err := r.provision(ctx, bucket); err != nil {
 		return r.result(bucket, cosiapi.EventFailedCreateBucket, err)
-	}
-	if conditions.IsTrue(bucket, cosiapi.ConditionProvisioned) && bucket.Status.BucketID != "" {
-		// Its first usage now, and the next ones an interval apart.
-		if err := r.checkUsage(ctx, bucket, true); err != nil {
-			return r.result(bucket, cosiapi.EventFailedUsage, err)
-		}
 	}
 	if r.RefreshInterval > 0 && refreshable(bucket) && conditions.IsTrue(bucket, cosiapi.ConditionProvisioned) {
 		// The driver has just answered: its information is asked again an interval from now,

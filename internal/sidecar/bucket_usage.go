@@ -12,10 +12,16 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/internal/cmdutil/metricreg"
@@ -44,6 +50,63 @@ type usageChecks struct {
 func (u *usageChecks) enabled(info *cosiproto.DriverGetInfoResponse) bool {
 	return u.interval > 0 && driver.HasCapability(info, cosiproto.DriverCapability_BUCKET_USAGE) &&
 		!u.unimplemented.Load()
+}
+
+// usageWorkers is how many Buckets' usage is read at once: on workers of the usage controller's
+// own, so that a slow or hung read (until --driver-timeout) never holds up a Bucket's
+// provisioning or deletion, whose workers are the Bucket controller's.
+const usageWorkers = 2
+
+// setupUsage registers the usage controller of this driver's Buckets: its checks when the driver
+// advertises BUCKET_USAGE, and otherwise the removal of figures left from before (usageNotRead).
+func (r *BucketReconciler) setupUsage(mgr ctrl.Manager, opts controller.Options, ours predicate.Predicate) error {
+	r.usage.interval = r.UsageInterval
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named("sidecar-bucket-usage").
+		For(&cosiapi.Bucket{}, builder.WithPredicates(ours))
+	if r.usage.enabled(r.Info) {
+		r.usage.checks.countDecisions(scheduledCheckMetric(), r.Info.GetName(), scheduledCheckUsage)
+		// The usage checks that fall due.
+		b = b.WatchesRawSource(r.usage.checks.wakeChecks(r.usage.interval))
+	}
+	opts.MaxConcurrentReconciles = usageWorkers
+	return b.WithOptions(opts).Complete(reconcile.Func(r.reconcileUsage))
+}
+
+// reconcileUsage reads a provisioned Bucket's usage when due; it forgets the usage of a Bucket
+// that is gone, being deleted or not provisioned.
+func (r *BucketReconciler) reconcileUsage(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	// No finishOnShutdown: a usage read changes nothing, so a stopping sidecar cancels it rather
+	// than wait for it (until --driver-timeout when the store hangs).
+	bucket := &cosiapi.Bucket{}
+	if err := r.Client.Get(ctx, req.NamespacedName, bucket); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.usage.checks.gone(req.NamespacedName)
+			usageMetrics().drop(r.Info.GetName(), req.Name)
+		}
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if bucket.Spec.DriverName != r.Info.GetName() {
+		return reconcile.Result{}, nil
+	}
+	if bucket.DeletionTimestamp != nil || bucket.Annotations[cosiapi.AnnotationBucketClaimBeingDeleted] != "" ||
+		!conditions.IsTrue(bucket, cosiapi.ConditionProvisioned) || bucket.Status.BucketID == "" {
+		r.forgetUsage(req.NamespacedName, bucket.UID)
+		return reconcile.Result{}, nil
+	}
+	if err := r.checkUsage(ctx, bucket, r.newlyProvisioned(bucket)); err != nil {
+		return r.result(bucket, cosiapi.EventFailedUsage, err)
+	}
+	return reconcile.Result{}, nil
+}
+
+// newlyProvisioned tells whether the Bucket was provisioned less than an interval ago and has no
+// usage yet: its first read is made at once rather than placed in the interval, as a long-standing
+// Bucket's is after a restart (a sidecar that starts reading usage on many Buckets spreads them).
+func (r *BucketReconciler) newlyProvisioned(bucket *cosiapi.Bucket) bool {
+	c := conditions.Get(bucket, cosiapi.ConditionProvisioned)
+	return bucket.Status.Usage == nil && !r.usage.checks.scheduled(client.ObjectKeyFromObject(bucket), bucket.UID) &&
+		c != nil && time.Since(c.LastTransitionTime.Time) < r.usage.interval
 }
 
 // checkUsage runs a provisioned Bucket's usage check when it is due, or at once when now is set
