@@ -129,17 +129,22 @@ type BucketStatus struct {
 }
 
 // BucketUsage is a bucket's usage and quota as its object store accounts them.
+//
+// sizeBytes and objectCount are not pointers, against kubeapilinter's requiredfields: zero is a
+// figure (an empty bucket), never omitted (no omitempty), and the sidecar always writes both with
+// the rest of the struct, which is itself optional; pointers would only make every reader handle
+// a nil that is never written.
 type BucketUsage struct {
 	// sizeBytes is the bytes the bucket's objects hold, as the store counts them against a
 	// quota (Ceph RGW: each object rounded up to 4 KiB).
 	// +required
 	// +kubebuilder:validation:Minimum=0
-	SizeBytes int64 `json:"sizeBytes"`
+	SizeBytes int64 `json:"sizeBytes"` //nolint:kubeapilinter // zero is a figure, never omitted: no pointer
 
 	// objectCount is the number of objects in the bucket.
 	// +required
 	// +kubebuilder:validation:Minimum=0
-	ObjectCount int64 `json:"objectCount"`
+	ObjectCount int64 `json:"objectCount"` //nolint:kubeapilinter // zero is a figure, never omitted: no pointer
 
 	// maxSizeBytes is the size limit the store enforces on the bucket; unset: none.
 	// +optional
