@@ -94,6 +94,7 @@ func newManager(cfg *rest.Config, opts Options, log logr.Logger) (ctrl.Manager, 
 	}
 	return ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme.New(),
+		MapperProvider:                scheme.NewMapper,
 		Logger:                        log,
 		Cache:                         cacheOpts,
 		Metrics:                       serving.Metrics(opts.MetricsAddress, opts.MetricsSecure),

@@ -104,25 +104,27 @@ func (c *objectCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// collectObjects lists the three kinds and their classes, and calls add for each object.
+// collectObjects lists the three kinds and their classes, and calls add for each object. The
+// lists are the cache's own objects, not copies (a scrape reads them and keeps nothing): copying
+// every object at each scrape cost more CPU than any reconcile in a restart's catch-up.
 func (c *objectCollector) collectObjects(ctx context.Context, r client.Reader,
 	add func(driver, kind string, obj conditions.Getter, created time.Time, deleting bool)) {
 	bucketClasses := map[string]string{}
 	var bcs cosiapi.BucketClassList
-	if err := r.List(ctx, &bcs); err == nil {
+	if err := r.List(ctx, &bcs, client.UnsafeDisableDeepCopy); err == nil {
 		for i := range bcs.Items {
 			bucketClasses[bcs.Items[i].Name] = bcs.Items[i].Spec.DriverName
 		}
 	}
 	accessClasses := map[string]string{}
 	var bacs cosiapi.BucketAccessClassList
-	if err := r.List(ctx, &bacs); err == nil {
+	if err := r.List(ctx, &bacs, client.UnsafeDisableDeepCopy); err == nil {
 		for i := range bacs.Items {
 			accessClasses[bacs.Items[i].Name] = bacs.Items[i].Spec.DriverName
 		}
 	}
 	var claims cosiapi.BucketClaimList
-	if err := r.List(ctx, &claims); err == nil {
+	if err := r.List(ctx, &claims, client.UnsafeDisableDeepCopy); err == nil {
 		for i := range claims.Items {
 			o := &claims.Items[i]
 			add(bucketClasses[o.Spec.BucketClassName], "BucketClaim", o, o.CreationTimestamp.Time,
@@ -130,14 +132,14 @@ func (c *objectCollector) collectObjects(ctx context.Context, r client.Reader,
 		}
 	}
 	var buckets cosiapi.BucketList
-	if err := r.List(ctx, &buckets); err == nil {
+	if err := r.List(ctx, &buckets, client.UnsafeDisableDeepCopy); err == nil {
 		for i := range buckets.Items {
 			o := &buckets.Items[i]
 			add(o.Spec.DriverName, "Bucket", o, o.CreationTimestamp.Time, o.DeletionTimestamp != nil)
 		}
 	}
 	var accesses cosiapi.BucketAccessList
-	if err := r.List(ctx, &accesses); err == nil {
+	if err := r.List(ctx, &accesses, client.UnsafeDisableDeepCopy); err == nil {
 		for i := range accesses.Items {
 			o := &accesses.Items[i]
 			driver := o.Status.DriverName

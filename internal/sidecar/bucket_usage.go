@@ -61,10 +61,19 @@ const usageWorkers = 2
 // advertises BUCKET_USAGE, and otherwise the removal of figures left from before (usageNotRead).
 func (r *BucketReconciler) setupUsage(mgr ctrl.Manager, opts controller.Options, ours predicate.Predicate) error {
 	r.usage.interval = r.UsageInterval
+	enabled := r.usage.enabled(r.Info)
+	if !enabled {
+		// Only the Buckets that hold figures to remove: a restart does not go through every
+		// Bucket for nothing.
+		ours = predicate.And(ours, predicate.NewPredicateFuncs(func(obj client.Object) bool {
+			b, ok := obj.(*cosiapi.Bucket)
+			return ok && b.Status.Usage != nil
+		}))
+	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("sidecar-bucket-usage").
 		For(&cosiapi.Bucket{}, builder.WithPredicates(ours))
-	if r.usage.enabled(r.Info) {
+	if enabled {
 		r.usage.checks.countDecisions(scheduledCheckMetric(), r.Info.GetName(), scheduledCheckUsage)
 		// The usage checks that fall due.
 		b = b.WatchesRawSource(r.usage.checks.wakeChecks(r.usage.interval))

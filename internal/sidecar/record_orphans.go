@@ -55,7 +55,11 @@ func (b *grantBook) accessGone(ctx context.Context, namespace, name string, uid 
 // GrantReconciler again. Only an access confirmed gone costs the uncached read of the record
 // that the revocation acts on.
 func (b *grantBook) revokeOrphan(ctx context.Context, uid types.UID) (revoked bool, err error) {
-	cached := b.store.cached(ctx, uid)
+	return b.revokeOrphanOf(ctx, uid, b.store.cached(ctx, uid))
+}
+
+// revokeOrphanOf is revokeOrphan with what the cache holds of the record, read by the caller.
+func (b *grantBook) revokeOrphanOf(ctx context.Context, uid types.UID, cached *cachedGrant) (revoked bool, err error) {
 	if cached != nil {
 		if gone, err := b.accessGone(ctx, cached.Namespace, cached.Name, uid); err != nil || !gone {
 			return false, err
@@ -163,12 +167,13 @@ func (r *GrantReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	if uid == "" || req.Namespace != r.Grants.store.namespace {
 		return reconcile.Result{}, nil
 	}
-	if r.Grants.store.cached(ctx, uid) == nil {
+	cached := r.Grants.store.cached(ctx, uid)
+	if cached == nil {
 		// Not in the cache: never recorded, or removed. An access event for an unrecorded
 		// access costs no API request.
 		return reconcile.Result{}, nil
 	}
-	if _, err := r.Grants.revokeOrphan(ctx, uid); err != nil {
+	if _, err := r.Grants.revokeOrphanOf(ctx, uid, cached); err != nil {
 		return result(err)
 	}
 	return reconcile.Result{}, nil

@@ -158,6 +158,7 @@ func newManager(
 	}
 	return ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme.New(),
+		MapperProvider:                scheme.NewMapper,
 		Logger:                        log,
 		Cache:                         cacheOpts,
 		GracefulShutdownTimeout:       ptr.To(shutdownTimeout),

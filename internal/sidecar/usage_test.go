@@ -98,4 +98,32 @@ func TestUsageNotAskedWithoutTheCapability(t *testing.T) {
 		}
 		return nil
 	})
+
+	// Figures left by a sidecar whose driver reported usage are removed: a change, and a restart.
+	for _, restart := range []bool{false, true} {
+		if restart {
+			h.stop()
+			h.stop = func() {}
+		}
+		fresh := &cosiapi.Bucket{}
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), fresh); err != nil {
+			t.Fatal(err)
+		}
+		fresh.Status.Usage = &cosiapi.BucketUsage{SizeBytes: 4096, ObjectCount: 1}
+		if err := env.Client.Status().Update(t.Context(), fresh); err != nil {
+			t.Fatal(err)
+		}
+		if restart {
+			h.restartSidecar(sidecarConfig, func(o *sidecar.Options) { o.UsageInterval = time.Second })
+		}
+		testenv.Eventually(t, func() error {
+			if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), fresh); err != nil {
+				return err
+			}
+			if fresh.Status.Usage != nil {
+				return fmt.Errorf("status.usage %+v left (restart: %v)", fresh.Status.Usage, restart)
+			}
+			return nil
+		})
+	}
 }
