@@ -65,3 +65,27 @@ func TestSetMemoryLimit(t *testing.T) {
 		t.Errorf("GOMEMLIMIT set, yet a limit was set (%d)", got)
 	}
 }
+
+// TestSetGCPercent: --gc-percent sets the collector's target unless GOGC is set or it is 0.
+func TestSetGCPercent(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	for _, tc := range []struct {
+		name    string
+		gogc    string
+		percent int
+		want    int
+	}{
+		{"the flag", "", 50, 50},
+		{"GOGC set by the operator", "200", 50, 100},
+		{"0: Go's default", "", 0, 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("GOGC", tc.gogc)
+			debug.SetGCPercent(100)
+			SetGCPercent(tc.percent, logr.Discard())
+			if got := debug.SetGCPercent(100); got != tc.want {
+				t.Errorf("GC percent %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
