@@ -264,9 +264,10 @@ func (r *BucketAccessReconciler) upkeep(ctx context.Context, ba *cosiapi.BucketA
 	parts := []upkeepPart{
 		{"rotate", cosiapi.EventFailedRotateCredentials, r.rotate},
 		{"refresh", cosiapi.EventFailedRefresh, r.refresh},
-		{"check", cosiapi.EventFailedGrantAccess, func(ctx context.Context, ba *cosiapi.BucketAccess, _ *recordView) (time.Duration, error) {
-			return r.checkSecrets(ctx, ba)
-		}},
+		{"check", cosiapi.EventFailedGrantAccess,
+			func(ctx context.Context, ba *cosiapi.BucketAccess, _ *recordView) (time.Duration, error) {
+				return r.checkSecrets(ctx, ba)
+			}},
 	}
 	view := &recordView{store: r.Grants.store, uid: ba.UID}
 	var wait time.Duration

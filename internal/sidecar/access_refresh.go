@@ -39,7 +39,9 @@ import (
 // information changed since the Secrets were written. It returns when to look again: while a
 // rotation in progress holds it back, or at the credentials' renewal. Nothing is read from the
 // API server or written when there is nothing to refresh: the decision is made on the cache.
-func (r *BucketAccessReconciler) refresh(ctx context.Context, ba *cosiapi.BucketAccess, view *recordView) (time.Duration, error) {
+func (r *BucketAccessReconciler) refresh(
+	ctx context.Context, ba *cosiapi.BucketAccess, view *recordView,
+) (time.Duration, error) {
 	g, _ := view.get(ctx)
 	if g == nil || g.AccountID != ba.Status.AccountID {
 		return 0, nil

@@ -202,7 +202,9 @@ func rotationDue(
 // returns how long until the rotation needs the access again (zero: never). Nothing is written,
 // and the API server is not asked, when there is nothing to do: the decision is made on the
 // cached record, and confirmed on the record read uncached before anything is done.
-func (r *BucketAccessReconciler) rotate(ctx context.Context, ba *cosiapi.BucketAccess, view *recordView) (time.Duration, error) {
+func (r *BucketAccessReconciler) rotate(
+	ctx context.Context, ba *cosiapi.BucketAccess, view *recordView,
+) (time.Duration, error) {
 	params, err := parseAccessParameters(ba.Status.Parameters)
 	if err != nil {
 		// Granted before the parameter was checked: no periodic rotation, and the condition says why.
