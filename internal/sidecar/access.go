@@ -250,7 +250,7 @@ func (r *BucketAccessReconciler) firstGrant(ctx context.Context, ba *cosiapi.Buc
 type upkeepPart struct {
 	name   string
 	reason string
-	run    func(context.Context, *cosiapi.BucketAccess, *recordView) (time.Duration, error)
+	run    func(context.Context, *cosiapi.BucketAccess) (time.Duration, error)
 }
 
 // upkeep looks after a provisioned access: its finalizer is put back if someone removed it, then
@@ -264,16 +264,12 @@ func (r *BucketAccessReconciler) upkeep(ctx context.Context, ba *cosiapi.BucketA
 	parts := []upkeepPart{
 		{"rotate", cosiapi.EventFailedRotateCredentials, r.rotate},
 		{"refresh", cosiapi.EventFailedRefresh, r.refresh},
-		{"check", cosiapi.EventFailedGrantAccess,
-			func(ctx context.Context, ba *cosiapi.BucketAccess, _ *recordView) (time.Duration, error) {
-				return r.checkSecrets(ctx, ba)
-			}},
+		{"check", cosiapi.EventFailedGrantAccess, r.checkSecrets},
 	}
-	view := &recordView{store: r.Grants.store, uid: ba.UID}
 	var wait time.Duration
 	var errs []error
 	for _, part := range parts {
-		w, err := part.run(ctx, ba, view)
+		w, err := part.run(ctx, ba)
 		if err != nil {
 			requeue.APIErrorEvent(r.Recorder, ba, part.reason, err)
 			errs = append(errs, fmt.Errorf("%s: %w", part.name, err))

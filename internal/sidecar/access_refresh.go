@@ -39,10 +39,8 @@ import (
 // information changed since the Secrets were written. It returns when to look again: while a
 // rotation in progress holds it back, or at the credentials' renewal. Nothing is read from the
 // API server or written when there is nothing to refresh: the decision is made on the cache.
-func (r *BucketAccessReconciler) refresh(
-	ctx context.Context, ba *cosiapi.BucketAccess, view *recordView,
-) (time.Duration, error) {
-	g, _ := view.get(ctx)
+func (r *BucketAccessReconciler) refresh(ctx context.Context, ba *cosiapi.BucketAccess) (time.Duration, error) {
+	g, _ := r.Grants.store.cachedRecord(ctx, ba.UID)
 	if g == nil || g.AccountID != ba.Status.AccountID {
 		return 0, nil
 	}

@@ -202,21 +202,18 @@ func rotationDue(
 // returns how long until the rotation needs the access again (zero: never). Nothing is written,
 // and the API server is not asked, when there is nothing to do: the decision is made on the
 // cached record, and confirmed on the record read uncached before anything is done.
-func (r *BucketAccessReconciler) rotate(
-	ctx context.Context, ba *cosiapi.BucketAccess, view *recordView,
-) (time.Duration, error) {
+func (r *BucketAccessReconciler) rotate(ctx context.Context, ba *cosiapi.BucketAccess) (time.Duration, error) {
 	params, err := parseAccessParameters(ba.Status.Parameters)
 	if err != nil {
 		// Granted before the parameter was checked: no periodic rotation, and the condition says why.
 		return 0, r.markRotation(ctx, ba, metav1.ConditionFalse, cosiapi.ReasonInvalidParameter, err.Error())
 	}
 	period := params.rotationPeriod
-	if c, cm := view.get(ctx); c == nil {
+	if c, cm := r.Grants.store.cachedRecord(ctx, ba.UID); c == nil {
 		return 0, nil
 	} else if due, wait := rotationDue(ba, &c.rotationState, cm, period); !due {
 		return wait, nil
 	}
-	view.forget() // what follows may write the record
 	g, cm, err := r.Grants.store.get(ctx, ba.UID)
 	if err != nil || g == nil {
 		return 0, err

@@ -155,27 +155,3 @@ func (s grantStore) cachedRecord(ctx context.Context, uid types.UID) (*cachedGra
 	}
 	return &g, cm
 }
-
-// recordView is what the cache holds of one access's record, read once for the parts of an
-// upkeep (rotate, refresh), which all decide on it first: a restart's catch-up reconciles every
-// access. A part that goes on to act on the record forgets the view, so that the next part reads
-// the cache again.
-type recordView struct {
-	store grantStore
-	uid   types.UID
-	read  bool
-	grant *cachedGrant
-	cm    *corev1.ConfigMap
-}
-
-// get returns what the cache holds of the record and its ConfigMap, or nils.
-func (v *recordView) get(ctx context.Context) (*cachedGrant, *corev1.ConfigMap) {
-	if !v.read {
-		v.grant, v.cm = v.store.cachedRecord(ctx, v.uid)
-		v.read = true
-	}
-	return v.grant, v.cm
-}
-
-// forget makes the next get read the cache again.
-func (v *recordView) forget() { v.read = false }
