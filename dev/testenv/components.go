@@ -3,11 +3,14 @@ package testenv
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"k8s.io/client-go/rest"
@@ -53,11 +56,13 @@ func SidecarOptions(endpoint string) sidecar.Options {
 
 // StartSidecar runs a sidecar that connects with cfg until stop is called or the test ends (as a
 // crash would, between two reconciles). stop reports the sidecar's error, other than its
-// context's end, to t.
+// context's end, to t. When the test fails, the sidecar's last log lines are in its output.
 func StartSidecar(t testing.TB, cfg *rest.Config, opts sidecar.Options) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- sidecar.Run(ctx, cfg, opts, logr.Discard()) }()
+	log := newTail(sidecarLogLines)
+	t.Cleanup(func() { log.report(t, "sidecar") }) // after stop: cleanups run last first
+	go func() { done <- sidecar.Run(ctx, cfg, opts, log.logger()) }()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
@@ -69,4 +74,38 @@ func StartSidecar(t testing.TB, cfg *rest.Config, opts sidecar.Options) (stop fu
 	}
 	t.Cleanup(stop)
 	return stop
+}
+
+// sidecarLogLines is how many of its last log lines a sidecar leaves for a failed test.
+const sidecarLogLines = 300
+
+// tail keeps a component's last log lines (at verbosity 2: the driver's calls and their codes,
+// the reconciles' errors, the events), for a failed test to show.
+type tail struct {
+	mu    sync.Mutex
+	lines []string
+	max   int
+}
+
+func newTail(n int) *tail { return &tail{max: n} }
+
+func (l *tail) logger() logr.Logger {
+	return funcr.New(func(prefix, args string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if len(l.lines) == l.max {
+			l.lines = slices.Delete(l.lines, 0, 1)
+		}
+		l.lines = append(l.lines, time.Now().UTC().Format("15:04:05.000")+" "+prefix+" "+args)
+	}, funcr.Options{Verbosity: 2})
+}
+
+// report shows the lines kept when t failed.
+func (l *tail) report(t testing.TB, name string) {
+	if !t.Failed() {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t.Logf("the %s's last %d log lines:\n%s", name, len(l.lines), strings.Join(l.lines, "\n"))
 }

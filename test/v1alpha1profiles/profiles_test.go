@@ -457,8 +457,21 @@ func TestInternalOnMissingBucketAfterALostAnswer(t *testing.T) {
 		t.Fatalf("bucket %s still in the store after the driver deleted it", b.Name)
 	}
 	s.startSidecar()
-	env.WaitForEvent(t, b,
-		cosiapi.EventFailedDeleteBucket+": DriverDeleteBucket: Internal: v1alpha1 DriverDeleteBucket: NoSuchBucket")
+	// The Bucket's status says so; the event too, but an event is best effort (the one the first
+	// sidecar records as it stops may be dropped with its recorder, and the API server may refuse
+	// one under load), so the status is what is waited for.
+	const internal = "DriverDeleteBucket: Internal: v1alpha1 DriverDeleteBucket: NoSuchBucket"
+	testenv.Eventually(t, func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(b.Status.Conditions, cosiapi.ConditionProvisionFailed)
+		if c == nil || c.Status != metav1.ConditionTrue || !strings.HasPrefix(c.Message, internal) {
+			return fmt.Errorf("condition %s: %+v", cosiapi.ConditionProvisionFailed, c)
+		}
+		return nil
+	})
+	env.WaitForEvent(t, b, cosiapi.EventFailedDeleteBucket+": "+internal)
 
 	testenv.Eventually(t, func() error {
 		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
