@@ -2,9 +2,11 @@ package sidecar
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -42,6 +44,15 @@ func (r *BucketAccessReconciler) grantSteps(
 	if err != nil || p == nil {
 		return time.Time{}, err
 	}
+	// No Bucket's deletion runs meanwhile, and none starts before the cache shows it this grant's
+	// record (bucket_fence.go).
+	leave, doomed := r.Grants.enterFence(p.buckets)
+	if leave == nil {
+		return time.Time{}, invalidObjects(cosiapi.ReasonInvalidReference,
+			fmt.Sprintf("Bucket %s is being deleted: no new access is granted to it", doomed))
+	}
+	var recorded *corev1.ConfigMap
+	defer func() { leave(recorded) }()
 	// Phase 1: the account ID in status, or the one there verified (access_account.go).
 	if err := r.ensureAccount(ctx, ba, p); err != nil {
 		return time.Time{}, err
@@ -52,6 +63,7 @@ func (r *BucketAccessReconciler) grantSteps(
 	if err != nil {
 		return time.Time{}, err
 	}
+	recorded = written
 	// The accounts earlier grants made whose IDs could not be recorded then (access_driveraccounts.go).
 	if err := r.recordUnrecorded(ctx, ba.UID, written); err != nil {
 		return time.Time{}, err

@@ -31,6 +31,13 @@ func (r *BucketReconciler) delete(ctx context.Context, bucket *cosiapi.Bucket) e
 	if bucket.DeletionTimestamp == nil {
 		return nil // Delete policy: the controller deletes the Bucket next. Retain: nothing to do.
 	}
+	// No grant on it starts from now on, and one under way is waited for until the cache shows
+	// its record (bucket_fence.go).
+	if doomed, err := r.Grants.doom(ctx, bucket); err != nil {
+		return err
+	} else if !doomed {
+		return errRequeue("deletion waits for a grant under way on this Bucket")
+	}
 	// No grant outlives its Bucket object: those of accesses that are gone are revoked now, and
 	// the controller released the Bucket only once no access held it.
 	live, err := r.liveGrants(ctx, bucket)

@@ -46,7 +46,8 @@ func (r *BucketReconciler) migrateLegacyGrant(ctx context.Context, bucket *cosia
 			return nil
 		}
 		existing.BucketNames = append(existing.BucketNames, bucket.Name)
-		_, _, err := r.Grants.store.put(ctx, *existing)
+		written, _, err := r.Grants.store.put(ctx, *existing)
+		r.Grants.pend(bucket, written) // the Bucket's deletion may come next (bucket_fence.go)
 		return err
 	}
 	resp, err := r.Driver.DriverGenerateBucketAccessId(ctx, g.generateRequest())
@@ -75,7 +76,8 @@ func (r *BucketReconciler) migrateLegacyGrant(ctx context.Context, bucket *cosia
 		g.SecretNames = nil
 	}
 	g.BucketNames = []string{bucket.Name}
-	_, _, err = r.Grants.store.put(ctx, g)
+	written, _, err := r.Grants.store.put(ctx, g)
+	r.Grants.pend(bucket, written) // the Bucket's deletion may come next (bucket_fence.go)
 	return err
 }
 

@@ -29,6 +29,7 @@ import (
 type grantBook struct {
 	store    grantStore
 	inFlight inFlight
+	fence    bucketFence
 	answers  answers
 	outcomes grantOutcomes
 	driver   *driverclient.Client
