@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cosiapi "github.com/kube-cosi/cosi/api/objectstorage/v1alpha2"
 	"github.com/kube-cosi/cosi/dev/testenv"
@@ -55,6 +57,39 @@ func TestBucketDeletionWaitsForAGrantTheCacheDoesNotShow(t *testing.T) {
 	if n := h.calls.Count("DriverRevokeBucketAccess/OK"); n == 0 {
 		t.Errorf("the access was not revoked: %s", h.calls)
 	}
+}
+
+// TestBucketDeletionNotHeldByARecordTakenAway: a grant record pending for a Bucket (written, not
+// yet in the sidecar's cache) that then stops being the driver's (relabelled by hand) no longer
+// holds the Bucket's deletion: the deletion's look at the records would not find it anyway. (The
+// fence's first form waited for it until the sidecar restarted.)
+func TestBucketDeletionNotHeldByARecordTakenAway(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, memory.Config{Protocols: []cosiproto.ObjectProtocol_Type{cosiproto.ObjectProtocol_S3}})
+	h.restartSidecar(laggingConfigMapWatches(sidecarConfig, 5*time.Second), func(*sidecar.Options) {})
+	b := h.provisionedBucket(cosiapi.ProtocolS3)
+	ba := provisioned(t, h.access(cosiapi.ProtocolS3, cosiapi.AuthenticationTypeKey, b), accessConditions)
+
+	record := &corev1.ConfigMap{}
+	testenv.Eventually(t, func() error {
+		if err := env.Client.Get(t.Context(),
+			client.ObjectKey{Namespace: sidecarNamespace, Name: "cosi-grant-" + string(ba.UID)}, record); err != nil {
+			return err
+		}
+		record.Labels[cosiapi.LabelGrantDriver] = "taken-away"
+		return env.Client.Update(t.Context(), record)
+	})
+	markClaimBeingDeleted(t, b)
+	if err := env.Client.Delete(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, func() error {
+		if backend := h.driver.Backend(); backend.BucketExists(b.Status.BucketID) {
+			return fmt.Errorf("bucket %s not deleted: its deletion waits for a record not the driver's", b.Status.BucketID)
+		}
+		return nil
+	})
+	env.Gone(t, b)
 }
 
 // laggingConfigMapWatches is cfg with what the API server sends on watches of ConfigMaps (the
